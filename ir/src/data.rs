@@ -1,0 +1,99 @@
+//! `HostTensor`: a tensor's type and data on the client side, and its printed form.
+
+use crate::TensorType;
+use std::fmt;
+
+/// A tensor's data on the host, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    /// Its type.
+    pub ty: TensorType,
+    /// `ty.shape.numel()` elements.
+    pub data: Vec<f32>,
+}
+
+/// Above this many elements, printing shows the first and last [`EDGE_ITEMS`] of each axis.
+pub const SUMMARY_THRESHOLD: usize = 1000;
+/// Items shown at each end of a summarised axis.
+pub const EDGE_ITEMS: usize = 3;
+
+/// Formats one element: 4 decimals at most, trailing zeros trimmed, `-0` as `0`.
+pub fn format_element(x: f32) -> String {
+    if x.is_nan() {
+        return "nan".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    let ax = x.abs();
+    let s = if ax != 0.0 && !(1e-4..1e16).contains(&ax) { format!("{x:.4e}") } else { format!("{x:.4}") };
+    let s = trim_zeros(&s);
+    if s == "-0" {
+        "0".into()
+    } else {
+        s
+    }
+}
+
+fn trim_zeros(s: &str) -> String {
+    let (mantissa, exp) = match s.find('e') {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, ""),
+    };
+    let m = if mantissa.contains('.') { mantissa.trim_end_matches('0').trim_end_matches('.') } else { mantissa };
+    format!("{m}{exp}")
+}
+
+impl HostTensor {
+    /// A tensor from its type and data (the caller keeps `data.len() == numel`).
+    pub fn new(ty: TensorType, data: Vec<f32>) -> HostTensor {
+        HostTensor { ty, data }
+    }
+
+    /// The values as nested brackets, NumPy style, summarised when large.
+    pub fn format_values(&self) -> String {
+        let dims = self.ty.shape.dims();
+        let summarise = self.data.len() > SUMMARY_THRESHOLD;
+        let mut out = String::new();
+        self.format_axis(&mut out, dims, 0, summarise);
+        out
+    }
+
+    fn format_axis(&self, out: &mut String, dims: &[usize], offset: usize, summarise: bool) {
+        if dims.is_empty() {
+            out.push_str(&format_element(self.data.get(offset).copied().unwrap_or(f32::NAN)));
+            return;
+        }
+        let n = dims[0];
+        let stride: usize = dims[1..].iter().product();
+        out.push('[');
+        let mut first = true;
+        let mut push_item = |out: &mut String, i: usize| {
+            if !first {
+                out.push_str(", ");
+            }
+            first = false;
+            self.format_axis(out, &dims[1..], offset + i * stride, summarise);
+        };
+        if summarise && n > 2 * EDGE_ITEMS {
+            for i in 0..EDGE_ITEMS {
+                push_item(out, i);
+            }
+            out.push_str(", ...");
+            for i in n - EDGE_ITEMS..n {
+                push_item(out, i);
+            }
+        } else {
+            for i in 0..n {
+                push_item(out, i);
+            }
+        }
+        out.push(']');
+    }
+}
+
+impl fmt::Display for HostTensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.ty, self.format_values())
+    }
+}

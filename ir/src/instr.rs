@@ -1,0 +1,374 @@
+//! `Instr`: the one enum of every operation a stream can carry, with operand and result
+//! accessors. Semantics are in `lib.rs`; type rules in `verify/shape.rs`.
+
+use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+use crate::types::{DType, TensorType};
+use crate::ValueId;
+
+/// An operand of an elementwise op: a value, or a scalar immediate of the other operand's
+/// dtype (`mul %x, 0.5`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Operand {
+    /// A tensor value.
+    Value(ValueId),
+    /// A scalar, broadcast like a 0-d tensor.
+    Scalar(f64),
+}
+
+impl Operand {
+    /// The value read, if this operand is one.
+    pub fn value(self) -> Option<ValueId> {
+        match self {
+            Operand::Value(v) => Some(v),
+            Operand::Scalar(_) => None,
+        }
+    }
+}
+
+/// One item of a slice index, NumPy style.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SliceItem {
+    /// `start:end:step` on one axis; missing bounds default by the sign of `step`
+    /// (as in NumPy); negative bounds count from the end; bounds are clamped.
+    Range {
+        /// First index (inclusive).
+        start: Option<i64>,
+        /// Last index (exclusive).
+        end: Option<i64>,
+        /// Stride, never 0 (checked by the verifier).
+        step: i64,
+    },
+    /// A single index on one axis; the axis is dropped. Negative counts from the end.
+    Index(i64),
+    /// `new`: inserts an axis of size 1.
+    NewAxis,
+    /// `...`: as many full ranges as needed to index every axis (at most one).
+    Ellipsis,
+}
+
+/// How `split` cuts an axis.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SplitSpec {
+    /// Pieces of this size, the last one smaller if the axis does not divide (torch `split(n)`).
+    Size(usize),
+    /// Pieces of exactly these sizes, which must sum to the axis length.
+    Sizes(Vec<usize>),
+    /// `chunk`: this many pieces of size `ceil(len / n)`; fewer if the axis is short
+    /// (torch `chunk`).
+    Chunks(usize),
+}
+
+/// Every operation of the IR. Each defines at most its `dst` values (SSA: once each) and
+/// reads the values named by its operands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Instr {
+    /// Standard-normal random values; the same `seed` gives the same values on every backend.
+    Randn {
+        /// Result.
+        dst: ValueId,
+        /// Result type.
+        ty: TensorType,
+        /// Random seed.
+        seed: u64,
+    },
+    /// Uniform random values in `[0, 1)`.
+    Rand {
+        /// Result.
+        dst: ValueId,
+        /// Result type.
+        ty: TensorType,
+        /// Random seed.
+        seed: u64,
+    },
+    /// All zeros.
+    Zeros {
+        /// Result.
+        dst: ValueId,
+        /// Result type.
+        ty: TensorType,
+    },
+    /// All ones.
+    Ones {
+        /// Result.
+        dst: ValueId,
+        /// Result type.
+        ty: TensorType,
+    },
+    /// Every element `value`.
+    Full {
+        /// Result.
+        dst: ValueId,
+        /// Result type.
+        ty: TensorType,
+        /// The fill value.
+        value: f64,
+    },
+    /// `start, start+step, ...` up to (excluding) `end`: a 1-d tensor of
+    /// `ceil((end-start)/step)` elements (0 if negative).
+    Arange {
+        /// Result.
+        dst: ValueId,
+        /// Element type.
+        dtype: DType,
+        /// First value.
+        start: f64,
+        /// Exclusive bound.
+        end: f64,
+        /// Increment, never 0.
+        step: f64,
+    },
+    /// A tensor from literal data in row-major order (`tensor f32[2] [1, 2]`).
+    Literal {
+        /// Result.
+        dst: ValueId,
+        /// Result type.
+        ty: TensorType,
+        /// `ty.shape.numel()` values, row-major.
+        data: Vec<f32>,
+    },
+    /// Elementwise op of one operand.
+    Unary {
+        /// Result.
+        dst: ValueId,
+        /// The op.
+        op: UnaryOp,
+        /// Operand.
+        src: ValueId,
+    },
+    /// Elementwise op of two operands, NumPy broadcasting.
+    Binary {
+        /// Result.
+        dst: ValueId,
+        /// The op.
+        op: BinaryOp,
+        /// Left operand.
+        lhs: Operand,
+        /// Right operand.
+        rhs: Operand,
+    },
+    /// `cond != 0 ? on_true : on_false`, all three broadcast together.
+    Where {
+        /// Result.
+        dst: ValueId,
+        /// Condition (nonzero is true).
+        cond: ValueId,
+        /// Taken where true.
+        on_true: Operand,
+        /// Taken where false.
+        on_false: Operand,
+    },
+    /// Matrix product: 1-d operands are promoted as in NumPy, leading (batch) dimensions
+    /// broadcast.
+    MatMul {
+        /// Result.
+        dst: ValueId,
+        /// Left operand `[.., m, k]`.
+        lhs: ValueId,
+        /// Right operand `[.., k, n]`.
+        rhs: ValueId,
+    },
+    /// Reduction over `axes` (every axis when `None`), keeping them as size 1 when `keepdim`.
+    Reduce {
+        /// Result.
+        dst: ValueId,
+        /// The op.
+        op: ReduceOp,
+        /// Operand.
+        src: ValueId,
+        /// Axes to reduce, negative counting from the end; `None` is all.
+        axes: Option<Vec<i64>>,
+        /// Keep reduced axes with size 1.
+        keepdim: bool,
+    },
+    /// Swaps two axes.
+    Transpose {
+        /// Result.
+        dst: ValueId,
+        /// Operand.
+        src: ValueId,
+        /// First axis.
+        dim0: i64,
+        /// Second axis.
+        dim1: i64,
+    },
+    /// Reorders axes: result axis `i` is operand axis `perm[i]`.
+    Permute {
+        /// Result.
+        dst: ValueId,
+        /// Operand.
+        src: ValueId,
+        /// A permutation of the axes (negative counting from the end).
+        perm: Vec<i64>,
+    },
+    /// Same elements, new shape; one dimension may be `-1` (inferred).
+    Reshape {
+        /// Result.
+        dst: ValueId,
+        /// Operand.
+        src: ValueId,
+        /// Target dimensions.
+        shape: Vec<i64>,
+    },
+    /// Removes axes of size 1: the given ones, or all when `None`.
+    Squeeze {
+        /// Result.
+        dst: ValueId,
+        /// Operand.
+        src: ValueId,
+        /// Axes to remove.
+        axes: Option<Vec<i64>>,
+    },
+    /// Inserts an axis of size 1 at `axis` (in the result's numbering).
+    Unsqueeze {
+        /// Result.
+        dst: ValueId,
+        /// Operand.
+        src: ValueId,
+        /// Position of the new axis, `-rank-1..=rank`.
+        axis: i64,
+    },
+    /// Broadcasts to a shape, NumPy rules.
+    BroadcastTo {
+        /// Result.
+        dst: ValueId,
+        /// Operand.
+        src: ValueId,
+        /// Target shape.
+        shape: Vec<usize>,
+    },
+    /// Joins tensors along an existing axis.
+    Concat {
+        /// Result.
+        dst: ValueId,
+        /// Operands, at least one.
+        srcs: Vec<ValueId>,
+        /// The axis.
+        axis: i64,
+    },
+    /// NumPy basic indexing: ranges with steps, single indices, new axes and `...`.
+    Slice {
+        /// Result.
+        dst: ValueId,
+        /// Operand.
+        src: ValueId,
+        /// One item per indexed axis.
+        index: Vec<SliceItem>,
+    },
+    /// Cuts a tensor into pieces along an axis; one result per piece.
+    Split {
+        /// Results, one per piece.
+        dsts: Vec<ValueId>,
+        /// Operand.
+        src: ValueId,
+        /// The axis.
+        axis: i64,
+        /// Piece sizes.
+        spec: SplitSpec,
+    },
+    /// Releases a value; later reads are errors.
+    Free {
+        /// The value.
+        src: ValueId,
+    },
+    /// Sync point: the client asks for a value's data.
+    GetData {
+        /// The value.
+        src: ValueId,
+    },
+}
+
+impl Instr {
+    /// The text mnemonic (the op name in `.gtir`).
+    pub fn mnemonic(&self) -> &'static str {
+        match self {
+            Instr::Randn { .. } => "randn",
+            Instr::Rand { .. } => "rand",
+            Instr::Zeros { .. } => "zeros",
+            Instr::Ones { .. } => "ones",
+            Instr::Full { .. } => "full",
+            Instr::Arange { .. } => "arange",
+            Instr::Literal { .. } => "tensor",
+            Instr::Unary { op, .. } => op.mnemonic(),
+            Instr::Binary { op, .. } => op.mnemonic(),
+            Instr::Where { .. } => "where",
+            Instr::MatMul { .. } => "matmul",
+            Instr::Reduce { op, .. } => op.mnemonic(),
+            Instr::Transpose { .. } => "transpose",
+            Instr::Permute { .. } => "permute",
+            Instr::Reshape { .. } => "reshape",
+            Instr::Squeeze { .. } => "squeeze",
+            Instr::Unsqueeze { .. } => "unsqueeze",
+            Instr::BroadcastTo { .. } => "broadcast_to",
+            Instr::Concat { .. } => "concat",
+            Instr::Slice { .. } => "slice",
+            Instr::Split { spec: SplitSpec::Chunks(_), .. } => "chunk",
+            Instr::Split { .. } => "split",
+            Instr::Free { .. } => "free",
+            Instr::GetData { .. } => "get",
+        }
+    }
+
+    /// The values this instruction defines, in result order.
+    pub fn results(&self) -> Vec<ValueId> {
+        match self {
+            Instr::Randn { dst, .. }
+            | Instr::Rand { dst, .. }
+            | Instr::Zeros { dst, .. }
+            | Instr::Ones { dst, .. }
+            | Instr::Full { dst, .. }
+            | Instr::Arange { dst, .. }
+            | Instr::Literal { dst, .. }
+            | Instr::Unary { dst, .. }
+            | Instr::Binary { dst, .. }
+            | Instr::Where { dst, .. }
+            | Instr::MatMul { dst, .. }
+            | Instr::Reduce { dst, .. }
+            | Instr::Transpose { dst, .. }
+            | Instr::Permute { dst, .. }
+            | Instr::Reshape { dst, .. }
+            | Instr::Squeeze { dst, .. }
+            | Instr::Unsqueeze { dst, .. }
+            | Instr::BroadcastTo { dst, .. }
+            | Instr::Concat { dst, .. }
+            | Instr::Slice { dst, .. } => vec![*dst],
+            Instr::Split { dsts, .. } => dsts.clone(),
+            Instr::Free { .. } | Instr::GetData { .. } => Vec::new(),
+        }
+    }
+
+    /// The values this instruction reads, in operand order.
+    pub fn operands(&self) -> Vec<ValueId> {
+        match self {
+            Instr::Randn { .. }
+            | Instr::Rand { .. }
+            | Instr::Zeros { .. }
+            | Instr::Ones { .. }
+            | Instr::Full { .. }
+            | Instr::Arange { .. }
+            | Instr::Literal { .. } => Vec::new(),
+            Instr::Binary { lhs, rhs, .. } => [lhs, rhs].into_iter().filter_map(|o| o.value()).collect(),
+            Instr::Where { cond, on_true, on_false, .. } => {
+                std::iter::once(*cond).chain([on_true, on_false].into_iter().filter_map(|o| o.value())).collect()
+            }
+            Instr::MatMul { lhs, rhs, .. } => vec![*lhs, *rhs],
+            Instr::Concat { srcs, .. } => srcs.clone(),
+            Instr::Unary { src, .. }
+            | Instr::Reduce { src, .. }
+            | Instr::Transpose { src, .. }
+            | Instr::Permute { src, .. }
+            | Instr::Reshape { src, .. }
+            | Instr::Squeeze { src, .. }
+            | Instr::Unsqueeze { src, .. }
+            | Instr::BroadcastTo { src, .. }
+            | Instr::Slice { src, .. }
+            | Instr::Split { src, .. }
+            | Instr::Free { src }
+            | Instr::GetData { src } => vec![*src],
+        }
+    }
+
+    /// Whether this is a sync point: the stream must be drained up to here before it answers.
+    pub fn is_sync(&self) -> bool {
+        matches!(self, Instr::GetData { .. })
+    }
+}

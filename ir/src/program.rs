@@ -1,0 +1,149 @@
+//! `Program`: a parsed `.gtir` file: statements (instructions plus the script forms
+//! `const`, `print`, `expect`, `repeat`, `signal`) and the name of every value.
+
+use crate::{Instr, Shape, Span, ValueId};
+
+/// A whole `.gtir` program.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Program {
+    /// Top-level statements in order.
+    pub body: Vec<Stmt>,
+    /// Text name of each value (without `%`), indexed by [`ValueId::index`]. Ids are dense.
+    pub names: Vec<String>,
+}
+
+/// A statement and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stmt {
+    /// What it does.
+    pub kind: StmtKind,
+    /// Its source span (default for built programs).
+    pub span: Span,
+}
+
+/// A literal number as written: integers stay exact (seeds, dims), floats are `f64`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Number {
+    /// An integer literal.
+    Int(i64),
+    /// A literal with a fraction, exponent, `inf` or `nan`.
+    Float(f64),
+}
+
+impl Number {
+    /// The value as a float.
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Number::Int(i) => i as f64,
+            Number::Float(f) => f,
+        }
+    }
+}
+
+/// How `expect` compares.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Comparison {
+    /// `==`: bit-for-bit equal values (NaN equals NaN).
+    Exact,
+    /// `~=`: `|a - b| <= tol * max(1, |b|)` elementwise.
+    Close {
+        /// Tolerance, absolute below 1 and relative above.
+        tol: f64,
+    },
+}
+
+/// The kinds of statement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StmtKind {
+    /// `const name = 64`: a named number. Uses are resolved at parse time; the declaration
+    /// stays so that printing shows it.
+    Const {
+        /// The name.
+        name: String,
+        /// The value.
+        value: Number,
+    },
+    /// An instruction of the stream.
+    Instr(Instr),
+    /// `print %v`: fetch a value and print it.
+    Print {
+        /// The value.
+        src: ValueId,
+    },
+    /// `expect %v ~= [..] tol=1e-5`: fetch a value and compare it; a mismatch is a run error.
+    Expect {
+        /// The value.
+        src: ValueId,
+        /// How to compare.
+        cmp: Comparison,
+        /// Expected shape, when given (`expect %v == f32[2] [1, 2]`).
+        shape: Option<Shape>,
+        /// Expected values, row-major.
+        data: Vec<f32>,
+    },
+    /// `repeat N { .. }`: runs the body `count` times. Values defined in the body are
+    /// visible after it (from the last iteration).
+    Repeat {
+        /// Iterations, at least 1.
+        count: u64,
+        /// The body.
+        body: Vec<Stmt>,
+    },
+    /// `signal "name" { .. }`: a named region (sharding and compilation configs refer to it).
+    Signal {
+        /// The signal's name.
+        name: String,
+        /// The body.
+        body: Vec<Stmt>,
+    },
+}
+
+impl Stmt {
+    /// A statement with a default span, for programs built in code.
+    pub fn new(kind: StmtKind) -> Stmt {
+        Stmt { kind, span: Span::default() }
+    }
+}
+
+impl Program {
+    /// The text name of a value (`"x"` for `%x`); ids without a name print as their number.
+    pub fn name(&self, v: ValueId) -> String {
+        match self.names.get(v.index()) {
+            Some(n) => n.clone(),
+            None => v.0.to_string(),
+        }
+    }
+
+    /// The same program with every span reset, for comparing programs by content.
+    pub fn without_spans(&self) -> Program {
+        fn strip(body: &[Stmt]) -> Vec<Stmt> {
+            body.iter()
+                .map(|s| Stmt {
+                    span: Span::default(),
+                    kind: match &s.kind {
+                        StmtKind::Repeat { count, body } => StmtKind::Repeat { count: *count, body: strip(body) },
+                        StmtKind::Signal { name, body } => StmtKind::Signal { name: name.clone(), body: strip(body) },
+                        k => k.clone(),
+                    },
+                })
+                .collect()
+        }
+        Program { body: strip(&self.body), names: self.names.clone() }
+    }
+
+    /// Every instruction in source order, entering blocks (each once, not per iteration).
+    pub fn instrs(&self) -> Vec<(&Instr, Span)> {
+        fn walk<'a>(body: &'a [Stmt], out: &mut Vec<(&'a Instr, Span)>) {
+            for s in body {
+                match &s.kind {
+                    StmtKind::Instr(i) => out.push((i, s.span)),
+                    StmtKind::Repeat { body, .. } | StmtKind::Signal { body, .. } => walk(body, out),
+                    _ => {}
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.body, &mut out);
+        out
+    }
+}

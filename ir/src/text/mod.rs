@@ -1,0 +1,1 @@
+//! The `.gtir` text format: lexer, parser and printer.

@@ -1,0 +1,659 @@
+//! Type rules: the result types of every instruction from its operand types, plus the
+//! shape helpers (broadcasting, axes, reshape, slicing, splitting) that backends reuse so
+//! that execution and verification can never disagree.
+
+use crate::{DType, Instr, Operand, Shape, SliceItem, SplitSpec, TensorType, ValueId};
+use thiserror::Error;
+
+/// The most elements one tensor may have (2^40); beyond this a shape is a mistake.
+pub const MAX_ELEMENTS: usize = 1 << 40;
+
+/// Why an instruction's operands do not fit it. Messages say what was expected and found.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum TypeError {
+    /// A dtype that no backend executes yet.
+    #[error("dtype {dtype} is not supported yet (only f32 executes)")]
+    UnsupportedDType {
+        /// The dtype.
+        dtype: DType,
+    },
+    /// Operands of different dtypes.
+    #[error("dtype mismatch: expected {expected}, found {found}")]
+    DTypeMismatch {
+        /// The first operand's dtype.
+        expected: DType,
+        /// The other's.
+        found: DType,
+    },
+    /// A read of a value with no known type (the verifier reports undefined names itself).
+    #[error("value {0} is not defined")]
+    UnknownValue(ValueId),
+    /// Shapes that do not broadcast.
+    #[error("cannot broadcast {lhs} with {rhs}: dimension {lhs_dim} does not match {rhs_dim} (aligned from the right, sizes must be equal or 1)")]
+    Broadcast {
+        /// Left shape.
+        lhs: Shape,
+        /// Right shape.
+        rhs: Shape,
+        /// Offending size on the left.
+        lhs_dim: usize,
+        /// Offending size on the right.
+        rhs_dim: usize,
+    },
+    /// `broadcast_to` a shape the operand cannot stretch to.
+    #[error("cannot broadcast {from} to {to}")]
+    BroadcastTo {
+        /// Operand shape.
+        from: Shape,
+        /// Target.
+        to: Shape,
+    },
+    /// A 0-d matmul operand.
+    #[error("matmul needs operands of rank >= 1, found {lhs} and {rhs}")]
+    MatMulRank {
+        /// Left shape.
+        lhs: Shape,
+        /// Right shape.
+        rhs: Shape,
+    },
+    /// Inner dimensions that differ.
+    #[error("matmul inner dimensions differ: left {lhs} has {lhs_k} columns, right {rhs} has {rhs_k} rows")]
+    MatMulInner {
+        /// Left shape.
+        lhs: Shape,
+        /// Right shape.
+        rhs: Shape,
+        /// Left's last dimension.
+        lhs_k: usize,
+        /// Right's contracting dimension.
+        rhs_k: usize,
+    },
+    /// An axis outside `-rank..rank`.
+    #[error("axis {axis} is out of range for rank {rank} (expected {lo}..={hi})")]
+    AxisOutOfRange {
+        /// The axis as written.
+        axis: i64,
+        /// The rank.
+        rank: usize,
+        /// Lowest valid axis.
+        lo: i64,
+        /// Highest valid axis.
+        hi: i64,
+    },
+    /// The same axis twice.
+    #[error("axis {axis} is given more than once")]
+    DuplicateAxis {
+        /// The normalised axis.
+        axis: usize,
+    },
+    /// A reshape to a different element count.
+    #[error("cannot reshape {from} ({from_numel} elements) to [{to}] ({to_numel} elements)")]
+    ReshapeCount {
+        /// Operand shape.
+        from: Shape,
+        /// Operand elements.
+        from_numel: usize,
+        /// Target as written.
+        to: String,
+        /// Target elements.
+        to_numel: usize,
+    },
+    /// A reshape target with a bad entry.
+    #[error("invalid reshape target [{to}]: {reason}")]
+    ReshapeTarget {
+        /// Target as written.
+        to: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// Not a permutation of the axes.
+    #[error("permutation {perm:?} is not a permutation of 0..{rank}")]
+    Permutation {
+        /// As written.
+        perm: Vec<i64>,
+        /// The rank.
+        rank: usize,
+    },
+    /// `squeeze` of an axis whose size is not 1.
+    #[error("cannot squeeze axis {axis} of size {size} (only size-1 axes)")]
+    SqueezeNonUnit {
+        /// The axis.
+        axis: usize,
+        /// Its size.
+        size: usize,
+    },
+    /// `concat` of nothing.
+    #[error("concat needs at least one operand")]
+    ConcatEmpty,
+    /// `concat` operands that differ off the axis.
+    #[error("concat operand {index} has type {found}, which does not match {expected} outside axis {axis}")]
+    ConcatMismatch {
+        /// Operand position.
+        index: usize,
+        /// First operand's type.
+        expected: TensorType,
+        /// This operand's type.
+        found: TensorType,
+        /// The concat axis.
+        axis: usize,
+    },
+    /// More slice items than axes.
+    #[error("slice has {items} indexing items but the operand has rank {rank}")]
+    SliceTooMany {
+        /// Items that index an axis.
+        items: usize,
+        /// The rank.
+        rank: usize,
+    },
+    /// A single index out of range.
+    #[error("index {index} is out of range for axis {axis} of size {size}")]
+    SliceIndex {
+        /// The index as written.
+        index: i64,
+        /// The axis.
+        axis: usize,
+        /// Its size.
+        size: usize,
+    },
+    /// A step of 0.
+    #[error("slice step must not be 0")]
+    SliceStep,
+    /// More than one `...`.
+    #[error("slice may contain at most one `...`")]
+    SliceEllipsis,
+    /// Split piece sizes that do not fit the axis.
+    #[error("split sizes {sizes:?} sum to {sum}, but axis {axis} has size {len}")]
+    SplitSizes {
+        /// As written.
+        sizes: Vec<usize>,
+        /// Their sum.
+        sum: usize,
+        /// The axis.
+        axis: usize,
+        /// Its size.
+        len: usize,
+    },
+    /// A split size or chunk count of 0.
+    #[error("split size and chunk count must be at least 1")]
+    SplitZero,
+    /// A split with a different number of results than pieces.
+    #[error("split gives {pieces} pieces here, but {results} results are named")]
+    SplitResults {
+        /// Pieces the split produces.
+        pieces: usize,
+        /// Results named.
+        results: usize,
+    },
+    /// Literal data of the wrong length.
+    #[error("type {ty} needs {expected} values, found {found}")]
+    LiteralCount {
+        /// The type.
+        ty: TensorType,
+        /// `numel`.
+        expected: usize,
+        /// Values given.
+        found: usize,
+    },
+    /// A bad `arange`.
+    #[error("invalid arange: {reason}")]
+    Arange {
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A shape with too many elements.
+    #[error("shape {shape} has more than 2^40 elements")]
+    TooLarge {
+        /// The shape.
+        shape: String,
+    },
+    /// A reduction that has no identity over an empty axis.
+    #[error("{op} over an empty axis has no value")]
+    EmptyReduction {
+        /// The op.
+        op: &'static str,
+    },
+}
+
+/// Checks a dtype can execute.
+pub fn check_dtype(dtype: DType) -> Result<(), TypeError> {
+    if dtype.is_supported() {
+        Ok(())
+    } else {
+        Err(TypeError::UnsupportedDType { dtype })
+    }
+}
+
+/// Checks a shape's element count is representable and below [`MAX_ELEMENTS`].
+pub fn check_size(shape: &Shape) -> Result<usize, TypeError> {
+    match shape.checked_numel() {
+        Some(n) if n <= MAX_ELEMENTS => Ok(n),
+        _ => Err(TypeError::TooLarge { shape: shape.to_string() }),
+    }
+}
+
+/// Turns a possibly negative axis into an index below `rank`.
+pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, TypeError> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if a < 0 || a >= r {
+        return Err(TypeError::AxisOutOfRange { axis, rank, lo: -r, hi: r - 1 });
+    }
+    Ok(a as usize)
+}
+
+/// Normalises a list of axes, rejecting duplicates; the result is sorted.
+pub fn normalize_axes(axes: &[i64], rank: usize) -> Result<Vec<usize>, TypeError> {
+    let mut out = Vec::with_capacity(axes.len());
+    for &a in axes {
+        let n = normalize_axis(a, rank)?;
+        if out.contains(&n) {
+            return Err(TypeError::DuplicateAxis { axis: n });
+        }
+        out.push(n);
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// NumPy broadcasting of two shapes.
+pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Result<Shape, TypeError> {
+    let rank = a.rank().max(b.rank());
+    let mut dims = vec![0; rank];
+    for i in 0..rank {
+        let da = if i < rank - a.rank() { 1 } else { a.0[i - (rank - a.rank())] };
+        let db = if i < rank - b.rank() { 1 } else { b.0[i - (rank - b.rank())] };
+        dims[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(TypeError::Broadcast { lhs: a.clone(), rhs: b.clone(), lhs_dim: da, rhs_dim: db });
+        };
+    }
+    Ok(Shape(dims))
+}
+
+/// Resolves a reshape target (one `-1` allowed) against an element count.
+pub fn resolve_reshape(from: &Shape, to: &[i64]) -> Result<Shape, TypeError> {
+    let written = || to.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+    let mut infer = None;
+    let mut known: usize = 1;
+    for (i, &d) in to.iter().enumerate() {
+        if d == -1 {
+            if infer.is_some() {
+                return Err(TypeError::ReshapeTarget { to: written(), reason: "at most one dimension may be -1" });
+            }
+            infer = Some(i);
+        } else if d < 0 {
+            return Err(TypeError::ReshapeTarget { to: written(), reason: "dimensions must be >= 0 or -1" });
+        } else {
+            known = known
+                .checked_mul(d as usize)
+                .ok_or_else(|| TypeError::TooLarge { shape: format!("[{}]", written()) })?;
+        }
+    }
+    let numel = from.numel();
+    let mut dims: Vec<usize> = to.iter().map(|&d| d.max(0) as usize).collect();
+    if let Some(i) = infer {
+        if known == 0 || numel % known != 0 {
+            return Err(TypeError::ReshapeTarget {
+                to: written(),
+                reason: "the -1 dimension cannot be inferred from the element count",
+            });
+        }
+        dims[i] = numel / known;
+        known *= dims[i];
+    }
+    if known != numel {
+        return Err(TypeError::ReshapeCount { from: from.clone(), from_numel: numel, to: written(), to_numel: known });
+    }
+    Ok(Shape(dims))
+}
+
+/// One input axis of a resolved slice: elements `start, start+step, ..` (`len` of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AxisSlice {
+    /// First index.
+    pub start: usize,
+    /// Stride (never 0).
+    pub step: i64,
+    /// Number of elements taken.
+    pub len: usize,
+}
+
+/// A slice resolved against a shape: what each input axis takes, and the result shape.
+/// The result's row-major elements are the selected elements in input row-major order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedSlice {
+    /// One entry per input axis.
+    pub axes: Vec<AxisSlice>,
+    /// The result shape (indexed axes dropped, new axes inserted).
+    pub shape: Shape,
+}
+
+/// Resolves a NumPy basic index against a shape.
+pub fn resolve_slice(index: &[SliceItem], shape: &Shape) -> Result<ResolvedSlice, TypeError> {
+    let ellipses = index.iter().filter(|i| matches!(i, SliceItem::Ellipsis)).count();
+    if ellipses > 1 {
+        return Err(TypeError::SliceEllipsis);
+    }
+    let consuming = index.iter().filter(|i| matches!(i, SliceItem::Range { .. } | SliceItem::Index(_))).count();
+    if consuming > shape.rank() {
+        return Err(TypeError::SliceTooMany { items: consuming, rank: shape.rank() });
+    }
+    let full = SliceItem::Range { start: None, end: None, step: 1 };
+    let mut items = Vec::with_capacity(shape.rank() + index.len());
+    for item in index {
+        if let SliceItem::Ellipsis = item {
+            items.extend(std::iter::repeat(full).take(shape.rank() - consuming));
+        } else {
+            items.push(*item);
+        }
+    }
+    if ellipses == 0 {
+        items.extend(std::iter::repeat(full).take(shape.rank() - consuming));
+    }
+    let mut axes = Vec::with_capacity(shape.rank());
+    let mut out = Vec::new();
+    let mut axis = 0;
+    for item in items {
+        match item {
+            SliceItem::NewAxis => out.push(1),
+            SliceItem::Index(i) => {
+                let n = shape.0[axis];
+                let j = if i < 0 { i + n as i64 } else { i };
+                if j < 0 || j >= n as i64 {
+                    return Err(TypeError::SliceIndex { index: i, axis, size: n });
+                }
+                axes.push(AxisSlice { start: j as usize, step: 1, len: 1 });
+                axis += 1;
+            }
+            SliceItem::Range { start, end, step } => {
+                let n = shape.0[axis] as i64;
+                if step == 0 {
+                    return Err(TypeError::SliceStep);
+                }
+                let (first, len) = if step > 0 {
+                    let clamp = |x: i64| (if x < 0 { x + n } else { x }).clamp(0, n);
+                    let s = start.map_or(0, clamp);
+                    let e = end.map_or(n, clamp);
+                    (s, if e > s { (e - s + step - 1) / step } else { 0 })
+                } else {
+                    let clamp = |x: i64| (if x < 0 { x + n } else { x }).clamp(-1, n - 1);
+                    let s = start.map_or(n - 1, clamp);
+                    let e = end.map_or(-1, clamp);
+                    (s, if s > e { (s - e + (-step) - 1) / (-step) } else { 0 })
+                };
+                axes.push(AxisSlice { start: if len == 0 { 0 } else { first as usize }, step, len: len as usize });
+                out.push(len as usize);
+                axis += 1;
+            }
+            SliceItem::Ellipsis => unreachable!("expanded above"),
+        }
+    }
+    Ok(ResolvedSlice { axes, shape: Shape(out) })
+}
+
+/// The piece sizes of a split along an axis of length `len`.
+pub fn split_sizes(spec: &SplitSpec, len: usize, axis: usize) -> Result<Vec<usize>, TypeError> {
+    match spec {
+        SplitSpec::Size(0) | SplitSpec::Chunks(0) => Err(TypeError::SplitZero),
+        SplitSpec::Size(n) => {
+            let mut out = vec![*n; len / n];
+            if len % n != 0 {
+                out.push(len % n);
+            }
+            Ok(out)
+        }
+        SplitSpec::Chunks(c) => {
+            let size = len.div_ceil(*c).max(1);
+            split_sizes(&SplitSpec::Size(size), len, axis)
+        }
+        SplitSpec::Sizes(sizes) => {
+            let sum = sizes.iter().try_fold(0usize, |a, &b| a.checked_add(b)).unwrap_or(usize::MAX);
+            if sum != len {
+                return Err(TypeError::SplitSizes { sizes: sizes.clone(), sum, axis, len });
+            }
+            Ok(sizes.clone())
+        }
+    }
+}
+
+/// Length of `arange start end step`.
+pub fn arange_len(start: f64, end: f64, step: f64) -> Result<usize, TypeError> {
+    if !(start.is_finite() && end.is_finite() && step.is_finite()) {
+        return Err(TypeError::Arange { reason: "start, end and step must be finite" });
+    }
+    if step == 0.0 {
+        return Err(TypeError::Arange { reason: "step must not be 0" });
+    }
+    let n = ((end - start) / step).ceil();
+    if n > MAX_ELEMENTS as f64 {
+        return Err(TypeError::Arange { reason: "more than 2^40 elements" });
+    }
+    Ok(if n > 0.0 { n as usize } else { 0 })
+}
+
+/// The result type of a matmul (NumPy `matmul` rules).
+pub fn matmul_type(lhs: &TensorType, rhs: &TensorType) -> Result<TensorType, TypeError> {
+    let (a, b) = (&lhs.shape, &rhs.shape);
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err(TypeError::MatMulRank { lhs: a.clone(), rhs: b.clone() });
+    }
+    same_dtype(lhs.dtype, rhs.dtype)?;
+    let a2 = if a.rank() == 1 { Shape(vec![1, a.0[0]]) } else { a.clone() };
+    let b2 = if b.rank() == 1 { Shape(vec![b.0[0], 1]) } else { b.clone() };
+    let (m, ka) = (a2.0[a2.rank() - 2], a2.0[a2.rank() - 1]);
+    let (kb, n) = (b2.0[b2.rank() - 2], b2.0[b2.rank() - 1]);
+    if ka != kb {
+        return Err(TypeError::MatMulInner { lhs: a.clone(), rhs: b.clone(), lhs_k: ka, rhs_k: kb });
+    }
+    let batch = broadcast_shapes(&Shape(a2.0[..a2.rank() - 2].to_vec()), &Shape(b2.0[..b2.rank() - 2].to_vec()))?;
+    let mut dims = batch.0;
+    if a.rank() > 1 {
+        dims.push(m);
+    }
+    if b.rank() > 1 {
+        dims.push(n);
+    }
+    let shape = Shape(dims);
+    check_size(&shape)?;
+    Ok(TensorType { dtype: lhs.dtype, shape })
+}
+
+fn same_dtype(expected: DType, found: DType) -> Result<(), TypeError> {
+    if expected != found {
+        return Err(TypeError::DTypeMismatch { expected, found });
+    }
+    check_dtype(expected)
+}
+
+/// Result type of an elementwise op over operands (scalars take the others' dtype).
+fn elementwise(
+    operands: &[Operand],
+    ty: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
+) -> Result<TensorType, TypeError> {
+    let mut out: Option<TensorType> = None;
+    for o in operands {
+        if let Operand::Value(v) = o {
+            let t = ty(*v)?;
+            out = Some(match out {
+                None => t,
+                Some(acc) => {
+                    same_dtype(acc.dtype, t.dtype)?;
+                    TensorType { dtype: acc.dtype, shape: broadcast_shapes(&acc.shape, &t.shape)? }
+                }
+            });
+        }
+    }
+    let out = out.unwrap_or_else(|| TensorType::f32(vec![]));
+    check_dtype(out.dtype)?;
+    Ok(out)
+}
+
+fn created(ty: &TensorType) -> Result<Vec<TensorType>, TypeError> {
+    check_dtype(ty.dtype)?;
+    check_size(&ty.shape)?;
+    Ok(vec![ty.clone()])
+}
+
+/// The result types of an instruction, given the types of the values it reads.
+///
+/// `ty` answers the type of each operand value. Results come in [`Instr::results`] order.
+pub fn infer(
+    instr: &Instr,
+    ty: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
+) -> Result<Vec<TensorType>, TypeError> {
+    let one = |t: TensorType| Ok(vec![t]);
+    match instr {
+        Instr::Randn { ty: t, .. }
+        | Instr::Rand { ty: t, .. }
+        | Instr::Zeros { ty: t, .. }
+        | Instr::Ones { ty: t, .. } => created(t),
+        Instr::Full { ty: t, .. } => created(t),
+        Instr::Literal { ty: t, data, .. } => {
+            let out = created(t)?;
+            let expected = t.shape.numel();
+            if data.len() != expected {
+                return Err(TypeError::LiteralCount { ty: t.clone(), expected, found: data.len() });
+            }
+            Ok(out)
+        }
+        Instr::Arange { dtype, start, end, step, .. } => {
+            check_dtype(*dtype)?;
+            one(TensorType::new(*dtype, vec![arange_len(*start, *end, *step)?]))
+        }
+        Instr::Unary { src, .. } => {
+            let t = ty(*src)?;
+            check_dtype(t.dtype)?;
+            one(t)
+        }
+        Instr::Binary { lhs, rhs, .. } => one(elementwise(&[*lhs, *rhs], ty)?),
+        Instr::Where { cond, on_true, on_false, .. } => {
+            let c = ty(*cond)?;
+            check_dtype(c.dtype)?;
+            let v = elementwise(&[*on_true, *on_false], ty)?;
+            one(TensorType { dtype: v.dtype, shape: broadcast_shapes(&c.shape, &v.shape)? })
+        }
+        Instr::MatMul { lhs, rhs, .. } => one(matmul_type(&ty(*lhs)?, &ty(*rhs)?)?),
+        Instr::Reduce { op, src, axes, keepdim, .. } => {
+            let t = ty(*src)?;
+            check_dtype(t.dtype)?;
+            let rank = t.shape.rank();
+            let axes = match axes {
+                Some(a) => normalize_axes(a, rank)?,
+                None => (0..rank).collect(),
+            };
+            if matches!(op, crate::ReduceOp::Max | crate::ReduceOp::Min) && axes.iter().any(|&a| t.shape.0[a] == 0) {
+                return Err(TypeError::EmptyReduction { op: op.mnemonic() });
+            }
+            let dims = (0..rank)
+                .filter_map(|i| match (axes.contains(&i), keepdim) {
+                    (true, true) => Some(1),
+                    (true, false) => None,
+                    (false, _) => Some(t.shape.0[i]),
+                })
+                .collect();
+            one(TensorType { dtype: t.dtype, shape: Shape(dims) })
+        }
+        Instr::Transpose { src, dim0, dim1, .. } => {
+            let t = ty(*src)?;
+            let (a, b) = (normalize_axis(*dim0, t.shape.rank())?, normalize_axis(*dim1, t.shape.rank())?);
+            let mut dims = t.shape.0.clone();
+            dims.swap(a, b);
+            one(TensorType { dtype: t.dtype, shape: Shape(dims) })
+        }
+        Instr::Permute { src, perm, .. } => {
+            let t = ty(*src)?;
+            let rank = t.shape.rank();
+            let bad = || TypeError::Permutation { perm: perm.clone(), rank };
+            if perm.len() != rank {
+                return Err(bad());
+            }
+            let norm = normalize_axes(perm, rank).map_err(|_| bad())?;
+            debug_assert_eq!(norm.len(), rank);
+            let mut dims = Vec::with_capacity(rank);
+            for &p in perm {
+                dims.push(t.shape.0[normalize_axis(p, rank)?]);
+            }
+            one(TensorType { dtype: t.dtype, shape: Shape(dims) })
+        }
+        Instr::Reshape { src, shape, .. } => {
+            let t = ty(*src)?;
+            one(TensorType { dtype: t.dtype, shape: resolve_reshape(&t.shape, shape)? })
+        }
+        Instr::Squeeze { src, axes, .. } => {
+            let t = ty(*src)?;
+            let dims = match axes {
+                None => t.shape.0.iter().copied().filter(|&d| d != 1).collect(),
+                Some(a) => {
+                    let axes = normalize_axes(a, t.shape.rank())?;
+                    for &a in &axes {
+                        if t.shape.0[a] != 1 {
+                            return Err(TypeError::SqueezeNonUnit { axis: a, size: t.shape.0[a] });
+                        }
+                    }
+                    t.shape.0.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect()
+                }
+            };
+            one(TensorType { dtype: t.dtype, shape: Shape(dims) })
+        }
+        Instr::Unsqueeze { src, axis, .. } => {
+            let t = ty(*src)?;
+            let a = normalize_axis(*axis, t.shape.rank() + 1)?;
+            let mut dims = t.shape.0.clone();
+            dims.insert(a, 1);
+            one(TensorType { dtype: t.dtype, shape: Shape(dims) })
+        }
+        Instr::BroadcastTo { src, shape, .. } => {
+            let t = ty(*src)?;
+            let to = Shape(shape.clone());
+            check_size(&to)?;
+            match broadcast_shapes(&t.shape, &to) {
+                Ok(s) if s == to => one(TensorType { dtype: t.dtype, shape: to }),
+                _ => Err(TypeError::BroadcastTo { from: t.shape, to }),
+            }
+        }
+        Instr::Concat { srcs, axis, .. } => {
+            let first = ty(*srcs.first().ok_or(TypeError::ConcatEmpty)?)?;
+            check_dtype(first.dtype)?;
+            let a = normalize_axis(*axis, first.shape.rank())?;
+            let mut dims = first.shape.0.clone();
+            for (index, v) in srcs.iter().enumerate().skip(1) {
+                let t = ty(*v)?;
+                let fits = t.dtype == first.dtype
+                    && t.shape.rank() == first.shape.rank()
+                    && (0..dims.len()).all(|i| i == a || t.shape.0[i] == first.shape.0[i]);
+                if !fits {
+                    return Err(TypeError::ConcatMismatch { index, expected: first.clone(), found: t, axis: a });
+                }
+                dims[a] += t.shape.0[a];
+            }
+            one(TensorType { dtype: first.dtype, shape: Shape(dims) })
+        }
+        Instr::Slice { src, index, .. } => {
+            let t = ty(*src)?;
+            one(TensorType { dtype: t.dtype, shape: resolve_slice(index, &t.shape)?.shape })
+        }
+        Instr::Split { dsts, src, axis, spec } => {
+            let t = ty(*src)?;
+            let a = normalize_axis(*axis, t.shape.rank())?;
+            let sizes = split_sizes(spec, t.shape.0[a], a)?;
+            if sizes.len() != dsts.len() {
+                return Err(TypeError::SplitResults { pieces: sizes.len(), results: dsts.len() });
+            }
+            Ok(sizes
+                .into_iter()
+                .map(|n| {
+                    let mut dims = t.shape.0.clone();
+                    dims[a] = n;
+                    TensorType { dtype: t.dtype, shape: Shape(dims) }
+                })
+                .collect())
+        }
+        Instr::Free { src } | Instr::GetData { src } => {
+            ty(*src)?;
+            Ok(Vec::new())
+        }
+    }
+}

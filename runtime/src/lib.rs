@@ -1,0 +1,1 @@
+//! gt-runtime: the reference CPU interpreter (dispatcher, workers and backends grow here).

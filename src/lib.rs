@@ -1,0 +1,1 @@
+//! gt: facade crate re-exporting the user API.
