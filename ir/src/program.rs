@@ -1,7 +1,7 @@
 //! `Program`: a parsed `.gtir` file: statements (instructions plus the script forms
 //! `const`, `print`, `expect`, `repeat`, `signal`) and the name of every value.
 
-use crate::{Instr, Shape, Span, ValueId};
+use crate::{Instr, Span, TensorType, ValueId};
 
 /// A whole `.gtir` program.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -24,8 +24,8 @@ pub struct Stmt {
 /// A literal number as written: integers stay exact (seeds, dims), floats are `f64`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Number {
-    /// An integer literal.
-    Int(i64),
+    /// An integer literal (wide enough for every `u64` and `i64`).
+    Int(i128),
     /// A literal with a fraction, exponent, `inf` or `nan`.
     Float(f64),
 }
@@ -76,8 +76,8 @@ pub enum StmtKind {
         src: ValueId,
         /// How to compare.
         cmp: Comparison,
-        /// Expected shape, when given (`expect %v == f32[2] [1, 2]`).
-        shape: Option<Shape>,
+        /// Expected type, when given (`expect %v == f32[2] [1, 2]`).
+        ty: Option<TensorType>,
         /// Expected values, row-major.
         data: Vec<f32>,
     },

@@ -66,13 +66,13 @@ pub enum VerifyErrorKind {
         /// Elements of the value.
         found: usize,
     },
-    /// `expect` with a shape that differs from the value's.
-    #[error("expect: %{name} has type {found}, expected shape {expected}")]
-    ExpectShape {
+    /// `expect` with a type that differs from the value's.
+    #[error("expect: %{name} has type {found}, expected {expected}")]
+    ExpectType {
         /// The value.
         name: String,
-        /// Shape given.
-        expected: String,
+        /// Type given.
+        expected: TensorType,
         /// The value's type.
         found: TensorType,
     },
@@ -185,7 +185,7 @@ impl Checker<'_> {
             StmtKind::Print { src } => {
                 self.read(*src, span);
             }
-            StmtKind::Expect { src, cmp, shape, data } => {
+            StmtKind::Expect { src, cmp, ty, data } => {
                 if let Comparison::Close { tol } = cmp {
                     if !(tol.is_finite() && *tol >= 0.0) {
                         self.error(span, VerifyErrorKind::Tolerance { tol: *tol });
@@ -196,9 +196,9 @@ impl Checker<'_> {
                 }
                 let Some(t) = self.types[src.index()].clone() else { return };
                 let name = self.program.name(*src);
-                if let Some(s) = shape {
-                    if *s != t.shape {
-                        self.error(span, VerifyErrorKind::ExpectShape { name, expected: s.to_string(), found: t });
+                if let Some(expected) = ty {
+                    if *expected != t {
+                        self.error(span, VerifyErrorKind::ExpectType { name, expected: expected.clone(), found: t });
                         return;
                     }
                 }

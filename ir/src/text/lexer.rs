@@ -1,0 +1,208 @@
+//! The `.gtir` lexer: bytes to tokens with spans. Comments (`;` to end of line) are
+//! skipped; newlines are tokens because they end statements.
+
+use super::{ParseError, ParseErrorKind};
+use crate::Span;
+
+/// A token's kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tok {
+    /// `%name`: a value (the name without `%`).
+    Value(String),
+    /// A bare word: op names, keywords, dtypes, attribute and constant names.
+    Ident(String),
+    /// A number literal, kept as written so that each use parses it at its own type.
+    Number(String),
+    /// A string literal, unescaped.
+    Str(String),
+    /// `=`
+    Eq,
+    /// `==`
+    EqEq,
+    /// `~=`
+    Approx,
+    /// `,`
+    Comma,
+    /// `:`
+    Colon,
+    /// `-`
+    Minus,
+    /// `[`
+    LBracket,
+    /// `]`
+    RBracket,
+    /// `{`
+    LBrace,
+    /// `}`
+    RBrace,
+    /// `...`
+    Ellipsis,
+    /// End of a line.
+    Newline,
+    /// End of input.
+    Eof,
+}
+
+impl Tok {
+    /// How the token reads in a message.
+    pub fn describe(&self) -> String {
+        match self {
+            Tok::Value(n) => format!("value `%{n}`"),
+            Tok::Ident(n) => format!("`{n}`"),
+            Tok::Number(n) => format!("number `{n}`"),
+            Tok::Str(_) => "a string".into(),
+            Tok::Eq => "`=`".into(),
+            Tok::EqEq => "`==`".into(),
+            Tok::Approx => "`~=`".into(),
+            Tok::Comma => "`,`".into(),
+            Tok::Colon => "`:`".into(),
+            Tok::Minus => "`-`".into(),
+            Tok::LBracket => "`[`".into(),
+            Tok::RBracket => "`]`".into(),
+            Tok::LBrace => "`{`".into(),
+            Tok::RBrace => "`}`".into(),
+            Tok::Ellipsis => "`...`".into(),
+            Tok::Newline => "end of line".into(),
+            Tok::Eof => "end of file".into(),
+        }
+    }
+}
+
+/// Splits source text into tokens; the last is always [`Tok::Eof`].
+pub fn lex(src: &str) -> Result<Vec<(Tok, Span)>, ParseError> {
+    let bytes = src.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    let err = |start: usize, end: usize, kind| ParseError { span: Span::new(start, end), kind };
+    while i < bytes.len() {
+        let c = bytes[i];
+        let start = i;
+        let simple = match c {
+            b'\n' => Some(Tok::Newline),
+            b',' => Some(Tok::Comma),
+            b':' => Some(Tok::Colon),
+            b'-' => Some(Tok::Minus),
+            b'[' => Some(Tok::LBracket),
+            b']' => Some(Tok::RBracket),
+            b'{' => Some(Tok::LBrace),
+            b'}' => Some(Tok::RBrace),
+            _ => None,
+        };
+        if let Some(t) = simple {
+            i += 1;
+            out.push((t, Span::new(start, i)));
+            continue;
+        }
+        match c {
+            b' ' | b'\t' | b'\r' => i += 1,
+            b';' => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'=' => {
+                let (t, n) = if bytes.get(i + 1) == Some(&b'=') { (Tok::EqEq, 2) } else { (Tok::Eq, 1) };
+                i += n;
+                out.push((t, Span::new(start, i)));
+            }
+            b'~' if bytes.get(i + 1) == Some(&b'=') => {
+                i += 2;
+                out.push((Tok::Approx, Span::new(start, i)));
+            }
+            b'.' if bytes.get(i + 1) == Some(&b'.') && bytes.get(i + 2) == Some(&b'.') => {
+                i += 3;
+                out.push((Tok::Ellipsis, Span::new(start, i)));
+            }
+            b'%' => {
+                i += 1;
+                while i < bytes.len() && is_word(bytes[i]) {
+                    i += 1;
+                }
+                if i == start + 1 {
+                    return Err(err(start, i, ParseErrorKind::EmptyValueName));
+                }
+                out.push((Tok::Value(src[start + 1..i].to_string()), Span::new(start, i)));
+            }
+            b'"' => {
+                i += 1;
+                let mut s = String::new();
+                loop {
+                    match bytes.get(i) {
+                        None | Some(b'\n') => return Err(err(start, i, ParseErrorKind::UnterminatedString)),
+                        Some(b'"') => {
+                            i += 1;
+                            break;
+                        }
+                        Some(b'\\') => {
+                            match bytes.get(i + 1) {
+                                Some(b'"') => s.push('"'),
+                                Some(b'\\') => s.push('\\'),
+                                Some(b'n') => s.push('\n'),
+                                _ => return Err(err(i, i + 2, ParseErrorKind::BadEscape)),
+                            }
+                            i += 2;
+                        }
+                        Some(_) => {
+                            // Copy one whole UTF-8 character.
+                            let ch = src[i..].chars().next().unwrap_or('\u{fffd}');
+                            s.push(ch);
+                            i += ch.len_utf8();
+                        }
+                    }
+                }
+                out.push((Tok::Str(s), Span::new(start, i)));
+            }
+            b'0'..=b'9' | b'.' => {
+                while i < bytes.len() && bytes[i].is_ascii_digit() {
+                    i += 1;
+                }
+                if bytes.get(i) == Some(&b'.') && bytes.get(i + 1) != Some(&b'.') {
+                    i += 1;
+                    while i < bytes.len() && bytes[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                }
+                if matches!(bytes.get(i), Some(b'e' | b'E')) {
+                    let mut j = i + 1;
+                    if matches!(bytes.get(j), Some(b'+' | b'-')) {
+                        j += 1;
+                    }
+                    if bytes.get(j).is_some_and(|b| b.is_ascii_digit()) {
+                        i = j;
+                        while i < bytes.len() && bytes[i].is_ascii_digit() {
+                            i += 1;
+                        }
+                    }
+                }
+                // A number glued to letters (`12ab`) is a typo, not two tokens.
+                if i < bytes.len() && is_word(bytes[i]) || src[start..i] == *"." {
+                    while i < bytes.len() && is_word(bytes[i]) {
+                        i += 1;
+                    }
+                    return Err(err(
+                        start,
+                        i.max(start + 1),
+                        ParseErrorKind::BadNumber { text: src[start..i.max(start + 1)].to_string() },
+                    ));
+                }
+                out.push((Tok::Number(src[start..i].to_string()), Span::new(start, i)));
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' => {
+                while i < bytes.len() && is_word(bytes[i]) {
+                    i += 1;
+                }
+                out.push((Tok::Ident(src[start..i].to_string()), Span::new(start, i)));
+            }
+            _ => {
+                let ch = src[i..].chars().next().unwrap_or('\u{fffd}');
+                return Err(err(start, start + ch.len_utf8(), ParseErrorKind::UnexpectedChar { ch }));
+            }
+        }
+    }
+    out.push((Tok::Eof, Span::new(bytes.len(), bytes.len())));
+    Ok(out)
+}
+
+fn is_word(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}

@@ -1,0 +1,921 @@
+//! The `.gtir` parser: recursive descent over tokens into a [`Program`]. Names are
+//! resolved to dense [`ValueId`]s and constants to numbers here; every semantic check
+//! (definitions, types) is the verifier's.
+
+use super::lexer::{lex, Tok};
+use super::{ParseError, ParseErrorKind};
+use crate::{
+    BinaryOp, Comparison, DType, Instr, Number, Operand, Program, ReduceOp, Shape, SliceItem, Span, SplitSpec, Stmt,
+    StmtKind, TensorType, UnaryOp, ValueId,
+};
+use std::collections::HashMap;
+
+/// Deepest nesting of `repeat`/`signal` blocks and bracketed lists.
+pub const MAX_NESTING: usize = 64;
+
+/// Parses a program from bytes, rejecting input that is not UTF-8 with the offset of the
+/// first bad byte.
+pub fn parse_bytes(bytes: &[u8]) -> Result<Program, ParseError> {
+    match std::str::from_utf8(bytes) {
+        Ok(src) => parse(src),
+        Err(e) => {
+            let at = e.valid_up_to();
+            Err(ParseError { span: Span::new(at, at + 1), kind: ParseErrorKind::NotUtf8 { offset: at } })
+        }
+    }
+}
+
+/// Parses a program from text.
+pub fn parse(src: &str) -> Result<Program, ParseError> {
+    let toks = lex(src)?;
+    let mut p = Parser { toks, pos: 0, names: Vec::new(), ids: HashMap::new(), consts: HashMap::new(), depth: 0 };
+    let body = p.block(true)?;
+    Ok(Program { body, names: p.names })
+}
+
+/// Every op mnemonic the parser knows, for suggestions.
+pub fn mnemonics() -> Vec<&'static str> {
+    let mut v = vec![
+        "randn",
+        "rand",
+        "zeros",
+        "ones",
+        "full",
+        "arange",
+        "tensor",
+        "where",
+        "matmul",
+        "transpose",
+        "permute",
+        "reshape",
+        "squeeze",
+        "unsqueeze",
+        "broadcast_to",
+        "concat",
+        "slice",
+        "split",
+        "chunk",
+    ];
+    v.extend(UnaryOp::ALL.iter().map(|o| o.mnemonic()));
+    v.extend(BinaryOp::ALL.iter().map(|o| o.mnemonic()));
+    v.extend(ReduceOp::ALL.iter().map(|o| o.mnemonic()));
+    v
+}
+
+/// The closest candidate to a misspelt word, if any is close.
+pub(crate) fn suggest(word: &str, candidates: impl IntoIterator<Item = impl AsRef<str>>) -> Option<String> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::damerau_levenshtein(word, c.as_ref()), c.as_ref().to_string()))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 3) && *d < c.len())
+        .min()
+        .map(|(_, c)| c)
+}
+
+struct Parser {
+    toks: Vec<(Tok, Span)>,
+    pos: usize,
+    names: Vec<String>,
+    ids: HashMap<String, ValueId>,
+    consts: HashMap<String, Number>,
+    depth: usize,
+}
+
+/// An attribute as written: `name=value` or a bare flag.
+struct Attr {
+    name: String,
+    span: Span,
+    value: AttrValue,
+}
+
+enum AttrValue {
+    Flag,
+    Number(Number),
+    List(Vec<(Number, Span)>),
+}
+
+type PResult<T> = Result<T, ParseError>;
+
+fn err<T>(span: Span, kind: ParseErrorKind) -> PResult<T> {
+    Err(ParseError { span, kind })
+}
+
+impl Parser {
+    fn peek(&self) -> &Tok {
+        &self.toks[self.pos].0
+    }
+
+    fn peek_at(&self, n: usize) -> &Tok {
+        &self.toks[(self.pos + n).min(self.toks.len() - 1)].0
+    }
+
+    fn span(&self) -> Span {
+        self.toks[self.pos].1
+    }
+
+    fn prev_span(&self) -> Span {
+        self.toks[self.pos.saturating_sub(1)].1
+    }
+
+    fn bump(&mut self) -> (Tok, Span) {
+        let t = self.toks[self.pos].clone();
+        if self.pos < self.toks.len() - 1 {
+            self.pos += 1;
+        }
+        t
+    }
+
+    fn eat(&mut self, t: &Tok) -> bool {
+        if self.peek() == t {
+            self.bump();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expected<T>(&self, what: &str) -> PResult<T> {
+        err(self.span(), ParseErrorKind::Expected { expected: what.to_string(), found: self.peek().describe() })
+    }
+
+    fn expect(&mut self, t: Tok, what: &str) -> PResult<Span> {
+        if self.peek() == &t {
+            Ok(self.bump().1)
+        } else {
+            self.expected(what)
+        }
+    }
+
+    fn skip_newlines(&mut self) {
+        while self.eat(&Tok::Newline) {}
+    }
+
+    fn enter(&mut self) -> PResult<()> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return err(self.span(), ParseErrorKind::NestingTooDeep { limit: MAX_NESTING });
+        }
+        Ok(())
+    }
+
+    /// Statements up to `}` (inner blocks) or end of file (the top level).
+    fn block(&mut self, top: bool) -> PResult<Vec<Stmt>> {
+        let mut body = Vec::new();
+        loop {
+            self.skip_newlines();
+            match self.peek() {
+                Tok::Eof if top => return Ok(body),
+                Tok::Eof => return self.expected("`}` to close the block"),
+                Tok::RBrace if top => return err(self.span(), ParseErrorKind::UnmatchedBrace),
+                Tok::RBrace => return Ok(body),
+                _ => {}
+            }
+            let start = self.span();
+            let kind = self.stmt()?;
+            let span = start.to(self.prev_span());
+            match self.peek() {
+                Tok::Newline | Tok::Eof | Tok::RBrace => {}
+                _ => return self.expected("end of line after the statement"),
+            }
+            body.push(Stmt { kind, span });
+        }
+    }
+
+    fn stmt(&mut self) -> PResult<StmtKind> {
+        match self.peek().clone() {
+            Tok::Value(_) => self.definition(),
+            Tok::Ident(word) => {
+                let span = self.span();
+                match word.as_str() {
+                    "const" => {
+                        self.bump();
+                        self.constant()
+                    }
+                    "free" | "get" | "print" => {
+                        self.bump();
+                        let src = self.value_use()?;
+                        Ok(match word.as_str() {
+                            "free" => StmtKind::Instr(Instr::Free { src }),
+                            "get" => StmtKind::Instr(Instr::GetData { src }),
+                            _ => StmtKind::Print { src },
+                        })
+                    }
+                    "expect" => {
+                        self.bump();
+                        self.expectation()
+                    }
+                    "repeat" => {
+                        self.bump();
+                        let count = self.uint("a repeat count")?;
+                        let body = self.braced()?;
+                        Ok(StmtKind::Repeat { count, body })
+                    }
+                    "signal" => {
+                        self.bump();
+                        let name = match self.bump() {
+                            (Tok::Str(s), _) => s,
+                            (t, span) => {
+                                return err(
+                                    span,
+                                    ParseErrorKind::Expected {
+                                        expected: "a signal name in quotes".into(),
+                                        found: t.describe(),
+                                    },
+                                )
+                            }
+                        };
+                        let body = self.braced()?;
+                        Ok(StmtKind::Signal { name, body })
+                    }
+                    _ if is_op(&word) => err(span, ParseErrorKind::MissingResult { op: word.clone() }),
+                    _ => {
+                        let mut keywords = vec!["const", "free", "get", "print", "expect", "repeat", "signal"];
+                        keywords.extend(mnemonics());
+                        err(span, ParseErrorKind::UnknownStatement { suggestion: suggest(&word, keywords), word })
+                    }
+                }
+            }
+            _ => {
+                self.expected("a statement (`%name = op ...`, `print`, `expect`, `free`, `repeat`, `signal`, `const`)")
+            }
+        }
+    }
+
+    fn braced(&mut self) -> PResult<Vec<Stmt>> {
+        self.expect(Tok::LBrace, "`{`")?;
+        self.enter()?;
+        let body = self.block(false)?;
+        self.expect(Tok::RBrace, "`}`")?;
+        self.depth -= 1;
+        Ok(body)
+    }
+
+    fn constant(&mut self) -> PResult<StmtKind> {
+        let (name, span) = match self.bump() {
+            (Tok::Ident(n), s) => (n, s),
+            (t, s) => {
+                return err(s, ParseErrorKind::Expected { expected: "a constant name".into(), found: t.describe() })
+            }
+        };
+        if self.consts.contains_key(&name) {
+            return err(span, ParseErrorKind::DuplicateConst { name });
+        }
+        self.expect(Tok::Eq, "`=`")?;
+        let (value, _) = self.number()?;
+        self.consts.insert(name.clone(), value);
+        Ok(StmtKind::Const { name, value })
+    }
+
+    fn value_id(&mut self, name: &str) -> ValueId {
+        if let Some(&v) = self.ids.get(name) {
+            return v;
+        }
+        let v = ValueId(self.names.len() as u32);
+        self.names.push(name.to_string());
+        self.ids.insert(name.to_string(), v);
+        v
+    }
+
+    fn value_use(&mut self) -> PResult<ValueId> {
+        match self.bump() {
+            (Tok::Value(n), _) => Ok(self.value_id(&n)),
+            (t, s) => err(s, ParseErrorKind::Expected { expected: "a value like `%x`".into(), found: t.describe() }),
+        }
+    }
+
+    fn definition(&mut self) -> PResult<StmtKind> {
+        let mut dsts = vec![self.value_use()?];
+        while self.eat(&Tok::Comma) {
+            dsts.push(self.value_use()?);
+        }
+        self.expect(Tok::Eq, "`=` after the result names")?;
+        let (op, op_span) = match self.bump() {
+            (Tok::Ident(n), s) => (n, s),
+            (t, s) => return err(s, ParseErrorKind::Expected { expected: "an op name".into(), found: t.describe() }),
+        };
+        let instr = self.op(&op, op_span, &dsts)?;
+        Ok(StmtKind::Instr(instr))
+    }
+
+    fn single(&self, op: &str, span: Span, dsts: &[ValueId]) -> PResult<ValueId> {
+        if dsts.len() != 1 {
+            return err(span, ParseErrorKind::ResultCount { op: op.to_string(), found: dsts.len() });
+        }
+        Ok(dsts[0])
+    }
+
+    fn op(&mut self, op: &str, op_span: Span, dsts: &[ValueId]) -> PResult<Instr> {
+        if !is_op(op) {
+            return err(
+                op_span,
+                ParseErrorKind::UnknownOp { name: op.to_string(), suggestion: suggest(op, mnemonics()) },
+            );
+        }
+        if matches!(op, "split" | "chunk") {
+            let (operands, ospan) = self.operands()?;
+            let src = self.operand_values(op, &operands, ospan, 1)?[0];
+            let attrs = self.attrs()?;
+            let mut a = Attrs::new(op, attrs, op_span);
+            let axis = a.int_or("axis", 0)?;
+            let spec = if op == "chunk" {
+                SplitSpec::Chunks(a.required_uint("chunks")? as usize)
+            } else if a.has("sizes") {
+                a.allow_only_one_of("size", "sizes")?;
+                SplitSpec::Sizes(a.uint_list("sizes")?.unwrap_or_default())
+            } else {
+                SplitSpec::Size(a.required_uint("size")? as usize)
+            };
+            a.finish()?;
+            return Ok(Instr::Split { dsts: dsts.to_vec(), src, axis, spec });
+        }
+        let dst = self.single(op, op_span, dsts)?;
+        // Creation ops take a type first.
+        match op {
+            "randn" | "rand" | "zeros" | "ones" | "full" | "tensor" => {
+                let ty = self.tensor_type()?;
+                let instr = match op {
+                    "full" => {
+                        let (value, _) = self.number()?;
+                        Instr::Full { dst, ty, value: value.as_f64() }
+                    }
+                    "tensor" => {
+                        let data = self.f32_list()?;
+                        Instr::Literal { dst, ty, data }
+                    }
+                    _ => {
+                        let mut a = Attrs::new(op, self.attrs()?, op_span);
+                        let instr = match op {
+                            "randn" => Instr::Randn { dst, ty, seed: a.uint_or("seed", 0)? },
+                            "rand" => Instr::Rand { dst, ty, seed: a.uint_or("seed", 0)? },
+                            "zeros" => Instr::Zeros { dst, ty },
+                            _ => Instr::Ones { dst, ty },
+                        };
+                        a.finish()?;
+                        return Ok(instr);
+                    }
+                };
+                Attrs::new(op, self.attrs()?, op_span).finish()?;
+                return Ok(instr);
+            }
+            "arange" => {
+                let dtype = self.dtype()?;
+                let mut a = Attrs::new(op, self.attrs()?, op_span);
+                let start = a.float_or("start", 0.0)?;
+                let end = a.required_float("end")?;
+                let step = a.float_or("step", 1.0)?;
+                a.finish()?;
+                return Ok(Instr::Arange { dst, dtype, start, end, step });
+            }
+            _ => {}
+        }
+        let (operands, ospan) = self.operands()?;
+        let instr = if let Some(uop) = UnaryOp::from_mnemonic(op) {
+            let src = self.operand_values(op, &operands, ospan, 1)?[0];
+            Instr::Unary { dst, op: uop, src }
+        } else if let Some(bop) = BinaryOp::from_mnemonic(op) {
+            arity(op, &operands, ospan, 2)?;
+            Instr::Binary { dst, op: bop, lhs: operands[0].0, rhs: operands[1].0 }
+        } else if let Some(rop) = ReduceOp::from_mnemonic(op) {
+            let src = self.operand_values(op, &operands, ospan, 1)?[0];
+            let mut a = Attrs::new(op, self.attrs()?, op_span);
+            let axes = a.int_list("axes")?;
+            let keepdim = a.flag("keepdim")?;
+            a.finish()?;
+            return Ok(Instr::Reduce { dst, op: rop, src, axes, keepdim });
+        } else {
+            match op {
+                "where" => {
+                    arity(op, &operands, ospan, 3)?;
+                    let cond = match operands[0].0 {
+                        Operand::Value(v) => v,
+                        Operand::Scalar(_) => {
+                            return err(operands[0].1, ParseErrorKind::OperandKind { op: op.into(), index: 0 })
+                        }
+                    };
+                    Instr::Where { dst, cond, on_true: operands[1].0, on_false: operands[2].0 }
+                }
+                "matmul" => {
+                    let v = self.operand_values(op, &operands, ospan, 2)?;
+                    Instr::MatMul { dst, lhs: v[0], rhs: v[1] }
+                }
+                "concat" => {
+                    if operands.is_empty() {
+                        return err(
+                            ospan,
+                            ParseErrorKind::Arity { op: op.into(), expected: "at least 1".into(), found: 0 },
+                        );
+                    }
+                    let srcs = self.operand_values(op, &operands, ospan, operands.len())?;
+                    let mut a = Attrs::new(op, self.attrs()?, op_span);
+                    let axis = a.int_or("axis", 0)?;
+                    a.finish()?;
+                    return Ok(Instr::Concat { dst, srcs, axis });
+                }
+                "slice" => {
+                    let src = self.operand_values(op, &operands, ospan, 1)?[0];
+                    let index = self.slice_index()?;
+                    Attrs::new(op, self.attrs()?, op_span).finish()?;
+                    return Ok(Instr::Slice { dst, src, index });
+                }
+                _ => {
+                    let src = self.operand_values(op, &operands, ospan, 1)?[0];
+                    let mut a = Attrs::new(op, self.attrs()?, op_span);
+                    let instr = match op {
+                        "transpose" => {
+                            Instr::Transpose { dst, src, dim0: a.int_or("dim0", -2)?, dim1: a.int_or("dim1", -1)? }
+                        }
+                        "permute" => Instr::Permute { dst, src, perm: a.required_int_list("perm")? },
+                        "reshape" => Instr::Reshape { dst, src, shape: a.required_int_list("shape")? },
+                        "squeeze" => Instr::Squeeze { dst, src, axes: a.int_list("axes")? },
+                        "unsqueeze" => Instr::Unsqueeze { dst, src, axis: a.required_int("axis")? },
+                        "broadcast_to" => {
+                            let shape = a.required_uint_list("shape")?.into_iter().map(|d| d as usize).collect();
+                            Instr::BroadcastTo { dst, src, shape }
+                        }
+                        _ => unreachable!("is_op lists exactly the ops handled here: {op}"),
+                    };
+                    a.finish()?;
+                    return Ok(instr);
+                }
+            }
+        };
+        Attrs::new(op, self.attrs()?, op_span).finish()?;
+        Ok(instr)
+    }
+
+    /// Comma-separated operands: values, numbers or constant names. Stops at anything else.
+    fn operands(&mut self) -> PResult<(Vec<(Operand, Span)>, Span)> {
+        let mut out = Vec::new();
+        let start = self.span();
+        loop {
+            let first = out.is_empty();
+            let span = self.span();
+            match self.peek().clone() {
+                Tok::Value(n) => {
+                    self.bump();
+                    out.push((Operand::Value(self.value_id(&n)), span));
+                }
+                Tok::Number(_) | Tok::Minus => {
+                    let (n, s) = self.number()?;
+                    out.push((Operand::Scalar(n.as_f64()), s));
+                }
+                // A word is an operand when it names a constant (or inf/nan) and is not `name=`.
+                Tok::Ident(w)
+                    if (self.consts.contains_key(&w) || w == "inf" || w == "nan") && self.peek_at(1) != &Tok::Eq =>
+                {
+                    let (n, s) = self.number()?;
+                    out.push((Operand::Scalar(n.as_f64()), s));
+                }
+                _ if first => break,
+                _ => return self.expected("an operand after `,`"),
+            }
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        let span = if out.is_empty() { start } else { start.to(self.prev_span()) };
+        Ok((out, span))
+    }
+
+    fn operand_values(&self, op: &str, operands: &[(Operand, Span)], span: Span, n: usize) -> PResult<Vec<ValueId>> {
+        arity(op, operands, span, n)?;
+        operands
+            .iter()
+            .enumerate()
+            .map(|(index, (o, s))| match o {
+                Operand::Value(v) => Ok(*v),
+                Operand::Scalar(_) => err(*s, ParseErrorKind::OperandKind { op: op.into(), index }),
+            })
+            .collect()
+    }
+
+    /// `name=value` and bare flags, up to the end of the statement.
+    fn attrs(&mut self) -> PResult<Vec<Attr>> {
+        let mut out = Vec::new();
+        while let Tok::Ident(name) = self.peek().clone() {
+            let span = self.span();
+            self.bump();
+            let value = if self.eat(&Tok::Eq) {
+                if self.peek() == &Tok::LBracket {
+                    AttrValue::List(self.number_list()?)
+                } else {
+                    AttrValue::Number(self.number()?.0)
+                }
+            } else {
+                AttrValue::Flag
+            };
+            if out.iter().any(|a: &Attr| a.name == name) {
+                return err(span, ParseErrorKind::DuplicateAttr { name });
+            }
+            out.push(Attr { name, span: span.to(self.prev_span()), value });
+        }
+        Ok(out)
+    }
+
+    /// A number: `[-] (literal | inf | nan | constant)`.
+    fn number(&mut self) -> PResult<(Number, Span)> {
+        let start = self.span();
+        let neg = self.eat(&Tok::Minus);
+        let (t, span) = self.bump();
+        let span = start.to(span);
+        let n = match t {
+            // The sign is part of the literal, so that `-9223372036854775808` fits.
+            Tok::Number(text) if neg => return Ok((parse_number(&format!("-{text}"), span)?, span)),
+            Tok::Number(text) => parse_number(&text, span)?,
+            Tok::Ident(w) if w == "inf" => Number::Float(f64::INFINITY),
+            Tok::Ident(w) if w == "nan" => Number::Float(f64::NAN),
+            Tok::Ident(w) => match self.consts.get(&w) {
+                Some(n) => *n,
+                None => {
+                    let suggestion = suggest(&w, self.consts.keys());
+                    return err(span, ParseErrorKind::UnknownConst { name: w, suggestion });
+                }
+            },
+            t => return err(span, ParseErrorKind::Expected { expected: "a number".into(), found: t.describe() }),
+        };
+        let n = match (neg, n) {
+            (false, n) => n,
+            (true, Number::Int(i)) => Number::Int(-i),
+            (true, Number::Float(f)) => Number::Float(-f),
+        };
+        Ok((n, span))
+    }
+
+    fn uint(&mut self, what: &str) -> PResult<u64> {
+        let (n, span) = self.number()?;
+        match n {
+            Number::Int(i) if u64::try_from(i).is_ok() => Ok(i as u64),
+            _ => err(
+                span,
+                ParseErrorKind::Expected { expected: format!("{what} (an integer >= 0)"), found: fmt_number(n) },
+            ),
+        }
+    }
+
+    /// `[a, b, ...]` of numbers (nested brackets are not allowed here).
+    fn number_list(&mut self) -> PResult<Vec<(Number, Span)>> {
+        self.expect(Tok::LBracket, "`[`")?;
+        let mut out = Vec::new();
+        self.skip_newlines();
+        while self.peek() != &Tok::RBracket {
+            out.push(self.number()?);
+            self.skip_newlines();
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+            self.skip_newlines();
+        }
+        self.skip_newlines();
+        self.expect(Tok::RBracket, "`,` or `]`")?;
+        Ok(out)
+    }
+
+    /// Tensor data: a bracketed list of numbers, possibly nested (flattened row-major).
+    /// Values parse straight to `f32` from their text, so printing and parsing round-trip.
+    fn f32_list(&mut self) -> PResult<Vec<f32>> {
+        let mut out = Vec::new();
+        self.f32_list_into(&mut out)?;
+        Ok(out)
+    }
+
+    fn f32_list_into(&mut self, out: &mut Vec<f32>) -> PResult<()> {
+        self.expect(Tok::LBracket, "`[` to start the data")?;
+        self.enter()?;
+        self.skip_newlines();
+        while self.peek() != &Tok::RBracket {
+            if self.peek() == &Tok::LBracket {
+                self.f32_list_into(out)?;
+            } else {
+                out.push(self.f32_element()?);
+            }
+            self.skip_newlines();
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+            self.skip_newlines();
+        }
+        self.expect(Tok::RBracket, "`,` or `]`")?;
+        self.depth -= 1;
+        Ok(())
+    }
+
+    fn f32_element(&mut self) -> PResult<f32> {
+        let neg = self.peek() == &Tok::Minus;
+        if let Tok::Number(text) = self.peek_at(usize::from(neg)).clone() {
+            let start = self.span();
+            if neg {
+                self.bump();
+            }
+            let span = start.to(self.bump().1);
+            let v: f32 = text
+                .parse()
+                .map_err(|_| ParseError { span, kind: ParseErrorKind::BadNumber { text: text.clone() } })?;
+            return Ok(if neg { -v } else { v });
+        }
+        let (n, _) = self.number()?;
+        Ok(n.as_f64() as f32)
+    }
+
+    fn dtype(&mut self) -> PResult<DType> {
+        match self.bump() {
+            (Tok::Ident(n), span) => DType::from_name(&n).ok_or_else(|| ParseError {
+                span,
+                kind: ParseErrorKind::UnknownDType {
+                    suggestion: suggest(&n, DType::ALL.iter().map(|d| d.name())),
+                    name: n,
+                },
+            }),
+            (t, span) => {
+                err(span, ParseErrorKind::Expected { expected: "a dtype like `f32`".into(), found: t.describe() })
+            }
+        }
+    }
+
+    /// `f32[2, 3]`
+    fn tensor_type(&mut self) -> PResult<TensorType> {
+        let dtype = self.dtype()?;
+        if self.peek() != &Tok::LBracket {
+            return self.expected("`[` and the dimensions, as in `f32[2, 3]`");
+        }
+        let dims = self
+            .number_list()?
+            .into_iter()
+            .map(|(n, span)| match n {
+                Number::Int(i) if i >= 0 && usize::try_from(i).is_ok() => Ok(i as usize),
+                _ => err(
+                    span,
+                    ParseErrorKind::Expected { expected: "a dimension (an integer >= 0)".into(), found: fmt_number(n) },
+                ),
+            })
+            .collect::<PResult<Vec<_>>>()?;
+        Ok(TensorType { dtype, shape: Shape(dims) })
+    }
+
+    /// `[0:2, ::2, 1, new, ...]`
+    fn slice_index(&mut self) -> PResult<Vec<SliceItem>> {
+        self.expect(Tok::LBracket, "`[` and the slice items, as in `[0:2, ::-1, 3, new, ...]`")?;
+        let mut out = Vec::new();
+        while self.peek() != &Tok::RBracket {
+            let item = match self.peek() {
+                Tok::Ellipsis => {
+                    self.bump();
+                    SliceItem::Ellipsis
+                }
+                Tok::Ident(w) if w == "new" => {
+                    self.bump();
+                    SliceItem::NewAxis
+                }
+                _ => {
+                    let start = self.opt_int()?;
+                    if self.eat(&Tok::Colon) {
+                        let end = self.opt_int()?;
+                        let step = if self.eat(&Tok::Colon) { self.opt_int()?.unwrap_or(1) } else { 1 };
+                        SliceItem::Range { start, end, step }
+                    } else {
+                        match start {
+                            Some(i) => SliceItem::Index(i),
+                            None => return self.expected("a slice item (`a:b:c`, an index, `new` or `...`)"),
+                        }
+                    }
+                }
+            };
+            out.push(item);
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(Tok::RBracket, "`,` or `]`")?;
+        Ok(out)
+    }
+
+    fn opt_int(&mut self) -> PResult<Option<i64>> {
+        match self.peek() {
+            Tok::Number(_) | Tok::Minus | Tok::Ident(_) => {
+                let (n, span) = self.number()?;
+                match n {
+                    Number::Int(i) if i64::try_from(i).is_ok() => Ok(Some(i as i64)),
+                    n => err(
+                        span,
+                        ParseErrorKind::Expected { expected: "a 64-bit integer".into(), found: fmt_number(n) },
+                    ),
+                }
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn expectation(&mut self) -> PResult<StmtKind> {
+        let src = self.value_use()?;
+        let cmp = match self.bump() {
+            (Tok::EqEq, _) => Comparison::Exact,
+            (Tok::Approx, _) => Comparison::Close { tol: 0.0 },
+            (t, span) => {
+                return err(span, ParseErrorKind::Expected { expected: "`==` or `~=`".into(), found: t.describe() })
+            }
+        };
+        let ty = if matches!(self.peek(), Tok::Ident(_)) { Some(self.tensor_type()?) } else { None };
+        let data = self.f32_list()?;
+        let mut a = Attrs::new("expect", self.attrs()?, self.prev_span());
+        let cmp = match cmp {
+            Comparison::Close { .. } => Comparison::Close { tol: a.float_or("tol", DEFAULT_TOL)? },
+            Comparison::Exact => Comparison::Exact,
+        };
+        a.finish()?;
+        Ok(StmtKind::Expect { src, cmp, ty, data })
+    }
+}
+
+/// Tolerance of `expect ~=` when none is written.
+pub const DEFAULT_TOL: f64 = 1e-5;
+
+fn is_op(word: &str) -> bool {
+    mnemonics().contains(&word)
+}
+
+fn arity(op: &str, operands: &[(Operand, Span)], span: Span, n: usize) -> PResult<()> {
+    if operands.len() != n {
+        return err(span, ParseErrorKind::Arity { op: op.into(), expected: n.to_string(), found: operands.len() });
+    }
+    Ok(())
+}
+
+fn parse_number(text: &str, span: Span) -> PResult<Number> {
+    if text.trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse::<i128>()
+            .map(Number::Int)
+            .map_err(|_| ParseError { span, kind: ParseErrorKind::IntegerOverflow { text: text.into() } });
+    }
+    text.parse::<f64>()
+        .map(Number::Float)
+        .map_err(|_| ParseError { span, kind: ParseErrorKind::BadNumber { text: text.into() } })
+}
+
+fn fmt_number(n: Number) -> String {
+    match n {
+        Number::Int(i) => i.to_string(),
+        Number::Float(f) => format!("{f:?}"),
+    }
+}
+
+/// The attributes of one statement, consumed by name; `finish` rejects leftovers.
+struct Attrs {
+    op: String,
+    attrs: Vec<Attr>,
+    used: Vec<&'static str>,
+    span: Span,
+}
+
+impl Attrs {
+    fn new(op: &str, attrs: Vec<Attr>, span: Span) -> Attrs {
+        Attrs { op: op.to_string(), attrs, used: Vec::new(), span }
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.attrs.iter().any(|a| a.name == name)
+    }
+
+    fn take(&mut self, name: &'static str) -> Option<Attr> {
+        self.used.push(name);
+        let i = self.attrs.iter().position(|a| a.name == name)?;
+        Some(self.attrs.remove(i))
+    }
+
+    fn kind_err<T>(&self, a: &Attr, expected: &'static str) -> PResult<T> {
+        err(a.span, ParseErrorKind::AttrKind { op: self.op.clone(), name: a.name.clone(), expected })
+    }
+
+    fn missing<T>(&self, name: &'static str) -> PResult<T> {
+        err(self.span, ParseErrorKind::MissingAttr { op: self.op.clone(), name })
+    }
+
+    fn number(&mut self, name: &'static str) -> PResult<Option<Number>> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(a) => match a.value {
+                AttrValue::Number(n) => Ok(Some(n)),
+                _ => self.kind_err(&a, "a number"),
+            },
+        }
+    }
+
+    fn float_or(&mut self, name: &'static str, default: f64) -> PResult<f64> {
+        Ok(self.number(name)?.map_or(default, Number::as_f64))
+    }
+
+    fn required_float(&mut self, name: &'static str) -> PResult<f64> {
+        match self.number(name)? {
+            Some(n) => Ok(n.as_f64()),
+            None => self.missing(name),
+        }
+    }
+
+    /// An integer attribute: any `i64`, or with `nonneg` any `u64` (returned as `i128`).
+    fn int_attr(&mut self, name: &'static str, nonneg: bool) -> PResult<Option<i128>> {
+        let span = self.attrs.iter().find(|a| a.name == name).map(|a| a.span);
+        let fits = |i: i128| if nonneg { u64::try_from(i).is_ok() } else { i64::try_from(i).is_ok() };
+        match self.number(name)? {
+            None => Ok(None),
+            Some(Number::Int(i)) if fits(i) => Ok(Some(i)),
+            Some(_) => err(
+                span.unwrap_or(self.span),
+                ParseErrorKind::AttrKind {
+                    op: self.op.clone(),
+                    name: name.into(),
+                    expected: if nonneg { "an integer >= 0" } else { "an integer" },
+                },
+            ),
+        }
+    }
+
+    fn int_or(&mut self, name: &'static str, default: i64) -> PResult<i64> {
+        Ok(self.int_attr(name, false)?.map_or(default, |i| i as i64))
+    }
+
+    fn required_int(&mut self, name: &'static str) -> PResult<i64> {
+        match self.int_attr(name, false)? {
+            Some(i) => Ok(i as i64),
+            None => self.missing(name),
+        }
+    }
+
+    fn uint_or(&mut self, name: &'static str, default: u64) -> PResult<u64> {
+        Ok(self.int_attr(name, true)?.map_or(default, |i| i as u64))
+    }
+
+    fn required_uint(&mut self, name: &'static str) -> PResult<u64> {
+        match self.int_attr(name, true)? {
+            Some(i) => Ok(i as u64),
+            None => self.missing(name),
+        }
+    }
+
+    fn list(&mut self, name: &'static str, nonneg: bool) -> PResult<Option<Vec<i64>>> {
+        let Some(a) = self.take(name) else { return Ok(None) };
+        let AttrValue::List(items) = &a.value else { return self.kind_err(&a, "a list like `[0, 1]`") };
+        items
+            .iter()
+            .map(|(n, _)| match n {
+                Number::Int(i) if i64::try_from(*i).is_ok() && (!nonneg || *i >= 0) => Ok(*i as i64),
+                _ => self.kind_err(&a, if nonneg { "a list of integers >= 0" } else { "a list of integers" }),
+            })
+            .collect::<PResult<Vec<_>>>()
+            .map(Some)
+    }
+
+    fn int_list(&mut self, name: &'static str) -> PResult<Option<Vec<i64>>> {
+        self.list(name, false)
+    }
+
+    fn required_int_list(&mut self, name: &'static str) -> PResult<Vec<i64>> {
+        match self.list(name, false)? {
+            Some(l) => Ok(l),
+            None => self.missing(name),
+        }
+    }
+
+    fn uint_list(&mut self, name: &'static str) -> PResult<Option<Vec<usize>>> {
+        Ok(self.list(name, true)?.map(|l| l.into_iter().map(|i| i as usize).collect()))
+    }
+
+    fn required_uint_list(&mut self, name: &'static str) -> PResult<Vec<u64>> {
+        match self.list(name, true)? {
+            Some(l) => Ok(l.into_iter().map(|i| i as u64).collect()),
+            None => self.missing(name),
+        }
+    }
+
+    fn flag(&mut self, name: &'static str) -> PResult<bool> {
+        match self.take(name) {
+            None => Ok(false),
+            Some(a) => match a.value {
+                AttrValue::Flag => Ok(true),
+                _ => self.kind_err(&a, "a bare flag (no `=`)"),
+            },
+        }
+    }
+
+    fn allow_only_one_of(&mut self, a: &'static str, b: &'static str) -> PResult<()> {
+        if self.has(a) && self.has(b) {
+            let span = self.attrs.iter().find(|x| x.name == a).map_or(self.span, |x| x.span);
+            return err(span, ParseErrorKind::ConflictingAttrs { op: self.op.clone(), a, b });
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> PResult<()> {
+        if let Some(a) = self.attrs.first() {
+            let allowed = if self.used.is_empty() { "none".to_string() } else { self.used.join(", ") };
+            return err(
+                a.span,
+                ParseErrorKind::UnknownAttr {
+                    op: self.op.clone(),
+                    suggestion: suggest(&a.name, &self.used),
+                    name: a.name.clone(),
+                    allowed,
+                },
+            );
+        }
+        Ok(())
+    }
+}

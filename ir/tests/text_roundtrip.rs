@@ -1,0 +1,272 @@
+//! Property tests of the text format: `parse(print(p)) == p` for generated programs, and
+//! arbitrary bytes never panic the parser or the verifier.
+
+use gt_ir::text::{parse, parse_bytes, print};
+use gt_ir::*;
+use proptest::prelude::*;
+
+fn value() -> impl Strategy<Value = ValueId> + Clone {
+    (0u32..8).prop_map(ValueId)
+}
+
+fn finite_f64() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        any::<f64>().prop_filter("not nan", |x| !x.is_nan()),
+        (-1000i32..1000).prop_map(f64::from),
+        Just(0.5),
+        Just(-0.0),
+    ]
+}
+
+fn operand() -> impl Strategy<Value = Operand> {
+    prop_oneof![3 => value().prop_map(Operand::Value), 1 => finite_f64().prop_map(Operand::Scalar)]
+}
+
+fn ty() -> impl Strategy<Value = TensorType> {
+    (prop::sample::select(DType::ALL.to_vec()), prop::collection::vec(0usize..6, 0..4))
+        .prop_map(|(d, dims)| TensorType::new(d, dims))
+}
+
+fn axes() -> impl Strategy<Value = Vec<i64>> {
+    prop::collection::vec(any::<i64>(), 0..4)
+}
+
+fn slice_item() -> impl Strategy<Value = SliceItem> {
+    prop_oneof![
+        (any::<Option<i64>>(), any::<Option<i64>>(), any::<i64>()).prop_map(|(start, end, step)| SliceItem::Range {
+            start,
+            end,
+            step
+        }),
+        any::<i64>().prop_map(SliceItem::Index),
+        Just(SliceItem::NewAxis),
+        Just(SliceItem::Ellipsis),
+    ]
+}
+
+fn instr() -> impl Strategy<Value = Instr> {
+    prop_oneof![
+        (value(), ty(), any::<u64>()).prop_map(|(dst, ty, seed)| Instr::Randn { dst, ty, seed }),
+        (value(), ty(), any::<u64>()).prop_map(|(dst, ty, seed)| Instr::Rand { dst, ty, seed }),
+        (value(), ty()).prop_map(|(dst, ty)| Instr::Zeros { dst, ty }),
+        (value(), ty()).prop_map(|(dst, ty)| Instr::Ones { dst, ty }),
+        (value(), ty(), finite_f64()).prop_map(|(dst, ty, value)| Instr::Full { dst, ty, value }),
+        (value(), finite_f64(), finite_f64(), finite_f64()).prop_map(|(dst, start, end, step)| Instr::Arange {
+            dst,
+            dtype: DType::F32,
+            start,
+            end,
+            step
+        }),
+        (value(), ty(), prop::collection::vec(any::<f32>().prop_filter("not nan", |x| !x.is_nan()), 0..6))
+            .prop_map(|(dst, ty, data)| Instr::Literal { dst, ty, data }),
+        (value(), prop::sample::select(UnaryOp::ALL.to_vec()), value()).prop_map(|(dst, op, src)| Instr::Unary {
+            dst,
+            op,
+            src
+        }),
+        (value(), prop::sample::select(BinaryOp::ALL.to_vec()), operand(), operand())
+            .prop_map(|(dst, op, lhs, rhs)| Instr::Binary { dst, op, lhs, rhs }),
+        (value(), value(), operand(), operand()).prop_map(|(dst, cond, on_true, on_false)| Instr::Where {
+            dst,
+            cond,
+            on_true,
+            on_false
+        }),
+        (value(), value(), value()).prop_map(|(dst, lhs, rhs)| Instr::MatMul { dst, lhs, rhs }),
+        (value(), prop::sample::select(ReduceOp::ALL.to_vec()), value(), prop::option::of(axes()), any::<bool>())
+            .prop_map(|(dst, op, src, axes, keepdim)| Instr::Reduce { dst, op, src, axes, keepdim }),
+        (value(), value(), any::<i64>(), any::<i64>()).prop_map(|(dst, src, dim0, dim1)| Instr::Transpose {
+            dst,
+            src,
+            dim0,
+            dim1
+        }),
+        (value(), value(), axes()).prop_map(|(dst, src, perm)| Instr::Permute { dst, src, perm }),
+        (value(), value(), axes()).prop_map(|(dst, src, shape)| Instr::Reshape { dst, src, shape }),
+        (value(), value(), prop::option::of(axes())).prop_map(|(dst, src, axes)| Instr::Squeeze { dst, src, axes }),
+        (value(), value(), any::<i64>()).prop_map(|(dst, src, axis)| Instr::Unsqueeze { dst, src, axis }),
+        (value(), value(), prop::collection::vec(0usize..1000, 0..4))
+            .prop_map(|(dst, src, shape)| Instr::BroadcastTo { dst, src, shape }),
+        (value(), prop::collection::vec(value(), 1..4), any::<i64>()).prop_map(|(dst, srcs, axis)| Instr::Concat {
+            dst,
+            srcs,
+            axis
+        }),
+        (value(), value(), prop::collection::vec(slice_item(), 0..5)).prop_map(|(dst, src, index)| Instr::Slice {
+            dst,
+            src,
+            index
+        }),
+        (
+            prop::collection::vec(value(), 1..4),
+            value(),
+            any::<i64>(),
+            prop_oneof![
+                (0usize..9).prop_map(SplitSpec::Size),
+                (0usize..9).prop_map(SplitSpec::Chunks),
+                prop::collection::vec(0usize..9, 0..4).prop_map(SplitSpec::Sizes),
+            ]
+        )
+            .prop_map(|(dsts, src, axis, spec)| Instr::Split { dsts, src, axis, spec }),
+        value().prop_map(|src| Instr::Free { src }),
+        value().prop_map(|src| Instr::GetData { src }),
+    ]
+}
+
+fn leaf_stmt() -> impl Strategy<Value = StmtKind> {
+    prop_oneof![
+        6 => instr().prop_map(StmtKind::Instr),
+        1 => value().prop_map(|src| StmtKind::Print { src }),
+        1 => (
+            value(),
+            prop_oneof![Just(Comparison::Exact), (0.0f64..1.0).prop_map(|tol| Comparison::Close { tol })],
+            prop::option::of(ty()),
+            prop::collection::vec(-100f32..100.0, 0..5)
+        )
+            .prop_map(|(src, cmp, ty, data)| StmtKind::Expect { src, cmp, ty, data }),
+    ]
+}
+
+fn stmts() -> impl Strategy<Value = Vec<Stmt>> {
+    let leaf = prop::collection::vec(leaf_stmt().prop_map(Stmt::new), 0..6);
+    leaf.prop_recursive(3, 40, 6, |inner| {
+        prop::collection::vec(
+            prop_oneof![
+                4 => leaf_stmt().prop_map(Stmt::new),
+                1 => (1u64..5, inner.clone()).prop_map(|(count, body)| Stmt::new(StmtKind::Repeat { count, body })),
+                1 => ("[a-z\" \\\\é]{0,6}", inner).prop_map(|(name, body)| Stmt::new(StmtKind::Signal { name, body })),
+            ],
+            0..6,
+        )
+    })
+}
+
+/// Renumbers values densely in order of first appearance in the text, as the parser does.
+fn canonical(body: Vec<Stmt>) -> Program {
+    fn walk(body: &mut [Stmt], map: &mut Vec<Option<u32>>, names: &mut Vec<String>) {
+        fn id(v: &mut ValueId, map: &mut [Option<u32>], names: &mut Vec<String>) {
+            let slot = &mut map[v.index()];
+            let new = *slot.get_or_insert_with(|| {
+                names.push(format!("v{}", v.0));
+                names.len() as u32 - 1
+            });
+            *v = ValueId(new);
+        }
+        for s in body {
+            match &mut s.kind {
+                StmtKind::Instr(i) => visit_ids(i, &mut |v| id(v, map, names)),
+                StmtKind::Print { src } | StmtKind::Expect { src, .. } => id(src, map, names),
+                StmtKind::Repeat { body, .. } | StmtKind::Signal { body, .. } => walk(body, map, names),
+                StmtKind::Const { .. } => {}
+            }
+        }
+    }
+    let mut body = body;
+    let mut names = Vec::new();
+    walk(&mut body, &mut vec![None; 8], &mut names);
+    Program { body, names }
+}
+
+/// Visits results, then operands, in text order.
+fn visit_ids(i: &mut Instr, f: &mut dyn FnMut(&mut ValueId)) {
+    let op = |o: &mut Operand, f: &mut dyn FnMut(&mut ValueId)| {
+        if let Operand::Value(v) = o {
+            f(v)
+        }
+    };
+    match i {
+        Instr::Randn { dst, .. }
+        | Instr::Rand { dst, .. }
+        | Instr::Zeros { dst, .. }
+        | Instr::Ones { dst, .. }
+        | Instr::Full { dst, .. }
+        | Instr::Arange { dst, .. }
+        | Instr::Literal { dst, .. } => f(dst),
+        Instr::Binary { dst, lhs, rhs, .. } => {
+            f(dst);
+            op(lhs, f);
+            op(rhs, f);
+        }
+        Instr::Where { dst, cond, on_true, on_false } => {
+            f(dst);
+            f(cond);
+            op(on_true, f);
+            op(on_false, f);
+        }
+        Instr::MatMul { dst, lhs, rhs } => {
+            f(dst);
+            f(lhs);
+            f(rhs);
+        }
+        Instr::Concat { dst, srcs, .. } => {
+            f(dst);
+            srcs.iter_mut().for_each(|s| f(s));
+        }
+        Instr::Split { dsts, src, .. } => {
+            dsts.iter_mut().for_each(|d| f(d));
+            f(src);
+        }
+        Instr::Unary { dst, src, .. }
+        | Instr::Reduce { dst, src, .. }
+        | Instr::Transpose { dst, src, .. }
+        | Instr::Permute { dst, src, .. }
+        | Instr::Reshape { dst, src, .. }
+        | Instr::Squeeze { dst, src, .. }
+        | Instr::Unsqueeze { dst, src, .. }
+        | Instr::BroadcastTo { dst, src, .. }
+        | Instr::Slice { dst, src, .. } => {
+            f(dst);
+            f(src);
+        }
+        Instr::Free { src } | Instr::GetData { src } => f(src),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn parse_print_round_trips(body in stmts()) {
+        let p = canonical(body);
+        let text = print(&p);
+        let back = parse(&text).map_err(|e| TestCaseError::fail(format!("{e} at {:?} in\n{text}", e.span)))?;
+        prop_assert_eq!(back.without_spans(), p, "text was:\n{}", text);
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        if let Ok(p) = parse_bytes(&bytes) {
+            let _ = verify(&p);
+            let _ = print(&p);
+        }
+    }
+
+    #[test]
+    fn token_soup_never_panics(words in prop::collection::vec(prop::sample::select(vec![
+        "%x", "%y", "=", "add", "matmul", "f32", "[", "]", "{", "}", ",", ":", "-", "1", "2.5", "...", "new",
+        "repeat", "signal", "\"s\"", "expect", "~=", "==", "tol=", "axes=", "keepdim", "\n", "const", "n", "slice",
+        "split", "size=", "randn", "tensor", "sum", "where", "reshape", "shape=", "-1", "free", "print", "inf", "nan",
+    ]), 0..60)) {
+        let text = words.join(" ");
+        if let Ok(p) = parse(&text) {
+            let _ = verify(&p);
+            let printed = print(&p);
+            prop_assert_eq!(parse(&printed).map(|q| q.without_spans()), Ok(p.without_spans()));
+        }
+    }
+}
+
+#[test]
+fn constants_resolve_and_print() {
+    let p = parse("const n = 4\nconst s = 0.5\n%x = ones f32[n, 2]\n%y = mul %x, s\n").unwrap();
+    let text = print(&p);
+    assert_eq!(text, "const n = 4\nconst s = 0.5\n%x = ones f32[4, 2]\n%y = mul %x, 0.5\n");
+}
+
+#[test]
+fn extreme_integers_round_trip() {
+    let src = "%x = randn f32[2] seed=18446744073709551615\n%y = unsqueeze %x axis=-9223372036854775808\n";
+    let p = parse(src).unwrap();
+    assert_eq!(print(&p), src);
+}
