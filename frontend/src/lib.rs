@@ -1,1 +1,7 @@
-//! gt-frontend: the .gtir script runner (Tensor API, autograd and gt! grow here).
+//! gt-frontend: ways to write tensor programs. Today the `.gtir` script runner; the
+//! Tensor API, autograd, `nn` and the `gt!` DSL grow here. Everything lowers to
+//! `gt_ir::Instr` and runs on any `gt_ir::Executor`.
+
+pub mod script;
+
+pub use script::{run_script, RunOptions, RunSummary, ScriptError, ScriptErrorKind};

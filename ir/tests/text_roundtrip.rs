@@ -201,10 +201,14 @@ fn visit_ids(i: &mut Instr, f: &mut dyn FnMut(&mut ValueId)) {
         }
         Instr::Concat { dst, srcs, .. } => {
             f(dst);
-            srcs.iter_mut().for_each(|s| f(s));
+            for s in srcs.iter_mut() {
+                f(s);
+            }
         }
         Instr::Split { dsts, src, .. } => {
-            dsts.iter_mut().for_each(|d| f(d));
+            for d in dsts.iter_mut() {
+                f(d);
+            }
             f(src);
         }
         Instr::Unary { dst, src, .. }
@@ -269,4 +273,29 @@ fn extreme_integers_round_trip() {
     let src = "%x = randn f32[2] seed=18446744073709551615\n%y = unsqueeze %x axis=-9223372036854775808\n";
     let p = parse(src).unwrap();
     assert_eq!(print(&p), src);
+}
+
+/// Found by the fuzzer: `..` once lexed as an empty number token, forever.
+#[test]
+fn two_dots_are_an_error_not_a_hang() {
+    let e = parse("const x = 1..\n").unwrap_err();
+    assert!(e.to_string().contains("malformed number"), "{e}");
+    assert!(parse("%x = slice %y [..]").is_err());
+}
+
+/// Found by review: extreme steps, huge empty dims and long splits must be errors or
+/// correct results, never overflow panics or giant allocations.
+#[test]
+fn extreme_shapes_and_steps_do_not_panic() {
+    let src = "%a = zeros f32[3]\n%b = slice %a [::-9223372036854775808]\n%c = slice %a [9223372036854775807:]\n";
+    let p = parse(src).unwrap();
+    let types = verify(&p).unwrap();
+    assert_eq!(types.get(ValueId(1)).unwrap().to_string(), "f32[1]");
+    assert_eq!(types.get(ValueId(2)).unwrap().to_string(), "f32[0]");
+    let huge_empty = parse("%a = zeros f32[18446744073709551615, 0]\n").unwrap();
+    assert!(verify(&huge_empty).unwrap_err().to_string().contains("more than 2^40"));
+    let long_split = parse("%a = zeros f32[1000000000]\n%b, %c = split %a size=1 axis=0\n").unwrap();
+    assert!(verify(&long_split).unwrap_err().to_string().contains("1000000000 pieces"));
+    let outer = parse("%a = zeros f32[1099511627776, 1]\n%b = zeros f32[1, 2]\n%c = add %a, %b\n").unwrap();
+    assert!(verify(&outer).unwrap_err().to_string().contains("more than 2^40"));
 }

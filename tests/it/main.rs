@@ -1,1 +1,5 @@
-//! Integration tests.
+//! The one integration-test binary: filetests with snapshots, `gt-run` CLI tests and tidy checks.
+
+mod cli;
+mod filetests;
+mod tidy;

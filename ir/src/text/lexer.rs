@@ -174,16 +174,15 @@ pub fn lex(src: &str) -> Result<Vec<(Tok, Span)>, ParseError> {
                         }
                     }
                 }
-                // A number glued to letters (`12ab`) is a typo, not two tokens.
-                if i < bytes.len() && is_word(bytes[i]) || src[start..i] == *"." {
+                // A number glued to letters (`12ab`) is a typo, not two tokens; a lone `.` or
+                // `..` has no digit and must not become an empty token.
+                let has_digit = src[start..i].bytes().any(|b| b.is_ascii_digit());
+                if !has_digit || i < bytes.len() && is_word(bytes[i]) {
+                    i = i.max(start + 1);
                     while i < bytes.len() && is_word(bytes[i]) {
                         i += 1;
                     }
-                    return Err(err(
-                        start,
-                        i.max(start + 1),
-                        ParseErrorKind::BadNumber { text: src[start..i.max(start + 1)].to_string() },
-                    ));
+                    return Err(err(start, i, ParseErrorKind::BadNumber { text: src[start..i].to_string() }));
                 }
                 out.push((Tok::Number(src[start..i].to_string()), Span::new(start, i)));
             }

@@ -447,6 +447,8 @@ impl Parser {
     fn operands(&mut self) -> PResult<(Vec<(Operand, Span)>, Span)> {
         let mut out = Vec::new();
         let start = self.span();
+        // With no operands, errors point at the op name rather than at what follows it.
+        let op_span = self.prev_span();
         loop {
             let first = out.is_empty();
             let span = self.span();
@@ -473,7 +475,7 @@ impl Parser {
                 break;
             }
         }
-        let span = if out.is_empty() { start } else { start.to(self.prev_span()) };
+        let span = if out.is_empty() { op_span } else { start.to(self.prev_span()) };
         Ok((out, span))
     }
 

@@ -49,7 +49,7 @@ pub enum TypeError {
         to: Shape,
     },
     /// A 0-d matmul operand.
-    #[error("matmul needs operands of rank >= 1, found {lhs} and {rhs}")]
+    #[error("operands must have rank >= 1, found {lhs} and {rhs}")]
     MatMulRank {
         /// Left shape.
         lhs: Shape,
@@ -57,7 +57,7 @@ pub enum TypeError {
         rhs: Shape,
     },
     /// Inner dimensions that differ.
-    #[error("matmul inner dimensions differ: left {lhs} has {lhs_k} columns, right {rhs} has {rhs_k} rows")]
+    #[error("inner dimensions differ: left {lhs} has {lhs_k} columns, right {rhs} has {rhs_k} rows")]
     MatMulInner {
         /// Left shape.
         lhs: Shape,
@@ -123,10 +123,10 @@ pub enum TypeError {
         size: usize,
     },
     /// `concat` of nothing.
-    #[error("concat needs at least one operand")]
+    #[error("needs at least one operand")]
     ConcatEmpty,
     /// `concat` operands that differ off the axis.
-    #[error("concat operand {index} has type {found}, which does not match {expected} outside axis {axis}")]
+    #[error("operand {index} has type {found}, which does not match {expected} outside axis {axis}")]
     ConcatMismatch {
         /// Operand position.
         index: usize,
@@ -138,7 +138,7 @@ pub enum TypeError {
         axis: usize,
     },
     /// More slice items than axes.
-    #[error("slice has {items} indexing items but the operand has rank {rank}")]
+    #[error("{items} indexing items but the operand has rank {rank}")]
     SliceTooMany {
         /// Items that index an axis.
         items: usize,
@@ -156,10 +156,10 @@ pub enum TypeError {
         size: usize,
     },
     /// A step of 0.
-    #[error("slice step must not be 0")]
+    #[error("step must not be 0")]
     SliceStep,
     /// More than one `...`.
-    #[error("slice may contain at most one `...`")]
+    #[error("at most one `...` is allowed")]
     SliceEllipsis,
     /// Split piece sizes that do not fit the axis.
     #[error("split sizes {sizes:?} sum to {sum}, but axis {axis} has size {len}")]
@@ -195,7 +195,7 @@ pub enum TypeError {
         found: usize,
     },
     /// A bad `arange`.
-    #[error("invalid arange: {reason}")]
+    #[error("{reason}")]
     Arange {
         /// What is wrong.
         reason: &'static str,
@@ -207,7 +207,7 @@ pub enum TypeError {
         shape: String,
     },
     /// A reduction that has no identity over an empty axis.
-    #[error("{op} over an empty axis has no value")]
+    #[error("an empty axis has no {op}imum")]
     EmptyReduction {
         /// The op.
         op: &'static str,
@@ -223,10 +223,12 @@ pub fn check_dtype(dtype: DType) -> Result<(), TypeError> {
     }
 }
 
-/// Checks a shape's element count is representable and below [`MAX_ELEMENTS`].
+/// Checks a shape's element count is below [`MAX_ELEMENTS`], counting zero-sized
+/// dimensions as 1 so that an empty tensor cannot carry absurd dimensions either.
 pub fn check_size(shape: &Shape) -> Result<usize, TypeError> {
-    match shape.checked_numel() {
-        Some(n) if n <= MAX_ELEMENTS => Ok(n),
+    let extent = shape.0.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d.max(1)));
+    match extent {
+        Some(n) if n <= MAX_ELEMENTS => Ok(shape.numel()),
         _ => Err(TypeError::TooLarge { shape: shape.to_string() }),
     }
 }
@@ -259,10 +261,10 @@ pub fn normalize_axes(axes: &[i64], rank: usize) -> Result<Vec<usize>, TypeError
 pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Result<Shape, TypeError> {
     let rank = a.rank().max(b.rank());
     let mut dims = vec![0; rank];
-    for i in 0..rank {
+    for (i, dim) in dims.iter_mut().enumerate() {
         let da = if i < rank - a.rank() { 1 } else { a.0[i - (rank - a.rank())] };
         let db = if i < rank - b.rank() { 1 } else { b.0[i - (rank - b.rank())] };
-        dims[i] = if da == db || db == 1 {
+        *dim = if da == db || db == 1 {
             da
         } else if da == 1 {
             db
@@ -295,7 +297,7 @@ pub fn resolve_reshape(from: &Shape, to: &[i64]) -> Result<Shape, TypeError> {
     let numel = from.numel();
     let mut dims: Vec<usize> = to.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = infer {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(TypeError::ReshapeTarget {
                 to: written(),
                 reason: "the -1 dimension cannot be inferred from the element count",
@@ -345,13 +347,13 @@ pub fn resolve_slice(index: &[SliceItem], shape: &Shape) -> Result<ResolvedSlice
     let mut items = Vec::with_capacity(shape.rank() + index.len());
     for item in index {
         if let SliceItem::Ellipsis = item {
-            items.extend(std::iter::repeat(full).take(shape.rank() - consuming));
+            items.extend(std::iter::repeat_n(full, shape.rank() - consuming));
         } else {
             items.push(*item);
         }
     }
     if ellipses == 0 {
-        items.extend(std::iter::repeat(full).take(shape.rank() - consuming));
+        items.extend(std::iter::repeat_n(full, shape.rank() - consuming));
     }
     let mut axes = Vec::with_capacity(shape.rank());
     let mut out = Vec::new();
@@ -369,21 +371,25 @@ pub fn resolve_slice(index: &[SliceItem], shape: &Shape) -> Result<ResolvedSlice
                 axis += 1;
             }
             SliceItem::Range { start, end, step } => {
-                let n = shape.0[axis] as i64;
+                // i128 arithmetic: no bound, step or dimension can overflow it.
+                let n = shape.0[axis] as i128;
                 if step == 0 {
                     return Err(TypeError::SliceStep);
                 }
+                let step = i128::from(step);
                 let (first, len) = if step > 0 {
-                    let clamp = |x: i64| (if x < 0 { x + n } else { x }).clamp(0, n);
+                    let clamp = |x: i64| (if x < 0 { i128::from(x) + n } else { i128::from(x) }).clamp(0, n);
                     let s = start.map_or(0, clamp);
                     let e = end.map_or(n, clamp);
                     (s, if e > s { (e - s + step - 1) / step } else { 0 })
                 } else {
-                    let clamp = |x: i64| (if x < 0 { x + n } else { x }).clamp(-1, n - 1);
+                    let clamp = |x: i64| (if x < 0 { i128::from(x) + n } else { i128::from(x) }).clamp(-1, n - 1);
                     let s = start.map_or(n - 1, clamp);
                     let e = end.map_or(-1, clamp);
-                    (s, if s > e { (s - e + (-step) - 1) / (-step) } else { 0 })
+                    (s, if s > e { (s - e - step - 1) / (-step) } else { 0 })
                 };
+                // |step| beyond the axis takes at most one element; clamp so it fits i64.
+                let step = step.clamp(-(1 << 62), 1 << 62) as i64;
                 axes.push(AxisSlice { start: if len == 0 { 0 } else { first as usize }, step, len: len as usize });
                 out.push(len as usize);
                 axis += 1;
@@ -394,13 +400,26 @@ pub fn resolve_slice(index: &[SliceItem], shape: &Shape) -> Result<ResolvedSlice
     Ok(ResolvedSlice { axes, shape: Shape(out) })
 }
 
-/// The piece sizes of a split along an axis of length `len`.
+/// How many pieces a split of an axis of length `len` gives (without building them).
+/// An empty axis gives one empty piece, as in torch.
+pub fn split_count(spec: &SplitSpec, len: usize) -> Result<usize, TypeError> {
+    match spec {
+        SplitSpec::Size(0) | SplitSpec::Chunks(0) => Err(TypeError::SplitZero),
+        SplitSpec::Size(n) => Ok(len.div_ceil(*n).max(1)),
+        SplitSpec::Chunks(c) => Ok(len.div_ceil(len.div_ceil(*c).max(1)).max(1)),
+        SplitSpec::Sizes(sizes) => Ok(sizes.len()),
+    }
+}
+
+/// The piece sizes of a split along an axis of length `len`. Call [`split_count`] first
+/// when the count is bounded elsewhere: this builds one entry per piece.
 pub fn split_sizes(spec: &SplitSpec, len: usize, axis: usize) -> Result<Vec<usize>, TypeError> {
     match spec {
         SplitSpec::Size(0) | SplitSpec::Chunks(0) => Err(TypeError::SplitZero),
+        SplitSpec::Size(_) | SplitSpec::Chunks(_) if len == 0 => Ok(vec![0]),
         SplitSpec::Size(n) => {
             let mut out = vec![*n; len / n];
-            if len % n != 0 {
+            if !len.is_multiple_of(*n) {
                 out.push(len % n);
             }
             Ok(out)
@@ -488,6 +507,7 @@ fn elementwise(
     }
     let out = out.unwrap_or_else(|| TensorType::f32(vec![]));
     check_dtype(out.dtype)?;
+    check_size(&out.shape)?;
     Ok(out)
 }
 
@@ -533,7 +553,9 @@ pub fn infer(
             let c = ty(*cond)?;
             check_dtype(c.dtype)?;
             let v = elementwise(&[*on_true, *on_false], ty)?;
-            one(TensorType { dtype: v.dtype, shape: broadcast_shapes(&c.shape, &v.shape)? })
+            let shape = broadcast_shapes(&c.shape, &v.shape)?;
+            check_size(&shape)?;
+            one(TensorType { dtype: v.dtype, shape })
         }
         Instr::MatMul { lhs, rhs, .. } => one(matmul_type(&ty(*lhs)?, &ty(*rhs)?)?),
         Instr::Reduce { op, src, axes, keepdim, .. } => {
@@ -627,9 +649,11 @@ pub fn infer(
                 if !fits {
                     return Err(TypeError::ConcatMismatch { index, expected: first.clone(), found: t, axis: a });
                 }
-                dims[a] += t.shape.0[a];
+                dims[a] = dims[a].saturating_add(t.shape.0[a]);
             }
-            one(TensorType { dtype: first.dtype, shape: Shape(dims) })
+            let shape = Shape(dims);
+            check_size(&shape)?;
+            one(TensorType { dtype: first.dtype, shape })
         }
         Instr::Slice { src, index, .. } => {
             let t = ty(*src)?;
@@ -638,10 +662,11 @@ pub fn infer(
         Instr::Split { dsts, src, axis, spec } => {
             let t = ty(*src)?;
             let a = normalize_axis(*axis, t.shape.rank())?;
-            let sizes = split_sizes(spec, t.shape.0[a], a)?;
-            if sizes.len() != dsts.len() {
-                return Err(TypeError::SplitResults { pieces: sizes.len(), results: dsts.len() });
+            let pieces = split_count(spec, t.shape.0[a])?;
+            if pieces != dsts.len() {
+                return Err(TypeError::SplitResults { pieces, results: dsts.len() });
             }
+            let sizes = split_sizes(spec, t.shape.0[a], a)?;
             Ok(sizes
                 .into_iter()
                 .map(|n| {

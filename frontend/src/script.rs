@@ -1,0 +1,232 @@
+//! The `.gtir` script runner: walks a verified [`Program`], sends its instructions to an
+//! [`Executor`], prints what `print` asks for and checks `expect`s. Errors carry the
+//! statement's span so that they name the script line.
+
+use gt_ir::{Comparison, Executor, HostTensor, Program, Span, Stmt, StmtKind, TensorType, ValueId};
+use std::io::Write;
+use thiserror::Error;
+
+/// How to run a script.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// Do not print values (`print` still syncs, and expectations are still checked).
+    pub quiet: bool,
+}
+
+/// What a successful run did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Instructions sent to the executor (loop bodies count once per iteration).
+    pub instructions: u64,
+    /// Expectations checked and met.
+    pub expectations: u64,
+}
+
+/// A failure while running a script, at a statement.
+#[derive(Debug, Error)]
+#[error("{kind}")]
+pub struct ScriptError {
+    /// The statement.
+    pub span: Span,
+    /// What failed.
+    pub kind: ScriptErrorKind,
+}
+
+/// What failed.
+#[derive(Debug, Error)]
+pub enum ScriptErrorKind {
+    /// The executor rejected or failed an instruction or a read.
+    #[error("`{op}` failed: {source}")]
+    Exec {
+        /// The statement's op or keyword.
+        op: &'static str,
+        /// The executor's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A value whose type differs from the one `expect` names.
+    #[error("expect %{name}: value has type {found}, expected {expected}")]
+    ExpectType {
+        /// The value.
+        name: String,
+        /// Type given.
+        expected: String,
+        /// Type found.
+        found: TensorType,
+    },
+    /// Values that differ from the expectation.
+    #[error("expect %{name} {cmp} failed: {mismatches} of {total} elements differ; first at index {index:?}: found {found}, expected {expected}{tol}")]
+    ExpectValues {
+        /// The value.
+        name: String,
+        /// `==` or `~=`.
+        cmp: &'static str,
+        /// Elements that differ.
+        mismatches: usize,
+        /// Elements compared.
+        total: usize,
+        /// Multi-dimensional index of the first difference.
+        index: Vec<usize>,
+        /// Value found there.
+        found: f32,
+        /// Value expected there.
+        expected: f32,
+        /// ` (tol 1e-5)` or empty.
+        tol: String,
+    },
+    /// Writing the output failed.
+    #[error("cannot write output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+/// Runs a program (which should have passed [`gt_ir::verify`]) on an executor.
+pub fn run_script<E: Executor>(
+    program: &Program,
+    exec: &mut E,
+    out: &mut dyn Write,
+    options: RunOptions,
+) -> Result<RunSummary, ScriptError> {
+    let mut runner = Runner { program, exec, out, options, summary: RunSummary::default() };
+    runner.block(&program.body)?;
+    Ok(runner.summary)
+}
+
+struct Runner<'a, E> {
+    program: &'a Program,
+    exec: &'a mut E,
+    out: &'a mut dyn Write,
+    options: RunOptions,
+    summary: RunSummary,
+}
+
+impl<E: Executor> Runner<'_, E> {
+    fn block(&mut self, body: &[Stmt]) -> Result<(), ScriptError> {
+        for stmt in body {
+            self.stmt(stmt)?;
+        }
+        Ok(())
+    }
+
+    fn fail(span: Span, op: &'static str) -> impl FnOnce(E::Error) -> ScriptError {
+        move |e| ScriptError { span, kind: ScriptErrorKind::Exec { op, source: Box::new(e) } }
+    }
+
+    fn read(&mut self, v: ValueId, span: Span, op: &'static str) -> Result<HostTensor, ScriptError> {
+        self.exec.read(v).map_err(Self::fail(span, op))
+    }
+
+    fn stmt(&mut self, stmt: &Stmt) -> Result<(), ScriptError> {
+        let span = stmt.span;
+        let err = |kind| ScriptError { span, kind };
+        match &stmt.kind {
+            StmtKind::Const { .. } => {}
+            StmtKind::Instr(instr) => {
+                self.exec.execute(instr).map_err(Self::fail(span, instr.mnemonic()))?;
+                self.summary.instructions += 1;
+            }
+            StmtKind::Print { src } => {
+                let t = self.read(*src, span, "print")?;
+                if !self.options.quiet {
+                    writeln!(self.out, "%{} = {t}", self.program.name(*src)).map_err(|e| err(e.into()))?;
+                }
+            }
+            StmtKind::Expect { src, cmp, ty, data } => {
+                let t = self.read(*src, span, "expect")?;
+                let name = self.program.name(*src);
+                if let Some(expected) = ty {
+                    if *expected != t.ty {
+                        return Err(err(ScriptErrorKind::ExpectType {
+                            name,
+                            expected: expected.to_string(),
+                            found: t.ty,
+                        }));
+                    }
+                }
+                check_values(&name, *cmp, &t, data).map_err(err)?;
+                self.summary.expectations += 1;
+            }
+            StmtKind::Repeat { count, body } => {
+                for _ in 0..*count {
+                    self.block(body)?;
+                }
+            }
+            StmtKind::Signal { body, .. } => self.block(body)?,
+        }
+        Ok(())
+    }
+}
+
+/// Whether `found` meets `expected` under a comparison.
+pub fn values_match(cmp: Comparison, found: f32, expected: f32) -> bool {
+    if found.is_nan() || expected.is_nan() {
+        return found.is_nan() && expected.is_nan();
+    }
+    match cmp {
+        Comparison::Exact => found == expected,
+        Comparison::Close { tol } => {
+            found == expected || f64::from((found - expected).abs()) <= tol * f64::from(expected.abs()).max(1.0)
+        }
+    }
+}
+
+fn check_values(name: &str, cmp: Comparison, t: &HostTensor, expected: &[f32]) -> Result<(), ScriptErrorKind> {
+    let (op, tol) = match cmp {
+        Comparison::Exact => ("==", String::new()),
+        Comparison::Close { tol } => ("~=", format!(" (tol {tol:e})")),
+    };
+    if t.data.len() != expected.len() {
+        return Err(ScriptErrorKind::ExpectType {
+            name: name.to_string(),
+            expected: format!("{} values", expected.len()),
+            found: t.ty.clone(),
+        });
+    }
+    let bad: Vec<usize> = (0..expected.len()).filter(|&i| !values_match(cmp, t.data[i], expected[i])).collect();
+    let Some(&first) = bad.first() else { return Ok(()) };
+    Err(ScriptErrorKind::ExpectValues {
+        name: name.to_string(),
+        cmp: op,
+        mismatches: bad.len(),
+        total: expected.len(),
+        index: unravel(first, t.ty.shape.dims()),
+        found: t.data[first],
+        expected: expected[first],
+        tol,
+    })
+}
+
+/// The multi-dimensional index of a row-major offset.
+fn unravel(mut offset: usize, dims: &[usize]) -> Vec<usize> {
+    let mut index = vec![0; dims.len()];
+    for (i, &d) in dims.iter().enumerate().rev() {
+        if d > 0 {
+            index[i] = offset % d;
+            offset /= d;
+        }
+    }
+    index
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_comparison_is_relative_above_one() {
+        let c = Comparison::Close { tol: 1e-3 };
+        assert!(values_match(c, 1000.5, 1000.0));
+        assert!(!values_match(c, 1002.0, 1000.0));
+        assert!(values_match(c, 0.0005, 0.0));
+        assert!(!values_match(c, 0.002, 0.0));
+        assert!(values_match(c, f32::NAN, f32::NAN));
+        assert!(!values_match(c, f32::NAN, 1.0));
+        assert!(values_match(c, f32::INFINITY, f32::INFINITY));
+        assert!(!values_match(Comparison::Exact, 1.0 + f32::EPSILON, 1.0));
+    }
+
+    #[test]
+    fn unravel_gives_row_major_index() {
+        assert_eq!(unravel(5, &[2, 3]), vec![1, 2]);
+        assert_eq!(unravel(0, &[]), Vec::<usize>::new());
+    }
+}

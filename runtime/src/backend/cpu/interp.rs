@@ -1,0 +1,1413 @@
+//! The reference interpreter: executes [`Instr`]s one at a time on host `f32` tensors. Its
+//! results define what every other backend must compute, so it is written for correctness
+//! first and speed second.
+//!
+//! Every instruction goes the same way: its operands are looked up, the type rule
+//! ([`shape::infer`], the only place type rules live) gives the result types, each result is
+//! checked against the memory limit, and then one function per op family computes it.
+//! Nothing panics on a malformed stream: undefined values, bad shapes and oversized results
+//! are [`RuntimeError`]s, and a failed instruction leaves every value as it was.
+//!
+//! Values are `ndarray` arrays kept in standard (row-major contiguous) layout, so a read is
+//! a straight copy. Broadcasting, permutes and slices are strided views copied once into
+//! their result.
+
+use crate::backend::cpu::random;
+use crate::RuntimeError;
+use gt_ir::verify::shape::{self, ResolvedSlice, MAX_ELEMENTS};
+use gt_ir::{
+    BinaryOp, Executor, HostTensor, Instr, Operand, ReduceOp, Shape, SliceItem, SplitSpec, TensorType, TypeError,
+    UnaryOp, ValueId,
+};
+use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Axis, CowArray, Dimension, IxDyn, Slice, Zip};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+
+/// A value as the interpreter stores it: row-major contiguous `f32`.
+type Tensor = ArrayD<f32>;
+
+/// Bytes per element of the only dtype that executes.
+const ELEMENT_BYTES: usize = std::mem::size_of::<f32>();
+
+/// The reference CPU interpreter: a map from values to host tensors.
+///
+/// Re-executing an instruction whose result already exists overwrites it (scripts re-run
+/// loop bodies). Every result is checked against [`Interpreter::max_tensor_bytes`] before it
+/// is allocated.
+pub struct Interpreter {
+    values: HashMap<ValueId, Tensor>,
+    max_tensor_bytes: usize,
+}
+
+impl Interpreter {
+    /// The default limit on one tensor's size: 8 GiB.
+    pub const DEFAULT_MAX_TENSOR_BYTES: usize = 8 << 30;
+
+    /// An interpreter with no values and the default memory limit.
+    pub fn new() -> Interpreter {
+        Interpreter::with_max_tensor_bytes(Interpreter::DEFAULT_MAX_TENSOR_BYTES)
+    }
+
+    /// An interpreter that refuses any single result larger than `max_tensor_bytes`.
+    pub fn with_max_tensor_bytes(max_tensor_bytes: usize) -> Interpreter {
+        Interpreter { values: HashMap::new(), max_tensor_bytes }
+    }
+
+    /// The limit on one tensor's size, in bytes.
+    pub fn max_tensor_bytes(&self) -> usize {
+        self.max_tensor_bytes
+    }
+
+    /// Runs one instruction. On error no value is defined, changed or freed.
+    pub fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
+        let op = instr.mnemonic();
+        // Undefined operands first, so they are reported as such rather than as type errors.
+        for value in instr.operands() {
+            self.get(op, value)?;
+        }
+        let instr = self.guard(instr)?;
+        let types = shape::infer(&instr, &|v| self.type_of(v)).map_err(|source| RuntimeError::Type { op, source })?;
+        for ty in &types {
+            self.check_result(op, &ty.shape)?;
+        }
+        let results = self.compute(&instr, &types)?;
+        if let Instr::Free { src } = &*instr {
+            self.values.remove(src);
+        }
+        for (dst, value) in instr.results().into_iter().zip(results) {
+            self.values.insert(dst, standard(value));
+        }
+        Ok(())
+    }
+
+    /// A value's type and row-major data.
+    pub fn read(&self, value: ValueId) -> Result<HostTensor, RuntimeError> {
+        let a = self.get("get", value)?;
+        let data = a.as_slice().map_or_else(|| a.iter().copied().collect(), <[f32]>::to_vec);
+        Ok(HostTensor::new(TensorType::f32(a.shape().to_vec()), data))
+    }
+
+    /// How many values are defined and not freed.
+    pub fn live_values(&self) -> usize {
+        self.values.len()
+    }
+
+    /// The bytes of data the live values hold.
+    pub fn live_bytes(&self) -> usize {
+        self.values.values().map(|a| a.len() * ELEMENT_BYTES).sum()
+    }
+
+    fn get(&self, op: &'static str, value: ValueId) -> Result<&Tensor, RuntimeError> {
+        self.values.get(&value).ok_or(RuntimeError::Undefined { op, value })
+    }
+
+    fn type_of(&self, value: ValueId) -> Result<TensorType, TypeError> {
+        self.values.get(&value).map(|a| TensorType::f32(a.shape().to_vec())).ok_or(TypeError::UnknownValue(value))
+    }
+
+    /// A tensor operand; a scalar acts as a 0-d tensor.
+    fn operand(&self, op: &'static str, operand: Operand) -> Result<CowArray<'_, f32, IxDyn>, RuntimeError> {
+        Ok(match operand {
+            Operand::Value(v) => CowArray::from(self.get(op, v)?.view()),
+            Operand::Scalar(s) => CowArray::from(Tensor::from_elem(IxDyn(&[]), s as f32)),
+        })
+    }
+
+    /// Keeps the type rules themselves safe on absurd operands, before they run.
+    fn guard<'i>(&self, instr: &'i Instr) -> Result<Cow<'i, Instr>, RuntimeError> {
+        // Every live axis is at most 2^40 long (`check_result`), so any slice step larger
+        // than that selects the same single element; clamping it keeps the slice
+        // arithmetic of `resolve_slice` far from i64 overflow.
+        const MAX_STEP: i64 = MAX_ELEMENTS as i64;
+        match instr {
+            Instr::Slice { dst, src, index }
+                if index
+                    .iter()
+                    .any(|i| matches!(i, SliceItem::Range { step, .. } if step.unsigned_abs() > MAX_STEP as u64)) =>
+            {
+                let index = index
+                    .iter()
+                    .map(|&item| match item {
+                        SliceItem::Range { start, end, step } => {
+                            SliceItem::Range { start, end, step: step.clamp(-MAX_STEP, MAX_STEP) }
+                        }
+                        other => other,
+                    })
+                    .collect();
+                Ok(Cow::Owned(Instr::Slice { dst: *dst, src: *src, index }))
+            }
+            Instr::Split { src, axis, spec, .. } => {
+                // `split_sizes` lists every piece before it compares the count with the
+                // results named, so bound that list like any other allocation.
+                let a = self.get(instr.mnemonic(), *src)?;
+                if let Ok(axis) = shape::normalize_axis(*axis, a.ndim()) {
+                    let len = a.shape()[axis];
+                    let pieces = match spec {
+                        SplitSpec::Size(n) => len / (*n).max(1) + 1,
+                        SplitSpec::Chunks(c) => (*c).min(len) + 1,
+                        SplitSpec::Sizes(_) => 0,
+                    };
+                    let bytes = pieces.saturating_mul(std::mem::size_of::<usize>());
+                    if bytes > self.max_tensor_bytes {
+                        return Err(RuntimeError::TooLarge {
+                            op: instr.mnemonic(),
+                            bytes,
+                            limit: self.max_tensor_bytes,
+                        });
+                    }
+                }
+                Ok(Cow::Borrowed(instr))
+            }
+            _ => Ok(Cow::Borrowed(instr)),
+        }
+    }
+
+    /// Checks a result fits the memory limit and can be addressed.
+    fn check_result(&self, op: &'static str, shape: &Shape) -> Result<(), RuntimeError> {
+        let bytes = shape.checked_numel().and_then(|n| n.checked_mul(ELEMENT_BYTES)).unwrap_or(usize::MAX);
+        if bytes > self.max_tensor_bytes {
+            return Err(RuntimeError::TooLarge { op, bytes, limit: self.max_tensor_bytes });
+        }
+        // An empty tensor needs no bytes but may still name absurd dimensions, which would
+        // overflow the type rules' arithmetic (concat sums, slice bounds) and ndarray's
+        // checks; bounding the nonzero ones keeps every later step in range.
+        let extent = shape.dims().iter().filter(|&&d| d != 0).try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        if !matches!(extent, Some(e) if e <= MAX_ELEMENTS) {
+            return Err(RuntimeError::Extent { op, shape: shape.clone() });
+        }
+        Ok(())
+    }
+
+    /// Computes the results of an instruction whose result `types` the type rule gave.
+    fn compute(&self, instr: &Instr, types: &[TensorType]) -> Result<Vec<Tensor>, RuntimeError> {
+        let op = instr.mnemonic();
+        let type_error = |source| RuntimeError::Type { op, source };
+        let dims = || types.first().map_or(&[][..], |t| t.shape.dims());
+        let result = match instr {
+            Instr::Randn { seed, .. } => random_tensor(dims(), |i| random::normal(*seed, i)),
+            Instr::Rand { seed, .. } => random_tensor(dims(), |i| random::uniform(*seed, i)),
+            Instr::Zeros { .. } => Tensor::zeros(dims()),
+            Instr::Ones { .. } => Tensor::ones(dims()),
+            Instr::Full { value, .. } => Tensor::from_elem(dims(), *value as f32),
+            Instr::Arange { start, step, .. } => arange(*start, *step, dims()),
+            Instr::Literal { data, .. } => from_vec(dims(), data.clone()),
+            Instr::Unary { op: unary_op, src, .. } => unary(*unary_op, self.get(op, *src)?),
+            Instr::Binary { op: binary_op, lhs, rhs, .. } => {
+                binary(*binary_op, &self.operand(op, *lhs)?.view(), &self.operand(op, *rhs)?.view(), dims())
+            }
+            Instr::Where { cond, on_true, on_false, .. } => select(
+                &self.get(op, *cond)?.view(),
+                &self.operand(op, *on_true)?.view(),
+                &self.operand(op, *on_false)?.view(),
+                dims(),
+            ),
+            Instr::MatMul { lhs, rhs, .. } => {
+                matmul(self.get(op, *lhs)?, self.get(op, *rhs)?, dims()).map_err(type_error)?
+            }
+            Instr::Reduce { op: reduce_op, src, axes, .. } => {
+                let a = self.get(op, *src)?;
+                let axes = match axes {
+                    Some(axes) => shape::normalize_axes(axes, a.ndim()).map_err(type_error)?,
+                    None => (0..a.ndim()).collect(),
+                };
+                reduce(*reduce_op, a, &axes, dims())
+            }
+            Instr::Transpose { src, dim0, dim1, .. } => {
+                let a = self.get(op, *src)?;
+                let mut perm: Vec<usize> = (0..a.ndim()).collect();
+                perm.swap(
+                    shape::normalize_axis(*dim0, a.ndim()).map_err(type_error)?,
+                    shape::normalize_axis(*dim1, a.ndim()).map_err(type_error)?,
+                );
+                permute(a, &perm)
+            }
+            Instr::Permute { src, perm, .. } => {
+                let a = self.get(op, *src)?;
+                let perm = perm
+                    .iter()
+                    .map(|&p| shape::normalize_axis(p, a.ndim()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(type_error)?;
+                permute(a, &perm)
+            }
+            Instr::Reshape { src, .. } | Instr::Squeeze { src, .. } | Instr::Unsqueeze { src, .. } => {
+                reshaped(self.get(op, *src)?.view(), dims())
+            }
+            Instr::BroadcastTo { src, .. } => broadcast(&self.get(op, *src)?.view(), dims()).to_owned(),
+            Instr::Concat { srcs, axis, .. } => {
+                let views =
+                    srcs.iter().map(|&v| Ok(self.get(op, v)?.view())).collect::<Result<Vec<_>, RuntimeError>>()?;
+                let rank = views.first().map_or(0, |v| v.ndim());
+                concat(&views, shape::normalize_axis(*axis, rank).map_err(type_error)?, dims())
+            }
+            Instr::Slice { src, index, .. } => {
+                let a = self.get(op, *src)?;
+                slice(a, &shape::resolve_slice(index, &Shape::from(a.shape())).map_err(type_error)?)
+            }
+            Instr::Split { src, axis, .. } => {
+                let a = self.get(op, *src)?;
+                return Ok(split(a, shape::normalize_axis(*axis, a.ndim()).map_err(type_error)?, types));
+            }
+            Instr::Free { .. } | Instr::GetData { .. } => return Ok(Vec::new()),
+        };
+        Ok(vec![result])
+    }
+}
+
+impl Default for Interpreter {
+    fn default() -> Interpreter {
+        Interpreter::new()
+    }
+}
+
+impl fmt::Debug for Interpreter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The values themselves can be gigabytes; show the bookkeeping only.
+        f.debug_struct("Interpreter")
+            .field("live_values", &self.live_values())
+            .field("live_bytes", &self.live_bytes())
+            .field("max_tensor_bytes", &self.max_tensor_bytes)
+            .finish()
+    }
+}
+
+impl Executor for Interpreter {
+    type Error = RuntimeError;
+
+    fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
+        Interpreter::execute(self, instr)
+    }
+
+    fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
+        Interpreter::read(self, value)
+    }
+}
+
+/// `a` itself when row-major contiguous, else a row-major copy.
+fn standard(a: Tensor) -> Tensor {
+    if a.is_standard_layout() {
+        a
+    } else {
+        a.as_standard_layout().into_owned()
+    }
+}
+
+/// A tensor from row-major data whose length the type rule already checked.
+fn from_vec(dims: &[usize], data: Vec<f32>) -> Tensor {
+    Tensor::from_shape_vec(dims, data).expect("the type rule fixed the element count")
+}
+
+/// A row-major copy of `a` with a new shape of the same element count.
+fn reshaped(a: ArrayViewD<'_, f32>, dims: &[usize]) -> Tensor {
+    standard(a.to_shape(dims).expect("the type rule kept the element count").into_owned())
+}
+
+/// `a` stretched to `dims` (a view with zero strides on broadcast axes).
+fn broadcast<'a>(a: &'a ArrayViewD<'_, f32>, dims: &[usize]) -> ArrayViewD<'a, f32> {
+    a.broadcast(dims).expect("the type rule checked the shapes broadcast")
+}
+
+fn random_tensor(dims: &[usize], element: impl Fn(u64) -> f32) -> Tensor {
+    let n = dims.iter().product::<usize>() as u64;
+    from_vec(dims, (0..n).map(element).collect())
+}
+
+fn arange(start: f64, step: f64, dims: &[usize]) -> Tensor {
+    // Each element is computed from its index in f64 (no accumulated rounding), then cast.
+    let n = dims.first().copied().unwrap_or(0);
+    from_vec(dims, (0..n).map(|i| (start + i as f64 * step) as f32).collect())
+}
+
+fn unary(op: UnaryOp, a: &Tensor) -> Tensor {
+    match op {
+        UnaryOp::Neg => a.mapv(|x| -x),
+        UnaryOp::Abs => a.mapv(f32::abs),
+        // `x < 0` is false for NaN, which therefore passes through as in PyTorch.
+        UnaryOp::Relu => a.mapv(|x| if x < 0.0 { 0.0 } else { x }),
+        UnaryOp::Sigmoid => a.mapv(sigmoid),
+        UnaryOp::Tanh => a.mapv(f32::tanh),
+        UnaryOp::Exp => a.mapv(f32::exp),
+        UnaryOp::Log => a.mapv(f32::ln),
+        UnaryOp::Sqrt => a.mapv(f32::sqrt),
+        UnaryOp::Rsqrt => a.mapv(|x| 1.0 / x.sqrt()),
+    }
+}
+
+/// The logistic function, without overflowing `exp` for large `|x|`.
+fn sigmoid(x: f32) -> f32 {
+    if x < 0.0 {
+        let e = x.exp();
+        e / (1.0 + e)
+    } else {
+        1.0 / (1.0 + (-x).exp())
+    }
+}
+
+fn truth(b: bool) -> f32 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// The larger of two values; NaN if either is (like `numpy.maximum`).
+fn nan_max(x: f32, y: f32) -> f32 {
+    if x >= y || x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// The smaller of two values; NaN if either is (like `numpy.minimum`).
+fn nan_min(x: f32, y: f32) -> f32 {
+    if x <= y || x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: &[usize]) -> Tensor {
+    // One monomorphised loop per op: the match is outside the element loop.
+    fn zip(a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: &[usize], f: impl Fn(f32, f32) -> f32) -> Tensor {
+        Zip::from(&broadcast(a, dims)).and(&broadcast(b, dims)).map_collect(|&x, &y| f(x, y))
+    }
+    match op {
+        BinaryOp::Add => zip(a, b, dims, |x, y| x + y),
+        BinaryOp::Sub => zip(a, b, dims, |x, y| x - y),
+        BinaryOp::Mul => zip(a, b, dims, |x, y| x * y),
+        BinaryOp::Div => zip(a, b, dims, |x, y| x / y),
+        BinaryOp::Pow => zip(a, b, dims, f32::powf),
+        BinaryOp::Maximum => zip(a, b, dims, nan_max),
+        BinaryOp::Minimum => zip(a, b, dims, nan_min),
+        BinaryOp::Eq => zip(a, b, dims, |x, y| truth(x == y)),
+        BinaryOp::Ne => zip(a, b, dims, |x, y| truth(x != y)),
+        BinaryOp::Lt => zip(a, b, dims, |x, y| truth(x < y)),
+        BinaryOp::Le => zip(a, b, dims, |x, y| truth(x <= y)),
+        BinaryOp::Gt => zip(a, b, dims, |x, y| truth(x > y)),
+        BinaryOp::Ge => zip(a, b, dims, |x, y| truth(x >= y)),
+    }
+}
+
+/// `where`: `on_true` where `cond` is nonzero (NaN included), else `on_false`.
+fn select(
+    cond: &ArrayViewD<'_, f32>,
+    on_true: &ArrayViewD<'_, f32>,
+    on_false: &ArrayViewD<'_, f32>,
+    dims: &[usize],
+) -> Tensor {
+    Zip::from(&broadcast(cond, dims))
+        .and(&broadcast(on_true, dims))
+        .and(&broadcast(on_false, dims))
+        .map_collect(|&c, &t, &f| if c != 0.0 { t } else { f })
+}
+
+/// NumPy `matmul`: one `sgemm` per (broadcast) batch index, on strided views.
+fn matmul(a: &Tensor, b: &Tensor, dims: &[usize]) -> Result<Tensor, TypeError> {
+    // A 1-d operand becomes a row (left) or a column (right); the type rule already
+    // dropped that axis from `dims`, and dropping a size-1 axis keeps row-major order.
+    let a = if a.ndim() == 1 { a.view().insert_axis(Axis(0)) } else { a.view() };
+    let b = if b.ndim() == 1 { b.view().insert_axis(Axis(1)) } else { b.view() };
+    let (ra, rb) = (a.ndim(), b.ndim());
+    let (m, k, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 1]);
+    let batch = shape::broadcast_shapes(&Shape::from(&a.shape()[..ra - 2]), &Shape::from(&b.shape()[..rb - 2]))?;
+    let with = |rows: usize, cols: usize| batch.dims().iter().copied().chain([rows, cols]).collect::<Vec<_>>();
+    let (a, b) = (broadcast(&a, &with(m, k)), broadcast(&b, &with(k, n)));
+    let mut out = Tensor::zeros(with(m, n));
+    // An empty product leaves the zeros (k == 0 is a sum of nothing).
+    if m > 0 && n > 0 && k > 0 {
+        for index in ndarray::indices(batch.dims()) {
+            let index = index.slice();
+            let mut c = out.view_mut();
+            for &i in index {
+                c = c.index_axis_move(Axis(0), i);
+            }
+            gemm(matrix(a.view(), index), matrix(b.view(), index), c);
+        }
+    }
+    Ok(reshaped(out.view(), dims))
+}
+
+/// The matrix at one batch index of a batched view.
+fn matrix<'a>(mut a: ArrayViewD<'a, f32>, index: &[usize]) -> ArrayViewD<'a, f32> {
+    for &i in index {
+        a = a.index_axis_move(Axis(0), i);
+    }
+    a
+}
+
+/// `c = a b` for 2-d views `a` (m x k), `b` (k x n) and a contiguous `c` (m x n).
+#[allow(unsafe_code)]
+fn gemm(a: ArrayViewD<'_, f32>, b: ArrayViewD<'_, f32>, mut c: ArrayViewMutD<'_, f32>) {
+    let (m, k, n) = (a.shape()[0], a.shape()[1], b.shape()[1]);
+    debug_assert_eq!((b.shape()[0], c.shape()), (k, &[m, n][..]));
+    let (sa, sb, sc) = (a.strides(), b.strides(), c.strides().to_vec());
+    // SAFETY: the pointers and strides come from live views of exactly these shapes
+    // (m x k, k x n, m x n), so every element sgemm reads or writes is inside its array.
+    // `c` is a view into a freshly allocated row-major array, so its strides do not alias
+    // two elements, and it is borrowed mutably while `a` and `b` are only read.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            sa[0],
+            sa[1],
+            b.as_ptr(),
+            sb[0],
+            sb[1],
+            0.0,
+            c.as_mut_ptr(),
+            sc[0],
+            sc[1],
+        );
+    }
+}
+
+/// Reduces `axes` (sorted, distinct) of `a` into a tensor of shape `dims`.
+fn reduce(op: ReduceOp, a: &Tensor, axes: &[usize], dims: &[usize]) -> Tensor {
+    // Move the reduced axes last and view the tensor as rows: one row per result element,
+    // in row-major order of the kept axes, which is also the order with `keepdim`.
+    let kept: Vec<usize> = (0..a.ndim()).filter(|i| !axes.contains(i)).collect();
+    let extent = |axes: &[usize]| axes.iter().map(|&i| a.shape()[i]).product::<usize>();
+    let (outer, inner) = (extent(&kept), extent(axes));
+    let perm: Vec<usize> = kept.iter().chain(axes).copied().collect();
+    let moved = a.view().permuted_axes(perm);
+    let rows = moved.to_shape((outer, inner)).expect("the same element count");
+    // Sums accumulate in f64 so the reference is at least as accurate as any backend.
+    let sum = |row: ndarray::ArrayView1<'_, f32>| row.iter().map(|&x| f64::from(x)).sum::<f64>();
+    let values = rows
+        .rows()
+        .into_iter()
+        .map(|row| match op {
+            ReduceOp::Sum => sum(row) as f32,
+            // 0 / 0 makes the mean of nothing NaN, as in NumPy.
+            ReduceOp::Mean => (sum(row) / inner as f64) as f32,
+            ReduceOp::Max => row.fold(f32::NEG_INFINITY, |m, &x| nan_max(m, x)),
+            ReduceOp::Min => row.fold(f32::INFINITY, |m, &x| nan_min(m, x)),
+        })
+        .collect();
+    from_vec(dims, values)
+}
+
+/// Result axis `i` is operand axis `perm[i]`.
+fn permute(a: &Tensor, perm: &[usize]) -> Tensor {
+    a.view().permuted_axes(perm).as_standard_layout().into_owned()
+}
+
+/// Joins `views` along `axis` into the result shape `dims`.
+fn concat(views: &[ArrayViewD<'_, f32>], axis: usize, dims: &[usize]) -> Tensor {
+    // Block copies into the result; `ndarray::concatenate` is several times slower off
+    // axis 0.
+    let mut out = Tensor::zeros(dims);
+    let mut start = 0;
+    for v in views {
+        let len = v.shape()[axis];
+        out.slice_axis_mut(Axis(axis), Slice::from(start..start + len)).assign(v);
+        start += len;
+    }
+    out
+}
+
+/// Basic indexing: take each input axis's selected elements, then reshape (which drops
+/// indexed axes and inserts new ones without moving any element).
+fn slice(a: &Tensor, resolved: &ResolvedSlice) -> Tensor {
+    let mut view = a.view();
+    for (axis, s) in resolved.axes.iter().enumerate() {
+        // Elements `start + j * step` for `j < len`, as the ascending range they span,
+        // walked backwards afterwards when the step is negative.
+        let step = s.step.unsigned_abs() as usize;
+        let span = s.len.saturating_sub(1) * step;
+        let (lo, hi) = match (s.len, s.step > 0) {
+            (0, _) => (0, 0),
+            (_, true) => (s.start, s.start + span + 1),
+            (_, false) => (s.start - span, s.start + 1),
+        };
+        view.slice_axis_inplace(Axis(axis), Slice::new(lo as isize, Some(hi as isize), step as isize));
+        if s.step < 0 {
+            view.invert_axis(Axis(axis));
+        }
+    }
+    reshaped(view, resolved.shape.dims())
+}
+
+/// Contiguous copies of consecutive pieces along `axis`, sized as the result `types` say.
+fn split(a: &Tensor, axis: usize, types: &[TensorType]) -> Vec<Tensor> {
+    let mut start = 0;
+    types
+        .iter()
+        .map(|t| {
+            let len = t.shape.dims()[axis];
+            let piece = a.slice_axis(Axis(axis), Slice::from(start..start + len));
+            start += len;
+            piece.as_standard_layout().into_owned()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gt_ir::DType;
+    use proptest::prelude::*;
+
+    fn v(i: u32) -> ValueId {
+        ValueId(i)
+    }
+
+    fn lit(it: &mut Interpreter, dst: u32, dims: &[usize], data: &[f32]) {
+        it.execute(&Instr::Literal { dst: v(dst), ty: TensorType::f32(dims.to_vec()), data: data.to_vec() }).unwrap();
+    }
+
+    /// Runs `instr` and reads its first result.
+    fn run(it: &mut Interpreter, instr: Instr) -> HostTensor {
+        let dst = instr.results()[0];
+        it.execute(&instr).unwrap();
+        it.read(dst).unwrap()
+    }
+
+    fn assert_tensor(t: &HostTensor, dims: &[usize], data: &[f32]) {
+        assert_eq!(t.ty, TensorType::f32(dims.to_vec()), "shape of {t}");
+        assert_eq!(t.data.len(), data.len(), "length of {t}");
+        for (i, (&x, &y)) in t.data.iter().zip(data).enumerate() {
+            let ok = (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= 1e-6 * (1.0 + y.abs());
+            assert!(ok, "element {i}: got {x}, expected {y} (in {t})");
+        }
+    }
+
+    fn val(i: u32) -> Operand {
+        Operand::Value(v(i))
+    }
+
+    fn range(start: Option<i64>, end: Option<i64>, step: i64) -> SliceItem {
+        SliceItem::Range { start, end, step }
+    }
+
+    fn iota(n: usize) -> Vec<f32> {
+        (0..n).map(|i| i as f32).collect()
+    }
+
+    fn binary_instr(op: BinaryOp, lhs: Operand, rhs: Operand) -> Instr {
+        Instr::Binary { dst: v(100), op, lhs, rhs }
+    }
+
+    // ---- creation ----
+
+    #[test]
+    fn creation_ops() {
+        let mut it = Interpreter::new();
+        let t = run(&mut it, Instr::Zeros { dst: v(0), ty: TensorType::f32(vec![2, 2]) });
+        assert_tensor(&t, &[2, 2], &[0.0; 4]);
+        let t = run(&mut it, Instr::Ones { dst: v(0), ty: TensorType::f32(vec![3]) });
+        assert_tensor(&t, &[3], &[1.0; 3]);
+        let t = run(&mut it, Instr::Full { dst: v(0), ty: TensorType::f32(vec![]), value: 2.5 });
+        assert_tensor(&t, &[], &[2.5]);
+        let t = run(&mut it, Instr::Zeros { dst: v(0), ty: TensorType::f32(vec![0, 3]) });
+        assert_tensor(&t, &[0, 3], &[]);
+        let t =
+            run(&mut it, Instr::Literal { dst: v(0), ty: TensorType::f32(vec![2, 2]), data: vec![1.0, 2.0, 3.0, 4.0] });
+        assert_tensor(&t, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    }
+
+    #[test]
+    fn arange_matches_numpy() {
+        let mut it = Interpreter::new();
+        let mut arange =
+            |start, end, step| run(&mut it, Instr::Arange { dst: v(0), dtype: DType::F32, start, end, step });
+        assert_tensor(&arange(0.0, 5.0, 1.0), &[5], &[0.0, 1.0, 2.0, 3.0, 4.0]);
+        assert_tensor(&arange(1.0, 2.0, 0.25), &[4], &[1.0, 1.25, 1.5, 1.75]);
+        assert_tensor(&arange(5.0, 0.0, -2.0), &[3], &[5.0, 3.0, 1.0]);
+        assert_tensor(&arange(3.0, 0.0, 1.0), &[0], &[]);
+        // f64 index arithmetic: no drift after many steps.
+        let t = arange(0.0, 1.0, 0.1);
+        assert_eq!(t.data.len(), 10);
+        assert_eq!(t.data[9], (0.0 + 9.0 * 0.1f64) as f32);
+    }
+
+    #[test]
+    fn random_tensors_follow_the_counter_rng() {
+        let mut it = Interpreter::new();
+        let a = run(&mut it, Instr::Randn { dst: v(0), ty: TensorType::f32(vec![3, 4]), seed: 5 });
+        let b = run(&mut it, Instr::Randn { dst: v(1), ty: TensorType::f32(vec![3, 4]), seed: 5 });
+        assert_eq!(a, b);
+        let expected: Vec<f32> = (0..12).map(|i| random::normal(5, i)).collect();
+        assert_eq!(a.data, expected);
+        let u = run(&mut it, Instr::Rand { dst: v(2), ty: TensorType::f32(vec![2, 5]), seed: 9 });
+        let expected: Vec<f32> = (0..10).map(|i| random::uniform(9, i)).collect();
+        assert_eq!(u.data, expected);
+        assert!(u.data.iter().all(|&x| (0.0..1.0).contains(&x)));
+        let c = run(&mut it, Instr::Randn { dst: v(3), ty: TensorType::f32(vec![3, 4]), seed: 6 });
+        assert_ne!(a.data, c.data);
+    }
+
+    // ---- unary ----
+
+    #[test]
+    fn unary_ops() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[4], &[-2.0, -0.5, 1.0, 4.0]);
+        lit(&mut it, 1, &[3], &[1.0, 4.0, 0.25]);
+        let mut un = |op, src| run(&mut it, Instr::Unary { dst: v(9), op, src: v(src) });
+        assert_tensor(&un(UnaryOp::Neg, 0), &[4], &[2.0, 0.5, -1.0, -4.0]);
+        assert_tensor(&un(UnaryOp::Abs, 0), &[4], &[2.0, 0.5, 1.0, 4.0]);
+        assert_tensor(&un(UnaryOp::Relu, 0), &[4], &[0.0, 0.0, 1.0, 4.0]);
+        assert_tensor(&un(UnaryOp::Sqrt, 1), &[3], &[1.0, 2.0, 0.5]);
+        assert_tensor(&un(UnaryOp::Rsqrt, 1), &[3], &[1.0, 0.5, 2.0]);
+        assert_tensor(&un(UnaryOp::Exp, 1), &[3], &[1f32.exp(), 4f32.exp(), 0.25f32.exp()]);
+        assert_tensor(&un(UnaryOp::Log, 1), &[3], &[0.0, 4f32.ln(), 0.25f32.ln()]);
+        assert_tensor(&un(UnaryOp::Tanh, 0), &[4], &[(-2f32).tanh(), (-0.5f32).tanh(), 1f32.tanh(), 4f32.tanh()]);
+        let s = un(UnaryOp::Sigmoid, 0);
+        assert_tensor(&s, &[4], &[0.11920292, 0.37754067, 0.7310586, 0.98201376]);
+    }
+
+    #[test]
+    fn sigmoid_is_stable_and_special_values_propagate() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[4], &[-200.0, 200.0, 0.0, f32::NAN]);
+        let s = run(&mut it, Instr::Unary { dst: v(1), op: UnaryOp::Sigmoid, src: v(0) });
+        assert_tensor(&s, &[4], &[0.0, 1.0, 0.5, f32::NAN]);
+        let r = run(&mut it, Instr::Unary { dst: v(1), op: UnaryOp::Relu, src: v(0) });
+        assert_tensor(&r, &[4], &[0.0, 200.0, 0.0, f32::NAN]);
+        lit(&mut it, 2, &[2], &[-1.0, 0.0]);
+        let l = run(&mut it, Instr::Unary { dst: v(3), op: UnaryOp::Log, src: v(2) });
+        assert!(l.data[0].is_nan());
+        assert_eq!(l.data[1], f32::NEG_INFINITY);
+    }
+
+    // ---- binary ----
+
+    #[test]
+    fn binary_broadcasts_on_both_sides() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[3, 1], &[0.0, 10.0, 20.0]);
+        lit(&mut it, 1, &[4], &[1.0, 2.0, 3.0, 4.0]);
+        let t = run(&mut it, binary_instr(BinaryOp::Add, val(0), val(1)));
+        assert_tensor(&t, &[3, 4], &[1., 2., 3., 4., 11., 12., 13., 14., 21., 22., 23., 24.]);
+        let t = run(&mut it, binary_instr(BinaryOp::Sub, val(1), val(0)));
+        assert_tensor(&t, &[3, 4], &[1., 2., 3., 4., -9., -8., -7., -6., -19., -18., -17., -16.]);
+    }
+
+    #[test]
+    fn binary_with_scalars() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let t = run(&mut it, binary_instr(BinaryOp::Mul, val(0), Operand::Scalar(0.5)));
+        assert_tensor(&t, &[2, 2], &[0.5, 1.0, 1.5, 2.0]);
+        let t = run(&mut it, binary_instr(BinaryOp::Sub, Operand::Scalar(1.0), val(0)));
+        assert_tensor(&t, &[2, 2], &[0.0, -1.0, -2.0, -3.0]);
+        let t = run(&mut it, binary_instr(BinaryOp::Div, Operand::Scalar(1.0), val(0)));
+        assert_tensor(&t, &[2, 2], &[1.0, 0.5, 1.0 / 3.0, 0.25]);
+        let t = run(&mut it, binary_instr(BinaryOp::Pow, val(0), Operand::Scalar(2.0)));
+        assert_tensor(&t, &[2, 2], &[1.0, 4.0, 9.0, 16.0]);
+        let t = run(&mut it, binary_instr(BinaryOp::Add, Operand::Scalar(2.0), Operand::Scalar(3.0)));
+        assert_tensor(&t, &[], &[5.0]);
+    }
+
+    #[test]
+    fn maximum_minimum_and_comparisons() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[4], &[1.0, 5.0, f32::NAN, 3.0]);
+        lit(&mut it, 1, &[4], &[2.0, 5.0, 0.0, f32::NAN]);
+        let mut bin = |op| run(&mut it, binary_instr(op, val(0), val(1)));
+        assert_tensor(&bin(BinaryOp::Maximum), &[4], &[2.0, 5.0, f32::NAN, f32::NAN]);
+        assert_tensor(&bin(BinaryOp::Minimum), &[4], &[1.0, 5.0, f32::NAN, f32::NAN]);
+        assert_tensor(&bin(BinaryOp::Eq), &[4], &[0.0, 1.0, 0.0, 0.0]);
+        assert_tensor(&bin(BinaryOp::Ne), &[4], &[1.0, 0.0, 1.0, 1.0]);
+        assert_tensor(&bin(BinaryOp::Lt), &[4], &[1.0, 0.0, 0.0, 0.0]);
+        assert_tensor(&bin(BinaryOp::Le), &[4], &[1.0, 1.0, 0.0, 0.0]);
+        assert_tensor(&bin(BinaryOp::Gt), &[4], &[0.0, 0.0, 0.0, 0.0]);
+        assert_tensor(&bin(BinaryOp::Ge), &[4], &[0.0, 1.0, 0.0, 0.0]);
+        // IEEE (and NumPy): nan ** 0 is 1.
+        assert_tensor(&bin(BinaryOp::Pow), &[4], &[1.0, 3125.0, 1.0, f32::NAN]);
+    }
+
+    #[test]
+    fn where_broadcasts_three_ways() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2, 1], &[1.0, 0.0]);
+        lit(&mut it, 1, &[3], &[1.0, 2.0, 3.0]);
+        let t = run(&mut it, Instr::Where { dst: v(2), cond: v(0), on_true: val(1), on_false: Operand::Scalar(-1.0) });
+        assert_tensor(&t, &[2, 3], &[1.0, 2.0, 3.0, -1.0, -1.0, -1.0]);
+        lit(&mut it, 3, &[3], &[0.0, f32::NAN, -2.0]);
+        let t = run(
+            &mut it,
+            Instr::Where { dst: v(4), cond: v(3), on_true: Operand::Scalar(7.0), on_false: Operand::Scalar(8.0) },
+        );
+        assert_tensor(&t, &[3], &[8.0, 7.0, 7.0]);
+    }
+
+    // ---- matmul ----
+
+    #[test]
+    fn matmul_2d() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        lit(&mut it, 1, &[3, 2], &[7., 8., 9., 10., 11., 12.]);
+        let t = run(&mut it, Instr::MatMul { dst: v(2), lhs: v(0), rhs: v(1) });
+        assert_tensor(&t, &[2, 2], &[58., 64., 139., 154.]);
+    }
+
+    #[test]
+    fn matmul_1d_promotions() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        lit(&mut it, 1, &[3], &[1., 0., -1.]);
+        lit(&mut it, 2, &[2], &[1., 1.]);
+        let t = run(&mut it, Instr::MatMul { dst: v(3), lhs: v(0), rhs: v(1) });
+        assert_tensor(&t, &[2], &[-2., -2.]);
+        let t = run(&mut it, Instr::MatMul { dst: v(3), lhs: v(2), rhs: v(0) });
+        assert_tensor(&t, &[3], &[5., 7., 9.]);
+        let t = run(&mut it, Instr::MatMul { dst: v(3), lhs: v(1), rhs: v(1) });
+        assert_tensor(&t, &[], &[2.]);
+    }
+
+    #[test]
+    fn matmul_batched_with_broadcast() {
+        let mut it = Interpreter::new();
+        // [2, 1, 1, 2] @ [3, 2, 1] -> [2, 3, 1, 1]
+        lit(&mut it, 0, &[2, 1, 1, 2], &[1., 2., 3., 4.]);
+        lit(&mut it, 1, &[3, 2, 1], &[1., 0., 0., 1., 1., 1.]);
+        let t = run(&mut it, Instr::MatMul { dst: v(2), lhs: v(0), rhs: v(1) });
+        assert_tensor(&t, &[2, 3, 1, 1], &[1., 2., 3., 3., 4., 7.]);
+        // A 1-d operand against a batch: [2] @ [3, 2, 1] -> [3, 1].
+        lit(&mut it, 3, &[2], &[10., 1.]);
+        let t = run(&mut it, Instr::MatMul { dst: v(4), lhs: v(3), rhs: v(1) });
+        assert_tensor(&t, &[3, 1], &[10., 1., 11.]);
+    }
+
+    #[test]
+    fn matmul_empty_dimensions() {
+        let mut it = Interpreter::new();
+        it.execute(&Instr::Zeros { dst: v(0), ty: TensorType::f32(vec![2, 0]) }).unwrap();
+        it.execute(&Instr::Zeros { dst: v(1), ty: TensorType::f32(vec![0, 3]) }).unwrap();
+        let t = run(&mut it, Instr::MatMul { dst: v(2), lhs: v(0), rhs: v(1) });
+        assert_tensor(&t, &[2, 3], &[0.0; 6]);
+        it.execute(&Instr::Zeros { dst: v(5), ty: TensorType::f32(vec![0, 2]) }).unwrap();
+        let t = run(&mut it, Instr::MatMul { dst: v(6), lhs: v(5), rhs: v(2) });
+        assert_eq!(t.ty.shape.dims(), &[0, 3]);
+        it.execute(&Instr::Zeros { dst: v(3), ty: TensorType::f32(vec![0, 2, 2]) }).unwrap();
+        let t = run(&mut it, Instr::MatMul { dst: v(4), lhs: v(3), rhs: v(3) });
+        assert_eq!(t.ty.shape.dims(), &[0, 2, 2]);
+    }
+
+    #[test]
+    fn matmul_reads_transposed_operands() {
+        // The transposed operand is stored row-major again, so this checks strides end to end.
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[3, 2], &[1., 4., 2., 5., 3., 6.]);
+        it.execute(&Instr::Transpose { dst: v(1), src: v(0), dim0: 0, dim1: 1 }).unwrap();
+        lit(&mut it, 2, &[3, 2], &[7., 8., 9., 10., 11., 12.]);
+        let t = run(&mut it, Instr::MatMul { dst: v(3), lhs: v(1), rhs: v(2) });
+        assert_tensor(&t, &[2, 2], &[58., 64., 139., 154.]);
+    }
+
+    // ---- reductions ----
+
+    fn reduce_instr(op: ReduceOp, axes: Option<Vec<i64>>, keepdim: bool) -> Instr {
+        Instr::Reduce { dst: v(9), op, src: v(0), axes, keepdim }
+    }
+
+    #[test]
+    fn reductions() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let mut red = |op, axes, keepdim| run(&mut it, reduce_instr(op, axes, keepdim));
+        assert_tensor(&red(ReduceOp::Sum, None, false), &[], &[21.]);
+        assert_tensor(&red(ReduceOp::Sum, None, true), &[1, 1], &[21.]);
+        assert_tensor(&red(ReduceOp::Sum, Some(vec![0]), false), &[3], &[5., 7., 9.]);
+        assert_tensor(&red(ReduceOp::Sum, Some(vec![-1]), true), &[2, 1], &[6., 15.]);
+        assert_tensor(&red(ReduceOp::Mean, Some(vec![1]), false), &[2], &[2., 5.]);
+        assert_tensor(&red(ReduceOp::Mean, Some(vec![0]), true), &[1, 3], &[2.5, 3.5, 4.5]);
+        assert_tensor(&red(ReduceOp::Max, Some(vec![0]), false), &[3], &[4., 5., 6.]);
+        assert_tensor(&red(ReduceOp::Min, Some(vec![1]), true), &[2, 1], &[1., 4.]);
+        assert_tensor(&red(ReduceOp::Max, Some(vec![]), false), &[2, 3], &[1., 2., 3., 4., 5., 6.]);
+    }
+
+    #[test]
+    fn reduce_over_non_adjacent_axes() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2, 3, 2], &iota(12));
+        let t = run(&mut it, reduce_instr(ReduceOp::Sum, Some(vec![0, 2]), false));
+        // Middle index j: sum of {2j, 2j+1, 6+2j, 7+2j}.
+        assert_tensor(&t, &[3], &[14., 22., 30.]);
+        let t = run(&mut it, reduce_instr(ReduceOp::Max, Some(vec![2, 0]), true));
+        assert_tensor(&t, &[1, 3, 1], &[7., 9., 11.]);
+    }
+
+    #[test]
+    fn reduce_nan_and_empty() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2, 2], &[1., f32::NAN, 3., 4.]);
+        let mut red = |op| run(&mut it, reduce_instr(op, Some(vec![1]), false));
+        assert_tensor(&red(ReduceOp::Max), &[2], &[f32::NAN, 4.]);
+        assert_tensor(&red(ReduceOp::Min), &[2], &[f32::NAN, 3.]);
+        assert_tensor(&red(ReduceOp::Sum), &[2], &[f32::NAN, 7.]);
+        it.execute(&Instr::Zeros { dst: v(0), ty: TensorType::f32(vec![2, 0]) }).unwrap();
+        assert_tensor(&run(&mut it, reduce_instr(ReduceOp::Sum, Some(vec![1]), false)), &[2], &[0., 0.]);
+        assert_tensor(&run(&mut it, reduce_instr(ReduceOp::Mean, None, false)), &[], &[f32::NAN]);
+        assert_tensor(&run(&mut it, reduce_instr(ReduceOp::Sum, Some(vec![0]), false)), &[0], &[]);
+        // Max over an empty axis has no value: the type rule refuses it.
+        let err = it.execute(&reduce_instr(ReduceOp::Max, Some(vec![1]), false)).unwrap_err();
+        assert!(matches!(err, RuntimeError::Type { op: "max", source: TypeError::EmptyReduction { .. } }));
+    }
+
+    // ---- layout ops ----
+
+    #[test]
+    fn transpose_and_permute() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let t = run(&mut it, Instr::Transpose { dst: v(1), src: v(0), dim0: -1, dim1: 0 });
+        assert_tensor(&t, &[3, 2], &[1., 4., 2., 5., 3., 6.]);
+        lit(&mut it, 2, &[2, 3, 4], &iota(24));
+        let t = run(&mut it, Instr::Permute { dst: v(3), src: v(2), perm: vec![2, 0, -2] });
+        assert_eq!(t.ty.shape.dims(), &[4, 2, 3]);
+        // Result [k, i, j] = input [i, j, k] = 12i + 4j + k.
+        for k in 0..4 {
+            for i in 0..2 {
+                for j in 0..3 {
+                    assert_eq!(t.data[k * 6 + i * 3 + j], (12 * i + 4 * j + k) as f32);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reshape_squeeze_unsqueeze() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2, 3], &iota(6));
+        let t = run(&mut it, Instr::Reshape { dst: v(1), src: v(0), shape: vec![3, -1] });
+        assert_tensor(&t, &[3, 2], &iota(6));
+        let t = run(&mut it, Instr::Reshape { dst: v(1), src: v(0), shape: vec![-1] });
+        assert_tensor(&t, &[6], &iota(6));
+        lit(&mut it, 2, &[1, 3, 1], &[1., 2., 3.]);
+        let t = run(&mut it, Instr::Squeeze { dst: v(3), src: v(2), axes: None });
+        assert_tensor(&t, &[3], &[1., 2., 3.]);
+        let t = run(&mut it, Instr::Squeeze { dst: v(3), src: v(2), axes: Some(vec![-1]) });
+        assert_tensor(&t, &[1, 3], &[1., 2., 3.]);
+        let t = run(&mut it, Instr::Unsqueeze { dst: v(3), src: v(0), axis: -1 });
+        assert_tensor(&t, &[2, 3, 1], &iota(6));
+        let t = run(&mut it, Instr::Unsqueeze { dst: v(3), src: v(0), axis: 1 });
+        assert_tensor(&t, &[2, 1, 3], &iota(6));
+        // A reshape of a transposed (re-stored) value uses its new row-major order.
+        it.execute(&Instr::Transpose { dst: v(4), src: v(0), dim0: 0, dim1: 1 }).unwrap();
+        let t = run(&mut it, Instr::Reshape { dst: v(5), src: v(4), shape: vec![6] });
+        assert_tensor(&t, &[6], &[0., 3., 1., 4., 2., 5.]);
+    }
+
+    #[test]
+    fn broadcast_to_and_concat() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2, 1], &[1., 2.]);
+        let t = run(&mut it, Instr::BroadcastTo { dst: v(1), src: v(0), shape: vec![3, 2, 2] });
+        assert_tensor(&t, &[3, 2, 2], &[1., 1., 2., 2., 1., 1., 2., 2., 1., 1., 2., 2.]);
+        lit(&mut it, 2, &[2, 2], &[3., 4., 5., 6.]);
+        let t = run(&mut it, Instr::Concat { dst: v(3), srcs: vec![v(0), v(2), v(0)], axis: -1 });
+        assert_tensor(&t, &[2, 4], &[1., 3., 4., 1., 2., 5., 6., 2.]);
+        let t = run(&mut it, Instr::Concat { dst: v(3), srcs: vec![v(2), v(2)], axis: 0 });
+        assert_tensor(&t, &[4, 2], &[3., 4., 5., 6., 3., 4., 5., 6.]);
+        let t = run(&mut it, Instr::Concat { dst: v(3), srcs: vec![v(2)], axis: 0 });
+        assert_tensor(&t, &[2, 2], &[3., 4., 5., 6.]);
+    }
+
+    // ---- slicing ----
+
+    fn slice_of(it: &mut Interpreter, index: Vec<SliceItem>) -> HostTensor {
+        run(it, Instr::Slice { dst: v(9), src: v(0), index })
+    }
+
+    #[test]
+    fn slice_ranges_and_negative_steps() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[6], &iota(6));
+        assert_tensor(&slice_of(&mut it, vec![range(None, None, -1)]), &[6], &[5., 4., 3., 2., 1., 0.]);
+        assert_tensor(&slice_of(&mut it, vec![range(Some(5), Some(1), -2)]), &[2], &[5., 3.]);
+        assert_tensor(&slice_of(&mut it, vec![range(Some(-2), None, -3)]), &[2], &[4., 1.]);
+        assert_tensor(&slice_of(&mut it, vec![range(Some(1), Some(-1), 2)]), &[2], &[1., 3.]);
+        assert_tensor(&slice_of(&mut it, vec![range(Some(-100), Some(100), 1)]), &[6], &iota(6));
+        assert_tensor(&slice_of(&mut it, vec![range(Some(4), Some(2), 1)]), &[0], &[]);
+        assert_tensor(&slice_of(&mut it, vec![range(Some(1), Some(4), -1)]), &[0], &[]);
+    }
+
+    #[test]
+    fn slice_indices_ellipsis_and_new_axes() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2, 3, 4], &iota(24));
+        // x[1] drops the first axis.
+        let t = slice_of(&mut it, vec![SliceItem::Index(1)]);
+        assert_tensor(&t, &[3, 4], &(12..24).map(|i| i as f32).collect::<Vec<_>>());
+        // x[..., -1]: last column of every row.
+        let t = slice_of(&mut it, vec![SliceItem::Ellipsis, SliceItem::Index(-1)]);
+        assert_tensor(&t, &[2, 3], &[3., 7., 11., 15., 19., 23.]);
+        // x[0, new, ::2, 1]
+        let t =
+            slice_of(&mut it, vec![SliceItem::Index(0), SliceItem::NewAxis, range(None, None, 2), SliceItem::Index(1)]);
+        assert_tensor(&t, &[1, 2], &[1., 9.]);
+        // x[new, ..., new] keeps everything between two new axes.
+        let t = slice_of(&mut it, vec![SliceItem::NewAxis, SliceItem::Ellipsis, SliceItem::NewAxis]);
+        assert_tensor(&t, &[1, 2, 3, 4, 1], &iota(24));
+        // x[::-1, 1, ::-2]
+        let t = slice_of(&mut it, vec![range(None, None, -1), SliceItem::Index(1), range(None, None, -2)]);
+        assert_tensor(&t, &[2, 2], &[19., 17., 7., 5.]);
+        // A single index on a 1-d tensor gives a 0-d one.
+        lit(&mut it, 0, &[3], &[7., 8., 9.]);
+        assert_tensor(&slice_of(&mut it, vec![SliceItem::Index(-1)]), &[], &[9.]);
+    }
+
+    // ---- split ----
+
+    fn split_of(it: &mut Interpreter, axis: i64, spec: SplitSpec, pieces: u32) -> Vec<HostTensor> {
+        let dsts: Vec<ValueId> = (10..10 + pieces).map(v).collect();
+        it.execute(&Instr::Split { dsts: dsts.clone(), src: v(0), axis, spec }).unwrap();
+        dsts.into_iter().map(|d| it.read(d).unwrap()).collect()
+    }
+
+    #[test]
+    fn split_and_chunk() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[5, 2], &iota(10));
+        let p = split_of(&mut it, 0, SplitSpec::Size(2), 3);
+        assert_tensor(&p[0], &[2, 2], &[0., 1., 2., 3.]);
+        assert_tensor(&p[1], &[2, 2], &[4., 5., 6., 7.]);
+        assert_tensor(&p[2], &[1, 2], &[8., 9.]);
+        let p = split_of(&mut it, -1, SplitSpec::Sizes(vec![1, 1]), 2);
+        assert_tensor(&p[0], &[5, 1], &[0., 2., 4., 6., 8.]);
+        assert_tensor(&p[1], &[5, 1], &[1., 3., 5., 7., 9.]);
+        // chunk 3 of 5: pieces of ceil(5/3) = 2.
+        let p = split_of(&mut it, 0, SplitSpec::Chunks(3), 3);
+        let sizes: Vec<usize> = p.iter().map(|t| t.ty.shape.dims()[0]).collect();
+        assert_eq!(sizes, [2, 2, 1]);
+        // chunk 4 of 5 gives only 3 pieces, as in torch.
+        let p = split_of(&mut it, 0, SplitSpec::Chunks(4), 3);
+        assert_tensor(&p[2], &[1, 2], &[8., 9.]);
+        let err = it
+            .execute(&Instr::Split { dsts: vec![v(1); 4], src: v(0), axis: 0, spec: SplitSpec::Chunks(4) })
+            .unwrap_err();
+        assert!(matches!(err, RuntimeError::Type { op: "chunk", source: TypeError::SplitResults { .. } }));
+    }
+
+    // ---- value lifetime ----
+
+    #[test]
+    fn overwrite_free_get_and_accounting() {
+        let mut it = Interpreter::new();
+        assert_eq!((it.live_values(), it.live_bytes()), (0, 0));
+        lit(&mut it, 0, &[2], &[1., 2.]);
+        lit(&mut it, 1, &[3], &[1., 2., 3.]);
+        assert_eq!((it.live_values(), it.live_bytes()), (2, 20));
+        // Re-running a loop body redefines a value, even from itself.
+        let t = run(&mut it, binary_instr(BinaryOp::Add, val(0), val(0)));
+        assert_tensor(&t, &[2], &[2., 4.]);
+        it.execute(&Instr::Binary { dst: v(0), op: BinaryOp::Mul, lhs: val(0), rhs: Operand::Scalar(3.0) }).unwrap();
+        assert_tensor(&it.read(v(0)).unwrap(), &[2], &[3., 6.]);
+        it.execute(&Instr::GetData { src: v(0) }).unwrap();
+        it.execute(&Instr::Free { src: v(0) }).unwrap();
+        assert_eq!(it.live_values(), 2);
+        assert_eq!(it.read(v(0)).unwrap_err(), RuntimeError::Undefined { op: "get", value: v(0) });
+        assert_eq!(
+            it.execute(&Instr::Free { src: v(0) }).unwrap_err(),
+            RuntimeError::Undefined { op: "free", value: v(0) }
+        );
+        assert!(it.execute(&Instr::GetData { src: v(0) }).is_err());
+    }
+
+    #[test]
+    fn runs_through_the_executor_trait() {
+        fn drive<E: Executor>(e: &mut E) -> HostTensor {
+            e.execute(&Instr::Full { dst: v(0), ty: TensorType::f32(vec![2]), value: 3.0 }).unwrap();
+            e.execute(&Instr::Unary { dst: v(1), op: UnaryOp::Sqrt, src: v(0) }).unwrap();
+            e.read(v(1)).unwrap()
+        }
+        assert_tensor(&drive(&mut Interpreter::default()), &[2], &[3f32.sqrt(); 2]);
+    }
+
+    // ---- errors ----
+
+    #[test]
+    fn undefined_operands_are_errors() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2], &[1., 2.]);
+        let err = it.execute(&binary_instr(BinaryOp::Add, val(0), val(3))).unwrap_err();
+        assert_eq!(err, RuntimeError::Undefined { op: "add", value: v(3) });
+        assert_eq!(err.to_string(), "add: value %3 is not defined");
+        let err = it.execute(&Instr::Concat { dst: v(1), srcs: vec![v(0), v(7)], axis: 0 }).unwrap_err();
+        assert_eq!(err, RuntimeError::Undefined { op: "concat", value: v(7) });
+        // Nothing was defined by the failed instructions.
+        assert_eq!(it.live_values(), 1);
+    }
+
+    #[test]
+    fn type_errors_leave_state_unchanged() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2, 3], &iota(6));
+        lit(&mut it, 1, &[4], &iota(4));
+        let err = it.execute(&binary_instr(BinaryOp::Add, val(0), val(1))).unwrap_err();
+        assert!(matches!(err, RuntimeError::Type { op: "add", source: TypeError::Broadcast { .. } }), "{err}");
+        assert!(err.to_string().starts_with("add: cannot broadcast [2, 3] with [4]"), "{err}");
+        let bad = [
+            Instr::MatMul { dst: v(5), lhs: v(0), rhs: v(0) },
+            Instr::Reshape { dst: v(5), src: v(0), shape: vec![4, -1] },
+            Instr::Transpose { dst: v(5), src: v(0), dim0: 0, dim1: 2 },
+            Instr::Permute { dst: v(5), src: v(0), perm: vec![0, 0] },
+            Instr::Squeeze { dst: v(5), src: v(0), axes: Some(vec![0]) },
+            Instr::Concat { dst: v(5), srcs: vec![v(0), v(1)], axis: 0 },
+            Instr::Concat { dst: v(5), srcs: vec![], axis: 0 },
+            Instr::Slice { dst: v(5), src: v(0), index: vec![SliceItem::Index(2)] },
+            Instr::Slice { dst: v(5), src: v(0), index: vec![range(None, None, 0)] },
+            Instr::BroadcastTo { dst: v(5), src: v(0), shape: vec![3, 3] },
+            Instr::Split { dsts: vec![v(5)], src: v(0), axis: 1, spec: SplitSpec::Sizes(vec![1, 1]) },
+            Instr::Literal { dst: v(5), ty: TensorType::f32(vec![2]), data: vec![1.0] },
+            Instr::Zeros { dst: v(5), ty: TensorType::new(DType::I32, vec![2]) },
+            Instr::Arange { dst: v(5), dtype: DType::F32, start: 0.0, end: 1.0, step: 0.0 },
+            Instr::Reduce { dst: v(5), op: ReduceOp::Sum, src: v(0), axes: Some(vec![1, -1]), keepdim: false },
+        ];
+        for instr in bad {
+            let err = it.execute(&instr).unwrap_err();
+            assert!(matches!(err, RuntimeError::Type { .. }), "{instr:?}: {err}");
+        }
+        assert_eq!(it.live_values(), 2);
+    }
+
+    #[test]
+    fn oversized_results_are_refused_before_allocation() {
+        let mut it = Interpreter::new();
+        let err =
+            it.execute(&Instr::Randn { dst: v(0), ty: TensorType::f32(vec![10_000_000_000]), seed: 0 }).unwrap_err();
+        assert_eq!(err.to_string(), "randn: result needs 40000000000 bytes, over the limit of 8589934592");
+        // Element counts past usize saturate rather than wrap.
+        let huge = 1usize << 40;
+        lit(&mut it, 0, &[1], &[1.0]);
+        it.execute(&Instr::Zeros { dst: v(1), ty: TensorType::f32(vec![huge, 0]) }).unwrap();
+        it.execute(&Instr::Zeros { dst: v(2), ty: TensorType::f32(vec![0, huge]) }).unwrap();
+        let err = it.execute(&Instr::BroadcastTo { dst: v(3), src: v(0), shape: vec![huge, huge] }).unwrap_err();
+        assert!(matches!(err, RuntimeError::TooLarge { .. } | RuntimeError::Type { .. }), "{err}");
+        // A small limit applies to every op.
+        let mut small = Interpreter::with_max_tensor_bytes(64);
+        assert_eq!(small.max_tensor_bytes(), 64);
+        lit(&mut small, 0, &[16], &iota(16));
+        let err = small.execute(&Instr::Ones { dst: v(1), ty: TensorType::f32(vec![17]) }).unwrap_err();
+        assert_eq!(err, RuntimeError::TooLarge { op: "ones", bytes: 68, limit: 64 });
+        lit(&mut small, 2, &[2, 1], &[1., 2.]);
+        let err = small.execute(&binary_instr(BinaryOp::Add, val(0), val(2))).unwrap_err();
+        assert_eq!(err, RuntimeError::TooLarge { op: "add", bytes: 128, limit: 64 });
+        let err = small.execute(&Instr::MatMul { dst: v(3), lhs: v(2), rhs: v(0) }).unwrap_err();
+        assert!(matches!(err, RuntimeError::Type { .. }), "{err}");
+        assert_eq!(small.live_values(), 2);
+    }
+
+    #[test]
+    fn absurd_shapes_of_empty_tensors_do_not_panic() {
+        let mut it = Interpreter::new();
+        let big = 1usize << 40;
+        // No bytes, but no way to address it either.
+        let err = it.execute(&Instr::Zeros { dst: v(0), ty: TensorType::f32(vec![usize::MAX, 0]) }).unwrap_err();
+        assert!(matches!(err, RuntimeError::Extent { op: "zeros", .. }), "{err}");
+        let err = it.execute(&Instr::Zeros { dst: v(0), ty: TensorType::f32(vec![big, 2, 0]) }).unwrap_err();
+        assert!(matches!(err, RuntimeError::Extent { .. }), "{err}");
+        // At the limit it is fine, and every op on it stays in range.
+        it.execute(&Instr::Zeros { dst: v(0), ty: TensorType::f32(vec![big, 0]) }).unwrap();
+        let err = it.execute(&Instr::Concat { dst: v(1), srcs: vec![v(0), v(0)], axis: 0 }).unwrap_err();
+        assert!(matches!(err, RuntimeError::Extent { op: "concat", .. }), "{err}");
+        let err = it.execute(&Instr::Reshape { dst: v(1), src: v(0), shape: vec![0, -1] }).unwrap_err();
+        assert!(matches!(err, RuntimeError::Type { .. }), "{err}");
+        let err = it.execute(&Instr::Reshape { dst: v(1), src: v(0), shape: vec![1 << 62, 0] }).unwrap_err();
+        assert!(matches!(err, RuntimeError::Extent { .. }), "{err}");
+        let err = it
+            .execute(&Instr::Split { dsts: vec![v(1), v(2)], src: v(0), axis: 0, spec: SplitSpec::Size(1) })
+            .unwrap_err();
+        assert!(matches!(err, RuntimeError::TooLarge { op: "split", .. }), "{err}");
+        let err = it
+            .execute(&Instr::Split { dsts: vec![v(1)], src: v(0), axis: 0, spec: SplitSpec::Chunks(usize::MAX) })
+            .unwrap_err();
+        assert!(matches!(err, RuntimeError::TooLarge { op: "chunk", .. }), "{err}");
+        it.execute(&Instr::Split { dsts: vec![v(1), v(2)], src: v(0), axis: 0, spec: SplitSpec::Chunks(2) }).unwrap();
+        assert_eq!(it.read(v(2)).unwrap().ty.shape.dims(), &[big / 2, 0]);
+        let t = run(&mut it, Instr::Slice { dst: v(3), src: v(0), index: vec![range(Some(-1), None, i64::MIN)] });
+        assert_eq!(t.ty.shape.dims(), &[1, 0]);
+        let t = run(&mut it, reduce_instr_on(v(0), ReduceOp::Mean, Some(vec![0])));
+        assert_eq!(t.ty.shape.dims(), &[0]);
+        // The mean over the empty axis is 2^40 NaNs: 4 TiB, refused.
+        let err = it.execute(&reduce_instr_on(v(0), ReduceOp::Mean, Some(vec![1]))).unwrap_err();
+        assert!(matches!(err, RuntimeError::TooLarge { op: "mean", .. }), "{err}");
+    }
+
+    fn reduce_instr_on(src: ValueId, op: ReduceOp, axes: Option<Vec<i64>>) -> Instr {
+        Instr::Reduce { dst: v(9), op, src, axes, keepdim: false }
+    }
+
+    #[test]
+    fn extreme_slice_steps_select_one_element() {
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[4], &iota(4));
+        let t = slice_of(&mut it, vec![range(Some(1), None, i64::MAX)]);
+        assert_tensor(&t, &[1], &[1.]);
+        let t = slice_of(&mut it, vec![range(None, None, i64::MIN)]);
+        assert_tensor(&t, &[1], &[3.]);
+        let t = slice_of(&mut it, vec![range(Some(i64::MIN), Some(i64::MAX), i64::MIN + 1)]);
+        assert_tensor(&t, &[0], &[]);
+    }
+
+    // ---- property tests against naive oracles ----
+
+    /// Deterministic test data: multiples of 0.5 in [-3, 3], so comparisons hit equality.
+    fn data(seed: u64, n: usize) -> Vec<f32> {
+        (0..n as u64).map(|i| (random::uniform(seed, i) * 13.0).floor() * 0.5 - 3.0).collect()
+    }
+
+    fn row_major_index(index: &[usize], dims: &[usize]) -> usize {
+        index.iter().zip(dims).fold(0, |acc, (&i, &d)| acc * d + i)
+    }
+
+    fn unravel(mut flat: usize, dims: &[usize]) -> Vec<usize> {
+        let mut index = vec![0; dims.len()];
+        for (i, &d) in dims.iter().enumerate().rev() {
+            index[i] = flat % d;
+            flat /= d;
+        }
+        index
+    }
+
+    /// The element of an operand of shape `dims` that broadcasting maps to `out_index`.
+    fn broadcast_index(out_index: &[usize], dims: &[usize]) -> usize {
+        let skip = out_index.len() - dims.len();
+        let index: Vec<usize> =
+            dims.iter().enumerate().map(|(i, &d)| if d == 1 { 0 } else { out_index[skip + i] }).collect();
+        row_major_index(&index, dims)
+    }
+
+    fn scalar_binary(op: BinaryOp, x: f32, y: f32) -> f32 {
+        let b = |c: bool| if c { 1.0 } else { 0.0 };
+        match op {
+            BinaryOp::Add => x + y,
+            BinaryOp::Sub => x - y,
+            BinaryOp::Mul => x * y,
+            BinaryOp::Div => x / y,
+            BinaryOp::Pow => x.powf(y),
+            BinaryOp::Maximum => {
+                if x.is_nan() || y.is_nan() {
+                    f32::NAN
+                } else {
+                    x.max(y)
+                }
+            }
+            BinaryOp::Minimum => {
+                if x.is_nan() || y.is_nan() {
+                    f32::NAN
+                } else {
+                    x.min(y)
+                }
+            }
+            BinaryOp::Eq => b(x == y),
+            BinaryOp::Ne => b(x != y),
+            BinaryOp::Lt => b(x < y),
+            BinaryOp::Le => b(x <= y),
+            BinaryOp::Gt => b(x > y),
+            BinaryOp::Ge => b(x >= y),
+        }
+    }
+
+    /// A shape and two shapes that broadcast to it (a suffix of it with some sizes 1).
+    fn broadcast_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>)> {
+        prop::collection::vec(0usize..4, 0..5).prop_flat_map(|out| {
+            let r = out.len();
+            let side = (0..=r, prop::collection::vec(any::<bool>(), r));
+            (Just(out), side.clone(), side).prop_map(move |(out, (ra, ma), (rb, mb))| {
+                let pick = |rank: usize, mask: &[bool]| {
+                    (r - rank..r).map(|i| if mask[i] { 1 } else { out[i] }).collect::<Vec<_>>()
+                };
+                let (a, b) = (pick(ra, &ma), pick(rb, &mb));
+                (out, a, b)
+            })
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn binary_matches_broadcasting_oracle(
+            (_, a_dims, b_dims) in broadcast_pair(),
+            op in prop::sample::select(BinaryOp::ALL.to_vec()),
+            seed in any::<u64>(),
+        ) {
+            let mut it = Interpreter::new();
+            let (a, b) = (data(seed, a_dims.iter().product()), data(seed ^ 1, b_dims.iter().product()));
+            lit(&mut it, 0, &a_dims, &a);
+            lit(&mut it, 1, &b_dims, &b);
+            let t = run(&mut it, binary_instr(op, val(0), val(1)));
+            let out = shape::broadcast_shapes(&Shape::from(a_dims.clone()), &Shape::from(b_dims.clone())).unwrap();
+            prop_assert_eq!(t.ty.shape.dims(), out.dims());
+            for (flat, &got) in t.data.iter().enumerate() {
+                let index = unravel(flat, out.dims());
+                let want = scalar_binary(op, a[broadcast_index(&index, &a_dims)], b[broadcast_index(&index, &b_dims)]);
+                prop_assert!(got == want || (got.is_nan() && want.is_nan()), "{:?} at {}: {} vs {}", op, flat, got, want);
+            }
+        }
+
+        #[test]
+        fn matmul_matches_triple_loop(
+            (_, a_batch, b_batch) in broadcast_pair(),
+            (m, k, n) in (0usize..5, 0usize..5, 0usize..5),
+            (a_vec, b_vec) in (any::<bool>(), any::<bool>()),
+            seed in any::<u64>(),
+        ) {
+            // 1-d operands have no batch dimensions.
+            let (a_batch, b_batch) = (if a_vec { vec![] } else { a_batch }, if b_vec { vec![] } else { b_batch });
+            let a_dims: Vec<usize> = if a_vec { vec![k] } else { a_batch.iter().copied().chain([m, k]).collect() };
+            let b_dims: Vec<usize> = if b_vec { vec![k] } else { b_batch.iter().copied().chain([k, n]).collect() };
+            let (m, n) = (if a_vec { 1 } else { m }, if b_vec { 1 } else { n });
+            let (a, b) = (data(seed, a_dims.iter().product()), data(seed ^ 1, b_dims.iter().product()));
+            let mut it = Interpreter::new();
+            lit(&mut it, 0, &a_dims, &a);
+            lit(&mut it, 1, &b_dims, &b);
+            let t = run(&mut it, Instr::MatMul { dst: v(2), lhs: v(0), rhs: v(1) });
+            let ty = shape::matmul_type(&TensorType::f32(a_dims), &TensorType::f32(b_dims)).unwrap();
+            prop_assert_eq!(&t.ty, &ty);
+            let batch = shape::broadcast_shapes(&Shape::from(a_batch.clone()), &Shape::from(b_batch.clone())).unwrap();
+            let mut want = Vec::new();
+            for flat in 0..batch.numel() {
+                let index = unravel(flat, batch.dims());
+                let (ao, bo) = (broadcast_index(&index, &a_batch) * m * k, broadcast_index(&index, &b_batch) * k * n);
+                for i in 0..m {
+                    for j in 0..n {
+                        want.push((0..k).map(|p| a[ao + i * k + p] * b[bo + p * n + j]).sum::<f32>());
+                    }
+                }
+            }
+            prop_assert_eq!(t.data.len(), want.len());
+            for (got, want) in t.data.iter().zip(&want) {
+                prop_assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "{} vs {}", got, want);
+            }
+        }
+
+        #[test]
+        fn slice_matches_gather_oracle(
+            dims in prop::collection::vec(0usize..6, 1..4),
+            items in prop::collection::vec(
+                prop_oneof![
+                    (prop::option::of(-8i64..8), prop::option::of(-8i64..8), prop::sample::select(vec![-3i64, -2, -1, 1, 2, 3]))
+                        .prop_map(|(start, end, step)| SliceItem::Range { start, end, step }),
+                    (-6i64..6).prop_map(SliceItem::Index),
+                    Just(SliceItem::NewAxis),
+                    Just(SliceItem::Ellipsis),
+                ],
+                0..4,
+            ),
+            seed in any::<u64>(),
+        ) {
+            let a = data(seed, dims.iter().product());
+            let mut it = Interpreter::new();
+            lit(&mut it, 0, &dims, &a);
+            let instr = Instr::Slice { dst: v(1), src: v(0), index: items.clone() };
+            match shape::resolve_slice(&items, &Shape::from(dims.clone())) {
+                Err(_) => prop_assert!(it.execute(&instr).is_err()),
+                Ok(resolved) => {
+                    let t = run(&mut it, instr);
+                    prop_assert_eq!(t.ty.shape.dims(), resolved.shape.dims());
+                    // Gather: every combination of selected indices, in row-major order.
+                    let picks: Vec<Vec<usize>> = resolved
+                        .axes
+                        .iter()
+                        .map(|s| (0..s.len).map(|j| (s.start as i64 + j as i64 * s.step) as usize).collect())
+                        .collect();
+                    let counts: Vec<usize> = picks.iter().map(Vec::len).collect();
+                    let want: Vec<f32> = (0..counts.iter().product())
+                        .map(|flat| {
+                            let index: Vec<usize> = unravel(flat, &counts).iter().zip(&picks).map(|(&j, p)| p[j]).collect();
+                            a[row_major_index(&index, &dims)]
+                        })
+                        .collect();
+                    prop_assert_eq!(t.data, want);
+                }
+            }
+        }
+
+        #[test]
+        fn reduce_matches_bucket_oracle(
+            dims in prop::collection::vec(0usize..4, 0..4),
+            axes_mask in prop::collection::vec(any::<bool>(), 4),
+            all in any::<bool>(),
+            keepdim in any::<bool>(),
+            op in prop::sample::select(ReduceOp::ALL.to_vec()),
+            seed in any::<u64>(),
+        ) {
+            let rank = dims.len();
+            let reduced: Vec<usize> = if all { (0..rank).collect() } else { (0..rank).filter(|&i| axes_mask[i]).collect() };
+            let axes = if all { None } else { Some(reduced.iter().map(|&i| i as i64 - rank as i64).collect()) };
+            let a = data(seed, dims.iter().product());
+            let mut it = Interpreter::new();
+            lit(&mut it, 0, &dims, &a);
+            let instr = Instr::Reduce { dst: v(1), op, src: v(0), axes, keepdim };
+            let empty = reduced.iter().any(|&i| dims[i] == 0);
+            if empty && matches!(op, ReduceOp::Max | ReduceOp::Min) {
+                prop_assert!(it.execute(&instr).is_err());
+                return Ok(());
+            }
+            let t = run(&mut it, instr);
+            let out_dims: Vec<usize> = (0..rank).map(|i| if reduced.contains(&i) { 1 } else { dims[i] }).collect();
+            let expect_dims: Vec<usize> = (0..rank).filter(|i| keepdim || !reduced.contains(i)).map(|i| out_dims[i]).collect();
+            prop_assert_eq!(t.ty.shape.dims(), &expect_dims[..]);
+            let n_out: usize = out_dims.iter().product();
+            let mut buckets: Vec<Vec<f32>> = vec![Vec::new(); n_out];
+            for (flat, &x) in a.iter().enumerate() {
+                let mut index = unravel(flat, &dims);
+                for &r in &reduced {
+                    index[r] = 0;
+                }
+                buckets[row_major_index(&index, &out_dims)].push(x);
+            }
+            for (got, bucket) in t.data.iter().zip(&buckets) {
+                let sum: f64 = bucket.iter().map(|&x| f64::from(x)).sum();
+                let want = match op {
+                    ReduceOp::Sum => sum as f32,
+                    ReduceOp::Mean => (sum / bucket.len() as f64) as f32,
+                    ReduceOp::Max => bucket.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+                    ReduceOp::Min => bucket.iter().copied().fold(f32::INFINITY, f32::min),
+                };
+                prop_assert!(*got == want || (got.is_nan() && want.is_nan()), "{} vs {}", got, want);
+            }
+        }
+
+        #[test]
+        fn malformed_instructions_never_panic(
+            dims in prop::collection::vec(0usize..4, 0..4),
+            axis in -5i64..5,
+            shape in prop::collection::vec(-2i64..5, 0..4),
+            perm in prop::collection::vec(-4i64..4, 0..4),
+            size in 0usize..4,
+        ) {
+            let mut it = Interpreter::new();
+            lit(&mut it, 0, &dims, &data(0, dims.iter().product()));
+            let instrs = [
+                Instr::Reshape { dst: v(1), src: v(0), shape: shape.clone() },
+                Instr::Permute { dst: v(1), src: v(0), perm: perm.clone() },
+                Instr::Transpose { dst: v(1), src: v(0), dim0: axis, dim1: -axis },
+                Instr::Unsqueeze { dst: v(1), src: v(0), axis },
+                Instr::Squeeze { dst: v(1), src: v(0), axes: Some(vec![axis]) },
+                Instr::Concat { dst: v(1), srcs: vec![v(0), v(0)], axis },
+                Instr::Split { dsts: vec![v(1), v(2)], src: v(0), axis, spec: SplitSpec::Size(size) },
+                Instr::Split { dsts: vec![v(1), v(2)], src: v(0), axis, spec: SplitSpec::Chunks(size) },
+                Instr::Reduce { dst: v(1), op: ReduceOp::Max, src: v(0), axes: Some(vec![axis]), keepdim: true },
+                Instr::BroadcastTo { dst: v(1), src: v(0), shape: shape.iter().map(|&d| d.max(0) as usize).collect() },
+                Instr::MatMul { dst: v(1), lhs: v(0), rhs: v(0) },
+                Instr::Where { dst: v(1), cond: v(0), on_true: val(0), on_false: Operand::Scalar(1.0) },
+            ];
+            for instr in &instrs {
+                // Ok or Err, but a result always matches the type rule.
+                if it.execute(instr).is_ok() {
+                    let types = shape::infer(instr, &|id| {
+                        if id == v(0) { Ok(TensorType::f32(dims.clone())) } else { Err(TypeError::UnknownValue(id)) }
+                    }).unwrap();
+                    for (dst, ty) in instr.results().into_iter().zip(types) {
+                        prop_assert_eq!(it.read(dst).unwrap().ty, ty);
+                    }
+                }
+            }
+        }
+    }
+}

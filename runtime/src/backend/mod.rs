@@ -1,0 +1,3 @@
+//! Backends: where instructions execute. `cpu` holds the reference interpreter.
+
+pub mod cpu;

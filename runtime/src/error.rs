@@ -1,0 +1,45 @@
+//! `RuntimeError`: why the interpreter could not run an instruction or answer a read.
+
+use gt_ir::{Shape, TypeError, ValueId};
+use thiserror::Error;
+
+/// Why an instruction or a read failed. Each names the op (its mnemonic; `get` for reads).
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum RuntimeError {
+    /// An operand that was never defined or was freed.
+    #[error("{op}: value {value} is not defined")]
+    Undefined {
+        /// The op.
+        op: &'static str,
+        /// The missing value.
+        value: ValueId,
+    },
+    /// Operands that break the op's type rule.
+    #[error("{op}: {source}")]
+    Type {
+        /// The op.
+        op: &'static str,
+        /// The rule broken.
+        #[source]
+        source: TypeError,
+    },
+    /// A result (or the bookkeeping for one) larger than the interpreter's memory limit.
+    #[error("{op}: result needs {bytes} bytes, over the limit of {limit}")]
+    TooLarge {
+        /// The op.
+        op: &'static str,
+        /// Bytes needed (saturated at `usize::MAX`).
+        bytes: usize,
+        /// The limit (`Interpreter::max_tensor_bytes`).
+        limit: usize,
+    },
+    /// A shape whose nonzero dimensions multiply past 2^40 (possible for a tensor with no
+    /// elements, which no byte limit catches): such a shape cannot be addressed.
+    #[error("{op}: shape {shape} is too large to address (its nonzero dimensions multiply past 2^40)")]
+    Extent {
+        /// The op.
+        op: &'static str,
+        /// The shape.
+        shape: Shape,
+    },
+}

@@ -1,0 +1,63 @@
+//! Loading and running `.gtir` scripts in-process: bytes -> parse -> verify -> run on the
+//! reference interpreter. Shared by `gt-run` and the filetest runner so both see the same
+//! diagnostics.
+
+use crate::diagnostics::Diag;
+use gt_frontend::{run_script, RunOptions, RunSummary, ScriptError};
+use gt_ir::text::{self, ParseError};
+use gt_ir::{Program, Types, VerifyErrors};
+use std::io::Write;
+
+/// A program that parsed and verified.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The program.
+    pub program: Program,
+    /// The type of every value.
+    pub types: Types,
+}
+
+/// Why a script did not load.
+#[derive(Debug, Clone)]
+pub enum LoadError {
+    /// Not UTF-8, or a syntax error.
+    Parse(ParseError),
+    /// It parsed, but the verifier found errors (all of them are here).
+    Verify {
+        /// The parsed program.
+        program: Program,
+        /// The errors.
+        errors: VerifyErrors,
+    },
+}
+
+impl LoadError {
+    /// The diagnostics to show.
+    pub fn diags(&self) -> Vec<Diag> {
+        match self {
+            LoadError::Parse(e) => vec![Diag::from(e)],
+            LoadError::Verify { errors, .. } => errors.0.iter().map(Diag::from).collect(),
+        }
+    }
+}
+
+/// Parses and verifies a script's bytes.
+pub fn load(bytes: &[u8]) -> Result<Loaded, LoadError> {
+    let program = text::parse_bytes(bytes).map_err(LoadError::Parse)?;
+    match gt_ir::verify(&program) {
+        Ok(types) => Ok(Loaded { program, types }),
+        Err(errors) => Err(LoadError::Verify { program, errors }),
+    }
+}
+
+/// Runs a loaded script on a fresh reference interpreter.
+pub fn run_local(loaded: &Loaded, out: &mut dyn Write, options: RunOptions) -> Result<RunSummary, ScriptError> {
+    let mut interp = gt_runtime::Interpreter::new();
+    run_script(&loaded.program, &mut interp, out, options)
+}
+
+/// The source as text for rendering (lossy where it is not UTF-8; offsets before the
+/// first bad byte are unchanged, which is where a UTF-8 error points).
+pub fn source_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

@@ -1,0 +1,199 @@
+//! `gt-run` as a user runs it: exit codes, output and diagnostics for good and bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn gt_run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gt-run")).args(args).current_dir(root()).output().expect("gt-run starts")
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("gt-run exits normally, not by a signal")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Writes a script into a fresh temporary directory and returns its path.
+fn script(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gt-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn run_script(name: &str, src: &[u8], flags: &[&str]) -> Output {
+    let path = script(name, src);
+    let mut args: Vec<&str> = flags.to_vec();
+    let p = path.to_str().unwrap().to_string();
+    args.push(&p);
+    gt_run(&args)
+}
+
+#[test]
+fn every_example_runs() {
+    let mut n = 0;
+    for entry in std::fs::read_dir(root().join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "gtir") {
+            let o = gt_run(&[path.to_str().unwrap()]);
+            assert_eq!(code(&o), 0, "{}:\n{}", path.display(), stderr(&o));
+            assert!(!stdout(&o).is_empty(), "{} prints something", path.display());
+            n += 1;
+        }
+    }
+    assert!(n >= 4, "the four required examples exist");
+}
+
+#[test]
+fn readme_tour_is_an_example_and_prints_what_it_says() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let tour = std::fs::read_to_string(root().join("examples/tour.gtir")).unwrap();
+    assert!(readme.contains(&tour), "README's tour block must equal examples/tour.gtir");
+    let o = gt_run(&["examples/tour.gtir"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o), "%y = f32[2] [2, 4]\n");
+}
+
+#[test]
+fn quiet_suppresses_values_but_checks_expectations() {
+    let o = run_script("quiet.gtir", b"%x = ones f32[2]\nprint %x\nexpect %x == [1, 1]\n", &["--quiet"]);
+    assert_eq!((code(&o), stdout(&o)), (0, String::new()));
+    let o = run_script("quiet-fail.gtir", b"%x = ones f32[2]\nexpect %x == [1, 2]\n", &["-q"]);
+    assert_eq!(code(&o), 1);
+}
+
+#[test]
+fn failed_expectation_exits_1_naming_line_and_index() {
+    let src = b"%x = arange f32 start=0 end=4\n%y = mul %x, 2.0\nexpect %y ~= [0, 2, 5, 6] tol=1e-6\n";
+    let o = run_script("expect.gtir", src, &[]);
+    assert_eq!(code(&o), 1);
+    let err = stderr(&o);
+    assert!(err.contains("expect.gtir:3:1"), "{err}");
+    assert!(err.contains("1 of 4 elements differ; first at index [2]: found 4, expected 5"), "{err}");
+}
+
+#[test]
+fn runtime_error_exits_1() {
+    // Verifies (the shape is representable) but is far over the interpreter's memory limit.
+    let o = run_script("huge.gtir", b"%x = zeros f32[100000, 100000, 100]\nprint %x\n", &[]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("huge.gtir:1:1"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("limit"), "{}", stderr(&o));
+}
+
+#[test]
+fn empty_file_is_a_diagnostic() {
+    for (name, src) in [("empty.gtir", &b""[..]), ("comments.gtir", b"; nothing here\n\n")] {
+        let o = run_script(name, src, &[]);
+        assert_eq!(code(&o), 2, "{name}");
+        assert!(stderr(&o).contains("program has no instructions"), "{}", stderr(&o));
+        assert!(stderr(&o).contains(name), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn non_utf8_file_is_a_diagnostic() {
+    let o = run_script("latin1.gtir", b"%x = ones f32[2]\n; caf\xe9\n", &[]);
+    assert_eq!(code(&o), 2);
+    let err = stderr(&o);
+    assert!(err.contains("not valid UTF-8 (first bad byte at offset 22)"), "{err}");
+    assert!(err.contains("latin1.gtir:2:"), "{err}");
+}
+
+#[test]
+fn ten_megabyte_line_gives_a_short_diagnostic() {
+    let mut src = b"%x = tensor f32[4] [".to_vec();
+    while src.len() < 10 << 20 {
+        src.extend_from_slice(b"1, ");
+    }
+    src.extend_from_slice(b"1]\n");
+    let o = run_script("long.gtir", &src, &[]);
+    assert_eq!(code(&o), 2);
+    let err = stderr(&o);
+    assert!(err.contains("type f32[4] needs 4 values, found"), "{}", &err[..err.len().min(2000)]);
+    assert!(err.len() < 4000, "diagnostic is {} bytes", err.len());
+
+    // A syntax error at the far end of the line is shown clipped around the error.
+    let at = src.len() - 3;
+    src[at] = b'?';
+    let o = run_script("long2.gtir", &src, &[]);
+    assert_eq!(code(&o), 2);
+    let err = stderr(&o);
+    assert!(err.contains("unexpected character '?'") && err.contains("bytes long"), "{}", &err[..err.len().min(2000)]);
+    assert!(err.len() < 4000, "diagnostic is {} bytes", err.len());
+}
+
+#[test]
+fn type_errors_name_place_expected_and_found() {
+    let src = b"%a = ones f32[2, 3]\n%b = ones f32[4]\n%c = add %a, %b\n%d = matmul %a, %a\n%e = reshape %a shape=[4, 2]\n%f = sum %a axes=[2]\n";
+    let o = run_script("types.gtir", src, &[]);
+    assert_eq!(code(&o), 2);
+    let err = stderr(&o);
+    for needle in [
+        "types.gtir:3:1",
+        "cannot broadcast [2, 3] with [4]: dimension 3 does not match 4",
+        "types.gtir:4:1",
+        "matmul: inner dimensions differ: left [2, 3] has 3 columns, right [2, 3] has 2 rows",
+        "types.gtir:5:1",
+        "cannot reshape [2, 3] (6 elements) to [4, 2] (8 elements)",
+        "types.gtir:6:1",
+        "axis 2 is out of range for rank 2 (expected -2..=1)",
+    ] {
+        assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
+    }
+}
+
+#[test]
+fn unknown_op_and_wrong_arity_are_parse_errors() {
+    let o = run_script("op.gtir", b"%a = ones f32[2]\n%b = ad %a, %a\n", &[]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("unknown op `ad`") && stderr(&o).contains("did you mean `add`?"), "{}", stderr(&o));
+    let o = run_script("arity.gtir", b"%a = ones f32[2]\n%b = add %a, %a, %a\n", &[]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("`add` takes 2 operand(s), found 3"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("arity.gtir:2:10"), "{}", stderr(&o));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(code(&gt_run(&[])), 2);
+    assert_eq!(code(&gt_run(&["--no-such-flag", "x.gtir"])), 2);
+    let o = gt_run(&["--dump-after", "fuse", "examples/tour.gtir"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("parse") && stderr(&o).contains("verify"), "lists the stages: {}", stderr(&o));
+    let o = gt_run(&["does/not/exist.gtir"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("cannot read does/not/exist.gtir"), "{}", stderr(&o));
+}
+
+#[test]
+fn dump_after_prints_gtir_that_parses() {
+    let o = gt_run(&["--dump-after", "all", "--quiet", "examples/mlp.gtir"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("; after parse\n") && out.contains("; after verify\n"), "{out}");
+    assert!(out.contains("%logits = add %hw2s, %b2  ; f32[8, 4]"), "{out}");
+    let verify_part = &out[out.find("; after verify").unwrap()..];
+    let program = gt::ir::text::parse(verify_part).expect("the dump is .gtir");
+    gt::ir::verify(&program).expect("and it verifies");
+}
+
+#[test]
+fn filetest_mode_reports_pass_and_fail() {
+    let ok = run_script("ok.gtir", b"; test run\n%x = ones f32[1]\nprint %x\n; out: %x = f32[1] [1]\n", &["--test"]);
+    assert_eq!(code(&ok), 0, "{}", stderr(&ok));
+    let bad = run_script("bad.gtir", b"; test run\n%x = ones f32[1]\nprint %x\n; out: %x = f32[1] [2]\n", &["--test"]);
+    assert_eq!(code(&bad), 1);
+    assert!(stderr(&bad).contains("stdout differs"), "{}", stderr(&bad));
+}
