@@ -371,4 +371,60 @@ impl Instr {
     pub fn is_sync(&self) -> bool {
         matches!(self, Instr::GetData { .. })
     }
+
+    /// Calls `f` on every value id the instruction names, results first, then operands,
+    /// in text order (for renumbering and renaming ids).
+    pub fn visit_values_mut(&mut self, f: &mut dyn FnMut(&mut ValueId)) {
+        let operand = |o: &mut Operand, f: &mut dyn FnMut(&mut ValueId)| {
+            if let Operand::Value(v) = o {
+                f(v)
+            }
+        };
+        match self {
+            Instr::Randn { dst, .. }
+            | Instr::Rand { dst, .. }
+            | Instr::Zeros { dst, .. }
+            | Instr::Ones { dst, .. }
+            | Instr::Full { dst, .. }
+            | Instr::Arange { dst, .. }
+            | Instr::Literal { dst, .. } => f(dst),
+            Instr::Binary { dst, lhs, rhs, .. } => {
+                f(dst);
+                operand(lhs, f);
+                operand(rhs, f);
+            }
+            Instr::Where { dst, cond, on_true, on_false } => {
+                f(dst);
+                f(cond);
+                operand(on_true, f);
+                operand(on_false, f);
+            }
+            Instr::MatMul { dst, lhs, rhs } => {
+                f(dst);
+                f(lhs);
+                f(rhs);
+            }
+            Instr::Concat { dst, srcs, .. } => {
+                f(dst);
+                srcs.iter_mut().for_each(&mut *f);
+            }
+            Instr::Split { dsts, src, .. } => {
+                dsts.iter_mut().for_each(&mut *f);
+                f(src);
+            }
+            Instr::Unary { dst, src, .. }
+            | Instr::Reduce { dst, src, .. }
+            | Instr::Transpose { dst, src, .. }
+            | Instr::Permute { dst, src, .. }
+            | Instr::Reshape { dst, src, .. }
+            | Instr::Squeeze { dst, src, .. }
+            | Instr::Unsqueeze { dst, src, .. }
+            | Instr::BroadcastTo { dst, src, .. }
+            | Instr::Slice { dst, src, .. } => {
+                f(dst);
+                f(src);
+            }
+            Instr::Free { src } | Instr::GetData { src } => f(src),
+        }
+    }
 }

@@ -155,7 +155,7 @@ fn canonical(body: Vec<Stmt>) -> Program {
         }
         for s in body {
             match &mut s.kind {
-                StmtKind::Instr(i) => visit_ids(i, &mut |v| id(v, map, names)),
+                StmtKind::Instr(i) => i.visit_values_mut(&mut |v| id(v, map, names)),
                 StmtKind::Print { src } | StmtKind::Expect { src, .. } => id(src, map, names),
                 StmtKind::Repeat { body, .. } | StmtKind::Signal { body, .. } => walk(body, map, names),
                 StmtKind::Const { .. } => {}
@@ -166,65 +166,6 @@ fn canonical(body: Vec<Stmt>) -> Program {
     let mut names = Vec::new();
     walk(&mut body, &mut vec![None; 8], &mut names);
     Program { body, names }
-}
-
-/// Visits results, then operands, in text order.
-fn visit_ids(i: &mut Instr, f: &mut dyn FnMut(&mut ValueId)) {
-    let op = |o: &mut Operand, f: &mut dyn FnMut(&mut ValueId)| {
-        if let Operand::Value(v) = o {
-            f(v)
-        }
-    };
-    match i {
-        Instr::Randn { dst, .. }
-        | Instr::Rand { dst, .. }
-        | Instr::Zeros { dst, .. }
-        | Instr::Ones { dst, .. }
-        | Instr::Full { dst, .. }
-        | Instr::Arange { dst, .. }
-        | Instr::Literal { dst, .. } => f(dst),
-        Instr::Binary { dst, lhs, rhs, .. } => {
-            f(dst);
-            op(lhs, f);
-            op(rhs, f);
-        }
-        Instr::Where { dst, cond, on_true, on_false } => {
-            f(dst);
-            f(cond);
-            op(on_true, f);
-            op(on_false, f);
-        }
-        Instr::MatMul { dst, lhs, rhs } => {
-            f(dst);
-            f(lhs);
-            f(rhs);
-        }
-        Instr::Concat { dst, srcs, .. } => {
-            f(dst);
-            for s in srcs.iter_mut() {
-                f(s);
-            }
-        }
-        Instr::Split { dsts, src, .. } => {
-            for d in dsts.iter_mut() {
-                f(d);
-            }
-            f(src);
-        }
-        Instr::Unary { dst, src, .. }
-        | Instr::Reduce { dst, src, .. }
-        | Instr::Transpose { dst, src, .. }
-        | Instr::Permute { dst, src, .. }
-        | Instr::Reshape { dst, src, .. }
-        | Instr::Squeeze { dst, src, .. }
-        | Instr::Unsqueeze { dst, src, .. }
-        | Instr::BroadcastTo { dst, src, .. }
-        | Instr::Slice { dst, src, .. } => {
-            f(dst);
-            f(src);
-        }
-        Instr::Free { src } | Instr::GetData { src } => f(src),
-    }
 }
 
 proptest! {

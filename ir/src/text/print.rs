@@ -75,7 +75,7 @@ impl Printer<'_> {
                 }
                 write_f32_list(&mut line, data);
                 if let Comparison::Close { tol } = cmp {
-                    let _ = write!(line, " tol={}", fmt_f64(*tol));
+                    let _ = write!(line, " tol={}", fmt_float(*tol));
                 }
             }
             StmtKind::Repeat { count, body } => {
@@ -110,22 +110,14 @@ fn quote(s: &str) -> String {
     q
 }
 
-/// Formats an `f64` so that it parses back to the same value.
-pub fn fmt_f64(x: f64) -> String {
-    if x.is_nan() {
+/// Formats a float so that it parses back to the same value (shortest round-trip form of
+/// its own precision, so an `f32` prints as `0.1`, not as its `f64` expansion).
+pub fn fmt_float<T: Copy + Into<f64> + std::fmt::Debug>(x: T) -> String {
+    let v: f64 = x.into();
+    if v.is_nan() {
         "nan".into()
-    } else if x.is_infinite() {
-        if x > 0.0 { "inf" } else { "-inf" }.into()
-    } else {
-        format!("{x:?}")
-    }
-}
-
-fn fmt_f32(x: f32) -> String {
-    if x.is_nan() {
-        "nan".into()
-    } else if x.is_infinite() {
-        if x > 0.0 { "inf" } else { "-inf" }.into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "inf" } else { "-inf" }.into()
     } else {
         format!("{x:?}")
     }
@@ -134,7 +126,7 @@ fn fmt_f32(x: f32) -> String {
 fn fmt_number(n: Number) -> String {
     match n {
         Number::Int(i) => i.to_string(),
-        Number::Float(f) => fmt_f64(f),
+        Number::Float(f) => fmt_float(f),
     }
 }
 
@@ -144,7 +136,7 @@ fn write_f32_list(out: &mut String, data: &[f32]) {
         if i > 0 {
             out.push_str(", ");
         }
-        out.push_str(&fmt_f32(*x));
+        out.push_str(&fmt_float(*x));
     }
     out.push(']');
 }
@@ -163,7 +155,7 @@ fn write_list<T: std::fmt::Display>(out: &mut String, items: &[T]) {
 fn operand(o: Operand, name: &dyn Fn(ValueId) -> String) -> String {
     match o {
         Operand::Value(v) => format!("%{}", name(v)),
-        Operand::Scalar(x) => fmt_f64(x),
+        Operand::Scalar(x) => fmt_float(x),
     }
 }
 
@@ -178,9 +170,9 @@ fn write_instr(out: &mut String, instr: &Instr, name: &dyn Fn(ValueId) -> String
     let _ = match instr {
         Instr::Randn { ty, seed, .. } | Instr::Rand { ty, seed, .. } => write!(out, "{m} {ty} seed={seed}"),
         Instr::Zeros { ty, .. } | Instr::Ones { ty, .. } => write!(out, "{m} {ty}"),
-        Instr::Full { ty, value, .. } => write!(out, "{m} {ty} {}", fmt_f64(*value)),
+        Instr::Full { ty, value, .. } => write!(out, "{m} {ty} {}", fmt_float(*value)),
         Instr::Arange { dtype, start, end, step, .. } => {
-            write!(out, "{m} {dtype} start={} end={} step={}", fmt_f64(*start), fmt_f64(*end), fmt_f64(*step))
+            write!(out, "{m} {dtype} start={} end={} step={}", fmt_float(*start), fmt_float(*end), fmt_float(*step))
         }
         Instr::Literal { ty, data, .. } => {
             let _ = write!(out, "{m} {ty} ");
