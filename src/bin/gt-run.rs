@@ -22,7 +22,7 @@ enum Stage {
 
 /// Run a gt tensor program written in `.gtir`.
 #[derive(Debug, Parser)]
-#[command(name = "gt-run", version, about, long_about = None)]
+#[command(name = "gt-run", version)]
 struct Args {
     /// The script to run.
     script: PathBuf,
