@@ -2,6 +2,7 @@
 //! [`Executor`], prints what `print` asks for and checks `expect`s. Errors carry the
 //! statement's span so that they name the script line.
 
+use gt_ir::text::print::fmt_float;
 use gt_ir::{Comparison, Executor, HostTensor, Program, Span, Stmt, StmtKind, TensorType, ValueId};
 use std::io::Write;
 use thiserror::Error;
@@ -55,7 +56,7 @@ pub enum ScriptErrorKind {
         found: TensorType,
     },
     /// Values that differ from the expectation.
-    #[error("expect %{name} {cmp} failed: {mismatches} of {total} elements differ; first at index {index:?}: found {found}, expected {expected}{tol}")]
+    #[error("expect %{name} {cmp} failed: {mismatches} of {total} elements differ; first at index {index:?}: found {}, expected {}{tol}", number(*.found), number(*.expected))]
     ExpectValues {
         /// The value.
         name: String,
@@ -156,6 +157,12 @@ impl<E: Executor> Runner<'_, E> {
     }
 }
 
+/// A number in full precision, as short as round-trips, without a trailing `.0`.
+fn number<T: Copy + Into<f64> + std::fmt::Debug>(x: T) -> String {
+    let s = fmt_float(x);
+    s.strip_suffix(".0").map(str::to_string).unwrap_or(s)
+}
+
 /// Whether `found` meets `expected` under a comparison.
 pub fn values_match(cmp: Comparison, found: f32, expected: f32) -> bool {
     if found.is_nan() || expected.is_nan() {
@@ -172,7 +179,7 @@ pub fn values_match(cmp: Comparison, found: f32, expected: f32) -> bool {
 fn check_values(name: &str, cmp: Comparison, t: &HostTensor, expected: &[f32]) -> Result<(), ScriptErrorKind> {
     let (op, tol) = match cmp {
         Comparison::Exact => ("==", String::new()),
-        Comparison::Close { tol } => ("~=", format!(" (tol {tol:e})")),
+        Comparison::Close { tol } => ("~=", format!(" (tol {})", number(tol))),
     };
     if t.data.len() != expected.len() {
         return Err(ScriptErrorKind::ExpectType {

@@ -80,7 +80,7 @@ fn failed_expectation_exits_1_naming_line_and_index() {
     assert_eq!(code(&o), 1);
     let err = stderr(&o);
     assert!(err.contains("expect.gtir:3:1"), "{err}");
-    assert!(err.contains("1 of 4 elements differ; first at index [2]: found 4, expected 5"), "{err}");
+    assert!(err.contains("1 of 4 elements differ; first at index [2]: found 4, expected 5 (tol 1e-6)"), "{err}");
 }
 
 #[test]

@@ -1,18 +1,53 @@
-//! Runs every `tests/gtir/**.gtir` filetest and snapshots its output under `snapshots/`.
+//! Runs every `tests/gtir/**.gtir` filetest and snapshots its output under `snapshots/`,
+//! named after the file's path (`run/slice.gtir` -> `snapshots/run__slice.snap`), so names
+//! never depend on which other files exist. `INSTA_GLOB_FILTER=run/slice` runs a subset.
+
+use std::path::{Path, PathBuf};
+
+fn gtir_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            gtir_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "gtir") {
+            out.push(path);
+        }
+    }
+}
 
 #[test]
 fn filetests() {
-    let mut settings = insta::Settings::clone_current();
-    settings.set_snapshot_path("../../snapshots");
-    settings.set_prepend_module_to_snapshot(false);
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gtir");
+    let mut files = Vec::new();
+    gtir_files(&base, &mut files);
+    files.sort();
+    let filter = std::env::var("INSTA_GLOB_FILTER").unwrap_or_default();
     let mut failures = Vec::new();
-    settings.bind(|| {
-        insta::glob!("../gtir", "**/*.gtir", |path| {
-            match gt::filetest::run_file(path) {
-                Ok(snapshot) => insta::assert_snapshot!(snapshot),
-                Err(e) => failures.push(format!("{}: {e:#}", path.display())),
+    let mut ran = 0;
+    for path in &files {
+        let rel = path.strip_prefix(&base).unwrap().to_string_lossy().replace('\\', "/");
+        if !rel.contains(filter.trim_end_matches('*')) {
+            continue;
+        }
+        ran += 1;
+        let name = rel.trim_end_matches(".gtir").replace('/', "__");
+        let snapshot = match gt::filetest::run_file(path) {
+            Ok(s) => s,
+            Err(e) => {
+                failures.push(format!("{rel}: {e:#}"));
+                continue;
             }
-        });
-    });
+        };
+        let mut settings = insta::Settings::clone_current();
+        settings.set_snapshot_path("../../snapshots");
+        settings.set_prepend_module_to_snapshot(false);
+        settings.set_input_file(path);
+        let check = || settings.bind(|| insta::assert_snapshot!(name.as_str(), snapshot));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check));
+        if outcome.is_err() {
+            failures.push(format!("{rel}: snapshot differs (review with `cargo insta review`)"));
+        }
+    }
+    assert!(ran > 0, "no filetest matched {filter:?}");
     assert!(failures.is_empty(), "{} filetest(s) failed:\n\n{}", failures.len(), failures.join("\n\n"));
 }

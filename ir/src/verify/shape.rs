@@ -401,10 +401,12 @@ pub fn resolve_slice(index: &[SliceItem], shape: &Shape) -> Result<ResolvedSlice
 }
 
 /// How many pieces a split of an axis of length `len` gives (without building them).
-/// An empty axis gives one empty piece, as in torch.
+/// As in torch, an empty axis gives one empty piece for `split` and `chunks` empty pieces
+/// for `chunk`.
 pub fn split_count(spec: &SplitSpec, len: usize) -> Result<usize, TypeError> {
     match spec {
         SplitSpec::Size(0) | SplitSpec::Chunks(0) => Err(TypeError::SplitZero),
+        SplitSpec::Chunks(c) if len == 0 => Ok(*c),
         SplitSpec::Size(n) => Ok(len.div_ceil(*n).max(1)),
         SplitSpec::Chunks(c) => Ok(len.div_ceil(len.div_ceil(*c).max(1)).max(1)),
         SplitSpec::Sizes(sizes) => Ok(sizes.len()),
@@ -416,7 +418,8 @@ pub fn split_count(spec: &SplitSpec, len: usize) -> Result<usize, TypeError> {
 pub fn split_sizes(spec: &SplitSpec, len: usize, axis: usize) -> Result<Vec<usize>, TypeError> {
     match spec {
         SplitSpec::Size(0) | SplitSpec::Chunks(0) => Err(TypeError::SplitZero),
-        SplitSpec::Size(_) | SplitSpec::Chunks(_) if len == 0 => Ok(vec![0]),
+        SplitSpec::Chunks(c) if len == 0 => Ok(vec![0; *c]),
+        SplitSpec::Size(_) if len == 0 => Ok(vec![0]),
         SplitSpec::Size(n) => {
             let mut out = vec![*n; len / n];
             if !len.is_multiple_of(*n) {
