@@ -201,7 +201,7 @@ pub enum TypeError {
         reason: &'static str,
     },
     /// A shape with too many elements.
-    #[error("shape {shape} has more than 2^40 elements")]
+    #[error("shape {shape} is too large: its dimensions (a 0 counted as 1) multiply past 2^40")]
     TooLarge {
         /// The shape.
         shape: String,
