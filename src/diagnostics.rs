@@ -50,7 +50,8 @@ impl From<&VerifyError> for Diag {
 
 impl From<&ScriptError> for Diag {
     fn from(e: &ScriptError) -> Diag {
-        Diag { message: e.to_string(), span: e.span, related: None, notes: vec![] }
+        let related = e.reported_at.map(|at| (at, "reported at this sync point".to_string()));
+        Diag { message: e.to_string(), span: e.span, related, notes: vec![] }
     }
 }
 

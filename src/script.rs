@@ -50,6 +50,17 @@ pub fn load(bytes: &[u8]) -> Result<Loaded, LoadError> {
     }
 }
 
+/// Runs a loaded script on any executor (a connected client, say).
+pub fn run_on<E: gt_ir::Executor>(
+    loaded: &Loaded,
+    exec: &mut E,
+    out: &mut dyn Write,
+    options: RunOptions,
+) -> Result<RunSummary, ScriptError> {
+    let summary = run_script(&loaded.program, exec, out, options)?;
+    Ok(summary)
+}
+
 /// Runs a loaded script on a fresh reference interpreter.
 pub fn run_local(loaded: &Loaded, out: &mut dyn Write, options: RunOptions) -> Result<RunSummary, ScriptError> {
     let mut interp = gt_runtime::Interpreter::new();

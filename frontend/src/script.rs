@@ -27,8 +27,10 @@ pub struct RunSummary {
 #[derive(Debug, Error)]
 #[error("{kind}")]
 pub struct ScriptError {
-    /// The statement.
+    /// The statement (for a failure reported late, the failing instruction's).
     pub span: Span,
+    /// Where a failure of an earlier instruction was reported (the sync point waiting).
+    pub reported_at: Option<Span>,
     /// What failed.
     pub kind: ScriptErrorKind,
 }
@@ -67,13 +69,13 @@ pub enum ScriptErrorKind {
         /// Elements compared.
         total: usize,
         /// Multi-dimensional index of the first difference.
-        index: Vec<usize>,
+        index: Box<[usize]>,
         /// Value found there.
         found: f32,
         /// Value expected there.
         expected: f32,
         /// ` (tol 1e-5)` or empty.
-        tol: String,
+        tol: Box<str>,
     },
     /// Writing the output failed.
     #[error("cannot write output: {0}")]
@@ -89,6 +91,9 @@ pub fn run_script<E: Executor>(
 ) -> Result<RunSummary, ScriptError> {
     let mut runner = Runner { program, exec, out, options, summary: RunSummary::default() };
     runner.block(&program.body)?;
+    // An asynchronous executor may still owe the outcome of the last instructions.
+    let end = program.body.last().map_or(Span::default(), |s| s.span);
+    runner.exec.sync().map_err(|e| ScriptError { reported_at: None, ..Runner::<E>::fail(end, "sync")(e) })?;
     Ok(runner.summary)
 }
 
@@ -109,7 +114,14 @@ impl<E: Executor> Runner<'_, E> {
     }
 
     fn fail(span: Span, op: &'static str) -> impl FnOnce(E::Error) -> ScriptError {
-        move |e| ScriptError { span, kind: ScriptErrorKind::Exec { op, source: Box::new(e) } }
+        move |e| match E::error_span(&e) {
+            Some((at, failed_op)) => ScriptError {
+                span: at,
+                reported_at: (at != span).then_some(span),
+                kind: ScriptErrorKind::Exec { op: failed_op, source: Box::new(e) },
+            },
+            _ => ScriptError { span, reported_at: None, kind: ScriptErrorKind::Exec { op, source: Box::new(e) } },
+        }
     }
 
     fn read(&mut self, v: ValueId, span: Span, op: &'static str) -> Result<HostTensor, ScriptError> {
@@ -118,11 +130,11 @@ impl<E: Executor> Runner<'_, E> {
 
     fn stmt(&mut self, stmt: &Stmt) -> Result<(), ScriptError> {
         let span = stmt.span;
-        let err = |kind| ScriptError { span, kind };
+        let err = |kind| ScriptError { span, reported_at: None, kind };
         match &stmt.kind {
             StmtKind::Const { .. } => {}
             StmtKind::Instr(instr) => {
-                self.exec.execute(instr).map_err(Self::fail(span, instr.mnemonic()))?;
+                self.exec.execute_at(instr, Some(span)).map_err(Self::fail(span, instr.mnemonic()))?;
                 self.summary.instructions += 1;
             }
             StmtKind::Print { src } => {
@@ -178,8 +190,8 @@ pub fn values_match(cmp: Comparison, found: f32, expected: f32) -> bool {
 
 fn check_values(name: &str, cmp: Comparison, t: &HostTensor, expected: &[f32]) -> Result<(), ScriptErrorKind> {
     let (op, tol) = match cmp {
-        Comparison::Exact => ("==", String::new()),
-        Comparison::Close { tol } => ("~=", format!(" (tol {})", number(tol))),
+        Comparison::Exact => ("==", Box::from("")),
+        Comparison::Close { tol } => ("~=", format!(" (tol {})", number(tol)).into_boxed_str()),
     };
     if t.data.len() != expected.len() {
         return Err(ScriptErrorKind::ExpectType {
@@ -195,7 +207,7 @@ fn check_values(name: &str, cmp: Comparison, t: &HostTensor, expected: &[f32]) -
         cmp: op,
         mismatches: bad.len(),
         total: expected.len(),
-        index: unravel(first, t.ty.shape.dims()),
+        index: unravel(first, t.ty.shape.dims()).into_boxed_slice(),
         found: t.data[first],
         expected: expected[first],
         tol,

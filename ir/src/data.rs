@@ -1,10 +1,11 @@
 //! `HostTensor`: a tensor's type and data on the client side, and its printed form.
 
 use crate::TensorType;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A tensor's data on the host, row-major.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostTensor {
     /// Its type.
     pub ty: TensorType,

@@ -4,10 +4,11 @@
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 use crate::types::{DType, TensorType};
 use crate::ValueId;
+use serde::{Deserialize, Serialize};
 
 /// An operand of an elementwise op: a value, or a scalar immediate of the other operand's
 /// dtype (`mul %x, 0.5`).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Operand {
     /// A tensor value.
     Value(ValueId),
@@ -26,7 +27,7 @@ impl Operand {
 }
 
 /// One item of a slice index, NumPy style.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum SliceItem {
     /// `start:end:step` on one axis; missing bounds default by the sign of `step`
     /// (as in NumPy); negative bounds count from the end; bounds are clamped.
@@ -47,7 +48,7 @@ pub enum SliceItem {
 }
 
 /// How `split` cuts an axis.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum SplitSpec {
     /// Pieces of this size, the last one smaller if the axis does not divide (torch `split(n)`).
     Size(usize),
@@ -60,7 +61,7 @@ pub enum SplitSpec {
 
 /// Every operation of the IR. Each defines at most its `dst` values (SSA: once each) and
 /// reads the values named by its operands.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Instr {
     /// Standard-normal random values; the same `seed` gives the same values on every backend.
     Randn {
@@ -305,6 +306,15 @@ impl Instr {
             Instr::Split { .. } => "split",
             Instr::Free { .. } => "free",
             Instr::GetData { .. } => "get",
+        }
+    }
+
+    /// How many values this instruction defines (the length of [`Instr::results`]).
+    pub fn num_results(&self) -> usize {
+        match self {
+            Instr::Split { dsts, .. } => dsts.len(),
+            Instr::Free { .. } | Instr::GetData { .. } => 0,
+            _ => 1,
         }
     }
 

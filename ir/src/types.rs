@@ -1,5 +1,6 @@
 //! Element types, shapes and tensor types, with their text forms (`f32`, `[2, 3]`, `f32[2, 3]`).
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Element type of a tensor.
@@ -7,7 +8,7 @@ use std::fmt;
 /// Only `F32` executes today; the others parse, print and are rejected by the verifier
 /// with [`crate::TypeError::UnsupportedDType`], so adding one is a backend change, not a
 /// language change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum DType {
     /// IEEE-754 binary32.
     F32,
@@ -63,7 +64,7 @@ impl fmt::Display for DType {
 }
 
 /// Dimensions of a tensor, outermost first. A 0-d tensor (scalar) has no dimensions.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct Shape(pub Vec<usize>);
 
 impl Shape {
@@ -124,7 +125,7 @@ impl From<&[usize]> for Shape {
 }
 
 /// The type of a tensor value: element type and shape. Text form `f32[2, 3]`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TensorType {
     /// Element type.
     pub dtype: DType,

@@ -1,1 +1,7 @@
-//! gt-passes: composable stream passes over the IR (shard, hotpath, fuse); filled by the pass-pipeline issue.
+//! gt-passes: composable stream passes over the IR. Today the [`StreamPass`] trait and the
+//! [`Pipeline`] that the dispatcher runs on every client stream between receiving and
+//! routing; the shard, hotpath and fuse passes plug in here.
+
+pub mod pipeline;
+
+pub use pipeline::{Pipeline, StreamPass};

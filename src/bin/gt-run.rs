@@ -1,10 +1,13 @@
-//! `gt-run`: runs a `.gtir` script: prints what it prints, checks its expectations.
+//! `gt-run`: runs a `.gtir` script: prints what it prints, checks its expectations. By
+//! default on an embedded cluster (a dispatcher and `GT_WORKERS` workers in this process);
+//! `--connect HOST:PORT` runs it on a `gt server`; `--reference` on the bare interpreter.
 //! Exit codes: 0 success, 1 runtime error or failed expectation, 2 usage, parse or type error.
 
 use clap::{Parser, ValueEnum};
 use gt::diagnostics::{render, Diag};
 use gt::frontend::RunOptions;
-use gt::script::{load, run_local, source_text, LoadError};
+use gt::script::{load, run_local, run_on, source_text, LoadError};
+use gt::session::{format_worker_stats, Session, Target};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,10 +38,23 @@ struct Args {
     /// Run the script as a filetest: check its `; test`, `; out:` and `; error:` lines.
     #[arg(long)]
     test: bool,
+    /// Run on the dispatcher at HOST:PORT (a `gt server`) instead of in this process.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["workers", "reference"])]
+    connect: Option<String>,
+    /// Embedded workers to start (default: GT_WORKERS, else 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    workers: Option<u16>,
+    /// Run on the reference interpreter in this thread (no dispatcher, no workers).
+    #[arg(long, conflicts_with = "workers")]
+    reference: bool,
+    /// Print every worker's per-op counts and times after the run (to stderr).
+    #[arg(long)]
+    worker_stats: bool,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    gt::logging::init("error");
     let color = std::io::stderr().is_terminal();
     let name = args.script.display().to_string();
     if args.test {
@@ -82,7 +98,30 @@ fn main() -> ExitCode {
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let result = run_local(&loaded, &mut out, RunOptions { quiet: args.quiet });
+    let options = RunOptions { quiet: args.quiet };
+    let result = if args.reference {
+        run_local(&loaded, &mut out, options)
+    } else {
+        let target = match &args.connect {
+            Some(address) => Target::Remote(address.clone()),
+            None => Target::Embedded { workers: args.workers.map(usize::from) },
+        };
+        let mut session = match Session::open(&target, &format!("gt-run {name}")) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(1);
+            }
+        };
+        let result = run_on(&loaded, &mut session.client, &mut out, options);
+        if args.worker_stats {
+            match session.client.worker_stats() {
+                Ok(stats) => eprint!("{}", format_worker_stats(&stats)),
+                Err(e) => eprintln!("error: cannot read worker statistics: {e}"),
+            }
+        }
+        result
+    };
     let _ = out.flush();
     match result {
         Ok(_) => ExitCode::SUCCESS,

@@ -4,17 +4,19 @@
 //! - `; test print`: the program parses, and printing then parsing gives it back.
 //! - `; test verify`: each `; error: TEXT` must match a diagnostic (on its own line when
 //!   it trails code), and every diagnostic must be expected. No `; error:` = must verify.
-//! - `; test run`: runs on the reference interpreter; `expect` lines must hold, stdout must
+//! - `; test run`: runs on the reference interpreter (or any runner: the cluster test runs
+//!   them on an embedded dispatcher and workers); `expect` lines must hold, stdout must
 //!   equal the `; out: LINE` lines; with `; error:` lines the run must fail that way.
 //!
 //! [`run_source`] returns the text that goes to the insta snapshot: the printed program
 //! (with types when it verified) and the rendered diagnostics.
 
 use crate::diagnostics::{line_col, render, Diag};
-use crate::script::{load, run_local, source_text};
+use crate::script::{load, run_local, source_text, Loaded};
 use anyhow::{anyhow, bail, Context, Result};
-use gt_frontend::RunOptions;
+use gt_frontend::{RunOptions, RunSummary, ScriptError};
 use gt_ir::text;
+use std::io::Write;
 use std::path::Path;
 
 /// A filetest command.
@@ -76,15 +78,28 @@ pub fn directives(source: &str) -> Result<Directives> {
     Ok(d)
 }
 
-/// Runs a filetest file; returns its snapshot text.
+/// Runs a loaded program for `; test run`, writing what it prints.
+pub type Runner<'a> = dyn FnMut(&Loaded, &mut dyn Write) -> Result<RunSummary, ScriptError> + 'a;
+
+/// Runs a filetest file on the reference interpreter; returns its snapshot text.
 pub fn run_file(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-    run_source(&name, &bytes)
+    run_file_on(path, &mut |loaded, out| run_local(loaded, out, RunOptions::default()))
 }
 
-/// Runs a filetest from its bytes; returns its snapshot text.
+/// Runs a filetest file, its `; test run` on `runner`; returns its snapshot text.
+pub fn run_file_on(path: &Path, runner: &mut Runner<'_>) -> Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    run_source_on(&name, &bytes, runner)
+}
+
+/// Runs a filetest from its bytes on the reference interpreter; returns its snapshot text.
 pub fn run_source(name: &str, bytes: &[u8]) -> Result<String> {
+    run_source_on(name, bytes, &mut |loaded, out| run_local(loaded, out, RunOptions::default()))
+}
+
+/// Runs a filetest from its bytes, its `; test run` on `runner`; returns its snapshot text.
+pub fn run_source_on(name: &str, bytes: &[u8], runner: &mut Runner<'_>) -> Result<String> {
     let source = source_text(bytes);
     let d = directives(&source)?;
     let mut snapshot = String::new();
@@ -92,7 +107,7 @@ pub fn run_source(name: &str, bytes: &[u8]) -> Result<String> {
         match cmd {
             Command::Print => snapshot.push_str(&check_print(bytes)?),
             Command::Verify => snapshot.push_str(&check_verify(name, bytes, &source, &d)?),
-            Command::Run => snapshot.push_str(&check_run(name, bytes, &source, &d)?),
+            Command::Run => snapshot.push_str(&check_run(name, bytes, &source, &d, runner)?),
         }
     }
     Ok(snapshot)
@@ -146,10 +161,10 @@ fn check_verify(name: &str, bytes: &[u8], source: &str, d: &Directives) -> Resul
     }
 }
 
-fn check_run(name: &str, bytes: &[u8], source: &str, d: &Directives) -> Result<String> {
+fn check_run(name: &str, bytes: &[u8], source: &str, d: &Directives, runner: &mut Runner<'_>) -> Result<String> {
     let loaded = load(bytes).map_err(|e| anyhow!("does not load:\n{}", render(name, source, &e.diags(), false)))?;
     let mut out = Vec::new();
-    let result = run_local(&loaded, &mut out, RunOptions::default());
+    let result = runner(&loaded, &mut out);
     let stdout = String::from_utf8_lossy(&out);
     match result {
         Ok(_) if !d.errors.is_empty() => bail!("run succeeded, but errors were expected: {:?}", d.errors),

@@ -1,1 +1,22 @@
-//! gt-transport: wire messages, msgpack codec and ZeroMQ endpoints; filled by the dispatcher issue.
+//! gt-transport: how gt's processes talk. Wire messages ([`message`]), the msgpack codec
+//! with a protocol version and a size limit ([`codec`]), endpoints (`inproc://` embedded,
+//! `ipc://` same host, `tcp://` remote; [`endpoint`]), ZeroMQ socket set-up ([`socket`])
+//! and the instruction-log event that the log file and the monitor socket carry ([`event`]).
+//!
+//! # Topology
+//! One dispatcher binds a ROUTER socket; clients and workers connect DEALER sockets to it.
+//! A peer's first message says what it is ([`Request::Hello`] or
+//! [`WorkerEvent::Register`]); every frame starts with the codec header, so a peer of
+//! another protocol version is told so instead of being misread.
+
+pub mod codec;
+pub mod endpoint;
+pub mod event;
+pub mod message;
+pub mod socket;
+
+pub use codec::{decode, encode, CodecError, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
+pub use endpoint::{Endpoint, EndpointError};
+pub use event::{EventKind, LogEvent};
+pub use message::{Inbound, InboundRef, OpStats, Reply, Request, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats};
+pub use zmq;

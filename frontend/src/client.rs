@@ -1,0 +1,415 @@
+//! The async client: a DEALER connected to a dispatcher. Instructions are buffered and sent
+//! in batches without waiting; only sync points (`read`, `sync`, `worker_stats`) wait. An
+//! instruction that fails is reported at the next wait, naming the op and where it came from
+//! (its script span), even if the wait itself is about another value.
+//!
+//! A batch leaves when it reaches `batch_size` instructions or 1 MiB of literal data, at
+//! every sync point, on [`Client::flush`] and when the client is dropped.
+
+use gt_ir::{HostTensor, Instr, Span, ValueId};
+use gt_transport::message::{Reply, Request, WorkerInfo, WorkerStats};
+use gt_transport::{codec, socket, zmq, CodecError, Endpoint, InboundRef};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// How a client connects and batches.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Its name in the dispatcher's log.
+    pub name: String,
+    /// Instructions per batch at most (`GT_CLIENT_BATCH_SIZE`, default 256).
+    pub batch_size: usize,
+    /// Largest message sent or accepted.
+    pub max_message_bytes: usize,
+    /// How long to wait for the dispatcher (and a worker) at connect.
+    pub connect_timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            name: "client".into(),
+            batch_size: 256,
+            max_message_bytes: codec::DEFAULT_MAX_MESSAGE_BYTES,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Where an instruction came from, for error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    /// The op's mnemonic (`add`), or the request (`get`).
+    pub op: &'static str,
+    /// Its script span, when it came from a script.
+    pub span: Option<Span>,
+}
+
+/// A client failure.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// No dispatcher (or no worker) answered at connect.
+    #[error("cannot connect to the dispatcher at {endpoint}: {why}")]
+    Connect {
+        /// Where.
+        endpoint: String,
+        /// Why.
+        why: String,
+    },
+    /// An instruction or request failed on the dispatcher or a worker.
+    #[error("{message}{}", if *later > 0 { format!(" ({later} later instructions failed too)") } else { String::new() })]
+    Op {
+        /// Its seq in the client's stream.
+        seq: u64,
+        /// What it was.
+        origin: Origin,
+        /// Why, as the dispatcher or worker said.
+        message: String,
+        /// How many later instructions failed before this was reported.
+        later: u64,
+    },
+    /// The dispatcher refused a message (another protocol version, too large, ...).
+    #[error("the dispatcher rejected a message: {0}")]
+    Rejected(String),
+    /// The connection to the dispatcher broke while waiting.
+    #[error("lost the connection to the dispatcher at {0}")]
+    Disconnected(String),
+    /// A message could not be encoded or decoded.
+    #[error("{0}")]
+    Codec(#[from] CodecError),
+    /// A socket failed.
+    #[error("socket error: {0}")]
+    Zmq(#[from] zmq::Error),
+}
+
+impl ClientError {
+    /// The op and script span of the instruction that failed, when the error is about one.
+    pub fn origin(&self) -> Option<Origin> {
+        match self {
+            ClientError::Op { origin, .. } => Some(*origin),
+            _ => None,
+        }
+    }
+}
+
+/// Instructions kept for error messages at most; older ones are named by seq only.
+const MAX_ORIGINS: usize = 1 << 20;
+/// Literal bytes that make a batch leave early.
+const MAX_BATCH_DATA: usize = 1 << 20;
+
+static NEXT_MONITOR: AtomicU64 = AtomicU64::new(0);
+
+/// A connection to a dispatcher.
+pub struct Client {
+    socket: zmq::Socket,
+    /// Receives the socket's disconnect events (not for `inproc://`, which has none).
+    events: Option<zmq::Socket>,
+    endpoint: String,
+    options: ClientOptions,
+    id: u64,
+    workers: Vec<WorkerInfo>,
+    next_seq: u64,
+    buffer: Vec<Instr>,
+    buffer_first_seq: u64,
+    buffer_data: usize,
+    origins: VecDeque<Origin>,
+    origins_base: u64,
+    first_error: Option<(u64, String)>,
+    later_errors: u64,
+    closed: bool,
+}
+
+impl Client {
+    /// Connects on a new context (for `ipc://` and `tcp://` endpoints).
+    pub fn connect(endpoint: &Endpoint, options: ClientOptions) -> Result<Client, ClientError> {
+        Client::connect_in(&zmq::Context::new(), endpoint, options)
+    }
+
+    /// Connects on `ctx` (the embedded cluster's context, for `inproc://`).
+    pub fn connect_in(ctx: &zmq::Context, endpoint: &Endpoint, options: ClientOptions) -> Result<Client, ClientError> {
+        let socket = socket::dealer(ctx, endpoint)?;
+        let events = if matches!(endpoint, Endpoint::Inproc(_)) {
+            None
+        } else {
+            let name = format!(
+                "inproc://gt-client-events-{}-{}",
+                std::process::id(),
+                NEXT_MONITOR.fetch_add(1, Ordering::Relaxed)
+            );
+            socket.monitor(&name, zmq::SocketEvent::DISCONNECTED as i32)?;
+            let pair = ctx.socket(zmq::PAIR)?;
+            pair.connect(&name)?;
+            Some(pair)
+        };
+        let mut client = Client {
+            socket,
+            events,
+            endpoint: endpoint.to_string(),
+            options,
+            id: 0,
+            workers: Vec::new(),
+            next_seq: 0,
+            buffer: Vec::new(),
+            buffer_first_seq: 0,
+            buffer_data: 0,
+            origins: VecDeque::new(),
+            origins_base: 0,
+            first_error: None,
+            later_errors: 0,
+            closed: false,
+        };
+        client.hello()?;
+        Ok(client)
+    }
+
+    fn hello(&mut self) -> Result<(), ClientError> {
+        let wait = self.options.connect_timeout;
+        let hello = Request::Hello { name: self.options.name.clone(), wait_ms: wait.as_millis() as u64 };
+        self.send(&hello)?;
+        // The dispatcher answers within `wait` (Welcome or Rejected); a little slack for the trip.
+        let deadline = Instant::now() + wait + Duration::from_secs(1);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.socket.poll(zmq::POLLIN, left.as_millis().max(1) as i64)? == 0 {
+                return Err(ClientError::Connect {
+                    endpoint: self.endpoint.clone(),
+                    why: format!("no answer within {} s (is `gt server` running there?)", wait.as_secs()),
+                });
+            }
+            match self.recv()? {
+                Reply::Welcome { client, workers } => {
+                    self.id = client;
+                    self.workers = workers;
+                    return Ok(());
+                }
+                Reply::Rejected { message } => {
+                    return Err(ClientError::Connect { endpoint: self.endpoint.clone(), why: message })
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The client's number at the dispatcher.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The workers registered when the client connected.
+    pub fn workers(&self) -> &[WorkerInfo] {
+        &self.workers
+    }
+
+    /// Where it is connected.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Queues an instruction (sent without waiting). Fails only if the connection is unusable.
+    pub fn submit(&mut self, instr: Instr, origin: Origin) -> Result<(), ClientError> {
+        let seq = self.take_seq(origin);
+        if self.buffer.is_empty() {
+            self.buffer_first_seq = seq;
+        }
+        if let Instr::Literal { data, .. } = &instr {
+            self.buffer_data += data.len() * 4;
+        }
+        self.buffer.push(instr);
+        if self.buffer.len() >= self.options.batch_size || self.buffer_data >= MAX_BATCH_DATA {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn take_seq(&mut self, origin: Origin) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if self.origins.len() == MAX_ORIGINS {
+            self.origins.pop_front();
+            self.origins_base += 1;
+        }
+        self.origins.push_back(origin);
+        seq
+    }
+
+    fn origin_of(&self, seq: u64) -> Origin {
+        seq.checked_sub(self.origins_base)
+            .and_then(|i| self.origins.get(i as usize))
+            .copied()
+            .unwrap_or(Origin { op: "instruction", span: None })
+    }
+
+    /// Sends the buffered instructions now.
+    pub fn flush(&mut self) -> Result<(), ClientError> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let batch = Request::Batch { first_seq: self.buffer_first_seq, instrs: std::mem::take(&mut self.buffer) };
+        self.buffer_data = 0;
+        let result = self.send(&batch);
+        if let (Err(ClientError::Codec(e)), Request::Batch { first_seq, instrs }) = (&result, &batch) {
+            // Too large to send: report it as the failure of its first instruction.
+            let message = format!("{e} ({} instructions in the batch)", instrs.len());
+            self.note_failure(*first_seq, message);
+            return Ok(());
+        }
+        result?;
+        self.drain()?;
+        Ok(())
+    }
+
+    /// Reads replies already here without waiting (failures of earlier instructions).
+    fn drain(&mut self) -> Result<(), ClientError> {
+        while self.socket.poll(zmq::POLLIN, 0)? > 0 {
+            let reply = self.recv()?;
+            self.absorb(reply, u64::MAX)?;
+        }
+        Ok(())
+    }
+
+    fn note_failure(&mut self, seq: u64, message: String) {
+        if self.first_error.is_none() {
+            self.first_error = Some((seq, message));
+        } else {
+            self.later_errors += 1;
+        }
+    }
+
+    /// Takes a reply that is not the one waited for.
+    fn absorb(&mut self, reply: Reply, waiting: u64) -> Result<(), ClientError> {
+        match reply {
+            Reply::Failed { seq, message } if seq != waiting => self.note_failure(seq, message),
+            Reply::Rejected { message } => return Err(ClientError::Rejected(message)),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The error to report at a wait, if an earlier instruction failed.
+    fn take_error(&mut self) -> Option<ClientError> {
+        let (seq, message) = self.first_error.take()?;
+        let later = std::mem::take(&mut self.later_errors);
+        Some(ClientError::Op { seq, origin: self.origin_of(seq), message, later })
+    }
+
+    /// Sends a request and waits for its answer.
+    fn request(&mut self, make: impl FnOnce(u64) -> Request, op: &'static str) -> Result<Reply, ClientError> {
+        self.flush()?;
+        let seq = self.take_seq(Origin { op, span: None });
+        self.send(&make(seq))?;
+        let reply = loop {
+            let mut items = vec![self.socket.as_poll_item(zmq::POLLIN)];
+            if let Some(e) = &self.events {
+                items.push(e.as_poll_item(zmq::POLLIN));
+            }
+            zmq::poll(&mut items, 1000)?;
+            let (ready, dropped) = (items[0].is_readable(), items.get(1).is_some_and(|i| i.is_readable()));
+            if ready {
+                let reply = self.recv()?;
+                match reply {
+                    Reply::Data { seq: s, .. }
+                    | Reply::Synced { seq: s }
+                    | Reply::Stats { seq: s, .. }
+                    | Reply::Failed { seq: s, .. }
+                        if s == seq =>
+                    {
+                        break reply
+                    }
+                    other => self.absorb(other, seq)?,
+                }
+            } else if dropped {
+                self.closed = true;
+                return Err(ClientError::Disconnected(self.endpoint.clone()));
+            }
+        };
+        let earlier = self.take_error();
+        // Everything up to `seq` has run: its origins are no longer needed.
+        while self.origins_base <= seq && !self.origins.is_empty() {
+            self.origins.pop_front();
+            self.origins_base += 1;
+        }
+        if let Some(e) = earlier {
+            return Err(e);
+        }
+        match reply {
+            Reply::Failed { seq, message } => {
+                Err(ClientError::Op { seq, origin: Origin { op, span: None }, message, later: 0 })
+            }
+            r => Ok(r),
+        }
+    }
+
+    /// A value's data (a sync point).
+    pub fn read(&mut self, value: ValueId) -> Result<HostTensor, ClientError> {
+        match self.request(|seq| Request::Get { seq, value }, "get")? {
+            Reply::Data { tensor, .. } => Ok(tensor),
+            other => unreachable!("request() returns the answer to Get: {other:?}"),
+        }
+    }
+
+    /// Waits until every instruction sent so far has run; reports any that failed.
+    pub fn sync(&mut self) -> Result<(), ClientError> {
+        self.request(|seq| Request::Sync { seq }, "sync").map(|_| ())
+    }
+
+    /// Every live worker's statistics.
+    pub fn worker_stats(&mut self) -> Result<Vec<WorkerStats>, ClientError> {
+        match self.request(|seq| Request::Stats { seq }, "stats")? {
+            Reply::Stats { workers, .. } => Ok(workers),
+            other => unreachable!("request() returns the answer to Stats: {other:?}"),
+        }
+    }
+
+    fn send(&self, req: &Request) -> Result<(), ClientError> {
+        let bytes = codec::encode(&InboundRef::Client(req), self.options.max_message_bytes)?;
+        // Never block: a send can only wait when the dispatcher is gone (an in-process one
+        // that stopped); connected sockets queue without limit.
+        match self.socket.send(bytes, zmq::DONTWAIT) {
+            Err(zmq::Error::EAGAIN) => Err(ClientError::Disconnected(self.endpoint.clone())),
+            r => Ok(r?),
+        }
+    }
+
+    fn recv(&self) -> Result<Reply, ClientError> {
+        let frame = self.socket.recv_bytes(0)?;
+        Ok(codec::decode(&frame, self.options.max_message_bytes)?)
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if !self.closed {
+            let _ = self.flush();
+            let _ = self.send(&Request::Bye);
+        }
+    }
+}
+
+impl gt_ir::Executor for Client {
+    type Error = ClientError;
+
+    fn execute(&mut self, instr: &Instr) -> Result<(), ClientError> {
+        self.execute_at(instr, None)
+    }
+
+    fn execute_at(&mut self, instr: &Instr, span: Option<Span>) -> Result<(), ClientError> {
+        if let Instr::GetData { src } = instr {
+            return self.read(*src).map(|_| ());
+        }
+        self.submit(instr.clone(), Origin { op: instr.mnemonic(), span })
+    }
+
+    fn read(&mut self, value: ValueId) -> Result<HostTensor, ClientError> {
+        Client::read(self, value)
+    }
+
+    fn sync(&mut self) -> Result<(), ClientError> {
+        Client::sync(self)
+    }
+
+    fn error_span(error: &ClientError) -> Option<(Span, &'static str)> {
+        error.origin().and_then(|o| o.span.map(|s| (s, o.op)))
+    }
+}

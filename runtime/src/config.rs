@@ -1,0 +1,103 @@
+//! Runtime settings from the environment: `GT_WORKERS`, `GT_WORKER_BATCH_SIZE`,
+//! `GT_INSTRUCTION_LOG`, `GT_MONITOR`, `GT_MAX_MESSAGE_BYTES`. A bad value is an error naming
+//! the variable, never a silent default.
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// A setting with a bad value.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{var}={value:?}: {expected}")]
+pub struct ConfigError {
+    /// The variable.
+    pub var: &'static str,
+    /// Its value.
+    pub value: String,
+    /// What it should be.
+    pub expected: &'static str,
+}
+
+/// What the environment asks of the runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvConfig {
+    /// Embedded workers (`GT_WORKERS`, default 1).
+    pub workers: usize,
+    /// Instructions per worker batch at most (`GT_WORKER_BATCH_SIZE`, default 256).
+    pub worker_batch_size: usize,
+    /// The instruction log file (`GT_INSTRUCTION_LOG`).
+    pub instruction_log: Option<PathBuf>,
+    /// Whether an embedded dispatcher binds a monitor socket (`GT_MONITOR=1`).
+    pub monitor: bool,
+    /// Largest message (`GT_MAX_MESSAGE_BYTES`, default 1 GiB).
+    pub max_message_bytes: usize,
+}
+
+impl Default for EnvConfig {
+    fn default() -> Self {
+        EnvConfig {
+            workers: 1,
+            worker_batch_size: 256,
+            instruction_log: None,
+            monitor: false,
+            max_message_bytes: gt_transport::DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
+}
+
+impl EnvConfig {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<EnvConfig, ConfigError> {
+        EnvConfig::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads settings through `get` (for tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig, ConfigError> {
+        let mut c = EnvConfig::default();
+        let positive = |var: &'static str, default: usize| -> Result<usize, ConfigError> {
+            match get(var) {
+                None => Ok(default),
+                Some(v) => match v.trim().parse::<usize>() {
+                    Ok(n) if n >= 1 => Ok(n),
+                    _ => Err(ConfigError { var, value: v, expected: "expected a whole number of at least 1" }),
+                },
+            }
+        };
+        c.workers = positive("GT_WORKERS", c.workers)?;
+        c.worker_batch_size = positive("GT_WORKER_BATCH_SIZE", c.worker_batch_size)?;
+        c.max_message_bytes = positive("GT_MAX_MESSAGE_BYTES", c.max_message_bytes)?;
+        c.instruction_log = get("GT_INSTRUCTION_LOG").filter(|s| !s.is_empty()).map(PathBuf::from);
+        c.monitor = match get("GT_MONITOR").as_deref().map(str::trim) {
+            None | Some("" | "0" | "false") => false,
+            Some("1" | "true") => true,
+            Some(v) => return Err(ConfigError { var: "GT_MONITOR", value: v.into(), expected: "expected 0 or 1" }),
+        };
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn defaults_and_values() {
+        assert_eq!(EnvConfig::from_lookup(env(&[])).unwrap(), EnvConfig::default());
+        let c = EnvConfig::from_lookup(env(&[("GT_WORKERS", "4"), ("GT_WORKER_BATCH_SIZE", "1"), ("GT_MONITOR", "1")]))
+            .unwrap();
+        assert_eq!((c.workers, c.worker_batch_size, c.monitor), (4, 1, true));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (k, v) in
+            [("GT_WORKERS", "0"), ("GT_WORKERS", "two"), ("GT_WORKER_BATCH_SIZE", "-1"), ("GT_MONITOR", "yes")]
+        {
+            let e = EnvConfig::from_lookup(env(&[(k, v)])).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("{k}=")), "{e}");
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! The instruction log: every dispatcher event, written to `GT_INSTRUCTION_LOG` in the
+//! seeds' line format and published on the monitor socket. Nothing is formatted unless a
+//! file is open or a subscriber listens ([`EventLog::active`]), and nothing is kept in
+//! memory beyond the file's write buffer, which is flushed whenever the dispatcher idles.
+
+use gt_transport::event::log_header;
+use gt_transport::zmq;
+use gt_transport::{codec, EventKind, LogEvent};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::time::Instant;
+
+/// Where events go.
+pub struct EventLog {
+    start: Instant,
+    seq: u64,
+    file: Option<BufWriter<File>>,
+    monitor: Option<zmq::Socket>,
+    subscribers: i64,
+}
+
+impl EventLog {
+    /// A log to `path` (if any) and to the `monitor` XPUB socket (if any).
+    pub fn new(path: Option<&Path>, monitor: Option<zmq::Socket>) -> std::io::Result<EventLog> {
+        let file = match path {
+            Some(p) => {
+                let mut f = BufWriter::new(File::create(p)?);
+                f.write_all(log_header(&started_at()).as_bytes())?;
+                f.flush()?;
+                Some(f)
+            }
+            None => None,
+        };
+        Ok(EventLog { start: Instant::now(), seq: 0, file, monitor, subscribers: 0 })
+    }
+
+    /// Whether an event would go anywhere; callers skip building details when not.
+    #[inline]
+    pub fn active(&self) -> bool {
+        self.file.is_some() || self.subscribers > 0
+    }
+
+    /// The monitor socket, for polling subscriptions.
+    pub fn monitor(&self) -> Option<&zmq::Socket> {
+        self.monitor.as_ref()
+    }
+
+    /// Reads subscription changes from the monitor socket.
+    pub fn poll_subscriptions(&mut self) {
+        let Some(m) = &self.monitor else { return };
+        while let Ok(msg) = m.recv_bytes(zmq::DONTWAIT) {
+            match msg.first() {
+                Some(1) => self.subscribers += 1,
+                Some(0) => self.subscribers = (self.subscribers - 1).max(0),
+                _ => {}
+            }
+        }
+    }
+
+    /// Records one event.
+    pub fn emit(&mut self, kind: EventKind, source: String, command: &str, bytes: usize, details: String) {
+        if !self.active() {
+            return;
+        }
+        self.seq += 1;
+        let event = LogEvent {
+            elapsed: self.start.elapsed().as_secs_f64(),
+            seq: self.seq,
+            kind,
+            source,
+            command: command.to_string(),
+            bytes: bytes as u64,
+            details,
+        };
+        if let Some(f) = &mut self.file {
+            if let Err(e) = writeln!(f, "{event}") {
+                tracing::error!(target: "gt::dispatcher", "instruction log: write failed, logging stops: {e}");
+                self.file = None;
+            }
+        }
+        if self.subscribers > 0 {
+            if let (Some(m), Ok(bytes)) = (&self.monitor, codec::encode(&event, codec::DEFAULT_MAX_MESSAGE_BYTES)) {
+                // A slow subscriber loses events rather than slowing the dispatcher.
+                let _ = m.send(bytes, zmq::DONTWAIT);
+            }
+        }
+    }
+
+    /// Writes buffered lines out (called when the dispatcher idles and at shutdown).
+    pub fn flush(&mut self) {
+        if let Some(f) = &mut self.file {
+            let _ = f.flush();
+        }
+    }
+}
+
+fn started_at() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}

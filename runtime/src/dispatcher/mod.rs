@@ -1,0 +1,897 @@
+//! The dispatcher: one ROUTER socket for every client and worker. It gives each client its
+//! own value-id namespace (a client can only name values it created), runs each client's
+//! stream through the pass pipeline, types every instruction (so shape errors are reported in
+//! the client's ids, before any worker sees them), renames values to worker buffers, batches
+//! per worker, answers data requests, and frees on `free`, on `Bye` and when a client is gone.
+//!
+//! # Invariants
+//! - A worker receives one client's instructions in that client's order; a reply a client
+//!   waits for is sent after the failures of that client's earlier instructions.
+//! - Each client's values live on one worker (its *home*, the least loaded at its first
+//!   instruction) until the shard pass places them; so any program gives the same numbers on
+//!   1 worker or N.
+//! - A peer that sends garbage is answered `Rejected` (or dropped, with a log line); a peer
+//!   that is gone is noticed by routing (`ROUTER_MANDATORY`) within one probe interval, and
+//!   everyone waiting on it gets an error.
+
+pub mod log;
+
+use gt_ir::text::print::print_instr;
+use gt_ir::verify::shape;
+use gt_ir::{Instr, TensorType, TypeError, ValueId};
+use gt_passes::Pipeline;
+use gt_transport::message::{Reply, Request, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats};
+use gt_transport::{codec, zmq, EventKind, Inbound};
+use log::EventLog;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Makes the pass pipeline of each new client stream.
+pub type PipelineFactory = Arc<dyn Fn() -> Pipeline + Send + Sync>;
+
+/// How the dispatcher runs.
+#[derive(Clone)]
+pub struct DispatcherConfig {
+    /// Instructions per worker batch at most (`GT_WORKER_BATCH_SIZE`); a batch also leaves
+    /// whenever the dispatcher has no more messages to read, or at a sync point.
+    pub worker_batch_size: usize,
+    /// Largest frame accepted or sent (`GT_MAX_MESSAGE_BYTES`).
+    pub max_message_bytes: usize,
+    /// How often workers are probed for liveness (clients: ten times less often).
+    pub probe_interval: Duration,
+    /// The pass pipeline of each client stream.
+    pub pipeline: PipelineFactory,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        DispatcherConfig {
+            worker_batch_size: 256,
+            max_message_bytes: codec::DEFAULT_MAX_MESSAGE_BYTES,
+            probe_interval: Duration::from_millis(100),
+            pipeline: Arc::new(Pipeline::new),
+        }
+    }
+}
+
+impl std::fmt::Debug for DispatcherConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DispatcherConfig")
+            .field("worker_batch_size", &self.worker_batch_size)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("probe_interval", &self.probe_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a client value lives.
+#[derive(Debug, Clone)]
+enum Slot {
+    Live {
+        worker: usize,
+        buf: ValueId,
+        ty: TensorType,
+    },
+    /// The instruction that should have defined it failed (client seq).
+    Failed {
+        seq: u64,
+    },
+}
+
+struct Client {
+    identity: Vec<u8>,
+    home: Option<usize>,
+    values: HashMap<ValueId, Slot>,
+    pipeline: Pipeline,
+}
+
+struct Batch {
+    number: u64,
+    /// (client, seq) of each instruction.
+    origins: Vec<(u64, u64)>,
+    /// A `Sync` to answer when the batch is done.
+    sync: Option<(u64, u64)>,
+}
+
+struct Worker {
+    identity: Vec<u8>,
+    name: String,
+    backend: String,
+    alive: bool,
+    pending: Vec<Instr>,
+    pending_origins: Vec<(u64, u64)>,
+    inflight: VecDeque<Batch>,
+    next_batch: u64,
+    free_bufs: Vec<u32>,
+    next_buf: u32,
+    clients: usize,
+}
+
+impl Worker {
+    fn alloc(&mut self) -> ValueId {
+        ValueId(self.free_bufs.pop().unwrap_or_else(|| {
+            self.next_buf += 1;
+            self.next_buf - 1
+        }))
+    }
+}
+
+struct PendingGet {
+    client: u64,
+    seq: u64,
+    worker: usize,
+}
+
+struct PendingStats {
+    client: u64,
+    seq: u64,
+    remaining: usize,
+    results: Vec<WorkerStats>,
+}
+
+struct PendingHello {
+    identity: Vec<u8>,
+    name: String,
+    deadline: Instant,
+    wait_ms: u64,
+}
+
+/// A running dispatcher's state; [`Dispatcher::run`] is its loop.
+pub struct Dispatcher {
+    router: zmq::Socket,
+    control: zmq::Socket,
+    log: EventLog,
+    config: DispatcherConfig,
+    clients: HashMap<u64, Client>,
+    client_ids: HashMap<Vec<u8>, u64>,
+    next_client: u64,
+    workers: Vec<Worker>,
+    worker_ids: HashMap<Vec<u8>, usize>,
+    gets: HashMap<u64, PendingGet>,
+    stats: HashMap<u64, PendingStats>,
+    stats_tags: HashMap<u64, (u64, usize)>,
+    next_tag: u64,
+    hellos: Vec<PendingHello>,
+    lost_clients: Vec<(u64, &'static str)>,
+    lost_workers: Vec<usize>,
+    last_probe: Instant,
+    last_client_probe: Instant,
+}
+
+/// What goes wrong when a dispatcher cannot run at all (bad sockets); everything a peer does
+/// is handled inside the loop.
+pub type DispatcherError = zmq::Error;
+
+impl Dispatcher {
+    /// A dispatcher on a bound `router`, stopped by any message on `control` (a PULL).
+    pub fn new(router: zmq::Socket, control: zmq::Socket, log: EventLog, config: DispatcherConfig) -> Dispatcher {
+        Dispatcher {
+            router,
+            control,
+            log,
+            config,
+            clients: HashMap::new(),
+            client_ids: HashMap::new(),
+            next_client: 1,
+            workers: Vec::new(),
+            worker_ids: HashMap::new(),
+            gets: HashMap::new(),
+            stats: HashMap::new(),
+            stats_tags: HashMap::new(),
+            next_tag: 1,
+            hellos: Vec::new(),
+            lost_clients: Vec::new(),
+            lost_workers: Vec::new(),
+            last_probe: Instant::now(),
+            last_client_probe: Instant::now(),
+        }
+    }
+
+    /// Serves until a message arrives on the control socket; then tells every worker to shut
+    /// down and returns.
+    pub fn run(mut self) -> Result<(), DispatcherError> {
+        loop {
+            let timeout = self.config.probe_interval.as_millis() as i64;
+            self.log.flush();
+            let (router_ready, control_ready, monitor_ready) = {
+                let mut items = vec![self.router.as_poll_item(zmq::POLLIN), self.control.as_poll_item(zmq::POLLIN)];
+                if let Some(m) = self.log.monitor() {
+                    items.push(m.as_poll_item(zmq::POLLIN));
+                }
+                zmq::poll(&mut items, timeout)?;
+                (items[0].is_readable(), items[1].is_readable(), items.get(2).is_some_and(|i| i.is_readable()))
+            };
+            if control_ready {
+                break;
+            }
+            if monitor_ready {
+                self.log.poll_subscriptions();
+            }
+            if router_ready {
+                for _ in 0..4096 {
+                    match self.router.recv_multipart(zmq::DONTWAIT) {
+                        Ok(frames) => self.on_frames(frames),
+                        Err(zmq::Error::EAGAIN) => break,
+                        Err(e) => return Err(e),
+                    }
+                    self.reap();
+                }
+            }
+            for w in 0..self.workers.len() {
+                self.flush_worker(w, None);
+            }
+            self.housekeeping();
+            self.reap();
+        }
+        for w in 0..self.workers.len() {
+            if self.workers[w].alive {
+                self.send_worker(w, &WorkerCommand::Shutdown);
+            }
+        }
+        self.log.flush();
+        Ok(())
+    }
+
+    // ---- frames ------------------------------------------------------------------------
+
+    fn on_frames(&mut self, frames: Vec<Vec<u8>>) {
+        let max = self.config.max_message_bytes;
+        let [identity, payload]: [Vec<u8>; 2] = match frames.try_into() {
+            Ok(pair) => pair,
+            Err(frames) => {
+                let n = frames.len();
+                self.bad_message(&frames[0], 0, format!("expected one frame per message, got {}", n - 1));
+                return;
+            }
+        };
+        match codec::decode::<Inbound>(&payload, max) {
+            Ok(Inbound::Client(req)) => self.on_request(identity, req, payload.len()),
+            Ok(Inbound::Worker(event)) => self.on_worker_event(identity, event, payload.len()),
+            Err(e) => self.bad_message(&identity, payload.len(), e.to_string()),
+        }
+    }
+
+    /// Logs a message that cannot be taken and tells its sender (unless it is a worker,
+    /// which cannot act on it).
+    fn bad_message(&mut self, identity: &[u8], bytes: usize, why: String) {
+        let source = self.source_of(identity);
+        tracing::warn!(target: "gt::dispatcher", "rejected a message from {source}: {why}");
+        self.log.emit(EventKind::Error, source, "Rejected", bytes, why.clone());
+        if !self.worker_ids.contains_key(identity) {
+            self.send_reply_to(identity, &Reply::Rejected { message: why });
+        }
+    }
+
+    fn source_of(&self, identity: &[u8]) -> String {
+        if let Some(c) = self.client_ids.get(identity) {
+            format!("CLIENT {c}")
+        } else if let Some(w) = self.worker_ids.get(identity) {
+            format!("WORKER {}", self.workers[*w].name)
+        } else {
+            format!("PEER {}", hex(identity))
+        }
+    }
+
+    // ---- clients -----------------------------------------------------------------------
+
+    fn on_request(&mut self, identity: Vec<u8>, req: Request, bytes: usize) {
+        if let Request::Hello { name, wait_ms } = req {
+            if let Some(&c) = self.client_ids.get(&identity) {
+                self.welcome_again(c);
+            } else if self.workers.iter().any(|w| w.alive) {
+                self.welcome(identity, name, bytes);
+            } else {
+                let deadline = Instant::now() + Duration::from_millis(wait_ms);
+                self.hellos.push(PendingHello { identity, name, deadline, wait_ms });
+            }
+            return;
+        }
+        let Some(&c) = self.client_ids.get(&identity) else {
+            self.bad_message(&identity, bytes, "a client must send Hello before anything else".into());
+            return;
+        };
+        match req {
+            Request::Hello { .. } => unreachable!("handled above"),
+            Request::Batch { first_seq, instrs } => {
+                let share = bytes / instrs.len().max(1);
+                for (k, instr) in instrs.into_iter().enumerate() {
+                    self.on_instr(c, first_seq + k as u64, instr, share);
+                }
+            }
+            Request::Get { seq, value } => {
+                self.log_recv(c, "Get", bytes, || format!("seq={seq} %{}", value.0));
+                self.on_get(c, seq, value);
+            }
+            Request::Sync { seq } => {
+                self.log_recv(c, "Sync", bytes, || format!("seq={seq}"));
+                self.on_sync(c, seq);
+            }
+            Request::Stats { seq } => {
+                self.log_recv(c, "Stats", bytes, || format!("seq={seq}"));
+                self.on_stats(c, seq);
+            }
+            Request::Bye => self.remove_client(c, "said goodbye"),
+        }
+    }
+
+    fn log_recv(&mut self, c: u64, command: &str, bytes: usize, details: impl FnOnce() -> String) {
+        if self.log.active() {
+            self.log.emit(EventKind::Recv, format!("CLIENT {c}"), command, bytes, details());
+        }
+    }
+
+    fn welcome(&mut self, identity: Vec<u8>, name: String, bytes: usize) {
+        let c = self.next_client;
+        self.next_client += 1;
+        let client = Client {
+            identity: identity.clone(),
+            home: None,
+            values: HashMap::new(),
+            pipeline: (self.config.pipeline)(),
+        };
+        self.clients.insert(c, client);
+        self.client_ids.insert(identity, c);
+        tracing::info!(target: "gt::dispatcher", "client {c} connected: {name}");
+        self.log.emit(EventKind::Connect, format!("CLIENT {c}"), "Hello", bytes, format!("name={name}"));
+        self.welcome_again(c);
+    }
+
+    fn welcome_again(&mut self, c: u64) {
+        let workers = self.worker_infos();
+        self.send_reply(c, &Reply::Welcome { client: c, workers });
+    }
+
+    fn worker_infos(&self) -> Vec<WorkerInfo> {
+        self.workers
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.alive)
+            .map(|(i, w)| WorkerInfo { index: i as u32, name: w.name.clone(), backend: w.backend.clone() })
+            .collect()
+    }
+
+    fn on_instr(&mut self, c: u64, seq: u64, instr: Instr, bytes: usize) {
+        if self.log.active() {
+            self.log.emit(
+                EventKind::Recv,
+                format!("CLIENT {c}"),
+                instr.mnemonic(),
+                bytes,
+                format!("#{seq} {}", print_instr(&instr)),
+            );
+        }
+        let Some(client) = self.clients.get_mut(&c) else { return };
+        if client.pipeline.names().is_empty() {
+            self.route(c, seq, instr);
+            return;
+        }
+        let mut out = Vec::new();
+        client.pipeline.run(instr, &mut out);
+        for i in out {
+            self.route(c, seq, i);
+        }
+    }
+
+    /// Releases what the client's passes hold (before a sync point).
+    fn flush_pipeline(&mut self, c: u64, seq: u64) {
+        let Some(client) = self.clients.get_mut(&c) else { return };
+        let mut out = Vec::new();
+        client.pipeline.flush(&mut out);
+        for i in out {
+            self.route(c, seq, i);
+        }
+    }
+
+    /// Checks, types, places and renames one instruction, and queues it for its worker.
+    fn route(&mut self, c: u64, seq: u64, mut instr: Instr) {
+        let op = instr.mnemonic();
+        let Some(client) = self.clients.get_mut(&c) else { return };
+        match instr {
+            Instr::GetData { .. } => {
+                return self.fail(c, seq, &instr, format!("{op}: a sync point is a Get request, not an instruction"));
+            }
+            Instr::Free { src } => {
+                return match client.values.remove(&src) {
+                    Some(Slot::Live { worker, buf, .. }) => self.push(worker, Instr::Free { src: buf }, (c, seq)),
+                    Some(Slot::Failed { .. }) => {}
+                    None => self.fail(
+                        c,
+                        seq,
+                        &instr,
+                        format!("free: value {src} is not defined (never created, or already freed)"),
+                    ),
+                };
+            }
+            _ => {}
+        }
+        // Every operand must be one of this client's live values.
+        let mut operands = Vec::new();
+        for v in instr.operands() {
+            match client.values.get(&v) {
+                Some(Slot::Live { worker, buf, .. }) => operands.push((*worker, *buf)),
+                Some(Slot::Failed { seq: s }) => {
+                    let msg = format!("{op}: reads {v}, which was not computed because instruction #{s} failed");
+                    return self.fail(c, seq, &instr, msg);
+                }
+                None => {
+                    let msg = format!("{op}: value {v} is not defined (never created, or freed)");
+                    return self.fail(c, seq, &instr, msg);
+                }
+            }
+        }
+        let types = {
+            let values = &client.values;
+            let ty = |v: ValueId| match values.get(&v) {
+                Some(Slot::Live { ty, .. }) => Ok(ty.clone()),
+                _ => Err(TypeError::UnknownValue(v)),
+            };
+            match shape::infer(&instr, &ty) {
+                Ok(t) => t,
+                Err(e) => return self.fail(c, seq, &instr, format!("{op}: {e}")),
+            }
+        };
+        // Place: the client's home worker.
+        let w = match client.home {
+            Some(w) if self.workers[w].alive => w,
+            Some(w) => {
+                let msg = format!(
+                    "{op}: worker `{}`, which held this client's values, is gone; reconnect to start over",
+                    self.workers[w].name
+                );
+                return self.fail(c, seq, &instr, msg);
+            }
+            None => {
+                let Some(w) =
+                    (0..self.workers.len()).filter(|&w| self.workers[w].alive).min_by_key(|&w| self.workers[w].clients)
+                else {
+                    return self.fail(c, seq, &instr, format!("{op}: no worker is connected to the dispatcher"));
+                };
+                client.home = Some(w);
+                self.workers[w].clients += 1;
+                w
+            }
+        };
+        debug_assert!(operands.iter().all(|(ow, _)| *ow == w), "one home worker per client");
+        // Results: reuse a redefined value's buffer (repeat loops), else allocate.
+        let results = instr.results();
+        let mut bufs = Vec::with_capacity(results.len() + operands.len());
+        for (dst, ty) in results.iter().zip(types) {
+            let buf = match client.values.get(dst) {
+                Some(Slot::Live { worker, buf, .. }) if *worker == w => *buf,
+                Some(Slot::Live { worker, buf, .. }) => {
+                    let (ow, ob) = (*worker, *buf);
+                    self.workers[ow].pending.push(Instr::Free { src: ob });
+                    self.workers[ow].pending_origins.push((c, seq));
+                    self.workers[ow].free_bufs.push(ob.0);
+                    self.workers[w].alloc()
+                }
+                _ => self.workers[w].alloc(),
+            };
+            client.values.insert(*dst, Slot::Live { worker: w, buf, ty });
+            bufs.push(buf);
+        }
+        bufs.extend(operands.iter().map(|(_, b)| *b));
+        let mut next = bufs.into_iter();
+        instr.visit_values_mut(&mut |v| *v = next.next().expect("visit order: results, then operands"));
+        self.push(w, instr, (c, seq));
+    }
+
+    /// Reports an instruction's failure to its client and marks its results as not computed.
+    fn fail(&mut self, c: u64, seq: u64, instr: &Instr, message: String) {
+        if let Some(client) = self.clients.get_mut(&c) {
+            for dst in instr.results() {
+                if let Some(Slot::Live { worker, buf, .. }) = client.values.insert(dst, Slot::Failed { seq }) {
+                    self.workers[worker].pending.push(Instr::Free { src: buf });
+                    self.workers[worker].pending_origins.push((c, seq));
+                    self.workers[worker].free_bufs.push(buf.0);
+                }
+            }
+        }
+        self.send_reply(c, &Reply::Failed { seq, message });
+    }
+
+    fn push(&mut self, w: usize, instr: Instr, origin: (u64, u64)) {
+        let worker = &mut self.workers[w];
+        if let Instr::Free { src } = instr {
+            worker.free_bufs.push(src.0);
+        }
+        worker.pending.push(instr);
+        worker.pending_origins.push(origin);
+        if worker.pending.len() >= self.config.worker_batch_size {
+            self.flush_worker(w, None);
+        }
+    }
+
+    fn on_get(&mut self, c: u64, seq: u64, value: ValueId) {
+        self.flush_pipeline(c, seq);
+        let Some(client) = self.clients.get(&c) else { return };
+        match client.values.get(&value) {
+            Some(Slot::Live { worker, buf, .. }) => {
+                let (w, buf) = (*worker, *buf);
+                if !self.workers[w].alive {
+                    let msg = format!("get: worker `{}`, which held {value}, is gone", self.workers[w].name);
+                    return self.send_reply(c, &Reply::Failed { seq, message: msg });
+                }
+                self.flush_worker(w, None);
+                let tag = self.next_tag;
+                self.next_tag += 1;
+                self.gets.insert(tag, PendingGet { client: c, seq, worker: w });
+                self.send_worker(w, &WorkerCommand::Get { tag, value: buf });
+                if self.log.active() {
+                    let src = format!("WORKER {}", self.workers[w].name);
+                    self.log.emit(EventKind::WorkerSend, src, "Get", 0, format!("tag={tag} {buf}"));
+                }
+            }
+            Some(Slot::Failed { seq: s }) => {
+                let msg = format!("get: {value} was not computed because instruction #{s} failed");
+                self.send_reply(c, &Reply::Failed { seq, message: msg });
+            }
+            None => {
+                let msg = format!("get: value {value} is not defined (never created, or freed)");
+                self.send_reply(c, &Reply::Failed { seq, message: msg });
+            }
+        }
+    }
+
+    fn on_sync(&mut self, c: u64, seq: u64) {
+        self.flush_pipeline(c, seq);
+        let Some(client) = self.clients.get(&c) else { return };
+        match client.home {
+            None => self.send_reply(c, &Reply::Synced { seq }),
+            Some(w) if !self.workers[w].alive => {
+                let msg = format!("sync: worker `{}`, which held this client's values, is gone", self.workers[w].name);
+                self.send_reply(c, &Reply::Failed { seq, message: msg });
+            }
+            Some(w) => self.flush_worker(w, Some((c, seq))),
+        }
+    }
+
+    fn on_stats(&mut self, c: u64, seq: u64) {
+        let alive: Vec<usize> = (0..self.workers.len()).filter(|&w| self.workers[w].alive).collect();
+        if alive.is_empty() {
+            return self.send_reply(c, &Reply::Stats { seq, workers: Vec::new() });
+        }
+        let collector = self.next_tag;
+        self.next_tag += 1;
+        self.stats.insert(collector, PendingStats { client: c, seq, remaining: alive.len(), results: Vec::new() });
+        for w in alive {
+            let tag = self.next_tag;
+            self.next_tag += 1;
+            self.stats_tags.insert(tag, (collector, w));
+            self.send_worker(w, &WorkerCommand::Stats { tag });
+        }
+    }
+
+    fn stats_arrived(&mut self, collector: u64, stats: Option<WorkerStats>) {
+        let Some(p) = self.stats.get_mut(&collector) else { return };
+        p.remaining -= 1;
+        p.results.extend(stats);
+        if p.remaining == 0 {
+            let p = self.stats.remove(&collector).expect("present");
+            self.send_reply(p.client, &Reply::Stats { seq: p.seq, workers: p.results });
+        }
+    }
+
+    /// Frees everything a client holds and forgets it.
+    fn remove_client(&mut self, c: u64, why: &str) {
+        let Some(client) = self.clients.remove(&c) else { return };
+        self.client_ids.remove(&client.identity);
+        if let Some(h) = client.home {
+            self.workers[h].clients = self.workers[h].clients.saturating_sub(1);
+        }
+        let freed = client.values.len();
+        for slot in client.values.into_values() {
+            if let Slot::Live { worker, buf, .. } = slot {
+                if self.workers[worker].alive {
+                    self.push(worker, Instr::Free { src: buf }, (c, 0));
+                }
+            }
+        }
+        tracing::info!(target: "gt::dispatcher", "client {c} {why}; freed {freed} values");
+        self.log.emit(EventKind::Disconnect, format!("CLIENT {c}"), "Bye", 0, format!("{why}; freed {freed} values"));
+    }
+
+    // ---- workers -----------------------------------------------------------------------
+
+    fn on_worker_event(&mut self, identity: Vec<u8>, event: WorkerEvent, bytes: usize) {
+        if let WorkerEvent::Register { name, backend } = event {
+            if self.worker_ids.contains_key(&identity) || self.client_ids.contains_key(&identity) {
+                return self.bad_message(&identity, bytes, "registered twice".into());
+            }
+            let w = self.workers.len();
+            self.workers.push(Worker {
+                identity: identity.clone(),
+                name: name.clone(),
+                backend: backend.clone(),
+                alive: true,
+                pending: Vec::new(),
+                pending_origins: Vec::new(),
+                inflight: VecDeque::new(),
+                next_batch: 1,
+                free_bufs: Vec::new(),
+                next_buf: 0,
+                clients: 0,
+            });
+            self.worker_ids.insert(identity, w);
+            tracing::info!(target: "gt::dispatcher", "worker {w} registered: {name} ({backend})");
+            self.log.emit(
+                EventKind::Connect,
+                format!("WORKER {name}"),
+                "Register",
+                bytes,
+                format!("worker={w} backend={backend}"),
+            );
+            self.send_worker(w, &WorkerCommand::Welcome { worker: w as u32 });
+            return;
+        }
+        let Some(&w) = self.worker_ids.get(&identity) else {
+            return self.bad_message(&identity, bytes, "a worker must register before anything else".into());
+        };
+        match event {
+            WorkerEvent::Register { .. } => unreachable!("handled above"),
+            WorkerEvent::Done { batch, failures, nanos } => {
+                let worker = &mut self.workers[w];
+                let Some(pos) = worker.inflight.iter().position(|b| b.number == batch) else {
+                    return self.bad_message(&identity, bytes, format!("Done for unknown batch {batch}"));
+                };
+                let record = worker.inflight.remove(pos).expect("position is valid");
+                if self.log.active() {
+                    let src = format!("WORKER {}", self.workers[w].name);
+                    let details = format!(
+                        "batch={batch} ok={} failed={} time={:.3}ms",
+                        record.origins.len() - failures.len(),
+                        failures.len(),
+                        nanos as f64 / 1e6
+                    );
+                    self.log.emit(EventKind::WorkerRecv, src, "Done", bytes, details);
+                }
+                for (i, message) in failures {
+                    if let Some(&(c, seq)) = record.origins.get(i as usize) {
+                        if self.clients.contains_key(&c) {
+                            self.send_reply(c, &Reply::Failed { seq, message });
+                        }
+                    }
+                }
+                if let Some((c, seq)) = record.sync {
+                    self.send_reply(c, &Reply::Synced { seq });
+                }
+            }
+            WorkerEvent::Data { tag, tensor } => {
+                if self.log.active() {
+                    let src = format!("WORKER {}", self.workers[w].name);
+                    self.log.emit(EventKind::WorkerRecv, src, "Data", bytes, format!("tag={tag} {}", tensor.ty));
+                }
+                if let Some(g) = self.gets.remove(&tag) {
+                    self.send_reply(g.client, &Reply::Data { seq: g.seq, tensor });
+                }
+            }
+            WorkerEvent::Failed { tag, message } => {
+                if self.log.active() {
+                    let src = format!("WORKER {}", self.workers[w].name);
+                    self.log.emit(EventKind::WorkerRecv, src, "Failed", bytes, format!("tag={tag} {message}"));
+                }
+                if let Some(g) = self.gets.remove(&tag) {
+                    self.send_reply(g.client, &Reply::Failed { seq: g.seq, message });
+                }
+            }
+            WorkerEvent::Stats { tag, stats } => {
+                if let Some((collector, _)) = self.stats_tags.remove(&tag) {
+                    self.stats_arrived(collector, Some(stats));
+                }
+            }
+        }
+    }
+
+    /// Sends a worker its queued instructions (and, for a sync, an empty batch whose `Done`
+    /// answers it).
+    fn flush_worker(&mut self, w: usize, sync: Option<(u64, u64)>) {
+        let worker = &mut self.workers[w];
+        if worker.pending.is_empty() && sync.is_none() {
+            return;
+        }
+        let instrs = std::mem::take(&mut worker.pending);
+        let origins = std::mem::take(&mut worker.pending_origins);
+        let number = worker.next_batch;
+        worker.next_batch += 1;
+        if !worker.alive {
+            return;
+        }
+        let details = self.log.active().then(|| batch_details(number, &instrs));
+        let n = instrs.len();
+        let cmd = WorkerCommand::Exec { batch: number, instrs };
+        let bytes = match codec::encode(&cmd, self.config.max_message_bytes) {
+            Ok(b) => b,
+            Err(e) => {
+                // Only literal data can make a batch this large: fail each client's part.
+                let msg = format!("cannot send to worker: {e}");
+                let mut told = Vec::new();
+                for (c, seq) in origins.into_iter().chain(sync) {
+                    if !told.contains(&c) {
+                        told.push(c);
+                        self.send_reply(c, &Reply::Failed { seq, message: msg.clone() });
+                    }
+                }
+                return;
+            }
+        };
+        let size = bytes.len();
+        self.workers[w].inflight.push_back(Batch { number, origins, sync });
+        if self.send_worker_bytes(w, bytes) {
+            if let Some(details) = details {
+                let src = format!("WORKER {}", self.workers[w].name);
+                self.log.emit(EventKind::WorkerSend, src, "Exec", size, details);
+            }
+        }
+        let _ = n;
+    }
+
+    fn send_worker(&mut self, w: usize, cmd: &WorkerCommand) {
+        let bytes = codec::encode(cmd, self.config.max_message_bytes).expect("commands other than Exec are small");
+        self.send_worker_bytes(w, bytes);
+    }
+
+    /// Returns whether the worker took it; a worker that cannot be routed to is gone.
+    fn send_worker_bytes(&mut self, w: usize, bytes: Vec<u8>) -> bool {
+        let identity = &self.workers[w].identity;
+        match self.router.send_multipart([identity.as_slice(), &bytes], zmq::DONTWAIT) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(target: "gt::dispatcher", "worker `{}` cannot be reached: {e}", self.workers[w].name);
+                if !self.lost_workers.contains(&w) {
+                    self.lost_workers.push(w);
+                }
+                false
+            }
+        }
+    }
+
+    /// A worker is gone: everyone waiting on it gets an error now.
+    fn worker_lost(&mut self, w: usize) {
+        if !self.workers[w].alive {
+            return;
+        }
+        self.workers[w].alive = false;
+        let name = self.workers[w].name.clone();
+        let message =
+            format!("worker `{name}` is gone (its process ended or the connection broke); the values it held are lost");
+        tracing::error!(target: "gt::dispatcher", "{message}");
+        self.log.emit(EventKind::Disconnect, format!("WORKER {name}"), "Lost", 0, message.clone());
+        let worker = &mut self.workers[w];
+        let mut owed: Vec<(u64, u64)> = Vec::new();
+        let batches: Vec<Batch> = worker.inflight.drain(..).collect();
+        let pending = std::mem::take(&mut worker.pending_origins);
+        worker.pending.clear();
+        for b in batches {
+            owed.extend(b.origins);
+            owed.extend(b.sync);
+        }
+        owed.extend(pending);
+        // One error per client (at its earliest affected instruction) is enough.
+        let mut first: HashMap<u64, u64> = HashMap::new();
+        for (c, seq) in owed {
+            let e = first.entry(c).or_insert(seq);
+            *e = (*e).min(seq);
+        }
+        let tags: Vec<u64> = self.gets.iter().filter(|(_, g)| g.worker == w).map(|(t, _)| *t).collect();
+        for t in tags {
+            let g = self.gets.remove(&t).expect("listed");
+            first.remove(&g.client);
+            self.send_reply(g.client, &Reply::Failed { seq: g.seq, message: message.clone() });
+        }
+        for (c, seq) in first {
+            if self.clients.contains_key(&c) {
+                self.send_reply(c, &Reply::Failed { seq, message: message.clone() });
+            }
+        }
+        let waiting: Vec<u64> = self.stats_tags.iter().filter(|(_, (_, sw))| *sw == w).map(|(t, _)| *t).collect();
+        for t in waiting {
+            let (collector, _) = self.stats_tags.remove(&t).expect("listed");
+            self.stats_arrived(collector, None);
+        }
+    }
+
+    // ---- replies, probes ---------------------------------------------------------------
+
+    fn send_reply(&mut self, c: u64, reply: &Reply) {
+        let Some(client) = self.clients.get(&c) else { return };
+        let identity = client.identity.clone();
+        let bytes = match codec::encode(reply, self.config.max_message_bytes) {
+            Ok(b) => b,
+            Err(e) => {
+                let seq = match reply {
+                    Reply::Data { seq, .. } | Reply::Stats { seq, .. } => *seq,
+                    _ => 0,
+                };
+                let failed = Reply::Failed { seq, message: format!("get: the answer cannot be sent: {e}") };
+                codec::encode(&failed, usize::MAX).expect("small")
+            }
+        };
+        if self.log.active() && !matches!(reply, Reply::Ping) {
+            let (command, details) = reply_summary(reply);
+            self.log.emit(EventKind::Send, format!("CLIENT {c}"), command, bytes.len(), details);
+        }
+        if self.router.send_multipart([identity.as_slice(), &bytes], zmq::DONTWAIT).is_err() {
+            self.lost_clients.push((c, "is gone (its process ended or the connection broke)"));
+        }
+    }
+
+    fn send_reply_to(&mut self, identity: &[u8], reply: &Reply) {
+        if let Ok(bytes) = codec::encode(reply, self.config.max_message_bytes) {
+            let _ = self.router.send_multipart([identity, &bytes], zmq::DONTWAIT);
+        }
+    }
+
+    fn housekeeping(&mut self) {
+        let now = Instant::now();
+        if !self.hellos.is_empty() {
+            let any_worker = self.workers.iter().any(|w| w.alive);
+            for h in std::mem::take(&mut self.hellos) {
+                if any_worker {
+                    self.welcome(h.identity, h.name, 0);
+                } else if now >= h.deadline {
+                    let message = format!(
+                        "no worker registered with the dispatcher within {} ms (start one with `gt worker`)",
+                        h.wait_ms
+                    );
+                    self.send_reply_to(&h.identity, &Reply::Rejected { message });
+                } else {
+                    self.hellos.push(h);
+                }
+            }
+        }
+        if now.duration_since(self.last_probe) >= self.config.probe_interval {
+            self.last_probe = now;
+            for w in 0..self.workers.len() {
+                if self.workers[w].alive {
+                    self.send_worker(w, &WorkerCommand::Ping);
+                }
+            }
+        }
+        if now.duration_since(self.last_client_probe) >= self.config.probe_interval * 10 {
+            self.last_client_probe = now;
+            let ids: Vec<u64> = self.clients.keys().copied().collect();
+            let ping = codec::encode(&Reply::Ping, usize::MAX).expect("small");
+            for c in ids {
+                let identity = self.clients[&c].identity.clone();
+                if self.router.send_multipart([identity.as_slice(), &ping], zmq::DONTWAIT).is_err() {
+                    self.lost_clients.push((c, "is gone (its process ended or the connection broke)"));
+                }
+            }
+        }
+    }
+
+    /// Handles the peers found gone while sending.
+    fn reap(&mut self) {
+        while let Some(w) = self.lost_workers.pop() {
+            self.worker_lost(w);
+        }
+        while let Some((c, why)) = self.lost_clients.pop() {
+            self.remove_client(c, why);
+        }
+    }
+}
+
+fn batch_details(number: u64, instrs: &[Instr]) -> String {
+    const SHOWN: usize = 5;
+    let names: Vec<&str> = instrs.iter().take(SHOWN).map(|i| i.mnemonic()).collect();
+    let more = instrs.len().saturating_sub(SHOWN);
+    let tail = if more > 0 { format!(", ... (+{more} more)") } else { String::new() };
+    format!("batch={number} [{} ops: {}{tail}]", instrs.len(), names.join(", "))
+}
+
+fn reply_summary(reply: &Reply) -> (&'static str, String) {
+    match reply {
+        Reply::Welcome { client, workers } => ("Welcome", format!("client={client} workers={}", workers.len())),
+        Reply::Failed { seq, message } => ("Failed", format!("#{seq} {message}")),
+        Reply::Data { seq, tensor } => ("Data", format!("#{seq} {}", tensor.ty)),
+        Reply::Synced { seq } => ("Synced", format!("#{seq}")),
+        Reply::Stats { seq, workers } => ("Stats", format!("#{seq} workers={}", workers.len())),
+        Reply::Rejected { message } => ("Rejected", message.clone()),
+        Reply::Ping => ("Ping", String::new()),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,278 @@
+//! Embedded mode: a dispatcher and N workers as threads of this process, over `inproc://`
+//! (what `gt-run` and the Rust API use when nothing else is configured), and the same
+//! start-up for `gt server`, which listens on TCP and IPC instead.
+
+use crate::dispatcher::log::EventLog;
+use crate::dispatcher::{Dispatcher, DispatcherConfig};
+use crate::worker::{run_worker, WorkerError, WorkerOptions};
+use gt_transport::endpoint::{discovery_path, monitor_ipc_path};
+use gt_transport::{socket, zmq, Endpoint};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use thiserror::Error;
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Where the dispatcher listens; empty: a fresh `inproc://` name.
+    pub listen: Vec<Endpoint>,
+    /// Worker threads to start in this process.
+    pub workers: usize,
+    /// Dispatcher settings.
+    pub dispatcher: DispatcherConfig,
+    /// The instruction log file.
+    pub instruction_log: Option<PathBuf>,
+    /// Where the monitor PUB socket binds (empty: none).
+    pub monitor: Vec<Endpoint>,
+    /// A name under which the endpoints are written for tools (see
+    /// [`gt_transport::endpoint::discovery_path`]); `None`: not written.
+    pub discovery_name: Option<String>,
+}
+
+impl ClusterOptions {
+    /// An in-process cluster with `workers` workers and default settings.
+    pub fn embedded(workers: usize) -> ClusterOptions {
+        ClusterOptions {
+            listen: Vec::new(),
+            workers,
+            dispatcher: DispatcherConfig::default(),
+            instruction_log: None,
+            monitor: Vec::new(),
+            discovery_name: None,
+        }
+    }
+
+    /// An embedded cluster as the environment asks (`GT_WORKERS` and the others of
+    /// [`crate::config::EnvConfig`]).
+    pub fn from_env() -> Result<ClusterOptions, crate::config::ConfigError> {
+        let env = crate::config::EnvConfig::from_env()?;
+        let mut o = ClusterOptions::embedded(env.workers);
+        o.apply(&env);
+        if env.monitor {
+            let name = format!("embedded-{}", std::process::id());
+            o.monitor = vec![Endpoint::Ipc(std::env::temp_dir().join(format!("gt-{name}-monitor.ipc")))];
+            o.discovery_name = Some(name);
+        }
+        Ok(o)
+    }
+
+    /// Takes the settings of `env` that are not about the number of workers.
+    pub fn apply(&mut self, env: &crate::config::EnvConfig) {
+        self.dispatcher.worker_batch_size = env.worker_batch_size;
+        self.dispatcher.max_message_bytes = env.max_message_bytes;
+        self.instruction_log = env.instruction_log.clone();
+    }
+
+    /// The monitor endpoints of a server on `port`.
+    pub fn server_monitor(port: u16) -> Vec<Endpoint> {
+        vec![Endpoint::Ipc(monitor_ipc_path(port))]
+    }
+}
+
+/// Why a cluster did not start.
+#[derive(Debug, Error)]
+pub enum ClusterError {
+    /// A socket could not be made or bound.
+    #[error("cannot listen on {endpoint}: {source}")]
+    Bind {
+        /// Where.
+        endpoint: String,
+        /// Why.
+        source: zmq::Error,
+    },
+    /// The instruction log could not be opened.
+    #[error("cannot open the instruction log {path}: {source}")]
+    Log {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A thread could not be started.
+    #[error("cannot start a thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A running dispatcher with its in-process workers. Dropping it shuts everything down.
+pub struct Cluster {
+    ctx: zmq::Context,
+    endpoint: Endpoint,
+    listen: Vec<Endpoint>,
+    monitor: Vec<Endpoint>,
+    control: zmq::Socket,
+    dispatcher: Option<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
+    discovery: Option<PathBuf>,
+}
+
+static NEXT_CLUSTER: AtomicU64 = AtomicU64::new(0);
+
+impl Cluster {
+    /// Starts a dispatcher (and workers) on a new ZeroMQ context.
+    pub fn start(options: ClusterOptions) -> Result<Cluster, ClusterError> {
+        Cluster::start_in(zmq::Context::new(), options)
+    }
+
+    /// Starts a dispatcher (and workers) on `ctx`; clients on `ctx` can use `inproc://`.
+    pub fn start_in(ctx: zmq::Context, options: ClusterOptions) -> Result<Cluster, ClusterError> {
+        let n = NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let inproc = Endpoint::Inproc(format!("gt-dispatcher-{pid}-{n}"));
+        let mut listen = options.listen.clone();
+        listen.push(inproc.clone());
+        let bind_err = |endpoint: String| move |source| ClusterError::Bind { endpoint, source };
+        let router = socket::router(&ctx, &listen).map_err(bind_err(describe(&listen)))?;
+        let control_name = format!("inproc://gt-control-{pid}-{n}");
+        let control_rx = ctx.socket(zmq::PULL).map_err(bind_err(control_name.clone()))?;
+        control_rx.bind(&control_name).map_err(bind_err(control_name.clone()))?;
+        let control = ctx.socket(zmq::PUSH).map_err(bind_err(control_name.clone()))?;
+        control.connect(&control_name).map_err(bind_err(control_name.clone()))?;
+        let monitor = if options.monitor.is_empty() {
+            None
+        } else {
+            Some(socket::monitor_publisher(&ctx, &options.monitor).map_err(bind_err(describe(&options.monitor)))?)
+        };
+        let log = EventLog::new(options.instruction_log.as_deref(), monitor).map_err(|source| ClusterError::Log {
+            path: options.instruction_log.clone().unwrap_or_default(),
+            source,
+        })?;
+        let dispatcher = Dispatcher::new(router, control_rx, log, options.dispatcher.clone());
+        let handle = std::thread::Builder::new()
+            .name("gt-dispatcher".into())
+            .spawn(move || {
+                if let Err(e) = dispatcher.run() {
+                    tracing::error!(target: "gt::dispatcher", "dispatcher stopped: {e}");
+                }
+            })
+            .map_err(ClusterError::Thread)?;
+        let mut cluster = Cluster {
+            ctx: ctx.clone(),
+            endpoint: inproc.clone(),
+            listen: options.listen.clone(),
+            monitor: options.monitor.clone(),
+            control,
+            dispatcher: Some(handle),
+            workers: Vec::new(),
+            discovery: None,
+        };
+        for i in 0..options.workers {
+            let ctx = ctx.clone();
+            let endpoint = inproc.clone();
+            let mut wo = WorkerOptions::named(format!("worker-{i}"));
+            wo.max_message_bytes = options.dispatcher.max_message_bytes;
+            let h = std::thread::Builder::new()
+                .name(format!("gt-worker-{i}"))
+                .spawn(move || {
+                    match run_worker(&ctx, &endpoint, &wo) {
+                        // The dispatcher stopped first: a normal end in this process.
+                        Ok(()) | Err(WorkerError::DispatcherGone(_)) => {}
+                        Err(e) => tracing::error!(target: "gt::worker", "{} stopped: {e}", wo.name),
+                    }
+                })
+                .map_err(ClusterError::Thread)?;
+            cluster.workers.push(h);
+        }
+        if let Some(name) = &options.discovery_name {
+            let path = discovery_path(name);
+            let mut text = format!("pid={pid}\n");
+            for e in &cluster.listen {
+                text.push_str(&format!("endpoint={e}\n"));
+            }
+            for e in &cluster.monitor {
+                text.push_str(&format!("monitor={e}\n"));
+            }
+            if std::fs::write(&path, text).is_ok() {
+                cluster.discovery = Some(path);
+            }
+        }
+        Ok(cluster)
+    }
+
+    /// The context to connect in-process clients on.
+    pub fn context(&self) -> &zmq::Context {
+        &self.ctx
+    }
+
+    /// The dispatcher's in-process endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The endpoints it listens on besides `inproc://`.
+    pub fn listen(&self) -> &[Endpoint] {
+        &self.listen
+    }
+
+    /// Where the monitor publishes.
+    pub fn monitor(&self) -> &[Endpoint] {
+        &self.monitor
+    }
+
+    /// Waits until the dispatcher stops (for `gt server`, which stops on a signal).
+    pub fn wait(mut self) {
+        if let Some(h) = self.dispatcher.take() {
+            let _ = h.join();
+        }
+    }
+
+    /// A handle that stops the dispatcher from another thread (a signal handler).
+    pub fn stopper(&self) -> Stopper {
+        Stopper { ctx: self.ctx.clone(), control: self.control_name() }
+    }
+
+    fn control_name(&self) -> String {
+        // The control endpoint is the dispatcher's inproc name with another prefix.
+        match &self.endpoint {
+            Endpoint::Inproc(name) => format!("inproc://{}", name.replacen("gt-dispatcher-", "gt-control-", 1)),
+            _ => unreachable!("the cluster endpoint is inproc"),
+        }
+    }
+
+    fn stop(&mut self) {
+        let _ = self.control.send("stop", zmq::DONTWAIT);
+        if let Some(h) = self.dispatcher.take() {
+            let _ = h.join();
+        }
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+        for e in self.listen.iter().chain(&self.monitor) {
+            if let Some(p) = e.ipc_file() {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        if let Some(p) = self.discovery.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Stops a cluster's dispatcher from any thread.
+#[derive(Clone)]
+pub struct Stopper {
+    ctx: zmq::Context,
+    control: String,
+}
+
+impl Stopper {
+    /// Asks the dispatcher to stop (its workers are told to shut down).
+    pub fn stop(&self) {
+        if let Ok(s) = self.ctx.socket(zmq::PUSH) {
+            let _ = s.set_linger(100);
+            if s.connect(&self.control).is_ok() {
+                let _ = s.send("stop", zmq::DONTWAIT);
+            }
+        }
+    }
+}
+
+fn describe(eps: &[Endpoint]) -> String {
+    eps.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
+}

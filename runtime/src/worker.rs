@@ -1,0 +1,218 @@
+//! The worker: a DEALER connected to the dispatcher that executes its stream in order on a
+//! backend (today the CPU interpreter), one batch at a time, and keeps per-op counts and
+//! times (`gt-run --worker-stats`, the seeds' `print_worker_stats`).
+//!
+//! Every batch is answered with `Done`, listing each instruction that failed, so a failure in
+//! the middle of a batch is reported for that instruction (the Python GT answered success).
+
+use crate::Interpreter;
+use gt_ir::Instr;
+use gt_transport::message::{OpStats, WorkerCommand, WorkerEvent, WorkerStats};
+use gt_transport::{codec, socket, Endpoint, Inbound, InboundRef};
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// Its name in logs and stats.
+    pub name: String,
+    /// Largest message accepted or sent.
+    pub max_message_bytes: usize,
+    /// Largest tensor the interpreter may allocate.
+    pub max_tensor_bytes: usize,
+    /// How long to wait for the dispatcher's welcome.
+    pub register_timeout: Duration,
+}
+
+impl WorkerOptions {
+    /// Defaults for a worker called `name`.
+    pub fn named(name: impl Into<String>) -> WorkerOptions {
+        WorkerOptions {
+            name: name.into(),
+            max_message_bytes: codec::DEFAULT_MAX_MESSAGE_BYTES,
+            max_tensor_bytes: Interpreter::DEFAULT_MAX_TENSOR_BYTES,
+            register_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a worker stopped with an error.
+#[derive(Debug, Error)]
+pub enum WorkerError {
+    /// A socket failed.
+    #[error("worker socket error: {0}")]
+    Zmq(#[from] gt_transport::zmq::Error),
+    /// No dispatcher answered the registration.
+    #[error("no dispatcher answered at {endpoint} within {} s (is `gt server` running there?)", .waited.as_secs())]
+    NoDispatcher {
+        /// Where it was looked for.
+        endpoint: Endpoint,
+        /// How long.
+        waited: Duration,
+    },
+    /// The dispatcher went away (it stopped, or the connection broke).
+    #[error("lost the dispatcher at {0}")]
+    DispatcherGone(Endpoint),
+    /// The dispatcher refused the worker.
+    #[error("the dispatcher at {endpoint} refused this worker: {message}")]
+    Refused {
+        /// Where.
+        endpoint: Endpoint,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Per-op counters.
+#[derive(Debug, Default)]
+struct Stats {
+    instructions: u64,
+    failures: u64,
+    batches: u64,
+    reads: u64,
+    ops: HashMap<&'static str, (u64, u64)>,
+}
+
+/// Connects to the dispatcher at `endpoint`, registers, and executes until told to shut down.
+pub fn run_worker(
+    ctx: &gt_transport::zmq::Context,
+    endpoint: &Endpoint,
+    options: &WorkerOptions,
+) -> Result<(), WorkerError> {
+    let sock = socket::dealer(ctx, endpoint)?;
+    let max = options.max_message_bytes;
+    let register = Inbound::Worker(WorkerEvent::Register { name: options.name.clone(), backend: "cpu".into() });
+    sock.send(codec::encode(&register, max).expect("a registration is small"), gt_transport::zmq::DONTWAIT)?;
+    if sock.poll(gt_transport::zmq::POLLIN, options.register_timeout.as_millis() as i64)? == 0 {
+        return Err(WorkerError::NoDispatcher { endpoint: endpoint.clone(), waited: options.register_timeout });
+    }
+    let mut interp = Interpreter::with_max_tensor_bytes(options.max_tensor_bytes);
+    let mut stats = Stats::default();
+    // Never block on a send: with no dispatcher to send to (an in-process one that stopped),
+    // a blocking send would wait forever.
+    let gone = || WorkerError::DispatcherGone(endpoint.clone());
+    let send_bytes = |bytes: Vec<u8>| match sock.send(bytes, gt_transport::zmq::DONTWAIT) {
+        Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),
+        r => r.map_err(WorkerError::from),
+    };
+    let send = |event: &WorkerEvent| -> Result<(), WorkerError> {
+        match codec::encode(&InboundRef::Worker(event), max) {
+            Ok(bytes) => send_bytes(bytes),
+            Err(e) => {
+                // Only data can be this large: tell the dispatcher instead.
+                let WorkerEvent::Data { tag, .. } = event else { return Ok(()) };
+                let failed = WorkerEvent::Failed { tag: *tag, message: format!("get: {e}") };
+                send_bytes(codec::encode(&Inbound::Worker(failed), max).expect("small"))
+            }
+        }
+    };
+    let events = disconnect_events(ctx, &sock, endpoint)?;
+    loop {
+        if let Some(ev) = &events {
+            let mut items = [sock.as_poll_item(gt_transport::zmq::POLLIN), ev.as_poll_item(gt_transport::zmq::POLLIN)];
+            gt_transport::zmq::poll(&mut items, -1)?;
+            if !items[0].is_readable() && items[1].is_readable() {
+                return Err(gone());
+            }
+        }
+        let frame = sock.recv_bytes(0)?;
+        let cmd: WorkerCommand = match codec::decode(&frame, max) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(target: "gt::worker", "{}: dropped a message from the dispatcher: {e}", options.name);
+                continue;
+            }
+        };
+        match cmd {
+            WorkerCommand::Welcome { worker } => {
+                tracing::info!(target: "gt::worker", "{} registered as worker {worker} at {endpoint}", options.name);
+            }
+            WorkerCommand::Exec { batch, instrs } => {
+                let start = Instant::now();
+                let failures = execute_batch(&mut interp, &mut stats, &instrs);
+                let nanos = start.elapsed().as_nanos() as u64;
+                send(&WorkerEvent::Done { batch, failures, nanos })?;
+            }
+            WorkerCommand::Get { tag, value } => {
+                stats.reads += 1;
+                let event = match interp.read(value) {
+                    Ok(tensor) => WorkerEvent::Data { tag, tensor },
+                    Err(e) => WorkerEvent::Failed { tag, message: e.to_string() },
+                };
+                send(&event)?;
+            }
+            WorkerCommand::Stats { tag } => {
+                let stats = snapshot(&options.name, &stats, &interp);
+                send(&WorkerEvent::Stats { tag, stats })?;
+            }
+            WorkerCommand::Ping => {}
+            WorkerCommand::Shutdown => return Ok(()),
+        }
+    }
+}
+
+/// A socket that receives `sock`'s disconnect events (`None` for `inproc://`, which has none).
+pub fn disconnect_events(
+    ctx: &gt_transport::zmq::Context,
+    sock: &gt_transport::zmq::Socket,
+    endpoint: &Endpoint,
+) -> Result<Option<gt_transport::zmq::Socket>, gt_transport::zmq::Error> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    if matches!(endpoint, Endpoint::Inproc(_)) {
+        return Ok(None);
+    }
+    let name = format!("inproc://gt-worker-events-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+    sock.monitor(&name, gt_transport::zmq::SocketEvent::DISCONNECTED as i32)?;
+    let pair = ctx.socket(gt_transport::zmq::PAIR)?;
+    pair.connect(&name)?;
+    Ok(Some(pair))
+}
+
+fn execute_batch(interp: &mut Interpreter, stats: &mut Stats, instrs: &[Instr]) -> Vec<(u32, String)> {
+    stats.batches += 1;
+    let mut failures = Vec::new();
+    for (i, instr) in instrs.iter().enumerate() {
+        let op = instr.mnemonic();
+        let t0 = Instant::now();
+        // The interpreter reports bad input as errors; a panic would be a bug, and it must
+        // not take the worker (and every client's values) down with it.
+        let result = catch_unwind(AssertUnwindSafe(|| interp.execute(instr)));
+        let dt = t0.elapsed().as_nanos() as u64;
+        let entry = stats.ops.entry(op).or_default();
+        entry.0 += 1;
+        entry.1 += dt;
+        stats.instructions += 1;
+        let message = match result {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("{op}: internal error (the backend panicked); please report it"),
+        };
+        stats.failures += 1;
+        failures.push((i as u32, message));
+    }
+    failures
+}
+
+fn snapshot(name: &str, stats: &Stats, interp: &Interpreter) -> WorkerStats {
+    let mut ops: Vec<OpStats> = stats
+        .ops
+        .iter()
+        .map(|(op, (count, nanos))| OpStats { op: op.to_string(), count: *count, nanos: *nanos })
+        .collect();
+    ops.sort_by(|a, b| b.nanos.cmp(&a.nanos).then(a.op.cmp(&b.op)));
+    WorkerStats {
+        name: name.to_string(),
+        backend: "cpu".into(),
+        instructions: stats.instructions,
+        failures: stats.failures,
+        batches: stats.batches,
+        reads: stats.reads,
+        live_values: interp.live_values() as u64,
+        live_bytes: interp.live_bytes() as u64,
+        ops,
+    }
+}

@@ -1,0 +1,115 @@
+//! `gt`: the distributed runtime's processes. `gt server -p PORT` runs a dispatcher that
+//! clients (`gt-run --connect HOST:PORT`) and workers (`gt worker --host HOST -p PORT`) join.
+//! Exit codes: 0 clean stop, 1 runtime failure, 2 usage error or nothing to run on.
+
+use clap::{Parser, Subcommand};
+use gt::runtime::config::EnvConfig;
+use gt::runtime::embedded::{Cluster, ClusterOptions};
+use gt::runtime::worker::{run_worker, WorkerError, WorkerOptions};
+use gt::transport::Endpoint;
+use std::process::ExitCode;
+
+/// gt's distributed runtime: a dispatcher and workers in separate processes.
+#[derive(Debug, Parser)]
+#[command(name = "gt", version)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a dispatcher: clients and workers connect to it.
+    Server {
+        /// TCP port (an IPC socket for this machine's peers is made beside it).
+        #[arg(short, long, default_value_t = 9000)]
+        port: u16,
+        /// Address to listen on: 127.0.0.1 (this machine only) or 0.0.0.0 (every interface).
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Worker threads to start inside the server too.
+        #[arg(long, default_value_t = 0)]
+        workers: usize,
+    },
+    /// Run a worker for the dispatcher at HOST:PORT.
+    Worker {
+        /// The dispatcher's host (IPC is used when it is this machine).
+        #[arg(long, default_value = "localhost")]
+        host: String,
+        /// The dispatcher's port.
+        #[arg(short, long, default_value_t = 9000)]
+        port: u16,
+        /// The worker's name in logs and statistics (default: worker@HOSTNAME-PID).
+        #[arg(long)]
+        name: Option<String>,
+        /// The backend.
+        #[arg(long, default_value = "cpu", value_parser = ["cpu"])]
+        backend: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    gt::logging::init("warn");
+    let env = match EnvConfig::from_env() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match args.command {
+        Command::Server { port, host, workers } => server(port, &host, workers, &env),
+        Command::Worker { host, port, name, backend: _ } => worker(&host, port, name, &env),
+    }
+}
+
+fn server(port: u16, host: &str, workers: usize, env: &EnvConfig) -> ExitCode {
+    let mut options = ClusterOptions::embedded(workers);
+    options.apply(env);
+    options.listen = Endpoint::for_server(host, port);
+    options.monitor = ClusterOptions::server_monitor(port);
+    options.discovery_name = Some(port.to_string());
+    let cluster = match Cluster::start(options) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let listen: Vec<String> = cluster.listen().iter().map(|e| e.to_string()).collect();
+    println!("gt server listening on {}", listen.join(" and "));
+    for m in cluster.monitor() {
+        println!("gt server monitor on {m}");
+    }
+    println!("workers join with: gt worker --host {} -p {port}", if host == "0.0.0.0" { "HOST" } else { host });
+    let stopper = cluster.stopper();
+    if let Err(e) = ctrlc::set_handler(move || stopper.stop()) {
+        eprintln!("warning: cannot catch Ctrl-C ({e}); stop the server with SIGKILL");
+    }
+    cluster.wait();
+    ExitCode::SUCCESS
+}
+
+fn worker(host: &str, port: u16, name: Option<String>, env: &EnvConfig) -> ExitCode {
+    let endpoint = Endpoint::for_peer(host, port);
+    let name = name.unwrap_or_else(|| format!("worker@{}-{}", hostname(), std::process::id()));
+    let mut options = WorkerOptions::named(name);
+    options.max_message_bytes = env.max_message_bytes;
+    let ctx = gt::transport::zmq::Context::new();
+    match run_worker(&ctx, &endpoint, &options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ WorkerError::NoDispatcher { .. }) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "host".into())
+}

@@ -1,0 +1,100 @@
+//! Where a program runs: an embedded cluster (a dispatcher and `GT_WORKERS` workers in this
+//! process, over `inproc://`; the default) or a remote dispatcher (`--connect HOST:PORT`).
+//! A [`Session`] holds the client and, when embedded, the cluster it talks to.
+
+use anyhow::Context as _;
+use gt_frontend::{Client, ClientOptions};
+use gt_runtime::config::EnvConfig;
+use gt_runtime::{Cluster, ClusterOptions};
+use gt_transport::Endpoint;
+
+/// Where to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// In this process, with this many workers (`None`: `GT_WORKERS`, default 1).
+    Embedded {
+        /// Workers.
+        workers: Option<usize>,
+    },
+    /// A dispatcher elsewhere: `HOST:PORT` or an endpoint URL.
+    Remote(String),
+}
+
+/// A connected client (and the embedded cluster behind it, if any).
+pub struct Session {
+    // Field order is drop order: the client says goodbye before the cluster stops.
+    /// The client.
+    pub client: Client,
+    cluster: Option<Cluster>,
+}
+
+/// Client options from the environment (`GT_CLIENT_BATCH_SIZE`, `GT_MAX_MESSAGE_BYTES`).
+pub fn client_options(name: &str, env: &EnvConfig) -> anyhow::Result<ClientOptions> {
+    let mut o =
+        ClientOptions { name: name.to_string(), max_message_bytes: env.max_message_bytes, ..Default::default() };
+    if let Ok(v) = std::env::var("GT_CLIENT_BATCH_SIZE") {
+        o.batch_size = v
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| *n >= 1)
+            .with_context(|| format!("GT_CLIENT_BATCH_SIZE={v:?}: expected a whole number of at least 1"))?;
+    }
+    Ok(o)
+}
+
+impl Session {
+    /// Starts or connects to the target and says hello.
+    pub fn open(target: &Target, name: &str) -> anyhow::Result<Session> {
+        let env = EnvConfig::from_env()?;
+        let options = client_options(name, &env)?;
+        match target {
+            Target::Embedded { workers } => {
+                let mut cluster_options = ClusterOptions::from_env()?;
+                if let Some(n) = workers {
+                    cluster_options.workers = *n;
+                }
+                let cluster = Cluster::start(cluster_options)?;
+                for m in cluster.monitor() {
+                    eprintln!("gt: monitor on {m}");
+                }
+                let client = Client::connect_in(cluster.context(), cluster.endpoint(), options)?;
+                Ok(Session { client, cluster: Some(cluster) })
+            }
+            Target::Remote(address) => {
+                let endpoint = Endpoint::parse(address)?;
+                let client = Client::connect(&endpoint, options)?;
+                Ok(Session { client, cluster: None })
+            }
+        }
+    }
+
+    /// Whether the cluster runs in this process.
+    pub fn is_embedded(&self) -> bool {
+        self.cluster.is_some()
+    }
+}
+
+/// The worker statistics as a table (the seeds' `print_worker_stats`).
+pub fn format_worker_stats(stats: &[gt_transport::WorkerStats]) -> String {
+    let mut out = String::new();
+    for w in stats {
+        out.push_str(&format!(
+            "worker {} ({}): {} instructions in {} batches, {} failed, {} reads; holds {} values, {} bytes\n",
+            w.name, w.backend, w.instructions, w.batches, w.failures, w.reads, w.live_values, w.live_bytes
+        ));
+        let total: u64 = w.ops.iter().map(|o| o.nanos).sum::<u64>().max(1);
+        out.push_str(&format!("  {:<14} {:>10} {:>12} {:>10} {:>6}\n", "op", "count", "total ms", "mean us", "%"));
+        for o in &w.ops {
+            out.push_str(&format!(
+                "  {:<14} {:>10} {:>12.3} {:>10.2} {:>5.1}%\n",
+                o.op,
+                o.count,
+                o.nanos as f64 / 1e6,
+                o.nanos as f64 / 1e3 / o.count.max(1) as f64,
+                100.0 * o.nanos as f64 / total as f64
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,144 @@
+//! The codec: a 4-byte header (`G`, `T`, protocol version as big-endian u16) followed by
+//! the message in msgpack (`rmp-serde`, structs as arrays). Decoding checks the size limit
+//! before anything else, then the header, so garbage, an old peer and an oversized frame
+//! each get their own error.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use thiserror::Error;
+
+/// The protocol version this build speaks. Bump it on any change to [`crate::message`].
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;
+
+const MAGIC: [u8; 2] = *b"GT";
+const HEADER_LEN: usize = 4;
+
+/// Why a frame could not be encoded or decoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CodecError {
+    /// The frame is larger than the limit.
+    #[error("message of {size} bytes is over the limit of {max} bytes (GT_MAX_MESSAGE_BYTES)")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The frame does not start with gt's header.
+    #[error("not a gt message (the frame does not start with the `GT` header)")]
+    NotGt,
+    /// The peer speaks another protocol version.
+    #[error("peer speaks gt protocol version {found}, this build speaks {expected}")]
+    Version {
+        /// The peer's version.
+        found: u16,
+        /// Ours.
+        expected: u16,
+    },
+    /// The body is not a valid message (bad msgpack, unknown message kind, wrong fields).
+    #[error("malformed message: {0}")]
+    Malformed(String),
+}
+
+/// Encodes a message with the header. Fails only if the result would be over `max`.
+pub fn encode<T: Serialize>(msg: &T, max: usize) -> Result<Vec<u8>, CodecError> {
+    let mut buf = Vec::with_capacity(64);
+    buf.extend_from_slice(&MAGIC);
+    buf.extend_from_slice(&PROTOCOL_VERSION.to_be_bytes());
+    // Writing into a Vec cannot fail for I/O reasons; serde errors (none for our types) are
+    // reported as malformed rather than unwrapped.
+    rmp_serde::encode::write(&mut buf, msg).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    if buf.len() > max {
+        return Err(CodecError::TooLarge { size: buf.len(), max });
+    }
+    Ok(buf)
+}
+
+/// Decodes a frame: size, header, then body. Never panics on any input.
+pub fn decode<T: DeserializeOwned>(frame: &[u8], max: usize) -> Result<T, CodecError> {
+    if frame.len() > max {
+        return Err(CodecError::TooLarge { size: frame.len(), max });
+    }
+    if frame.len() < HEADER_LEN || frame[..2] != MAGIC {
+        return Err(CodecError::NotGt);
+    }
+    let version = u16::from_be_bytes([frame[2], frame[3]]);
+    if version != PROTOCOL_VERSION {
+        return Err(CodecError::Version { found: version, expected: PROTOCOL_VERSION });
+    }
+    let body = &frame[HEADER_LEN..];
+    let mut de = rmp_serde::Deserializer::new(body);
+    let msg = T::deserialize(&mut de).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    let rest = de.into_inner();
+    if !rest.is_empty() {
+        return Err(CodecError::Malformed(format!("{} bytes after the message", rest.len())));
+    }
+    Ok(msg)
+}
+
+/// A frame with a valid header but another version, for tests of version handling.
+pub fn frame_with_version(version: u16, body: &[u8]) -> Vec<u8> {
+    let mut buf = MAGIC.to_vec();
+    buf.extend_from_slice(&version.to_be_bytes());
+    buf.extend_from_slice(body);
+    buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Request;
+    use gt_ir::{Instr, TensorType, ValueId};
+
+    #[test]
+    fn round_trip() {
+        let msg = Request::Batch {
+            first_seq: 7,
+            instrs: vec![Instr::Zeros { dst: ValueId(3), ty: TensorType::f32(vec![2, 3]) }],
+        };
+        let bytes = encode(&msg, DEFAULT_MAX_MESSAGE_BYTES).unwrap();
+        assert_eq!(&bytes[..4], b"GT\x00\x01");
+        assert_eq!(decode::<Request>(&bytes, DEFAULT_MAX_MESSAGE_BYTES).unwrap(), msg);
+    }
+
+    #[test]
+    fn by_reference_encodes_as_by_value() {
+        use crate::message::{Inbound, InboundRef, WorkerEvent};
+        let req = Request::Get { seq: 3, value: ValueId(9) };
+        let ev = WorkerEvent::Failed { tag: 1, message: "x".into() };
+        let max = DEFAULT_MAX_MESSAGE_BYTES;
+        assert_eq!(
+            encode(&InboundRef::Client(&req), max).unwrap(),
+            encode(&Inbound::Client(req.clone()), max).unwrap()
+        );
+        assert_eq!(encode(&InboundRef::Worker(&ev), max).unwrap(), encode(&Inbound::Worker(ev.clone()), max).unwrap());
+    }
+
+    #[test]
+    fn errors_are_distinct() {
+        let ok = encode(&Request::Bye, 1 << 20).unwrap();
+        assert_eq!(decode::<Request>(&ok, 2), Err(CodecError::TooLarge { size: ok.len(), max: 2 }));
+        assert_eq!(decode::<Request>(b"hello world", 1 << 20), Err(CodecError::NotGt));
+        assert_eq!(decode::<Request>(b"", 1 << 20), Err(CodecError::NotGt));
+        assert!(matches!(
+            decode::<Request>(&frame_with_version(99, &ok[4..]), 1 << 20),
+            Err(CodecError::Version { found: 99, expected: PROTOCOL_VERSION })
+        ));
+        assert!(matches!(decode::<Request>(b"GT\x00\x01\xc1", 1 << 20), Err(CodecError::Malformed(_))));
+        let mut trailing = ok.clone();
+        trailing.push(0);
+        assert!(matches!(decode::<Request>(&trailing, 1 << 20), Err(CodecError::Malformed(_))));
+        assert_eq!(encode(&Request::Bye, 3), Err(CodecError::TooLarge { size: ok.len(), max: 3 }));
+    }
+
+    #[test]
+    fn unknown_kind_is_malformed() {
+        // A msgpack map naming a variant that does not exist.
+        let body = rmp_serde::to_vec(&std::collections::BTreeMap::from([("Launch", 1u8)])).unwrap();
+        let e = decode::<Request>(&frame_with_version(PROTOCOL_VERSION, &body), 1 << 20).unwrap_err();
+        assert!(matches!(&e, CodecError::Malformed(m) if m.contains("Launch")), "{e}");
+    }
+}

@@ -1,0 +1,238 @@
+//! Wire messages. Clients send [`Request`]s and get [`Reply`]s; the dispatcher sends
+//! [`WorkerCommand`]s and workers answer with [`WorkerEvent`]s. What the dispatcher's ROUTER
+//! receives is an [`Inbound`]: either peer kind, told apart by the variant.
+//!
+//! Ordering: ZeroMQ keeps the order of messages between two sockets, and every reply a
+//! client waits for is sent after the failures of the ops before it, so a client that
+//! reads replies in order sees an async op's failure before the answer of its next wait.
+
+use gt_ir::{HostTensor, Instr, ValueId};
+use serde::{Deserialize, Serialize};
+
+/// Everything that reaches the dispatcher's socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Inbound {
+    /// From a client.
+    Client(Request),
+    /// From a worker.
+    Worker(WorkerEvent),
+}
+
+/// [`Inbound`] by reference, for sending without a copy; encodes exactly as [`Inbound`]
+/// (same enum shape; the codec test checks it).
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename = "Inbound")]
+pub enum InboundRef<'a> {
+    /// From a client.
+    Client(&'a Request),
+    /// From a worker.
+    Worker(&'a WorkerEvent),
+}
+
+/// Client -> dispatcher. `seq` numbers are the client's: one counter over instructions and
+/// requests, so every reply and failure names a point of the client's stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// First message: who the client is. The dispatcher answers [`Reply::Welcome`] once at
+    /// least one worker is registered, or [`Reply::Rejected`] after `wait_ms`.
+    Hello {
+        /// A name for logs (`gt-run mlp.gtir`).
+        name: String,
+        /// How long to wait for a worker to register.
+        wait_ms: u64,
+    },
+    /// Instructions, in order, numbered `first_seq..first_seq + instrs.len()`. No reply
+    /// unless one fails ([`Reply::Failed`] with its seq).
+    Batch {
+        /// The seq of the first instruction.
+        first_seq: u64,
+        /// The instructions, in the client's value ids.
+        instrs: Vec<Instr>,
+    },
+    /// Sync point: a value's data. Answered by [`Reply::Data`] or [`Reply::Failed`].
+    Get {
+        /// This request's seq.
+        seq: u64,
+        /// The value.
+        value: ValueId,
+    },
+    /// Sync point: wait until every instruction sent before has run. Answered by
+    /// [`Reply::Synced`] (or [`Reply::Failed`] for this seq).
+    Sync {
+        /// This request's seq.
+        seq: u64,
+    },
+    /// The statistics of every worker. Answered by [`Reply::Stats`].
+    Stats {
+        /// This request's seq.
+        seq: u64,
+    },
+    /// The client is leaving: free everything it holds. No reply.
+    Bye,
+}
+
+/// Dispatcher -> client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    /// The answer to [`Request::Hello`].
+    Welcome {
+        /// The client's number in logs.
+        client: u64,
+        /// The workers registered now.
+        workers: Vec<WorkerInfo>,
+    },
+    /// The instruction or request `seq` failed.
+    Failed {
+        /// Its seq.
+        seq: u64,
+        /// Why, naming the op.
+        message: String,
+    },
+    /// The answer to [`Request::Get`].
+    Data {
+        /// The request's seq.
+        seq: u64,
+        /// The value.
+        tensor: HostTensor,
+    },
+    /// The answer to [`Request::Sync`].
+    Synced {
+        /// The request's seq.
+        seq: u64,
+    },
+    /// The answer to [`Request::Stats`].
+    Stats {
+        /// The request's seq.
+        seq: u64,
+        /// One entry per live worker.
+        workers: Vec<WorkerStats>,
+    },
+    /// A message the dispatcher could not take (garbage, another protocol version, an
+    /// oversized frame, a request before `Hello`); the client's state is unchanged.
+    Rejected {
+        /// Why.
+        message: String,
+    },
+    /// A liveness probe; clients ignore it.
+    Ping,
+}
+
+/// Dispatcher -> worker. Worker value ids are the dispatcher's buffer ids, never a client's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum WorkerCommand {
+    /// The answer to [`WorkerEvent::Register`].
+    Welcome {
+        /// The worker's index.
+        worker: u32,
+    },
+    /// Run these instructions in order, then answer [`WorkerEvent::Done`].
+    Exec {
+        /// The batch's number.
+        batch: u64,
+        /// The instructions.
+        instrs: Vec<Instr>,
+    },
+    /// A value's data; answered by [`WorkerEvent::Data`] or [`WorkerEvent::Failed`].
+    Get {
+        /// The dispatcher's tag for the answer.
+        tag: u64,
+        /// The buffer.
+        value: ValueId,
+    },
+    /// Statistics; answered by [`WorkerEvent::Stats`].
+    Stats {
+        /// The dispatcher's tag for the answer.
+        tag: u64,
+    },
+    /// A liveness probe; workers ignore it.
+    Ping,
+    /// Stop the worker loop.
+    Shutdown,
+}
+
+/// Worker -> dispatcher.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum WorkerEvent {
+    /// First message: the worker's name and backend.
+    Register {
+        /// Its name (`worker-0`, a host name...).
+        name: String,
+        /// Its backend (`cpu`).
+        backend: String,
+    },
+    /// A batch ran.
+    Done {
+        /// The batch's number.
+        batch: u64,
+        /// The instructions that failed: index in the batch, and why.
+        failures: Vec<(u32, String)>,
+        /// Time spent executing the batch, in nanoseconds.
+        nanos: u64,
+    },
+    /// The answer to [`WorkerCommand::Get`].
+    Data {
+        /// The tag.
+        tag: u64,
+        /// The value.
+        tensor: HostTensor,
+    },
+    /// A [`WorkerCommand::Get`] that failed.
+    Failed {
+        /// The tag.
+        tag: u64,
+        /// Why.
+        message: String,
+    },
+    /// The answer to [`WorkerCommand::Stats`].
+    Stats {
+        /// The tag.
+        tag: u64,
+        /// The statistics.
+        stats: WorkerStats,
+    },
+}
+
+/// A registered worker, as clients see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// Its index at the dispatcher.
+    pub index: u32,
+    /// Its name.
+    pub name: String,
+    /// Its backend.
+    pub backend: String,
+}
+
+/// One worker's counters (the seeds' `print_worker_stats`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct WorkerStats {
+    /// Its name.
+    pub name: String,
+    /// Its backend.
+    pub backend: String,
+    /// Instructions executed.
+    pub instructions: u64,
+    /// Instructions that failed.
+    pub failures: u64,
+    /// Batches received.
+    pub batches: u64,
+    /// Data requests answered.
+    pub reads: u64,
+    /// Values held now.
+    pub live_values: u64,
+    /// Bytes held now.
+    pub live_bytes: u64,
+    /// Per op (mnemonic), sorted by total time, longest first.
+    pub ops: Vec<OpStats>,
+}
+
+/// Counts and time of one op on one worker.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct OpStats {
+    /// The op's mnemonic.
+    pub op: String,
+    /// Times executed.
+    pub count: u64,
+    /// Total time, nanoseconds.
+    pub nanos: u64,
+}
