@@ -45,6 +45,9 @@ enum Command {
         /// The backend.
         #[arg(long, default_value = "cpu", value_parser = ["cpu"])]
         backend: String,
+        /// Seconds to wait for the dispatcher to answer the registration.
+        #[arg(long, default_value_t = 10)]
+        wait: u64,
     },
 }
 
@@ -60,7 +63,7 @@ fn main() -> ExitCode {
     };
     match args.command {
         Command::Server { port, host, workers } => server(port, &host, workers, &env),
-        Command::Worker { host, port, name, backend: _ } => worker(&host, port, name, &env),
+        Command::Worker { host, port, name, backend: _, wait } => worker(&host, port, name, wait, &env),
     }
 }
 
@@ -91,11 +94,12 @@ fn server(port: u16, host: &str, workers: usize, env: &EnvConfig) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn worker(host: &str, port: u16, name: Option<String>, env: &EnvConfig) -> ExitCode {
+fn worker(host: &str, port: u16, name: Option<String>, wait: u64, env: &EnvConfig) -> ExitCode {
     let endpoint = Endpoint::for_peer(host, port);
     let name = name.unwrap_or_else(|| format!("worker@{}-{}", hostname(), std::process::id()));
     let mut options = WorkerOptions::named(name);
     options.max_message_bytes = env.max_message_bytes;
+    options.register_timeout = std::time::Duration::from_secs(wait);
     let ctx = gt::transport::zmq::Context::new();
     match run_worker(&ctx, &endpoint, &options) {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,7 @@
 //! The one integration-test binary: filetests with snapshots, `gt-run` CLI tests and tidy checks.
 
 mod cli;
+mod cluster;
+mod distributed;
 mod filetests;
 mod tidy;

@@ -224,12 +224,40 @@ impl Dispatcher {
             self.housekeeping();
             self.reap();
         }
+        self.drain_workers(Duration::from_secs(1))?;
         for w in 0..self.workers.len() {
             if self.workers[w].alive {
                 self.send_worker(w, &WorkerCommand::Shutdown);
+                let src = format!("WORKER {}", self.workers[w].name);
+                self.log.emit(EventKind::Disconnect, src, "Shutdown", 0, "the dispatcher stops".into());
             }
         }
         self.log.flush();
+        Ok(())
+    }
+
+    /// At shutdown: sends what is queued and waits (at most `limit`) for the workers to
+    /// answer every batch, so the log pairs each WORKER_SEND with its WORKER_RECV.
+    fn drain_workers(&mut self, limit: Duration) -> Result<(), DispatcherError> {
+        let deadline = Instant::now() + limit;
+        // What arrived before the stop (a client's goodbye, say) is still handled.
+        while let Ok(frames) = self.router.recv_multipart(zmq::DONTWAIT) {
+            self.on_frames(frames);
+            self.reap();
+        }
+        for w in 0..self.workers.len() {
+            self.flush_worker(w, None);
+        }
+        while self.workers.iter().any(|w| w.alive && !w.inflight.is_empty()) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.router.poll(zmq::POLLIN, left.as_millis().max(1) as i64)? == 0 {
+                break;
+            }
+            while let Ok(frames) = self.router.recv_multipart(zmq::DONTWAIT) {
+                self.on_frames(frames);
+                self.reap();
+            }
+        }
         Ok(())
     }
 
@@ -548,6 +576,11 @@ impl Dispatcher {
     }
 
     fn on_stats(&mut self, c: u64, seq: u64) {
+        self.flush_pipeline(c, seq);
+        // Statistics count everything sent before the request.
+        for w in 0..self.workers.len() {
+            self.flush_worker(w, None);
+        }
         let alive: Vec<usize> = (0..self.workers.len()).filter(|&w| self.workers[w].alive).collect();
         if alive.is_empty() {
             return self.send_reply(c, &Reply::Stats { seq, workers: Vec::new() });
@@ -759,12 +792,13 @@ impl Dispatcher {
         self.log.emit(EventKind::Disconnect, format!("WORKER {name}"), "Lost", 0, message.clone());
         let worker = &mut self.workers[w];
         let mut owed: Vec<(u64, u64)> = Vec::new();
+        let mut syncs: Vec<(u64, u64)> = Vec::new();
         let batches: Vec<Batch> = worker.inflight.drain(..).collect();
         let pending = std::mem::take(&mut worker.pending_origins);
         worker.pending.clear();
         for b in batches {
             owed.extend(b.origins);
-            owed.extend(b.sync);
+            syncs.extend(b.sync);
         }
         owed.extend(pending);
         // One error per client (at its earliest affected instruction) is enough.
@@ -783,6 +817,10 @@ impl Dispatcher {
             if self.clients.contains_key(&c) {
                 self.send_reply(c, &Reply::Failed { seq, message: message.clone() });
             }
+        }
+        // Each waiting sync is answered itself (after the failures it reports).
+        for (c, seq) in syncs {
+            self.send_reply(c, &Reply::Failed { seq, message: message.clone() });
         }
         let waiting: Vec<u64> = self.stats_tags.iter().filter(|(_, (_, sw))| *sw == w).map(|(t, _)| *t).collect();
         for t in waiting {
@@ -876,6 +914,9 @@ fn batch_details(number: u64, instrs: &[Instr]) -> String {
     const SHOWN: usize = 5;
     let names: Vec<&str> = instrs.iter().take(SHOWN).map(|i| i.mnemonic()).collect();
     let more = instrs.len().saturating_sub(SHOWN);
+    if instrs.is_empty() {
+        return format!("batch={number} [sync]");
+    }
     let tail = if more > 0 { format!(", ... (+{more} more)") } else { String::new() };
     format!("batch={number} [{} ops: {}{tail}]", instrs.len(), names.join(", "))
 }

@@ -1,0 +1,200 @@
+//! The embedded cluster (dispatcher and workers as threads, clients over `inproc://`):
+//! every run filetest gives the same result as on the interpreter, with several clients at
+//! once; clients are isolated; async failures are reported at the next wait naming their op;
+//! worker statistics; freeing on goodbye; a pass pipeline plugged into the dispatcher.
+
+use gt::frontend::{Client, ClientError, ClientOptions, Origin};
+use gt::ir::{BinaryOp, Instr, Operand, TensorType, UnaryOp, ValueId};
+use gt::passes::{Pipeline, StreamPass};
+use gt::runtime::{Cluster, ClusterOptions};
+use gt::script::run_on;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn cluster(workers: usize) -> Cluster {
+    Cluster::start(ClusterOptions::embedded(workers)).unwrap()
+}
+
+fn client(c: &Cluster) -> Client {
+    Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap()
+}
+
+fn origin(op: &'static str) -> Origin {
+    Origin { op, span: None }
+}
+
+fn full(dst: u32, dims: Vec<usize>, value: f64) -> Instr {
+    Instr::Full { dst: ValueId(dst), ty: TensorType::f32(dims), value }
+}
+
+fn add(dst: u32, lhs: u32, rhs: u32) -> Instr {
+    Instr::Binary {
+        op: BinaryOp::Add,
+        dst: ValueId(dst),
+        lhs: Operand::Value(ValueId(lhs)),
+        rhs: Operand::Value(ValueId(rhs)),
+    }
+}
+
+fn run_filetests() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gtir/run");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.retain(|p| p.extension().is_some_and(|e| e == "gtir"));
+    files.sort();
+    files
+}
+
+#[test]
+fn run_filetests_pass_on_two_workers_with_two_clients_at_once() {
+    let c = cluster(2);
+    let files = run_filetests();
+    assert!(files.len() > 10);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|k| {
+                let (ctx, endpoint, files) = (c.context().clone(), c.endpoint().clone(), &files);
+                s.spawn(move || {
+                    let mut failures = Vec::new();
+                    for path in files.iter().skip(k).step_by(2) {
+                        let reference = gt::filetest::run_file(path).unwrap();
+                        let mut client = Client::connect_in(&ctx, &endpoint, ClientOptions::default()).unwrap();
+                        let on_cluster = gt::filetest::run_file_on(path, &mut |loaded, out| {
+                            run_on(loaded, &mut client, out, Default::default())
+                        });
+                        match on_cluster {
+                            Ok(text) if text == reference => {}
+                            Ok(_) => failures.push(format!("{}: differs from the interpreter", path.display())),
+                            Err(e) => failures.push(format!("{}: {e:#}", path.display())),
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+        let failures: Vec<String> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        assert!(failures.is_empty(), "{failures:#?}");
+    });
+}
+
+#[test]
+fn clients_cannot_name_each_others_values() {
+    let c = cluster(1);
+    let mut a = client(&c);
+    let mut b = client(&c);
+    a.submit(full(0, vec![2], 7.0), origin("full")).unwrap();
+    a.sync().unwrap();
+    // The same id in b's namespace is undefined: b can neither read nor free a's value.
+    let e = b.read(ValueId(0)).unwrap_err();
+    assert!(e.to_string().contains("not defined"), "{e}");
+    b.submit(Instr::Free { src: ValueId(0) }, origin("free")).unwrap();
+    let e = b.sync().unwrap_err();
+    assert!(e.to_string().contains("free: value %0 is not defined"), "{e}");
+    // b's own %0 is its own.
+    b.submit(full(0, vec![1], -1.0), origin("full")).unwrap();
+    assert_eq!(b.read(ValueId(0)).unwrap().data, vec![-1.0]);
+    assert_eq!(a.read(ValueId(0)).unwrap().data, vec![7.0, 7.0]);
+}
+
+#[test]
+fn the_failing_instruction_of_a_batch_is_reported_at_the_next_wait() {
+    let c = cluster(1);
+    let mut a = client(&c);
+    a.submit(full(0, vec![2], 1.0), origin("full")).unwrap();
+    a.submit(full(1, vec![3], 1.0), origin("full")).unwrap();
+    a.submit(add(2, 0, 1), origin("add")).unwrap(); // third: shapes do not broadcast
+    a.submit(add(3, 0, 0), origin("add")).unwrap();
+    // Nothing waits yet, so nothing is reported yet.
+    let e = a.read(ValueId(3)).unwrap_err();
+    match &e {
+        ClientError::Op { seq, origin, message, later } => {
+            assert_eq!((*seq, origin.op, *later), (2, "add", 0));
+            assert!(message.contains("cannot broadcast [2] with [3]"), "{message}");
+        }
+        other => panic!("expected an op failure, got {other}"),
+    }
+    // Reported once; the unrelated value is fine, and a value that depends on the failure says so.
+    assert_eq!(a.read(ValueId(3)).unwrap().data, vec![2.0, 2.0]);
+    let e = a.read(ValueId(2)).unwrap_err();
+    assert!(e.to_string().contains("instruction #2 failed"), "{e}");
+}
+
+#[test]
+fn worker_failures_are_reported_with_their_op() {
+    let c = cluster(1);
+    let mut a = client(&c);
+    // Verifies, but is over the worker's 8 GiB limit: the worker reports it.
+    a.submit(full(0, vec![65536, 32769], 0.0), origin("full")).unwrap();
+    a.submit(full(1, vec![1], 5.0), origin("full")).unwrap();
+    let e = a.read(ValueId(1)).unwrap_err();
+    assert!(matches!(&e, ClientError::Op { seq: 0, origin, .. } if origin.op == "full"), "{e:?}");
+    assert!(e.to_string().contains("over the limit"), "{e}");
+    assert_eq!(a.read(ValueId(1)).unwrap().data, vec![5.0]);
+}
+
+#[test]
+fn worker_stats_count_ops_and_goodbye_frees_everything() {
+    let c = cluster(1);
+    let mut a = client(&c);
+    a.submit(full(0, vec![4], 1.0), origin("full")).unwrap();
+    for _ in 0..10 {
+        a.submit(Instr::Unary { op: UnaryOp::Neg, dst: ValueId(1), src: ValueId(0) }, origin("neg")).unwrap();
+    }
+    let stats = a.worker_stats().unwrap();
+    assert_eq!(stats.len(), 1);
+    let neg = stats[0].ops.iter().find(|o| o.op == "neg").expect("neg counted");
+    assert_eq!(neg.count, 10);
+    // %1 was redefined ten times into one buffer: two live values.
+    assert_eq!(stats[0].live_values, 2);
+    drop(a);
+    let mut b = client(&c);
+    b.sync().unwrap();
+    let stats = b.worker_stats().unwrap();
+    assert_eq!(stats[0].live_values, 0, "a's values are freed when it says goodbye");
+}
+
+#[test]
+fn clients_spread_over_workers() {
+    let c = cluster(2);
+    let mut a = client(&c);
+    let mut b = client(&c);
+    for k in [&mut a, &mut b] {
+        k.submit(full(0, vec![1], 1.0), origin("full")).unwrap();
+        k.sync().unwrap();
+    }
+    let stats = a.worker_stats().unwrap();
+    let per_worker: Vec<u64> = stats.iter().map(|s| s.live_values).collect();
+    assert_eq!(per_worker, vec![1, 1], "each client's home is the least loaded worker");
+}
+
+/// Rewrites `neg x` into `mul x, -1` (a stand-in for a real pass).
+struct NegToMul;
+impl StreamPass for NegToMul {
+    fn name(&self) -> &'static str {
+        "neg-to-mul"
+    }
+    fn run(&mut self, instr: Instr, out: &mut Vec<Instr>) {
+        out.push(match instr {
+            Instr::Unary { op: UnaryOp::Neg, dst, src } => {
+                Instr::Binary { op: BinaryOp::Mul, dst, lhs: Operand::Value(src), rhs: Operand::Scalar(-1.0) }
+            }
+            other => other,
+        });
+    }
+}
+
+#[test]
+fn the_dispatcher_runs_each_stream_through_the_pipeline() {
+    let mut options = ClusterOptions::embedded(1);
+    options.dispatcher.pipeline = Arc::new(|| {
+        let mut p = Pipeline::new();
+        p.push(Box::new(NegToMul));
+        p
+    });
+    let c = Cluster::start(options).unwrap();
+    let mut a = client(&c);
+    a.submit(full(0, vec![2], 3.0), origin("full")).unwrap();
+    a.submit(Instr::Unary { op: UnaryOp::Neg, dst: ValueId(1), src: ValueId(0) }, origin("neg")).unwrap();
+    assert_eq!(a.read(ValueId(1)).unwrap().data, vec![-3.0, -3.0]);
+    let ops: Vec<String> = a.worker_stats().unwrap()[0].ops.iter().map(|o| o.op.clone()).collect();
+    assert!(ops.contains(&"mul".to_string()) && !ops.contains(&"neg".to_string()), "{ops:?}");
+}

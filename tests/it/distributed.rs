@@ -1,0 +1,278 @@
+//! The distributed mode with real processes and sockets: `gt server`, `gt worker` and
+//! `gt-run --connect` give the embedded mode's numbers over IPC and TCP; the faults of the
+//! issue: garbage frames, unknown message kinds, another protocol version, oversized
+//! messages, a worker killed mid-stream, a dispatcher killed under a waiting client; the
+//! instruction log and the monitor socket.
+
+use gt::frontend::{Client, ClientError, ClientOptions, Origin};
+use gt::ir::{Instr, TensorType, ValueId};
+use gt::transport::message::{Reply, Request};
+use gt::transport::{codec, zmq, Endpoint, EventKind, LogEvent};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A child process killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts `gt server` and waits for its "listening" line; returns it and its stdout lines.
+fn server(port: u16, host: &str, env: &[(&str, &str)]) -> (Proc, Vec<String>) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gt"));
+    cmd.args(["server", "-p", &port.to_string(), "--host", host]).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    for _ in 0..3 {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        lines.push(line.trim_end().to_string());
+    }
+    assert!(lines[0].starts_with("gt server listening on"), "{lines:?}");
+    (Proc(child), lines)
+}
+
+fn worker(port: u16) -> Proc {
+    Proc(
+        Command::new(env!("CARGO_BIN_EXE_gt"))
+            .args(["worker", "--host", "127.0.0.1", "-p", &port.to_string(), "--name", "w-test"])
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn gt_run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gt-run")).args(args).current_dir(root()).output().unwrap()
+}
+
+fn connect(endpoint: &str) -> Client {
+    Client::connect(&Endpoint::parse(endpoint).unwrap(), ClientOptions::default()).unwrap()
+}
+
+fn origin(op: &'static str) -> Origin {
+    Origin { op, span: None }
+}
+
+#[test]
+fn two_terminals_give_the_embedded_numbers_over_ipc_and_tcp() {
+    let port = free_port();
+    let (_server, lines) = server(port, "127.0.0.1", &[]);
+    assert!(lines[1].contains("monitor on ipc://"), "the monitor address is printed: {lines:?}");
+    let _worker = worker(port);
+    for example in ["examples/mlp.gtir", "examples/tour.gtir", "examples/reductions.gtir"] {
+        let embedded = gt_run(&[example]);
+        assert!(embedded.status.success());
+        for address in [format!("127.0.0.1:{port}"), format!("tcp://127.0.0.1:{port}")] {
+            let remote = gt_run(&["--connect", &address, example]);
+            assert!(remote.status.success(), "{}", String::from_utf8_lossy(&remote.stderr));
+            assert_eq!(remote.stdout, embedded.stdout, "{example} via {address}");
+        }
+    }
+}
+
+#[test]
+fn a_server_on_every_interface_listens_on_tcp() {
+    let port = free_port();
+    let (_server, lines) = server(port, "0.0.0.0", &[]);
+    assert!(lines[0].contains(&format!("tcp://*:{port}")), "{lines:?}");
+    let _worker = worker(port);
+    let mut c = connect(&format!("tcp://127.0.0.1:{port}"));
+    c.submit(Instr::Full { dst: ValueId(0), ty: TensorType::f32(vec![1]), value: 2.0 }, origin("full")).unwrap();
+    assert_eq!(c.read(ValueId(0)).unwrap().data, vec![2.0]);
+}
+
+/// Sends raw frames on a DEALER and returns the dispatcher's answer.
+fn raw_exchange(sock: &zmq::Socket, frames: &[&[u8]]) -> Reply {
+    sock.send_multipart(frames.iter().copied(), 0).unwrap();
+    assert!(sock.poll(zmq::POLLIN, 5000).unwrap() > 0, "no answer to {frames:?}");
+    codec::decode(&sock.recv_bytes(0).unwrap(), usize::MAX).unwrap()
+}
+
+#[test]
+fn garbage_is_rejected_and_everyone_else_is_still_served() {
+    let port = free_port();
+    let (_server, _) = server(port, "127.0.0.1", &[("GT_MAX_MESSAGE_BYTES", "65536")]);
+    let _worker = worker(port);
+    let mut good = connect(&format!("127.0.0.1:{port}"));
+    good.submit(Instr::Full { dst: ValueId(0), ty: TensorType::f32(vec![3]), value: 1.5 }, origin("full")).unwrap();
+    good.sync().unwrap();
+
+    let ctx = zmq::Context::new();
+    let raw = ctx.socket(zmq::DEALER).unwrap();
+    raw.connect(&format!("tcp://127.0.0.1:{port}")).unwrap();
+    let rejected = |reply: Reply, what: &str| match reply {
+        Reply::Rejected { message } => assert!(message.contains(what), "{message:?} should mention {what:?}"),
+        other => panic!("expected Rejected mentioning {what:?}, got {other:?}"),
+    };
+    rejected(raw_exchange(&raw, &[b"hello world"]), "not a gt message");
+    rejected(raw_exchange(&raw, &[&codec::frame_with_version(99, b"\x80")]), "protocol version 99");
+    let unknown = rmp_serde::to_vec(&std::collections::BTreeMap::from([("Launch", 1u8)])).unwrap();
+    rejected(raw_exchange(&raw, &[&codec::frame_with_version(codec::PROTOCOL_VERSION, &unknown)]), "malformed");
+    rejected(raw_exchange(&raw, &[b"a", b"b"]), "one frame per message");
+    rejected(raw_exchange(&raw, &[&vec![0u8; 100_000]]), "over the limit");
+    let get =
+        codec::encode(&gt::transport::Inbound::Client(Request::Get { seq: 0, value: ValueId(0) }), 1 << 20).unwrap();
+    rejected(raw_exchange(&raw, &[&get]), "Hello");
+
+    // The good client's value and connection are untouched.
+    assert_eq!(good.read(ValueId(0)).unwrap().data, vec![1.5; 3]);
+    // And a client that sends too large a batch is told, not dropped.
+    let big = Instr::Literal { dst: ValueId(1), ty: TensorType::f32(vec![100_000]), data: vec![0.0; 100_000] };
+    good.submit(big, origin("tensor")).unwrap();
+    let e = good.sync().unwrap_err();
+    assert!(e.to_string().contains("over the limit"), "{e}");
+    assert_eq!(good.read(ValueId(0)).unwrap().data, vec![1.5; 3]);
+}
+
+/// Instructions that keep a worker busy for many seconds.
+fn heavy(c: &mut Client) {
+    let ty = TensorType::f32(vec![1024, 1024]);
+    c.submit(Instr::Randn { dst: ValueId(0), ty, seed: 1 }, origin("randn")).unwrap();
+    for _ in 0..400 {
+        c.submit(Instr::MatMul { dst: ValueId(1), lhs: ValueId(0), rhs: ValueId(0) }, origin("matmul")).unwrap();
+    }
+    c.flush().unwrap();
+}
+
+#[test]
+fn a_worker_killed_mid_stream_fails_its_waiting_client_within_two_seconds() {
+    let port = free_port();
+    let (_server, _) = server(port, "127.0.0.1", &[]);
+    let mut w = worker(port);
+    let mut c = connect(&format!("127.0.0.1:{port}"));
+    heavy(&mut c);
+    let waiter = std::thread::spawn(move || {
+        let r = c.sync();
+        (r, Instant::now())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    w.0.kill().unwrap();
+    let killed = Instant::now();
+    let (result, at) = waiter.join().unwrap();
+    let e = result.expect_err("the wait must fail");
+    assert!(e.to_string().contains("worker `w-test` is gone"), "{e}");
+    assert!(at.duration_since(killed) < Duration::from_secs(2), "took {:?}", at.duration_since(killed));
+}
+
+#[test]
+fn a_dispatcher_killed_under_a_waiting_client_is_an_error_not_a_hang() {
+    let port = free_port();
+    let (mut server, _) = server(port, "127.0.0.1", &[]);
+    let _worker = worker(port);
+    let mut c = connect(&format!("tcp://127.0.0.1:{port}"));
+    heavy(&mut c);
+    let waiter = std::thread::spawn(move || c.sync());
+    std::thread::sleep(Duration::from_millis(300));
+    server.0.kill().unwrap();
+    let e = waiter.join().unwrap().expect_err("the wait must fail");
+    assert!(matches!(e, ClientError::Disconnected(_)), "{e}");
+}
+
+#[test]
+fn a_worker_with_no_dispatcher_says_so_and_exits_2() {
+    let port = free_port();
+    let o = Command::new(env!("CARGO_BIN_EXE_gt"))
+        .args(["worker", "--host", "127.0.0.1", "-p", &port.to_string(), "--wait", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no dispatcher answered") && err.contains(&port.to_string()), "{err}");
+}
+
+#[test]
+fn connect_to_nothing_is_an_error_naming_the_address() {
+    let port = free_port();
+    let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
+        .args(["--connect", &format!("127.0.0.1:{port}"), "examples/tour.gtir"])
+        .env("GT_CONNECT_TIMEOUT", "1")
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("tcp://127.0.0.1:{port}")), "{err}");
+}
+
+#[test]
+fn the_instruction_log_pairs_every_worker_send_with_a_later_receive() {
+    let dir = std::env::temp_dir().join(format!("gt-log-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("ops.log");
+    let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
+        .args(["-q", "examples/mlp.gtir"])
+        .env("GT_INSTRUCTION_LOG", &log)
+        .env("GT_WORKER_BATCH_SIZE", "4")
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let events: Vec<LogEvent> = text.lines().filter_map(LogEvent::parse_line).collect();
+    let kinds = |k: EventKind| events.iter().filter(|e| e.kind == k).count();
+    assert!(text.starts_with("===="), "header first");
+    assert_eq!(kinds(EventKind::Connect), 2, "one worker and one client:\n{text}");
+    assert!(kinds(EventKind::Recv) > 10 && kinds(EventKind::Send) > 0, "{text}");
+    assert!(kinds(EventKind::WorkerSend) > 3, "batches of 4: {text}");
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e.seq, i as u64 + 1, "sequence numbers count from 1 without gaps");
+        if e.kind == EventKind::WorkerSend && e.command == "Exec" {
+            let batch = e.details.split_whitespace().next().unwrap();
+            let done = events[i..].iter().position(|r| r.kind == EventKind::WorkerRecv && r.details.starts_with(batch));
+            assert!(done.is_some(), "{batch} is sent, then received back:\n{text}");
+        }
+    }
+    let recv = events.iter().find(|e| e.kind == EventKind::Recv && e.command == "matmul").unwrap();
+    assert!(recv.source.starts_with("CLIENT ") && recv.details.contains("= matmul %"), "{recv:?}");
+    let bye = events.iter().position(|e| e.kind == EventKind::Disconnect && e.source == "CLIENT 1").expect("goodbye");
+    assert!(events[bye].details.contains("freed"), "{:?}", events[bye]);
+    let last = events.last().unwrap();
+    assert!(
+        last.kind == EventKind::Disconnect && last.command == "Shutdown",
+        "the worker's shutdown ends the log: {last:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_monitor_socket_publishes_the_log_events() {
+    let port = free_port();
+    let (_server, lines) = server(port, "127.0.0.1", &[]);
+    let monitor = lines[1].trim_start_matches("gt server monitor on ").to_string();
+    let _worker = worker(port);
+    let ctx = zmq::Context::new();
+    let sub = ctx.socket(zmq::SUB).unwrap();
+    sub.set_subscribe(b"").unwrap();
+    sub.connect(&monitor).unwrap();
+    // Subscriptions take a moment to reach the publisher; keep sending until events arrive.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut c = connect(&format!("127.0.0.1:{port}"));
+    let mut got: Vec<LogEvent> = Vec::new();
+    while got.iter().all(|e| e.kind != EventKind::WorkerRecv) {
+        assert!(Instant::now() < deadline, "no events on {monitor}");
+        c.submit(Instr::Full { dst: ValueId(0), ty: TensorType::f32(vec![1]), value: 1.0 }, origin("full")).unwrap();
+        c.sync().unwrap();
+        while sub.poll(zmq::POLLIN, 50).unwrap() > 0 {
+            got.push(codec::decode(&sub.recv_bytes(0).unwrap(), usize::MAX).unwrap());
+        }
+    }
+    assert!(got.iter().any(|e| e.kind == EventKind::Recv && e.command == "full"), "{got:?}");
+}
