@@ -29,7 +29,13 @@ pub fn init(default: &str) {
         Ok(r) if !r.is_empty() => EnvFilter::try_new(&r).unwrap_or_else(|_| EnvFilter::new(default)),
         _ => EnvFilter::new(directive(default, |k| std::env::var(k).ok())),
     };
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(true).try_init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_target(true)
+        .try_init();
 }
 
 #[cfg(test)]

@@ -180,6 +180,7 @@ impl Client {
             }
             match self.recv()? {
                 Reply::Welcome { client, workers } => {
+                    tracing::info!(target: "gt::client", "connected to {} as client {client}; {} workers", self.endpoint, workers.len());
                     self.id = client;
                     self.workers = workers;
                     return Ok(());
@@ -247,6 +248,11 @@ impl Client {
             return Ok(());
         }
         let batch = Request::Batch { first_seq: self.buffer_first_seq, instrs: std::mem::take(&mut self.buffer) };
+        if tracing::enabled!(target: "gt::client", tracing::Level::DEBUG) {
+            if let Request::Batch { first_seq, instrs } = &batch {
+                tracing::debug!(target: "gt::client", "client {}: sends #{first_seq}..#{} ({} instructions)", self.id, first_seq + instrs.len() as u64, instrs.len());
+            }
+        }
         self.buffer_data = 0;
         let result = self.send(&batch);
         if let (Err(ClientError::Codec(e)), Request::Batch { first_seq, instrs }) = (&result, &batch) {
@@ -298,6 +304,7 @@ impl Client {
     fn request(&mut self, make: impl FnOnce(u64) -> Request, op: &'static str) -> Result<Reply, ClientError> {
         self.flush()?;
         let seq = self.take_seq(Origin { op, span: None });
+        tracing::debug!(target: "gt::client", "client {}: {op} #{seq}, waiting", self.id);
         self.send(&make(seq))?;
         let reply = loop {
             let mut items = vec![self.socket.as_poll_item(zmq::POLLIN)];

@@ -134,6 +134,7 @@ pub fn run_worker(
                 let start = Instant::now();
                 let failures = execute_batch(&mut interp, &mut stats, &instrs);
                 let nanos = start.elapsed().as_nanos() as u64;
+                tracing::debug!(target: "gt::worker", "{}: batch {batch}: {} instructions, {} failed, {nanos} ns", options.name, instrs.len(), failures.len());
                 send(&WorkerEvent::Done { batch, failures, nanos })?;
             }
             WorkerCommand::Get { tag, value } => {

@@ -77,6 +77,23 @@ fn two_terminals_give_the_embedded_numbers_over_ipc_and_tcp() {
     let (_server, lines) = server(port, "127.0.0.1", &[]);
     assert!(lines[1].contains("monitor on ipc://"), "the monitor address is printed: {lines:?}");
     let _worker = worker(port);
+    // Several client processes at once, each with its own namespace.
+    let embedded = gt_run(&["examples/mlp.gtir"]);
+    let runs: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_gt-run"))
+                .args(["--connect", &format!("127.0.0.1:{port}"), "examples/mlp.gtir"])
+                .current_dir(root())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for r in runs {
+        let o = r.wait_with_output().unwrap();
+        assert!(o.status.success());
+        assert_eq!(o.stdout, embedded.stdout);
+    }
     for example in ["examples/mlp.gtir", "examples/tour.gtir", "examples/reductions.gtir"] {
         let embedded = gt_run(&[example]);
         assert!(embedded.status.success());
@@ -257,6 +274,9 @@ fn the_monitor_socket_publishes_the_log_events() {
     let port = free_port();
     let (_server, lines) = server(port, "127.0.0.1", &[]);
     let monitor = lines[1].trim_start_matches("gt server monitor on ").to_string();
+    // Tools find it without being told: the server writes its endpoints to a known file.
+    let discovery = std::fs::read_to_string(gt::transport::endpoint::discovery_path(&port.to_string())).unwrap();
+    assert!(discovery.contains(&format!("monitor={monitor}")), "{discovery}");
     let _worker = worker(port);
     let ctx = zmq::Context::new();
     let sub = ctx.socket(zmq::SUB).unwrap();

@@ -142,3 +142,38 @@ mod tests {
         assert!(matches!(&e, CodecError::Malformed(m) if m.contains("Launch")), "{e}");
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::message::{Inbound, Reply, WorkerCommand};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Any body behind a valid header decodes to a message or an error, never a panic.
+        #[test]
+        fn random_bodies_never_panic(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let frame = frame_with_version(PROTOCOL_VERSION, &body);
+            let _ = decode::<Inbound>(&frame, 1 << 20);
+            let _ = decode::<Reply>(&frame, 1 << 20);
+            let _ = decode::<WorkerCommand>(&frame, 1 << 20);
+        }
+
+        /// A valid message cut short or with one byte flipped is an error or another valid
+        /// message, never a panic.
+        #[test]
+        fn damaged_messages_never_panic(cut in 0usize..64, flip in 0usize..64, bit in 0u8..8) {
+            let msg = Inbound::Client(crate::message::Request::Batch {
+                first_seq: 1,
+                instrs: vec![gt_ir::Instr::Zeros { dst: gt_ir::ValueId(1), ty: gt_ir::TensorType::f32(vec![2, 3]) }],
+            });
+            let mut frame = encode(&msg, 1 << 20).unwrap();
+            let n = frame.len();
+            frame[flip % n] ^= 1 << bit;
+            frame.truncate(n - cut % n);
+            let _ = decode::<Inbound>(&frame, 1 << 20);
+        }
+    }
+}

@@ -322,6 +322,7 @@ impl Dispatcher {
         match req {
             Request::Hello { .. } => unreachable!("handled above"),
             Request::Batch { first_seq, instrs } => {
+                tracing::debug!(target: "gt::dispatcher", "client {c}: batch #{first_seq} of {} instructions", instrs.len());
                 let share = bytes / instrs.len().max(1);
                 for (k, instr) in instrs.into_iter().enumerate() {
                     self.on_instr(c, first_seq + k as u64, instr, share);
@@ -545,10 +546,11 @@ impl Dispatcher {
                 let tag = self.next_tag;
                 self.next_tag += 1;
                 self.gets.insert(tag, PendingGet { client: c, seq, worker: w });
-                self.send_worker(w, &WorkerCommand::Get { tag, value: buf });
-                if self.log.active() {
+                let bytes = codec::encode(&WorkerCommand::Get { tag, value: buf }, usize::MAX).expect("small");
+                let size = bytes.len();
+                if self.send_worker_bytes(w, bytes) && self.log.active() {
                     let src = format!("WORKER {}", self.workers[w].name);
-                    self.log.emit(EventKind::WorkerSend, src, "Get", 0, format!("tag={tag} {buf}"));
+                    self.log.emit(EventKind::WorkerSend, src, "Get", size, format!("tag={tag} {buf}"));
                 }
             }
             Some(Slot::Failed { seq: s }) => {
