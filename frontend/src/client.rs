@@ -244,6 +244,12 @@ impl Client {
 
     /// Sends the buffered instructions now.
     pub fn flush(&mut self) -> Result<(), ClientError> {
+        self.send_buffer()?;
+        // Pick up failures already reported, so that the origins stay few.
+        self.drain()
+    }
+
+    fn send_buffer(&mut self) -> Result<(), ClientError> {
         if self.buffer.is_empty() {
             return Ok(());
         }
@@ -261,9 +267,7 @@ impl Client {
             self.note_failure(*first_seq, message);
             return Ok(());
         }
-        result?;
-        self.drain()?;
-        Ok(())
+        result
     }
 
     /// Reads replies already here without waiting (failures of earlier instructions).
@@ -302,7 +306,8 @@ impl Client {
 
     /// Sends a request and waits for its answer.
     fn request(&mut self, make: impl FnOnce(u64) -> Request, op: &'static str) -> Result<Reply, ClientError> {
-        self.flush()?;
+        // No drain: the wait below reads everything that comes before the answer.
+        self.send_buffer()?;
         let seq = self.take_seq(Origin { op, span: None });
         tracing::debug!(target: "gt::client", "client {}: {op} #{seq}, waiting", self.id);
         self.send(&make(seq))?;

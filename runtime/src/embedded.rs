@@ -101,6 +101,7 @@ pub struct Cluster {
     listen: Vec<Endpoint>,
     monitor: Vec<Endpoint>,
     control: zmq::Socket,
+    stop_key: Vec<u8>,
     dispatcher: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
     discovery: Option<PathBuf>,
@@ -123,11 +124,8 @@ impl Cluster {
         listen.push(inproc.clone());
         let bind_err = |endpoint: String| move |source| ClusterError::Bind { endpoint, source };
         let router = socket::router(&ctx, &listen).map_err(bind_err(describe(&listen)))?;
-        let control_name = format!("inproc://gt-control-{pid}-{n}");
-        let control_rx = ctx.socket(zmq::PULL).map_err(bind_err(control_name.clone()))?;
-        control_rx.bind(&control_name).map_err(bind_err(control_name.clone()))?;
-        let control = ctx.socket(zmq::PUSH).map_err(bind_err(control_name.clone()))?;
-        control.connect(&control_name).map_err(bind_err(control_name.clone()))?;
+        let stop_key = secret_key();
+        let control = stop_socket(&ctx, &inproc, &stop_key).map_err(bind_err(inproc.to_string()))?;
         let monitor = if options.monitor.is_empty() {
             None
         } else {
@@ -137,7 +135,7 @@ impl Cluster {
             path: options.instruction_log.clone().unwrap_or_default(),
             source,
         })?;
-        let dispatcher = Dispatcher::new(router, control_rx, log, options.dispatcher.clone());
+        let dispatcher = Dispatcher::new(router, stop_key.clone(), log, options.dispatcher.clone());
         let handle = std::thread::Builder::new()
             .name("gt-dispatcher".into())
             .spawn(move || {
@@ -152,6 +150,7 @@ impl Cluster {
             listen: options.listen.clone(),
             monitor: options.monitor.clone(),
             control,
+            stop_key,
             dispatcher: Some(handle),
             workers: Vec::new(),
             discovery: None,
@@ -218,15 +217,7 @@ impl Cluster {
 
     /// A handle that stops the dispatcher from another thread (a signal handler).
     pub fn stopper(&self) -> Stopper {
-        Stopper { ctx: self.ctx.clone(), control: self.control_name() }
-    }
-
-    fn control_name(&self) -> String {
-        // The control endpoint is the dispatcher's inproc name with another prefix.
-        match &self.endpoint {
-            Endpoint::Inproc(name) => format!("inproc://{}", name.replacen("gt-dispatcher-", "gt-control-", 1)),
-            _ => unreachable!("the cluster endpoint is inproc"),
-        }
+        Stopper { ctx: self.ctx.clone(), endpoint: self.endpoint.clone(), stop_key: self.stop_key.clone() }
     }
 
     fn stop(&mut self) {
@@ -258,19 +249,42 @@ impl Drop for Cluster {
 #[derive(Clone)]
 pub struct Stopper {
     ctx: zmq::Context,
-    control: String,
+    endpoint: Endpoint,
+    stop_key: Vec<u8>,
 }
 
 impl Stopper {
     /// Asks the dispatcher to stop (its workers are told to shut down).
     pub fn stop(&self) {
-        if let Ok(s) = self.ctx.socket(zmq::PUSH) {
-            let _ = s.set_linger(100);
-            if s.connect(&self.control).is_ok() {
-                let _ = s.send("stop", zmq::DONTWAIT);
-            }
+        if let Ok(s) = stop_socket(&self.ctx, &self.endpoint, &self.stop_key) {
+            let _ = s.send("stop", zmq::DONTWAIT);
         }
     }
+}
+
+/// A random key for stop requests (std's per-process random hash seeds; no crate needed).
+fn secret_key() -> Vec<u8> {
+    use std::hash::{BuildHasher, Hasher};
+    let mut key = b"gt-stop-".to_vec();
+    for _ in 0..2 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+        key.extend_from_slice(&h.finish().to_le_bytes());
+    }
+    key
+}
+
+/// A DEALER whose routing id starts with the stop key (a unique suffix each, since a ROUTER
+/// refuses a second peer with the same id).
+fn stop_socket(ctx: &zmq::Context, endpoint: &Endpoint, key: &[u8]) -> zmq::Result<zmq::Socket> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let s = ctx.socket(zmq::DEALER)?;
+    let mut id = key.to_vec();
+    id.extend_from_slice(&NEXT.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    s.set_identity(&id)?;
+    s.set_linger(100)?;
+    s.connect(&endpoint.zmq_address())?;
+    Ok(s)
 }
 
 fn describe(eps: &[Endpoint]) -> String {

@@ -140,7 +140,9 @@ struct PendingHello {
 /// A running dispatcher's state; [`Dispatcher::run`] is its loop.
 pub struct Dispatcher {
     router: zmq::Socket,
-    control: zmq::Socket,
+    /// Routing ids starting with this secret are the owner's stop requests.
+    stop_key: Vec<u8>,
+    stopping: bool,
     log: EventLog,
     config: DispatcherConfig,
     clients: HashMap<u64, Client>,
@@ -164,11 +166,14 @@ pub struct Dispatcher {
 pub type DispatcherError = zmq::Error;
 
 impl Dispatcher {
-    /// A dispatcher on a bound `router`, stopped by any message on `control` (a PULL).
-    pub fn new(router: zmq::Socket, control: zmq::Socket, log: EventLog, config: DispatcherConfig) -> Dispatcher {
+    /// A dispatcher on a bound `router`, stopped by any message from a peer whose routing id
+    /// starts with `stop_key` (a secret only the owner knows; one socket is all the
+    /// dispatcher polls, which keeps a round trip's system calls down).
+    pub fn new(router: zmq::Socket, stop_key: Vec<u8>, log: EventLog, config: DispatcherConfig) -> Dispatcher {
         Dispatcher {
             router,
-            control,
+            stop_key,
+            stopping: false,
             log,
             config,
             clients: HashMap::new(),
@@ -188,27 +193,13 @@ impl Dispatcher {
         }
     }
 
-    /// Serves until a message arrives on the control socket; then tells every worker to shut
+    /// Serves until a stop request arrives (see [`Dispatcher::new`]); then tells every worker to shut
     /// down and returns.
     pub fn run(mut self) -> Result<(), DispatcherError> {
         loop {
             let timeout = self.config.probe_interval.as_millis() as i64;
             self.log.flush();
-            let (router_ready, control_ready, monitor_ready) = {
-                let mut items = vec![self.router.as_poll_item(zmq::POLLIN), self.control.as_poll_item(zmq::POLLIN)];
-                if let Some(m) = self.log.monitor() {
-                    items.push(m.as_poll_item(zmq::POLLIN));
-                }
-                zmq::poll(&mut items, timeout)?;
-                (items[0].is_readable(), items[1].is_readable(), items.get(2).is_some_and(|i| i.is_readable()))
-            };
-            if control_ready {
-                break;
-            }
-            if monitor_ready {
-                self.log.poll_subscriptions();
-            }
-            if router_ready {
+            if self.router.poll(zmq::POLLIN, timeout)? > 0 {
                 for _ in 0..4096 {
                     match self.router.recv_multipart(zmq::DONTWAIT) {
                         Ok(frames) => self.on_frames(frames),
@@ -216,7 +207,13 @@ impl Dispatcher {
                         Err(e) => return Err(e),
                     }
                     self.reap();
+                    if self.stopping {
+                        break;
+                    }
                 }
+            }
+            if self.stopping {
+                break;
             }
             for w in 0..self.workers.len() {
                 self.flush_worker(w, None);
@@ -264,6 +261,10 @@ impl Dispatcher {
     // ---- frames ------------------------------------------------------------------------
 
     fn on_frames(&mut self, frames: Vec<Vec<u8>>) {
+        if frames.first().is_some_and(|id| id.starts_with(&self.stop_key)) {
+            self.stopping = true;
+            return;
+        }
         let max = self.config.max_message_bytes;
         let [identity, payload]: [Vec<u8>; 2] = match frames.try_into() {
             Ok(pair) => pair,
@@ -864,6 +865,7 @@ impl Dispatcher {
 
     fn housekeeping(&mut self) {
         let now = Instant::now();
+        self.log.poll_subscriptions();
         if !self.hellos.is_empty() {
             let any_worker = self.workers.iter().any(|w| w.alive);
             for h in std::mem::take(&mut self.hellos) {
