@@ -197,3 +197,42 @@ fn filetest_mode_reports_pass_and_fail() {
     assert_eq!(code(&bad), 1);
     assert!(stderr(&bad).contains("stdout differs"), "{}", stderr(&bad));
 }
+
+#[test]
+fn workers_from_the_environment_and_their_statistics() {
+    let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
+        .args(["--quiet", "--worker-stats", "examples/mlp.gtir"])
+        .env("GT_WORKERS", "3")
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.matches("worker worker-").count(), 3, "{err}");
+    // The one client ran everything on one worker: its table lists matmul.
+    assert!(err.contains("matmul"), "{err}");
+}
+
+#[test]
+fn bad_settings_are_errors_naming_the_variable() {
+    for (var, value) in [("GT_WORKERS", "many"), ("GT_WORKER_BATCH_SIZE", "0"), ("GT_CLIENT_BATCH_SIZE", "x")] {
+        let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
+            .args(["examples/tour.gtir"])
+            .env(var, value)
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 1, "{var}");
+        assert!(stderr(&o).contains(&format!("{var}=\"{value}\"")), "{var}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn reference_and_embedded_runs_print_the_same() {
+    for example in ["examples/tour.gtir", "examples/mlp.gtir"] {
+        let reference = gt_run(&["--reference", example]);
+        let embedded = gt_run(&["--workers", "2", example]);
+        assert_eq!((code(&reference), code(&embedded)), (0, 0));
+        assert_eq!(stdout(&reference), stdout(&embedded), "{example}");
+    }
+}
