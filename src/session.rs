@@ -28,8 +28,8 @@ pub struct Session {
     cluster: Option<Cluster>,
 }
 
-/// Client options from the environment (`GT_CLIENT_BATCH_SIZE`, `GT_CONNECT_TIMEOUT` in
-/// seconds, `GT_MAX_MESSAGE_BYTES`).
+/// Client options from the environment (`GT_CLIENT_BATCH_SIZE`, `GT_CLIENT_WINDOW`,
+/// `GT_CONNECT_TIMEOUT` in seconds, `GT_MAX_MESSAGE_BYTES`).
 pub fn client_options(name: &str, env: &EnvConfig) -> anyhow::Result<ClientOptions> {
     let mut o =
         ClientOptions { name: name.to_string(), max_message_bytes: env.max_message_bytes, ..Default::default() };
@@ -40,6 +40,14 @@ pub fn client_options(name: &str, env: &EnvConfig) -> anyhow::Result<ClientOptio
             .ok()
             .filter(|n| *n >= 1)
             .with_context(|| format!("GT_CLIENT_BATCH_SIZE={v:?}: expected a whole number of at least 1"))?;
+    }
+    if let Ok(v) = std::env::var("GT_CLIENT_WINDOW") {
+        o.window = v
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| *n >= 1)
+            .with_context(|| format!("GT_CLIENT_WINDOW={v:?}: expected a whole number of at least 1"))?;
     }
     if let Ok(v) = std::env::var("GT_CONNECT_TIMEOUT") {
         let secs: u64 = v

@@ -21,6 +21,9 @@ pub struct ClientOptions {
     pub name: String,
     /// Instructions per batch at most (`GT_CLIENT_BATCH_SIZE`, default 256).
     pub batch_size: usize,
+    /// Instructions in flight at most (`GT_CLIENT_WINDOW`, default 65536): past it, the client
+    /// waits for the workers to catch up, so a fast client cannot queue without bound.
+    pub window: usize,
     /// Largest message sent or accepted.
     pub max_message_bytes: usize,
     /// How long to wait for the dispatcher (and a worker) at connect.
@@ -32,6 +35,7 @@ impl Default for ClientOptions {
         ClientOptions {
             name: "client".into(),
             batch_size: 256,
+            window: 1 << 16,
             max_message_bytes: codec::DEFAULT_MAX_MESSAGE_BYTES,
             connect_timeout: Duration::from_secs(10),
         }
@@ -94,7 +98,8 @@ impl ClientError {
     }
 }
 
-/// Instructions kept for error messages at most; older ones are named by seq only.
+/// Instructions kept for error messages at most; older ones are named by seq only (the
+/// window keeps far fewer in flight unless it is set higher).
 const MAX_ORIGINS: usize = 1 << 20;
 /// Literal bytes that make a batch leave early.
 const MAX_BATCH_DATA: usize = 1 << 20;
@@ -220,6 +225,12 @@ impl Client {
         self.buffer.push(instr);
         if self.buffer.len() >= self.options.batch_size || self.buffer_data >= MAX_BATCH_DATA {
             self.flush()?;
+            if self.origins.len() > self.options.window {
+                // Flow control: everything confirmed before going on. A failure found here
+                // is reported now (this is a wait).
+                tracing::debug!(target: "gt::client", "client {}: window full, waiting", self.id);
+                self.sync()?;
+            }
         }
         Ok(())
     }

@@ -198,3 +198,25 @@ fn the_dispatcher_runs_each_stream_through_the_pipeline() {
     let ops: Vec<String> = a.worker_stats().unwrap()[0].ops.iter().map(|o| o.op.clone()).collect();
     assert!(ops.contains(&"mul".to_string()) && !ops.contains(&"neg".to_string()), "{ops:?}");
 }
+
+#[test]
+fn a_client_past_its_window_waits_and_reports_failures_there() {
+    let c = cluster(1);
+    let options = ClientOptions { batch_size: 8, window: 32, ..Default::default() };
+    let mut a = Client::connect_in(c.context(), c.endpoint(), options).unwrap();
+    a.submit(full(0, vec![2], 1.0), origin("full")).unwrap();
+    a.submit(full(1, vec![3], 1.0), origin("full")).unwrap();
+    a.submit(add(2, 0, 1), origin("add")).unwrap(); // fails
+                                                    // Thousands of instructions without a sync point: the window makes the client wait (and
+                                                    // report the failure) long before the end, instead of queueing everything.
+    let mut reported_at = None;
+    for k in 0..5000 {
+        if let Err(e) = a.submit(Instr::Unary { op: UnaryOp::Neg, dst: ValueId(3), src: ValueId(0) }, origin("neg")) {
+            assert!(matches!(&e, ClientError::Op { seq: 2, origin, .. } if origin.op == "add"), "{e}");
+            reported_at = Some(k);
+            break;
+        }
+    }
+    assert!(reported_at.is_some_and(|k| k < 64), "reported at {reported_at:?}");
+    assert_eq!(a.read(ValueId(0)).unwrap().data, vec![1.0, 1.0]);
+}
