@@ -135,7 +135,9 @@ impl Cluster {
             path: options.instruction_log.clone().unwrap_or_default(),
             source,
         })?;
-        let dispatcher = Dispatcher::new(router, stop_key.clone(), log, options.dispatcher.clone());
+        let mut config = options.dispatcher.clone();
+        config.min_workers = config.min_workers.max(options.workers);
+        let dispatcher = Dispatcher::new(router, stop_key.clone(), log, config);
         let handle = std::thread::Builder::new()
             .name("gt-dispatcher".into())
             .spawn(move || {

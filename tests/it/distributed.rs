@@ -286,7 +286,8 @@ fn the_monitor_socket_publishes_the_log_events() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut c = connect(&format!("127.0.0.1:{port}"));
     let mut got: Vec<LogEvent> = Vec::new();
-    while got.iter().all(|e| e.kind != EventKind::WorkerRecv) {
+    let recv_full = |e: &LogEvent| e.kind == EventKind::Recv && e.command == "full";
+    while !got.iter().any(recv_full) {
         assert!(Instant::now() < deadline, "no events on {monitor}");
         c.submit(Instr::Full { dst: ValueId(0), ty: TensorType::f32(vec![1]), value: 1.0 }, origin("full")).unwrap();
         c.sync().unwrap();
@@ -294,5 +295,73 @@ fn the_monitor_socket_publishes_the_log_events() {
             got.push(codec::decode(&sub.recv_bytes(0).unwrap(), usize::MAX).unwrap());
         }
     }
-    assert!(got.iter().any(|e| e.kind == EventKind::Recv && e.command == "full"), "{got:?}");
+    // Once subscribed, every event of a round trip arrives.
+    let first = got.iter().position(recv_full).unwrap();
+    let kinds: Vec<EventKind> = got[first..].iter().map(|e| e.kind).collect();
+    for k in [EventKind::Recv, EventKind::WorkerSend, EventKind::WorkerRecv, EventKind::Send] {
+        assert!(kinds.contains(&k), "{k:?} missing from {got:?}");
+    }
+}
+
+#[test]
+fn a_client_process_that_dies_has_its_values_freed() {
+    let port = free_port();
+    let (_server, _) = server(port, "127.0.0.1", &[]);
+    let _worker = worker(port);
+    let dir = std::env::temp_dir().join(format!("gt-dying-client-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("hold.gtir");
+    // Creates values, syncs (so they exist on the worker), then waits on some work. (A worker
+    // runs its queue in order, so the frees run after the work already sent: keep it short.)
+    std::fs::write(
+        &script,
+        "%a = randn f32[512, 512] seed=1\n%b = randn f32[512, 512] seed=2\nprint %a\n\
+         repeat 200 {\n  %c = matmul %a, %b\n}\nprint %c\n",
+    )
+    .unwrap();
+    let mut dying = Command::new(env!("CARGO_BIN_EXE_gt-run"))
+        .args(["-q", "--connect", &format!("127.0.0.1:{port}"), script.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let mut observer = connect(&format!("127.0.0.1:{port}"));
+    let live = |c: &mut Client| c.worker_stats().unwrap()[0].live_values;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while live(&mut observer) < 3 {
+        assert!(Instant::now() < deadline, "the client's values never appeared");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    dying.kill().unwrap();
+    dying.wait().unwrap();
+    let killed = Instant::now();
+    while live(&mut observer) > 0 {
+        assert!(killed.elapsed() < Duration::from_secs(10), "values of a dead client are never freed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_worker_whose_dispatcher_dies_exits_with_an_error() {
+    let port = free_port();
+    let (mut server, _) = server(port, "127.0.0.1", &[]);
+    let mut w = Command::new(env!("CARGO_BIN_EXE_gt"))
+        .args(["worker", "--host", "127.0.0.1", "-p", &port.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = connect(&format!("127.0.0.1:{port}")); // returns once the worker is registered
+    drop(c);
+    server.0.kill().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = w.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the worker outlived its dispatcher");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(1));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut w.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("lost the dispatcher"), "{err}");
 }

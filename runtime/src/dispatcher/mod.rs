@@ -42,6 +42,9 @@ pub struct DispatcherConfig {
     pub probe_interval: Duration,
     /// The pass pipeline of each client stream.
     pub pipeline: PipelineFactory,
+    /// Workers that must be registered before a client is welcomed (until its wait runs
+    /// out): an embedded cluster of N workers sets N, so every client sees all of them.
+    pub min_workers: usize,
 }
 
 impl Default for DispatcherConfig {
@@ -51,6 +54,7 @@ impl Default for DispatcherConfig {
             max_message_bytes: codec::DEFAULT_MAX_MESSAGE_BYTES,
             probe_interval: Duration::from_millis(100),
             pipeline: Arc::new(Pipeline::new),
+            min_workers: 1,
         }
     }
 }
@@ -308,7 +312,7 @@ impl Dispatcher {
         if let Request::Hello { name, wait_ms } = req {
             if let Some(&c) = self.client_ids.get(&identity) {
                 self.welcome_again(c);
-            } else if self.workers.iter().any(|w| w.alive) {
+            } else if self.enough_workers() {
                 self.welcome(identity, name, bytes);
             } else {
                 let deadline = Instant::now() + Duration::from_millis(wait_ms);
@@ -365,6 +369,10 @@ impl Dispatcher {
         tracing::info!(target: "gt::dispatcher", "client {c} connected: {name}");
         self.log.emit(EventKind::Connect, format!("CLIENT {c}"), "Hello", bytes, format!("name={name}"));
         self.welcome_again(c);
+    }
+
+    fn enough_workers(&self) -> bool {
+        self.workers.iter().filter(|w| w.alive).count() >= self.config.min_workers.max(1)
     }
 
     fn welcome_again(&mut self, c: u64) {
@@ -867,9 +875,10 @@ impl Dispatcher {
         let now = Instant::now();
         self.log.poll_subscriptions();
         if !self.hellos.is_empty() {
-            let any_worker = self.workers.iter().any(|w| w.alive);
+            let enough = self.enough_workers();
+            let any = self.workers.iter().any(|w| w.alive);
             for h in std::mem::take(&mut self.hellos) {
-                if any_worker {
+                if enough || (any && now >= h.deadline) {
                     self.welcome(h.identity, h.name, 0);
                 } else if now >= h.deadline {
                     let message = format!(
