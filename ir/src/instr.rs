@@ -276,6 +276,17 @@ pub enum Instr {
         /// The value.
         src: ValueId,
     },
+    /// Marks the start of one repetition of a hot path (a repeated instruction sequence;
+    /// `id` is the sequence's structural hash, the same in every process). No effect on values.
+    HotPathStart {
+        /// The sequence.
+        id: u64,
+    },
+    /// Marks the end of the repetition that the matching [`Instr::HotPathStart`] began.
+    HotPathEnd {
+        /// The sequence.
+        id: u64,
+    },
 }
 
 impl Instr {
@@ -306,6 +317,8 @@ impl Instr {
             Instr::Split { .. } => "split",
             Instr::Free { .. } => "free",
             Instr::GetData { .. } => "get",
+            Instr::HotPathStart { .. } => "hotpath_start",
+            Instr::HotPathEnd { .. } => "hotpath_end",
         }
     }
 
@@ -313,7 +326,7 @@ impl Instr {
     pub fn num_results(&self) -> usize {
         match self {
             Instr::Split { dsts, .. } => dsts.len(),
-            Instr::Free { .. } | Instr::GetData { .. } => 0,
+            Instr::Free { .. } | Instr::GetData { .. } | Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => 0,
             _ => 1,
         }
     }
@@ -342,14 +355,18 @@ impl Instr {
             | Instr::Concat { dst, .. }
             | Instr::Slice { dst, .. } => vec![*dst],
             Instr::Split { dsts, .. } => dsts.clone(),
-            Instr::Free { .. } | Instr::GetData { .. } => Vec::new(),
+            Instr::Free { .. } | Instr::GetData { .. } | Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {
+                Vec::new()
+            }
         }
     }
 
     /// The values this instruction reads, in operand order.
     pub fn operands(&self) -> Vec<ValueId> {
         match self {
-            Instr::Randn { .. }
+            Instr::HotPathStart { .. }
+            | Instr::HotPathEnd { .. }
+            | Instr::Randn { .. }
             | Instr::Rand { .. }
             | Instr::Zeros { .. }
             | Instr::Ones { .. }
@@ -435,6 +452,7 @@ impl Instr {
                 f(src);
             }
             Instr::Free { src } | Instr::GetData { src } => f(src),
+            Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {}
         }
     }
 }

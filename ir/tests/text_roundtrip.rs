@@ -111,6 +111,8 @@ fn instr() -> impl Strategy<Value = Instr> {
             .prop_map(|(dsts, src, axis, spec)| Instr::Split { dsts, src, axis, spec }),
         value().prop_map(|src| Instr::Free { src }),
         value().prop_map(|src| Instr::GetData { src }),
+        any::<u64>().prop_map(|id| Instr::HotPathStart { id }),
+        any::<u64>().prop_map(|id| Instr::HotPathEnd { id }),
     ]
 }
 

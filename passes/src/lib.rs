@@ -1,7 +1,9 @@
 //! gt-passes: composable stream passes over the IR. Today the [`StreamPass`] trait and the
 //! [`Pipeline`] that the dispatcher runs on every client stream between receiving and
-//! routing; the shard, hotpath and fuse passes plug in here.
+//! routing; and the passes: [`HotPath`] (repeated sequences). Shard and fuse come later.
 
+pub mod hotpath;
 pub mod pipeline;
 
+pub use hotpath::{HotPath, HotPathConfig, HotPathStats};
 pub use pipeline::{Pipeline, StreamPass};

@@ -1,7 +1,9 @@
 //! Runtime settings from the environment: `GT_WORKERS`, `GT_WORKER_BATCH_SIZE`,
-//! `GT_INSTRUCTION_LOG`, `GT_MONITOR`, `GT_MAX_MESSAGE_BYTES`. A bad value is an error naming
-//! the variable, never a silent default.
+//! `GT_INSTRUCTION_LOG`, `GT_MONITOR`, `GT_MAX_MESSAGE_BYTES`, and the passes' (`GT_HOTPATH`
+//! with `GT_HOTPATH_WINDOW`, `GT_HOTPATH_THRESHOLD`, `GT_HOTPATH_MIN_SEQ`). A bad value is an
+//! error naming the variable, never a silent default.
 
+use gt_passes::HotPathConfig;
 use std::path::PathBuf;
 use thiserror::Error;
 
@@ -30,6 +32,8 @@ pub struct EnvConfig {
     pub monitor: bool,
     /// Largest message (`GT_MAX_MESSAGE_BYTES`, default 1 GiB).
     pub max_message_bytes: usize,
+    /// Hot-path detection in the dispatcher (`GT_HOTPATH=1`), with its settings.
+    pub hotpath: Option<HotPathConfig>,
 }
 
 impl Default for EnvConfig {
@@ -40,6 +44,7 @@ impl Default for EnvConfig {
             instruction_log: None,
             monitor: false,
             max_message_bytes: gt_transport::DEFAULT_MAX_MESSAGE_BYTES,
+            hotpath: None,
         }
     }
 }
@@ -66,11 +71,20 @@ impl EnvConfig {
         c.worker_batch_size = positive("GT_WORKER_BATCH_SIZE", c.worker_batch_size)?;
         c.max_message_bytes = positive("GT_MAX_MESSAGE_BYTES", c.max_message_bytes)?;
         c.instruction_log = get("GT_INSTRUCTION_LOG").filter(|s| !s.is_empty()).map(PathBuf::from);
-        c.monitor = match get("GT_MONITOR").as_deref().map(str::trim) {
-            None | Some("" | "0" | "false") => false,
-            Some("1" | "true") => true,
-            Some(v) => return Err(ConfigError { var: "GT_MONITOR", value: v.into(), expected: "expected 0 or 1" }),
+        let flag = |var: &'static str| match get(var).as_deref().map(str::trim) {
+            None | Some("" | "0" | "false") => Ok(false),
+            Some("1" | "true") => Ok(true),
+            Some(v) => Err(ConfigError { var, value: v.into(), expected: "expected 0 or 1" }),
         };
+        c.monitor = flag("GT_MONITOR")?;
+        if flag("GT_HOTPATH")? {
+            let d = HotPathConfig::default();
+            c.hotpath = Some(HotPathConfig {
+                window: positive("GT_HOTPATH_WINDOW", d.window)?,
+                threshold: u32::try_from(positive("GT_HOTPATH_THRESHOLD", d.threshold as usize)?).unwrap_or(u32::MAX),
+                min_seq: positive("GT_HOTPATH_MIN_SEQ", d.min_seq)?,
+            });
+        }
         Ok(c)
     }
 }
@@ -88,15 +102,21 @@ mod tests {
         assert_eq!(EnvConfig::from_lookup(env(&[])).unwrap(), EnvConfig::default());
         let c = EnvConfig::from_lookup(env(&[("GT_WORKERS", "4"), ("GT_WORKER_BATCH_SIZE", "1"), ("GT_MONITOR", "1")]))
             .unwrap();
-        assert_eq!((c.workers, c.worker_batch_size, c.monitor), (4, 1, true));
+        assert_eq!((c.workers, c.worker_batch_size, c.monitor, c.hotpath), (4, 1, true, None));
+        let c = EnvConfig::from_lookup(env(&[("GT_HOTPATH", "1"), ("GT_HOTPATH_THRESHOLD", "7")])).unwrap();
+        assert_eq!(c.hotpath, Some(HotPathConfig { threshold: 7, ..HotPathConfig::default() }));
     }
 
     #[test]
     fn bad_values_name_the_variable() {
-        for (k, v) in
-            [("GT_WORKERS", "0"), ("GT_WORKERS", "two"), ("GT_WORKER_BATCH_SIZE", "-1"), ("GT_MONITOR", "yes")]
-        {
-            let e = EnvConfig::from_lookup(env(&[(k, v)])).unwrap_err();
+        for (k, v) in [
+            ("GT_WORKERS", "0"),
+            ("GT_WORKERS", "two"),
+            ("GT_WORKER_BATCH_SIZE", "-1"),
+            ("GT_MONITOR", "yes"),
+            ("GT_HOTPATH_WINDOW", "0"),
+        ] {
+            let e = EnvConfig::from_lookup(env(&[(k, v), ("GT_HOTPATH", "1")])).unwrap_err();
             assert!(e.to_string().starts_with(&format!("{k}=")), "{e}");
         }
     }

@@ -62,6 +62,13 @@ impl ClusterOptions {
         self.dispatcher.worker_batch_size = env.worker_batch_size;
         self.dispatcher.max_message_bytes = env.max_message_bytes;
         self.instruction_log = env.instruction_log.clone();
+        if let Some(hot) = env.hotpath {
+            self.dispatcher.pipeline = std::sync::Arc::new(move || {
+                let mut p = gt_passes::Pipeline::new();
+                p.push(Box::new(gt_passes::HotPath::new(hot)));
+                p
+            });
+        }
     }
 
     /// The monitor endpoints of a server on `port`.

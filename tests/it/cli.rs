@@ -236,3 +236,24 @@ fn reference_and_embedded_runs_print_the_same() {
         assert_eq!(stdout(&reference), stdout(&embedded), "{example}");
     }
 }
+
+#[test]
+fn hot_path_detection_marks_a_loop_and_changes_no_number() {
+    let src = b"%w = randn f32[16, 16] seed=1\n%x = randn f32[8, 16] seed=2\n\
+                repeat 20 {\n  %h = matmul %x, %w\n  %r = relu %h\n  %s = sum %r\n}\nprint %s\n";
+    let path = script("loop.gtir", src);
+    let p = path.to_str().unwrap();
+    let reference = gt_run(&["--reference", p]);
+    let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
+        .args(["--worker-stats", p])
+        .env("GT_HOTPATH", "1")
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o), stdout(&reference));
+    let err = stderr(&o);
+    let starts = err.lines().find(|l| l.trim_start().starts_with("hotpath_start")).expect("markers ran on the worker");
+    let count: u64 = starts.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!((10..=20).contains(&count), "{err}");
+}

@@ -8,7 +8,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// The protocol version this build speaks. Bump it on any change to [`crate::message`].
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;
@@ -100,7 +100,7 @@ mod tests {
             instrs: vec![Instr::Zeros { dst: ValueId(3), ty: TensorType::f32(vec![2, 3]) }],
         };
         let bytes = encode(&msg, DEFAULT_MAX_MESSAGE_BYTES).unwrap();
-        assert_eq!(&bytes[..4], b"GT\x00\x01");
+        assert_eq!(&bytes[..4], &[b'G', b'T', 0, PROTOCOL_VERSION as u8]);
         assert_eq!(decode::<Request>(&bytes, DEFAULT_MAX_MESSAGE_BYTES).unwrap(), msg);
     }
 
@@ -127,7 +127,10 @@ mod tests {
             decode::<Request>(&frame_with_version(99, &ok[4..]), 1 << 20),
             Err(CodecError::Version { found: 99, expected: PROTOCOL_VERSION })
         ));
-        assert!(matches!(decode::<Request>(b"GT\x00\x01\xc1", 1 << 20), Err(CodecError::Malformed(_))));
+        assert!(matches!(
+            decode::<Request>(&frame_with_version(PROTOCOL_VERSION, b"\xc1"), 1 << 20),
+            Err(CodecError::Malformed(_))
+        ));
         let mut trailing = ok.clone();
         trailing.push(0);
         assert!(matches!(decode::<Request>(&trailing, 1 << 20), Err(CodecError::Malformed(_))));

@@ -204,6 +204,15 @@ impl Parser {
                         self.bump();
                         self.expectation()
                     }
+                    "hotpath_start" | "hotpath_end" => {
+                        self.bump();
+                        let id = self.uint("a hot-path id")?;
+                        Ok(StmtKind::Instr(if word == "hotpath_start" {
+                            Instr::HotPathStart { id }
+                        } else {
+                            Instr::HotPathEnd { id }
+                        }))
+                    }
                     "repeat" => {
                         self.bump();
                         let count = self.uint("a repeat count")?;
@@ -229,7 +238,17 @@ impl Parser {
                     }
                     _ if is_op(&word) => err(span, ParseErrorKind::MissingResult { op: word.clone() }),
                     _ => {
-                        let mut keywords = vec!["const", "free", "get", "print", "expect", "repeat", "signal"];
+                        let mut keywords = vec![
+                            "const",
+                            "free",
+                            "get",
+                            "print",
+                            "expect",
+                            "repeat",
+                            "signal",
+                            "hotpath_start",
+                            "hotpath_end",
+                        ];
                         keywords.extend(mnemonics());
                         err(span, ParseErrorKind::UnknownStatement { suggestion: suggest(&word, keywords), word })
                     }

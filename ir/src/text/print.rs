@@ -243,6 +243,7 @@ fn write_instr(out: &mut String, instr: &Instr, name: &dyn Fn(ValueId) -> String
             write!(out, " axis={axis}")
         }
         Instr::Free { src } | Instr::GetData { src } => write!(out, "{m} {}", v(*src)),
+        Instr::HotPathStart { id } | Instr::HotPathEnd { id } => write!(out, "{m} {id}"),
     };
 }
 

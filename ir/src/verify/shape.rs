@@ -683,5 +683,6 @@ pub fn infer(
             ty(*src)?;
             Ok(Vec::new())
         }
+        Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => Ok(Vec::new()),
     }
 }

@@ -1,0 +1,427 @@
+//! `hotpath`: finds instruction sequences that repeat in a stream (a training loop's body)
+//! and wraps each later repetition in `hotpath_start ID` / `hotpath_end ID`, so that a
+//! compiler pass can treat it as one region.
+//!
+//! How it sees repetition: each instruction becomes a *token*, a hash of its printed form with
+//! every value id erased (op, attributes and types remain), so iterations that use fresh ids
+//! hash alike. After each token, every suffix of the recent tokens of length `min_seq..=window`
+//! is counted; the shortest suffix that has been seen `threshold` times, is immediately
+//! repeated (the stream is periodic with that length), and has the same *dataflow* in both
+//! copies (each operand either the result of the same earlier instruction of the sequence, or
+//! an input from outside it) becomes the hot sequence. Its first and last ops may differ
+//! (unlike the Python GT's detector). Hashes are FNV-1a over that text, so an id is the same
+//! in every process and every run.
+//!
+//! Cost: O(`window`) per instruction, so linear in the stream; memory: the window, the
+//! suffix counts (bounded, oldest dropped past a cap) and one buffered repetition.
+
+use crate::pipeline::StreamPass;
+use gt_ir::text::print::print_instr;
+use gt_ir::{Instr, ValueId};
+use std::collections::{HashMap, VecDeque};
+
+/// Detection settings (`GT_HOTPATH_WINDOW`, `GT_HOTPATH_THRESHOLD`, `GT_HOTPATH_MIN_SEQ`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotPathConfig {
+    /// Longest sequence considered.
+    pub window: usize,
+    /// Times a sequence must be seen before it is hot.
+    pub threshold: u32,
+    /// Shortest sequence considered.
+    pub min_seq: usize,
+}
+
+impl Default for HotPathConfig {
+    fn default() -> Self {
+        HotPathConfig { window: 64, threshold: 3, min_seq: 3 }
+    }
+}
+
+/// What the pass found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HotPathStats {
+    /// Instructions seen.
+    pub instructions: u64,
+    /// Distinct hot sequences found.
+    pub sequences: u64,
+    /// Repetitions wrapped in markers.
+    pub repetitions: u64,
+    /// Instructions inside wrapped repetitions.
+    pub covered: u64,
+}
+
+/// One instruction as the detector remembers it.
+#[derive(Debug, Clone)]
+struct Seen {
+    token: u64,
+    results: Vec<ValueId>,
+    operands: Vec<ValueId>,
+}
+
+/// A hot sequence: its id, tokens and dataflow.
+#[derive(Debug, Clone)]
+struct Hot {
+    id: u64,
+    tokens: Vec<u64>,
+    flow: Vec<u32>,
+}
+
+/// Suffix counts kept at most; past it the table is cleared (a stream with that many distinct
+/// sequences has no hot path worth finding among the old ones).
+const MAX_COUNTS: usize = 1 << 20;
+
+/// The hot-path pass.
+#[derive(Debug)]
+pub struct HotPath {
+    config: HotPathConfig,
+    /// The last `2 * window` instructions' tokens and value ids.
+    recent: VecDeque<Seen>,
+    /// Times each suffix (by hash) was seen.
+    counts: HashMap<u64, u32>,
+    /// The hot sequence.
+    hot: Option<Hot>,
+    /// Instructions of a repetition in progress (a prefix of the hot sequence).
+    pending: Vec<Instr>,
+    found: Vec<u64>,
+    stats: HotPathStats,
+}
+
+impl HotPath {
+    /// A detector with these settings (a zero window or threshold is taken as 1).
+    pub fn new(config: HotPathConfig) -> HotPath {
+        let config = HotPathConfig {
+            window: config.window.max(1),
+            threshold: config.threshold.max(1),
+            min_seq: config.min_seq.clamp(1, config.window.max(1)),
+        };
+        HotPath {
+            config,
+            recent: VecDeque::new(),
+            counts: HashMap::new(),
+            hot: None,
+            pending: Vec::new(),
+            found: Vec::new(),
+            stats: HotPathStats::default(),
+        }
+    }
+
+    /// What it found so far.
+    pub fn stats(&self) -> HotPathStats {
+        self.stats
+    }
+
+    /// Counts every suffix ending at `seen`; returns a newly hot sequence when `want`.
+    fn observe(&mut self, seen: Seen, want: bool) -> Option<Hot> {
+        let w = self.config.window;
+        self.recent.push_back(seen);
+        if self.recent.len() > 2 * w {
+            self.recent.pop_front();
+        }
+        if self.counts.len() > MAX_COUNTS {
+            self.counts.clear();
+        }
+        let n = self.recent.len();
+        let mut h = FNV_OFFSET;
+        let mut newly_hot = None;
+        for len in 1..=w.min(n) {
+            h = fnv1a(&self.recent[n - len].token.to_le_bytes(), h);
+            if len < self.config.min_seq {
+                continue;
+            }
+            let count = self.counts.entry(h).or_insert(0);
+            *count = count.saturating_add(1);
+            // The shortest hot suffix that the stream just repeated back to back.
+            if want
+                && newly_hot.is_none()
+                && *count >= self.config.threshold
+                && n >= 2 * len
+                && (0..len).all(|i| self.recent[n - 1 - i].token == self.recent[n - 1 - len - i].token)
+            {
+                let last: Vec<&Seen> = self.recent.range(n - len..).collect();
+                let before: Vec<&Seen> = self.recent.range(n - 2 * len..n - len).collect();
+                let flow = dataflow(last.iter().map(|s| (&s.results, &s.operands)));
+                if flow == dataflow(before.iter().map(|s| (&s.results, &s.operands))) {
+                    let tokens: Vec<u64> = last.iter().map(|s| s.token).collect();
+                    let id = tokens
+                        .iter()
+                        .chain(flow.iter().map(|f| u64::from(*f)).collect::<Vec<_>>().iter())
+                        .fold(FNV_OFFSET, |h, t| fnv1a(&t.to_le_bytes(), h));
+                    newly_hot = Some(Hot { id, tokens, flow });
+                }
+            }
+        }
+        newly_hot
+    }
+
+    fn release(&mut self, out: &mut Vec<Instr>) {
+        out.append(&mut self.pending);
+    }
+}
+
+impl StreamPass for HotPath {
+    fn name(&self) -> &'static str {
+        "hotpath"
+    }
+
+    fn run(&mut self, instr: Instr, out: &mut Vec<Instr>) {
+        self.stats.instructions += 1;
+        let seen = Seen { token: token(&instr), results: instr.results(), operands: instr.operands() };
+        let token = seen.token;
+        let newly_hot = self.observe(seen, self.hot.is_none());
+        if let Some(hot) = &self.hot {
+            if hot.tokens[self.pending.len()] == token {
+                self.pending.push(instr);
+                if self.pending.len() < hot.tokens.len() {
+                    return;
+                }
+                // A whole repetition: marked if its dataflow is the sequence's too.
+                let flow = dataflow(self.pending.iter().map(|i| (i.results(), i.operands())));
+                if flow == hot.flow {
+                    let (id, len) = (hot.id, hot.tokens.len() as u64);
+                    out.push(Instr::HotPathStart { id });
+                    self.release(out);
+                    out.push(Instr::HotPathEnd { id });
+                    self.stats.repetitions += 1;
+                    self.stats.covered += len;
+                } else {
+                    self.release(out);
+                    self.hot = None;
+                }
+                return;
+            }
+            // The repetition broke off: what was held goes out unmarked, and the sequence is
+            // forgotten until it is hot again.
+            self.release(out);
+            self.hot = None;
+            out.push(instr);
+            return;
+        }
+        out.push(instr);
+        if let Some(hot) = newly_hot {
+            if !self.found.contains(&hot.id) {
+                self.found.push(hot.id);
+                self.stats.sequences += 1;
+            }
+            // This instruction ended a repetition; the next one starts the next.
+            self.hot = Some(hot);
+        }
+    }
+
+    fn flush(&mut self, out: &mut Vec<Instr>) {
+        self.release(out);
+    }
+}
+
+/// An instruction's token: its printed structure with every value id erased.
+fn token(instr: &Instr) -> u64 {
+    let mut shape = match instr {
+        // Literal data is an input, not structure; printing it could also be huge.
+        Instr::Literal { dst, ty, .. } => Instr::Zeros { dst: *dst, ty: ty.clone() },
+        other => other.clone(),
+    };
+    shape.visit_values_mut(&mut |v| *v = ValueId(0));
+    fnv1a(print_instr(&shape).as_bytes(), FNV_OFFSET)
+}
+
+/// A sequence's dataflow: for each operand, 1 + the index of the instruction of the sequence
+/// that defined it last, or 0 for an input from outside; `u32::MAX` ends each instruction.
+fn dataflow<R, O>(seq: impl Iterator<Item = (R, O)>) -> Vec<u32>
+where
+    R: AsRef<[ValueId]>,
+    O: AsRef<[ValueId]>,
+{
+    let mut defined: HashMap<ValueId, u32> = HashMap::new();
+    let mut flow = Vec::new();
+    for (k, (results, operands)) in seq.enumerate() {
+        flow.extend(operands.as_ref().iter().map(|v| defined.get(v).map_or(0, |i| i + 1)));
+        flow.push(u32::MAX);
+        for r in results.as_ref() {
+            defined.insert(*r, k as u32);
+        }
+    }
+    flow
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a, 64-bit: tiny, and fixed forever (std's hashers may change between releases).
+fn fnv1a(bytes: &[u8], mut h: u64) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gt_ir::{BinaryOp, Operand, ReduceOp, TensorType, UnaryOp};
+    use proptest::prelude::*;
+
+    fn v(n: u32) -> ValueId {
+        ValueId(n)
+    }
+
+    /// One training-loop-like iteration with fresh ids: matmul -> relu -> sum.
+    fn iteration(base: u32) -> Vec<Instr> {
+        vec![
+            Instr::MatMul { dst: v(base), lhs: v(0), rhs: v(1) },
+            Instr::Unary { op: UnaryOp::Relu, dst: v(base + 1), src: v(base) },
+            Instr::Reduce { op: ReduceOp::Sum, dst: v(base + 2), src: v(base + 1), axes: None, keepdim: false },
+        ]
+    }
+
+    fn run(pass: &mut HotPath, input: Vec<Instr>) -> Vec<Instr> {
+        let mut out = Vec::new();
+        for i in input {
+            pass.run(i, &mut out);
+        }
+        pass.flush(&mut out);
+        out
+    }
+
+    fn unmarked(out: &[Instr]) -> Vec<Instr> {
+        out.iter().filter(|i| !matches!(i, Instr::HotPathStart { .. } | Instr::HotPathEnd { .. })).cloned().collect()
+    }
+
+    fn setup() -> Vec<Instr> {
+        vec![
+            Instr::Randn { dst: v(0), ty: TensorType::f32(vec![4, 4]), seed: 1 },
+            Instr::Randn { dst: v(1), ty: TensorType::f32(vec![4, 4]), seed: 2 },
+        ]
+    }
+
+    #[test]
+    fn a_loop_whose_first_and_last_ops_differ_is_found_and_wrapped() {
+        let mut input = setup();
+        for k in 0..10 {
+            input.extend(iteration(10 + 3 * k));
+        }
+        let mut pass = HotPath::new(HotPathConfig::default());
+        let out = run(&mut pass, input.clone());
+        assert_eq!(unmarked(&out), input, "markers only; nothing lost, moved or changed");
+        let starts: Vec<usize> =
+            out.iter().enumerate().filter(|(_, i)| matches!(i, Instr::HotPathStart { .. })).map(|(k, _)| k).collect();
+        assert!(starts.len() >= 5, "{out:#?}");
+        for &s in &starts {
+            // Each marked repetition is exactly matmul, relu, sum, then the end marker.
+            assert!(matches!(out[s + 1], Instr::MatMul { .. }), "{:?}", out[s + 1]);
+            assert!(matches!(out[s + 3], Instr::Reduce { .. }));
+            assert!(
+                matches!((&out[s], &out[s + 4]), (Instr::HotPathStart { id: a }, Instr::HotPathEnd { id: b }) if a == b)
+            );
+        }
+        let stats = pass.stats();
+        assert_eq!(
+            (stats.sequences, stats.repetitions, stats.covered),
+            (1, starts.len() as u64, 3 * starts.len() as u64)
+        );
+    }
+
+    #[test]
+    fn ids_are_stable_across_runs_and_processes() {
+        let mut input = setup();
+        for k in 0..6 {
+            input.extend(iteration(10 + 3 * k));
+        }
+        let out = run(&mut HotPath::new(HotPathConfig::default()), input);
+        let id = out.iter().find_map(|i| if let Instr::HotPathStart { id } = i { Some(*id) } else { None }).unwrap();
+        // FNV-1a over the printed structure: a constant, whatever the process or run.
+        assert_eq!(id, 0x5319_09bf_a65b_15ec, "{id:#x}");
+    }
+
+    #[test]
+    fn a_broken_repetition_goes_out_unmarked() {
+        let mut input = setup();
+        for k in 0..6 {
+            input.extend(iteration(10 + 3 * k));
+        }
+        // Two thirds of an iteration, then something else.
+        input.extend(iteration(100).into_iter().take(2));
+        input.push(Instr::Binary {
+            op: BinaryOp::Add,
+            dst: v(200),
+            lhs: Operand::Value(v(0)),
+            rhs: Operand::Scalar(1.0),
+        });
+        let out = run(&mut HotPath::new(HotPathConfig::default()), input.clone());
+        assert_eq!(unmarked(&out), input);
+        let tail = &out[out.len() - 3..];
+        assert!(tail.iter().all(|i| !matches!(i, Instr::HotPathStart { .. } | Instr::HotPathEnd { .. })), "{tail:?}");
+    }
+
+    #[test]
+    fn a_repetition_in_progress_is_held_until_flush() {
+        let mut input = setup();
+        for k in 0..6 {
+            input.extend(iteration(10 + 3 * k));
+        }
+        input.extend(iteration(100).into_iter().take(2));
+        let mut pass = HotPath::new(HotPathConfig::default());
+        let mut out = Vec::new();
+        for i in input.clone() {
+            pass.run(i, &mut out);
+        }
+        let before_flush = out.len();
+        pass.flush(&mut out);
+        assert_eq!(out.len() - before_flush, 2, "two instructions were held");
+        assert_eq!(unmarked(&out), input);
+    }
+
+    #[test]
+    fn the_same_ops_with_another_dataflow_are_not_the_sequence() {
+        let mut input = setup();
+        for k in 0..6 {
+            input.extend(iteration(10 + 3 * k));
+        }
+        // matmul, relu, sum again, but relu reads an input instead of the matmul.
+        input.push(Instr::MatMul { dst: v(500), lhs: v(0), rhs: v(1) });
+        input.push(Instr::Unary { op: UnaryOp::Relu, dst: v(501), src: v(0) });
+        input.push(Instr::Reduce { op: ReduceOp::Sum, dst: v(502), src: v(501), axes: None, keepdim: false });
+        let out = run(&mut HotPath::new(HotPathConfig::default()), input.clone());
+        assert_eq!(unmarked(&out), input);
+        assert!(!matches!(out.last(), Some(Instr::HotPathEnd { .. })), "{:?}", &out[out.len() - 4..]);
+    }
+
+    #[test]
+    fn below_the_threshold_nothing_is_marked() {
+        let mut input = setup();
+        for k in 0..2 {
+            input.extend(iteration(10 + 3 * k));
+        }
+        let config = HotPathConfig { threshold: 5, ..Default::default() };
+        let out = run(&mut HotPath::new(config), input.clone());
+        assert_eq!(out, input);
+    }
+
+    proptest! {
+        /// Whatever the stream, the pass only adds balanced markers.
+        #[test]
+        fn only_balanced_markers_are_added(ops in proptest::collection::vec(0u8..4, 0..300), window in 1usize..12) {
+            let mut input = setup();
+            for (k, op) in ops.iter().enumerate() {
+                let dst = v(10 + k as u32);
+                let src = if k == 0 { v(0) } else { v(9 + k as u32) };
+                input.push(match op {
+                    0 => Instr::Unary { op: UnaryOp::Relu, dst, src },
+                    1 => Instr::Unary { op: UnaryOp::Exp, dst, src },
+                    2 => Instr::MatMul { dst, lhs: src, rhs: v(1) },
+                    _ => Instr::Binary { op: BinaryOp::Mul, dst, lhs: Operand::Value(src), rhs: Operand::Scalar(0.5) },
+                });
+            }
+            let config = HotPathConfig { window, threshold: 2, min_seq: 1 };
+            let out = run(&mut HotPath::new(config), input.clone());
+            prop_assert_eq!(unmarked(&out), input);
+            let mut open = None;
+            for i in &out {
+                match i {
+                    Instr::HotPathStart { id } => { prop_assert!(open.is_none()); open = Some(*id); }
+                    Instr::HotPathEnd { id } => { prop_assert_eq!(open.take(), Some(*id)); }
+                    _ => {}
+                }
+            }
+            prop_assert!(open.is_none());
+        }
+    }
+}
