@@ -6,6 +6,7 @@
 pub mod diagnostics;
 pub mod filetest;
 pub mod logging;
+pub mod passdump;
 pub mod script;
 pub mod session;
 

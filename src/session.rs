@@ -64,11 +64,20 @@ pub fn client_options(name: &str, env: &EnvConfig) -> anyhow::Result<ClientOptio
 impl Session {
     /// Starts or connects to the target and says hello.
     pub fn open(target: &Target, name: &str) -> anyhow::Result<Session> {
-        let env = EnvConfig::from_env()?;
+        Session::open_with_passes(target, name, &[])
+    }
+
+    /// As [`Session::open`]; an embedded cluster also runs `passes` (besides `GT_PASSES`).
+    pub fn open_with_passes(target: &Target, name: &str, passes: &[&'static str]) -> anyhow::Result<Session> {
+        let mut env = EnvConfig::from_env()?;
+        env.passes.extend_from_slice(passes);
+        env.passes.sort_by_key(|p| gt_passes::KNOWN_PASSES.iter().position(|k| k == p));
+        env.passes.dedup();
         let options = client_options(name, &env)?;
         match target {
             Target::Embedded { workers } => {
                 let mut cluster_options = ClusterOptions::from_env()?;
+                cluster_options.apply(&env);
                 if let Some(n) = workers {
                     cluster_options.workers = *n;
                 }
@@ -91,6 +100,19 @@ impl Session {
     pub fn is_embedded(&self) -> bool {
         self.cluster.is_some()
     }
+}
+
+/// The pass counters of a client stream, one line per pass.
+pub fn format_pass_stats(stats: &[gt_transport::PassStats]) -> String {
+    if stats.is_empty() {
+        return "passes: none ran (GT_PASSES, GT_HOTPATH=1 or --dump-after PASS turn them on)\n".into();
+    }
+    let mut out = String::new();
+    for p in stats {
+        let counters: Vec<String> = p.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        out.push_str(&format!("pass {}: {}\n", p.pass, counters.join(" ")));
+    }
+    out
 }
 
 /// The worker statistics as a table (the seeds' `print_worker_stats`).

@@ -7,7 +7,7 @@
 //! every sync point, on [`Client::flush`] and when the client is dropped.
 
 use gt_ir::{HostTensor, Instr, Span, ValueId};
-use gt_transport::message::{Reply, Request, WorkerInfo, WorkerStats};
+use gt_transport::message::{PassStats, Reply, Request, WorkerInfo, WorkerStats};
 use gt_transport::{codec, socket, zmq, CodecError, Endpoint, InboundRef};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -379,8 +379,13 @@ impl Client {
 
     /// Every live worker's statistics.
     pub fn worker_stats(&mut self) -> Result<Vec<WorkerStats>, ClientError> {
+        Ok(self.stats()?.0)
+    }
+
+    /// Every live worker's statistics, and those of the passes on this client's stream.
+    pub fn stats(&mut self) -> Result<(Vec<WorkerStats>, Vec<PassStats>), ClientError> {
         match self.request(|seq| Request::Stats { seq }, "stats")? {
-            Reply::Stats { workers, .. } => Ok(workers),
+            Reply::Stats { workers, passes, .. } => Ok((workers, passes)),
             other => unreachable!("request() returns the answer to Stats: {other:?}"),
         }
     }

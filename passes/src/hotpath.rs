@@ -15,7 +15,7 @@
 //! Cost: O(`window`) per instruction, so linear in the stream; memory: the window, the
 //! suffix counts (bounded, oldest dropped past a cap) and one buffered repetition.
 
-use crate::pipeline::StreamPass;
+use crate::pipeline::{Emit, StreamPass};
 use gt_ir::text::print::print_instr;
 use gt_ir::{Instr, ValueId};
 use std::collections::{HashMap, VecDeque};
@@ -153,8 +153,10 @@ impl HotPath {
         newly_hot
     }
 
-    fn release(&mut self, out: &mut Vec<Instr>) {
-        out.append(&mut self.pending);
+    fn release(&mut self, out: &mut Emit) {
+        for i in self.pending.drain(..) {
+            out.keep(i);
+        }
     }
 }
 
@@ -163,7 +165,7 @@ impl StreamPass for HotPath {
         "hotpath"
     }
 
-    fn run(&mut self, instr: Instr, out: &mut Vec<Instr>) {
+    fn run(&mut self, instr: Instr, out: &mut Emit) {
         self.stats.instructions += 1;
         let seen = Seen { token: token(&instr), results: instr.results(), operands: instr.operands() };
         let token = seen.token;
@@ -178,9 +180,9 @@ impl StreamPass for HotPath {
                 let flow = dataflow(self.pending.iter().map(|i| (i.results(), i.operands())));
                 if flow == hot.flow {
                     let (id, len) = (hot.id, hot.tokens.len() as u64);
-                    out.push(Instr::HotPathStart { id });
+                    out.inject(Instr::HotPathStart { id });
                     self.release(out);
-                    out.push(Instr::HotPathEnd { id });
+                    out.inject(Instr::HotPathEnd { id });
                     self.stats.repetitions += 1;
                     self.stats.covered += len;
                 } else {
@@ -193,10 +195,10 @@ impl StreamPass for HotPath {
             // forgotten until it is hot again.
             self.release(out);
             self.hot = None;
-            out.push(instr);
+            out.keep(instr);
             return;
         }
-        out.push(instr);
+        out.keep(instr);
         if let Some(hot) = newly_hot {
             if !self.found.contains(&hot.id) {
                 self.found.push(hot.id);
@@ -207,8 +209,18 @@ impl StreamPass for HotPath {
         }
     }
 
-    fn flush(&mut self, out: &mut Vec<Instr>) {
+    fn flush(&mut self, out: &mut Emit) {
         self.release(out);
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        let s = self.stats;
+        vec![
+            ("instructions", s.instructions),
+            ("sequences", s.sequences),
+            ("repetitions", s.repetitions),
+            ("covered", s.covered),
+        ]
     }
 }
 
@@ -273,12 +285,16 @@ mod tests {
     }
 
     fn run(pass: &mut HotPath, input: Vec<Instr>) -> Vec<Instr> {
-        let mut out = Vec::new();
+        let mut out = Emit::new("hotpath");
         for i in input {
             pass.run(i, &mut out);
         }
         pass.flush(&mut out);
-        out
+        instrs(out)
+    }
+
+    fn instrs(out: Emit) -> Vec<Instr> {
+        out.into_items().into_iter().map(|(i, _)| i).collect()
     }
 
     fn unmarked(out: &[Instr]) -> Vec<Instr> {
@@ -359,14 +375,14 @@ mod tests {
         }
         input.extend(iteration(100).into_iter().take(2));
         let mut pass = HotPath::new(HotPathConfig::default());
-        let mut out = Vec::new();
+        let mut out = Emit::new("hotpath");
         for i in input.clone() {
             pass.run(i, &mut out);
         }
         let before_flush = out.len();
         pass.flush(&mut out);
         assert_eq!(out.len() - before_flush, 2, "two instructions were held");
-        assert_eq!(unmarked(&out), input);
+        assert_eq!(unmarked(&instrs(out)), input);
     }
 
     #[test]

@@ -2,27 +2,104 @@
 //! pipeline runs its passes in order. Passes may hold instructions back (a bounded window)
 //! but must release them all on [`StreamPass::flush`], which the dispatcher calls at every
 //! sync point, so nothing a client waits for is ever held.
+//!
+//! Every emitted instruction carries its provenance: kept from the input, or injected by a
+//! named pass (the instruction log shows injected ones as INJECT events). A pipeline can
+//! switch passes off by name and report each pass's stream to a dump hook.
 
 use gt_ir::Instr;
+use std::fmt;
+
+/// What a pass emits into: instructions kept from its input and instructions it injects.
+#[derive(Debug, Default)]
+pub struct Emit {
+    items: Vec<(Instr, Option<&'static str>)>,
+    pass: &'static str,
+    inherited: Option<&'static str>,
+}
+
+impl Emit {
+    /// An empty output for `pass` (for driving a pass by hand, as tests and tools do).
+    pub fn new(pass: &'static str) -> Emit {
+        Emit { items: Vec::new(), pass, inherited: None }
+    }
+
+    /// What was emitted, with provenance.
+    pub fn into_items(self) -> Vec<(Instr, Option<&'static str>)> {
+        self.items
+    }
+
+    /// Emits an instruction from the pass's input (keeps its provenance).
+    pub fn keep(&mut self, instr: Instr) {
+        self.items.push((instr, self.inherited));
+    }
+
+    /// Emits an instruction the pass made.
+    pub fn inject(&mut self, instr: Instr) {
+        self.items.push((instr, Some(self.pass)));
+    }
+
+    /// Instructions emitted so far.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether nothing was emitted.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
 
 /// One stream transformer. Pure: no execution, no I/O.
 pub trait StreamPass: Send {
     /// The pass's name (for `--dump-after`, stats and switches).
     fn name(&self) -> &'static str;
-    /// Takes one instruction; pushes what it emits (in order) onto `out`.
-    fn run(&mut self, instr: Instr, out: &mut Vec<Instr>);
+    /// Takes one instruction; emits what follows from it (in order).
+    fn run(&mut self, instr: Instr, out: &mut Emit);
     /// Releases everything held, in order.
-    fn flush(&mut self, out: &mut Vec<Instr>) {
+    fn flush(&mut self, out: &mut Emit) {
         let _ = out;
     }
+    /// Counters for `--pass-stats`, as (name, value).
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+/// A pass name that no pass has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownPass {
+    /// The name given.
+    pub name: String,
+    /// The names there are.
+    pub known: Vec<&'static str>,
+}
+
+impl fmt::Display for UnknownPass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown pass `{}` (known passes: {})", self.name, self.known.join(", "))
+    }
+}
+
+impl std::error::Error for UnknownPass {}
+
+/// Called with each instruction a pass emits (the pass's name, the instruction).
+pub type DumpHook = Box<dyn FnMut(&'static str, &Instr) + Send>;
+
+struct Stage {
+    pass: Box<dyn StreamPass>,
+    enabled: bool,
 }
 
 /// Passes applied in order to one stream.
 #[derive(Default)]
 pub struct Pipeline {
-    passes: Vec<Box<dyn StreamPass>>,
-    scratch: Vec<Instr>,
+    stages: Vec<Stage>,
+    dump: Option<DumpHook>,
 }
+
+/// An instruction out of a pipeline, with the pass that injected it (`None`: the client's).
+pub type Emitted = (Instr, Option<&'static str>);
 
 impl Pipeline {
     /// A pipeline with no passes: instructions go through unchanged.
@@ -30,47 +107,79 @@ impl Pipeline {
         Pipeline::default()
     }
 
-    /// Appends a pass.
+    /// Appends a pass (enabled).
     pub fn push(&mut self, pass: Box<dyn StreamPass>) {
-        self.passes.push(pass);
+        self.stages.push(Stage { pass, enabled: true });
     }
 
     /// The passes' names, in order.
     pub fn names(&self) -> Vec<&'static str> {
-        self.passes.iter().map(|p| p.name()).collect()
+        self.stages.iter().map(|s| s.pass.name()).collect()
     }
 
-    /// Runs `instr` through every pass; what comes out is pushed onto `out`, in order.
-    pub fn run(&mut self, instr: Instr, out: &mut Vec<Instr>) {
-        if self.passes.is_empty() {
-            out.push(instr);
-            return;
-        }
-        let mut stage = vec![instr];
-        for pass in &mut self.passes {
-            self.scratch.clear();
-            for i in stage.drain(..) {
-                pass.run(i, &mut self.scratch);
-            }
-            std::mem::swap(&mut stage, &mut self.scratch);
-        }
-        out.append(&mut stage);
+    /// Whether no pass would touch the stream.
+    pub fn is_empty(&self) -> bool {
+        self.dump.is_none() && !self.stages.iter().any(|s| s.enabled)
+    }
+
+    /// Switches a pass on or off.
+    pub fn set_enabled(&mut self, name: &str, enabled: bool) -> Result<(), UnknownPass> {
+        let known = self.names();
+        let stage = self
+            .stages
+            .iter_mut()
+            .find(|s| s.pass.name() == name)
+            .ok_or_else(|| UnknownPass { name: name.to_string(), known })?;
+        stage.enabled = enabled;
+        Ok(())
+    }
+
+    /// Reports every instruction each enabled pass emits to `hook` (for pass dumps).
+    pub fn set_dump(&mut self, hook: DumpHook) {
+        self.dump = Some(hook);
+    }
+
+    /// Every pass's counters, in order.
+    pub fn stats(&self) -> Vec<(&'static str, Vec<(&'static str, u64)>)> {
+        self.stages.iter().map(|s| (s.pass.name(), s.pass.stats())).collect()
+    }
+
+    /// Runs `instr` through every enabled pass; what comes out is pushed onto `out`, in order.
+    pub fn run(&mut self, instr: Instr, out: &mut Vec<Emitted>) {
+        self.feed(0, vec![(instr, None)], out, false);
     }
 
     /// Flushes every pass in order: what one pass releases still goes through the later ones.
-    pub fn flush(&mut self, out: &mut Vec<Instr>) {
-        for k in 0..self.passes.len() {
-            let mut released = Vec::new();
-            self.passes[k].flush(&mut released);
-            for pass in &mut self.passes[k + 1..] {
-                let mut next = Vec::new();
-                for i in released.drain(..) {
-                    pass.run(i, &mut next);
-                }
-                released = next;
-            }
-            out.append(&mut released);
+    pub fn flush(&mut self, out: &mut Vec<Emitted>) {
+        for k in 0..self.stages.len() {
+            self.feed(k, Vec::new(), out, true);
         }
+    }
+
+    /// Feeds `items` to stage `from` (flushing it first when `flush`), and what it emits
+    /// through the stages after it.
+    fn feed(&mut self, from: usize, mut items: Vec<Emitted>, out: &mut Vec<Emitted>, flush: bool) {
+        for k in from..self.stages.len() {
+            let stage = &mut self.stages[k];
+            if !stage.enabled {
+                continue;
+            }
+            let mut emit = Emit { items: Vec::new(), pass: stage.pass.name(), inherited: None };
+            if flush && k == from {
+                stage.pass.flush(&mut emit);
+            }
+            for (instr, origin) in items.drain(..) {
+                emit.inherited = origin;
+                stage.pass.run(instr, &mut emit);
+            }
+            if let Some(dump) = &mut self.dump {
+                for (i, _) in &emit.items {
+                    dump(emit.pass, i);
+                }
+            }
+            items = emit.items;
+        }
+        out.append(&mut items);
     }
 }
 
@@ -78,6 +187,7 @@ impl Pipeline {
 mod tests {
     use super::*;
     use gt_ir::{TensorType, ValueId};
+    use std::sync::{Arc, Mutex};
 
     /// Holds everything until flushed.
     struct Hold(Vec<Instr>);
@@ -85,23 +195,28 @@ mod tests {
         fn name(&self) -> &'static str {
             "hold"
         }
-        fn run(&mut self, instr: Instr, _: &mut Vec<Instr>) {
+        fn run(&mut self, instr: Instr, _: &mut Emit) {
             self.0.push(instr);
         }
-        fn flush(&mut self, out: &mut Vec<Instr>) {
-            out.append(&mut self.0);
+        fn flush(&mut self, out: &mut Emit) {
+            for i in self.0.drain(..) {
+                out.keep(i);
+            }
         }
     }
 
-    /// Emits each instruction twice.
+    /// Keeps each instruction and injects a copy.
     struct Twice;
     impl StreamPass for Twice {
         fn name(&self) -> &'static str {
             "twice"
         }
-        fn run(&mut self, instr: Instr, out: &mut Vec<Instr>) {
-            out.push(instr.clone());
-            out.push(instr);
+        fn run(&mut self, instr: Instr, out: &mut Emit) {
+            out.keep(instr.clone());
+            out.inject(instr);
+        }
+        fn stats(&self) -> Vec<(&'static str, u64)> {
+            vec![("copies", 1)]
         }
     }
 
@@ -112,9 +227,10 @@ mod tests {
     #[test]
     fn empty_pipeline_passes_through() {
         let mut p = Pipeline::new();
+        assert!(p.is_empty());
         let mut out = Vec::new();
         p.run(zeros(1), &mut out);
-        assert_eq!(out, vec![zeros(1)]);
+        assert_eq!(out, vec![(zeros(1), None)]);
     }
 
     #[test]
@@ -128,6 +244,33 @@ mod tests {
         p.run(zeros(2), &mut out);
         assert!(out.is_empty());
         p.flush(&mut out);
-        assert_eq!(out, vec![zeros(1), zeros(1), zeros(2), zeros(2)]);
+        let expected = vec![(zeros(1), None), (zeros(1), Some("twice")), (zeros(2), None), (zeros(2), Some("twice"))];
+        assert_eq!(out, expected);
+        assert_eq!(p.stats(), vec![("hold", vec![]), ("twice", vec![("copies", 1)])]);
+    }
+
+    #[test]
+    fn passes_switch_off_by_name_and_unknown_names_list_the_known() {
+        let mut p = Pipeline::new();
+        p.push(Box::new(Twice));
+        p.set_enabled("twice", false).unwrap();
+        assert!(p.is_empty());
+        let mut out = Vec::new();
+        p.run(zeros(1), &mut out);
+        assert_eq!(out, vec![(zeros(1), None)]);
+        let e = p.set_enabled("fuse", true).unwrap_err();
+        assert_eq!(e.to_string(), "unknown pass `fuse` (known passes: twice)");
+    }
+
+    #[test]
+    fn the_dump_hook_sees_each_pass_output() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut p = Pipeline::new();
+        p.push(Box::new(Twice));
+        let s = seen.clone();
+        p.set_dump(Box::new(move |pass, i| s.lock().unwrap().push((pass, i.clone()))));
+        let mut out = Vec::new();
+        p.run(zeros(3), &mut out);
+        assert_eq!(*seen.lock().unwrap(), vec![("twice", zeros(3)), ("twice", zeros(3))]);
     }
 }

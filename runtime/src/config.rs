@@ -1,9 +1,9 @@
 //! Runtime settings from the environment: `GT_WORKERS`, `GT_WORKER_BATCH_SIZE`,
-//! `GT_INSTRUCTION_LOG`, `GT_MONITOR`, `GT_MAX_MESSAGE_BYTES`, and the passes' (`GT_HOTPATH`
-//! with `GT_HOTPATH_WINDOW`, `GT_HOTPATH_THRESHOLD`, `GT_HOTPATH_MIN_SEQ`). A bad value is an
-//! error naming the variable, never a silent default.
+//! `GT_INSTRUCTION_LOG`, `GT_MONITOR`, `GT_MAX_MESSAGE_BYTES`, and the passes' (`GT_PASSES`,
+//! `GT_HOTPATH` with `GT_HOTPATH_WINDOW`, `GT_HOTPATH_THRESHOLD`, `GT_HOTPATH_MIN_SEQ`, and
+//! `GT_DUMP_PASSES`). A bad value is an error naming the variable, never a silent default.
 
-use gt_passes::HotPathConfig;
+use gt_passes::{registry, HotPathConfig, PassOptions};
 use std::path::PathBuf;
 use thiserror::Error;
 
@@ -16,7 +16,7 @@ pub struct ConfigError {
     /// Its value.
     pub value: String,
     /// What it should be.
-    pub expected: &'static str,
+    pub expected: String,
 }
 
 /// What the environment asks of the runtime.
@@ -32,8 +32,14 @@ pub struct EnvConfig {
     pub monitor: bool,
     /// Largest message (`GT_MAX_MESSAGE_BYTES`, default 1 GiB).
     pub max_message_bytes: usize,
-    /// Hot-path detection in the dispatcher (`GT_HOTPATH=1`), with its settings.
-    pub hotpath: Option<HotPathConfig>,
+    /// The passes each client stream runs through (`GT_PASSES=a,b`; `GT_HOTPATH=1` adds
+    /// `hotpath`), in pipeline order.
+    pub passes: Vec<&'static str>,
+    /// The passes' settings.
+    pub pass_options: PassOptions,
+    /// Where each pass's output stream is written, one file per pass per client
+    /// (`GT_DUMP_PASSES`); checked writable when read.
+    pub dump_passes: Option<PathBuf>,
 }
 
 impl Default for EnvConfig {
@@ -44,7 +50,9 @@ impl Default for EnvConfig {
             instruction_log: None,
             monitor: false,
             max_message_bytes: gt_transport::DEFAULT_MAX_MESSAGE_BYTES,
-            hotpath: None,
+            passes: Vec::new(),
+            pass_options: PassOptions::default(),
+            dump_passes: None,
         }
     }
 }
@@ -63,7 +71,7 @@ impl EnvConfig {
                 None => Ok(default),
                 Some(v) => match v.trim().parse::<usize>() {
                     Ok(n) if n >= 1 => Ok(n),
-                    _ => Err(ConfigError { var, value: v, expected: "expected a whole number of at least 1" }),
+                    _ => Err(ConfigError { var, value: v, expected: "expected a whole number of at least 1".into() }),
                 },
             }
         };
@@ -74,16 +82,45 @@ impl EnvConfig {
         let flag = |var: &'static str| match get(var).as_deref().map(str::trim) {
             None | Some("" | "0" | "false") => Ok(false),
             Some("1" | "true") => Ok(true),
-            Some(v) => Err(ConfigError { var, value: v.into(), expected: "expected 0 or 1" }),
+            Some(v) => Err(ConfigError { var, value: v.into(), expected: "expected 0 or 1".into() }),
         };
         c.monitor = flag("GT_MONITOR")?;
+        if let Some(list) = get("GT_PASSES") {
+            for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                let known = registry::check(name).map_err(|e| ConfigError {
+                    var: "GT_PASSES",
+                    value: list.clone(),
+                    expected: e.to_string(),
+                })?;
+                c.passes.push(known);
+            }
+        }
         if flag("GT_HOTPATH")? {
-            let d = HotPathConfig::default();
-            c.hotpath = Some(HotPathConfig {
-                window: positive("GT_HOTPATH_WINDOW", d.window)?,
-                threshold: u32::try_from(positive("GT_HOTPATH_THRESHOLD", d.threshold as usize)?).unwrap_or(u32::MAX),
-                min_seq: positive("GT_HOTPATH_MIN_SEQ", d.min_seq)?,
-            });
+            c.passes.push("hotpath");
+        }
+        c.passes.sort_by_key(|p| registry::KNOWN_PASSES.iter().position(|k| k == p));
+        c.passes.dedup();
+        let d = HotPathConfig::default();
+        c.pass_options.hotpath = HotPathConfig {
+            window: positive("GT_HOTPATH_WINDOW", d.window)?,
+            threshold: u32::try_from(positive("GT_HOTPATH_THRESHOLD", d.threshold as usize)?).unwrap_or(u32::MAX),
+            min_seq: positive("GT_HOTPATH_MIN_SEQ", d.min_seq)?,
+        };
+        if let Some(dir) = get("GT_DUMP_PASSES").filter(|s| !s.is_empty()) {
+            let path = PathBuf::from(&dir);
+            // Checked now: a dump directory that cannot be written is an error at start.
+            let probe = path.join(".gt-dump-probe");
+            let writable = std::fs::create_dir_all(&path)
+                .and_then(|_| std::fs::write(&probe, b""))
+                .and_then(|_| std::fs::remove_file(&probe));
+            if let Err(e) = writable {
+                return Err(ConfigError {
+                    var: "GT_DUMP_PASSES",
+                    value: dir,
+                    expected: format!("cannot write there: {e}"),
+                });
+            }
+            c.dump_passes = Some(path);
         }
         Ok(c)
     }
@@ -102,9 +139,12 @@ mod tests {
         assert_eq!(EnvConfig::from_lookup(env(&[])).unwrap(), EnvConfig::default());
         let c = EnvConfig::from_lookup(env(&[("GT_WORKERS", "4"), ("GT_WORKER_BATCH_SIZE", "1"), ("GT_MONITOR", "1")]))
             .unwrap();
-        assert_eq!((c.workers, c.worker_batch_size, c.monitor, c.hotpath), (4, 1, true, None));
+        assert_eq!((c.workers, c.worker_batch_size, c.monitor, c.passes.len()), (4, 1, true, 0));
         let c = EnvConfig::from_lookup(env(&[("GT_HOTPATH", "1"), ("GT_HOTPATH_THRESHOLD", "7")])).unwrap();
-        assert_eq!(c.hotpath, Some(HotPathConfig { threshold: 7, ..HotPathConfig::default() }));
+        assert_eq!(c.passes, ["hotpath"]);
+        assert_eq!(c.pass_options.hotpath, HotPathConfig { threshold: 7, ..HotPathConfig::default() });
+        let c = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath, hotpath"), ("GT_HOTPATH", "1")])).unwrap();
+        assert_eq!(c.passes, ["hotpath"]);
     }
 
     #[test]
@@ -119,5 +159,9 @@ mod tests {
             let e = EnvConfig::from_lookup(env(&[(k, v), ("GT_HOTPATH", "1")])).unwrap_err();
             assert!(e.to_string().starts_with(&format!("{k}=")), "{e}");
         }
+        let e = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath,fuse")])).unwrap_err();
+        assert_eq!(e.to_string(), "GT_PASSES=\"hotpath,fuse\": unknown pass `fuse` (known passes: hotpath)");
+        let e = EnvConfig::from_lookup(env(&[("GT_DUMP_PASSES", "/proc/gt-cannot-be-here")])).unwrap_err();
+        assert!(e.to_string().contains("cannot write there"), "{e}");
     }
 }

@@ -62,10 +62,13 @@ impl ClusterOptions {
         self.dispatcher.worker_batch_size = env.worker_batch_size;
         self.dispatcher.max_message_bytes = env.max_message_bytes;
         self.instruction_log = env.instruction_log.clone();
-        if let Some(hot) = env.hotpath {
-            self.dispatcher.pipeline = std::sync::Arc::new(move || {
-                let mut p = gt_passes::Pipeline::new();
-                p.push(Box::new(gt_passes::HotPath::new(hot)));
+        let (passes, options, dump) = (env.passes.clone(), env.pass_options, env.dump_passes.clone());
+        if !passes.is_empty() {
+            self.dispatcher.pipeline = std::sync::Arc::new(move |client| {
+                let mut p = gt_passes::registry::pipeline(&passes, &options).expect("names checked by EnvConfig");
+                if let Some(dir) = &dump {
+                    p.set_dump(crate::dispatcher::dump::hook(dir.clone(), format!("client-{client}")));
+                }
                 p
             });
         }

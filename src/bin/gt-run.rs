@@ -3,24 +3,38 @@
 //! `--connect HOST:PORT` runs it on a `gt server`; `--reference` on the bare interpreter.
 //! Exit codes: 0 success, 1 runtime error or failed expectation, 2 usage, parse or type error.
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use gt::diagnostics::{render, Diag};
 use gt::frontend::RunOptions;
+use gt::passdump::Recorder;
 use gt::script::{load, run_local, run_on, source_text, LoadError};
-use gt::session::{format_worker_stats, Session, Target};
+use gt::session::{format_pass_stats, format_worker_stats, Session, Target};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Stages whose output `--dump-after` can print.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// What `--dump-after` can name: `parse`, `verify`, a pass, or `all`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
     /// The program as parsed.
     Parse,
     /// The verified program, each result annotated with its type.
     Verify,
-    /// Every stage.
+    /// The instruction stream after a pass.
+    Pass(&'static str),
+    /// Every stage, and every pass that runs.
     All,
+}
+
+fn stage(s: &str) -> Result<Stage, String> {
+    match s {
+        "parse" => Ok(Stage::Parse),
+        "verify" => Ok(Stage::Verify),
+        "all" => Ok(Stage::All),
+        _ => gt::passes::registry::check(s)
+            .map(Stage::Pass)
+            .map_err(|_| format!("expected parse, verify, all or a pass ({})", gt::passes::KNOWN_PASSES.join(", "))),
+    }
 }
 
 /// Run a gt tensor program written in `.gtir`.
@@ -29,9 +43,14 @@ enum Stage {
 struct Args {
     /// The script to run.
     script: PathBuf,
-    /// Print the program as `.gtir` text after this stage (repeatable).
-    #[arg(long = "dump-after", value_name = "STAGE")]
+    /// Print the program as `.gtir` text after this stage: parse, verify, a pass (which is
+    /// then switched on; the stream is printed as the dispatcher's passes see it), or all
+    /// (repeatable).
+    #[arg(long = "dump-after", value_name = "STAGE", value_parser = stage)]
     dump_after: Vec<Stage>,
+    /// Print the counters of the passes on this script's stream after the run (to stderr).
+    #[arg(long)]
+    pass_stats: bool,
     /// Do not print values; only errors (expectations are still checked).
     #[arg(short, long)]
     quiet: bool,
@@ -106,18 +125,53 @@ fn main() -> ExitCode {
             Some(address) => Target::Remote(address.clone()),
             None => Target::Embedded { workers: args.workers.map(usize::from) },
         };
-        let mut session = match Session::open(&target, &format!("gt-run {name}")) {
+        // Passes named by --dump-after run (in an embedded cluster) and are dumped.
+        let mut dumped: Vec<&'static str> =
+            args.dump_after.iter().filter_map(|s| if let Stage::Pass(p) = s { Some(*p) } else { None }).collect();
+        let env_passes = gt::runtime::config::EnvConfig::from_env().map(|e| e.passes).unwrap_or_default();
+        if dumps(Stage::All) {
+            dumped.extend(env_passes.iter().copied());
+        }
+        dumped.sort_by_key(|p| gt::passes::KNOWN_PASSES.iter().position(|k| k == p));
+        dumped.dedup();
+        let mut session = match Session::open_with_passes(&target, &format!("gt-run {name}"), &dumped) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("error: {e:#}");
                 return ExitCode::from(1);
             }
         };
-        let result = run_on(&loaded, &mut session.client, &mut out, options);
-        if args.worker_stats {
-            match session.client.worker_stats() {
-                Ok(stats) => eprint!("{}", format_worker_stats(&stats)),
-                Err(e) => eprintln!("error: cannot read worker statistics: {e}"),
+        let result = if dumped.is_empty() {
+            run_on(&loaded, &mut session.client, &mut out, options)
+        } else {
+            let mut recorder = Recorder::new(&mut session.client);
+            let result = run_on(&loaded, &mut recorder, &mut out, options);
+            let mut passes = env_passes.clone();
+            passes.extend(dumped.iter().copied());
+            passes.sort_by_key(|p| gt::passes::KNOWN_PASSES.iter().position(|k| k == p));
+            passes.dedup();
+            let pass_options = gt::runtime::config::EnvConfig::from_env().map(|e| e.pass_options).unwrap_or_default();
+            match gt::passdump::dumps(&recorder.stream, &passes, &pass_options, &dumped) {
+                Ok(texts) => {
+                    for (pass, text) in texts {
+                        let _ = write!(out, "; after {pass}\n{text}");
+                    }
+                }
+                Err(e) => eprintln!("error: {e}"),
+            }
+            result
+        };
+        if args.worker_stats || args.pass_stats {
+            match session.client.stats() {
+                Ok((workers, passes)) => {
+                    if args.worker_stats {
+                        eprint!("{}", format_worker_stats(&workers));
+                    }
+                    if args.pass_stats {
+                        eprint!("{}", format_pass_stats(&passes));
+                    }
+                }
+                Err(e) => eprintln!("error: cannot read statistics: {e}"),
             }
         }
         result

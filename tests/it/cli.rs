@@ -257,3 +257,57 @@ fn hot_path_detection_marks_a_loop_and_changes_no_number() {
     let count: u64 = starts.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!((10..=20).contains(&count), "{err}");
 }
+
+#[test]
+fn dump_after_a_pass_prints_the_stream_it_made_and_pass_stats_count() {
+    let src = b"%x = randn f32[4] seed=1\nrepeat 8 {\n  %a = exp %x\n  %b = neg %a\n  %c = sum %b\n}\nprint %c\n";
+    let path = script("dump.gtir", src);
+    let o = gt_run(&["--dump-after", "hotpath", "--pass-stats", path.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let dump = out.split("; after hotpath\n").nth(1).expect("the dump follows the values");
+    assert!(dump.contains("hotpath_start") && dump.contains("%2 = neg %1"), "{out}");
+    assert!(stderr(&o).contains("pass hotpath: instructions=25 sequences=1"), "{}", stderr(&o));
+}
+
+#[test]
+fn unknown_pass_names_list_the_known_ones() {
+    let o = gt_run(&["--dump-after", "fuse", "examples/tour.gtir"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("expected parse, verify, all or a pass (hotpath)"), "{}", stderr(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
+        .args(["examples/tour.gtir"])
+        .env("GT_PASSES", "hotpath,fuse")
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains("unknown pass `fuse` (known passes: hotpath)"), "{}", stderr(&o));
+}
+
+#[test]
+fn pass_dumps_go_to_a_directory_and_an_unwritable_one_is_an_error_at_start() {
+    let dir = std::env::temp_dir().join(format!("gt-dumps-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
+        .args(["-q", "examples/mlp.gtir"])
+        .env("GT_HOTPATH", "1")
+        .env("GT_DUMP_PASSES", &dir)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = std::fs::read_to_string(dir.join("client-1.hotpath.gtir")).unwrap();
+    assert!(text.starts_with("; client-1 after pass `hotpath`\n%0 = randn"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let file = script("not-a-dir", b"x");
+    let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
+        .args(["examples/tour.gtir"])
+        .env("GT_DUMP_PASSES", &file)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains("GT_DUMP_PASSES=") && stderr(&o).contains("cannot write there"), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty(), "nothing ran");
+}

@@ -5,7 +5,7 @@
 
 use gt::frontend::{Client, ClientError, ClientOptions, Origin};
 use gt::ir::{BinaryOp, Instr, Operand, TensorType, UnaryOp, ValueId};
-use gt::passes::{Pipeline, StreamPass};
+use gt::passes::{Emit, HotPathConfig, PassOptions, Pipeline, StreamPass};
 use gt::runtime::{Cluster, ClusterOptions};
 use gt::script::run_on;
 use std::path::{Path, PathBuf};
@@ -46,7 +46,20 @@ fn run_filetests() -> Vec<PathBuf> {
 
 #[test]
 fn run_filetests_pass_on_two_workers_with_two_clients_at_once() {
-    let c = cluster(2);
+    filetests_on(&cluster(2));
+}
+
+#[test]
+fn run_filetests_pass_with_every_pass_on() {
+    // Eager detection, so that markers land everywhere a repetition could be.
+    let options = PassOptions { hotpath: HotPathConfig { window: 8, threshold: 1, min_seq: 1 } };
+    let mut cluster_options = ClusterOptions::embedded(1);
+    cluster_options.dispatcher.pipeline =
+        Arc::new(move |_| gt::passes::registry::pipeline(gt::passes::KNOWN_PASSES, &options).unwrap());
+    filetests_on(&Cluster::start(cluster_options).unwrap());
+}
+
+fn filetests_on(c: &Cluster) {
     let files = run_filetests();
     assert!(files.len() > 10);
     std::thread::scope(|s| {
@@ -172,8 +185,9 @@ impl StreamPass for NegToMul {
     fn name(&self) -> &'static str {
         "neg-to-mul"
     }
-    fn run(&mut self, instr: Instr, out: &mut Vec<Instr>) {
-        out.push(match instr {
+    fn run(&mut self, instr: Instr, out: &mut Emit) {
+        // A one-for-one rewrite keeps the input's place (it is not an injected instruction).
+        out.keep(match instr {
             Instr::Unary { op: UnaryOp::Neg, dst, src } => {
                 Instr::Binary { op: BinaryOp::Mul, dst, lhs: Operand::Value(src), rhs: Operand::Scalar(-1.0) }
             }
@@ -185,7 +199,7 @@ impl StreamPass for NegToMul {
 #[test]
 fn the_dispatcher_runs_each_stream_through_the_pipeline() {
     let mut options = ClusterOptions::embedded(1);
-    options.dispatcher.pipeline = Arc::new(|| {
+    options.dispatcher.pipeline = Arc::new(|_client| {
         let mut p = Pipeline::new();
         p.push(Box::new(NegToMul));
         p

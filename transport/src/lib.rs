@@ -18,5 +18,7 @@ pub mod socket;
 pub use codec::{decode, encode, CodecError, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 pub use endpoint::{Endpoint, EndpointError};
 pub use event::{EventKind, LogEvent};
-pub use message::{Inbound, InboundRef, OpStats, Reply, Request, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats};
+pub use message::{
+    Inbound, InboundRef, OpStats, PassStats, Reply, Request, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats,
+};
 pub use zmq;

@@ -106,6 +106,8 @@ pub enum Reply {
         seq: u64,
         /// One entry per live worker.
         workers: Vec<WorkerStats>,
+        /// The counters of the passes on this client's stream, in pipeline order.
+        passes: Vec<PassStats>,
     },
     /// A message the dispatcher could not take (garbage, another protocol version, an
     /// oversized frame, a request before `Hello`); the client's state is unchanged.
@@ -235,4 +237,13 @@ pub struct OpStats {
     pub count: u64,
     /// Total time, nanoseconds.
     pub nanos: u64,
+}
+
+/// One pass's counters on one client stream (`gt-run --pass-stats`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PassStats {
+    /// The pass.
+    pub pass: String,
+    /// (counter, value), as the pass names them.
+    pub counters: Vec<(String, u64)>,
 }

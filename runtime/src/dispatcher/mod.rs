@@ -14,21 +14,22 @@
 //!   that is gone is noticed by routing (`ROUTER_MANDATORY`) within one probe interval, and
 //!   everyone waiting on it gets an error.
 
+pub mod dump;
 pub mod log;
 
 use gt_ir::text::print::print_instr;
 use gt_ir::verify::shape;
 use gt_ir::{Instr, TensorType, TypeError, ValueId};
 use gt_passes::Pipeline;
-use gt_transport::message::{Reply, Request, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats};
+use gt_transport::message::{PassStats, Reply, Request, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats};
 use gt_transport::{codec, zmq, EventKind, Inbound};
 use log::EventLog;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Makes the pass pipeline of each new client stream.
-pub type PipelineFactory = Arc<dyn Fn() -> Pipeline + Send + Sync>;
+/// Makes the pass pipeline of each new client stream (given the client's number).
+pub type PipelineFactory = Arc<dyn Fn(u64) -> Pipeline + Send + Sync>;
 
 /// How the dispatcher runs.
 #[derive(Clone)]
@@ -53,7 +54,7 @@ impl Default for DispatcherConfig {
             worker_batch_size: 256,
             max_message_bytes: codec::DEFAULT_MAX_MESSAGE_BYTES,
             probe_interval: Duration::from_millis(100),
-            pipeline: Arc::new(Pipeline::new),
+            pipeline: Arc::new(|_| Pipeline::new()),
             min_workers: 1,
         }
     }
@@ -132,6 +133,7 @@ struct PendingStats {
     seq: u64,
     remaining: usize,
     results: Vec<WorkerStats>,
+    passes: Vec<PassStats>,
 }
 
 struct PendingHello {
@@ -362,7 +364,7 @@ impl Dispatcher {
             identity: identity.clone(),
             home: None,
             values: HashMap::new(),
-            pipeline: (self.config.pipeline)(),
+            pipeline: (self.config.pipeline)(c),
         };
         self.clients.insert(c, client);
         self.client_ids.insert(identity, c);
@@ -400,13 +402,27 @@ impl Dispatcher {
             );
         }
         let Some(client) = self.clients.get_mut(&c) else { return };
-        if client.pipeline.names().is_empty() {
+        if client.pipeline.is_empty() {
             self.route(c, seq, instr);
             return;
         }
         let mut out = Vec::new();
         client.pipeline.run(instr, &mut out);
-        for i in out {
+        self.route_emitted(c, seq, out);
+    }
+
+    /// Routes what a pipeline emitted; instructions a pass injected are logged as INJECT.
+    fn route_emitted(&mut self, c: u64, seq: u64, out: Vec<gt_passes::Emitted>) {
+        for (i, injected_by) in out {
+            if let (Some(pass), true) = (injected_by, self.log.active()) {
+                self.log.emit(
+                    EventKind::Inject,
+                    format!("PASS {pass}"),
+                    i.mnemonic(),
+                    0,
+                    format!("client={c} #{seq} {}", print_instr(&i)),
+                );
+            }
             self.route(c, seq, i);
         }
     }
@@ -416,9 +432,7 @@ impl Dispatcher {
         let Some(client) = self.clients.get_mut(&c) else { return };
         let mut out = Vec::new();
         client.pipeline.flush(&mut out);
-        for i in out {
-            self.route(c, seq, i);
-        }
+        self.route_emitted(c, seq, out);
     }
 
     /// Checks, types, places and renames one instruction, and queues it for its worker.
@@ -592,13 +606,25 @@ impl Dispatcher {
         for w in 0..self.workers.len() {
             self.flush_worker(w, None);
         }
+        let passes = self.clients.get(&c).map_or_else(Vec::new, |client| {
+            client
+                .pipeline
+                .stats()
+                .into_iter()
+                .map(|(pass, counters)| PassStats {
+                    pass: pass.to_string(),
+                    counters: counters.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                })
+                .collect()
+        });
         let alive: Vec<usize> = (0..self.workers.len()).filter(|&w| self.workers[w].alive).collect();
         if alive.is_empty() {
-            return self.send_reply(c, &Reply::Stats { seq, workers: Vec::new() });
+            return self.send_reply(c, &Reply::Stats { seq, workers: Vec::new(), passes });
         }
         let collector = self.next_tag;
         self.next_tag += 1;
-        self.stats.insert(collector, PendingStats { client: c, seq, remaining: alive.len(), results: Vec::new() });
+        let pending = PendingStats { client: c, seq, remaining: alive.len(), results: Vec::new(), passes };
+        self.stats.insert(collector, pending);
         for w in alive {
             let tag = self.next_tag;
             self.next_tag += 1;
@@ -613,7 +639,7 @@ impl Dispatcher {
         p.results.extend(stats);
         if p.remaining == 0 {
             let p = self.stats.remove(&collector).expect("present");
-            self.send_reply(p.client, &Reply::Stats { seq: p.seq, workers: p.results });
+            self.send_reply(p.client, &Reply::Stats { seq: p.seq, workers: p.results, passes: p.passes });
         }
     }
 
@@ -940,7 +966,7 @@ fn reply_summary(reply: &Reply) -> (&'static str, String) {
         Reply::Failed { seq, message } => ("Failed", format!("#{seq} {message}")),
         Reply::Data { seq, tensor } => ("Data", format!("#{seq} {}", tensor.ty)),
         Reply::Synced { seq } => ("Synced", format!("#{seq}")),
-        Reply::Stats { seq, workers } => ("Stats", format!("#{seq} workers={}", workers.len())),
+        Reply::Stats { seq, workers, .. } => ("Stats", format!("#{seq} workers={}", workers.len())),
         Reply::Rejected { message } => ("Rejected", message.clone()),
         Reply::Ping => ("Ping", String::new()),
     }

@@ -1,0 +1,54 @@
+//! The passes by name: what `GT_PASSES`, `GT_HOTPATH`, `--dump-after` and `--pass-stats`
+//! refer to, in pipeline order.
+
+use crate::hotpath::{HotPath, HotPathConfig};
+use crate::pipeline::{Pipeline, UnknownPass};
+
+/// Every pass, in the order a pipeline runs them.
+pub const KNOWN_PASSES: &[&str] = &["hotpath"];
+
+/// Settings of the passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PassOptions {
+    /// The hotpath pass's.
+    pub hotpath: HotPathConfig,
+}
+
+/// Checks a pass name.
+pub fn check(name: &str) -> Result<&'static str, UnknownPass> {
+    KNOWN_PASSES
+        .iter()
+        .find(|k| **k == name)
+        .copied()
+        .ok_or_else(|| UnknownPass { name: name.to_string(), known: KNOWN_PASSES.to_vec() })
+}
+
+/// A pipeline of the named passes, in [`KNOWN_PASSES`] order whatever the order given.
+pub fn pipeline(names: &[&str], options: &PassOptions) -> Result<Pipeline, UnknownPass> {
+    for n in names {
+        check(n)?;
+    }
+    let mut p = Pipeline::new();
+    for &k in KNOWN_PASSES {
+        if names.contains(&k) {
+            match k {
+                "hotpath" => p.push(Box::new(HotPath::new(options.hotpath))),
+                _ => unreachable!("every known pass is built here"),
+            }
+        }
+    }
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_known_passes_and_names_the_known_ones_otherwise() {
+        assert_eq!(pipeline(&["hotpath"], &PassOptions::default()).unwrap().names(), ["hotpath"]);
+        assert!(pipeline(&[], &PassOptions::default()).unwrap().is_empty());
+        let e = pipeline(&["fuse"], &PassOptions::default()).err().unwrap();
+        assert_eq!(e.to_string(), "unknown pass `fuse` (known passes: hotpath)");
+    }
+}
