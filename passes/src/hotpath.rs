@@ -2,21 +2,19 @@
 //! and wraps each later repetition in `hotpath_start ID` / `hotpath_end ID`, so that a
 //! compiler pass can treat it as one region.
 //!
-//! How it sees repetition: each instruction becomes a *token*, a hash of its printed form with
-//! every value id erased (op, attributes and types remain), so iterations that use fresh ids
-//! hash alike. After each token, every suffix of the recent tokens of length `min_seq..=window`
-//! is counted; the shortest suffix that has been seen `threshold` times, is immediately
-//! repeated (the stream is periodic with that length), and has the same *dataflow* in both
-//! copies (each operand either the result of the same earlier instruction of the sequence, or
-//! an input from outside it) becomes the hot sequence. Its first and last ops may differ
-//! (unlike the Python GT's detector). Hashes are FNV-1a over that text, so an id is the same
+//! How it sees repetition: each instruction becomes a *token*, a hash of its msgpack encoding
+//! with every value id erased (op, attributes and types remain), so iterations that use fresh ids
+//! hash alike. The shortest sequence of `min_seq..=window` tokens that the stream has just
+//! repeated `threshold` times back to back, with the same *dataflow* in its last two copies
+//! (each operand either the result of the same earlier instruction of the sequence, or an
+//! input from outside it), becomes the hot sequence. Its first and last ops may differ
+//! (unlike the Python GT's detector). Hashes are FNV-1a over those bytes, so an id is the same
 //! in every process and every run.
 //!
-//! Cost: O(`window`) per instruction, so linear in the stream; memory: the window, the
-//! suffix counts (bounded, oldest dropped past a cap) and one buffered repetition.
+//! Cost: O(`window`) token compares per instruction, so linear in the stream; memory: two
+//! windows of tokens and one buffered repetition.
 
 use crate::pipeline::{Emit, StreamPass};
-use gt_ir::text::print::print_instr;
 use gt_ir::{Instr, ValueId};
 use std::collections::{HashMap, VecDeque};
 
@@ -25,7 +23,7 @@ use std::collections::{HashMap, VecDeque};
 pub struct HotPathConfig {
     /// Longest sequence considered.
     pub window: usize,
-    /// Times a sequence must be seen before it is hot.
+    /// Times a sequence must occur back to back before it is hot (at least 2).
     pub threshold: u32,
     /// Shortest sequence considered.
     pub min_seq: usize,
@@ -66,18 +64,16 @@ struct Hot {
     flow: Vec<u32>,
 }
 
-/// Suffix counts kept at most; past it the table is cleared (a stream with that many distinct
-/// sequences has no hot path worth finding among the old ones).
-const MAX_COUNTS: usize = 1 << 20;
-
 /// The hot-path pass.
 #[derive(Debug)]
 pub struct HotPath {
     config: HotPathConfig,
     /// The last `2 * window` instructions' tokens and value ids.
     recent: VecDeque<Seen>,
-    /// Times each suffix (by hash) was seen.
-    counts: HashMap<u64, u32>,
+    /// `run[len]`: instructions in a row equal to the one `len` before.
+    run: Vec<usize>,
+    /// Scratch buffer for tokens.
+    scratch: Vec<u8>,
     /// The hot sequence.
     hot: Option<Hot>,
     /// Instructions of a repetition in progress (a prefix of the hot sequence).
@@ -97,7 +93,8 @@ impl HotPath {
         HotPath {
             config,
             recent: VecDeque::new(),
-            counts: HashMap::new(),
+            run: vec![0; config.window.max(1) + 1],
+            scratch: Vec::new(),
             hot: None,
             pending: Vec::new(),
             found: Vec::new(),
@@ -110,47 +107,45 @@ impl HotPath {
         self.stats
     }
 
-    /// Counts every suffix ending at `seen`; returns a newly hot sequence when `want`.
+    /// Takes the newest instruction and returns a newly hot sequence, when `want`.
+    ///
+    /// `run[len]` counts how many instructions in a row equalled the one `len` earlier, so
+    /// the last `len` instructions have repeated `threshold` times back to back exactly when
+    /// `run[len] >= len * (threshold - 1)`: O(window) compares per instruction, no tables.
     fn observe(&mut self, seen: Seen, want: bool) -> Option<Hot> {
         let w = self.config.window;
         self.recent.push_back(seen);
-        if self.recent.len() > 2 * w {
+        if self.recent.len() > 2 * w + 1 {
             self.recent.pop_front();
         }
-        if self.counts.len() > MAX_COUNTS {
-            self.counts.clear();
-        }
         let n = self.recent.len();
-        let mut h = FNV_OFFSET;
-        let mut newly_hot = None;
-        for len in 1..=w.min(n) {
-            h = fnv1a(&self.recent[n - len].token.to_le_bytes(), h);
-            if len < self.config.min_seq {
+        let newest = self.recent[n - 1].token;
+        for len in self.config.min_seq..=w {
+            self.run[len] = if n > len && self.recent[n - 1 - len].token == newest { self.run[len] + 1 } else { 0 };
+        }
+        if !want {
+            return None;
+        }
+        let repeats = self.config.threshold.max(2) as usize - 1;
+        for len in self.config.min_seq..=w.min(n / 2) {
+            if self.run[len] < len * repeats {
                 continue;
             }
-            let count = self.counts.entry(h).or_insert(0);
-            *count = count.saturating_add(1);
-            // The shortest hot suffix that the stream just repeated back to back.
-            if want
-                && newly_hot.is_none()
-                && *count >= self.config.threshold
-                && n >= 2 * len
-                && (0..len).all(|i| self.recent[n - 1 - i].token == self.recent[n - 1 - len - i].token)
-            {
-                let last: Vec<&Seen> = self.recent.range(n - len..).collect();
-                let before: Vec<&Seen> = self.recent.range(n - 2 * len..n - len).collect();
-                let flow = dataflow(last.iter().map(|s| (&s.results, &s.operands)));
-                if flow == dataflow(before.iter().map(|s| (&s.results, &s.operands))) {
-                    let tokens: Vec<u64> = last.iter().map(|s| s.token).collect();
-                    let id = tokens
-                        .iter()
-                        .chain(flow.iter().map(|f| u64::from(*f)).collect::<Vec<_>>().iter())
-                        .fold(FNV_OFFSET, |h, t| fnv1a(&t.to_le_bytes(), h));
-                    newly_hot = Some(Hot { id, tokens, flow });
-                }
+            // The tokens repeat; so must the dataflow, or it is another computation.
+            let last: Vec<&Seen> = self.recent.range(n - len..).collect();
+            let before: Vec<&Seen> = self.recent.range(n - 2 * len..n - len).collect();
+            let flow = dataflow(last.iter().map(|s| (&s.results, &s.operands)));
+            if flow == dataflow(before.iter().map(|s| (&s.results, &s.operands))) {
+                let tokens: Vec<u64> = last.iter().map(|s| s.token).collect();
+                let id = tokens
+                    .iter()
+                    .copied()
+                    .chain(flow.iter().map(|f| u64::from(*f)))
+                    .fold(FNV_OFFSET, |h, t| fnv1a(&t.to_le_bytes(), h));
+                return Some(Hot { id, tokens, flow });
             }
         }
-        newly_hot
+        None
     }
 
     fn release(&mut self, out: &mut Emit) {
@@ -167,7 +162,8 @@ impl StreamPass for HotPath {
 
     fn run(&mut self, instr: Instr, out: &mut Emit) {
         self.stats.instructions += 1;
-        let seen = Seen { token: token(&instr), results: instr.results(), operands: instr.operands() };
+        let seen =
+            Seen { token: token(&instr, &mut self.scratch), results: instr.results(), operands: instr.operands() };
         let token = seen.token;
         let newly_hot = self.observe(seen, self.hot.is_none());
         if let Some(hot) = &self.hot {
@@ -224,15 +220,18 @@ impl StreamPass for HotPath {
     }
 }
 
-/// An instruction's token: its printed structure with every value id erased.
-fn token(instr: &Instr) -> u64 {
+/// An instruction's token: its structure (msgpack of the instruction, every value id erased).
+fn token(instr: &Instr, scratch: &mut Vec<u8>) -> u64 {
     let mut shape = match instr {
-        // Literal data is an input, not structure; printing it could also be huge.
+        // Literal data is an input, not structure; hashing it could also be slow.
         Instr::Literal { dst, ty, .. } => Instr::Zeros { dst: *dst, ty: ty.clone() },
         other => other.clone(),
     };
     shape.visit_values_mut(&mut |v| *v = ValueId(0));
-    fnv1a(print_instr(&shape).as_bytes(), FNV_OFFSET)
+    scratch.clear();
+    // Encoding into a Vec cannot fail; an error would only make the token less specific.
+    let _ = rmp_serde::encode::write(scratch, &shape);
+    fnv1a(scratch, FNV_OFFSET)
 }
 
 /// A sequence's dataflow: for each operand, 1 + the index of the instruction of the sequence
@@ -344,7 +343,7 @@ mod tests {
         let out = run(&mut HotPath::new(HotPathConfig::default()), input);
         let id = out.iter().find_map(|i| if let Instr::HotPathStart { id } = i { Some(*id) } else { None }).unwrap();
         // FNV-1a over the printed structure: a constant, whatever the process or run.
-        assert_eq!(id, 0x5319_09bf_a65b_15ec, "{id:#x}");
+        assert_eq!(id, 0x1c55_af3a_d3af_032f, "{id:#x}");
     }
 
     #[test]
@@ -398,6 +397,60 @@ mod tests {
         let out = run(&mut HotPath::new(HotPathConfig::default()), input.clone());
         assert_eq!(unmarked(&out), input);
         assert!(!matches!(out.last(), Some(Instr::HotPathEnd { .. })), "{:?}", &out[out.len() - 4..]);
+    }
+
+    /// One step of an MLP training loop as a client streams it: forward, loss, backward,
+    /// SGD updates that redefine the weights (fresh ids every step, as an API would make).
+    fn mlp_step(ids: &mut u32, w1: &mut ValueId, w2: &mut ValueId) -> Vec<Instr> {
+        let x = v(0);
+        let mut next = || {
+            *ids += 1;
+            v(*ids)
+        };
+        let (h, a, y, d, l, g2, dh, g1, nw1, nw2) =
+            (next(), next(), next(), next(), next(), next(), next(), next(), next(), next());
+        let step = vec![
+            Instr::MatMul { dst: h, lhs: x, rhs: *w1 },
+            Instr::Unary { op: UnaryOp::Relu, dst: a, src: h },
+            Instr::MatMul { dst: y, lhs: a, rhs: *w2 },
+            Instr::Binary { op: BinaryOp::Sub, dst: d, lhs: Operand::Value(y), rhs: Operand::Value(v(1)) },
+            Instr::Reduce { op: ReduceOp::Mean, dst: l, src: d, axes: None, keepdim: false },
+            Instr::MatMul { dst: g2, lhs: a, rhs: d },
+            Instr::MatMul { dst: dh, lhs: d, rhs: *w2 },
+            Instr::MatMul { dst: g1, lhs: x, rhs: dh },
+            Instr::Binary { op: BinaryOp::Sub, dst: nw1, lhs: Operand::Value(*w1), rhs: Operand::Value(g1) },
+            Instr::Binary { op: BinaryOp::Sub, dst: nw2, lhs: Operand::Value(*w2), rhs: Operand::Value(g2) },
+            Instr::Free { src: *w1 },
+            Instr::Free { src: *w2 },
+        ];
+        (*w1, *w2) = (nw1, nw2);
+        step
+    }
+
+    #[test]
+    fn an_mlp_training_loop_is_found_as_one_hot_path() {
+        let (mut ids, mut w1, mut w2) = (10, v(2), v(3));
+        let mut input = Vec::new();
+        let mut steps = 0;
+        let out = {
+            let mut pass = HotPath::new(HotPathConfig::default());
+            let mut out = Emit::new("hotpath");
+            for _ in 0..20 {
+                for i in mlp_step(&mut ids, &mut w1, &mut w2) {
+                    input.push(i.clone());
+                    pass.run(i, &mut out);
+                }
+                steps += 1;
+            }
+            pass.flush(&mut out);
+            let stats = pass.stats();
+            // One sequence, the whole 12-instruction step, wrapped from the first few steps on.
+            assert_eq!(stats.sequences, 1, "{stats:?}");
+            assert_eq!(stats.covered, 12 * stats.repetitions);
+            assert!(stats.repetitions >= steps - 4, "{stats:?}");
+            instrs(out)
+        };
+        assert!(unmarked(&out) == input, "markers only");
     }
 
     #[test]

@@ -1,0 +1,119 @@
+//! Pass-pipeline overhead: time per instruction through the dispatcher's pipeline with every
+//! pass on versus none, on a 1,000,000-instruction stream, and hot-path detection's time per
+//! instruction at 10^4, 10^5 and 10^6 instructions (it must stay flat: linear in the stream).
+//! Run: `cargo bench --bench passes` (`GT_BENCH_QUICK=1`: 10^5 at most; `GT_BENCH_SAVE=1`
+//! writes `bench/results/passes-HOST.txt`).
+
+use gt::ir::{BinaryOp, Instr, Operand, ReduceOp, UnaryOp, ValueId};
+use gt::passes::{registry, PassOptions, Pipeline, KNOWN_PASSES};
+use std::fmt::Write as _;
+use std::time::Instant;
+
+/// A training-loop-like stream (12-instruction steps with fresh ids, weights redefined each
+/// step), or with `noise`, a stream where one instruction in 7 is a random other op, so
+/// repetitions keep breaking off (the detector's harder case).
+fn stream(n: usize, noise: bool) -> Vec<Instr> {
+    let v = ValueId;
+    let (mut id, mut w1, mut w2) = (10u32, v(2), v(3));
+    let mut out = Vec::with_capacity(n);
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    while out.len() < n {
+        let mut next = || {
+            id = id.wrapping_add(1).max(10);
+            v(id)
+        };
+        let (h, a, y, d, l, g2, dh, g1, nw1, nw2) =
+            (next(), next(), next(), next(), next(), next(), next(), next(), next(), next());
+        let step = [
+            Instr::MatMul { dst: h, lhs: v(0), rhs: w1 },
+            Instr::Unary { op: UnaryOp::Relu, dst: a, src: h },
+            Instr::MatMul { dst: y, lhs: a, rhs: w2 },
+            Instr::Binary { op: BinaryOp::Sub, dst: d, lhs: Operand::Value(y), rhs: Operand::Value(v(1)) },
+            Instr::Reduce { op: ReduceOp::Mean, dst: l, src: d, axes: None, keepdim: false },
+            Instr::MatMul { dst: g2, lhs: a, rhs: d },
+            Instr::MatMul { dst: dh, lhs: d, rhs: w2 },
+            Instr::MatMul { dst: g1, lhs: v(0), rhs: dh },
+            Instr::Binary { op: BinaryOp::Sub, dst: nw1, lhs: Operand::Value(w1), rhs: Operand::Value(g1) },
+            Instr::Binary { op: BinaryOp::Sub, dst: nw2, lhs: Operand::Value(w2), rhs: Operand::Value(g2) },
+            Instr::Free { src: w1 },
+            Instr::Free { src: w2 },
+        ];
+        (w1, w2) = (nw1, nw2);
+        for i in step {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            if noise && rng.is_multiple_of(7) {
+                let op = [UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Neg][(rng >> 8) as usize % 3];
+                out.push(Instr::Unary { op, dst: v(5), src: v(0) });
+            }
+            out.push(i);
+        }
+    }
+    out.truncate(n);
+    out
+}
+
+/// Nanoseconds per instruction through `pipeline` (median of `reps`), flushing every 1,000
+/// instructions as sync points would.
+fn ns_per_instr(make: &dyn Fn() -> Pipeline, input: &[Instr], reps: usize) -> f64 {
+    let mut times: Vec<f64> = (0..reps)
+        .map(|_| {
+            let mut p = make();
+            let mut out = Vec::with_capacity(1024);
+            let data = input.to_vec();
+            let t = Instant::now();
+            for (k, i) in data.into_iter().enumerate() {
+                p.run(i, &mut out);
+                if k % 1000 == 999 {
+                    p.flush(&mut out);
+                }
+                out.clear();
+            }
+            p.flush(&mut out);
+            t.elapsed().as_nanos() as f64 / input.len() as f64
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+fn main() {
+    let quick = std::env::var("GT_BENCH_QUICK").is_ok_and(|v| v == "1") || !std::env::args().any(|a| a == "--bench");
+    let big = if quick { 100_000 } else { 1_000_000 };
+    let reps = if quick { 3 } else { 5 };
+    let options = PassOptions::default();
+    let none = || Pipeline::new();
+    let all = move || registry::pipeline(KNOWN_PASSES, &options).expect("known");
+    let mut report = String::new();
+    let host =
+        std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or("local".into());
+    let _ = writeln!(
+        report,
+        "gt pass-pipeline benchmark: host {host}, median of {reps}; passes on: {}",
+        KNOWN_PASSES.join(", ")
+    );
+    let _ = writeln!(report, "\n1. overhead per instruction, {big} instructions (ns/instr)");
+    let _ = writeln!(report, "{:<22} {:>10} {:>10} {:>10}", "stream", "passes off", "all on", "added");
+    for (name, noise) in [("training loop", false), ("loop with noise 1/7", true)] {
+        let input = stream(big, noise);
+        let off = ns_per_instr(&none, &input, reps);
+        let on = ns_per_instr(&all, &input, reps);
+        let _ = writeln!(report, "{name:<22} {off:>10.1} {on:>10.1} {:>10.1}", on - off);
+    }
+    let _ = writeln!(report, "goal: <= 1000 ns added per instruction");
+    let _ = writeln!(report, "\n2. hotpath alone, ns/instr by stream length (flat = linear)");
+    let sizes: &[usize] = if quick { &[10_000, 100_000] } else { &[10_000, 100_000, 1_000_000] };
+    let _ = writeln!(report, "{:<22} {}", "stream", sizes.iter().map(|n| format!("{n:>10}")).collect::<String>());
+    for (name, noise) in [("training loop", false), ("loop with noise 1/7", true)] {
+        let row: String =
+            sizes.iter().map(|&n| format!("{:>10.1}", ns_per_instr(&all, &stream(n, noise), reps))).collect();
+        let _ = writeln!(report, "{name:<22} {row}");
+    }
+    print!("{report}");
+    if std::env::var("GT_BENCH_SAVE").is_ok_and(|v| v == "1") {
+        let path = format!("{}/bench/results/passes-{host}.txt", env!("CARGO_MANIFEST_DIR"));
+        std::fs::write(&path, &report).expect("bench/results is writable");
+        println!("saved to {path}");
+    }
+}
