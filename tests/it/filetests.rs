@@ -51,3 +51,44 @@ fn filetests() {
     assert!(ran > 0, "no filetest matched {filter:?}");
     assert!(failures.is_empty(), "{} filetest(s) failed:\n\n{}", failures.len(), failures.join("\n\n"));
 }
+
+/// For every run filetest: the instruction stream after each pass, as an insta snapshot
+/// (`snapshots/passes__run__NAME__PASS.snap`). The stream is recorded while the script runs
+/// on the interpreter, then replayed through the passes exactly as `gt-run --dump-after` does.
+#[test]
+fn stream_after_each_pass() {
+    use gt::passes::{PassOptions, KNOWN_PASSES};
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gtir/run");
+    let mut files = Vec::new();
+    gtir_files(&base, &mut files);
+    files.sort();
+    let filter = std::env::var("INSTA_GLOB_FILTER").unwrap_or_default();
+    let mut failures = Vec::new();
+    for path in &files {
+        let rel = format!("run/{}", path.strip_prefix(&base).unwrap().to_string_lossy().replace('\\', "/"));
+        if !rel.contains(filter.trim_end_matches('*')) {
+            continue;
+        }
+        let loaded = match gt::script::load(&std::fs::read(path).unwrap()) {
+            Ok(l) => l,
+            Err(_) => continue,
+        };
+        let mut interp = gt::runtime::Interpreter::new();
+        let mut recorder = gt::passdump::Recorder::new(&mut interp);
+        // Failing scripts still have a stream up to the failure.
+        let _ = gt::script::run_on(&loaded, &mut recorder, &mut std::io::sink(), Default::default());
+        let dumps = gt::passdump::dumps(&recorder.stream, KNOWN_PASSES, &PassOptions::default(), KNOWN_PASSES).unwrap();
+        for (pass, text) in dumps {
+            let name = format!("passes__{}__{pass}", rel.trim_end_matches(".gtir").replace('/', "__"));
+            let mut settings = insta::Settings::clone_current();
+            settings.set_snapshot_path("../../snapshots");
+            settings.set_prepend_module_to_snapshot(false);
+            settings.set_input_file(path);
+            let check = || settings.bind(|| insta::assert_snapshot!(name.as_str(), text));
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)).is_err() {
+                failures.push(format!("{name}: snapshot differs (review with `cargo insta review`)"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
