@@ -33,32 +33,23 @@ pub struct Session {
 pub fn client_options(name: &str, env: &EnvConfig) -> anyhow::Result<ClientOptions> {
     let mut o =
         ClientOptions { name: name.to_string(), max_message_bytes: env.max_message_bytes, ..Default::default() };
-    if let Ok(v) = std::env::var("GT_CLIENT_BATCH_SIZE") {
-        o.batch_size = v
-            .trim()
-            .parse()
-            .ok()
-            .filter(|n| *n >= 1)
-            .with_context(|| format!("GT_CLIENT_BATCH_SIZE={v:?}: expected a whole number of at least 1"))?;
+    if let Some(n) = positive("GT_CLIENT_BATCH_SIZE")? {
+        o.batch_size = n as usize;
     }
-    if let Ok(v) = std::env::var("GT_CLIENT_WINDOW") {
-        o.window = v
-            .trim()
-            .parse()
-            .ok()
-            .filter(|n| *n >= 1)
-            .with_context(|| format!("GT_CLIENT_WINDOW={v:?}: expected a whole number of at least 1"))?;
+    if let Some(n) = positive("GT_CLIENT_WINDOW")? {
+        o.window = n as usize;
     }
-    if let Ok(v) = std::env::var("GT_CONNECT_TIMEOUT") {
-        let secs: u64 = v
-            .trim()
-            .parse()
-            .ok()
-            .filter(|n| *n >= 1)
-            .with_context(|| format!("GT_CONNECT_TIMEOUT={v:?}: expected whole seconds, at least 1"))?;
+    if let Some(secs) = positive("GT_CONNECT_TIMEOUT")? {
         o.connect_timeout = std::time::Duration::from_secs(secs);
     }
     Ok(o)
+}
+
+/// A whole number of at least 1 from the environment, if set.
+fn positive(var: &str) -> anyhow::Result<Option<u64>> {
+    let Ok(v) = std::env::var(var) else { return Ok(None) };
+    let n = v.trim().parse().ok().filter(|n| *n >= 1);
+    n.map(Some).with_context(|| format!("{var}={v:?}: expected a whole number of at least 1"))
 }
 
 impl Session {

@@ -226,7 +226,7 @@ fn connect_to_nothing_is_an_error_naming_the_address() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains(&format!("tcp://127.0.0.1:{port}")), "{err}");
+    assert!(err.contains(&format!("cannot connect to the dispatcher at tcp://127.0.0.1:{port}")), "{err}");
 }
 
 #[test]

@@ -15,6 +15,16 @@ fn gtir_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Checks `text` against `snapshots/NAME.snap` (recording it for review when it differs).
+fn snapshot_matches(name: &str, input: &Path, text: &str) -> bool {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path("../../snapshots");
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_input_file(input);
+    let check = || settings.bind(|| insta::assert_snapshot!(name, text));
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)).is_ok()
+}
+
 #[test]
 fn filetests() {
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gtir");
@@ -38,13 +48,7 @@ fn filetests() {
                 continue;
             }
         };
-        let mut settings = insta::Settings::clone_current();
-        settings.set_snapshot_path("../../snapshots");
-        settings.set_prepend_module_to_snapshot(false);
-        settings.set_input_file(path);
-        let check = || settings.bind(|| insta::assert_snapshot!(name.as_str(), snapshot));
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check));
-        if outcome.is_err() {
+        if !snapshot_matches(&name, path, &snapshot) {
             failures.push(format!("{rel}: snapshot differs (review with `cargo insta review`)"));
         }
     }
@@ -80,12 +84,7 @@ fn stream_after_each_pass() {
         let dumps = gt::passdump::dumps(&recorder.stream, KNOWN_PASSES, &PassOptions::default(), KNOWN_PASSES).unwrap();
         for (pass, text) in dumps {
             let name = format!("passes__{}__{pass}", rel.trim_end_matches(".gtir").replace('/', "__"));
-            let mut settings = insta::Settings::clone_current();
-            settings.set_snapshot_path("../../snapshots");
-            settings.set_prepend_module_to_snapshot(false);
-            settings.set_input_file(path);
-            let check = || settings.bind(|| insta::assert_snapshot!(name.as_str(), text));
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)).is_err() {
+            if !snapshot_matches(&name, path, &text) {
                 failures.push(format!("{name}: snapshot differs (review with `cargo insta review`)"));
             }
         }

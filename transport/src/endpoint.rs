@@ -84,10 +84,11 @@ impl Endpoint {
     }
 
     /// Where a client or worker told `host:port` connects: IPC when the host is this
-    /// machine and the server's IPC socket exists, else TCP.
+    /// machine and a server listens on its IPC socket, else TCP. (A socket file left by a
+    /// server that was killed refuses connections, so it is not taken.)
     pub fn for_peer(host: &str, port: u16) -> Endpoint {
         let ipc = ipc_path(port);
-        if is_local(host) && ipc.exists() {
+        if is_local(host) && ipc_listening(&ipc) {
             Endpoint::Ipc(ipc)
         } else {
             let host = if matches!(host, "0.0.0.0" | "*" | "") { "127.0.0.1" } else { host };
@@ -129,6 +130,17 @@ impl fmt::Display for Endpoint {
     }
 }
 
+#[cfg(unix)]
+fn ipc_listening(path: &Path) -> bool {
+    // Connecting and closing at once is harmless to a ZeroMQ listener.
+    std::os::unix::net::UnixStream::connect(path).is_ok()
+}
+
+#[cfg(not(unix))]
+fn ipc_listening(_: &Path) -> bool {
+    false
+}
+
 fn split_host_port(text: &str) -> Result<(String, u16), &'static str> {
     let (host, port) = text.rsplit_once(':').ok_or("no `:PORT`")?;
     let port: u16 = port.parse().map_err(|_| "the port is not a number from 0 to 65535")?;
@@ -164,6 +176,18 @@ mod tests {
         let eps = Endpoint::for_server("0.0.0.0", 9100);
         assert_eq!(eps[0], Endpoint::Tcp { host: "*".into(), port: 9100 });
         assert_eq!(eps[1], Endpoint::Ipc(ipc_path(9100)));
+    }
+
+    #[test]
+    fn a_stale_ipc_socket_file_is_not_taken() {
+        let port = 1;
+        let path = ipc_path(port);
+        let _ = std::fs::remove_file(&path);
+        // A socket file with no listener, as a killed server leaves behind.
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        assert_eq!(Endpoint::for_peer("localhost", port), Endpoint::Tcp { host: "localhost".into(), port });
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
