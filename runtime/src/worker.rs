@@ -83,6 +83,9 @@ pub fn run_worker(
     options: &WorkerOptions,
 ) -> Result<(), WorkerError> {
     let sock = socket::dealer(ctx, endpoint)?;
+    // Watch for the connection breaking before registering, so that no disconnect can
+    // happen unseen once the dispatcher knows this worker.
+    let events = disconnect_events(ctx, &sock, endpoint)?;
     let max = options.max_message_bytes;
     let register = Inbound::Worker(WorkerEvent::Register { name: options.name.clone(), backend: "cpu".into() });
     sock.send(codec::encode(&register, max).expect("a registration is small"), gt_transport::zmq::DONTWAIT)?;
@@ -109,7 +112,6 @@ pub fn run_worker(
             }
         }
     };
-    let events = disconnect_events(ctx, &sock, endpoint)?;
     loop {
         if let Some(ev) = &events {
             let mut items = [sock.as_poll_item(gt_transport::zmq::POLLIN), ev.as_poll_item(gt_transport::zmq::POLLIN)];
