@@ -289,6 +289,71 @@ pub enum Instr {
     },
 }
 
+/// The one table of which fields of an instruction are results and which are operands.
+/// Expanded for `&Instr` and for `&mut Instr` (binding modes make `$f` get `&ValueId` or
+/// `&mut ValueId`); `$f(value, is_result)` sees results first, then operands, in text order.
+macro_rules! for_each_value {
+    ($instr:expr, $f:ident) => {
+        match $instr {
+            Instr::Randn { dst, .. }
+            | Instr::Rand { dst, .. }
+            | Instr::Zeros { dst, .. }
+            | Instr::Ones { dst, .. }
+            | Instr::Full { dst, .. }
+            | Instr::Arange { dst, .. }
+            | Instr::Literal { dst, .. } => $f(dst, true),
+            Instr::Binary { dst, lhs, rhs, .. } => {
+                $f(dst, true);
+                for o in [lhs, rhs] {
+                    if let Operand::Value(v) = o {
+                        $f(v, false);
+                    }
+                }
+            }
+            Instr::Where { dst, cond, on_true, on_false } => {
+                $f(dst, true);
+                $f(cond, false);
+                for o in [on_true, on_false] {
+                    if let Operand::Value(v) = o {
+                        $f(v, false);
+                    }
+                }
+            }
+            Instr::MatMul { dst, lhs, rhs } => {
+                $f(dst, true);
+                $f(lhs, false);
+                $f(rhs, false);
+            }
+            Instr::Concat { dst, srcs, .. } => {
+                $f(dst, true);
+                for s in srcs {
+                    $f(s, false);
+                }
+            }
+            Instr::Split { dsts, src, .. } => {
+                for d in dsts {
+                    $f(d, true);
+                }
+                $f(src, false);
+            }
+            Instr::Unary { dst, src, .. }
+            | Instr::Reduce { dst, src, .. }
+            | Instr::Transpose { dst, src, .. }
+            | Instr::Permute { dst, src, .. }
+            | Instr::Reshape { dst, src, .. }
+            | Instr::Squeeze { dst, src, .. }
+            | Instr::Unsqueeze { dst, src, .. }
+            | Instr::BroadcastTo { dst, src, .. }
+            | Instr::Slice { dst, src, .. } => {
+                $f(dst, true);
+                $f(src, false);
+            }
+            Instr::Free { src } | Instr::GetData { src } => $f(src, false),
+            Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {}
+        }
+    };
+}
+
 impl Instr {
     /// The text mnemonic (the op name in `.gtir`).
     pub fn mnemonic(&self) -> &'static str {
@@ -324,74 +389,34 @@ impl Instr {
 
     /// How many values this instruction defines (the length of [`Instr::results`]).
     pub fn num_results(&self) -> usize {
-        match self {
-            Instr::Split { dsts, .. } => dsts.len(),
-            Instr::Free { .. } | Instr::GetData { .. } | Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => 0,
-            _ => 1,
-        }
+        let mut n = 0;
+        let mut count = |_: &ValueId, is_result: bool| n += usize::from(is_result);
+        for_each_value!(self, count);
+        n
     }
 
     /// The values this instruction defines, in result order.
     pub fn results(&self) -> Vec<ValueId> {
-        match self {
-            Instr::Randn { dst, .. }
-            | Instr::Rand { dst, .. }
-            | Instr::Zeros { dst, .. }
-            | Instr::Ones { dst, .. }
-            | Instr::Full { dst, .. }
-            | Instr::Arange { dst, .. }
-            | Instr::Literal { dst, .. }
-            | Instr::Unary { dst, .. }
-            | Instr::Binary { dst, .. }
-            | Instr::Where { dst, .. }
-            | Instr::MatMul { dst, .. }
-            | Instr::Reduce { dst, .. }
-            | Instr::Transpose { dst, .. }
-            | Instr::Permute { dst, .. }
-            | Instr::Reshape { dst, .. }
-            | Instr::Squeeze { dst, .. }
-            | Instr::Unsqueeze { dst, .. }
-            | Instr::BroadcastTo { dst, .. }
-            | Instr::Concat { dst, .. }
-            | Instr::Slice { dst, .. } => vec![*dst],
-            Instr::Split { dsts, .. } => dsts.clone(),
-            Instr::Free { .. } | Instr::GetData { .. } | Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {
-                Vec::new()
+        let mut out = Vec::new();
+        let mut take = |v: &ValueId, is_result: bool| {
+            if is_result {
+                out.push(*v)
             }
-        }
+        };
+        for_each_value!(self, take);
+        out
     }
 
     /// The values this instruction reads, in operand order.
     pub fn operands(&self) -> Vec<ValueId> {
-        match self {
-            Instr::HotPathStart { .. }
-            | Instr::HotPathEnd { .. }
-            | Instr::Randn { .. }
-            | Instr::Rand { .. }
-            | Instr::Zeros { .. }
-            | Instr::Ones { .. }
-            | Instr::Full { .. }
-            | Instr::Arange { .. }
-            | Instr::Literal { .. } => Vec::new(),
-            Instr::Binary { lhs, rhs, .. } => [lhs, rhs].into_iter().filter_map(|o| o.value()).collect(),
-            Instr::Where { cond, on_true, on_false, .. } => {
-                std::iter::once(*cond).chain([on_true, on_false].into_iter().filter_map(|o| o.value())).collect()
+        let mut out = Vec::new();
+        let mut take = |v: &ValueId, is_result: bool| {
+            if !is_result {
+                out.push(*v)
             }
-            Instr::MatMul { lhs, rhs, .. } => vec![*lhs, *rhs],
-            Instr::Concat { srcs, .. } => srcs.clone(),
-            Instr::Unary { src, .. }
-            | Instr::Reduce { src, .. }
-            | Instr::Transpose { src, .. }
-            | Instr::Permute { src, .. }
-            | Instr::Reshape { src, .. }
-            | Instr::Squeeze { src, .. }
-            | Instr::Unsqueeze { src, .. }
-            | Instr::BroadcastTo { src, .. }
-            | Instr::Slice { src, .. }
-            | Instr::Split { src, .. }
-            | Instr::Free { src }
-            | Instr::GetData { src } => vec![*src],
-        }
+        };
+        for_each_value!(self, take);
+        out
     }
 
     /// Whether this is a sync point: the stream must be drained up to here before it answers.
@@ -402,57 +427,7 @@ impl Instr {
     /// Calls `f` on every value id the instruction names, results first, then operands,
     /// in text order (for renumbering and renaming ids).
     pub fn visit_values_mut(&mut self, f: &mut dyn FnMut(&mut ValueId)) {
-        let operand = |o: &mut Operand, f: &mut dyn FnMut(&mut ValueId)| {
-            if let Operand::Value(v) = o {
-                f(v)
-            }
-        };
-        match self {
-            Instr::Randn { dst, .. }
-            | Instr::Rand { dst, .. }
-            | Instr::Zeros { dst, .. }
-            | Instr::Ones { dst, .. }
-            | Instr::Full { dst, .. }
-            | Instr::Arange { dst, .. }
-            | Instr::Literal { dst, .. } => f(dst),
-            Instr::Binary { dst, lhs, rhs, .. } => {
-                f(dst);
-                operand(lhs, f);
-                operand(rhs, f);
-            }
-            Instr::Where { dst, cond, on_true, on_false } => {
-                f(dst);
-                f(cond);
-                operand(on_true, f);
-                operand(on_false, f);
-            }
-            Instr::MatMul { dst, lhs, rhs } => {
-                f(dst);
-                f(lhs);
-                f(rhs);
-            }
-            Instr::Concat { dst, srcs, .. } => {
-                f(dst);
-                srcs.iter_mut().for_each(&mut *f);
-            }
-            Instr::Split { dsts, src, .. } => {
-                dsts.iter_mut().for_each(&mut *f);
-                f(src);
-            }
-            Instr::Unary { dst, src, .. }
-            | Instr::Reduce { dst, src, .. }
-            | Instr::Transpose { dst, src, .. }
-            | Instr::Permute { dst, src, .. }
-            | Instr::Reshape { dst, src, .. }
-            | Instr::Squeeze { dst, src, .. }
-            | Instr::Unsqueeze { dst, src, .. }
-            | Instr::BroadcastTo { dst, src, .. }
-            | Instr::Slice { dst, src, .. } => {
-                f(dst);
-                f(src);
-            }
-            Instr::Free { src } | Instr::GetData { src } => f(src),
-            Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {}
-        }
+        let mut each = |v: &mut ValueId, _: bool| f(v);
+        for_each_value!(self, each);
     }
 }
