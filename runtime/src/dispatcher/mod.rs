@@ -114,6 +114,16 @@ struct Worker {
 }
 
 impl Worker {
+    /// Queues an instruction for the next batch; a `free` gives its buffer back for reuse
+    /// (safe at once: the worker runs its stream in order).
+    fn queue(&mut self, instr: Instr, origin: (u64, u64)) {
+        if let Instr::Free { src } = instr {
+            self.free_bufs.push(src.0);
+        }
+        self.pending.push(instr);
+        self.pending_origins.push(origin);
+    }
+
     fn alloc(&mut self) -> ValueId {
         ValueId(self.free_bufs.pop().unwrap_or_else(|| {
             self.next_buf += 1;
@@ -231,8 +241,7 @@ impl Dispatcher {
         for w in 0..self.workers.len() {
             if self.workers[w].alive {
                 self.send_worker(w, &WorkerCommand::Shutdown);
-                let src = format!("WORKER {}", self.workers[w].name);
-                self.log.emit(EventKind::Disconnect, src, "Shutdown", 0, "the dispatcher stops".into());
+                self.log_worker(EventKind::Disconnect, w, "Shutdown", 0, || "the dispatcher stops".into());
             }
         }
         self.log.flush();
@@ -354,6 +363,14 @@ impl Dispatcher {
     fn log_recv(&mut self, c: u64, command: &str, bytes: usize, details: impl FnOnce() -> String) {
         if self.log.active() {
             self.log.emit(EventKind::Recv, format!("CLIENT {c}"), command, bytes, details());
+        }
+    }
+
+    /// Logs an event of worker `w` (details built only when someone listens).
+    fn log_worker(&mut self, kind: EventKind, w: usize, command: &str, bytes: usize, details: impl FnOnce() -> String) {
+        if self.log.active() {
+            let source = format!("WORKER {}", self.workers[w].name);
+            self.log.emit(kind, source, command, bytes, details());
         }
     }
 
@@ -512,10 +529,7 @@ impl Dispatcher {
             let buf = match client.values.get(dst) {
                 Some(Slot::Live { worker, buf, .. }) if *worker == w => *buf,
                 Some(Slot::Live { worker, buf, .. }) => {
-                    let (ow, ob) = (*worker, *buf);
-                    self.workers[ow].pending.push(Instr::Free { src: ob });
-                    self.workers[ow].pending_origins.push((c, seq));
-                    self.workers[ow].free_bufs.push(ob.0);
+                    self.workers[*worker].queue(Instr::Free { src: *buf }, (c, seq));
                     self.workers[w].alloc()
                 }
                 _ => self.workers[w].alloc(),
@@ -534,22 +548,17 @@ impl Dispatcher {
         if let Some(client) = self.clients.get_mut(&c) {
             for dst in instr.results() {
                 if let Some(Slot::Live { worker, buf, .. }) = client.values.insert(dst, Slot::Failed { seq }) {
-                    self.workers[worker].pending.push(Instr::Free { src: buf });
-                    self.workers[worker].pending_origins.push((c, seq));
-                    self.workers[worker].free_bufs.push(buf.0);
+                    self.workers[worker].queue(Instr::Free { src: buf }, (c, seq));
                 }
             }
         }
         self.send_reply(c, &Reply::Failed { seq, message });
     }
 
+    /// Queues an instruction for worker `w`; a full batch leaves at once.
     fn push(&mut self, w: usize, instr: Instr, origin: (u64, u64)) {
         let worker = &mut self.workers[w];
-        if let Instr::Free { src } = instr {
-            worker.free_bufs.push(src.0);
-        }
-        worker.pending.push(instr);
-        worker.pending_origins.push(origin);
+        worker.queue(instr, origin);
         if worker.pending.len() >= self.config.worker_batch_size {
             self.flush_worker(w, None);
         }
@@ -571,9 +580,8 @@ impl Dispatcher {
                 self.gets.insert(tag, PendingGet { client: c, seq, worker: w });
                 let bytes = codec::encode(&WorkerCommand::Get { tag, value: buf }, usize::MAX).expect("small");
                 let size = bytes.len();
-                if self.send_worker_bytes(w, bytes) && self.log.active() {
-                    let src = format!("WORKER {}", self.workers[w].name);
-                    self.log.emit(EventKind::WorkerSend, src, "Get", size, format!("tag={tag} {buf}"));
+                if self.send_worker_bytes(w, bytes) {
+                    self.log_worker(EventKind::WorkerSend, w, "Get", size, || format!("tag={tag} {buf}"));
                 }
             }
             Some(Slot::Failed { seq: s }) => {
@@ -706,16 +714,10 @@ impl Dispatcher {
                     return self.bad_message(&identity, bytes, format!("Done for unknown batch {batch}"));
                 };
                 let record = worker.inflight.remove(pos).expect("position is valid");
-                if self.log.active() {
-                    let src = format!("WORKER {}", self.workers[w].name);
-                    let details = format!(
-                        "batch={batch} ok={} failed={} time={:.3}ms",
-                        record.origins.len() - failures.len(),
-                        failures.len(),
-                        nanos as f64 / 1e6
-                    );
-                    self.log.emit(EventKind::WorkerRecv, src, "Done", bytes, details);
-                }
+                let ok = record.origins.len() - failures.len();
+                self.log_worker(EventKind::WorkerRecv, w, "Done", bytes, || {
+                    format!("batch={batch} ok={ok} failed={} time={:.3}ms", failures.len(), nanos as f64 / 1e6)
+                });
                 for (i, message) in failures {
                     if let Some(&(c, seq)) = record.origins.get(i as usize) {
                         if self.clients.contains_key(&c) {
@@ -728,19 +730,13 @@ impl Dispatcher {
                 }
             }
             WorkerEvent::Data { tag, tensor } => {
-                if self.log.active() {
-                    let src = format!("WORKER {}", self.workers[w].name);
-                    self.log.emit(EventKind::WorkerRecv, src, "Data", bytes, format!("tag={tag} {}", tensor.ty));
-                }
+                self.log_worker(EventKind::WorkerRecv, w, "Data", bytes, || format!("tag={tag} {}", tensor.ty));
                 if let Some(g) = self.gets.remove(&tag) {
                     self.send_reply(g.client, &Reply::Data { seq: g.seq, tensor });
                 }
             }
             WorkerEvent::Failed { tag, message } => {
-                if self.log.active() {
-                    let src = format!("WORKER {}", self.workers[w].name);
-                    self.log.emit(EventKind::WorkerRecv, src, "Failed", bytes, format!("tag={tag} {message}"));
-                }
+                self.log_worker(EventKind::WorkerRecv, w, "Failed", bytes, || format!("tag={tag} {message}"));
                 if let Some(g) = self.gets.remove(&tag) {
                     self.send_reply(g.client, &Reply::Failed { seq: g.seq, message });
                 }
@@ -768,7 +764,6 @@ impl Dispatcher {
             return;
         }
         let details = self.log.active().then(|| batch_details(number, &instrs));
-        let n = instrs.len();
         let cmd = WorkerCommand::Exec { batch: number, instrs };
         let bytes = match codec::encode(&cmd, self.config.max_message_bytes) {
             Ok(b) => b,
@@ -789,11 +784,9 @@ impl Dispatcher {
         self.workers[w].inflight.push_back(Batch { number, origins, sync });
         if self.send_worker_bytes(w, bytes) {
             if let Some(details) = details {
-                let src = format!("WORKER {}", self.workers[w].name);
-                self.log.emit(EventKind::WorkerSend, src, "Exec", size, details);
+                self.log_worker(EventKind::WorkerSend, w, "Exec", size, || details);
             }
         }
-        let _ = n;
     }
 
     fn send_worker(&mut self, w: usize, cmd: &WorkerCommand) {
