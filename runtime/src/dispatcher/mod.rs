@@ -714,7 +714,8 @@ impl Dispatcher {
                     return self.bad_message(&identity, bytes, format!("Done for unknown batch {batch}"));
                 };
                 let record = worker.inflight.remove(pos).expect("position is valid");
-                let ok = record.origins.len() - failures.len();
+                // Saturating: a broken worker may report more failures than the batch had.
+                let ok = record.origins.len().saturating_sub(failures.len());
                 self.log_worker(EventKind::WorkerRecv, w, "Done", bytes, || {
                     format!("batch={batch} ok={ok} failed={} time={:.3}ms", failures.len(), nanos as f64 / 1e6)
                 });
