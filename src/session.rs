@@ -53,22 +53,17 @@ fn positive(var: &str) -> anyhow::Result<Option<u64>> {
 }
 
 impl Session {
-    /// Starts or connects to the target and says hello.
+    /// Starts or connects to the target and says hello, with the environment's settings.
     pub fn open(target: &Target, name: &str) -> anyhow::Result<Session> {
-        Session::open_with_passes(target, name, &[])
+        Session::open_with(target, name, &EnvConfig::from_env()?)
     }
 
-    /// As [`Session::open`]; an embedded cluster also runs `passes` (besides `GT_PASSES`).
-    pub fn open_with_passes(target: &Target, name: &str, passes: &[&'static str]) -> anyhow::Result<Session> {
-        let mut env = EnvConfig::from_env()?;
-        env.passes.extend_from_slice(passes);
-        env.passes.sort_by_key(|p| gt_passes::KNOWN_PASSES.iter().position(|k| k == p));
-        env.passes.dedup();
-        let options = client_options(name, &env)?;
+    /// As [`Session::open`], with these settings (the environment's, amended).
+    pub fn open_with(target: &Target, name: &str, env: &EnvConfig) -> anyhow::Result<Session> {
+        let options = client_options(name, env)?;
         match target {
             Target::Embedded { workers } => {
-                let mut cluster_options = ClusterOptions::from_env()?;
-                cluster_options.apply(&env);
+                let mut cluster_options = ClusterOptions::from_config(env);
                 if let Some(n) = workers {
                     cluster_options.workers = *n;
                 }

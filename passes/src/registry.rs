@@ -23,6 +23,12 @@ pub fn check(name: &str) -> Result<&'static str, UnknownPass> {
         .ok_or_else(|| UnknownPass { name: name.to_string(), known: KNOWN_PASSES.to_vec() })
 }
 
+/// Sorts pass names into pipeline ([`KNOWN_PASSES`]) order and drops repeats.
+pub fn in_pipeline_order(names: &mut Vec<&'static str>) {
+    names.sort_by_key(|p| KNOWN_PASSES.iter().position(|k| k == p));
+    names.dedup();
+}
+
 /// A pipeline of the named passes, in [`KNOWN_PASSES`] order whatever the order given.
 pub fn pipeline(names: &[&str], options: &PassOptions) -> Result<Pipeline, UnknownPass> {
     for n in names {

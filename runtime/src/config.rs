@@ -63,6 +63,12 @@ impl EnvConfig {
         EnvConfig::from_lookup(|k| std::env::var(k).ok())
     }
 
+    /// Adds passes to run (kept in pipeline order, each once).
+    pub fn enable_passes(&mut self, names: &[&'static str]) {
+        self.passes.extend_from_slice(names);
+        registry::in_pipeline_order(&mut self.passes);
+    }
+
     /// Reads settings through `get` (for tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig, ConfigError> {
         let mut c = EnvConfig::default();
@@ -92,14 +98,12 @@ impl EnvConfig {
                     value: list.clone(),
                     expected: e.to_string(),
                 })?;
-                c.passes.push(known);
+                c.enable_passes(&[known]);
             }
         }
         if flag("GT_HOTPATH")? {
-            c.passes.push("hotpath");
+            c.enable_passes(&["hotpath"]);
         }
-        c.passes.sort_by_key(|p| registry::KNOWN_PASSES.iter().position(|k| k == p));
-        c.passes.dedup();
         let d = HotPathConfig::default();
         c.pass_options.hotpath = HotPathConfig {
             window: positive("GT_HOTPATH_WINDOW", d.window)?,

@@ -43,18 +43,17 @@ impl ClusterOptions {
         }
     }
 
-    /// An embedded cluster as the environment asks (`GT_WORKERS` and the others of
+    /// An embedded cluster as `env` asks (`GT_WORKERS` and the others of
     /// [`crate::config::EnvConfig`]).
-    pub fn from_env() -> Result<ClusterOptions, crate::config::ConfigError> {
-        let env = crate::config::EnvConfig::from_env()?;
+    pub fn from_config(env: &crate::config::EnvConfig) -> ClusterOptions {
         let mut o = ClusterOptions::embedded(env.workers);
-        o.apply(&env);
+        o.apply(env);
         if env.monitor {
             let name = format!("embedded-{}", std::process::id());
             o.monitor = vec![Endpoint::Ipc(std::env::temp_dir().join(format!("gt-{name}-monitor.ipc")))];
             o.discovery_name = Some(name);
         }
-        Ok(o)
+        o
     }
 
     /// Takes the settings of `env` that are not about the number of workers.

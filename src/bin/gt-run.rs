@@ -7,6 +7,8 @@ use clap::Parser;
 use gt::diagnostics::{render, Diag};
 use gt::frontend::RunOptions;
 use gt::passdump::Recorder;
+use gt::passes::registry::in_pipeline_order;
+use gt::runtime::config::EnvConfig;
 use gt::script::{load, run_local, run_on, source_text, LoadError};
 use gt::session::{format_pass_stats, format_worker_stats, Session, Target};
 use std::io::{IsTerminal, Write};
@@ -125,16 +127,22 @@ fn main() -> ExitCode {
             Some(address) => Target::Remote(address.clone()),
             None => Target::Embedded { workers: args.workers.map(usize::from) },
         };
+        let mut env = match EnvConfig::from_env() {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        };
         // Passes named by --dump-after run (in an embedded cluster) and are dumped.
         let mut dumped: Vec<&'static str> =
             args.dump_after.iter().filter_map(|s| if let Stage::Pass(p) = s { Some(*p) } else { None }).collect();
-        let env_passes = gt::runtime::config::EnvConfig::from_env().map(|e| e.passes).unwrap_or_default();
         if dumps(Stage::All) {
-            dumped.extend(env_passes.iter().copied());
+            dumped.extend(env.passes.iter().copied());
         }
-        dumped.sort_by_key(|p| gt::passes::KNOWN_PASSES.iter().position(|k| k == p));
-        dumped.dedup();
-        let mut session = match Session::open_with_passes(&target, &format!("gt-run {name}"), &dumped) {
+        in_pipeline_order(&mut dumped);
+        env.enable_passes(&dumped);
+        let mut session = match Session::open_with(&target, &format!("gt-run {name}"), &env) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("error: {e:#}");
@@ -146,12 +154,7 @@ fn main() -> ExitCode {
         } else {
             let mut recorder = Recorder::new(&mut session.client);
             let result = run_on(&loaded, &mut recorder, &mut out, options);
-            let mut passes = env_passes.clone();
-            passes.extend(dumped.iter().copied());
-            passes.sort_by_key(|p| gt::passes::KNOWN_PASSES.iter().position(|k| k == p));
-            passes.dedup();
-            let pass_options = gt::runtime::config::EnvConfig::from_env().map(|e| e.pass_options).unwrap_or_default();
-            match gt::passdump::dumps(&recorder.stream, &passes, &pass_options, &dumped) {
+            match gt::passdump::dumps(&recorder.stream, &env.passes, &env.pass_options, &dumped) {
                 Ok(texts) => {
                     for (pass, text) in texts {
                         let _ = write!(out, "; after {pass}\n{text}");
