@@ -300,6 +300,15 @@ mod tests {
         out.iter().filter(|i| !matches!(i, Instr::HotPathStart { .. } | Instr::HotPathEnd { .. })).cloned().collect()
     }
 
+    /// The setup, then `n` iterations with fresh ids.
+    fn looped(n: u32) -> Vec<Instr> {
+        let mut input = setup();
+        for k in 0..n {
+            input.extend(iteration(10 + 3 * k));
+        }
+        input
+    }
+
     fn setup() -> Vec<Instr> {
         vec![
             Instr::Randn { dst: v(0), ty: TensorType::f32(vec![4, 4]), seed: 1 },
@@ -309,10 +318,7 @@ mod tests {
 
     #[test]
     fn a_loop_whose_first_and_last_ops_differ_is_found_and_wrapped() {
-        let mut input = setup();
-        for k in 0..10 {
-            input.extend(iteration(10 + 3 * k));
-        }
+        let input = looped(10);
         let mut pass = HotPath::new(HotPathConfig::default());
         let out = run(&mut pass, input.clone());
         assert_eq!(unmarked(&out), input, "markers only; nothing lost, moved or changed");
@@ -336,22 +342,16 @@ mod tests {
 
     #[test]
     fn ids_are_stable_across_runs_and_processes() {
-        let mut input = setup();
-        for k in 0..6 {
-            input.extend(iteration(10 + 3 * k));
-        }
+        let input = looped(6);
         let out = run(&mut HotPath::new(HotPathConfig::default()), input);
         let id = out.iter().find_map(|i| if let Instr::HotPathStart { id } = i { Some(*id) } else { None }).unwrap();
-        // FNV-1a over the printed structure: a constant, whatever the process or run.
+        // FNV-1a over the msgpack of the structure: a constant, whatever the process or run.
         assert_eq!(id, 0x1c55_af3a_d3af_032f, "{id:#x}");
     }
 
     #[test]
     fn a_broken_repetition_goes_out_unmarked() {
-        let mut input = setup();
-        for k in 0..6 {
-            input.extend(iteration(10 + 3 * k));
-        }
+        let mut input = looped(6);
         // Two thirds of an iteration, then something else.
         input.extend(iteration(100).into_iter().take(2));
         input.push(Instr::Binary {
@@ -368,10 +368,7 @@ mod tests {
 
     #[test]
     fn a_repetition_in_progress_is_held_until_flush() {
-        let mut input = setup();
-        for k in 0..6 {
-            input.extend(iteration(10 + 3 * k));
-        }
+        let mut input = looped(6);
         input.extend(iteration(100).into_iter().take(2));
         let mut pass = HotPath::new(HotPathConfig::default());
         let mut out = Emit::new("hotpath");
@@ -386,10 +383,7 @@ mod tests {
 
     #[test]
     fn the_same_ops_with_another_dataflow_are_not_the_sequence() {
-        let mut input = setup();
-        for k in 0..6 {
-            input.extend(iteration(10 + 3 * k));
-        }
+        let mut input = looped(6);
         // matmul, relu, sum again, but relu reads an input instead of the matmul.
         input.push(Instr::MatMul { dst: v(500), lhs: v(0), rhs: v(1) });
         input.push(Instr::Unary { op: UnaryOp::Relu, dst: v(501), src: v(0) });
@@ -455,10 +449,7 @@ mod tests {
 
     #[test]
     fn below_the_threshold_nothing_is_marked() {
-        let mut input = setup();
-        for k in 0..2 {
-            input.extend(iteration(10 + 3 * k));
-        }
+        let input = looped(2);
         let config = HotPathConfig { threshold: 5, ..Default::default() };
         let out = run(&mut HotPath::new(config), input.clone());
         assert_eq!(out, input);

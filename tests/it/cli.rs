@@ -8,7 +8,17 @@ fn root() -> &'static Path {
 }
 
 fn gt_run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gt-run")).args(args).current_dir(root()).output().expect("gt-run starts")
+    gt_run_env(args, &[])
+}
+
+/// `gt-run` with these environment variables set.
+fn gt_run_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gt-run"));
+    cmd.args(args).current_dir(root());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("gt-run starts")
 }
 
 fn code(o: &Output) -> i32 {
@@ -200,12 +210,7 @@ fn filetest_mode_reports_pass_and_fail() {
 
 #[test]
 fn workers_from_the_environment_and_their_statistics() {
-    let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
-        .args(["--quiet", "--worker-stats", "examples/mlp.gtir"])
-        .env("GT_WORKERS", "3")
-        .current_dir(root())
-        .output()
-        .unwrap();
+    let o = gt_run_env(&["--quiet", "--worker-stats", "examples/mlp.gtir"], &[("GT_WORKERS", "3".as_ref())]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let err = stderr(&o);
     assert_eq!(err.matches("worker worker-").count(), 3, "{err}");
@@ -216,12 +221,7 @@ fn workers_from_the_environment_and_their_statistics() {
 #[test]
 fn bad_settings_are_errors_naming_the_variable() {
     for (var, value) in [("GT_WORKERS", "many"), ("GT_WORKER_BATCH_SIZE", "0"), ("GT_CLIENT_BATCH_SIZE", "x")] {
-        let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
-            .args(["examples/tour.gtir"])
-            .env(var, value)
-            .current_dir(root())
-            .output()
-            .unwrap();
+        let o = gt_run_env(&["examples/tour.gtir"], &[(var, value.as_ref())]);
         assert_eq!(code(&o), 1, "{var}");
         assert!(stderr(&o).contains(&format!("{var}=\"{value}\"")), "{var}: {}", stderr(&o));
     }
@@ -244,12 +244,7 @@ fn hot_path_detection_marks_a_loop_and_changes_no_number() {
     let path = script("loop.gtir", src);
     let p = path.to_str().unwrap();
     let reference = gt_run(&["--reference", p]);
-    let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
-        .args(["--worker-stats", p])
-        .env("GT_HOTPATH", "1")
-        .current_dir(root())
-        .output()
-        .unwrap();
+    let o = gt_run_env(&["--worker-stats", p], &[("GT_HOTPATH", "1".as_ref())]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(stdout(&o), stdout(&reference));
     let err = stderr(&o);
@@ -275,12 +270,7 @@ fn unknown_pass_names_list_the_known_ones() {
     let o = gt_run(&["--dump-after", "fuse", "examples/tour.gtir"]);
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("expected parse, verify, all or a pass (hotpath)"), "{}", stderr(&o));
-    let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
-        .args(["examples/tour.gtir"])
-        .env("GT_PASSES", "hotpath,fuse")
-        .current_dir(root())
-        .output()
-        .unwrap();
+    let o = gt_run_env(&["examples/tour.gtir"], &[("GT_PASSES", "hotpath,fuse".as_ref())]);
     assert_eq!(code(&o), 1);
     assert!(stderr(&o).contains("unknown pass `fuse` (known passes: hotpath)"), "{}", stderr(&o));
 }
@@ -289,24 +279,13 @@ fn unknown_pass_names_list_the_known_ones() {
 fn pass_dumps_go_to_a_directory_and_an_unwritable_one_is_an_error_at_start() {
     let dir = std::env::temp_dir().join(format!("gt-dumps-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
-        .args(["-q", "examples/mlp.gtir"])
-        .env("GT_HOTPATH", "1")
-        .env("GT_DUMP_PASSES", &dir)
-        .current_dir(root())
-        .output()
-        .unwrap();
+    let o = gt_run_env(&["-q", "examples/mlp.gtir"], &[("GT_HOTPATH", "1".as_ref()), ("GT_DUMP_PASSES", dir.as_ref())]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let text = std::fs::read_to_string(dir.join("client-1.hotpath.gtir")).unwrap();
     assert!(text.starts_with("; client-1 after pass `hotpath`\n%0 = randn"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
     let file = script("not-a-dir", b"x");
-    let o = Command::new(env!("CARGO_BIN_EXE_gt-run"))
-        .args(["examples/tour.gtir"])
-        .env("GT_DUMP_PASSES", &file)
-        .current_dir(root())
-        .output()
-        .unwrap();
+    let o = gt_run_env(&["examples/tour.gtir"], &[("GT_DUMP_PASSES", file.as_ref())]);
     assert_eq!(code(&o), 1);
     assert!(stderr(&o).contains("GT_DUMP_PASSES=") && stderr(&o).contains("cannot write there"), "{}", stderr(&o));
     assert!(stdout(&o).is_empty(), "nothing ran");
