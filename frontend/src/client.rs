@@ -10,7 +10,6 @@ use gt_ir::{HostTensor, Instr, Span, ValueId};
 use gt_transport::message::{PassStats, Reply, Request, WorkerInfo, WorkerStats};
 use gt_transport::{codec, socket, zmq, CodecError, Endpoint, InboundRef};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -104,8 +103,6 @@ const MAX_ORIGINS: usize = 1 << 20;
 /// Literal bytes that make a batch leave early.
 const MAX_BATCH_DATA: usize = 1 << 20;
 
-static NEXT_MONITOR: AtomicU64 = AtomicU64::new(0);
-
 /// A connection to a dispatcher.
 pub struct Client {
     socket: zmq::Socket,
@@ -135,19 +132,7 @@ impl Client {
     /// Connects on `ctx` (the embedded cluster's context, for `inproc://`).
     pub fn connect_in(ctx: &zmq::Context, endpoint: &Endpoint, options: ClientOptions) -> Result<Client, ClientError> {
         let socket = socket::dealer(ctx, endpoint)?;
-        let events = if matches!(endpoint, Endpoint::Inproc(_)) {
-            None
-        } else {
-            let name = format!(
-                "inproc://gt-client-events-{}-{}",
-                std::process::id(),
-                NEXT_MONITOR.fetch_add(1, Ordering::Relaxed)
-            );
-            socket.monitor(&name, zmq::SocketEvent::DISCONNECTED as i32)?;
-            let pair = ctx.socket(zmq::PAIR)?;
-            pair.connect(&name)?;
-            Some(pair)
-        };
+        let events = socket::disconnect_events(ctx, &socket, endpoint)?;
         let mut client = Client {
             socket,
             events,
@@ -264,21 +249,18 @@ impl Client {
         if self.buffer.is_empty() {
             return Ok(());
         }
-        let batch = Request::Batch { first_seq: self.buffer_first_seq, instrs: std::mem::take(&mut self.buffer) };
-        if tracing::enabled!(target: "gt::client", tracing::Level::DEBUG) {
-            if let Request::Batch { first_seq, instrs } = &batch {
-                tracing::debug!(target: "gt::client", "client {}: sends #{first_seq}..#{} ({} instructions)", self.id, first_seq + instrs.len() as u64, instrs.len());
-            }
-        }
+        let (first_seq, instrs) = (self.buffer_first_seq, std::mem::take(&mut self.buffer));
+        let n = instrs.len();
+        tracing::debug!(target: "gt::client", "client {}: sends #{first_seq}..#{} ({n} instructions)", self.id, first_seq + n as u64);
         self.buffer_data = 0;
-        let result = self.send(&batch);
-        if let (Err(ClientError::Codec(e)), Request::Batch { first_seq, instrs }) = (&result, &batch) {
-            // Too large to send: report it as the failure of its first instruction.
-            let message = format!("{e} ({} instructions in the batch)", instrs.len());
-            self.note_failure(*first_seq, message);
-            return Ok(());
+        match self.send(&Request::Batch { first_seq, instrs }) {
+            // Too large to send: reported as the failure of its first instruction.
+            Err(ClientError::Codec(e)) => {
+                self.note_failure(first_seq, format!("{e} ({n} instructions in the batch)"));
+                Ok(())
+            }
+            r => r,
         }
-        result
     }
 
     /// Reads replies already here without waiting (failures of earlier instructions).

@@ -85,7 +85,7 @@ pub fn run_worker(
     let sock = socket::dealer(ctx, endpoint)?;
     // Watch for the connection breaking before registering, so that no disconnect can
     // happen unseen once the dispatcher knows this worker.
-    let events = disconnect_events(ctx, &sock, endpoint)?;
+    let events = socket::disconnect_events(ctx, &sock, endpoint)?;
     let max = options.max_message_bytes;
     let register = Inbound::Worker(WorkerEvent::Register { name: options.name.clone(), backend: "cpu".into() });
     sock.send(codec::encode(&register, max).expect("a registration is small"), gt_transport::zmq::DONTWAIT)?;
@@ -155,24 +155,6 @@ pub fn run_worker(
             WorkerCommand::Shutdown => return Ok(()),
         }
     }
-}
-
-/// A socket that receives `sock`'s disconnect events (`None` for `inproc://`, which has none).
-pub fn disconnect_events(
-    ctx: &gt_transport::zmq::Context,
-    sock: &gt_transport::zmq::Socket,
-    endpoint: &Endpoint,
-) -> Result<Option<gt_transport::zmq::Socket>, gt_transport::zmq::Error> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    if matches!(endpoint, Endpoint::Inproc(_)) {
-        return Ok(None);
-    }
-    let name = format!("inproc://gt-worker-events-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-    sock.monitor(&name, gt_transport::zmq::SocketEvent::DISCONNECTED as i32)?;
-    let pair = ctx.socket(gt_transport::zmq::PAIR)?;
-    pair.connect(&name)?;
-    Ok(Some(pair))
 }
 
 fn execute_batch(interp: &mut Interpreter, stats: &mut Stats, instrs: &[Instr]) -> Vec<(u32, String)> {

@@ -4,6 +4,7 @@
 //! bounded linger at close.
 
 use crate::endpoint::Endpoint;
+use std::sync::atomic::{AtomicU64, Ordering};
 use zmq::{Context, Socket, SocketType};
 
 /// ZMTP heartbeat interval: a silent peer is pinged this often (ms).
@@ -51,4 +52,19 @@ pub fn monitor_publisher(ctx: &Context, endpoints: &[Endpoint]) -> zmq::Result<S
         socket.bind(&ep.zmq_address())?;
     }
     Ok(socket)
+}
+
+/// A PAIR that receives `sock`'s DISCONNECTED events, so a client or worker waiting on the
+/// dispatcher learns that it is gone (`None` for `inproc://`, which has no such events).
+/// Call it before the peer can know about `sock`, so that no disconnect goes unseen.
+pub fn disconnect_events(ctx: &Context, sock: &Socket, endpoint: &Endpoint) -> zmq::Result<Option<Socket>> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    if matches!(endpoint, Endpoint::Inproc(_)) {
+        return Ok(None);
+    }
+    let name = format!("inproc://gt-events-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+    sock.monitor(&name, zmq::SocketEvent::DISCONNECTED as i32)?;
+    let pair = ctx.socket(SocketType::PAIR)?;
+    pair.connect(&name)?;
+    Ok(Some(pair))
 }
