@@ -578,9 +578,7 @@ impl Dispatcher {
                 let tag = self.next_tag;
                 self.next_tag += 1;
                 self.gets.insert(tag, PendingGet { client: c, seq, worker: w });
-                let bytes = codec::encode(&WorkerCommand::Get { tag, value: buf }, usize::MAX).expect("small");
-                let size = bytes.len();
-                if self.send_worker_bytes(w, bytes) {
+                if let Some(size) = self.send_worker(w, &WorkerCommand::Get { tag, value: buf }) {
                     self.log_worker(EventKind::WorkerSend, w, "Get", size, || format!("tag={tag} {buf}"));
                 }
             }
@@ -790,9 +788,11 @@ impl Dispatcher {
         }
     }
 
-    fn send_worker(&mut self, w: usize, cmd: &WorkerCommand) {
+    /// Sends a small command; returns its size if the worker took it.
+    fn send_worker(&mut self, w: usize, cmd: &WorkerCommand) -> Option<usize> {
         let bytes = codec::encode(cmd, self.config.max_message_bytes).expect("commands other than Exec are small");
-        self.send_worker_bytes(w, bytes);
+        let size = bytes.len();
+        self.send_worker_bytes(w, bytes).then_some(size)
     }
 
     /// Returns whether the worker took it; a worker that cannot be routed to is gone.
