@@ -5,7 +5,9 @@
 
 pub mod diagnostics;
 pub mod filetest;
+pub mod kernels;
 pub mod logging;
+pub mod mirror;
 pub mod passdump;
 pub mod script;
 pub mod session;

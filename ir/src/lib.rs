@@ -29,6 +29,7 @@ pub mod data;
 pub mod entity;
 pub mod exec;
 pub mod instr;
+pub mod kernel;
 pub mod ops;
 pub mod program;
 pub mod span;

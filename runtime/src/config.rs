@@ -3,6 +3,7 @@
 //! `GT_HOTPATH` with `GT_HOTPATH_WINDOW`, `GT_HOTPATH_THRESHOLD`, `GT_HOTPATH_MIN_SEQ`, and
 //! `GT_DUMP_PASSES`). A bad value is an error naming the variable, never a silent default.
 
+use crate::backend::BackendKind;
 use gt_passes::{registry, HotPathConfig, PassOptions};
 use std::path::PathBuf;
 use thiserror::Error;
@@ -40,6 +41,8 @@ pub struct EnvConfig {
     /// Where each pass's output stream is written, one file per pass per client
     /// (`GT_DUMP_PASSES`); checked writable when read.
     pub dump_passes: Option<PathBuf>,
+    /// What embedded workers execute on (`GT_BACKEND=cpu|cuda`, default cpu).
+    pub backend: BackendKind,
 }
 
 impl Default for EnvConfig {
@@ -53,6 +56,7 @@ impl Default for EnvConfig {
             passes: Vec::new(),
             pass_options: PassOptions::default(),
             dump_passes: None,
+            backend: BackendKind::Cpu,
         }
     }
 }
@@ -91,6 +95,13 @@ impl EnvConfig {
             Some(v) => Err(ConfigError { var, value: v.into(), expected: "expected 0 or 1".into() }),
         };
         c.monitor = flag("GT_MONITOR")?;
+        if let Some(v) = get("GT_BACKEND").filter(|s| !s.trim().is_empty()) {
+            c.backend = v.trim().parse().map_err(|e: String| ConfigError {
+                var: "GT_BACKEND",
+                value: v.clone(),
+                expected: e,
+            })?;
+        }
         if let Some(list) = get("GT_PASSES") {
             for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
                 let known = registry::check(name).map_err(|e| ConfigError {

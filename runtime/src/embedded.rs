@@ -2,6 +2,7 @@
 //! (what `gt-run` and the Rust API use when nothing else is configured), and the same
 //! start-up for `gt server`, which listens on TCP and IPC instead.
 
+use crate::backend::BackendKind;
 use crate::dispatcher::log::EventLog;
 use crate::dispatcher::{Dispatcher, DispatcherConfig};
 use crate::worker::{run_worker, WorkerError, WorkerOptions};
@@ -28,6 +29,8 @@ pub struct ClusterOptions {
     /// A name under which the endpoints are written for tools (see
     /// [`gt_transport::endpoint::discovery_path`]); `None`: not written.
     pub discovery_name: Option<String>,
+    /// What the in-process workers execute on.
+    pub backend: BackendKind,
 }
 
 impl ClusterOptions {
@@ -40,6 +43,7 @@ impl ClusterOptions {
             instruction_log: None,
             monitor: Vec::new(),
             discovery_name: None,
+            backend: BackendKind::Cpu,
         }
     }
 
@@ -61,6 +65,7 @@ impl ClusterOptions {
         self.dispatcher.worker_batch_size = env.worker_batch_size;
         self.dispatcher.max_message_bytes = env.max_message_bytes;
         self.instruction_log = env.instruction_log.clone();
+        self.backend = env.backend;
         let (passes, options, dump) = (env.passes.clone(), env.pass_options, env.dump_passes.clone());
         if !passes.is_empty() {
             self.dispatcher.pipeline = std::sync::Arc::new(move |client| {
@@ -101,6 +106,9 @@ pub enum ClusterError {
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Thread(std::io::Error),
+    /// The workers' backend cannot run here.
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
 }
 
 /// A running dispatcher with its in-process workers. Dropping it shuts everything down.
@@ -126,6 +134,11 @@ impl Cluster {
 
     /// Starts a dispatcher (and workers) on `ctx`; clients on `ctx` can use `inproc://`.
     pub fn start_in(ctx: zmq::Context, options: ClusterOptions) -> Result<Cluster, ClusterError> {
+        if options.workers > 0 && options.backend != BackendKind::Cpu {
+            // A backend that cannot start (no GPU) is an error now, not workers that never
+            // register.
+            drop(options.backend.start(0)?);
+        }
         let n = NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let inproc = Endpoint::Inproc(format!("gt-dispatcher-{pid}-{n}"));
@@ -171,6 +184,7 @@ impl Cluster {
             let endpoint = inproc.clone();
             let mut wo = WorkerOptions::named(format!("worker-{i}"));
             wo.max_message_bytes = options.dispatcher.max_message_bytes;
+            wo.backend = options.backend;
             let h = std::thread::Builder::new()
                 .name(format!("gt-worker-{i}"))
                 .spawn(move || {

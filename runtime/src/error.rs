@@ -42,4 +42,12 @@ pub enum RuntimeError {
         /// The shape.
         shape: Shape,
     },
+    /// The device failed the instruction (out of memory, a failed launch, a lost device).
+    #[error("{op}: {message}")]
+    Device {
+        /// The op.
+        op: &'static str,
+        /// What the device or driver said, with what was asked of it.
+        message: String,
+    },
 }

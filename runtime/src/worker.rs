@@ -1,10 +1,11 @@
 //! The worker: a DEALER connected to the dispatcher that executes its stream in order on a
-//! backend (today the CPU interpreter), one batch at a time, and keeps per-op counts and
+//! backend (the CPU interpreter or, with the `cuda` feature, a GPU), one batch at a time, and keeps per-op counts and
 //! times (`gt-run --worker-stats`, the seeds' `print_worker_stats`).
 //!
 //! Every batch is answered with `Done`, listing each instruction that failed, so a failure in
 //! the middle of a batch is reported for that instruction (the Python GT answered success).
 
+use crate::backend::{Backend, BackendError, BackendKind};
 use crate::Interpreter;
 use gt_ir::Instr;
 use gt_transport::message::{OpStats, WorkerCommand, WorkerEvent, WorkerStats};
@@ -25,6 +26,8 @@ pub struct WorkerOptions {
     pub max_tensor_bytes: usize,
     /// How long to wait for the dispatcher's welcome.
     pub register_timeout: Duration,
+    /// What executes the stream.
+    pub backend: BackendKind,
 }
 
 impl WorkerOptions {
@@ -35,6 +38,7 @@ impl WorkerOptions {
             max_message_bytes: codec::DEFAULT_MAX_MESSAGE_BYTES,
             max_tensor_bytes: Interpreter::DEFAULT_MAX_TENSOR_BYTES,
             register_timeout: Duration::from_secs(10),
+            backend: BackendKind::Cpu,
         }
     }
 }
@@ -56,6 +60,9 @@ pub enum WorkerError {
     /// The dispatcher went away (it stopped, or the connection broke).
     #[error("lost the dispatcher at {0}")]
     DispatcherGone(Endpoint),
+    /// The backend could not start (no GPU, no driver, a build without CUDA).
+    #[error(transparent)]
+    Backend(#[from] BackendError),
     /// The dispatcher refused the worker.
     #[error("the dispatcher at {endpoint} refused this worker: {message}")]
     Refused {
@@ -82,17 +89,19 @@ pub fn run_worker(
     endpoint: &Endpoint,
     options: &WorkerOptions,
 ) -> Result<(), WorkerError> {
+    // The backend first: a worker that cannot execute should not register.
+    let mut backend = options.backend.start(options.max_tensor_bytes)?;
     let sock = socket::dealer(ctx, endpoint)?;
     // Watch for the connection breaking before registering, so that no disconnect can
     // happen unseen once the dispatcher knows this worker.
     let events = socket::disconnect_events(ctx, &sock, endpoint)?;
     let max = options.max_message_bytes;
-    let register = Inbound::Worker(WorkerEvent::Register { name: options.name.clone(), backend: "cpu".into() });
+    let register =
+        Inbound::Worker(WorkerEvent::Register { name: options.name.clone(), backend: backend.name().into() });
     sock.send(codec::encode(&register, max).expect("a registration is small"), gt_transport::zmq::DONTWAIT)?;
     if sock.poll(gt_transport::zmq::POLLIN, options.register_timeout.as_millis() as i64)? == 0 {
         return Err(WorkerError::NoDispatcher { endpoint: endpoint.clone(), waited: options.register_timeout });
     }
-    let mut interp = Interpreter::with_max_tensor_bytes(options.max_tensor_bytes);
     let mut stats = Stats::default();
     // Never block on a send: with no dispatcher to send to (an in-process one that stopped),
     // a blocking send would wait forever.
@@ -134,21 +143,21 @@ pub fn run_worker(
             }
             WorkerCommand::Exec { batch, instrs } => {
                 let start = Instant::now();
-                let failures = execute_batch(&mut interp, &mut stats, &instrs);
+                let failures = execute_batch(backend.as_mut(), &mut stats, &instrs);
                 let nanos = start.elapsed().as_nanos() as u64;
                 tracing::debug!(target: "gt::worker", "{}: batch {batch}: {} instructions, {} failed, {nanos} ns", options.name, instrs.len(), failures.len());
                 send(&WorkerEvent::Done { batch, failures, nanos })?;
             }
             WorkerCommand::Get { tag, value } => {
                 stats.reads += 1;
-                let event = match interp.read(value) {
+                let event = match backend.read(value) {
                     Ok(tensor) => WorkerEvent::Data { tag, tensor },
                     Err(e) => WorkerEvent::Failed { tag, message: e.to_string() },
                 };
                 send(&event)?;
             }
             WorkerCommand::Stats { tag } => {
-                let stats = snapshot(&options.name, &stats, &interp);
+                let stats = snapshot(&options.name, &stats, backend.as_ref());
                 send(&WorkerEvent::Stats { tag, stats })?;
             }
             WorkerCommand::Ping => {}
@@ -157,7 +166,7 @@ pub fn run_worker(
     }
 }
 
-fn execute_batch(interp: &mut Interpreter, stats: &mut Stats, instrs: &[Instr]) -> Vec<(u32, String)> {
+fn execute_batch(backend: &mut dyn Backend, stats: &mut Stats, instrs: &[Instr]) -> Vec<(u32, String)> {
     stats.batches += 1;
     let mut failures = Vec::new();
     for (i, instr) in instrs.iter().enumerate() {
@@ -165,7 +174,7 @@ fn execute_batch(interp: &mut Interpreter, stats: &mut Stats, instrs: &[Instr]) 
         let t0 = Instant::now();
         // The interpreter reports bad input as errors; a panic would be a bug, and it must
         // not take the worker (and every client's values) down with it.
-        let result = catch_unwind(AssertUnwindSafe(|| interp.execute(instr)));
+        let result = catch_unwind(AssertUnwindSafe(|| backend.execute(instr)));
         let dt = t0.elapsed().as_nanos() as u64;
         let entry = stats.ops.entry(op).or_default();
         entry.0 += 1;
@@ -179,10 +188,20 @@ fn execute_batch(interp: &mut Interpreter, stats: &mut Stats, instrs: &[Instr]) 
         stats.failures += 1;
         failures.push((i as u32, message));
     }
+    // An asynchronous backend reports failures of queued work here; they belong to the
+    // batch, so the last instruction carries them.
+    if let (Err(e), Some(last)) = (backend.finish(), instrs.len().checked_sub(1)) {
+        let last = last as u32;
+        if failures.last().is_none_or(|(i, _)| *i != last) {
+            stats.failures += 1;
+        }
+        failures.retain(|(i, _)| *i != last);
+        failures.push((last, format!("{e} (while running this batch, up to this instruction)")));
+    }
     failures
 }
 
-fn snapshot(name: &str, stats: &Stats, interp: &Interpreter) -> WorkerStats {
+fn snapshot(name: &str, stats: &Stats, backend: &dyn Backend) -> WorkerStats {
     let mut ops: Vec<OpStats> = stats
         .ops
         .iter()
@@ -191,13 +210,13 @@ fn snapshot(name: &str, stats: &Stats, interp: &Interpreter) -> WorkerStats {
     ops.sort_by(|a, b| b.nanos.cmp(&a.nanos).then(a.op.cmp(&b.op)));
     WorkerStats {
         name: name.to_string(),
-        backend: "cpu".into(),
+        backend: backend.name().into(),
         instructions: stats.instructions,
         failures: stats.failures,
         batches: stats.batches,
         reads: stats.reads,
-        live_values: interp.live_values() as u64,
-        live_bytes: interp.live_bytes() as u64,
+        live_values: backend.live_values() as u64,
+        live_bytes: backend.live_bytes() as u64,
         ops,
     }
 }

@@ -9,6 +9,7 @@ use gt::frontend::RunOptions;
 use gt::passdump::Recorder;
 use gt::passes::registry::in_pipeline_order;
 use gt::runtime::config::EnvConfig;
+use gt::runtime::embedded::ClusterError;
 use gt::script::{load, run_local, run_on, source_text, LoadError};
 use gt::session::{format_pass_stats, format_worker_stats, Session, Target};
 use std::io::{IsTerminal, Write};
@@ -146,7 +147,9 @@ fn main() -> ExitCode {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("error: {e:#}");
-                return ExitCode::from(1);
+                // No GPU for GT_BACKEND=cuda: nothing to run on, like a missing dispatcher.
+                let no_backend = matches!(e.downcast_ref(), Some(ClusterError::Backend(_)));
+                return ExitCode::from(if no_backend { 2 } else { 1 });
             }
         };
         let result = if dumped.is_empty() {

@@ -3,8 +3,9 @@
 //! Exit codes: 0 clean stop, 1 runtime failure, 2 usage error or nothing to run on.
 
 use clap::{Parser, Subcommand};
+use gt::runtime::backend::BackendKind;
 use gt::runtime::config::EnvConfig;
-use gt::runtime::embedded::{Cluster, ClusterOptions};
+use gt::runtime::embedded::{Cluster, ClusterError, ClusterOptions};
 use gt::runtime::worker::{run_worker, WorkerError, WorkerOptions};
 use gt::transport::Endpoint;
 use std::process::ExitCode;
@@ -42,9 +43,10 @@ enum Command {
         /// The worker's name in logs and statistics (default: worker@HOSTNAME-PID).
         #[arg(long)]
         name: Option<String>,
-        /// The backend.
-        #[arg(long, default_value = "cpu", value_parser = ["cpu"])]
-        backend: String,
+        /// What executes the stream: cpu, or cuda (an NVIDIA GPU; needs a build with
+        /// `--features cuda`).
+        #[arg(long, default_value = "cpu")]
+        backend: BackendKind,
         /// Seconds to wait for the dispatcher to answer the registration.
         #[arg(long, default_value_t = 10)]
         wait: u64,
@@ -63,7 +65,7 @@ fn main() -> ExitCode {
     };
     match args.command {
         Command::Server { port, host, workers } => server(port, &host, workers, &env),
-        Command::Worker { host, port, name, backend: _, wait } => worker(&host, port, name, wait, &env),
+        Command::Worker { host, port, name, backend, wait } => worker(&host, port, name, backend, wait, &env),
     }
 }
 
@@ -77,7 +79,7 @@ fn server(port: u16, host: &str, workers: usize, env: &EnvConfig) -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(if matches!(e, ClusterError::Backend(_)) { 2 } else { 1 });
         }
     };
     let listen: Vec<String> = cluster.listen().iter().map(|e| e.to_string()).collect();
@@ -94,16 +96,18 @@ fn server(port: u16, host: &str, workers: usize, env: &EnvConfig) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn worker(host: &str, port: u16, name: Option<String>, wait: u64, env: &EnvConfig) -> ExitCode {
+fn worker(host: &str, port: u16, name: Option<String>, backend: BackendKind, wait: u64, env: &EnvConfig) -> ExitCode {
     let endpoint = Endpoint::for_peer(host, port);
     let name = name.unwrap_or_else(|| format!("worker@{}-{}", hostname(), std::process::id()));
     let mut options = WorkerOptions::named(name);
     options.max_message_bytes = env.max_message_bytes;
     options.register_timeout = std::time::Duration::from_secs(wait);
+    options.backend = backend;
     let ctx = gt::transport::zmq::Context::new();
     match run_worker(&ctx, &endpoint, &options) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e @ WorkerError::NoDispatcher { .. }) => {
+        // Nothing to run on: no dispatcher, or no GPU / no CUDA in this build.
+        Err(e @ (WorkerError::NoDispatcher { .. } | WorkerError::Backend(_))) => {
             eprintln!("error: {e}");
             ExitCode::from(2)
         }

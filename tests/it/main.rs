@@ -4,4 +4,6 @@ mod cli;
 mod cluster;
 mod distributed;
 mod filetests;
+mod kernels;
+mod ptx;
 mod tidy;

@@ -1,3 +1,122 @@
-//! Backends: where instructions execute. `cpu` holds the reference interpreter.
+//! Backends: where instructions execute. `cpu` holds the reference interpreter; `cuda` the
+//! PTX generator (always built, so CI can assemble every kernel) and, with the `cuda`
+//! feature, the GPU backend. [`Backend`] is what a worker drives.
 
+pub mod checks;
 pub mod cpu;
+pub mod cuda;
+
+use crate::{Interpreter, RuntimeError};
+use gt_ir::{HostTensor, Instr, ValueId};
+use std::fmt;
+use std::str::FromStr;
+
+/// What a worker executes its stream on.
+pub trait Backend {
+    /// The backend's name in stats and registration (`cpu`, `cuda`).
+    fn name(&self) -> &'static str;
+    /// Runs one instruction (a backend may only queue it; [`Backend::finish`] waits).
+    fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError>;
+    /// A value's type and row-major data (waits for the work that computes it).
+    fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError>;
+    /// Waits for every queued instruction, reporting a failure found while they ran.
+    fn finish(&mut self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+    /// Values defined and not freed.
+    fn live_values(&self) -> usize;
+    /// Bytes of data the live values hold.
+    fn live_bytes(&self) -> usize;
+}
+
+impl Backend for Interpreter {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
+        Interpreter::execute(self, instr)
+    }
+
+    fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
+        Interpreter::read(self, value)
+    }
+
+    fn live_values(&self) -> usize {
+        Interpreter::live_values(self)
+    }
+
+    fn live_bytes(&self) -> usize {
+        Interpreter::live_bytes(self)
+    }
+}
+
+/// Which backend a worker uses (`--backend`, `GT_BACKEND`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendKind {
+    /// The reference interpreter.
+    #[default]
+    Cpu,
+    /// An NVIDIA GPU through generated PTX (needs the `cuda` feature).
+    Cuda,
+}
+
+impl BackendKind {
+    /// Every kind, in help order.
+    pub const ALL: [BackendKind; 2] = [BackendKind::Cpu, BackendKind::Cuda];
+
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
+        }
+    }
+
+    /// Whether this build can run it.
+    pub fn is_built(self) -> bool {
+        match self {
+            BackendKind::Cpu => true,
+            BackendKind::Cuda => cfg!(feature = "cuda"),
+        }
+    }
+
+    /// Starts a backend of this kind on the calling thread (a CUDA context is per thread).
+    pub fn start(self, max_tensor_bytes: usize) -> Result<Box<dyn Backend>, BackendError> {
+        match self {
+            BackendKind::Cpu => Ok(Box::new(Interpreter::with_max_tensor_bytes(max_tensor_bytes))),
+            #[cfg(feature = "cuda")]
+            BackendKind::Cuda => Ok(Box::new(cuda::CudaBackend::new(0, max_tensor_bytes)?)),
+            #[cfg(not(feature = "cuda"))]
+            BackendKind::Cuda => Err(BackendError::NotBuilt),
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<BackendKind, String> {
+        BackendKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown backend `{s}` (known: cpu, cuda)"))
+    }
+}
+
+/// Why a backend could not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// This build has no CUDA support.
+    #[error("this gt was built without CUDA support (rebuild with `--features cuda`)")]
+    NotBuilt,
+    /// The driver or device could not be used.
+    #[error("CUDA is not available: {0}")]
+    Unavailable(String),
+}

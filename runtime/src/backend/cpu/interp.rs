@@ -12,20 +12,17 @@
 //! a straight copy. Broadcasting, permutes and slices are strided views copied once into
 //! their result.
 
+use crate::backend::checks;
 use crate::backend::cpu::random;
 use crate::RuntimeError;
-use gt_ir::verify::shape::{self, ResolvedSlice, MAX_ELEMENTS};
-use gt_ir::{
-    BinaryOp, Executor, HostTensor, Instr, Operand, ReduceOp, Shape, SliceItem, SplitSpec, TensorType, TypeError,
-    UnaryOp, ValueId,
-};
+use gt_ir::verify::shape::{self, ResolvedSlice};
+use gt_ir::{BinaryOp, Executor, HostTensor, Instr, Operand, ReduceOp, Shape, TensorType, TypeError, UnaryOp, ValueId};
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Axis, CowArray, Dimension, IxDyn, Slice, Zip};
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 
 /// A value as the interpreter stores it: row-major contiguous `f32`.
-type Tensor = ArrayD<f32>;
+pub(crate) type Tensor = ArrayD<f32>;
 
 /// Bytes per element of the only dtype that executes.
 const ELEMENT_BYTES: usize = std::mem::size_of::<f32>();
@@ -61,16 +58,7 @@ impl Interpreter {
 
     /// Runs one instruction. On error no value is defined, changed or freed.
     pub fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
-        let op = instr.mnemonic();
-        // Undefined operands first, so they are reported as such rather than as type errors.
-        for value in instr.operands() {
-            self.get(op, value)?;
-        }
-        let instr = self.guard(instr)?;
-        let types = shape::infer(&instr, &|v| self.type_of(v)).map_err(|source| RuntimeError::Type { op, source })?;
-        for ty in &types {
-            self.check_result(op, &ty.shape)?;
-        }
+        let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
         let results = self.compute(&instr, &types)?;
         if let Instr::Free { src } = &*instr {
             self.values.remove(src);
@@ -112,71 +100,6 @@ impl Interpreter {
             Operand::Value(v) => CowArray::from(self.get(op, v)?.view()),
             Operand::Scalar(s) => CowArray::from(Tensor::from_elem(IxDyn(&[]), s as f32)),
         })
-    }
-
-    /// Keeps the type rules themselves safe on absurd operands, before they run.
-    fn guard<'i>(&self, instr: &'i Instr) -> Result<Cow<'i, Instr>, RuntimeError> {
-        // Every live axis is at most 2^40 long (`check_result`), so any slice step larger
-        // than that selects the same single element; clamping it keeps the slice
-        // arithmetic of `resolve_slice` far from i64 overflow.
-        const MAX_STEP: i64 = MAX_ELEMENTS as i64;
-        match instr {
-            Instr::Slice { dst, src, index }
-                if index
-                    .iter()
-                    .any(|i| matches!(i, SliceItem::Range { step, .. } if step.unsigned_abs() > MAX_STEP as u64)) =>
-            {
-                let index = index
-                    .iter()
-                    .map(|&item| match item {
-                        SliceItem::Range { start, end, step } => {
-                            SliceItem::Range { start, end, step: step.clamp(-MAX_STEP, MAX_STEP) }
-                        }
-                        other => other,
-                    })
-                    .collect();
-                Ok(Cow::Owned(Instr::Slice { dst: *dst, src: *src, index }))
-            }
-            Instr::Split { src, axis, spec, .. } => {
-                // `split_sizes` lists every piece before it compares the count with the
-                // results named, so bound that list like any other allocation.
-                let a = self.get(instr.mnemonic(), *src)?;
-                if let Ok(axis) = shape::normalize_axis(*axis, a.ndim()) {
-                    let len = a.shape()[axis];
-                    let pieces = match spec {
-                        SplitSpec::Size(n) => len / (*n).max(1) + 1,
-                        SplitSpec::Chunks(c) => (*c).min(len) + 1,
-                        SplitSpec::Sizes(_) => 0,
-                    };
-                    let bytes = pieces.saturating_mul(std::mem::size_of::<usize>());
-                    if bytes > self.max_tensor_bytes {
-                        return Err(RuntimeError::TooLarge {
-                            op: instr.mnemonic(),
-                            bytes,
-                            limit: self.max_tensor_bytes,
-                        });
-                    }
-                }
-                Ok(Cow::Borrowed(instr))
-            }
-            _ => Ok(Cow::Borrowed(instr)),
-        }
-    }
-
-    /// Checks a result fits the memory limit and can be addressed.
-    fn check_result(&self, op: &'static str, shape: &Shape) -> Result<(), RuntimeError> {
-        let bytes = shape.checked_numel().and_then(|n| n.checked_mul(ELEMENT_BYTES)).unwrap_or(usize::MAX);
-        if bytes > self.max_tensor_bytes {
-            return Err(RuntimeError::TooLarge { op, bytes, limit: self.max_tensor_bytes });
-        }
-        // An empty tensor needs no bytes but may still name absurd dimensions, which would
-        // overflow the type rules' arithmetic (concat sums, slice bounds) and ndarray's
-        // checks; bounding the nonzero ones keeps every later step in range.
-        let extent = shape.dims().iter().filter(|&&d| d != 0).try_fold(1usize, |acc, &d| acc.checked_mul(d));
-        if !matches!(extent, Some(e) if e <= MAX_ELEMENTS) {
-            return Err(RuntimeError::Extent { op, shape: shape.clone() });
-        }
-        Ok(())
     }
 
     /// Computes the results of an instruction whose result `types` the type rule gave.
@@ -296,7 +219,7 @@ fn standard(a: Tensor) -> Tensor {
 }
 
 /// A tensor from row-major data whose length the type rule already checked.
-fn from_vec(dims: &[usize], data: Vec<f32>) -> Tensor {
+pub(crate) fn from_vec(dims: &[usize], data: Vec<f32>) -> Tensor {
     Tensor::from_shape_vec(dims, data).expect("the type rule fixed the element count")
 }
 
@@ -321,7 +244,7 @@ fn arange(start: f64, step: f64, dims: &[usize]) -> Tensor {
     from_vec(dims, (0..n).map(|i| (start + i as f64 * step) as f32).collect())
 }
 
-fn unary(op: UnaryOp, a: &Tensor) -> Tensor {
+pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Tensor {
     match op {
         UnaryOp::Neg => a.mapv(|x| -x),
         UnaryOp::Abs => a.mapv(f32::abs),
@@ -372,7 +295,7 @@ fn nan_min(x: f32, y: f32) -> f32 {
     }
 }
 
-fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: &[usize]) -> Tensor {
+pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: &[usize]) -> Tensor {
     // One monomorphised loop per op: the match is outside the element loop.
     fn zip(a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: &[usize], f: impl Fn(f32, f32) -> f32) -> Tensor {
         Zip::from(&broadcast(a, dims)).and(&broadcast(b, dims)).map_collect(|&x, &y| f(x, y))
@@ -395,7 +318,7 @@ fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: 
 }
 
 /// `where`: `on_true` where `cond` is nonzero (NaN included), else `on_false`.
-fn select(
+pub(crate) fn select(
     cond: &ArrayViewD<'_, f32>,
     on_true: &ArrayViewD<'_, f32>,
     on_false: &ArrayViewD<'_, f32>,
@@ -408,7 +331,7 @@ fn select(
 }
 
 /// NumPy `matmul`: one `sgemm` per (broadcast) batch index, on strided views.
-fn matmul(a: &Tensor, b: &Tensor, dims: &[usize]) -> Result<Tensor, TypeError> {
+pub(crate) fn matmul(a: &Tensor, b: &Tensor, dims: &[usize]) -> Result<Tensor, TypeError> {
     // A 1-d operand becomes a row (left) or a column (right); the type rule already
     // dropped that axis from `dims`, and dropping a size-1 axis keeps row-major order.
     let a = if a.ndim() == 1 { a.view().insert_axis(Axis(0)) } else { a.view() };
@@ -472,7 +395,7 @@ fn gemm(a: ArrayViewD<'_, f32>, b: ArrayViewD<'_, f32>, mut c: ArrayViewMutD<'_,
 }
 
 /// Reduces `axes` (sorted, distinct) of `a` into a tensor of shape `dims`.
-fn reduce(op: ReduceOp, a: &Tensor, axes: &[usize], dims: &[usize]) -> Tensor {
+pub(crate) fn reduce(op: ReduceOp, a: &Tensor, axes: &[usize], dims: &[usize]) -> Tensor {
     // Move the reduced axes last and view the tensor as rows: one row per result element,
     // in row-major order of the kept axes, which is also the order with `keepdim`.
     let kept: Vec<usize> = (0..a.ndim()).filter(|i| !axes.contains(i)).collect();
@@ -556,6 +479,7 @@ fn split(a: &Tensor, axis: usize, types: &[TensorType]) -> Vec<Tensor> {
 mod tests {
     use super::*;
     use gt_ir::DType;
+    use gt_ir::{SliceItem, SplitSpec};
     use proptest::prelude::*;
 
     fn v(i: u32) -> ValueId {

@@ -2,4 +2,5 @@
 //! reproduces element by element.
 
 pub mod interp;
+pub mod kernels;
 pub mod random;

@@ -1,0 +1,304 @@
+//! GPU benchmarks of the CUDA backend (needs a GPU; `cargo bench --features cuda --bench cuda`,
+//! `GT_BENCH_QUICK=1` for small sizes, `GT_BENCH_SAVE=1` writes `bench/results/cuda-<device>.txt`).
+//! PyTorch runs the same workloads in the same run (`bench/cuda_torch.py`) when installed.
+//!
+//! - an 8-op elementwise chain as one fused kernel (built by hand in the kernel IR, as the fuse
+//!   pass will build it) against a device-to-device copy of the same bytes: effective bandwidth;
+//!   the same chain unfused (8 instructions) for reference;
+//! - row softmax as five instructions (max, sub, exp, sum, div: unfused until the fuse pass);
+//! - matmul 4096^3 f32 (SIMT FMA tiles) in TFLOP/s;
+//! - per-op overhead of tiny ops on the backend alone and through client -> dispatcher -> worker.
+//!
+//! Times are wall-clock around a stream synchronisation, medians of several repetitions.
+
+use gt::frontend::{Client, ClientOptions, Origin};
+use gt::ir::kernel::{Access, Kernel, MapKernel, Node};
+use gt::ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
+use gt::runtime::backend::cuda::CudaBackend;
+use gt::runtime::backend::{Backend, BackendKind};
+use gt::runtime::{Cluster, ClusterOptions};
+use std::fmt::Write as _;
+use std::time::Instant;
+
+fn v(i: u32) -> ValueId {
+    ValueId(i)
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Median milliseconds of `f` followed by a sync, after one warm-up.
+fn time(g: &mut CudaBackend, reps: usize, mut f: impl FnMut(&mut CudaBackend)) -> f64 {
+    f(g);
+    g.finish().unwrap();
+    let samples = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f(g);
+            g.finish().unwrap();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    median(samples)
+}
+
+fn exec(g: &mut CudaBackend, instr: Instr) {
+    g.execute(&instr).unwrap_or_else(|e| panic!("{}: {e}", instr.mnemonic()));
+}
+
+fn chain_kernel(n: usize) -> Kernel {
+    let c = Node::constant;
+    Kernel::Map(MapKernel {
+        shape: vec![n],
+        inputs: vec![Access::contiguous(&[n])],
+        nodes: vec![
+            Node::Input(0),
+            c(1.0001),
+            Node::Binary(BinaryOp::Mul, 0, 1),
+            c(0.5),
+            Node::Binary(BinaryOp::Add, 2, 3),
+            Node::Unary(UnaryOp::Tanh, 4),
+            Node::Unary(UnaryOp::Exp, 5),
+            Node::Binary(BinaryOp::Mul, 6, 3),
+            c(0.25),
+            Node::Binary(BinaryOp::Sub, 7, 8),
+            Node::Unary(UnaryOp::Abs, 9),
+            Node::Unary(UnaryOp::Sqrt, 10),
+        ],
+        output: Access::contiguous(&[n]),
+        reduce: None,
+    })
+}
+
+fn torch(quick: bool) -> Option<serde_json_lite::Object> {
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/bench/cuda_torch.py"));
+    if quick {
+        cmd.arg("quick");
+    }
+    let out = cmd.output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    serde_json_lite::parse(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Enough JSON for the flat object the torch script prints.
+mod serde_json_lite {
+    /// Keys and their raw values (numbers or strings).
+    pub type Object = Vec<(String, String)>;
+
+    pub fn parse(text: &str) -> Option<Object> {
+        let body = text.trim().strip_prefix('{')?.strip_suffix('}')?;
+        let mut out = Vec::new();
+        for part in body.split(", \"") {
+            let (k, v) = part.split_once("\": ")?;
+            out.push((k.trim_matches('"').to_string(), v.trim_matches('"').to_string()));
+        }
+        Some(out)
+    }
+
+    pub fn number(o: &Object, key: &str) -> Option<f64> {
+        o.iter().find(|(k, _)| k == key)?.1.parse().ok()
+    }
+
+    pub fn text<'a>(o: &'a Object, key: &str) -> Option<&'a str> {
+        o.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+}
+
+fn main() {
+    let quick = std::env::var_os("GT_BENCH_QUICK").is_some();
+    let reps = if quick { 3 } else { 10 };
+    let mut g = match CudaBackend::new(0, usize::MAX) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("no GPU: {e}");
+            return;
+        }
+    };
+    let mut report = String::new();
+    let device = g.device_name().to_string();
+    let _ = writeln!(report, "# gt CUDA backend on {device}{}", if quick { " (quick sizes)" } else { "" });
+    let t = torch(quick);
+    match &t {
+        Some(t) => {
+            let _ = writeln!(
+                report,
+                "# PyTorch {} on {}",
+                serde_json_lite::text(t, "torch").unwrap_or("?"),
+                serde_json_lite::text(t, "device").unwrap_or("?")
+            );
+        }
+        None => {
+            let _ = writeln!(report, "# PyTorch: not available (skipped)");
+        }
+    }
+    let tnum = |k: &str| t.as_ref().and_then(|t| serde_json_lite::number(t, k));
+
+    // 1. Elementwise chain vs copy.
+    let n: usize = if quick { 1 << 24 } else { 1 << 28 };
+    exec(&mut g, Instr::Rand { dst: v(0), ty: TensorType::f32(vec![n]), seed: 1 });
+    let kernel = chain_kernel(n);
+    let fused = time(&mut g, reps, |g| g.run_kernel(&kernel, &[v(0)], v(1), TensorType::f32(vec![n])).unwrap());
+    let copy = time(&mut g, reps, |g| g.copy(v(0), v(2)).unwrap());
+    exec(&mut g, Instr::Free { src: v(1) });
+    exec(&mut g, Instr::Free { src: v(2) });
+    let unfused = time(&mut g, reps.min(5), |g| {
+        let steps: [(u32, Instr); 8] = [
+            (
+                10,
+                Instr::Binary {
+                    dst: v(10),
+                    op: BinaryOp::Mul,
+                    lhs: Operand::Value(v(0)),
+                    rhs: Operand::Scalar(1.0001),
+                },
+            ),
+            (
+                11,
+                Instr::Binary { dst: v(11), op: BinaryOp::Add, lhs: Operand::Value(v(10)), rhs: Operand::Scalar(0.5) },
+            ),
+            (12, Instr::Unary { dst: v(12), op: UnaryOp::Tanh, src: v(11) }),
+            (13, Instr::Unary { dst: v(13), op: UnaryOp::Exp, src: v(12) }),
+            (
+                14,
+                Instr::Binary { dst: v(14), op: BinaryOp::Mul, lhs: Operand::Value(v(13)), rhs: Operand::Scalar(0.5) },
+            ),
+            (
+                15,
+                Instr::Binary { dst: v(15), op: BinaryOp::Sub, lhs: Operand::Value(v(14)), rhs: Operand::Scalar(0.25) },
+            ),
+            (16, Instr::Unary { dst: v(16), op: UnaryOp::Abs, src: v(15) }),
+            (17, Instr::Unary { dst: v(17), op: UnaryOp::Sqrt, src: v(16) }),
+        ];
+        for (i, (dst, instr)) in steps.into_iter().enumerate() {
+            exec(g, instr);
+            if i > 0 {
+                exec(g, Instr::Free { src: v(dst - 1) });
+            }
+        }
+        exec(g, Instr::Free { src: v(17) });
+    });
+    exec(&mut g, Instr::Free { src: v(0) });
+    let gbs = |ms: f64| (2 * n * 4) as f64 / (ms * 1e-3) / 1e9;
+    let _ = writeln!(report, "\n## 8-op elementwise chain on {n} f32 (read + write {} MiB)", (2 * n * 4) >> 20);
+    let _ = writeln!(report, "fused kernel     {fused:9.3} ms  {:7.1} GB/s", gbs(fused));
+    let _ = writeln!(report, "device copy      {copy:9.3} ms  {:7.1} GB/s", gbs(copy));
+    let _ = writeln!(report, "fused / copy bandwidth: {:.1}% (goal >= 85%)", 100.0 * copy / fused);
+    let _ = writeln!(report, "unfused (8 ops)  {unfused:9.3} ms  ({:.2}x the fused time)", unfused / fused);
+    if let Some(tc) = tnum("chain_ms") {
+        let _ = writeln!(report, "PyTorch chain    {tc:9.3} ms  -> gt fused is {:.2}x faster", tc / fused);
+    }
+    if let Some(tc) = tnum("copy_ms") {
+        let _ = writeln!(report, "PyTorch clone    {tc:9.3} ms");
+    }
+
+    // 2. Row softmax, as five instructions.
+    let rows: usize = if quick { 4096 } else { 16384 };
+    exec(&mut g, Instr::Randn { dst: v(20), ty: TensorType::f32(vec![rows, rows]), seed: 3 });
+    let softmax = time(&mut g, reps, |g| {
+        let ax = Some(vec![1]);
+        exec(g, Instr::Reduce { dst: v(21), op: ReduceOp::Max, src: v(20), axes: ax.clone(), keepdim: true });
+        exec(
+            g,
+            Instr::Binary { dst: v(22), op: BinaryOp::Sub, lhs: Operand::Value(v(20)), rhs: Operand::Value(v(21)) },
+        );
+        exec(g, Instr::Unary { dst: v(23), op: UnaryOp::Exp, src: v(22) });
+        exec(g, Instr::Reduce { dst: v(24), op: ReduceOp::Sum, src: v(23), axes: ax, keepdim: true });
+        exec(
+            g,
+            Instr::Binary { dst: v(25), op: BinaryOp::Div, lhs: Operand::Value(v(23)), rhs: Operand::Value(v(24)) },
+        );
+        for i in 21..=25 {
+            exec(g, Instr::Free { src: v(i) });
+        }
+    });
+    exec(&mut g, Instr::Free { src: v(20) });
+    let _ = writeln!(report, "\n## row softmax {rows}x{rows} (5 unfused kernels)");
+    let _ = writeln!(report, "gt               {softmax:9.3} ms");
+    if let Some(ts) = tnum("softmax_ms") {
+        let _ =
+            writeln!(report, "PyTorch          {ts:9.3} ms  -> gt/PyTorch speed {:.2}x (goal >= 1.0x)", ts / softmax);
+    }
+
+    // 3. Matmul.
+    let size: usize = if quick { 1024 } else { 4096 };
+    exec(&mut g, Instr::Randn { dst: v(30), ty: TensorType::f32(vec![size, size]), seed: 4 });
+    exec(&mut g, Instr::Randn { dst: v(31), ty: TensorType::f32(vec![size, size]), seed: 5 });
+    let mm = time(&mut g, reps, |g| {
+        exec(g, Instr::MatMul { dst: v(32), lhs: v(30), rhs: v(31) });
+    });
+    let tflops = |ms: f64| 2.0 * (size as f64).powi(3) / (ms * 1e-3) / 1e12;
+    let _ = writeln!(report, "\n## matmul {size}^3 f32");
+    let _ = writeln!(report, "gt (f32 FMA)     {mm:9.3} ms  {:6.2} TFLOP/s", tflops(mm));
+    if let Some(t32) = tnum("matmul_f32_ms") {
+        let _ = writeln!(
+            report,
+            "cuBLAS f32       {t32:9.3} ms  {:6.2} TFLOP/s -> gt at {:.0}%",
+            tflops(t32),
+            100.0 * t32 / mm
+        );
+    }
+    if let Some(ttf) = tnum("matmul_tf32_ms") {
+        let _ = writeln!(
+            report,
+            "cuBLAS tf32      {ttf:9.3} ms  {:6.2} TFLOP/s -> gt at {:.0}%",
+            tflops(ttf),
+            100.0 * ttf / mm
+        );
+    }
+    for i in 30..=32 {
+        exec(&mut g, Instr::Free { src: v(i) });
+    }
+
+    // 4. Tiny ops: the backend alone, then through the whole runtime.
+    let ops = if quick { 2_000 } else { 20_000 };
+    exec(&mut g, Instr::Ones { dst: v(40), ty: TensorType::f32(vec![4]) });
+    let backend_ms = time(&mut g, 3, |g| {
+        for _ in 0..ops {
+            exec(
+                g,
+                Instr::Binary { dst: v(41), op: BinaryOp::Add, lhs: Operand::Value(v(40)), rhs: Operand::Scalar(1.0) },
+            );
+        }
+    });
+    drop(g);
+    let mut options = ClusterOptions::embedded(1);
+    options.backend = BackendKind::Cuda;
+    let cluster = Cluster::start(options).unwrap();
+    let mut client = Client::connect_in(cluster.context(), cluster.endpoint(), ClientOptions::default()).unwrap();
+    let origin = Origin { op: "add", span: None };
+    client.submit(Instr::Ones { dst: v(0), ty: TensorType::f32(vec![4]) }, origin).unwrap();
+    client.sync().unwrap();
+    let mut samples = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        for _ in 0..ops {
+            let add =
+                Instr::Binary { dst: v(1), op: BinaryOp::Add, lhs: Operand::Value(v(0)), rhs: Operand::Scalar(1.0) };
+            client.submit(add, origin).unwrap();
+        }
+        client.sync().unwrap();
+        samples.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let runtime_ms = median(samples);
+    drop(client);
+    drop(cluster);
+    let _ = writeln!(report, "\n## per-op overhead, {ops} tiny adds (f32[4])");
+    let _ = writeln!(report, "backend alone              {:6.2} us/op", backend_ms * 1e3 / ops as f64);
+    let _ = writeln!(report, "client->dispatcher->worker {:6.2} us/op (goal <= 10 us)", runtime_ms * 1e3 / ops as f64);
+
+    print!("{report}");
+    if std::env::var_os("GT_BENCH_SAVE").is_some() {
+        let name: String =
+            device.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+        let dir = std::env::var("GT_BENCH_OUT")
+            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/bench/results").into());
+        let path = format!("{dir}/cuda-{name}.txt");
+        std::fs::write(&path, &report).unwrap();
+        eprintln!("wrote {path}");
+    }
+}

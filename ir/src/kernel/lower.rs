@@ -1,0 +1,379 @@
+//! One instruction to kernels: the unfused lowering every kernel backend shares. Views
+//! (transpose, permute, slice, broadcast) become strided reads, `concat` one strided write
+//! per operand, `split` one strided read per piece; creation ops become maps with no
+//! inputs. The instruction's types must already be checked ([`crate::verify::shape::infer`]).
+
+use super::{row_major_strides, Access, Kernel, MapKernel, MatMulKernel, Node, Reduction};
+use crate::verify::shape::{normalize_axes, normalize_axis, resolve_slice};
+use crate::{Instr, Operand, TensorType, ValueId};
+
+/// One thing a backend does to execute an instruction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Runs `kernel` on the buffers of `inputs`, writing into result number `output`.
+    Launch {
+        /// The kernel.
+        kernel: Kernel,
+        /// One value per kernel input.
+        inputs: Vec<ValueId>,
+        /// Index into the instruction's results.
+        output: usize,
+    },
+    /// Copies the instruction's literal data into result number `output`.
+    Upload {
+        /// Index into the instruction's results.
+        output: usize,
+    },
+}
+
+/// The steps that compute `instr`'s results (typed `results`, operands typed by `ty`).
+/// Instructions with no results (`free`, `get`, markers) and empty results need no steps.
+pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[TensorType]) -> Vec<Step> {
+    let out_dims = || results.first().map(|t| t.shape.0.clone()).unwrap_or_default();
+    let mut steps = Vec::new();
+    let mut map = |parts: MapParts| {
+        let (values, accesses): (Vec<_>, Vec<_>) = parts.inputs.into_iter().unzip();
+        let kernel =
+            MapKernel { shape: parts.shape, inputs: accesses, nodes: parts.nodes, output: parts.output, reduce: None };
+        if kernel.numel() > 0 {
+            steps.push(Step::Launch { kernel: Kernel::Map(kernel), inputs: values, output: 0 });
+        }
+    };
+    let creation = |node: Node| {
+        let dims = out_dims();
+        let output = Access::contiguous(&dims);
+        MapParts { shape: dims, inputs: vec![], nodes: vec![node], output }
+    };
+    match instr {
+        Instr::Randn { seed, .. } => map(creation(Node::Randn { seed: *seed })),
+        Instr::Rand { seed, .. } => map(creation(Node::Rand { seed: *seed })),
+        Instr::Zeros { .. } => map(creation(Node::constant(0.0))),
+        Instr::Ones { .. } => map(creation(Node::constant(1.0))),
+        Instr::Full { value, .. } => map(creation(Node::constant(*value as f32))),
+        Instr::Arange { start, step, .. } => map(creation(Node::Iota { start: start.to_bits(), step: step.to_bits() })),
+        Instr::Literal { ty: t, .. } => {
+            if t.shape.numel() > 0 {
+                steps.push(Step::Upload { output: 0 });
+            }
+        }
+        Instr::Unary { op, src, .. } => {
+            let dims = out_dims();
+            let input = (*src, Access::contiguous(&dims));
+            map(MapParts::new(
+                dims.clone(),
+                vec![input],
+                vec![Node::Input(0), Node::Unary(*op, 0)],
+                Access::contiguous(&dims),
+            ))
+        }
+        Instr::Binary { op, lhs, rhs, .. } => {
+            let dims = out_dims();
+            let mut operands = Operands::new(&dims, ty);
+            let (a, b) = (operands.add(*lhs), operands.add(*rhs));
+            operands.nodes.push(Node::Binary(*op, a, b));
+            let (inputs, nodes) = (operands.inputs, operands.nodes);
+            map(MapParts::new(dims.clone(), inputs, nodes, Access::contiguous(&dims)))
+        }
+        Instr::Where { cond, on_true, on_false, .. } => {
+            let dims = out_dims();
+            let mut operands = Operands::new(&dims, ty);
+            let c = operands.add(Operand::Value(*cond));
+            let (t, f) = (operands.add(*on_true), operands.add(*on_false));
+            operands.nodes.push(Node::Select(c, t, f));
+            let (inputs, nodes) = (operands.inputs, operands.nodes);
+            map(MapParts::new(dims.clone(), inputs, nodes, Access::contiguous(&dims)))
+        }
+        Instr::MatMul { lhs, rhs, .. } => {
+            if let Some(kernel) = matmul(&ty(*lhs).shape.0, &ty(*rhs).shape.0) {
+                steps.push(Step::Launch { kernel: Kernel::MatMul(kernel), inputs: vec![*lhs, *rhs], output: 0 });
+            }
+        }
+        Instr::Reduce { op, src, axes, .. } => {
+            let dims = ty(*src).shape.0;
+            let rank = dims.len();
+            let mut axes = match axes {
+                None => (0..rank).collect(),
+                Some(a) => normalize_axes(a, rank).unwrap_or_default(),
+            };
+            axes.sort_unstable();
+            // Output strides over the kept axes in order; reduced axes get 0.
+            let kept: Vec<usize> = (0..rank).filter(|i| !axes.contains(i)).map(|i| dims[i]).collect();
+            let kept_strides = row_major_strides(&kept);
+            let mut next = kept_strides.into_iter();
+            let strides = (0..rank).map(|i| if axes.contains(&i) { 0 } else { next.next().unwrap_or(0) }).collect();
+            let kernel = MapKernel {
+                shape: dims.clone(),
+                inputs: vec![Access::contiguous(&dims)],
+                nodes: vec![Node::Input(0)],
+                output: Access { offset: 0, strides },
+                reduce: Some(Reduction { op: *op, axes }),
+            };
+            if kernel.extents().0 > 0 {
+                steps.push(Step::Launch { kernel: Kernel::Map(kernel), inputs: vec![*src], output: 0 });
+            }
+        }
+        Instr::Transpose { src, dim0, dim1, .. } => {
+            let dims = ty(*src).shape.0;
+            let mut perm: Vec<usize> = (0..dims.len()).collect();
+            if let (Ok(a), Ok(b)) = (normalize_axis(*dim0, dims.len()), normalize_axis(*dim1, dims.len())) {
+                perm.swap(a, b);
+            }
+            map(permuted(*src, &dims, &perm))
+        }
+        Instr::Permute { src, perm, .. } => {
+            let dims = ty(*src).shape.0;
+            // In the given order (normalize_axes would sort them).
+            let perm: Vec<usize> = perm.iter().map(|&p| normalize_axis(p, dims.len()).unwrap_or(0)).collect();
+            map(permuted(*src, &dims, &perm))
+        }
+        Instr::Reshape { src, .. } | Instr::Squeeze { src, .. } | Instr::Unsqueeze { src, .. } => {
+            // Same elements in the same order: a contiguous copy.
+            let dims = out_dims();
+            map(MapParts::new(
+                dims.clone(),
+                vec![(*src, Access::contiguous(&dims))],
+                vec![Node::Input(0)],
+                Access::contiguous(&dims),
+            ))
+        }
+        Instr::BroadcastTo { src, .. } => {
+            let dims = out_dims();
+            let access = broadcast_access(&ty(*src).shape.0, &dims);
+            map(MapParts::new(dims.clone(), vec![(*src, access)], vec![Node::Input(0)], Access::contiguous(&dims)))
+        }
+        Instr::Slice { src, index, .. } => {
+            let src_dims = ty(*src).shape.0;
+            if let Ok(resolved) = resolve_slice(index, &crate::Shape(src_dims.clone())) {
+                let src_strides = row_major_strides(&src_dims);
+                let offset = resolved.axes.iter().zip(&src_strides).map(|(a, s)| a.start as i64 * s).sum();
+                // The result is the taken elements with size-1 axes dropped or inserted: its
+                // axes of size > 1 are the taken axes of size > 1, in order.
+                let mut taken =
+                    resolved.axes.iter().zip(&src_strides).filter(|(a, _)| a.len != 1).map(|(a, s)| a.step * s);
+                let dims = resolved.shape.0.clone();
+                let strides = dims.iter().map(|&d| if d == 1 { 0 } else { taken.next().unwrap_or(0) }).collect();
+                let access = Access { offset, strides };
+                map(MapParts::new(dims.clone(), vec![(*src, access)], vec![Node::Input(0)], Access::contiguous(&dims)))
+            }
+        }
+        Instr::Concat { srcs, axis, .. } => {
+            let dims = out_dims();
+            let axis = normalize_axis(*axis, dims.len()).unwrap_or(0);
+            let out_strides = row_major_strides(&dims);
+            let mut start = 0i64;
+            for src in srcs {
+                let piece = ty(*src).shape.0;
+                let output = Access { offset: start * out_strides[axis], strides: out_strides.clone() };
+                map(MapParts::new(
+                    piece.clone(),
+                    vec![(*src, Access::contiguous(&piece))],
+                    vec![Node::Input(0)],
+                    output,
+                ));
+                start += piece.get(axis).copied().unwrap_or(0) as i64;
+            }
+        }
+        Instr::Split { src, axis, .. } => {
+            let src_dims = ty(*src).shape.0;
+            let axis = normalize_axis(*axis, src_dims.len()).unwrap_or(0);
+            let src_strides = row_major_strides(&src_dims);
+            let mut start = 0i64;
+            for (i, piece) in results.iter().enumerate() {
+                let dims = piece.shape.0.clone();
+                let input = Access { offset: start * src_strides[axis], strides: src_strides.clone() };
+                let kernel = MapKernel {
+                    shape: dims.clone(),
+                    inputs: vec![input],
+                    nodes: vec![Node::Input(0)],
+                    output: Access::contiguous(&dims),
+                    reduce: None,
+                };
+                if kernel.numel() > 0 {
+                    steps.push(Step::Launch { kernel: Kernel::Map(kernel), inputs: vec![*src], output: i });
+                }
+                start += dims.get(axis).copied().unwrap_or(0) as i64;
+            }
+        }
+        Instr::Free { .. } | Instr::GetData { .. } | Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {}
+    }
+    steps
+}
+
+/// A map kernel under construction: inputs still named by value.
+struct MapParts {
+    shape: Vec<usize>,
+    inputs: Vec<(ValueId, Access)>,
+    nodes: Vec<Node>,
+    output: Access,
+}
+
+impl MapParts {
+    fn new(shape: Vec<usize>, inputs: Vec<(ValueId, Access)>, nodes: Vec<Node>, output: Access) -> MapParts {
+        MapParts { shape, inputs, nodes, output }
+    }
+}
+
+/// Collects a map kernel's inputs and leaf nodes from operands (scalars become constants).
+struct Operands<'a> {
+    dims: &'a [usize],
+    ty: &'a dyn Fn(ValueId) -> TensorType,
+    inputs: Vec<(ValueId, Access)>,
+    nodes: Vec<Node>,
+}
+
+impl<'a> Operands<'a> {
+    fn new(dims: &'a [usize], ty: &'a dyn Fn(ValueId) -> TensorType) -> Operands<'a> {
+        Operands { dims, ty, inputs: Vec::new(), nodes: Vec::new() }
+    }
+
+    fn add(&mut self, operand: Operand) -> u32 {
+        let node = match operand {
+            Operand::Scalar(x) => Node::constant(x as f32),
+            Operand::Value(v) => {
+                let access = broadcast_access(&(self.ty)(v).shape.0, self.dims);
+                // One input per distinct value (`mul %x, %x` reads %x once).
+                let i = match self.inputs.iter().position(|(w, a)| *w == v && *a == access) {
+                    Some(i) => i,
+                    None => {
+                        self.inputs.push((v, access));
+                        self.inputs.len() - 1
+                    }
+                };
+                Node::Input(i as u32)
+            }
+        };
+        if let Some(i) = self.nodes.iter().position(|n| *n == node) {
+            return i as u32;
+        }
+        self.nodes.push(node);
+        (self.nodes.len() - 1) as u32
+    }
+}
+
+/// Reading a tensor of shape `src` broadcast (NumPy rules) to `dims`.
+pub fn broadcast_access(src: &[usize], dims: &[usize]) -> Access {
+    let src_strides = row_major_strides(src);
+    let lead = dims.len().saturating_sub(src.len());
+    let strides = (0..dims.len())
+        .map(|i| match i.checked_sub(lead) {
+            Some(j) if src[j] != 1 => src_strides[j],
+            _ => 0,
+        })
+        .collect();
+    Access { offset: 0, strides }
+}
+
+/// A copy whose result axis `i` is source axis `perm[i]`.
+fn permuted(src: ValueId, dims: &[usize], perm: &[usize]) -> MapParts {
+    let strides = row_major_strides(dims);
+    let out: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+    let access = Access { offset: 0, strides: perm.iter().map(|&p| strides[p]).collect() };
+    let output = Access::contiguous(&out);
+    MapParts::new(out, vec![(src, access)], vec![Node::Input(0)], output)
+}
+
+/// The kernel of a NumPy matmul of shapes `a` and `b` (`None` when the result is empty).
+fn matmul(a: &[usize], b: &[usize]) -> Option<MatMulKernel> {
+    let a: Vec<usize> = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
+    let b: Vec<usize> = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
+    let (ra, rb) = (a.len(), b.len());
+    let (m, k, n) = (a[ra - 2], a[ra - 1], b[rb - 1]);
+    let rank = (ra - 2).max(rb - 2);
+    let batch: Vec<usize> = (0..rank)
+        .map(|i| {
+            let pick = |d: &[usize], r: usize| (i + r).checked_sub(rank).map_or(1, |j| d[j]);
+            pick(&a, ra - 2).max(pick(&b, rb - 2))
+        })
+        .collect();
+    let with = |rows: usize, cols: usize| batch.iter().copied().chain([rows, cols]).collect::<Vec<_>>();
+    let kernel =
+        MatMulKernel { lhs: broadcast_access(&a, &with(m, k)), rhs: broadcast_access(&b, &with(k, n)), batch, m, n, k };
+    (kernel.batch_count() * m * n > 0).then_some(kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::shape::infer;
+    use crate::{text, BinaryOp, SliceItem};
+
+    fn lower_text(src: &str, types: &[(&str, &[usize])]) -> String {
+        let program = text::parse(src).unwrap();
+        let instr = program.instrs()[0].0.clone();
+        let ty = |v: ValueId| {
+            let name = &program.names[v.0 as usize];
+            types.iter().find(|(n, _)| n == name).map(|(_, d)| TensorType::f32(d.to_vec())).unwrap()
+        };
+        let results = infer(&instr, &|v| Ok(ty(v))).unwrap();
+        lower(&instr, &ty, &results)
+            .iter()
+            .map(|s| match s {
+                Step::Launch { kernel, inputs, output } => format!("{kernel}\n  reads {inputs:?} -> result {output}"),
+                Step::Upload { output } => format!("upload -> result {output}"),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn binary_broadcasts_with_zero_strides_and_scalars_are_constants() {
+        let k = lower_text("%c = add %a, %b\n", &[("a", &[2, 3]), ("b", &[3])]);
+        assert!(k.contains("in0 +0 strides [3, 1]"), "{k}");
+        assert!(k.contains("in1 +0 strides [0, 1]"), "{k}");
+        let k = lower_text("%c = mul %a, 0.5\n", &[("a", &[4])]);
+        assert!(k.contains("const 0.5"), "{k}");
+    }
+
+    #[test]
+    fn transpose_and_slice_are_strided_reads() {
+        let k = lower_text("%c = transpose %a\n", &[("a", &[2, 3])]);
+        assert!(k.contains("kernel map [3, 2]") && k.contains("in0 +0 strides [1, 3]"), "{k}");
+        // x[1, ::-2] of a [3, 5]: offset 1*5 + 4, stride -2.
+        let instr = Instr::Slice {
+            dst: ValueId(1),
+            src: ValueId(0),
+            index: vec![SliceItem::Index(1), SliceItem::Range { start: None, end: None, step: -2 }],
+        };
+        let ty = |_| TensorType::f32(vec![3, 5]);
+        let results = infer(&instr, &|v| Ok(ty(v))).unwrap();
+        let steps = lower(&instr, &ty, &results);
+        let Step::Launch { kernel: Kernel::Map(k), .. } = &steps[0] else { panic!() };
+        assert_eq!(k.inputs[0], Access { offset: 9, strides: vec![-2] });
+        assert_eq!(k.shape, vec![3]);
+    }
+
+    #[test]
+    fn permute_keeps_the_order_given() {
+        let k = lower_text("%c = permute %a perm=[2, 0, -2]\n", &[("a", &[2, 3, 4])]);
+        assert!(k.contains("kernel map [4, 2, 3]") && k.contains("in0 +0 strides [1, 12, 4]"), "{k}");
+    }
+
+    #[test]
+    fn concat_writes_each_operand_at_its_offset() {
+        let k = lower_text("%c = concat %a, %b axis=1\n", &[("a", &[2, 3]), ("b", &[2, 2])]);
+        assert!(k.contains("out +0 strides [5, 1]") && k.contains("out +3 strides [5, 1]"), "{k}");
+    }
+
+    #[test]
+    fn reduce_and_matmul_kernels() {
+        let k = lower_text("%c = sum %a axes=[1] keepdim\n", &[("a", &[2, 3, 4])]);
+        assert!(k.contains("sum over [1]") && k.contains("out +0 strides [4, 0, 1]"), "{k}");
+        let k = lower_text("%c = matmul %a, %b\n", &[("a", &[5, 2, 3]), ("b", &[3, 4])]);
+        assert!(k.contains("batch [5] m=2 n=4 k=3") && k.contains("rhs +0 strides [0, 4, 1]"), "{k}");
+    }
+
+    #[test]
+    fn same_value_twice_is_one_input() {
+        let instr = Instr::Binary {
+            dst: ValueId(1),
+            op: BinaryOp::Mul,
+            lhs: Operand::Value(ValueId(0)),
+            rhs: Operand::Value(ValueId(0)),
+        };
+        let ty = |_| TensorType::f32(vec![4]);
+        let steps = lower(&instr, &ty, &[TensorType::f32(vec![4])]);
+        let Step::Launch { kernel: Kernel::Map(k), .. } = &steps[0] else { panic!() };
+        assert_eq!(k.inputs.len(), 1);
+        assert_eq!(k.nodes, vec![Node::Input(0), Node::Binary(BinaryOp::Mul, 0, 0)]);
+    }
+}

@@ -1,0 +1,429 @@
+//! The CUDA backend on a device: a context and a stream per backend, a caching allocator
+//! (freed buffers go back to per-size pools, so a steady loop never calls `cuMemAlloc`),
+//! modules cached by their kernel (the kernel IR value is the cache key), and launches and
+//! copies queued on the stream. [`CudaBackend::finish`] waits for the stream, so errors from
+//! queued work surface there.
+// The driver API is C: launches take arrays of argument pointers and memory is raw device
+// addresses. Every unsafe block below is one driver call with arguments this file owns.
+#![allow(unsafe_code)]
+
+use super::ptx::{self, PtxKernel, ENTRY};
+use crate::backend::checks::{self, ELEMENT_BYTES};
+use crate::backend::Backend;
+use crate::backend::BackendError;
+use crate::RuntimeError;
+use cust::context::Context;
+use cust::device::{Device, DeviceAttribute};
+use cust::error::{CudaError, CudaResult};
+use cust::module::Module;
+use cust::stream::{Stream, StreamFlags};
+use cust::sys as cu;
+use gt_ir::kernel::lower::{lower, Step};
+use gt_ir::kernel::Kernel;
+use gt_ir::{HostTensor, Instr, TensorType, TypeError, ValueId};
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+/// A value on the device: its type and buffer (address 0 for an empty tensor).
+#[derive(Debug)]
+struct DeviceTensor {
+    ty: TensorType,
+    buffer: Buffer,
+}
+
+/// A device allocation of `class` bytes (the size class it is pooled under).
+#[derive(Debug, Clone, Copy)]
+struct Buffer {
+    ptr: cu::CUdeviceptr,
+    class: usize,
+}
+
+/// A loaded kernel.
+struct Compiled {
+    // Keeps the function alive.
+    _module: Module,
+    function: cu::CUfunction,
+    launch: PtxKernel,
+}
+
+/// Counters for stats and tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// `cuMemAlloc` calls.
+    pub allocations: u64,
+    /// Buffers handed out from the pool instead.
+    pub reuses: u64,
+    /// Modules generated and loaded.
+    pub compiles: u64,
+    /// Kernel launches.
+    pub launches: u64,
+}
+
+/// Executes instructions on one GPU.
+pub struct CudaBackend {
+    values: HashMap<ValueId, DeviceTensor>,
+    pool: HashMap<usize, Vec<cu::CUdeviceptr>>,
+    modules: HashMap<Kernel, Compiled>,
+    max_tensor_bytes: usize,
+    counters: DeviceCounters,
+    device_name: String,
+    stream: Stream,
+    // Dropped last: everything above lives in this context.
+    _context: Context,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend").field("device", &self.device_name).field("values", &self.values.len()).finish()
+    }
+}
+
+/// A failed driver call's result code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DriverError(cu::CUresult);
+
+impl std::fmt::Display for DriverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut text: *const std::ffi::c_char = std::ptr::null();
+        // The driver returns a pointer to a static string (or leaves it null).
+        unsafe { cu::cuGetErrorString(self.0, &mut text) };
+        if text.is_null() {
+            write!(f, "CUDA error {:?}", self.0)
+        } else {
+            let text = unsafe { std::ffi::CStr::from_ptr(text) };
+            write!(f, "{} ({:?})", text.to_string_lossy(), self.0)
+        }
+    }
+}
+
+fn check(result: cu::CUresult) -> Result<(), DriverError> {
+    if result == cu::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(DriverError(result))
+    }
+}
+
+/// A driver error as text, with what was being done.
+fn driver(what: impl std::fmt::Display, e: impl std::fmt::Display) -> String {
+    format!("{what}: {e}")
+}
+
+impl CudaBackend {
+    /// Initialises the driver and makes a context and stream on device `ordinal` current on
+    /// this thread.
+    pub fn new(ordinal: u32, max_tensor_bytes: usize) -> Result<CudaBackend, BackendError> {
+        let unavailable = |what: &str, e: CudaError| BackendError::Unavailable(driver(what, e));
+        cust::init(cust::CudaFlags::empty()).map_err(|e| unavailable("the driver did not initialise", e))?;
+        let count = Device::num_devices().map_err(|e| unavailable("counting devices failed", e))?;
+        if ordinal >= count {
+            return Err(BackendError::Unavailable(format!("no CUDA device {ordinal} (this machine has {count})")));
+        }
+        let device = Device::get_device(ordinal).map_err(|e| unavailable("opening the device failed", e))?;
+        let major = device.get_attribute(DeviceAttribute::ComputeCapabilityMajor).unwrap_or(0);
+        if major < 8 {
+            return Err(BackendError::Unavailable(format!(
+                "device {ordinal} has compute capability {major}.x; gt's kernels need 8.0 (Ampere) or newer"
+            )));
+        }
+        let device_name = device.name().unwrap_or_else(|_| "unknown device".into());
+        let context = Context::new(device).map_err(|e| unavailable("creating a context failed", e))?;
+        let stream =
+            Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| unavailable("creating a stream failed", e))?;
+        Ok(CudaBackend {
+            values: HashMap::new(),
+            pool: HashMap::new(),
+            modules: HashMap::new(),
+            max_tensor_bytes,
+            counters: DeviceCounters::default(),
+            device_name,
+            stream,
+            _context: context,
+        })
+    }
+
+    /// The device's name (`NVIDIA H100 80GB HBM3`).
+    pub fn device_name(&self) -> &str {
+        &self.device_name
+    }
+
+    /// Allocation, compile and launch counts so far.
+    pub fn counters(&self) -> DeviceCounters {
+        self.counters
+    }
+
+    /// Runs one kernel of the kernel IR on live values, defining `dst` of type `ty` (how the
+    /// fuse pass's kernels run, and benchmarks of hand-built kernels).
+    pub fn run_kernel(
+        &mut self,
+        kernel: &Kernel,
+        inputs: &[ValueId],
+        dst: ValueId,
+        ty: TensorType,
+    ) -> Result<(), RuntimeError> {
+        let op = "kernel";
+        let buffers = inputs
+            .iter()
+            .map(|v| self.values.get(v).map(|t| t.buffer).ok_or(RuntimeError::Undefined { op, value: *v }))
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = self.alloc(op, ty.shape.numel() * ELEMENT_BYTES)?;
+        if let Err(e) = self.launch(op, kernel, out, &buffers) {
+            self.release(out);
+            return Err(e);
+        }
+        if let Some(old) = self.values.insert(dst, DeviceTensor { ty, buffer: out }) {
+            self.release(old.buffer);
+        }
+        Ok(())
+    }
+
+    /// Copies `src` into a new value `dst` with the driver's device-to-device copy (the
+    /// bandwidth yardstick of the benchmarks).
+    pub fn copy(&mut self, src: ValueId, dst: ValueId) -> Result<(), RuntimeError> {
+        let op = "copy";
+        let t = self.values.get(&src).ok_or(RuntimeError::Undefined { op, value: src })?;
+        let (ty, from) = (t.ty.clone(), t.buffer.ptr);
+        let bytes = ty.shape.numel() * ELEMENT_BYTES;
+        let out = self.alloc(op, bytes)?;
+        let stream = self.stream.as_inner();
+        if bytes > 0 {
+            if let Err(e) = check(unsafe { cu::cuMemcpyDtoDAsync_v2(out.ptr, from, bytes, stream) }) {
+                self.release(out);
+                return Err(RuntimeError::Device { op, message: driver("device-to-device copy failed", e) });
+            }
+        }
+        if let Some(old) = self.values.insert(dst, DeviceTensor { ty, buffer: out }) {
+            self.release(old.buffer);
+        }
+        Ok(())
+    }
+
+    /// The pool a request of `bytes` is served from: 512-byte steps up to 1 MiB, then
+    /// 1 MiB steps (at most 1/2 MiB of slack on large tensors, and equal shapes share).
+    fn size_class(bytes: usize) -> usize {
+        if bytes <= 1 << 20 {
+            bytes.div_ceil(512) * 512
+        } else {
+            bytes.div_ceil(1 << 20) << 20
+        }
+    }
+
+    fn alloc(&mut self, op: &'static str, bytes: usize) -> Result<Buffer, RuntimeError> {
+        if bytes == 0 {
+            return Ok(Buffer { ptr: 0, class: 0 });
+        }
+        let class = Self::size_class(bytes);
+        if let Some(ptr) = self.pool.get_mut(&class).and_then(Vec::pop) {
+            self.counters.reuses += 1;
+            return Ok(Buffer { ptr, class });
+        }
+        let mut ptr: cu::CUdeviceptr = 0;
+        let mut result = check(unsafe { cu::cuMemAlloc_v2(&mut ptr, class) });
+        if matches!(result, Err(DriverError(cu::CUresult::CUDA_ERROR_OUT_OF_MEMORY))) {
+            // Pooled buffers of other sizes may be what is missing: give them back and retry.
+            self.release_pool();
+            result = check(unsafe { cu::cuMemAlloc_v2(&mut ptr, class) });
+        }
+        result.map_err(|e| RuntimeError::Device {
+            op,
+            message: format!(
+                "cannot allocate {bytes} bytes on {} ({e}; {} values hold {} bytes)",
+                self.device_name,
+                self.values.len(),
+                self.live_bytes()
+            ),
+        })?;
+        self.counters.allocations += 1;
+        Ok(Buffer { ptr, class })
+    }
+
+    fn release(&mut self, buffer: Buffer) {
+        // Stream order makes reuse safe: later work on this stream runs after the last
+        // use of the buffer by earlier work.
+        if buffer.ptr != 0 {
+            self.pool.entry(buffer.class).or_default().push(buffer.ptr);
+        }
+    }
+
+    fn release_pool(&mut self) {
+        let _ = self.stream.synchronize();
+        for (_, ptrs) in self.pool.drain() {
+            for ptr in ptrs {
+                unsafe {
+                    let _ = cu::cuMemFree_v2(ptr);
+                }
+            }
+        }
+    }
+
+    fn compiled(&mut self, op: &'static str, kernel: &Kernel) -> Result<&Compiled, RuntimeError> {
+        if !self.modules.contains_key(kernel) {
+            let fail = |message: String| RuntimeError::Device { op, message };
+            let launch = ptx::generate(kernel).map_err(|e| fail(e.to_string()))?;
+            let module = Module::from_ptx(&launch.text, &[])
+                .map_err(|e| fail(driver(format_args!("loading the PTX of a {} kernel failed", kernel.kind()), e)))?;
+            let function = module
+                .get_function(ENTRY)
+                .map_err(|e| fail(driver(format_args!("the {} kernel has no entry", kernel.kind()), e)))?
+                .to_raw();
+            self.counters.compiles += 1;
+            self.modules.insert(kernel.clone(), Compiled { _module: module, function, launch });
+        }
+        Ok(&self.modules[kernel])
+    }
+
+    fn launch(
+        &mut self,
+        op: &'static str,
+        kernel: &Kernel,
+        out: Buffer,
+        inputs: &[Buffer],
+    ) -> Result<(), RuntimeError> {
+        let stream = self.stream.as_inner();
+        let compiled = self.compiled(op, kernel)?;
+        let mut args: Vec<u64> = std::iter::once(out.ptr).chain(inputs.iter().map(|b| b.ptr)).collect();
+        let mut params: Vec<*mut c_void> = args.iter_mut().map(|a| a as *mut u64 as *mut c_void).collect();
+        let (g, b) = (compiled.launch.grid, compiled.launch.block);
+        let result = check(unsafe {
+            cu::cuLaunchKernel(
+                compiled.function,
+                g.0,
+                g.1,
+                g.2,
+                b.0,
+                b.1,
+                b.2,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        });
+        result.map_err(|e| RuntimeError::Device {
+            op,
+            message: driver(format_args!("launching a {} kernel (grid {g:?}, block {b:?}) failed", kernel.kind()), e),
+        })?;
+        self.counters.launches += 1;
+        Ok(())
+    }
+
+    fn upload(&mut self, op: &'static str, dst: Buffer, data: &[f32]) -> Result<(), RuntimeError> {
+        // From pageable memory the copy is staged before the call returns, so `data` may be
+        // dropped right after.
+        let bytes = std::mem::size_of_val(data);
+        check(unsafe {
+            cu::cuMemcpyHtoDAsync_v2(dst.ptr, data.as_ptr() as *const c_void, bytes, self.stream.as_inner())
+        })
+        .map_err(|e| RuntimeError::Device { op, message: driver("copying data to the device failed", e) })
+    }
+
+    fn type_of(&self, v: ValueId) -> Result<TensorType, TypeError> {
+        self.values.get(&v).map(|t| t.ty.clone()).ok_or(TypeError::UnknownValue(v))
+    }
+
+    fn run_steps(
+        &mut self,
+        op: &'static str,
+        instr: &Instr,
+        steps: &[Step],
+        outputs: &[Buffer],
+    ) -> Result<(), RuntimeError> {
+        for step in steps {
+            match step {
+                Step::Launch { kernel, inputs, output } => {
+                    let buffers: Vec<Buffer> = inputs.iter().map(|v| self.values[v].buffer).collect();
+                    self.launch(op, kernel, outputs[*output], &buffers)?;
+                }
+                Step::Upload { output } => {
+                    if let Instr::Literal { data, .. } = instr {
+                        self.upload(op, outputs[*output], data)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
+        let op = instr.mnemonic();
+        let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
+        let steps = lower(&instr, &|v| self.values[&v].ty.clone(), &types);
+        // Compile first: a kernel that cannot be generated fails before any allocation.
+        for step in &steps {
+            if let Step::Launch { kernel, .. } = step {
+                self.compiled(op, kernel)?;
+            }
+        }
+        let mut outputs = Vec::with_capacity(types.len());
+        for ty in &types {
+            match self.alloc(op, ty.shape.numel() * ELEMENT_BYTES) {
+                Ok(b) => outputs.push(b),
+                Err(e) => {
+                    outputs.into_iter().for_each(|b| self.release(b));
+                    return Err(e);
+                }
+            }
+        }
+        if let Err(e) = self.run_steps(op, &instr, &steps, &outputs) {
+            outputs.into_iter().for_each(|b| self.release(b));
+            return Err(e);
+        }
+        if let Instr::Free { src } = &*instr {
+            if let Some(t) = self.values.remove(src) {
+                self.release(t.buffer);
+            }
+        }
+        for ((dst, ty), buffer) in instr.results().into_iter().zip(types).zip(outputs) {
+            if let Some(old) = self.values.insert(dst, DeviceTensor { ty, buffer }) {
+                self.release(old.buffer);
+            }
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
+        let t = self.values.get(&value).ok_or(RuntimeError::Undefined { op: "get", value })?;
+        let mut data = vec![0f32; t.ty.shape.numel()];
+        let (ptr, ty) = (t.buffer.ptr, t.ty.clone());
+        let fail = |e: CudaError| RuntimeError::Device {
+            op: "get",
+            message: driver("copying data from the device failed", e),
+        };
+        if !data.is_empty() {
+            let bytes = data.len() * ELEMENT_BYTES;
+            let stream = self.stream.as_inner();
+            check(unsafe { cu::cuMemcpyDtoHAsync_v2(data.as_mut_ptr() as *mut c_void, ptr, bytes, stream) }).map_err(
+                |e| RuntimeError::Device { op: "get", message: driver("copying data from the device failed", e) },
+            )?;
+        }
+        self.stream.synchronize().map_err(fail)?;
+        Ok(HostTensor::new(ty, data))
+    }
+
+    fn finish(&mut self) -> Result<(), RuntimeError> {
+        let r: CudaResult<()> = self.stream.synchronize();
+        r.map_err(|e| RuntimeError::Device { op: "sync", message: driver("the device failed queued work", e) })
+    }
+
+    fn live_values(&self) -> usize {
+        self.values.len()
+    }
+
+    fn live_bytes(&self) -> usize {
+        self.values.values().map(|t| t.ty.shape.numel() * ELEMENT_BYTES).sum()
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        let buffers: Vec<Buffer> = self.values.drain().map(|(_, t)| t.buffer).collect();
+        buffers.into_iter().for_each(|b| self.release(b));
+        self.release_pool();
+    }
+}

@@ -1,0 +1,920 @@
+//! PTX code generation: one kernel of the kernel IR ([`gt_ir::kernel`]) to the text of a PTX
+//! module with one entry, `gt_kernel`, plus the launch shape. No CUDA is needed to generate
+//! (CI assembles every generated module with `ptxas`); the driver JIT-compiles the text
+//! when a CUDA worker loads it.
+//!
+//! - Maps: a grid-stride loop; 128-bit loads and stores (`v4`) when every buffer is read
+//!   contiguously or uniformly and the length divides by 4; otherwise each element's
+//!   coordinates are decoded from its linear index and dotted with each buffer's strides.
+//! - Reductions: one block per output element; each thread folds a strided share of the
+//!   reduced elements, then warp shuffles and shared memory combine the block's partials.
+//! - Matmul: shared-memory tiling (`BM x BN` tile per block, `TM x TN` per thread, `BK` deep),
+//!   FMA on f32; the tile choice is printed in the module's header comment.
+//!
+//! Index arithmetic is 32-bit signed, so every buffer and iteration space must have fewer
+//! than 2^31 elements ([`PtxError::TooLarge`]).
+//!
+//! Numerics against the interpreter: add/sub/mul/div/sqrt round like IEEE (`.rn`), so they
+//! agree exactly; `exp`, `log`, `tanh`, `sigmoid`, `pow` and `randn` use the hardware's
+//! approximate `ex2`/`lg2`/`cos` (relative error about 2^-22), so they agree to ~1e-6.
+
+use gt_ir::kernel::{Access, Kernel, MapKernel, MatMulKernel, Node};
+use gt_ir::{BinaryOp, ReduceOp, UnaryOp};
+use std::fmt::Write;
+use thiserror::Error;
+
+/// The entry point's name in every generated module.
+pub const ENTRY: &str = "gt_kernel";
+
+/// The PTX ISA version and target written into modules (sm_80 code runs on sm_80 and newer:
+/// Ampere, Hopper).
+pub const PTX_VERSION: &str = "7.0";
+/// See [`PTX_VERSION`].
+pub const PTX_TARGET: &str = "sm_80";
+
+/// Largest element count (of a buffer or an iteration space) the 32-bit indexing handles.
+pub const MAX_ELEMENTS: usize = i32::MAX as usize;
+
+/// Why a kernel cannot be generated.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PtxError {
+    /// Too many elements for 32-bit indexing.
+    #[error("{elements} elements is too large for the CUDA backend's 32-bit indexing (at most {MAX_ELEMENTS})")]
+    TooLarge {
+        /// The element count.
+        elements: usize,
+    },
+}
+
+/// A generated module and how to launch it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PtxKernel {
+    /// The PTX module text.
+    pub text: String,
+    /// Blocks `(x, y, z)`.
+    pub grid: (u32, u32, u32),
+    /// Threads per block `(x, y, z)`.
+    pub block: (u32, u32, u32),
+}
+
+/// Generates the PTX of `kernel`. Its parameters are the output buffer's address, then one
+/// address per input (`u64` each).
+pub fn generate(kernel: &Kernel) -> Result<PtxKernel, PtxError> {
+    match kernel {
+        Kernel::Map(k) if k.reduce.is_some() => reduce(k),
+        Kernel::Map(k) => map(k),
+        Kernel::MatMul(k) => matmul(k),
+    }
+}
+
+fn check(elements: usize) -> Result<(), PtxError> {
+    if elements > MAX_ELEMENTS {
+        return Err(PtxError::TooLarge { elements });
+    }
+    Ok(())
+}
+
+/// Highest element index + 1 an access touches over `dims` (or the lowest below 0, as a
+/// count): bounds the index arithmetic.
+fn access_span(a: &Access, dims: &[usize]) -> usize {
+    let (mut lo, mut hi) = (a.offset as i128, a.offset as i128);
+    for (&s, &d) in a.strides.iter().zip(dims) {
+        let reach = s as i128 * (d.saturating_sub(1)) as i128;
+        if reach > 0 {
+            hi += reach;
+        } else {
+            lo += reach;
+        }
+    }
+    (hi.max(-lo) + 1).min(usize::MAX as i128) as usize
+}
+
+/// ln 2 in two parts (fdlibm): `e * LN2_HI` is exact for the exponents of f64.
+const LN2_HI: f64 = f64::from_bits(0x3FE6_2E42_FEE0_0000);
+/// See [`LN2_HI`].
+const LN2_LO: f64 = f64::from_bits(0x3DEA_39EF_3579_3C76);
+/// `pi/2 - FRAC_PI_2` (Cody-Waite reduction).
+const PI_2_LO: f64 = 6.123_233_995_736_766e-17;
+
+/// An f32 immediate in PTX's exact hex form.
+fn f32_imm(x: f32) -> String {
+    format!("0f{:08X}", x.to_bits())
+}
+
+fn f64_imm(x: f64) -> String {
+    format!("0d{:016X}", x.to_bits())
+}
+
+/// Builds a kernel body with fresh virtual registers; declarations are written at the end.
+#[derive(Default)]
+struct Emitter {
+    body: String,
+    regs: [usize; 5],
+    labels: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Reg {
+    B32 = 0,
+    B64 = 1,
+    F32 = 2,
+    F64 = 3,
+    Pred = 4,
+}
+
+const REG_PREFIX: [(&str, &str); 5] =
+    [("%r", ".b32"), ("%rd", ".b64"), ("%f", ".f32"), ("%fd", ".f64"), ("%p", ".pred")];
+
+impl Emitter {
+    fn reg(&mut self, kind: Reg) -> String {
+        let n = &mut self.regs[kind as usize];
+        *n += 1;
+        format!("{}{}", REG_PREFIX[kind as usize].0, *n)
+    }
+
+    fn label(&mut self, what: &str) -> String {
+        self.labels += 1;
+        format!("$L_{what}_{}", self.labels)
+    }
+
+    fn op(&mut self, line: impl AsRef<str>) {
+        self.body.push('\t');
+        self.body.push_str(line.as_ref());
+        self.body.push_str(";\n");
+    }
+
+    fn place(&mut self, label: &str) {
+        let _ = writeln!(self.body, "{label}:");
+    }
+
+    /// `dst = op(args)` into a fresh register of `kind`.
+    fn value(&mut self, kind: Reg, instr: &str, args: &str) -> String {
+        let d = self.reg(kind);
+        self.op(format!("{instr} {d}, {args}"));
+        d
+    }
+
+    fn param_pointer(&mut self, name: &str) -> String {
+        let raw = self.value(Reg::B64, "ld.param.u64", &format!("[{name}]"));
+        self.value(Reg::B64, "cvta.to.global.u64", &raw)
+    }
+
+    fn special(&mut self, name: &str) -> String {
+        self.value(Reg::B32, "mov.u32", name)
+    }
+
+    /// The module: header, optional module-scope declarations, the entry with its
+    /// parameters and register declarations.
+    fn finish(self, comment: &str, globals: &str, params: usize) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "// gt generated kernel: {comment}");
+        let _ = writeln!(out, ".version {PTX_VERSION}\n.target {PTX_TARGET}\n.address_size 64\n");
+        out.push_str(globals);
+        let names: Vec<String> = (0..params).map(|i| format!("\t.param .u64 gt_param_{i}")).collect();
+        let _ = writeln!(out, ".visible .entry {ENTRY}(\n{}\n)\n{{", names.join(",\n"));
+        for (i, (prefix, ty)) in REG_PREFIX.iter().enumerate() {
+            if self.regs[i] > 0 {
+                let _ = writeln!(out, "\t.reg {ty} {prefix}<{}>;", self.regs[i] + 1);
+            }
+        }
+        out.push_str(&self.body);
+        out.push_str("\tret;\n}\n");
+        out
+    }
+
+    /// `base + index * 4`, the address of element `index` (s32) of an f32 buffer.
+    fn element_address(&mut self, base: &str, index: &str) -> String {
+        self.value(Reg::B64, "mad.wide.s32", &format!("{index}, 4, {base}"))
+    }
+
+    /// Decodes `index` (s32) into coordinates over `dims` (row-major); `None` for axes of
+    /// size 1 (coordinate 0).
+    fn coords(&mut self, index: &str, dims: &[usize]) -> Vec<Option<String>> {
+        let mut out = vec![None; dims.len()];
+        let mut rest = index.to_string();
+        let last_big = dims.iter().position(|&d| d > 1);
+        for (axis, &d) in dims.iter().enumerate().rev() {
+            if d <= 1 {
+                continue;
+            }
+            if Some(axis) == last_big {
+                out[axis] = Some(rest.clone());
+                break;
+            }
+            out[axis] = Some(self.value(Reg::B32, "rem.u32", &format!("{rest}, {d}")));
+            rest = self.value(Reg::B32, "div.u32", &format!("{rest}, {d}"));
+        }
+        out
+    }
+
+    /// `offset + sum(coord * stride)` as an s32 register (or immediate).
+    fn dot(&mut self, offset: i64, coords: &[Option<String>], strides: &[i64]) -> String {
+        let mut acc: Option<String> = None;
+        for (c, &s) in coords.iter().zip(strides) {
+            let (Some(c), true) = (c, s != 0) else { continue };
+            acc = Some(match acc {
+                None => self.value(Reg::B32, "mul.lo.s32", &format!("{c}, {s}")),
+                Some(a) => self.value(Reg::B32, "mad.lo.s32", &format!("{c}, {s}, {a}")),
+            });
+        }
+        match acc {
+            None => self.value(Reg::B32, "mov.s32", &offset.to_string()),
+            Some(a) if offset == 0 => a,
+            Some(a) => self.value(Reg::B32, "add.s32", &format!("{a}, {offset}")),
+        }
+    }
+
+    fn select(&mut self, pred: &str, on_true: &str, on_false: &str) -> String {
+        self.value(Reg::F32, "selp.f32", &format!("{on_true}, {on_false}, {pred}"))
+    }
+
+    fn predicate(&mut self, cmp: &str, a: &str, b: &str) -> String {
+        self.value(Reg::Pred, &format!("setp.{cmp}"), &format!("{a}, {b}"))
+    }
+
+    /// `e^x` as `2^(x log2 e)`.
+    fn exp(&mut self, x: &str) -> String {
+        let t = self.value(Reg::F32, "mul.rn.f32", &format!("{x}, {}", f32_imm(std::f32::consts::LOG2_E)));
+        self.value(Reg::F32, "ex2.approx.f32", &t)
+    }
+
+    /// Evaluates one node; `index` is the element's linear index (for iota and random nodes).
+    fn node(
+        &mut self,
+        node: &Node,
+        vals: &[String],
+        loaded: &[String],
+        index: &dyn Fn(&mut Emitter) -> String,
+    ) -> String {
+        let v = |i: u32| vals[i as usize].clone();
+        match *node {
+            Node::Input(i) => loaded[i as usize].clone(),
+            Node::Const(bits) => self.value(Reg::F32, "mov.f32", &f32_imm(f32::from_bits(bits))),
+            Node::Iota { start, step } => {
+                let i = index(self);
+                let fi = self.value(Reg::F64, "cvt.rn.f64.u32", &i);
+                let scaled = self.value(Reg::F64, "mul.rn.f64", &format!("{fi}, {}", f64_imm(f64::from_bits(step))));
+                let sum = self.value(Reg::F64, "add.rn.f64", &format!("{scaled}, {}", f64_imm(f64::from_bits(start))));
+                self.value(Reg::F32, "cvt.rn.f32.f64", &sum)
+            }
+            Node::Rand { seed } => {
+                let i = index(self);
+                let i64r = self.value(Reg::B64, "cvt.u64.u32", &i);
+                let bits = self.random_bits(seed, &i64r);
+                let top = self.value(Reg::B64, "shr.u64", &format!("{bits}, 40"));
+                let f = self.value(Reg::F32, "cvt.rn.f32.u64", &top);
+                self.value(Reg::F32, "mul.rn.f32", &format!("{f}, {}", f32_imm(1.0 / 16_777_216.0)))
+            }
+            Node::Randn { seed } => {
+                let i = index(self);
+                let wide = self.value(Reg::B64, "cvt.u64.u32", &i);
+                let c1 = self.value(Reg::B64, "shl.b64", &format!("{wide}, 1"));
+                let c2 = self.value(Reg::B64, "add.u64", &format!("{c1}, 1"));
+                let unit = |e: &mut Emitter, c: &str| {
+                    let b = e.random_bits(seed, c);
+                    let top = e.value(Reg::B64, "shr.u64", &format!("{b}, 11"));
+                    let f = e.value(Reg::F64, "cvt.rn.f64.u64", &top);
+                    e.value(Reg::F64, "mul.rn.f64", &format!("{f}, {}", f64_imm(1.0 / 9_007_199_254_740_992.0)))
+                };
+                let (u1, u2) = (unit(self, &c1), unit(self, &c2));
+                // The interpreter's expression, in f64 throughout, with f64 ln and cos
+                // accurate to a few ulp, so the f32 results round to the same values.
+                let one_minus = self.value(Reg::F64, "sub.rn.f64", &format!("{}, {u1}", f64_imm(1.0)));
+                let ln = self.ln_f64(&one_minus);
+                let m2 = self.value(Reg::F64, "mul.rn.f64", &format!("{}, {ln}", f64_imm(-2.0)));
+                let r = self.value(Reg::F64, "sqrt.rn.f64", &m2);
+                let angle = self.value(Reg::F64, "mul.rn.f64", &format!("{}, {u2}", f64_imm(std::f64::consts::TAU)));
+                let cos = self.cos_f64(&angle);
+                let x = self.value(Reg::F64, "mul.rn.f64", &format!("{r}, {cos}"));
+                self.value(Reg::F32, "cvt.rn.f32.f64", &x)
+            }
+            Node::Unary(op, a) => self.unary(op, &v(a)),
+            Node::Binary(op, a, b) => self.binary(op, &v(a), &v(b)),
+            Node::Select(c, t, f) => {
+                let p = self.predicate("neu.f32", &v(c), &f32_imm(0.0));
+                self.select(&p, &v(t), &v(f))
+            }
+        }
+    }
+
+    /// `ln x` for a positive normal f64: `x = 2^e m` with `m` in `[sqrt(1/2), sqrt(2))`,
+    /// `ln m = 2 atanh(s)`, `s = (m - 1) / (m + 1)`, `|s| < 0.172`, by its series to s^23.
+    fn ln_f64(&mut self, x: &str) -> String {
+        let bits = self.value(Reg::B64, "mov.b64", x);
+        let biased = self.value(Reg::B64, "shr.u64", &format!("{bits}, 52"));
+        let exp = self.value(Reg::B64, "and.b64", &format!("{biased}, 2047"));
+        let exp32 = self.value(Reg::B32, "cvt.u32.u64", &exp);
+        let e = self.value(Reg::B32, "sub.s32", &format!("{exp32}, 1023"));
+        let mant = self.value(Reg::B64, "and.b64", &format!("{bits}, {}", 0x000F_FFFF_FFFF_FFFFu64));
+        let mbits = self.value(Reg::B64, "or.b64", &format!("{mant}, {}", 0x3FF0_0000_0000_0000u64));
+        let m = self.value(Reg::F64, "mov.b64", &mbits);
+        let big = self.predicate("gt.f64", &m, &f64_imm(std::f64::consts::SQRT_2));
+        let half = self.value(Reg::F64, "mul.rn.f64", &format!("{m}, {}", f64_imm(0.5)));
+        let m = self.value(Reg::F64, "selp.f64", &format!("{half}, {m}, {big}"));
+        let e1 = self.value(Reg::B32, "add.s32", &format!("{e}, 1"));
+        let e = self.value(Reg::B32, "selp.b32", &format!("{e1}, {e}, {big}"));
+        let num = self.value(Reg::F64, "sub.rn.f64", &format!("{m}, {}", f64_imm(1.0)));
+        let den = self.value(Reg::F64, "add.rn.f64", &format!("{m}, {}", f64_imm(1.0)));
+        let s = self.value(Reg::F64, "div.rn.f64", &format!("{num}, {den}"));
+        let s2 = self.value(Reg::F64, "mul.rn.f64", &format!("{s}, {s}"));
+        // atanh(s) / s = sum s^2k / (2k + 1), Horner from k = 11.
+        let mut p = self.value(Reg::F64, "mov.f64", &f64_imm(1.0 / 23.0));
+        for k in (0..11).rev() {
+            p = self.value(Reg::F64, "fma.rn.f64", &format!("{p}, {s2}, {}", f64_imm(1.0 / (2 * k + 1) as f64)));
+        }
+        let two_s = self.value(Reg::F64, "add.rn.f64", &format!("{s}, {s}"));
+        let ln_m = self.value(Reg::F64, "mul.rn.f64", &format!("{two_s}, {p}"));
+        let ef = self.value(Reg::F64, "cvt.rn.f64.s32", &e);
+        // ln 2 in two parts: e * LN2_HI is exact for |e| < 2^11.
+        let lo = self.value(Reg::F64, "fma.rn.f64", &format!("{ef}, {}, {ln_m}", f64_imm(LN2_LO)));
+        self.value(Reg::F64, "fma.rn.f64", &format!("{ef}, {}, {lo}", f64_imm(LN2_HI)))
+    }
+
+    /// `cos x` for `0 <= x < 2 pi` (f64): `x = k pi/2 + r`, `|r| <= pi/4`, then the Taylor
+    /// series of cos or sin of `r` (to r^16 / r^17) with the quadrant's sign.
+    fn cos_f64(&mut self, x: &str) -> String {
+        let q = self.value(Reg::F64, "mul.rn.f64", &format!("{x}, {}", f64_imm(std::f64::consts::FRAC_2_PI)));
+        let k = self.value(Reg::F64, "cvt.rni.f64.f64", &q);
+        // pi/2 in two parts (Cody-Waite): r = x - k (HI + LO), k <= 4 keeps k * HI exact.
+        let r = self.value(Reg::F64, "fma.rn.f64", &format!("{k}, {}, {x}", f64_imm(-std::f64::consts::FRAC_PI_2)));
+        let r = self.value(Reg::F64, "fma.rn.f64", &format!("{k}, {}, {r}", f64_imm(-PI_2_LO)));
+        let r2 = self.value(Reg::F64, "mul.rn.f64", &format!("{r}, {r}"));
+        let factorial = |n: u32| (1..=n).map(f64::from).product::<f64>();
+        // cos r = sum (-1)^j r^2j / (2j)!; sin r = r sum (-1)^j r^2j / (2j+1)!.
+        let series = |e: &mut Emitter, odd: u32| {
+            let term = |j: u32| if j.is_multiple_of(2) { 1.0 } else { -1.0 } / factorial(2 * j + odd);
+            let mut p = e.value(Reg::F64, "mov.f64", &f64_imm(term(8)));
+            for j in (0..8).rev() {
+                p = e.value(Reg::F64, "fma.rn.f64", &format!("{p}, {r2}, {}", f64_imm(term(j))));
+            }
+            p
+        };
+        let cos_r = series(self, 0);
+        let sin_p = series(self, 1);
+        let sin_r = self.value(Reg::F64, "mul.rn.f64", &format!("{sin_p}, {r}"));
+        let ki = self.value(Reg::B32, "cvt.rni.s32.f64", &k);
+        let quadrant = self.value(Reg::B32, "and.b32", &format!("{ki}, 3"));
+        // k mod 4 = 0: cos r, 1: -sin r, 2: -cos r, 3: sin r.
+        let odd = self.value(Reg::B32, "and.b32", &format!("{quadrant}, 1"));
+        let use_sin = self.predicate("ne.u32", &odd, "0");
+        let base = self.value(Reg::F64, "selp.f64", &format!("{sin_r}, {cos_r}, {use_sin}"));
+        let flip_q = self.value(Reg::B32, "add.u32", &format!("{quadrant}, 1"));
+        let flip_bits = self.value(Reg::B32, "and.b32", &format!("{flip_q}, 2"));
+        let flip = self.predicate("ne.u32", &flip_bits, "0");
+        let neg = self.value(Reg::F64, "neg.f64", &base);
+        self.value(Reg::F64, "selp.f64", &format!("{neg}, {base}, {flip}"))
+    }
+
+    /// `splitmix64(splitmix64(seed) + counter)` (see `cpu/random.rs`).
+    fn random_bits(&mut self, seed: u64, counter: &str) -> String {
+        let start = crate::backend::cpu::random::splitmix64(seed).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.value(Reg::B64, "add.u64", &format!("{counter}, {start}"));
+        for (shift, mul) in [(30, 0xBF58_476D_1CE4_E5B9u64), (27, 0x94D0_49BB_1331_11EB)] {
+            let s = self.value(Reg::B64, "shr.u64", &format!("{z}, {shift}"));
+            let x = self.value(Reg::B64, "xor.b64", &format!("{z}, {s}"));
+            z = self.value(Reg::B64, "mul.lo.u64", &format!("{x}, {mul}"));
+        }
+        let s = self.value(Reg::B64, "shr.u64", &format!("{z}, 31"));
+        self.value(Reg::B64, "xor.b64", &format!("{z}, {s}"))
+    }
+
+    fn unary(&mut self, op: UnaryOp, x: &str) -> String {
+        let zero = f32_imm(0.0);
+        let one = f32_imm(1.0);
+        match op {
+            UnaryOp::Neg => self.value(Reg::F32, "neg.f32", x),
+            UnaryOp::Abs => self.value(Reg::F32, "abs.f32", x),
+            UnaryOp::Relu => {
+                // `x < 0` is false for NaN, which passes through (as in the interpreter).
+                let p = self.predicate("lt.f32", x, &zero);
+                self.select(&p, &zero, x)
+            }
+            UnaryOp::Sigmoid => {
+                // e / (1 + e) with e = exp(-|x|) never overflows; mirrored for x >= 0.
+                let a = self.value(Reg::F32, "abs.f32", x);
+                let na = self.value(Reg::F32, "neg.f32", &a);
+                let e = self.exp(&na);
+                let den = self.value(Reg::F32, "add.rn.f32", &format!("{e}, {one}"));
+                let neg_side = self.value(Reg::F32, "div.rn.f32", &format!("{e}, {den}"));
+                let pos_side = self.value(Reg::F32, "div.rn.f32", &format!("{one}, {den}"));
+                let p = self.predicate("lt.f32", x, &zero);
+                self.select(&p, &neg_side, &pos_side)
+            }
+            UnaryOp::Tanh => {
+                // sign(x) (1 - e) / (1 + e), e = exp(-2|x|).
+                let a = self.value(Reg::F32, "abs.f32", x);
+                let m2 = self.value(Reg::F32, "mul.rn.f32", &format!("{a}, {}", f32_imm(-2.0)));
+                let e = self.exp(&m2);
+                let num = self.value(Reg::F32, "sub.rn.f32", &format!("{one}, {e}"));
+                let den = self.value(Reg::F32, "add.rn.f32", &format!("{one}, {e}"));
+                let t = self.value(Reg::F32, "div.rn.f32", &format!("{num}, {den}"));
+                self.value(Reg::F32, "copysign.f32", &format!("{x}, {t}"))
+            }
+            UnaryOp::Exp => self.exp(x),
+            UnaryOp::Log => {
+                let l = self.value(Reg::F32, "lg2.approx.f32", x);
+                self.value(Reg::F32, "mul.rn.f32", &format!("{l}, {}", f32_imm(std::f32::consts::LN_2)))
+            }
+            UnaryOp::Sqrt => self.value(Reg::F32, "sqrt.rn.f32", x),
+            UnaryOp::Rsqrt => {
+                let s = self.value(Reg::F32, "sqrt.rn.f32", x);
+                self.value(Reg::F32, "rcp.rn.f32", &s)
+            }
+        }
+    }
+
+    fn binary(&mut self, op: BinaryOp, a: &str, b: &str) -> String {
+        let ab = format!("{a}, {b}");
+        let truth = |e: &mut Emitter, cmp: &str| {
+            let p = e.predicate(cmp, a, b);
+            e.select(&p, &f32_imm(1.0), &f32_imm(0.0))
+        };
+        match op {
+            BinaryOp::Add => self.value(Reg::F32, "add.rn.f32", &ab),
+            BinaryOp::Sub => self.value(Reg::F32, "sub.rn.f32", &ab),
+            BinaryOp::Mul => self.value(Reg::F32, "mul.rn.f32", &ab),
+            BinaryOp::Div => self.value(Reg::F32, "div.rn.f32", &ab),
+            BinaryOp::Pow => self.pow(a, b),
+            BinaryOp::Maximum | BinaryOp::Minimum => {
+                // NaN if either is (numpy.maximum): keep `a` when it wins or is NaN.
+                let cmp = if op == BinaryOp::Maximum { "ge.f32" } else { "le.f32" };
+                let wins = self.predicate(cmp, a, b);
+                let nan = self.predicate("nan.f32", a, a);
+                let keep = self.value(Reg::Pred, "or.pred", &format!("{wins}, {nan}"));
+                self.select(&keep, a, b)
+            }
+            BinaryOp::Eq => truth(self, "eq.f32"),
+            // Unordered: NaN != anything is true.
+            BinaryOp::Ne => truth(self, "neu.f32"),
+            BinaryOp::Lt => truth(self, "lt.f32"),
+            BinaryOp::Le => truth(self, "le.f32"),
+            BinaryOp::Gt => truth(self, "gt.f32"),
+            BinaryOp::Ge => truth(self, "ge.f32"),
+        }
+    }
+
+    /// `powf`: `2^(b log2 |a|)`, negated for a negative base with an odd integer exponent,
+    /// NaN for a negative base with a fractional one; `x^0 = 1^y = 1`.
+    fn pow(&mut self, a: &str, b: &str) -> String {
+        let one = f32_imm(1.0);
+        let abs = self.value(Reg::F32, "abs.f32", a);
+        let l = self.value(Reg::F32, "lg2.approx.f32", &abs);
+        let t = self.value(Reg::F32, "mul.rn.f32", &format!("{b}, {l}"));
+        let mag = self.value(Reg::F32, "ex2.approx.f32", &t);
+        let bi = self.value(Reg::F32, "cvt.rzi.f32.f32", b);
+        let is_int = self.predicate("eq.f32", &bi, b);
+        let half = self.value(Reg::F32, "mul.rn.f32", &format!("{b}, {}", f32_imm(0.5)));
+        let half_i = self.value(Reg::F32, "cvt.rzi.f32.f32", &half);
+        let odd = self.predicate("neu.f32", &half_i, &half);
+        let neg_mag = self.value(Reg::F32, "neg.f32", &mag);
+        let signed = self.select(&odd, &neg_mag, &mag);
+        let nan = f32_imm(f32::NAN);
+        let negative_base = self.select(&is_int, &signed, &nan);
+        let is_neg = self.predicate("lt.f32", a, &f32_imm(0.0));
+        let r = self.select(&is_neg, &negative_base, &mag);
+        let zero_exp = self.predicate("eq.f32", b, &f32_imm(0.0));
+        let unit_base = self.predicate("eq.f32", a, &one);
+        // (-1)^(+-inf) = 1, as in C's pow.
+        let b_abs = self.value(Reg::F32, "abs.f32", b);
+        let inf_exp = self.predicate("eq.f32", &b_abs, &f32_imm(f32::INFINITY));
+        let unit_abs = self.predicate("eq.f32", &abs, &one);
+        let minus_one_inf = self.value(Reg::Pred, "and.pred", &format!("{inf_exp}, {unit_abs}"));
+        let trivial = self.value(Reg::Pred, "or.pred", &format!("{zero_exp}, {unit_base}"));
+        let trivial = self.value(Reg::Pred, "or.pred", &format!("{trivial}, {minus_one_inf}"));
+        self.select(&trivial, &one, &r)
+    }
+
+    /// Evaluates every node, returning the last one's register.
+    fn expression(&mut self, nodes: &[Node], loaded: &[String], index: &dyn Fn(&mut Emitter) -> String) -> String {
+        let mut vals: Vec<String> = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let r = self.node(node, &vals, loaded, index);
+            vals.push(r);
+        }
+        vals.pop().unwrap_or_else(|| self.value(Reg::F32, "mov.f32", &f32_imm(0.0)))
+    }
+
+    /// Loads input `i` of element `offset` (an s32 element index).
+    fn load(&mut self, base: &str, offset: &str) -> String {
+        let addr = self.element_address(base, offset);
+        self.value(Reg::F32, "ld.global.nc.f32", &format!("[{addr}]"))
+    }
+
+    /// This thread's global index (s32) and the grid's stride.
+    fn global_thread(&mut self) -> (String, String) {
+        let (ctaid, ntid, tid) = (self.special("%ctaid.x"), self.special("%ntid.x"), self.special("%tid.x"));
+        let index = self.value(Reg::B32, "mad.lo.s32", &format!("{ctaid}, {ntid}, {tid}"));
+        let nctaid = self.special("%nctaid.x");
+        let stride = self.value(Reg::B32, "mul.lo.s32", &format!("{nctaid}, {ntid}"));
+        (index, stride)
+    }
+}
+
+const BLOCK: u32 = 256;
+/// Grid-stride loops cap the grid here; more blocks than this add no parallelism.
+const MAX_BLOCKS: usize = 65_535;
+
+fn map(k: &MapKernel) -> Result<PtxKernel, PtxError> {
+    let n = k.numel();
+    check(n)?;
+    check(access_span(&k.output, &k.shape))?;
+    for a in &k.inputs {
+        check(access_span(a, &k.shape))?;
+    }
+    let dims = &k.shape[..];
+    let flat = |a: &Access| a.is_contiguous_over(dims) || a.is_uniform_over(dims);
+    let vector = n.is_multiple_of(4) && k.output.is_contiguous_over(dims) && k.inputs.iter().all(flat);
+    let width = if vector { 4 } else { 1 };
+    let work = n / width;
+
+    let mut e = Emitter::default();
+    let out = e.param_pointer("gt_param_0");
+    let inputs: Vec<String> = (0..k.inputs.len()).map(|i| e.param_pointer(&format!("gt_param_{}", i + 1))).collect();
+    let (index, stride) = e.global_thread();
+    let (top, done) = (e.label("loop"), e.label("done"));
+    e.place(&top);
+    let past = e.predicate("ge.s32", &index, &work.to_string());
+    e.op(format!("@{past} bra {done}"));
+    if vector {
+        // Element indices 4i..4i+3, contiguous everywhere: v4 loads and one v4 store.
+        let first = e.value(Reg::B32, "shl.b32", &format!("{index}, 2"));
+        let mut lanes: Vec<Vec<String>> = vec![Vec::new(); 4];
+        for (access, base) in k.inputs.iter().zip(&inputs) {
+            if access.is_contiguous_over(dims) {
+                let addr = e.element_address(base, &first);
+                let regs: Vec<String> = (0..4).map(|_| e.reg(Reg::F32)).collect();
+                e.op(format!("ld.global.nc.v4.f32 {{{}}}, [{addr}]", regs.join(", ")));
+                for (lane, r) in lanes.iter_mut().zip(regs) {
+                    lane.push(r);
+                }
+            } else {
+                let off = e.value(Reg::B32, "mov.s32", &access.offset.to_string());
+                let r = e.load(base, &off);
+                for lane in &mut lanes {
+                    lane.push(r.clone());
+                }
+            }
+        }
+        let mut results = Vec::new();
+        for (lane, loaded) in lanes.iter().enumerate() {
+            let first = first.clone();
+            let at = move |e: &mut Emitter| e.value(Reg::B32, "add.s32", &format!("{first}, {lane}"));
+            results.push(e.expression(&k.nodes, loaded, &at));
+        }
+        let addr = e.element_address(&out, &first);
+        e.op(format!("st.global.v4.f32 [{addr}], {{{}}}", results.join(", ")));
+    } else {
+        let all_flat =
+            k.inputs.iter().chain([&k.output]).all(|a| a.is_contiguous_over(dims) || a.is_uniform_over(dims));
+        let coords = if all_flat { vec![None; dims.len()] } else { e.coords(&index, dims) };
+        let offset_of = |e: &mut Emitter, a: &Access| {
+            if a.is_contiguous_over(dims) {
+                index.clone()
+            } else {
+                e.dot(a.offset, &coords, &a.strides)
+            }
+        };
+        let mut loaded = Vec::new();
+        for (access, base) in k.inputs.iter().zip(&inputs) {
+            let off = offset_of(&mut e, access);
+            loaded.push(e.load(base, &off));
+        }
+        let i = index.clone();
+        let value = e.expression(&k.nodes, &loaded, &move |_| i.clone());
+        let off = offset_of(&mut e, &k.output);
+        let addr = e.element_address(&out, &off);
+        e.op(format!("st.global.f32 [{addr}], {value}"));
+    }
+    e.op(format!("add.s32 {index}, {index}, {stride}"));
+    e.op(format!("bra.uni {top}"));
+    e.place(&done);
+    let blocks = work.div_ceil(BLOCK as usize).clamp(1, MAX_BLOCKS) as u32;
+    let comment = format!("map of {n} elements, {} per thread step", width);
+    Ok(PtxKernel { text: e.finish(&comment, "", k.inputs.len() + 1), grid: (blocks, 1, 1), block: (BLOCK, 1, 1) })
+}
+
+fn reduce(k: &MapKernel) -> Result<PtxKernel, PtxError> {
+    let Some(reduction) = &k.reduce else { return map(k) };
+    check(k.numel())?;
+    check(access_span(&k.output, &k.shape))?;
+    for a in &k.inputs {
+        check(access_span(a, &k.shape))?;
+    }
+    let (outputs, reduced) = k.extents();
+    let threads = reduced.next_power_of_two().clamp(32, BLOCK as usize) as u32;
+    let warps = threads / 32;
+    let dims = &k.shape[..];
+    let kept_axes: Vec<usize> = (0..dims.len()).filter(|i| !reduction.axes.contains(i)).collect();
+    let kept_dims: Vec<usize> = kept_axes.iter().map(|&i| dims[i]).collect();
+    let red_dims: Vec<usize> = reduction.axes.iter().map(|&i| dims[i]).collect();
+    let pick = |s: &[i64], axes: &[usize]| axes.iter().map(|&i| s[i]).collect::<Vec<i64>>();
+
+    let (identity, combine): (f32, &str) = match reduction.op {
+        ReduceOp::Sum | ReduceOp::Mean => (0.0, "add"),
+        ReduceOp::Max => (f32::NEG_INFINITY, "ge.f32"),
+        ReduceOp::Min => (f32::INFINITY, "le.f32"),
+    };
+    let fold = |e: &mut Emitter, acc: &str, x: &str| -> String {
+        if combine == "add" {
+            e.value(Reg::F32, "add.rn.f32", &format!("{acc}, {x}"))
+        } else {
+            // NaN wins, as in the interpreter's nan_max / nan_min.
+            let wins = e.predicate(combine, acc, x);
+            let nan = e.predicate("nan.f32", acc, acc);
+            let keep = e.value(Reg::Pred, "or.pred", &format!("{wins}, {nan}"));
+            e.select(&keep, acc, x)
+        }
+    };
+
+    let mut e = Emitter::default();
+    let out = e.param_pointer("gt_param_0");
+    let inputs: Vec<String> = (0..k.inputs.len()).map(|i| e.param_pointer(&format!("gt_param_{}", i + 1))).collect();
+    let row = e.special("%ctaid.x");
+    let tid = e.special("%tid.x");
+    // Offsets of this output element in every buffer (the kept axes' share).
+    let kept_coords = e.coords(&row, &kept_dims);
+    let in_bases: Vec<String> =
+        k.inputs.iter().map(|a| e.dot(a.offset, &kept_coords, &pick(&a.strides, &kept_axes))).collect();
+    let needs_index = k.nodes.iter().any(|n| matches!(n, Node::Iota { .. } | Node::Rand { .. } | Node::Randn { .. }));
+    let full_strides = gt_ir::kernel::row_major_strides(dims);
+    let index_base = if needs_index { Some(e.dot(0, &kept_coords, &pick(&full_strides, &kept_axes))) } else { None };
+
+    let acc = e.value(Reg::F32, "mov.f32", &f32_imm(identity));
+    let r = e.value(Reg::B32, "mov.u32", &tid);
+    let (top, end) = (e.label("loop"), e.label("folded"));
+    e.place(&top);
+    let past = e.predicate("ge.s32", &r, &reduced.to_string());
+    e.op(format!("@{past} bra {end}"));
+    let red_coords = e.coords(&r, &red_dims);
+    let mut loaded = Vec::new();
+    for ((access, base), in_base) in k.inputs.iter().zip(&inputs).zip(&in_bases) {
+        let part = e.dot(0, &red_coords, &pick(&access.strides, &reduction.axes));
+        let off = e.value(Reg::B32, "add.s32", &format!("{in_base}, {part}"));
+        loaded.push(e.load(base, &off));
+    }
+    let index = match &index_base {
+        Some(b) => {
+            let part = e.dot(0, &red_coords, &pick(&full_strides, &reduction.axes));
+            e.value(Reg::B32, "add.s32", &format!("{b}, {part}"))
+        }
+        None => r.clone(),
+    };
+    let x = e.expression(&k.nodes, &loaded, &move |_| index.clone());
+    let folded = fold(&mut e, &acc, &x);
+    e.op(format!("mov.f32 {acc}, {folded}"));
+    e.op(format!("add.s32 {r}, {r}, {threads}"));
+    e.op(format!("bra.uni {top}"));
+    e.place(&end);
+
+    let warp_reduce = |e: &mut Emitter, acc: &str| {
+        for shift in [16, 8, 4, 2, 1] {
+            let bits = e.value(Reg::B32, "mov.b32", acc);
+            let other = e.value(Reg::B32, "shfl.sync.bfly.b32", &format!("{bits}, {shift}, 31, -1"));
+            let other = e.value(Reg::F32, "mov.b32", &other);
+            let folded = fold(e, acc, &other);
+            e.op(format!("mov.f32 {acc}, {folded}"));
+        }
+    };
+    warp_reduce(&mut e, &acc);
+    let finish = e.label("finish");
+    let mut globals = String::new();
+    if warps > 1 {
+        let _ = writeln!(globals, ".shared .align 4 .b8 gt_partials[{}];\n", warps * 4);
+        let lane = e.value(Reg::B32, "and.b32", &format!("{tid}, 31"));
+        let warp = e.value(Reg::B32, "shr.u32", &format!("{tid}, 5"));
+        let shared = e.value(Reg::B32, "mov.u32", "gt_partials");
+        let first_lane = e.predicate("eq.u32", &lane, "0");
+        let slot = e.value(Reg::B32, "mad.lo.u32", &format!("{warp}, 4, {shared}"));
+        e.op(format!("@{first_lane} st.shared.f32 [{slot}], {acc}"));
+        e.op("bar.sync 0");
+        let other_warp = e.predicate("ne.u32", &warp, "0");
+        e.op(format!("@{other_warp} bra {finish}"));
+        let have = e.predicate("lt.u32", &lane, &warps.to_string());
+        e.op(format!("mov.f32 {acc}, {}", f32_imm(identity)));
+        let lane_slot = e.value(Reg::B32, "mad.lo.u32", &format!("{lane}, 4, {shared}"));
+        e.op(format!("@{have} ld.shared.f32 {acc}, [{lane_slot}]"));
+        warp_reduce(&mut e, &acc);
+    }
+    let not_first = e.predicate("ne.u32", &tid, "0");
+    e.op(format!("@{not_first} bra {finish}"));
+    if reduction.op == ReduceOp::Mean {
+        // 0 / 0 makes the mean of nothing NaN, as in the interpreter.
+        e.op(format!("div.rn.f32 {acc}, {acc}, {}", f32_imm(reduced as f32)));
+    }
+    let out_off = e.dot(k.output.offset, &kept_coords, &pick(&k.output.strides, &kept_axes));
+    let addr = e.element_address(&out, &out_off);
+    e.op(format!("st.global.f32 [{addr}], {acc}"));
+    e.place(&finish);
+    let comment = format!(
+        "{} of {reduced} elements into each of {outputs} outputs, {threads} threads per output",
+        reduction.op.mnemonic()
+    );
+    Ok(PtxKernel {
+        text: e.finish(&comment, &globals, k.inputs.len() + 1),
+        grid: (outputs as u32, 1, 1),
+        block: (threads, 1, 1),
+    })
+}
+
+/// A matmul tiling: block tile `bm x bn`, `tm x tn` outputs per thread, `bk` deep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tiling {
+    /// Block tile rows.
+    pub bm: usize,
+    /// Block tile columns.
+    pub bn: usize,
+    /// Rows per thread.
+    pub tm: usize,
+    /// Columns per thread.
+    pub tn: usize,
+    /// Depth of one shared-memory stage.
+    pub bk: usize,
+}
+
+impl Tiling {
+    /// The tiling used for an `m x n` result: big tiles for big matrices, small ones so that
+    /// small products still spread over many blocks.
+    pub fn for_shape(m: usize, n: usize) -> Tiling {
+        if m * n >= 1 << 20 {
+            Tiling { bm: 128, bn: 128, tm: 8, tn: 8, bk: 8 }
+        } else if m * n >= 1 << 17 {
+            Tiling { bm: 64, bn: 64, tm: 4, tn: 4, bk: 16 }
+        } else {
+            Tiling { bm: 32, bn: 32, tm: 2, tn: 2, bk: 16 }
+        }
+    }
+
+    fn threads(self) -> usize {
+        (self.bm / self.tm) * (self.bn / self.tn)
+    }
+}
+
+fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
+    let nb = k.batch.len();
+    let mut lhs_dims = k.batch.clone();
+    lhs_dims.extend([k.m, k.k]);
+    let mut rhs_dims = k.batch.clone();
+    rhs_dims.extend([k.k, k.n]);
+    check(access_span(&k.lhs, &lhs_dims))?;
+    check(access_span(&k.rhs, &rhs_dims))?;
+    check(k.batch_count() * k.m * k.n)?;
+    let t = Tiling::for_shape(k.m, k.n);
+    let threads = t.threads();
+    let (sm, sk) = (k.lhs.strides[nb], k.lhs.strides[nb + 1]);
+    let (skb, snb) = (k.rhs.strides[nb], k.rhs.strides[nb + 1]);
+
+    let mut e = Emitter::default();
+    let out = e.param_pointer("gt_param_0");
+    let a_ptr = e.param_pointer("gt_param_1");
+    let b_ptr = e.param_pointer("gt_param_2");
+    let tid = e.special("%tid.x");
+    let (bx, by, bz) = (e.special("%ctaid.x"), e.special("%ctaid.y"), e.special("%ctaid.z"));
+    let row0 = e.value(Reg::B32, "mul.lo.s32", &format!("{by}, {}", t.bm));
+    let col0 = e.value(Reg::B32, "mul.lo.s32", &format!("{bx}, {}", t.bn));
+    let batch_coords = e.coords(&bz, &k.batch);
+    let a_base = e.dot(k.lhs.offset, &batch_coords, &k.lhs.strides[..nb]);
+    let b_base = e.dot(k.rhs.offset, &batch_coords, &k.rhs.strides[..nb]);
+    let out_base = e.value(Reg::B32, "mul.lo.s32", &format!("{bz}, {}", k.m * k.n));
+
+    // Which tile elements this thread loads: A (row am, column ak) and B (row bk, column bn).
+    let ak = e.value(Reg::B32, "rem.u32", &format!("{tid}, {}", t.bk));
+    let am0 = e.value(Reg::B32, "div.u32", &format!("{tid}, {}", t.bk));
+    let bn = e.value(Reg::B32, "rem.u32", &format!("{tid}, {}", t.bn));
+    let bk0 = e.value(Reg::B32, "div.u32", &format!("{tid}, {}", t.bn));
+    let loads_a = t.bm * t.bk / threads;
+    let loads_b = t.bk * t.bn / threads;
+    let a_sh = e.value(Reg::B32, "mov.u32", "gt_tile_a");
+    let b_sh = e.value(Reg::B32, "mov.u32", "gt_tile_b");
+    // Per load: the element offset at k0 = 0 (advanced each stage), its row/col bound check,
+    // and its shared-memory slot.
+    struct Load {
+        offset: String,
+        in_range: String,
+        k: String,
+        slot: String,
+    }
+    let mut a_loads = Vec::new();
+    for j in 0..loads_a {
+        let am = e.value(Reg::B32, "add.s32", &format!("{am0}, {}", j * threads / t.bk));
+        let row = e.value(Reg::B32, "add.s32", &format!("{row0}, {am}"));
+        let in_range = e.predicate("lt.s32", &row, &k.m.to_string());
+        let r_off = e.value(Reg::B32, "mad.lo.s32", &format!("{row}, {sm}, {a_base}"));
+        let offset = e.value(Reg::B32, "mad.lo.s32", &format!("{ak}, {sk}, {r_off}"));
+        let kk = e.value(Reg::B32, "mov.s32", &ak);
+        let idx = e.value(Reg::B32, "mad.lo.s32", &format!("{ak}, {}, {am}", t.bm));
+        let slot = e.value(Reg::B32, "mad.lo.u32", &format!("{idx}, 4, {a_sh}"));
+        a_loads.push(Load { offset, in_range, k: kk, slot });
+    }
+    let mut b_loads = Vec::new();
+    for j in 0..loads_b {
+        let bk = e.value(Reg::B32, "add.s32", &format!("{bk0}, {}", j * threads / t.bn));
+        let col = e.value(Reg::B32, "add.s32", &format!("{col0}, {bn}"));
+        let in_range = e.predicate("lt.s32", &col, &k.n.to_string());
+        let c_off = e.value(Reg::B32, "mad.lo.s32", &format!("{col}, {snb}, {b_base}"));
+        let offset = e.value(Reg::B32, "mad.lo.s32", &format!("{bk}, {skb}, {c_off}"));
+        let kk = e.value(Reg::B32, "mov.s32", &bk);
+        let idx = e.value(Reg::B32, "mad.lo.s32", &format!("{bk}, {}, {bn}", t.bn));
+        let slot = e.value(Reg::B32, "mad.lo.u32", &format!("{idx}, 4, {b_sh}"));
+        b_loads.push(Load { offset, in_range, k: kk, slot });
+    }
+    let tx = e.value(Reg::B32, "rem.u32", &format!("{tid}, {}", t.bn / t.tn));
+    let ty = e.value(Reg::B32, "div.u32", &format!("{tid}, {}", t.bn / t.tn));
+    let a_read = e.value(Reg::B32, "mad.lo.u32", &format!("{ty}, {}, {a_sh}", t.tm * 4));
+    let b_read = e.value(Reg::B32, "mad.lo.u32", &format!("{tx}, {}, {b_sh}", t.tn * 4));
+    let acc: Vec<Vec<String>> =
+        (0..t.tm).map(|_| (0..t.tn).map(|_| e.value(Reg::F32, "mov.f32", &f32_imm(0.0))).collect()).collect();
+
+    let stages = k.k.div_ceil(t.bk);
+    let stage = e.value(Reg::B32, "mov.s32", "0");
+    let (top, end) = (e.label("stage"), e.label("stages_done"));
+    e.place(&top);
+    let past = e.predicate("ge.s32", &stage, &stages.to_string());
+    e.op(format!("@{past} bra {end}"));
+    for (loads, base) in [(&a_loads, &a_ptr), (&b_loads, &b_ptr)] {
+        for l in loads.iter() {
+            let k_ok = e.predicate("lt.s32", &l.k, &k.k.to_string());
+            let ok = e.value(Reg::Pred, "and.pred", &format!("{k_ok}, {}", l.in_range));
+            let v = e.value(Reg::F32, "mov.f32", &f32_imm(0.0));
+            let addr = e.element_address(base, &l.offset);
+            e.op(format!("@{ok} ld.global.nc.f32 {v}, [{addr}]"));
+            e.op(format!("st.shared.f32 [{}], {v}", l.slot));
+        }
+    }
+    e.op("bar.sync 0");
+    let vec_load = |e: &mut Emitter, base: &str, byte: usize, count: usize| -> Vec<String> {
+        let mut regs = Vec::new();
+        let mut i = 0;
+        while i < count {
+            let w = if count - i >= 4 {
+                4
+            } else if count - i >= 2 {
+                2
+            } else {
+                1
+            };
+            let rs: Vec<String> = (0..w).map(|_| e.reg(Reg::F32)).collect();
+            let at = byte + i * 4;
+            if w == 1 {
+                e.op(format!("ld.shared.f32 {}, [{base}+{at}]", rs[0]));
+            } else {
+                e.op(format!("ld.shared.v{w}.f32 {{{}}}, [{base}+{at}]", rs.join(", ")));
+            }
+            regs.extend(rs);
+            i += w;
+        }
+        regs
+    };
+    for kk in 0..t.bk {
+        let a = vec_load(&mut e, &a_read, kk * t.bm * 4, t.tm);
+        let b = vec_load(&mut e, &b_read, kk * t.bn * 4, t.tn);
+        for (i, row) in acc.iter().enumerate() {
+            for (j, c) in row.iter().enumerate() {
+                e.op(format!("fma.rn.f32 {c}, {}, {}, {c}", a[i], b[j]));
+            }
+        }
+    }
+    e.op("bar.sync 0");
+    for (loads, step) in [(&a_loads, sk), (&b_loads, skb)] {
+        for l in loads.iter() {
+            e.op(format!("add.s32 {o}, {o}, {}", step * t.bk as i64, o = l.offset));
+            e.op(format!("add.s32 {k}, {k}, {}", t.bk, k = l.k));
+        }
+    }
+    e.op(format!("add.s32 {stage}, {stage}, 1"));
+    e.op(format!("bra.uni {top}"));
+    e.place(&end);
+    for (i, row) in acc.iter().enumerate() {
+        let r = e.value(Reg::B32, "mad.lo.s32", &format!("{ty}, {}, {}", t.tm, i));
+        let r = e.value(Reg::B32, "add.s32", &format!("{r}, {row0}"));
+        let row_ok = e.predicate("lt.s32", &r, &k.m.to_string());
+        let row_off = e.value(Reg::B32, "mad.lo.s32", &format!("{r}, {}, {out_base}", k.n));
+        for (j, c) in row.iter().enumerate() {
+            let col = e.value(Reg::B32, "mad.lo.s32", &format!("{tx}, {}, {}", t.tn, j));
+            let col = e.value(Reg::B32, "add.s32", &format!("{col}, {col0}"));
+            let col_ok = e.predicate("lt.s32", &col, &k.n.to_string());
+            let ok = e.value(Reg::Pred, "and.pred", &format!("{row_ok}, {col_ok}"));
+            let off = e.value(Reg::B32, "add.s32", &format!("{row_off}, {col}"));
+            let addr = e.element_address(&out, &off);
+            e.op(format!("@{ok} st.global.f32 [{addr}], {c}"));
+        }
+    }
+    let globals = format!(
+        ".shared .align 16 .b8 gt_tile_a[{}];\n.shared .align 16 .b8 gt_tile_b[{}];\n\n",
+        t.bk * t.bm * 4,
+        t.bk * t.bn * 4
+    );
+    let comment = format!(
+        "matmul {}x{}x{} (batch {}), f32 FMA, tile {}x{}x{}, {}x{} per thread",
+        k.m,
+        k.n,
+        k.k,
+        k.batch_count(),
+        t.bm,
+        t.bn,
+        t.bk,
+        t.tm,
+        t.tn
+    );
+    let grid = (k.n.div_ceil(t.bn) as u32, k.m.div_ceil(t.bm) as u32, k.batch_count() as u32);
+    Ok(PtxKernel { text: e.finish(&comment, &globals, 3), grid, block: (threads as u32, 1, 1) })
+}

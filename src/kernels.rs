@@ -1,0 +1,77 @@
+//! The kernels a script compiles to: [`KernelRecorder`] runs a script on the reference
+//! interpreter while lowering every instruction it executes ([`gt_ir::kernel::lower`]), so
+//! `gt-run --dump-kernels DIR` can write each distinct kernel's IR and PTX, and CI can
+//! assemble the PTX of every kernel the filetests use.
+
+use gt_ir::kernel::lower::{lower, Step};
+use gt_ir::kernel::Kernel;
+use gt_ir::verify::shape;
+use gt_ir::{Executor, HostTensor, Instr, Span, TensorType, ValueId};
+use gt_runtime::backend::cuda::ptx;
+use gt_runtime::{Interpreter, RuntimeError};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// Runs instructions on the interpreter and keeps every distinct kernel they lower to, in
+/// first-use order.
+#[derive(Debug, Default)]
+pub struct KernelRecorder {
+    interp: Interpreter,
+    types: HashMap<ValueId, TensorType>,
+    seen: HashSet<Kernel>,
+    /// The kernels, each once.
+    pub kernels: Vec<Kernel>,
+}
+
+impl KernelRecorder {
+    /// A recorder with no values.
+    pub fn new() -> KernelRecorder {
+        KernelRecorder::default()
+    }
+
+    /// Writes `NNN.kernel` (kernel IR) and `NNN.ptx` per kernel into `dir`; returns how many.
+    pub fn write(&self, dir: &Path) -> anyhow::Result<usize> {
+        std::fs::create_dir_all(dir)?;
+        for (i, kernel) in self.kernels.iter().enumerate() {
+            std::fs::write(dir.join(format!("{i:03}-{}.kernel", kernel.kind())), format!("{kernel}\n"))?;
+            match ptx::generate(kernel) {
+                Ok(p) => std::fs::write(dir.join(format!("{i:03}-{}.ptx", kernel.kind())), p.text)?,
+                Err(e) => std::fs::write(dir.join(format!("{i:03}-{}.ptx-error", kernel.kind())), e.to_string())?,
+            }
+        }
+        Ok(self.kernels.len())
+    }
+}
+
+impl Executor for KernelRecorder {
+    type Error = RuntimeError;
+
+    fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
+        self.interp.execute(instr)?;
+        // The interpreter accepted it, so the operands are typed and the type rule holds.
+        let ty = |v: ValueId| self.types.get(&v).cloned().ok_or(gt_ir::TypeError::UnknownValue(v));
+        if let Ok(results) = shape::infer(instr, &ty) {
+            let ty = |v: ValueId| self.types[&v].clone();
+            for step in lower(instr, &ty, &results) {
+                if let Step::Launch { kernel, .. } = step {
+                    if self.seen.insert(kernel.clone()) {
+                        self.kernels.push(kernel);
+                    }
+                }
+            }
+            if let Instr::Free { src } = instr {
+                self.types.remove(src);
+            }
+            self.types.extend(instr.results().into_iter().zip(results));
+        }
+        Ok(())
+    }
+
+    fn execute_at(&mut self, instr: &Instr, _span: Option<Span>) -> Result<(), RuntimeError> {
+        self.execute(instr)
+    }
+
+    fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
+        self.interp.read(value)
+    }
+}

@@ -1,0 +1,245 @@
+//! [`Mirror`]: runs every instruction on the reference interpreter and on another backend
+//! (the GPU), and compares every value read within a tolerance. The CUDA tests run every
+//! filetest and property test through it.
+
+use crate::script::{load, run_local, run_on, Loaded};
+use gt_frontend::script::RunOptions;
+use gt_ir::{Executor, HostTensor, Instr, ValueId};
+use gt_runtime::backend::Backend;
+use gt_runtime::{Interpreter, RuntimeError};
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// `|got - want| <= ABS + REL * |want|` per element; NaN matches NaN, infinities match
+/// exactly. The GPU's `exp`/`log`/`pow` are correct to about 2^-22 relative, sums differ in
+/// rounding order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tolerance {
+    /// Absolute part.
+    pub abs: f32,
+    /// Relative part.
+    pub rel: f32,
+}
+
+impl Default for Tolerance {
+    fn default() -> Self {
+        Tolerance { abs: 1e-5, rel: 1e-4 }
+    }
+}
+
+impl Tolerance {
+    /// Whether `got` is close enough to `want`.
+    pub fn accepts(self, got: f32, want: f32) -> bool {
+        if want.is_nan() || got.is_nan() {
+            return want.is_nan() && got.is_nan();
+        }
+        if want.is_infinite() || got.is_infinite() {
+            return want == got;
+        }
+        (got - want).abs() <= self.abs + self.rel * want.abs()
+    }
+}
+
+/// Why a mirrored run failed.
+#[derive(Debug, Error)]
+pub enum MirrorError {
+    /// Both backends refused the instruction (the script's own error).
+    #[error("{0}")]
+    Both(RuntimeError),
+    /// Only one of them did.
+    #[error("the backends disagree on `{op}`: interpreter {reference}, {backend} {other}")]
+    Disagree {
+        /// The op.
+        op: &'static str,
+        /// The interpreter's outcome.
+        reference: String,
+        /// The other backend's name.
+        backend: &'static str,
+        /// Its outcome.
+        other: String,
+    },
+    /// A value read differs beyond the tolerance.
+    #[error(
+        "value {value} differs: {backend} gives {got:?} at element {index} (shape {shape}), the interpreter {want:?}"
+    )]
+    Differs {
+        /// The value.
+        value: ValueId,
+        /// The backend.
+        backend: &'static str,
+        /// First differing element (row-major).
+        index: usize,
+        /// Its value on the backend.
+        got: f32,
+        /// The interpreter's.
+        want: f32,
+        /// The value's shape.
+        shape: String,
+    },
+}
+
+fn outcome(r: &Result<(), RuntimeError>) -> String {
+    match r {
+        Ok(()) => "succeeds".into(),
+        Err(e) => format!("fails ({e})"),
+    }
+}
+
+/// Runs both, compares reads.
+pub struct Mirror {
+    reference: Interpreter,
+    other: Box<dyn Backend>,
+    tolerance: Tolerance,
+    /// Values compared so far, and their elements.
+    pub compared: (usize, usize),
+}
+
+impl Mirror {
+    /// Mirrors the interpreter onto `other`.
+    pub fn new(other: Box<dyn Backend>, tolerance: Tolerance) -> Mirror {
+        Mirror { reference: Interpreter::new(), other, tolerance, compared: (0, 0) }
+    }
+}
+
+impl Executor for Mirror {
+    type Error = MirrorError;
+
+    fn execute(&mut self, instr: &Instr) -> Result<(), MirrorError> {
+        let want = self.reference.execute(instr);
+        let got = self.other.execute(instr);
+        match (want, got) {
+            (Ok(()), Ok(())) => Ok(()),
+            (Err(a), Err(b)) if a == b => Err(MirrorError::Both(a)),
+            (want, got) => Err(MirrorError::Disagree {
+                op: instr.mnemonic(),
+                reference: outcome(&want),
+                backend: self.other.name(),
+                other: outcome(&got),
+            }),
+        }
+    }
+
+    fn read(&mut self, value: ValueId) -> Result<HostTensor, MirrorError> {
+        let want = self.reference.read(value);
+        let got = self.other.read(value);
+        let (want, got) = match (want, got) {
+            (Ok(w), Ok(g)) => (w, g),
+            (Err(a), Err(b)) if a == b => return Err(MirrorError::Both(a)),
+            (want, got) => {
+                return Err(MirrorError::Disagree {
+                    op: "get",
+                    reference: outcome(&want.map(|_| ())),
+                    backend: self.other.name(),
+                    other: outcome(&got.map(|_| ())),
+                })
+            }
+        };
+        let differs = |index: usize, got: f32, want: f32, shape: String| MirrorError::Differs {
+            value,
+            backend: self.other.name(),
+            index,
+            got,
+            want,
+            shape,
+        };
+        if got.ty != want.ty {
+            return Err(differs(0, f32::NAN, f32::NAN, format!("{} vs {}", got.ty, want.ty)));
+        }
+        if let Some(i) = (0..want.data.len()).find(|&i| !self.tolerance.accepts(got.data[i], want.data[i])) {
+            return Err(differs(i, got.data[i], want.data[i], want.ty.shape.to_string()));
+        }
+        self.compared.0 += 1;
+        self.compared.1 += want.data.len();
+        Ok(want)
+    }
+
+    fn sync(&mut self) -> Result<(), MirrorError> {
+        self.other.finish().map_err(|e| MirrorError::Disagree {
+            op: "sync",
+            reference: "succeeds".into(),
+            backend: self.other.name(),
+            other: format!("fails ({e})"),
+        })
+    }
+}
+
+/// What [`check_scripts`] found.
+#[derive(Debug, Default)]
+pub struct ScriptsReport {
+    /// Scripts run.
+    pub files: usize,
+    /// Values read and compared, and their elements.
+    pub compared: (usize, usize),
+    /// One entry per script whose output differed, or that failed on one side only.
+    pub failures: Vec<String>,
+}
+
+impl ScriptsReport {
+    /// One line: how much was compared.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} scripts, {} values ({} elements) compared, {} differ",
+            self.files,
+            self.compared.0,
+            self.compared.1,
+            self.failures.len()
+        )
+    }
+}
+
+fn gtir_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for path in entries.flatten().map(|e| e.path()) {
+        if path.is_dir() {
+            gtir_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "gtir") {
+            out.push(path);
+        }
+    }
+}
+
+/// Runs every run filetest (`tests/gtir/run`) and example (`examples/`) under `root`
+/// mirrored onto a fresh backend from `make`, and compares each script's output with the
+/// interpreter's: the filetest snapshot, or what an example prints.
+pub fn check_scripts(root: &Path, make: &mut dyn FnMut() -> Box<dyn Backend>, tolerance: Tolerance) -> ScriptsReport {
+    let mut files = Vec::new();
+    gtir_files(&root.join("tests/gtir/run"), &mut files);
+    gtir_files(&root.join("examples"), &mut files);
+    files.sort();
+    let mut report = ScriptsReport { files: files.len(), ..Default::default() };
+    for path in &files {
+        let Ok(bytes) = std::fs::read(path) else { continue };
+        let mut compared = (0, 0);
+        let mut mirrored = |loaded: &Loaded, out: &mut dyn std::io::Write| {
+            let mut mirror = Mirror::new(make(), tolerance);
+            let r = run_on(loaded, &mut mirror, out, RunOptions::default());
+            compared = mirror.compared;
+            r
+        };
+        let outputs = if crate::filetest::directives(&String::from_utf8_lossy(&bytes)).is_ok() {
+            let want = crate::filetest::run_file(path).map_err(|e| format!("{e:#}"));
+            (want, crate::filetest::run_file_on(path, &mut mirrored).map_err(|e| format!("{e:#}")))
+        } else {
+            match load(&bytes) {
+                Ok(loaded) => {
+                    let (mut want, mut got) = (Vec::new(), Vec::new());
+                    let w = run_local(&loaded, &mut want, RunOptions::default()).map_err(|e| e.to_string());
+                    let g = mirrored(&loaded, &mut got).map_err(|e| e.to_string());
+                    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+                    (w.map(|_| text(want)), g.map(|_| text(got)))
+                }
+                Err(e) => (Err(format!("{e:?}")), Err(String::new())),
+            }
+        };
+        report.compared.0 += compared.0;
+        report.compared.1 += compared.1;
+        match outputs {
+            (Ok(want), Ok(got)) if got == want => {}
+            (Ok(want), Ok(got)) => {
+                report.failures.push(format!("{}:\n--- interpreter\n{want}\n--- mirrored\n{got}", path.display()))
+            }
+            (want, got) => report.failures.push(format!("{}: interpreter {want:?}, mirrored {got:?}", path.display())),
+        }
+    }
+    report
+}

@@ -1,0 +1,285 @@
+//! The CUDA backend on a GPU (built with `--features cuda`): every filetest and random
+//! programs run on the GPU and the interpreter at once ([`gt::mirror::Mirror`]) with every
+//! read compared; the steady state allocates nothing; errors name their cause; workers on
+//! CUDA serve clients. Without a GPU each test says so and passes, unless
+//! `GT_REQUIRE_GPU=1` (set on the GPU machine) makes that a failure. Without a GPU the CLI
+//! test checks that `gt worker --backend cuda` exits 2 with one clear line.
+
+use gt::mirror::{Mirror, Tolerance};
+use gt::script::{load, run_on};
+use gt_frontend::script::RunOptions;
+use gt_ir::{BinaryOp, Executor, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
+use gt_runtime::backend::cuda::CudaBackend;
+use gt_runtime::backend::{Backend, BackendError};
+use proptest::prelude::*;
+use std::path::Path;
+
+/// A backend on device 0, or `None` (after saying why) when this machine has no GPU.
+fn gpu() -> Option<CudaBackend> {
+    match CudaBackend::new(0, 8 << 30) {
+        Ok(b) => Some(b),
+        Err(BackendError::Unavailable(why)) if std::env::var_os("GT_REQUIRE_GPU").is_none() => {
+            eprintln!("skipped: {why}");
+            None
+        }
+        Err(e) => panic!("GT_REQUIRE_GPU is set but: {e}"),
+    }
+}
+
+#[test]
+fn every_filetest_and_example_gives_the_interpreters_output() {
+    let Some(first) = gpu() else { return };
+    println!("device: {}", first.device_name());
+    drop(first);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let report = gt::mirror::check_scripts(root, &mut || Box::new(gpu().unwrap()), Tolerance::default());
+    println!("{}", report.summary());
+    assert!(report.failures.is_empty(), "{}", report.failures.join("\n\n"));
+}
+
+fn v(i: u32) -> ValueId {
+    ValueId(i)
+}
+
+/// Runs `instrs` mirrored and reads every value they define.
+fn mirrored(instrs: &[Instr]) -> Result<(), String> {
+    mirrored_within(instrs, Tolerance::default())
+}
+
+/// Matmul results of N(0, 1) operands: each side's f32 sum of `k` products carries a
+/// rounding error growing with `k` (compared to the terms, not to the possibly tiny sum).
+fn matmul_tolerance(k: usize) -> Tolerance {
+    Tolerance { abs: 1e-5 + 1e-6 * k as f32, rel: 1e-4 }
+}
+
+fn mirrored_within(instrs: &[Instr], tolerance: Tolerance) -> Result<(), String> {
+    let Some(gpu) = gpu() else { return Ok(()) };
+    let mut m = Mirror::new(Box::new(gpu), tolerance);
+    for i in instrs {
+        m.execute(i).map_err(|e| format!("{}: {e}", i.mnemonic()))?;
+    }
+    for i in instrs {
+        for r in i.results() {
+            m.read(r).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// Shapes that broadcast together: a result shape and two operand shapes that are it with
+/// some dims set to 1 or dropped from the front.
+fn broadcast_shapes() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>)> {
+    (prop::collection::vec(1usize..9, 0..4), any::<u32>(), any::<u32>()).prop_map(|(dims, ma, mb)| {
+        let squash = |mask: u32| -> Vec<usize> {
+            let keep = dims.len() - (mask as usize % (dims.len() + 1));
+            dims[dims.len() - keep..]
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| if mask >> (i + 3) & 1 == 1 { 1 } else { d })
+                .collect()
+        };
+        (dims.clone(), squash(ma), squash(mb))
+    })
+}
+
+const UNARY: [UnaryOp; 9] = [
+    UnaryOp::Neg,
+    UnaryOp::Abs,
+    UnaryOp::Relu,
+    UnaryOp::Sigmoid,
+    UnaryOp::Tanh,
+    UnaryOp::Exp,
+    UnaryOp::Log,
+    UnaryOp::Sqrt,
+    UnaryOp::Rsqrt,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Random elementwise chains over broadcasting shapes, then a reduction over random
+    /// axes: the GPU equals the interpreter.
+    #[test]
+    fn random_elementwise_and_reduction_programs(
+        (_, a, b) in broadcast_shapes(),
+        seed in any::<u64>(),
+        ops in prop::collection::vec((0usize..13, 0usize..9), 1..6),
+        reduce in 0usize..4,
+        axes_mask in any::<u32>(),
+        keepdim in any::<bool>(),
+    ) {
+        let mut instrs = vec![
+            Instr::Randn { dst: v(0), ty: TensorType::f32(a.clone()), seed },
+            Instr::Rand { dst: v(1), ty: TensorType::f32(b.clone()), seed: seed ^ 1 },
+        ];
+        let mut last = 0;
+        for (i, &(bin, un)) in ops.iter().enumerate() {
+            let dst = 2 + 2 * i as u32;
+            let op = BinaryOp::ALL[bin];
+            // Keep pow's base positive (rand) so it stays real.
+            let (lhs, rhs) = if op == BinaryOp::Pow { (v(1), v(last)) } else { (v(last), v(1)) };
+            instrs.push(Instr::Binary { dst: v(dst), op, lhs: Operand::Value(lhs), rhs: Operand::Value(rhs) });
+            // Log/sqrt/rsqrt of negatives give NaN on both: compared as NaN.
+            instrs.push(Instr::Unary { dst: v(dst + 1), op: UNARY[un], src: v(dst) });
+            last = dst + 1;
+        }
+        let rank = a.len().max(b.len()) as i64;
+        let axes: Vec<i64> = (0..rank).filter(|i| axes_mask >> i & 1 == 1).collect();
+        instrs.push(Instr::Reduce {
+            dst: v(1000),
+            op: ReduceOp::ALL[reduce],
+            src: v(last),
+            axes: if axes_mask & 1 << 10 != 0 { None } else { Some(axes) },
+            keepdim,
+        });
+        // Max/min over an empty axis is refused by both: skip those programs.
+        match mirrored(&instrs) {
+            Err(e) if e.contains("both") || e.contains("empty") => {}
+            r => prop_assert!(r.is_ok(), "{}", r.unwrap_err()),
+        }
+    }
+
+    /// Batched, broadcast and vector matmuls of random sizes, including tile edges.
+    #[test]
+    fn random_matmuls(m in 1usize..150, k in 1usize..150, n in 1usize..150, batch in 0usize..3, vector in 0usize..3) {
+        let lhs = match (vector, batch) {
+            (1, _) => vec![k],
+            (_, 0) => vec![m, k],
+            (_, b) => vec![b, m, k],
+        };
+        let rhs = if vector == 2 { vec![k] } else { vec![k, n] };
+        let instrs = vec![
+            Instr::Randn { dst: v(0), ty: TensorType::f32(lhs), seed: 1 },
+            Instr::Randn { dst: v(1), ty: TensorType::f32(rhs), seed: 2 },
+            Instr::MatMul { dst: v(2), lhs: v(0), rhs: v(1) },
+        ];
+        let r = mirrored_within(&instrs, matmul_tolerance(k));
+        prop_assert!(r.is_ok(), "{}", r.unwrap_err());
+    }
+}
+
+#[test]
+fn large_matmul_uses_big_tiles_and_agrees() {
+    let instrs = vec![
+        Instr::Randn { dst: v(0), ty: TensorType::f32(vec![1030, 517]), seed: 1 },
+        Instr::Randn { dst: v(1), ty: TensorType::f32(vec![517, 1100]), seed: 2 },
+        Instr::MatMul { dst: v(2), lhs: v(0), rhs: v(1) },
+    ];
+    mirrored_within(&instrs, matmul_tolerance(517)).unwrap();
+}
+
+#[test]
+fn a_steady_loop_allocates_and_compiles_nothing_new() {
+    let Some(mut gpu) = gpu() else { return };
+    let step = |g: &mut CudaBackend, i: u32| {
+        let base = 10 + 10 * i;
+        let run = |g: &mut CudaBackend, instr: Instr| g.execute(&instr).unwrap();
+        run(g, Instr::MatMul { dst: v(base), lhs: v(0), rhs: v(1) });
+        run(g, Instr::Unary { dst: v(base + 1), op: UnaryOp::Relu, src: v(base) });
+        run(g, Instr::Reduce { dst: v(base + 2), op: ReduceOp::Mean, src: v(base + 1), axes: None, keepdim: false });
+        run(g, Instr::Free { src: v(base) });
+        run(g, Instr::Free { src: v(base + 1) });
+        run(g, Instr::Free { src: v(base + 2) });
+    };
+    gpu.execute(&Instr::Randn { dst: v(0), ty: TensorType::f32(vec![64, 784]), seed: 1 }).unwrap();
+    gpu.execute(&Instr::Randn { dst: v(1), ty: TensorType::f32(vec![784, 256]), seed: 2 }).unwrap();
+    for i in 0..10 {
+        step(&mut gpu, i);
+    }
+    gpu.finish().unwrap();
+    let after_10 = gpu.counters();
+    for i in 10..1000 {
+        step(&mut gpu, i);
+    }
+    gpu.finish().unwrap();
+    let after_1000 = gpu.counters();
+    assert_eq!(after_10.allocations, after_1000.allocations, "{after_10:?} -> {after_1000:?}");
+    assert_eq!(after_10.compiles, after_1000.compiles);
+    assert_eq!(after_1000.launches - after_10.launches, 990 * 3);
+    assert_eq!(gpu.live_values(), 2);
+}
+
+#[test]
+fn out_of_memory_names_the_request() {
+    let Some(mut gpu) = gpu() else { return };
+    // 4 GiB tensors until the device is full (no GPU holds 64 of them).
+    let ty = TensorType::f32(vec![1 << 30]);
+    let mut failure = None;
+    for i in 0..64 {
+        if let Err(e) = gpu.execute(&Instr::Zeros { dst: v(i), ty: ty.clone() }) {
+            failure = Some((i, e.to_string()));
+            break;
+        }
+    }
+    let (held, text) = failure.expect("the device filled up");
+    assert!(text.contains("cannot allocate 4294967296 bytes"), "{text}");
+    assert!(text.contains(&format!("{held} values hold")), "{text}");
+    for i in 0..held {
+        gpu.execute(&Instr::Free { src: v(i) }).unwrap();
+    }
+    // The backend is still usable.
+    gpu.execute(&Instr::Ones { dst: v(100), ty: TensorType::f32(vec![3]) }).unwrap();
+    assert_eq!(gpu.read(v(100)).unwrap().data, vec![1.0; 3]);
+}
+
+#[test]
+fn too_many_elements_for_32_bit_indexing_is_an_error() {
+    let Some(mut gpu) = gpu() else { return };
+    // 2^31 elements (8 GiB, within the memory limit): refused before anything is allocated.
+    let e = gpu.execute(&Instr::Zeros { dst: v(1), ty: TensorType::f32(vec![1 << 16, 1 << 15]) }).unwrap_err();
+    assert!(e.to_string().contains("32-bit indexing"), "{e}");
+    assert_eq!(gpu.counters().allocations, 0);
+}
+
+#[test]
+fn embedded_cluster_on_cuda_runs_a_script_like_the_interpreter() {
+    let Some(_) = gpu() else { return };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mlp.gtir");
+    let want = std::process::Command::new(env!("CARGO_BIN_EXE_gt-run")).arg("--reference").arg(&path).output().unwrap();
+    let got = std::process::Command::new(env!("CARGO_BIN_EXE_gt-run"))
+        .arg("--worker-stats")
+        .arg(&path)
+        .env("GT_BACKEND", "cuda")
+        .env("GT_WORKERS", "2")
+        .output()
+        .unwrap();
+    let (want, got_text) = (String::from_utf8_lossy(&want.stdout), String::from_utf8_lossy(&got.stdout));
+    let stats = String::from_utf8_lossy(&got.stderr);
+    assert!(got.status.success(), "{stats}");
+    // Printed with 4 significant digits: the GPU's last-bit differences do not show.
+    assert_eq!(got_text, want);
+    assert!(stats.contains("cuda"), "worker stats name the backend: {stats}");
+}
+
+#[test]
+fn cuda_worker_without_a_gpu_exits_2_with_one_line() {
+    if CudaBackend::new(0, 1).is_ok() {
+        return;
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gt"))
+        .args(["worker", "--backend", "cuda", "-p", "9", "--wait", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("CUDA is not available"), "{err}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gt-run"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mlp.gtir"))
+        .env("GT_BACKEND", "cuda")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("CUDA is not available"), "{err}");
+}
+
+#[test]
+fn script_on_the_gpu_directly() {
+    let Some(gpu) = gpu() else { return };
+    let source =
+        b"%x = arange f32 end=8\n%y = reshape %x shape=[2, 4]\n%s = sum %y axes=[1]\nexpect %s == f32[2] [6, 22]\n";
+    let loaded = load(source).unwrap();
+    let mut m = Mirror::new(Box::new(gpu), Tolerance::default());
+    run_on(&loaded, &mut m, &mut std::io::sink(), RunOptions::default()).unwrap();
+}

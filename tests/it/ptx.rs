@@ -1,0 +1,137 @@
+//! The CUDA code generator without a GPU: the PTX of every kernel that the filetests and
+//! examples lower to assembles with `ptxas` for sm_80 and sm_90 (`GT_PTXAS`, else `ptxas` on
+//! PATH; under `CI` a missing ptxas fails the test), and snapshots of representative kernels.
+
+use gt::kernels::KernelRecorder;
+use gt::script::{load, run_on};
+use gt_frontend::script::RunOptions;
+use gt_ir::kernel::Kernel;
+use gt_runtime::backend::cuda::ptx;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn gtir_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            gtir_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "gtir") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every distinct kernel of the run filetests and the examples.
+fn all_kernels() -> Vec<Kernel> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    gtir_files(&root.join("tests/gtir/run"), &mut files);
+    gtir_files(&root.join("examples"), &mut files);
+    files.sort();
+    let mut recorder = KernelRecorder::new();
+    for path in files {
+        let Ok(loaded) = load(&std::fs::read(&path).unwrap()) else { continue };
+        // Scripts that fail on purpose still lowered everything before the failure.
+        let _ = run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true });
+    }
+    recorder.kernels
+}
+
+fn ptxas() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("GT_PTXAS").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    Command::new("ptxas").arg("--version").output().ok().filter(|o| o.status.success()).map(|_| PathBuf::from("ptxas"))
+}
+
+#[test]
+fn every_kernel_of_the_filetests_assembles_for_sm80_and_sm90() {
+    let Some(ptxas) = ptxas() else {
+        assert!(std::env::var_os("CI").is_none(), "CI must assemble the PTX: set GT_PTXAS or put ptxas on PATH");
+        eprintln!("skipped: no ptxas (set GT_PTXAS, or `pip install nvidia-cuda-nvcc`)");
+        return;
+    };
+    let kernels = all_kernels();
+    let kinds = |k: &str| kernels.iter().filter(|x| x.kind() == k).count();
+    assert!(kinds("map") > 20 && kinds("reduce") > 5 && kinds("matmul") > 3, "too few kernels found");
+    let dir = std::env::temp_dir().join(format!("gt-ptx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files: Vec<(PathBuf, String)> = kernels
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let path = dir.join(format!("k{i}.ptx"));
+            std::fs::write(&path, ptx::generate(k).unwrap().text).unwrap();
+            (path, k.to_string())
+        })
+        .collect();
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let chunks: Vec<_> = files
+            .chunks(files.len().div_ceil(4))
+            .map(|chunk| {
+                let ptxas = &ptxas;
+                s.spawn(move || {
+                    let mut bad = Vec::new();
+                    for (path, kernel) in chunk {
+                        for arch in ["sm_80", "sm_90"] {
+                            let out = Command::new(ptxas)
+                                .args(["--gpu-name", arch, "-o", "/dev/null"])
+                                .arg(path)
+                                .output()
+                                .expect("ptxas runs");
+                            if !out.status.success() {
+                                bad.push(format!(
+                                    "{arch}: {}\n{kernel}\n{}",
+                                    path.display(),
+                                    String::from_utf8_lossy(&out.stderr)
+                                ));
+                            }
+                        }
+                    }
+                    bad
+                })
+            })
+            .collect();
+        chunks.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    assert!(
+        failures.is_empty(),
+        "{} of {} kernels failed to assemble:\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The first kernel of `source` (a script) whose kind is `kind`.
+fn kernel_of(source: &str, kind: &str) -> Kernel {
+    let loaded = load(source.as_bytes()).unwrap();
+    let mut recorder = KernelRecorder::new();
+    run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true }).unwrap();
+    recorder.kernels.into_iter().find(|k| k.kind() == kind).unwrap()
+}
+
+fn snapshot(name: &str, kernel: &Kernel) {
+    let p = ptx::generate(kernel).unwrap();
+    let text = format!("{kernel}\n\ngrid {:?} block {:?}\n\n{}", p.grid, p.block, p.text);
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path("../../snapshots");
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| insta::assert_snapshot!(format!("ptx__{name}"), text));
+}
+
+#[test]
+fn ptx_of_representative_kernels() {
+    let x = "%x = randn f32[64, 32] seed=1\n";
+    snapshot("map_vectorised_exp", &kernel_of(&format!("{x}%y = exp %x\n"), "map"));
+    let bias = "%b = ones f32[32]\n";
+    let k = kernel_of(&format!("{x}{bias}%y = add %x, %b\n"), "map");
+    snapshot("map_broadcast_add", &k);
+    let t = kernel_of("%x = ones f32[3, 5]\n%y = transpose %x\n", "map");
+    snapshot("map_strided_transpose", &t);
+    snapshot("randn", &kernel_of(x, "map"));
+    snapshot("reduce_rows_max", &kernel_of(&format!("{x}%m = max %x axes=[1]\n"), "reduce"));
+    let mm = "%a = ones f32[64, 784]\n%w = ones f32[784, 256]\n%y = matmul %a, %w\n";
+    snapshot("matmul_64x256x784", &kernel_of(mm, "matmul"));
+}
