@@ -5,14 +5,15 @@
 //! - an 8-op elementwise chain as one fused kernel (built by hand in the kernel IR, as the fuse
 //!   pass will build it) against a device-to-device copy of the same bytes: effective bandwidth;
 //!   the same chain unfused (8 instructions) for reference;
-//! - row softmax as five instructions (max, sub, exp, sum, div: unfused until the fuse pass);
-//! - matmul 4096^3 f32 (SIMT FMA tiles) in TFLOP/s;
+//! - row softmax as five instructions (max, sub, exp, sum, div), and as one hand-fused row
+//!   kernel (what the fuse pass will produce);
+//! - matmul 4096^3 f32 (SIMT FMA tiles) in TFLOP/s, and `relu(x @ w + b)` with its epilogue fused;
 //! - per-op overhead of tiny ops on the backend alone and through client -> dispatcher -> worker.
 //!
 //! Times are wall-clock around a stream synchronisation, medians of several repetitions.
 
 use gt::frontend::{Client, ClientOptions, Origin};
-use gt::ir::kernel::{Access, Kernel, MapKernel, Node};
+use gt::ir::kernel::{samples, Access, Kernel, MapKernel, Node};
 use gt::ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
 use gt::runtime::backend::cuda::CudaBackend;
 use gt::runtime::backend::{Backend, BackendKind};
@@ -44,6 +45,11 @@ fn time(g: &mut CudaBackend, reps: usize, mut f: impl FnMut(&mut CudaBackend)) -
     median(samples)
 }
 
+/// Effective bandwidth of reading and writing `n` f32 once in `ms`.
+fn gbs_of(n: usize, ms: f64) -> f64 {
+    (2 * n * 4) as f64 / (ms * 1e-3) / 1e9
+}
+
 fn exec(g: &mut CudaBackend, instr: Instr) {
     g.execute(&instr).unwrap_or_else(|e| panic!("{}: {e}", instr.mnemonic()));
 }
@@ -68,6 +74,7 @@ fn chain_kernel(n: usize) -> Kernel {
             Node::Unary(UnaryOp::Sqrt, 10),
         ],
         output: Access::contiguous(&[n]),
+        rows: vec![],
         reduce: None,
     })
 }
@@ -183,7 +190,7 @@ fn main() {
         exec(g, Instr::Free { src: v(17) });
     });
     exec(&mut g, Instr::Free { src: v(0) });
-    let gbs = |ms: f64| (2 * n * 4) as f64 / (ms * 1e-3) / 1e9;
+    let gbs = |ms: f64| gbs_of(n, ms);
     let _ = writeln!(report, "\n## 8-op elementwise chain on {n} f32 (read + write {} MiB)", (2 * n * 4) >> 20);
     let _ = writeln!(report, "fused kernel     {fused:9.3} ms  {:7.1} GB/s", gbs(fused));
     let _ = writeln!(report, "device copy      {copy:9.3} ms  {:7.1} GB/s", gbs(copy));
@@ -216,12 +223,25 @@ fn main() {
             exec(g, Instr::Free { src: v(i) });
         }
     });
+    let fused_softmax = samples::softmax(&[rows, rows]);
+    let ty = TensorType::f32(vec![rows, rows]);
+    let one_kernel = time(&mut g, reps, |g| g.run_kernel(&fused_softmax, &[v(20)], v(26), ty.clone()).unwrap());
+    exec(&mut g, Instr::Free { src: v(26) });
     exec(&mut g, Instr::Free { src: v(20) });
-    let _ = writeln!(report, "\n## row softmax {rows}x{rows} (5 unfused kernels)");
-    let _ = writeln!(report, "gt               {softmax:9.3} ms");
+
+    let _ = writeln!(report, "\n## row softmax {rows}x{rows}");
+    let _ = writeln!(report, "gt, 5 instructions (unfused)    {softmax:9.3} ms");
+    let _ = writeln!(
+        report,
+        "gt, one row kernel (hand-fused) {one_kernel:9.3} ms  {:7.1} GB/s",
+        gbs_of(rows * rows, one_kernel)
+    );
     if let Some(ts) = tnum("softmax_ms") {
-        let _ =
-            writeln!(report, "PyTorch          {ts:9.3} ms  -> gt/PyTorch speed {:.2}x (goal >= 1.0x)", ts / softmax);
+        let (fused, unfused) = (ts / one_kernel, ts / softmax);
+        let _ = writeln!(
+            report,
+            "PyTorch                         {ts:9.3} ms  -> gt/PyTorch speed: fused {fused:.2}x (goal >= 1.0x), unfused {unfused:.2}x"
+        );
     }
 
     // 3. Matmul.
@@ -250,7 +270,22 @@ fn main() {
             100.0 * ttf / mm
         );
     }
-    for i in 30..=32 {
+    // relu(x @ w + b): three instructions, or one matmul with its epilogue.
+    exec(&mut g, Instr::Randn { dst: v(33), ty: TensorType::f32(vec![size]), seed: 6 });
+    let unfused = time(&mut g, reps, |g| {
+        exec(g, Instr::MatMul { dst: v(34), lhs: v(30), rhs: v(31) });
+        exec(
+            g,
+            Instr::Binary { dst: v(35), op: BinaryOp::Add, lhs: Operand::Value(v(34)), rhs: Operand::Value(v(33)) },
+        );
+        exec(g, Instr::Unary { dst: v(36), op: UnaryOp::Relu, src: v(35) });
+    });
+    let linear = samples::linear_relu(size, size, size);
+    let sq = TensorType::f32(vec![size, size]);
+    let fused = time(&mut g, reps, |g| g.run_kernel(&linear, &[v(30), v(31), v(33)], v(37), sq.clone()).unwrap());
+    let _ =
+        writeln!(report, "relu(x @ w + b), 3 instructions {unfused:9.3} ms; one matmul with epilogue {fused:9.3} ms");
+    for i in 30..=37 {
         exec(&mut g, Instr::Free { src: v(i) });
     }
 

@@ -72,6 +72,10 @@ struct Args {
     /// Print every worker's per-op counts and times after the run (to stderr).
     #[arg(long)]
     worker_stats: bool,
+    /// Write the kernels the script's instructions lower to into DIR: per kernel its kernel
+    /// IR (`NNN-KIND.kernel`) and generated PTX (`NNN-KIND.ptx`).
+    #[arg(long, value_name = "DIR")]
+    dump_kernels: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -183,6 +187,18 @@ fn main() -> ExitCode {
         result
     };
     let _ = out.flush();
+    if let Some(dir) = &args.dump_kernels {
+        // The kernels do not depend on where the script ran: record them on the interpreter.
+        let mut recorder = gt::kernels::KernelRecorder::new();
+        let _ = run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true });
+        match recorder.write(dir) {
+            Ok(n) => eprintln!("gt-run: wrote {n} kernels to {}", dir.display()),
+            Err(e) => {
+                eprintln!("error: cannot write kernels to {}: {e:#}", dir.display());
+                return ExitCode::from(2);
+            }
+        }
+    }
     match result {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {

@@ -8,7 +8,10 @@
 use gt::mirror::{Mirror, Tolerance};
 use gt::script::{load, run_on};
 use gt_frontend::script::RunOptions;
+use gt_ir::kernel::{samples, Kernel};
 use gt_ir::{BinaryOp, Executor, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
+use gt_runtime::backend::cpu::kernels;
+use gt_runtime::backend::cpu::random::normal;
 use gt_runtime::backend::cuda::CudaBackend;
 use gt_runtime::backend::{Backend, BackendError};
 use proptest::prelude::*;
@@ -155,6 +158,56 @@ proptest! {
         ];
         let r = mirrored_within(&instrs, matmul_tolerance(k));
         prop_assert!(r.is_ok(), "{}", r.unwrap_err());
+    }
+}
+
+/// Runs `kernel` on the GPU and on the CPU kernel oracle with N(0, 1) inputs of these
+/// lengths; compares the `out_len` results.
+fn kernel_agrees(kernel: &Kernel, input_lens: &[usize], out_len: usize, tolerance: Tolerance) {
+    let Some(mut gpu) = gpu() else { return };
+    let inputs: Vec<Vec<f32>> = input_lens
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (0..n as u64).map(|j| normal(i as u64 + 10, j)).collect())
+        .collect();
+    for (i, data) in inputs.iter().enumerate() {
+        let ty = TensorType::f32(vec![data.len()]);
+        gpu.execute(&Instr::Literal { dst: v(i as u32), ty, data: data.clone() }).unwrap();
+    }
+    let ids: Vec<ValueId> = (0..inputs.len() as u32).map(v).collect();
+    gpu.run_kernel(kernel, &ids, v(100), TensorType::f32(vec![out_len])).unwrap();
+    let got = gpu.read(v(100)).unwrap().data;
+    let mut want = vec![0.0; out_len];
+    let refs: Vec<&[f32]> = inputs.iter().map(|d| &d[..]).collect();
+    kernels::run(kernel, &refs, &mut want).unwrap();
+    if let Some(i) = (0..out_len).find(|&i| !tolerance.accepts(got[i], want[i])) {
+        panic!("element {i}: gpu {} vs oracle {}\n{kernel}", got[i], want[i]);
+    }
+}
+
+#[test]
+fn fused_row_kernels_agree_with_the_oracle() {
+    // Rows kept in registers (784, 33), and looped over (20000 > 16 per thread).
+    for dims in [vec![64, 784], vec![5, 33], vec![3, 20_000], vec![1, 1]] {
+        let n = dims.iter().product();
+        kernel_agrees(&samples::softmax(&dims), &[n], n, Tolerance::default());
+        kernel_agrees(&samples::layer_norm(&dims, 1e-5), &[n], n, Tolerance { abs: 1e-4, rel: 1e-4 });
+    }
+    kernel_agrees(&samples::gelu(&[1001]), &[1001], 1001, Tolerance::default());
+    // Rows along outer axes, and a final reduction after an in-row one (log-sum-exp's sum).
+    let Kernel::Map(mut k) = samples::softmax(&[6, 5, 7]) else { unreachable!() };
+    k.rows = vec![0, 2];
+    kernel_agrees(&Kernel::Map(k.clone()), &[210], 210, Tolerance::default());
+    k.nodes.truncate(4);
+    k.reduce = Some(ReduceOp::Sum);
+    k.output.strides = vec![0, 1, 0];
+    kernel_agrees(&Kernel::Map(k), &[210], 5, Tolerance::default());
+}
+
+#[test]
+fn matmul_epilogues_agree_with_the_oracle() {
+    for (m, k, n) in [(64, 784, 256), (130, 70, 90), (1, 5, 1), (2048, 512, 2048)] {
+        kernel_agrees(&samples::linear_relu(m, k, n), &[m * k, k * n, n], m * n, matmul_tolerance(k));
     }
 }
 

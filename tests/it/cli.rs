@@ -290,3 +290,39 @@ fn pass_dumps_go_to_a_directory_and_an_unwritable_one_is_an_error_at_start() {
     assert!(stderr(&o).contains("GT_DUMP_PASSES=") && stderr(&o).contains("cannot write there"), "{}", stderr(&o));
     assert!(stdout(&o).is_empty(), "nothing ran");
 }
+
+#[test]
+fn dump_kernels_writes_kernel_ir_and_ptx() {
+    let dir = std::env::temp_dir().join(format!("gt-cli-{}-kernels", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = gt_run(&["--quiet", "--dump-kernels", dir.to_str().unwrap(), "examples/mlp.gtir"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("kernels to"), "{}", stderr(&o));
+    let names: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let matmul = names.iter().find(|n| n.ends_with("-matmul.ptx")).expect("a matmul kernel");
+    let ptx = std::fs::read_to_string(dir.join(matmul)).unwrap();
+    assert!(ptx.contains(".entry gt_kernel") && ptx.contains("fma.rn.f32"), "{ptx}");
+    let kernel = std::fs::read_to_string(dir.join(matmul.replace(".ptx", ".kernel"))).unwrap();
+    assert!(kernel.starts_with("kernel matmul"), "{kernel}");
+    // A file where the directory should be: a clear error, exit 2.
+    let file = script("not-a-dir", b"");
+    let o = gt_run(&["--quiet", "--dump-kernels", file.to_str().unwrap(), "examples/mlp.gtir"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("cannot write kernels"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn backend_setting_is_checked() {
+    let o = gt_run_env(&["examples/mlp.gtir"], &[("GT_BACKEND", "tpu".as_ref())]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains("GT_BACKEND") && stderr(&o).contains("known: cpu, cuda"), "{}", stderr(&o));
+    // A build without the cuda feature says how to get one (tests/cuda covers the other).
+    if cfg!(feature = "cuda") {
+        return;
+    }
+    let o = gt_run_env(&["examples/mlp.gtir"], &[("GT_BACKEND", "cuda".as_ref())]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--features cuda"), "{}", stderr(&o));
+}

@@ -37,6 +37,30 @@ fn all_kernels() -> Vec<Kernel> {
     recorder.kernels
 }
 
+/// Hand-written fused kernels, in shapes that take each code path (row in registers or
+/// looped, rows along inner or outer axes, final reductions, matmul epilogues).
+fn sample_kernels() -> Vec<Kernel> {
+    use gt_ir::kernel::samples;
+    let mut out = vec![
+        samples::softmax(&[64, 784]),
+        samples::softmax(&[8, 20_000]),
+        samples::layer_norm(&[16, 1000], 1e-5),
+        samples::gelu(&[1000]),
+        samples::linear_relu(64, 784, 256),
+        samples::linear_relu(2048, 512, 2048),
+    ];
+    // Softmax over the outer axes of a 3-d tensor, and a log-sum-exp's sum as a final reduction.
+    if let Kernel::Map(mut k) = samples::softmax(&[6, 5, 7]) {
+        k.rows = vec![0, 2];
+        out.push(Kernel::Map(k.clone()));
+        k.nodes.truncate(4);
+        k.reduce = Some(gt_ir::ReduceOp::Sum);
+        k.output.strides = vec![0, 1, 0];
+        out.push(Kernel::Map(k));
+    }
+    out
+}
+
 fn ptxas() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("GT_PTXAS").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
@@ -51,9 +75,10 @@ fn every_kernel_of_the_filetests_assembles_for_sm80_and_sm90() {
         eprintln!("skipped: no ptxas (set GT_PTXAS, or `pip install nvidia-cuda-nvcc`)");
         return;
     };
-    let kernels = all_kernels();
+    let mut kernels = all_kernels();
+    kernels.extend(sample_kernels());
     let kinds = |k: &str| kernels.iter().filter(|x| x.kind() == k).count();
-    assert!(kinds("map") > 20 && kinds("reduce") > 5 && kinds("matmul") > 3, "too few kernels found");
+    assert!(kinds("map") > 20 && kinds("reduce") > 5 && kinds("matmul") > 3 && kinds("rows") > 3, "too few kernels");
     let dir = std::env::temp_dir().join(format!("gt-ptx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let files: Vec<(PathBuf, String)> = kernels
@@ -134,4 +159,28 @@ fn ptx_of_representative_kernels() {
     snapshot("reduce_rows_max", &kernel_of(&format!("{x}%m = max %x axes=[1]\n"), "reduce"));
     let mm = "%a = ones f32[64, 784]\n%w = ones f32[784, 256]\n%y = matmul %a, %w\n";
     snapshot("matmul_64x256x784", &kernel_of(mm, "matmul"));
+    snapshot("softmax_row_kernel", &gt_ir::kernel::samples::softmax(&[64, 784]));
+    snapshot("linear_relu_epilogue", &gt_ir::kernel::samples::linear_relu(64, 784, 256));
+}
+
+#[test]
+fn malformed_kernels_are_errors_not_bad_ptx() {
+    use gt_ir::kernel::{Access, MapKernel, Node};
+    let bad = |nodes: Vec<Node>, rows: Vec<usize>| {
+        let k = MapKernel {
+            shape: vec![4],
+            inputs: vec![Access::contiguous(&[4])],
+            nodes,
+            output: Access::contiguous(&[4]),
+            rows,
+            reduce: None,
+        };
+        ptx::generate(&Kernel::Map(k)).unwrap_err().to_string()
+    };
+    assert!(bad(vec![], vec![]).contains("at least one node"));
+    assert!(bad(vec![Node::Input(1)], vec![]).contains("reads input 1 of 1"));
+    assert!(bad(vec![Node::Input(0), Node::Unary(gt_ir::UnaryOp::Exp, 1)], vec![]).contains("not before it"));
+    assert!(bad(vec![Node::Acc], vec![]).contains("outside a matmul epilogue"));
+    assert!(bad(vec![Node::Input(0), Node::Reduce(gt_ir::ReduceOp::Sum, 0)], vec![]).contains("without row axes"));
+    assert!(bad(vec![Node::Input(0)], vec![1]).contains("row axes"));
 }

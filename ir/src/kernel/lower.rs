@@ -3,7 +3,7 @@
 //! per operand, `split` one strided read per piece; creation ops become maps with no
 //! inputs. The instruction's types must already be checked ([`crate::verify::shape::infer`]).
 
-use super::{row_major_strides, Access, Kernel, MapKernel, MatMulKernel, Node, Reduction};
+use super::{row_major_strides, Access, Kernel, MapKernel, MatMulKernel, Node};
 use crate::verify::shape::{normalize_axes, normalize_axis, resolve_slice};
 use crate::{Instr, Operand, TensorType, ValueId};
 
@@ -33,8 +33,14 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
     let mut steps = Vec::new();
     let mut map = |parts: MapParts| {
         let (values, accesses): (Vec<_>, Vec<_>) = parts.inputs.into_iter().unzip();
-        let kernel =
-            MapKernel { shape: parts.shape, inputs: accesses, nodes: parts.nodes, output: parts.output, reduce: None };
+        let kernel = MapKernel {
+            shape: parts.shape,
+            inputs: accesses,
+            nodes: parts.nodes,
+            output: parts.output,
+            rows: vec![],
+            reduce: None,
+        };
         if kernel.numel() > 0 {
             steps.push(Step::Launch { kernel: Kernel::Map(kernel), inputs: values, output: 0 });
         }
@@ -106,7 +112,8 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
                 inputs: vec![Access::contiguous(&dims)],
                 nodes: vec![Node::Input(0)],
                 output: Access { offset: 0, strides },
-                reduce: Some(Reduction { op: *op, axes }),
+                rows: axes,
+                reduce: Some(*op),
             };
             if kernel.extents().0 > 0 {
                 steps.push(Step::Launch { kernel: Kernel::Map(kernel), inputs: vec![*src], output: 0 });
@@ -186,6 +193,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
                     inputs: vec![input],
                     nodes: vec![Node::Input(0)],
                     output: Access::contiguous(&dims),
+                    rows: vec![],
                     reduce: None,
                 };
                 if kernel.numel() > 0 {
@@ -286,8 +294,16 @@ fn matmul(a: &[usize], b: &[usize]) -> Option<MatMulKernel> {
         })
         .collect();
     let with = |rows: usize, cols: usize| batch.iter().copied().chain([rows, cols]).collect::<Vec<_>>();
-    let kernel =
-        MatMulKernel { lhs: broadcast_access(&a, &with(m, k)), rhs: broadcast_access(&b, &with(k, n)), batch, m, n, k };
+    let kernel = MatMulKernel {
+        lhs: broadcast_access(&a, &with(m, k)),
+        rhs: broadcast_access(&b, &with(k, n)),
+        epilogue: vec![],
+        epilogue_inputs: vec![],
+        batch,
+        m,
+        n,
+        k,
+    };
     (kernel.batch_count() * m * n > 0).then_some(kernel)
 }
 
@@ -357,7 +373,7 @@ mod tests {
     #[test]
     fn reduce_and_matmul_kernels() {
         let k = lower_text("%c = sum %a axes=[1] keepdim\n", &[("a", &[2, 3, 4])]);
-        assert!(k.contains("sum over [1]") && k.contains("out +0 strides [4, 0, 1]"), "{k}");
+        assert!(k.contains("rows [1] sum") && k.contains("out +0 strides [4, 0, 1]"), "{k}");
         let k = lower_text("%c = matmul %a, %b\n", &[("a", &[5, 2, 3]), ("b", &[3, 4])]);
         assert!(k.contains("batch [5] m=2 n=4 k=3") && k.contains("rhs +0 strides [0, 4, 1]"), "{k}");
     }

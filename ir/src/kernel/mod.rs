@@ -1,14 +1,18 @@
 //! The kernel IR: what one compiled kernel computes, shared by every code generator (PTX for
 //! CUDA today, Cranelift for the CPU with the fusion work). A kernel is either a *map* (an
-//! elementwise expression DAG over strided inputs, optionally ending in a reduction over some
-//! of its axes) or a *matmul* (batched, strided operands). [`lower`] turns each IR
-//! instruction into kernels; the fuse pass will build larger ones from whole regions.
+//! elementwise expression DAG over strided inputs; with *row axes* it may reduce within
+//! each row, mid-expression (`softmax`: max, then sum of exps, then divide, in one kernel),
+//! and may end in a reduction of each row) or a *matmul* (batched, strided operands, with an
+//! elementwise epilogue applied to each product element before it is stored). [`lower`]
+//! turns each IR instruction into kernels; the fuse pass will build larger ones from whole
+//! regions.
 //!
 //! Kernels are plain data with `Eq + Hash`, so a backend caches compiled code by the kernel
 //! itself (its structural identity: shapes, strides and expression), and they print as text
 //! (`Display`) for dumps and snapshots.
 
 pub mod lower;
+pub mod samples;
 
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 use std::fmt;
@@ -86,6 +90,11 @@ pub enum Node {
     Binary(BinaryOp, u32, u32),
     /// `cond != 0 ? on_true : on_false`.
     Select(u32, u32, u32),
+    /// The reduction of a node over the current row (the kernel's row axes), the same at
+    /// every element of the row.
+    Reduce(ReduceOp, u32),
+    /// The matmul product at the current element (matmul epilogues only).
+    Acc,
 }
 
 impl Node {
@@ -100,21 +109,15 @@ impl Node {
             Node::Unary(_, a) => vec![a],
             Node::Binary(_, a, b) => vec![a, b],
             Node::Select(c, t, f) => vec![c, t, f],
+            Node::Reduce(_, a) => vec![a],
             _ => vec![],
         }
     }
 }
 
-/// A reduction closing a map kernel.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Reduction {
-    /// The op.
-    pub op: ReduceOp,
-    /// The iteration axes reduced (sorted, distinct); the output access ignores them.
-    pub axes: Vec<usize>,
-}
-
-/// An elementwise kernel over an iteration space, optionally reducing some of its axes.
+/// An elementwise kernel over an iteration space. With row axes, one row (the elements
+/// that differ only in row-axis coordinates) is handled as a unit: [`Node::Reduce`] reduces
+/// within it, and `reduce` ends the kernel with one reduction per row.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct MapKernel {
     /// The iteration space.
@@ -123,10 +126,12 @@ pub struct MapKernel {
     pub inputs: Vec<Access>,
     /// The expression; its last node is the value written (or reduced).
     pub nodes: Vec<Node>,
-    /// Where results are written (reduced axes' strides are ignored).
+    /// Where results are written (with `reduce`, the row axes' strides are ignored).
     pub output: Access,
-    /// The reduction, if any.
-    pub reduce: Option<Reduction>,
+    /// The axes of one row (sorted, distinct); empty for a plain elementwise kernel.
+    pub rows: Vec<usize>,
+    /// Reduce the last node over each row and write one value per row.
+    pub reduce: Option<ReduceOp>,
 }
 
 impl MapKernel {
@@ -135,19 +140,23 @@ impl MapKernel {
         self.shape.iter().product()
     }
 
-    /// Kept (output) and reduced element counts: `(outputs, reduced per output)`.
+    /// `(rows, elements per row)`; a plain map has one-element rows.
     pub fn extents(&self) -> (usize, usize) {
-        let axes = self.reduce.as_ref().map_or(&[][..], |r| &r.axes[..]);
         let mut kept = 1;
-        let mut reduced = 1;
+        let mut row = 1;
         for (i, &d) in self.shape.iter().enumerate() {
-            if axes.contains(&i) {
-                reduced *= d;
+            if self.rows.contains(&i) {
+                row *= d;
             } else {
                 kept *= d;
             }
         }
-        (kept, reduced)
+        (kept, row)
+    }
+
+    /// Whether a block must own each row (in-row reductions or a final reduction).
+    pub fn is_row_kernel(&self) -> bool {
+        self.reduce.is_some() || self.nodes.iter().any(|n| matches!(n, Node::Reduce(..)))
     }
 }
 
@@ -167,6 +176,12 @@ pub struct MatMulKernel {
     pub lhs: Access,
     /// Right operand: strides over `[batch.., k, n]`.
     pub rhs: Access,
+    /// Applied to each product element before it is stored: [`Node::Acc`] is the product,
+    /// [`Node::Input`] `i` reads `epilogue_inputs[i]`; empty stores the product as is.
+    pub epilogue: Vec<Node>,
+    /// Extra inputs of the epilogue (bias, residual), strides over `[batch.., m, n]`;
+    /// they are kernel inputs 2, 3, ... after `lhs` and `rhs`.
+    pub epilogue_inputs: Vec<Access>,
 }
 
 impl MatMulKernel {
@@ -190,14 +205,15 @@ impl Kernel {
     pub fn num_inputs(&self) -> usize {
         match self {
             Kernel::Map(m) => m.inputs.len(),
-            Kernel::MatMul(_) => 2,
+            Kernel::MatMul(k) => 2 + k.epilogue_inputs.len(),
         }
     }
 
-    /// A short name for logs and stats (`map`, `reduce`, `matmul`).
+    /// A short name for logs and stats (`map`, `rows`, `reduce`, `matmul`).
     pub fn kind(&self) -> &'static str {
         match self {
             Kernel::Map(m) if m.reduce.is_some() => "reduce",
+            Kernel::Map(m) if m.is_row_kernel() => "rows",
             Kernel::Map(_) => "map",
             Kernel::MatMul(_) => "matmul",
         }
@@ -227,6 +243,8 @@ impl fmt::Display for Node {
             Node::Unary(op, a) => write!(f, "{} %{a}", op.mnemonic()),
             Node::Binary(op, a, b) => write!(f, "{} %{a}, %{b}", op.mnemonic()),
             Node::Select(c, t, e) => write!(f, "where %{c}, %{t}, %{e}"),
+            Node::Reduce(op, a) => write!(f, "row_{} %{a}", op.mnemonic()),
+            Node::Acc => f.write_str("acc"),
         }
     }
 }
@@ -236,8 +254,11 @@ impl fmt::Display for Kernel {
         match self {
             Kernel::Map(k) => {
                 write!(f, "kernel map [{}]", list(&k.shape))?;
-                if let Some(r) = &k.reduce {
-                    write!(f, " {} over [{}]", r.op.mnemonic(), list(&r.axes))?;
+                if !k.rows.is_empty() {
+                    write!(f, " rows [{}]", list(&k.rows))?;
+                }
+                if let Some(op) = k.reduce {
+                    write!(f, " {}", op.mnemonic())?;
                 }
                 writeln!(f, " {{")?;
                 for (i, input) in k.inputs.iter().enumerate() {
@@ -253,6 +274,12 @@ impl fmt::Display for Kernel {
                 writeln!(f, "kernel matmul batch [{}] m={} n={} k={} {{", list(&k.batch), k.m, k.n, k.k)?;
                 writeln!(f, "  lhs {}", k.lhs)?;
                 writeln!(f, "  rhs {}", k.rhs)?;
+                for (i, input) in k.epilogue_inputs.iter().enumerate() {
+                    writeln!(f, "  in{i} {input}")?;
+                }
+                for (i, node) in k.epilogue.iter().enumerate() {
+                    writeln!(f, "  %{i} = {node}")?;
+                }
                 write!(f, "}}")
             }
         }

@@ -33,12 +33,21 @@ fn by_index(dims: &[usize], f: impl Fn(u64) -> f32) -> Tensor {
     from_vec(dims, (0..n).map(f).collect())
 }
 
-fn map(k: &MapKernel, inputs: &[&[f32]], out: &mut [f32]) {
-    let dims = &k.shape[..];
-    let mut values: Vec<Tensor> = Vec::with_capacity(k.nodes.len());
-    for node in &k.nodes {
+/// The row axes' reduction of `t` (over `dims`), broadcast back to `dims`.
+fn row_reduce(op: gt_ir::ReduceOp, t: &Tensor, dims: &[usize], rows: &[usize]) -> Tensor {
+    let kept: Vec<usize> = (0..dims.len()).filter(|a| !rows.contains(a)).map(|a| dims[a]).collect();
+    let keepdim: Vec<usize> = (0..dims.len()).map(|a| if rows.contains(&a) { 1 } else { dims[a] }).collect();
+    let r = reduce(op, t, rows, &kept);
+    let r = r.into_shape_with_order(IxDyn(&keepdim)).expect("same element count");
+    r.broadcast(IxDyn(dims)).expect("keepdim shape broadcasts").to_owned()
+}
+
+/// Every node's value over `dims`; `leaf` gives inputs and the matmul product.
+fn evaluate(nodes: &[Node], dims: &[usize], rows: &[usize], leaf: &dyn Fn(Node) -> Tensor) -> Vec<Tensor> {
+    let mut values: Vec<Tensor> = Vec::with_capacity(nodes.len());
+    for node in nodes {
         let value = match *node {
-            Node::Input(i) => gather(&k.inputs[i as usize], inputs[i as usize], dims),
+            Node::Input(_) | Node::Acc => leaf(*node),
             Node::Const(bits) => Tensor::from_elem(IxDyn(dims), f32::from_bits(bits)),
             Node::Iota { start, step } => {
                 let (start, step) = (f64::from_bits(start), f64::from_bits(step));
@@ -52,20 +61,30 @@ fn map(k: &MapKernel, inputs: &[&[f32]], out: &mut [f32]) {
                 let v = |i: u32| values[i as usize].view();
                 select(&v(c), &v(t), &v(f), dims)
             }
+            Node::Reduce(op, a) => row_reduce(op, &values[a as usize], dims, rows),
         };
         values.push(value);
     }
-    let Some(result) = values.pop() else { return };
-    match &k.reduce {
+    values
+}
+
+fn map(k: &MapKernel, inputs: &[&[f32]], out: &mut [f32]) {
+    let dims = &k.shape[..];
+    let leaf = |node: Node| match node {
+        Node::Input(i) => gather(&k.inputs[i as usize], inputs[i as usize], dims),
+        _ => Tensor::zeros(IxDyn(dims)),
+    };
+    let Some(result) = evaluate(&k.nodes, dims, &k.rows, &leaf).pop() else { return };
+    match k.reduce {
         None => {
             for (i, x) in ndarray::indices(IxDyn(dims)).into_iter().zip(result.iter()) {
                 out[offset(&k.output, i.slice())] = *x;
             }
         }
-        Some(r) => {
-            let kept_axes: Vec<usize> = (0..dims.len()).filter(|a| !r.axes.contains(a)).collect();
+        Some(op) => {
+            let kept_axes: Vec<usize> = (0..dims.len()).filter(|a| !k.rows.contains(a)).collect();
             let kept: Vec<usize> = kept_axes.iter().map(|&a| dims[a]).collect();
-            let reduced = reduce(r.op, &result, &r.axes, &kept);
+            let reduced = reduce(op, &result, &k.rows, &kept);
             let strides: Vec<i64> = kept_axes.iter().map(|&a| k.output.strides[a]).collect();
             let access = Access { offset: k.output.offset, strides };
             for (i, x) in ndarray::indices(IxDyn(&kept)).into_iter().zip(reduced.iter()) {
@@ -75,11 +94,19 @@ fn map(k: &MapKernel, inputs: &[&[f32]], out: &mut [f32]) {
     }
 }
 
-fn matmul_kernel(k: &MatMulKernel, lhs: &[f32], rhs: &[f32], out: &mut [f32]) -> Result<(), TypeError> {
+fn matmul_kernel(k: &MatMulKernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), TypeError> {
     let with = |rows: usize, cols: usize| k.batch.iter().copied().chain([rows, cols]).collect::<Vec<_>>();
-    let a = gather(&k.lhs, lhs, &with(k.m, k.k));
-    let b = gather(&k.rhs, rhs, &with(k.k, k.n));
-    let c = matmul(&a, &b, &with(k.m, k.n))?;
+    let a = gather(&k.lhs, inputs[0], &with(k.m, k.k));
+    let b = gather(&k.rhs, inputs[1], &with(k.k, k.n));
+    let dims = with(k.m, k.n);
+    let mut c = matmul(&a, &b, &dims)?;
+    if !k.epilogue.is_empty() {
+        let leaf = |node: Node| match node {
+            Node::Input(i) => gather(&k.epilogue_inputs[i as usize], inputs[2 + i as usize], &dims),
+            _ => c.clone(),
+        };
+        c = evaluate(&k.epilogue, &dims, &[], &leaf).pop().unwrap_or(c.clone());
+    }
     out.iter_mut().zip(c.iter()).for_each(|(o, x)| *o = *x);
     Ok(())
 }
@@ -88,7 +115,7 @@ fn matmul_kernel(k: &MatMulKernel, lhs: &[f32], rhs: &[f32], out: &mut [f32]) ->
 pub fn run(kernel: &Kernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), TypeError> {
     match kernel {
         Kernel::Map(k) => map(k, inputs, out),
-        Kernel::MatMul(k) => matmul_kernel(k, inputs[0], inputs[1], out)?,
+        Kernel::MatMul(k) => matmul_kernel(k, inputs, out)?,
     }
     Ok(())
 }
@@ -154,5 +181,90 @@ impl Backend for KernelBackend {
 
     fn live_bytes(&self) -> usize {
         self.values.values().map(|(_, d)| d.len() * ELEMENT_BYTES).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Interpreter;
+    use gt_ir::kernel::samples;
+    use gt_ir::{BinaryOp, Operand, ReduceOp, UnaryOp};
+
+    fn v(i: u32) -> ValueId {
+        ValueId(i)
+    }
+
+    /// Runs `instrs` on the interpreter (value 0 is randn of `dims`); returns value 0's data
+    /// and the last instruction's result.
+    fn interpreted(dims: &[usize], extra: &[Instr]) -> (Vec<f32>, Vec<f32>) {
+        let mut it = Interpreter::new();
+        it.execute(&Instr::Randn { dst: v(0), ty: TensorType::f32(dims.to_vec()), seed: 5 }).unwrap();
+        for i in extra {
+            it.execute(i).unwrap();
+        }
+        let last = extra.last().unwrap().results()[0];
+        (it.read(v(0)).unwrap().data, it.read(last).unwrap().data)
+    }
+
+    fn bin(dst: u32, op: BinaryOp, a: u32, b: Operand) -> Instr {
+        Instr::Binary { dst: v(dst), op, lhs: Operand::Value(v(a)), rhs: b }
+    }
+
+    fn red(dst: u32, op: ReduceOp, src: u32) -> Instr {
+        Instr::Reduce { dst: v(dst), op, src: v(src), axes: Some(vec![-1]), keepdim: true }
+    }
+
+    fn kernel_result(kernel: &Kernel, inputs: &[&[f32]], len: usize) -> Vec<f32> {
+        let mut out = vec![0.0; len];
+        run(kernel, inputs, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn softmax_and_layer_norm_kernels_equal_their_instructions() {
+        let dims = [4, 33];
+        let val = |i: u32| Operand::Value(v(i));
+        let (x, want) = interpreted(
+            &dims,
+            &[
+                red(1, ReduceOp::Max, 0),
+                bin(2, BinaryOp::Sub, 0, val(1)),
+                Instr::Unary { dst: v(3), op: UnaryOp::Exp, src: v(2) },
+                red(4, ReduceOp::Sum, 3),
+                bin(5, BinaryOp::Div, 3, val(4)),
+            ],
+        );
+        assert_eq!(kernel_result(&samples::softmax(&dims), &[&x], x.len()), want);
+        let (x, want) = interpreted(
+            &dims,
+            &[
+                red(1, ReduceOp::Mean, 0),
+                bin(2, BinaryOp::Sub, 0, val(1)),
+                bin(3, BinaryOp::Mul, 2, val(2)),
+                red(4, ReduceOp::Mean, 3),
+                bin(5, BinaryOp::Add, 4, Operand::Scalar(1e-5)),
+                Instr::Unary { dst: v(6), op: UnaryOp::Rsqrt, src: v(5) },
+                bin(7, BinaryOp::Mul, 2, val(6)),
+            ],
+        );
+        assert_eq!(kernel_result(&samples::layer_norm(&dims, 1e-5), &[&x], x.len()), want);
+    }
+
+    #[test]
+    fn matmul_epilogue_equals_its_instructions() {
+        let (m, k, n) = (5, 7, 3);
+        let mut it = Interpreter::new();
+        let randn =
+            |dst: u32, dims: Vec<usize>| Instr::Randn { dst: v(dst), ty: TensorType::f32(dims), seed: dst.into() };
+        for i in [randn(0, vec![m, k]), randn(1, vec![k, n]), randn(2, vec![n])] {
+            it.execute(&i).unwrap();
+        }
+        it.execute(&Instr::MatMul { dst: v(3), lhs: v(0), rhs: v(1) }).unwrap();
+        it.execute(&bin(4, BinaryOp::Add, 3, Operand::Value(v(2)))).unwrap();
+        it.execute(&Instr::Unary { dst: v(5), op: UnaryOp::Relu, src: v(4) }).unwrap();
+        let data = |i: u32| it.read(v(i)).unwrap().data;
+        let (x, w, b) = (data(0), data(1), data(2));
+        assert_eq!(kernel_result(&samples::linear_relu(m, k, n), &[&x, &w, &b], m * n), data(5));
     }
 }
