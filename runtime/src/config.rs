@@ -4,6 +4,7 @@
 //! `GT_DUMP_PASSES`). A bad value is an error naming the variable, never a silent default.
 
 use crate::backend::BackendKind;
+use gt_ir::kernel::Precision;
 use gt_passes::{registry, HotPathConfig, PassOptions};
 use std::path::PathBuf;
 use thiserror::Error;
@@ -43,6 +44,9 @@ pub struct EnvConfig {
     pub dump_passes: Option<PathBuf>,
     /// What embedded workers execute on (`GT_BACKEND=cpu|cuda`, default cpu).
     pub backend: BackendKind,
+    /// How GPU workers multiply f32 matrices (`GT_MATMUL_PRECISION`: `highest` = f32, the
+    /// default; `high` = TF32 tensor cores), as PyTorch's `set_float32_matmul_precision`.
+    pub matmul_precision: Precision,
 }
 
 impl Default for EnvConfig {
@@ -57,6 +61,7 @@ impl Default for EnvConfig {
             pass_options: PassOptions::default(),
             dump_passes: None,
             backend: BackendKind::Cpu,
+            matmul_precision: Precision::F32,
         }
     }
 }
@@ -95,6 +100,14 @@ impl EnvConfig {
             Some(v) => Err(ConfigError { var, value: v.into(), expected: "expected 0 or 1".into() }),
         };
         c.monitor = flag("GT_MONITOR")?;
+        c.matmul_precision = match get("GT_MATMUL_PRECISION").as_deref().map(str::trim) {
+            None | Some("" | "highest") => Precision::F32,
+            Some("high") => Precision::Tf32,
+            Some(v) => {
+                let expected = "expected `highest` (f32) or `high` (TF32 tensor cores)".into();
+                return Err(ConfigError { var: "GT_MATMUL_PRECISION", value: v.into(), expected });
+            }
+        };
         if let Some(v) = get("GT_BACKEND").filter(|s| !s.trim().is_empty()) {
             c.backend = v.trim().parse().map_err(|e: String| ConfigError {
                 var: "GT_BACKEND",
@@ -160,6 +173,8 @@ mod tests {
         assert_eq!(c.pass_options.hotpath, HotPathConfig { threshold: 7, ..HotPathConfig::default() });
         let c = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath, hotpath"), ("GT_HOTPATH", "1")])).unwrap();
         assert_eq!(c.passes, ["hotpath"]);
+        let c = EnvConfig::from_lookup(env(&[("GT_BACKEND", "cuda"), ("GT_MATMUL_PRECISION", "high")])).unwrap();
+        assert_eq!((c.backend, c.matmul_precision), (BackendKind::Cuda, Precision::Tf32));
     }
 
     #[test]
@@ -170,6 +185,8 @@ mod tests {
             ("GT_WORKER_BATCH_SIZE", "-1"),
             ("GT_MONITOR", "yes"),
             ("GT_HOTPATH_WINDOW", "0"),
+            ("GT_BACKEND", "tpu"),
+            ("GT_MATMUL_PRECISION", "medium"),
         ] {
             let e = EnvConfig::from_lookup(env(&[(k, v), ("GT_HOTPATH", "1")])).unwrap_err();
             assert!(e.to_string().starts_with(&format!("{k}=")), "{e}");

@@ -6,6 +6,7 @@ use crate::backend::BackendKind;
 use crate::dispatcher::log::EventLog;
 use crate::dispatcher::{Dispatcher, DispatcherConfig};
 use crate::worker::{run_worker, WorkerError, WorkerOptions};
+use gt_ir::kernel::Precision;
 use gt_transport::endpoint::{discovery_path, monitor_ipc_path};
 use gt_transport::{socket, zmq, Endpoint};
 use std::path::PathBuf;
@@ -31,6 +32,8 @@ pub struct ClusterOptions {
     pub discovery_name: Option<String>,
     /// What the in-process workers execute on.
     pub backend: BackendKind,
+    /// How GPU workers multiply matrices.
+    pub matmul_precision: Precision,
 }
 
 impl ClusterOptions {
@@ -44,6 +47,7 @@ impl ClusterOptions {
             monitor: Vec::new(),
             discovery_name: None,
             backend: BackendKind::Cpu,
+            matmul_precision: Precision::F32,
         }
     }
 
@@ -66,6 +70,7 @@ impl ClusterOptions {
         self.dispatcher.max_message_bytes = env.max_message_bytes;
         self.instruction_log = env.instruction_log.clone();
         self.backend = env.backend;
+        self.matmul_precision = env.matmul_precision;
         let (passes, options, dump) = (env.passes.clone(), env.pass_options, env.dump_passes.clone());
         if !passes.is_empty() {
             self.dispatcher.pipeline = std::sync::Arc::new(move |client| {
@@ -137,7 +142,7 @@ impl Cluster {
         if options.workers > 0 && options.backend != BackendKind::Cpu {
             // A backend that cannot start (no GPU) is an error now, not workers that never
             // register.
-            drop(options.backend.start(0)?);
+            drop(options.backend.start(0, options.matmul_precision)?);
         }
         let n = NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
@@ -185,6 +190,7 @@ impl Cluster {
             let mut wo = WorkerOptions::named(format!("worker-{i}"));
             wo.max_message_bytes = options.dispatcher.max_message_bytes;
             wo.backend = options.backend;
+            wo.matmul_precision = options.matmul_precision;
             let h = std::thread::Builder::new()
                 .name(format!("gt-worker-{i}"))
                 .spawn(move || {

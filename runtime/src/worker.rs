@@ -7,6 +7,7 @@
 
 use crate::backend::{Backend, BackendError, BackendKind};
 use crate::Interpreter;
+use gt_ir::kernel::Precision;
 use gt_ir::Instr;
 use gt_transport::message::{OpStats, WorkerCommand, WorkerEvent, WorkerStats};
 use gt_transport::{codec, socket, Endpoint, Inbound, InboundRef};
@@ -28,6 +29,8 @@ pub struct WorkerOptions {
     pub register_timeout: Duration,
     /// What executes the stream.
     pub backend: BackendKind,
+    /// How a GPU backend multiplies matrices.
+    pub matmul_precision: Precision,
 }
 
 impl WorkerOptions {
@@ -39,6 +42,7 @@ impl WorkerOptions {
             max_tensor_bytes: Interpreter::DEFAULT_MAX_TENSOR_BYTES,
             register_timeout: Duration::from_secs(10),
             backend: BackendKind::Cpu,
+            matmul_precision: Precision::F32,
         }
     }
 }
@@ -90,7 +94,7 @@ pub fn run_worker(
     options: &WorkerOptions,
 ) -> Result<(), WorkerError> {
     // The backend first: a worker that cannot execute should not register.
-    let mut backend = options.backend.start(options.max_tensor_bytes)?;
+    let mut backend = options.backend.start(options.max_tensor_bytes, options.matmul_precision)?;
     let sock = socket::dealer(ctx, endpoint)?;
     // Watch for the connection breaking before registering, so that no disconnect can
     // happen unseen once the dispatcher knows this worker.

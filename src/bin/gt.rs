@@ -103,6 +103,7 @@ fn worker(host: &str, port: u16, name: Option<String>, backend: BackendKind, wai
     options.max_message_bytes = env.max_message_bytes;
     options.register_timeout = std::time::Duration::from_secs(wait);
     options.backend = backend;
+    options.matmul_precision = env.matmul_precision;
     let ctx = gt::transport::zmq::Context::new();
     match run_worker(&ctx, &endpoint, &options) {
         Ok(()) => ExitCode::SUCCESS,

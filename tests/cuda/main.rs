@@ -212,6 +212,20 @@ fn matmul_epilogues_agree_with_the_oracle() {
 }
 
 #[test]
+fn tf32_tensor_core_matmuls_agree_within_tf32_rounding() {
+    for (m, k, n) in [(64, 784, 256), (130, 70, 90), (1, 5, 1), (1024, 1024, 1024)] {
+        let Kernel::MatMul(mut mm) = samples::linear_relu(m, k, n) else { unreachable!() };
+        mm.precision = gt_ir::kernel::Precision::Tf32;
+        // Operands keep 10 mantissa bits: ~5e-4 relative per product, growing with depth.
+        let tolerance = Tolerance { abs: 2e-3 * (k as f32).sqrt(), rel: 2e-3 };
+        kernel_agrees(&Kernel::MatMul(mm.clone()), &[m * k, k * n, n], m * n, tolerance);
+        mm.epilogue.clear();
+        mm.epilogue_inputs.clear();
+        kernel_agrees(&Kernel::MatMul(mm), &[m * k, k * n], m * n, tolerance);
+    }
+}
+
+#[test]
 fn large_matmul_uses_big_tiles_and_agrees() {
     let instrs = vec![
         Instr::Randn { dst: v(0), ty: TensorType::f32(vec![1030, 517]), seed: 1 },

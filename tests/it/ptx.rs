@@ -49,6 +49,16 @@ fn sample_kernels() -> Vec<Kernel> {
         samples::linear_relu(64, 784, 256),
         samples::linear_relu(2048, 512, 2048),
     ];
+    // The TF32 tensor-core matmul, with and without an epilogue, on ragged edges.
+    for (m, k, n) in [(130, 70, 90), (4096, 4096, 4096)] {
+        if let Kernel::MatMul(mut mm) = samples::linear_relu(m, k, n) {
+            mm.precision = gt_ir::kernel::Precision::Tf32;
+            out.push(Kernel::MatMul(mm.clone()));
+            mm.epilogue.clear();
+            mm.epilogue_inputs.clear();
+            out.push(Kernel::MatMul(mm));
+        }
+    }
     // Softmax over the outer axes of a 3-d tensor, and a log-sum-exp's sum as a final reduction.
     if let Kernel::Map(mut k) = samples::softmax(&[6, 5, 7]) {
         k.rows = vec![0, 2];

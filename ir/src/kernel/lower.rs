@@ -299,6 +299,7 @@ fn matmul(a: &[usize], b: &[usize]) -> Option<MatMulKernel> {
         rhs: broadcast_access(&b, &with(k, n)),
         epilogue: vec![],
         epilogue_inputs: vec![],
+        precision: Default::default(),
         batch,
         m,
         n,

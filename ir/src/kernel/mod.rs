@@ -160,6 +160,17 @@ impl MapKernel {
     }
 }
 
+/// How a matmul multiplies f32 operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Precision {
+    /// Full f32 products and sums (what the interpreter computes).
+    #[default]
+    F32,
+    /// Operands rounded to TF32 (10-bit mantissa) for tensor cores, f32 sums: about 1e-3
+    /// relative error, several times faster (PyTorch's `allow_tf32`).
+    Tf32,
+}
+
 /// A batched matrix product `out[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n]`, the output
 /// contiguous `[batch.., m, n]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -182,6 +193,8 @@ pub struct MatMulKernel {
     /// Extra inputs of the epilogue (bias, residual), strides over `[batch.., m, n]`;
     /// they are kernel inputs 2, 3, ... after `lhs` and `rhs`.
     pub epilogue_inputs: Vec<Access>,
+    /// How the products are computed.
+    pub precision: Precision,
 }
 
 impl MatMulKernel {
@@ -271,7 +284,8 @@ impl fmt::Display for Kernel {
                 write!(f, "}}")
             }
             Kernel::MatMul(k) => {
-                writeln!(f, "kernel matmul batch [{}] m={} n={} k={} {{", list(&k.batch), k.m, k.n, k.k)?;
+                let tf32 = if k.precision == Precision::Tf32 { " tf32" } else { "" };
+                writeln!(f, "kernel matmul{tf32} batch [{}] m={} n={} k={} {{", list(&k.batch), k.m, k.n, k.k)?;
                 writeln!(f, "  lhs {}", k.lhs)?;
                 writeln!(f, "  rhs {}", k.rhs)?;
                 for (i, input) in k.epilogue_inputs.iter().enumerate() {

@@ -95,5 +95,6 @@ pub fn linear_relu(m: usize, k: usize, n: usize) -> Kernel {
         rhs: Access::contiguous(&[k, n]),
         epilogue: vec![Acc, Input(0), Binary(BinaryOp::Add, 0, 1), Unary(UnaryOp::Relu, 2)],
         epilogue_inputs: vec![broadcast_access(&[n], &[m, n])],
+        precision: Default::default(),
     })
 }

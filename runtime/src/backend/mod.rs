@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod cuda;
 
 use crate::{Interpreter, RuntimeError};
+use gt_ir::kernel::Precision;
 use gt_ir::{HostTensor, Instr, ValueId};
 use std::fmt;
 use std::str::FromStr;
@@ -82,11 +83,17 @@ impl BackendKind {
     }
 
     /// Starts a backend of this kind on the calling thread (a CUDA context is per thread).
-    pub fn start(self, max_tensor_bytes: usize) -> Result<Box<dyn Backend>, BackendError> {
+    /// `precision` is how a GPU multiplies matrices (the CPU always uses f32).
+    pub fn start(self, max_tensor_bytes: usize, precision: Precision) -> Result<Box<dyn Backend>, BackendError> {
+        let _ = precision;
         match self {
             BackendKind::Cpu => Ok(Box::new(Interpreter::with_max_tensor_bytes(max_tensor_bytes))),
             #[cfg(feature = "cuda")]
-            BackendKind::Cuda => Ok(Box::new(cuda::CudaBackend::new(0, max_tensor_bytes)?)),
+            BackendKind::Cuda => {
+                let mut b = cuda::CudaBackend::new(0, max_tensor_bytes)?;
+                b.set_matmul_precision(precision);
+                Ok(Box::new(b))
+            }
             #[cfg(not(feature = "cuda"))]
             BackendKind::Cuda => Err(BackendError::NotBuilt),
         }

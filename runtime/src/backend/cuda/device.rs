@@ -19,7 +19,7 @@ use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
 use cust::sys as cu;
 use gt_ir::kernel::lower::{lower, Step};
-use gt_ir::kernel::Kernel;
+use gt_ir::kernel::{Kernel, Precision};
 use gt_ir::{HostTensor, Instr, TensorType, TypeError, ValueId};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -65,6 +65,7 @@ pub struct CudaBackend {
     pool: HashMap<usize, Vec<cu::CUdeviceptr>>,
     modules: HashMap<Kernel, Compiled>,
     max_tensor_bytes: usize,
+    precision: Precision,
     counters: DeviceCounters,
     device_name: String,
     stream: Stream,
@@ -135,11 +136,18 @@ impl CudaBackend {
             pool: HashMap::new(),
             modules: HashMap::new(),
             max_tensor_bytes,
+            precision: Precision::F32,
             counters: DeviceCounters::default(),
             device_name,
             stream,
             _context: context,
         })
+    }
+
+    /// How matmul instructions multiply (`GT_MATMUL_PRECISION`): f32 by default, TF32
+    /// tensor cores when asked.
+    pub fn set_matmul_precision(&mut self, precision: Precision) {
+        self.precision = precision;
     }
 
     /// The device's name (`NVIDIA H100 80GB HBM3`).
@@ -353,7 +361,14 @@ impl Backend for CudaBackend {
     fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         let op = instr.mnemonic();
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
-        let steps = lower(&instr, &|v| self.values[&v].ty.clone(), &types);
+        let mut steps = lower(&instr, &|v| self.values[&v].ty.clone(), &types);
+        if self.precision == Precision::Tf32 {
+            for step in &mut steps {
+                if let Step::Launch { kernel: Kernel::MatMul(m), .. } = step {
+                    m.precision = Precision::Tf32;
+                }
+            }
+        }
         // Compile first: a kernel that cannot be generated fails before any allocation.
         for step in &steps {
             if let Step::Launch { kernel, .. } = step {

@@ -18,7 +18,7 @@
 //! agree exactly; `exp`, `log`, `tanh`, `sigmoid`, `pow` and `randn` use the hardware's
 //! approximate `ex2`/`lg2`/`cos` (relative error about 2^-22), so they agree to ~1e-6.
 
-use gt_ir::kernel::{Access, Kernel, MapKernel, MatMulKernel, Node};
+use gt_ir::kernel::{Access, Kernel, MapKernel, MatMulKernel, Node, Precision};
 use gt_ir::{BinaryOp, ReduceOp, UnaryOp};
 use std::fmt::Write;
 use thiserror::Error;
@@ -935,6 +935,34 @@ fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
     })
 }
 
+/// One product element a matmul thread accumulates: its row and column in the block tile,
+/// each a base register plus a constant (few registers live through the main loop), and
+/// its accumulator register.
+struct Product {
+    row: (String, usize),
+    col: (String, usize),
+    acc: String,
+}
+
+/// Loads `count` consecutive f32 from shared memory at `base + byte`, in v4/v2/v1 pieces.
+fn shared_vector(e: &mut Emitter, base: &str, byte: usize, count: usize) -> Vec<String> {
+    let mut regs = Vec::new();
+    let mut i = 0;
+    while i < count {
+        let w = [4, 2, 1].into_iter().find(|&w| count - i >= w).unwrap_or(1);
+        let rs: Vec<String> = (0..w).map(|_| e.reg(Reg::F32)).collect();
+        let at = byte + i * 4;
+        if w == 1 {
+            e.op(format!("ld.shared.f32 {}, [{base}+{at}]", rs[0]));
+        } else {
+            e.op(format!("ld.shared.v{w}.f32 {{{}}}, [{base}+{at}]", rs.join(", ")));
+        }
+        regs.extend(rs);
+        i += w;
+    }
+    regs
+}
+
 /// A matmul tiling: block tile `bm x bn`, `tm x tn` outputs per thread, `bk` deep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tiling {
@@ -948,19 +976,30 @@ pub struct Tiling {
     pub tn: usize,
     /// Depth of one shared-memory stage.
     pub bk: usize,
+    /// Padding of each shared-memory tile row (elements), against bank conflicts.
+    pub pad: usize,
+    /// TF32 tensor cores (`mma.sync m16n8k8`, warps of 64x32) instead of FMA.
+    pub tensor_cores: bool,
 }
 
 impl Tiling {
     /// The tiling used for an `m x n` result: big tiles for big matrices, small ones so that
     /// small products still spread over many blocks.
     pub fn for_shape(m: usize, n: usize) -> Tiling {
+        let fma = |bm, tm, bk| Tiling { bm, bn: bm, tm, tn: tm, bk, pad: 0, tensor_cores: false };
         if m * n >= 1 << 20 {
-            Tiling { bm: 128, bn: 128, tm: 8, tn: 8, bk: 8 }
+            fma(128, 8, 8)
         } else if m * n >= 1 << 17 {
-            Tiling { bm: 64, bn: 64, tm: 4, tn: 4, bk: 16 }
+            fma(64, 4, 16)
         } else {
-            Tiling { bm: 32, bn: 32, tm: 2, tn: 2, bk: 16 }
+            fma(32, 2, 16)
         }
+    }
+
+    /// The TF32 tensor-core tiling: 128x128x16 per block, 8 warps of 64x32; rows padded by
+    /// 8 so the fragment reads hit 32 distinct banks.
+    pub fn tensor_cores() -> Tiling {
+        Tiling { bm: 128, bn: 128, tm: 8, tn: 8, bk: 16, pad: 8, tensor_cores: true }
     }
 
     fn threads(self) -> usize {
@@ -977,8 +1016,9 @@ fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
     check(access_span(&k.lhs, &lhs_dims))?;
     check(access_span(&k.rhs, &rhs_dims))?;
     check(k.batch_count() * k.m * k.n)?;
-    let t = Tiling::for_shape(k.m, k.n);
+    let t = if k.precision == Precision::Tf32 { Tiling::tensor_cores() } else { Tiling::for_shape(k.m, k.n) };
     let threads = t.threads();
+    let (lda, ldb) = (t.bm + t.pad, t.bn + t.pad);
     let (sm, sk) = (k.lhs.strides[nb], k.lhs.strides[nb + 1]);
     let (skb, snb) = (k.rhs.strides[nb], k.rhs.strides[nb + 1]);
 
@@ -1028,7 +1068,7 @@ fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
         let r_off = e.value(Reg::B32, "mad.lo.s32", &format!("{row}, {sm}, {a_base}"));
         let offset = e.value(Reg::B32, "mad.lo.s32", &format!("{ak}, {sk}, {r_off}"));
         let kk = e.value(Reg::B32, "mov.s32", &ak);
-        let idx = e.value(Reg::B32, "mad.lo.s32", &format!("{ak}, {}, {am}", t.bm));
+        let idx = e.value(Reg::B32, "mad.lo.s32", &format!("{ak}, {lda}, {am}"));
         let slot = e.value(Reg::B32, "mad.lo.u32", &format!("{idx}, 4, {a_sh}"));
         a_loads.push(Load { offset, in_range, k: kk, slot });
     }
@@ -1040,16 +1080,105 @@ fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
         let c_off = e.value(Reg::B32, "mad.lo.s32", &format!("{col}, {snb}, {b_base}"));
         let offset = e.value(Reg::B32, "mad.lo.s32", &format!("{bk}, {skb}, {c_off}"));
         let kk = e.value(Reg::B32, "mov.s32", &bk);
-        let idx = e.value(Reg::B32, "mad.lo.s32", &format!("{bk}, {}, {bn}", t.bn));
+        let idx = e.value(Reg::B32, "mad.lo.s32", &format!("{bk}, {ldb}, {bn}"));
         let slot = e.value(Reg::B32, "mad.lo.u32", &format!("{idx}, 4, {b_sh}"));
         b_loads.push(Load { offset, in_range, k: kk, slot });
     }
-    let tx = e.value(Reg::B32, "rem.u32", &format!("{tid}, {}", t.bn / t.tn));
-    let ty = e.value(Reg::B32, "div.u32", &format!("{tid}, {}", t.bn / t.tn));
-    let a_read = e.value(Reg::B32, "mad.lo.u32", &format!("{ty}, {}, {a_sh}", t.tm * 4));
-    let b_read = e.value(Reg::B32, "mad.lo.u32", &format!("{tx}, {}, {b_sh}", t.tn * 4));
-    let acc: Vec<Vec<String>> =
-        (0..t.tm).map(|_| (0..t.tn).map(|_| e.value(Reg::F32, "mov.f32", &f32_imm(0.0))).collect()).collect();
+    // What this thread accumulates, and the code of one stage's products.
+    let mut products: Vec<Product> = Vec::new();
+    let compute: Box<dyn Fn(&mut Emitter)> = if t.tensor_cores {
+        // Warp w owns rows 64 (w / 4) .. +64 and columns 32 (w % 4) .. +32 of the block tile:
+        // 4 x 4 mma tiles of 16x8. Fragment layouts (PTX ISA, m16n8k8 .tf32), with g = lane / 4
+        // and q = lane % 4: A a0..a3 = (g, q), (g+8, q), (g, q+4), (g+8, q+4); B b0, b1 =
+        // (k q, n g), (k q+4, n g); D d0..d3 = (g, 2q), (g, 2q+1), (g+8, 2q), (g+8, 2q+1).
+        let lane = e.value(Reg::B32, "and.b32", &format!("{tid}, 31"));
+        let warp = e.value(Reg::B32, "shr.u32", &format!("{tid}, 5"));
+        let g = e.value(Reg::B32, "shr.u32", &format!("{lane}, 2"));
+        let q = e.value(Reg::B32, "and.b32", &format!("{lane}, 3"));
+        let wm = e.value(Reg::B32, "shr.u32", &format!("{warp}, 2"));
+        let wm = e.value(Reg::B32, "mul.lo.u32", &format!("{wm}, 64"));
+        let wn = e.value(Reg::B32, "and.b32", &format!("{warp}, 3"));
+        let wn = e.value(Reg::B32, "mul.lo.u32", &format!("{wn}, 32"));
+        let frag = |e: &mut Emitter, ld: usize, origin: &str, sh: &str| {
+            let idx = e.value(Reg::B32, "mad.lo.u32", &format!("{q}, {ld}, {origin}"));
+            let idx = e.value(Reg::B32, "add.u32", &format!("{idx}, {g}"));
+            e.value(Reg::B32, "mad.lo.u32", &format!("{idx}, 4, {sh}"))
+        };
+        let (a_frag, b_frag) = (frag(&mut e, lda, &wm, &a_sh), frag(&mut e, ldb, &wn, &b_sh));
+        let acc: Vec<Vec<[String; 4]>> = (0..4)
+            .map(|_| (0..4).map(|_| std::array::from_fn(|_| e.value(Reg::F32, "mov.f32", &f32_imm(0.0)))).collect())
+            .collect();
+        let row_base = e.value(Reg::B32, "add.u32", &format!("{wm}, {g}"));
+        let col_base = e.value(Reg::B32, "mad.lo.u32", &format!("{q}, 2, {wn}"));
+        for (mi, row) in acc.iter().enumerate() {
+            for (ni, d) in row.iter().enumerate() {
+                for (r, reg) in d.iter().enumerate() {
+                    let at = (mi * 16 + 8 * (r / 2), ni * 8 + r % 2);
+                    products.push(Product {
+                        row: (row_base.clone(), at.0),
+                        col: (col_base.clone(), at.1),
+                        acc: reg.clone(),
+                    });
+                }
+            }
+        }
+        let bk = t.bk;
+        Box::new(move |e: &mut Emitter| {
+            let tf32 = |e: &mut Emitter, base: &str, byte: usize| {
+                let x = e.value(Reg::F32, "ld.shared.f32", &format!("[{base}+{byte}]"));
+                e.value(Reg::B32, "cvt.rna.tf32.f32", &x)
+            };
+            for k8 in 0..bk / 8 {
+                let a: Vec<Vec<String>> = (0..4)
+                    .map(|mi| {
+                        let at = (k8 * 8 * lda + mi * 16) * 4;
+                        [at, at + 32, at + 16 * lda, at + 16 * lda + 32].iter().map(|&o| tf32(e, &a_frag, o)).collect()
+                    })
+                    .collect();
+                let b: Vec<Vec<String>> = (0..4)
+                    .map(|ni| {
+                        let at = (k8 * 8 * ldb + ni * 8) * 4;
+                        [at, at + 16 * ldb].iter().map(|&o| tf32(e, &b_frag, o)).collect()
+                    })
+                    .collect();
+                for (mi, row) in acc.iter().enumerate() {
+                    for (ni, d) in row.iter().enumerate() {
+                        let d = d.join(", ");
+                        e.op(format!(
+                            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{{d}}}, {{{}}}, {{{}}}, {{{d}}}",
+                            a[mi].join(", "),
+                            b[ni].join(", ")
+                        ));
+                    }
+                }
+            }
+        })
+    } else {
+        let tx = e.value(Reg::B32, "rem.u32", &format!("{tid}, {}", t.bn / t.tn));
+        let ty = e.value(Reg::B32, "div.u32", &format!("{tid}, {}", t.bn / t.tn));
+        let a_read = e.value(Reg::B32, "mad.lo.u32", &format!("{ty}, {}, {a_sh}", t.tm * 4));
+        let b_read = e.value(Reg::B32, "mad.lo.u32", &format!("{tx}, {}, {b_sh}", t.tn * 4));
+        let acc: Vec<Vec<String>> =
+            (0..t.tm).map(|_| (0..t.tn).map(|_| e.value(Reg::F32, "mov.f32", &f32_imm(0.0))).collect()).collect();
+        let row_base = e.value(Reg::B32, "mul.lo.u32", &format!("{ty}, {}", t.tm));
+        let col_base = e.value(Reg::B32, "mul.lo.u32", &format!("{tx}, {}", t.tn));
+        for (i, row) in acc.iter().enumerate() {
+            for (j, c) in row.iter().enumerate() {
+                products.push(Product { row: (row_base.clone(), i), col: (col_base.clone(), j), acc: c.clone() });
+            }
+        }
+        Box::new(move |e: &mut Emitter| {
+            for kk in 0..t.bk {
+                let a = shared_vector(e, &a_read, kk * lda * 4, t.tm);
+                let b = shared_vector(e, &b_read, kk * ldb * 4, t.tn);
+                for (i, row) in acc.iter().enumerate() {
+                    for (j, c) in row.iter().enumerate() {
+                        e.op(format!("fma.rn.f32 {c}, {}, {}, {c}", a[i], b[j]));
+                    }
+                }
+            }
+        })
+    };
 
     let stages = k.k.div_ceil(t.bk);
     let stage = e.value(Reg::B32, "mov.s32", "0");
@@ -1068,38 +1197,7 @@ fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
         }
     }
     e.op("bar.sync 0");
-    let vec_load = |e: &mut Emitter, base: &str, byte: usize, count: usize| -> Vec<String> {
-        let mut regs = Vec::new();
-        let mut i = 0;
-        while i < count {
-            let w = if count - i >= 4 {
-                4
-            } else if count - i >= 2 {
-                2
-            } else {
-                1
-            };
-            let rs: Vec<String> = (0..w).map(|_| e.reg(Reg::F32)).collect();
-            let at = byte + i * 4;
-            if w == 1 {
-                e.op(format!("ld.shared.f32 {}, [{base}+{at}]", rs[0]));
-            } else {
-                e.op(format!("ld.shared.v{w}.f32 {{{}}}, [{base}+{at}]", rs.join(", ")));
-            }
-            regs.extend(rs);
-            i += w;
-        }
-        regs
-    };
-    for kk in 0..t.bk {
-        let a = vec_load(&mut e, &a_read, kk * t.bm * 4, t.tm);
-        let b = vec_load(&mut e, &b_read, kk * t.bn * 4, t.tn);
-        for (i, row) in acc.iter().enumerate() {
-            for (j, c) in row.iter().enumerate() {
-                e.op(format!("fma.rn.f32 {c}, {}, {}, {c}", a[i], b[j]));
-            }
-        }
-    }
+    compute(&mut e);
     e.op("bar.sync 0");
     for (loads, step) in [(&a_loads, sk), (&b_loads, skb)] {
         for l in loads.iter() {
@@ -1110,53 +1208,52 @@ fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
     e.op(format!("add.s32 {stage}, {stage}, 1"));
     e.op(format!("bra.uni {top}"));
     e.place(&end);
-    for (i, row) in acc.iter().enumerate() {
-        let r = e.value(Reg::B32, "mad.lo.s32", &format!("{ty}, {}, {}", t.tm, i));
+    for Product { row: (row_base, dr), col: (col_base, dc), acc: c } in &products {
+        let r = e.value(Reg::B32, "add.s32", &format!("{row_base}, {dr}"));
         let r = e.value(Reg::B32, "add.s32", &format!("{r}, {row0}"));
+        let col = e.value(Reg::B32, "add.s32", &format!("{col_base}, {dc}"));
+        let col = e.value(Reg::B32, "add.s32", &format!("{col}, {col0}"));
         let row_ok = e.predicate("lt.s32", &r, &k.m.to_string());
         let row_off = e.value(Reg::B32, "mad.lo.s32", &format!("{r}, {}, {out_base}", k.n));
-        for (j, c) in row.iter().enumerate() {
-            let col = e.value(Reg::B32, "mad.lo.s32", &format!("{tx}, {}, {}", t.tn, j));
-            let col = e.value(Reg::B32, "add.s32", &format!("{col}, {col0}"));
-            let col_ok = e.predicate("lt.s32", &col, &k.n.to_string());
-            let ok = e.value(Reg::Pred, "and.pred", &format!("{row_ok}, {col_ok}"));
-            let off = e.value(Reg::B32, "add.s32", &format!("{row_off}, {col}"));
-            let value = if k.epilogue.is_empty() {
-                c.clone()
-            } else {
-                // The epilogue on this product element; its inputs are read only in bounds.
-                let mut leaf = |e: &mut Emitter, l: Leaf| match l {
-                    Leaf::Input(i) => {
-                        let a = &epi_bases[i as usize];
-                        let (sr, sc) = (a.1[0], a.1[1]);
-                        let o = e.value(Reg::B32, "mad.lo.s32", &format!("{r}, {sr}, {}", a.0));
-                        let o = e.value(Reg::B32, "mad.lo.s32", &format!("{col}, {sc}, {o}"));
-                        let x = e.value(Reg::F32, "mov.f32", &f32_imm(0.0));
-                        let addr = e.element_address(&epi_ptrs[i as usize], &o);
-                        e.op(format!("@{ok} ld.global.nc.f32 {x}, [{addr}]"));
-                        x
-                    }
-                    Leaf::Acc => c.clone(),
-                    // Linear index of the output element (iota / random nodes).
-                    Leaf::Index => off.clone(),
-                };
-                e.eval(&k.epilogue, k.epilogue.len() - 1, &mut vec![None; k.epilogue.len()], &mut leaf)
+        let col_ok = e.predicate("lt.s32", &col, &k.n.to_string());
+        let ok = e.value(Reg::Pred, "and.pred", &format!("{row_ok}, {col_ok}"));
+        let off = e.value(Reg::B32, "add.s32", &format!("{row_off}, {col}"));
+        let value = if k.epilogue.is_empty() {
+            c.clone()
+        } else {
+            // The epilogue on this product element; its inputs are read only in bounds.
+            let mut leaf = |e: &mut Emitter, l: Leaf| match l {
+                Leaf::Input(i) => {
+                    let a = &epi_bases[i as usize];
+                    let (sr, sc) = (a.1[0], a.1[1]);
+                    let o = e.value(Reg::B32, "mad.lo.s32", &format!("{r}, {sr}, {}", a.0));
+                    let o = e.value(Reg::B32, "mad.lo.s32", &format!("{col}, {sc}, {o}"));
+                    let x = e.value(Reg::F32, "mov.f32", &f32_imm(0.0));
+                    let addr = e.element_address(&epi_ptrs[i as usize], &o);
+                    e.op(format!("@{ok} ld.global.nc.f32 {x}, [{addr}]"));
+                    x
+                }
+                Leaf::Acc => c.clone(),
+                // Linear index of the output element (iota / random nodes).
+                Leaf::Index => off.clone(),
             };
-            let addr = e.element_address(&out, &off);
-            e.op(format!("@{ok} st.global.f32 [{addr}], {value}"));
-        }
+            e.eval(&k.epilogue, k.epilogue.len() - 1, &mut vec![None; k.epilogue.len()], &mut leaf)
+        };
+        let addr = e.element_address(&out, &off);
+        e.op(format!("@{ok} st.global.f32 [{addr}], {value}"));
     }
     let globals = format!(
         ".shared .align 16 .b8 gt_tile_a[{}];\n.shared .align 16 .b8 gt_tile_b[{}];\n\n",
-        t.bk * t.bm * 4,
-        t.bk * t.bn * 4
+        t.bk * lda * 4,
+        t.bk * ldb * 4
     );
     let comment = format!(
-        "matmul {}x{}x{} (batch {}), f32 FMA, tile {}x{}x{}, {}x{} per thread, epilogue of {} nodes",
+        "matmul {}x{}x{} (batch {}), {}, tile {}x{}x{}, {}x{} per thread, epilogue of {} nodes",
         k.m,
         k.n,
         k.k,
         k.batch_count(),
+        if t.tensor_cores { "TF32 tensor cores (mma.sync m16n8k8)" } else { "f32 FMA" },
         t.bm,
         t.bn,
         t.bk,
