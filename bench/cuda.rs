@@ -191,6 +191,14 @@ fn main() {
     });
     exec(&mut g, Instr::Free { src: v(0) });
     let gbs = |ms: f64| gbs_of(n, ms);
+    // Transpose of an 8192x8192 (or 2048^2) matrix through the instruction.
+    let side = if quick { 2048 } else { 8192 };
+    exec(&mut g, Instr::Rand { dst: v(3), ty: TensorType::f32(vec![side, side]), seed: 2 });
+    let transpose = time(&mut g, reps, |g| exec(g, Instr::Transpose { dst: v(4), src: v(3), dim0: 0, dim1: 1 }));
+    let square_copy = time(&mut g, reps, |g| g.copy(v(3), v(5)).unwrap());
+    for i in 3..=5 {
+        exec(&mut g, Instr::Free { src: v(i) });
+    }
     let _ = writeln!(report, "\n## 8-op elementwise chain on {n} f32 (read + write {} MiB)", (2 * n * 4) >> 20);
     let _ = writeln!(report, "fused kernel     {fused:9.3} ms  {:7.1} GB/s", gbs(fused));
     let _ = writeln!(report, "device copy      {copy:9.3} ms  {:7.1} GB/s", gbs(copy));
@@ -202,6 +210,14 @@ fn main() {
     if let Some(tc) = tnum("copy_ms") {
         let _ = writeln!(report, "PyTorch clone    {tc:9.3} ms");
     }
+
+    let _ = writeln!(report, "\n## transpose {side}x{side}");
+    let _ = writeln!(
+        report,
+        "tiled transpose  {transpose:9.3} ms  {:7.1} GB/s ({:.0}% of a copy of the same bytes)",
+        gbs_of(side * side, transpose),
+        100.0 * square_copy / transpose
+    );
 
     // 2. Row softmax, as five instructions.
     let rows: usize = if quick { 4096 } else { 16384 };

@@ -226,6 +226,24 @@ fn tf32_tensor_core_matmuls_agree_within_tf32_rounding() {
 }
 
 #[test]
+fn tiled_transposes_agree() {
+    // 2-d and batched, ragged tile edges, with an elementwise op fused into the copy.
+    let cases: [(Vec<usize>, Vec<i64>); 4] = [
+        (vec![70, 45], vec![1, 0]),
+        (vec![3, 40, 33], vec![0, 2, 1]),
+        (vec![33, 9, 64], vec![2, 1, 0]),
+        (vec![8, 8], vec![1, 0]),
+    ];
+    for (dims, perm) in cases {
+        let instrs = vec![
+            Instr::Randn { dst: v(0), ty: TensorType::f32(dims), seed: 3 },
+            Instr::Permute { dst: v(1), src: v(0), perm },
+        ];
+        mirrored(&instrs).unwrap();
+    }
+}
+
+#[test]
 fn large_matmul_uses_big_tiles_and_agrees() {
     let instrs = vec![
         Instr::Randn { dst: v(0), ty: TensorType::f32(vec![1030, 517]), seed: 1 },

@@ -49,6 +49,8 @@ fn sample_kernels() -> Vec<Kernel> {
         samples::linear_relu(64, 784, 256),
         samples::linear_relu(2048, 512, 2048),
     ];
+    out.push(transpose_kernel(&[45, 70], &[1, 45]));
+    out.push(transpose_kernel(&[3, 33, 40], &[1320, 1, 33]));
     // The TF32 tensor-core matmul, with and without an epilogue, on ragged edges.
     for (m, k, n) in [(130, 70, 90), (4096, 4096, 4096)] {
         if let Kernel::MatMul(mut mm) = samples::linear_relu(m, k, n) {
@@ -69,6 +71,20 @@ fn sample_kernels() -> Vec<Kernel> {
         out.push(Kernel::Map(k));
     }
     out
+}
+
+/// A copy reading `strides` over the iteration space `dims` (a transpose for unit stride
+/// on an axis before the last), with `exp` applied.
+fn transpose_kernel(dims: &[usize], strides: &[i64]) -> Kernel {
+    use gt_ir::kernel::{Access, MapKernel, Node};
+    Kernel::Map(MapKernel {
+        shape: dims.to_vec(),
+        inputs: vec![Access { offset: 0, strides: strides.to_vec() }],
+        nodes: vec![Node::Input(0), Node::Unary(gt_ir::UnaryOp::Exp, 0)],
+        output: Access::contiguous(dims),
+        rows: vec![],
+        reduce: None,
+    })
 }
 
 fn ptxas() -> Option<PathBuf> {
@@ -171,6 +187,7 @@ fn ptx_of_representative_kernels() {
     snapshot("matmul_64x256x784", &kernel_of(mm, "matmul"));
     snapshot("softmax_row_kernel", &gt_ir::kernel::samples::softmax(&[64, 784]));
     snapshot("linear_relu_epilogue", &gt_ir::kernel::samples::linear_relu(64, 784, 256));
+    snapshot("transpose_tiled", &transpose_kernel(&[45, 70], &[1, 45]));
 }
 
 #[test]
