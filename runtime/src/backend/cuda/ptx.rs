@@ -727,6 +727,42 @@ impl RowKernel<'_> {
         Element { r, valid, coords: None, loads: vec![None; self.k.inputs.len()], index: None, memo }
     }
 
+    /// The `width` consecutive elements of group `g` (element `g` when `width` is 1), with
+    /// the inputs `target` needs loaded by one v4 load each.
+    fn group(
+        &self,
+        e: &mut Emitter,
+        g: &str,
+        width: usize,
+        target: usize,
+        reduced: &[(usize, String)],
+    ) -> Vec<Element> {
+        if width == 1 {
+            return vec![self.element(g.to_string(), None, reduced)];
+        }
+        let first = e.value(Reg::B32, "shl.b32", &format!("{g}, 2"));
+        let mut els: Vec<Element> = (0..width)
+            .map(|lane| {
+                let r = e.value(Reg::B32, "add.s32", &format!("{first}, {lane}"));
+                self.element(r, None, reduced)
+            })
+            .collect();
+        let dims = &self.k.shape[..];
+        for i in needed_inputs(&self.k.nodes, target, reduced) {
+            if self.k.inputs[i].is_uniform_over(dims) {
+                continue;
+            }
+            let off = e.value(Reg::B32, "add.s32", &format!("{}, {first}", self.in_bases[i]));
+            let addr = e.element_address(&self.in_ptrs[i], &off);
+            let regs: Vec<String> = (0..width).map(|_| e.reg(Reg::F32)).collect();
+            e.op(format!("ld.global.nc.v4.f32 {{{}}}, [{addr}]", regs.join(", ")));
+            for (el, r) in els.iter_mut().zip(regs) {
+                el.loads[i] = Some(r);
+            }
+        }
+        els
+    }
+
     /// Node `target` at element `el`.
     fn value(&self, e: &mut Emitter, el: &mut Element, target: usize) -> String {
         let Element { r, valid, coords, loads, index, memo } = el;
@@ -763,6 +799,26 @@ impl RowKernel<'_> {
         };
         e.eval(&self.k.nodes, target, memo, &mut leaf)
     }
+}
+
+/// The inputs node `target` reads, through nodes not already computed (`reduced`).
+fn needed_inputs(nodes: &[Node], target: usize, reduced: &[(usize, String)]) -> Vec<usize> {
+    let mut seen = vec![false; nodes.len()];
+    let mut stack = vec![target];
+    let mut inputs = Vec::new();
+    while let Some(n) = stack.pop() {
+        if seen[n] || reduced.iter().any(|(i, _)| *i == n) {
+            continue;
+        }
+        seen[n] = true;
+        if let Node::Input(i) = nodes[n] {
+            if !inputs.contains(&(i as usize)) {
+                inputs.push(i as usize);
+            }
+        }
+        stack.extend(nodes[n].operands().into_iter().map(|o| o as usize));
+    }
+    inputs
 }
 
 /// Combines every thread's `acc` of the block; afterwards every thread holds the result.
@@ -910,6 +966,19 @@ fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
     let per = row_len.div_ceil(threads as usize);
     let reductions: Vec<usize> = (0..k.nodes.len()).filter(|&i| matches!(k.nodes[i], Node::Reduce(..))).collect();
     let cached = !reductions.is_empty() && per <= ROW_CACHE;
+    // Looped rows along the last axis read (and write) 4 consecutive elements at a time
+    // when every strided buffer has unit stride there and 16-byte aligned rows.
+    let last_axis = dims.len().saturating_sub(1);
+    let aligned = |a: &Access| {
+        a.offset % 4 == 0 && (0..dims.len()).all(|i| i == last_axis || a.strides[i] % 4 == 0 || dims[i] == 1)
+    };
+    let unit = |a: &Access| a.is_uniform_over(dims) || (a.strides[last_axis] == 1 && aligned(a));
+    let vector = !cached
+        && k.rows == [last_axis]
+        && row_len.is_multiple_of(4)
+        && k.inputs.iter().all(unit)
+        && (k.reduce.is_some() || (k.output.strides[last_axis] == 1 && aligned(&k.output)));
+    let width = if vector { 4 } else { 1 };
     let last = k.nodes.len() - 1;
     let kept_axes: Vec<usize> = (0..dims.len()).filter(|i| !k.rows.contains(i)).collect();
     let kept_dims: Vec<usize> = kept_axes.iter().map(|&i| dims[i]).collect();
@@ -964,12 +1033,13 @@ fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
                 let r = e.value(Reg::B32, "mov.u32", &tid);
                 let (top, end) = (e.label("fold"), e.label("folded"));
                 e.place(&top);
-                let past = e.predicate("ge.s32", &r, &row_len.to_string());
+                let past = e.predicate("ge.s32", &r, &(row_len / width).to_string());
                 e.op(format!("@{past} bra {end}"));
-                let mut el = rk.element(r.clone(), None, reduced);
-                let x = rk.value(e, &mut el, target);
-                let folded = fold(e, op, &acc, &x);
-                e.op(format!("mov.f32 {acc}, {folded}"));
+                for mut el in rk.group(e, &r, width, target, reduced) {
+                    let x = rk.value(e, &mut el, target);
+                    let folded = fold(e, op, &acc, &x);
+                    e.op(format!("mov.f32 {acc}, {folded}"));
+                }
                 e.op(format!("add.s32 {r}, {r}, {threads}"));
                 e.op(format!("bra.uni {top}"));
                 e.place(&end);
@@ -1016,10 +1086,22 @@ fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
                 let r = e.value(Reg::B32, "mov.u32", &tid);
                 let (top, end) = (e.label("store"), e.label("stored"));
                 e.place(&top);
-                let past = e.predicate("ge.s32", &r, &row_len.to_string());
+                let past = e.predicate("ge.s32", &r, &(row_len / width).to_string());
                 e.op(format!("@{past} bra {end}"));
-                let mut el = rk.element(r.clone(), None, &reduced);
-                store(&mut e, &mut el);
+                if width == 4 {
+                    // Four consecutive elements, one v4 store.
+                    let mut values = Vec::new();
+                    for mut el in rk.group(&mut e, &r, width, last, &reduced) {
+                        values.push(rk.value(&mut e, &mut el, last));
+                    }
+                    let first = e.value(Reg::B32, "shl.b32", &format!("{r}, 2"));
+                    let off = e.value(Reg::B32, "add.s32", &format!("{out_base}, {first}"));
+                    let addr = e.element_address(&out, &off);
+                    e.op(format!("st.global.v4.f32 [{addr}], {{{}}}", values.join(", ")));
+                } else {
+                    let mut el = rk.element(r.clone(), None, &reduced);
+                    store(&mut e, &mut el);
+                }
                 e.op(format!("add.s32 {r}, {r}, {threads}"));
                 e.op(format!("bra.uni {top}"));
                 e.place(&end);
@@ -1032,7 +1114,13 @@ fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
         "rows: {outputs} rows of {row_len}, {threads} threads per row, {} in-row reductions{}{}",
         reductions.len(),
         k.reduce.map(|op| format!(", then {}", op.mnemonic())).unwrap_or_default(),
-        if cached { ", row kept in registers" } else { "" }
+        if cached {
+            ", row kept in registers"
+        } else if vector {
+            ", 4 elements per load"
+        } else {
+            ""
+        }
     );
     Ok(PtxKernel {
         text: e.finish(&comment, &globals, k.inputs.len() + 1),
