@@ -7,7 +7,7 @@ use gt_frontend::script::RunOptions;
 use gt_ir::{Executor, HostTensor, Instr, ValueId};
 use gt_runtime::backend::Backend;
 use gt_runtime::{Interpreter, RuntimeError};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use thiserror::Error;
 
 /// `|got - want| <= ABS + REL * |want|` per element; NaN matches NaN, infinities match
@@ -187,25 +187,11 @@ impl ScriptsReport {
     }
 }
 
-fn gtir_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for path in entries.flatten().map(|e| e.path()) {
-        if path.is_dir() {
-            gtir_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "gtir") {
-            out.push(path);
-        }
-    }
-}
-
 /// Runs every run filetest (`tests/gtir/run`) and example (`examples/`) under `root`
 /// mirrored onto a fresh backend from `make`, and compares each script's output with the
 /// interpreter's: the filetest snapshot, or what an example prints.
 pub fn check_scripts(root: &Path, make: &mut dyn FnMut() -> Box<dyn Backend>, tolerance: Tolerance) -> ScriptsReport {
-    let mut files = Vec::new();
-    gtir_files(&root.join("tests/gtir/run"), &mut files);
-    gtir_files(&root.join("examples"), &mut files);
-    files.sort();
+    let files = crate::filetest::run_scripts(root);
     let mut report = ScriptsReport { files: files.len(), ..Default::default() };
     for path in &files {
         let Ok(bytes) = std::fs::read(path) else { continue };

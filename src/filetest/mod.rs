@@ -81,6 +81,28 @@ pub fn directives(source: &str) -> Result<Directives> {
 /// Runs a loaded program for `; test run`, writing what it prints.
 pub type Runner<'a> = dyn FnMut(&Loaded, &mut dyn Write) -> Result<RunSummary, ScriptError> + 'a;
 
+/// Every `.gtir` file under `dir` (recursively), appended to `out`.
+pub fn gtir_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for path in entries.flatten().map(|e| e.path()) {
+        if path.is_dir() {
+            gtir_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "gtir") {
+            out.push(path);
+        }
+    }
+}
+
+/// The run filetests (`tests/gtir/run`) and examples (`examples/`) under `root`, sorted:
+/// every script a backend must run like the interpreter.
+pub fn run_scripts(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    gtir_files(&root.join("tests/gtir/run"), &mut files);
+    gtir_files(&root.join("examples"), &mut files);
+    files.sort();
+    files
+}
+
 /// Runs a filetest file on the reference interpreter; returns its snapshot text.
 pub fn run_file(path: &Path) -> Result<String> {
     run_file_on(path, &mut |loaded, out| run_local(loaded, out, RunOptions::default()))

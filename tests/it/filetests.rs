@@ -2,18 +2,7 @@
 //! named after the file's path (`run/slice.gtir` -> `snapshots/run__slice.snap`), so names
 //! never depend on which other files exist. `INSTA_GLOB_FILTER=run/slice` runs a subset.
 
-use std::path::{Path, PathBuf};
-
-fn gtir_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            gtir_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "gtir") {
-            out.push(path);
-        }
-    }
-}
+use std::path::Path;
 
 /// Checks `text` against `snapshots/NAME.snap` (recording it for review when it differs).
 fn snapshot_matches(name: &str, input: &Path, text: &str) -> bool {
@@ -29,7 +18,7 @@ fn snapshot_matches(name: &str, input: &Path, text: &str) -> bool {
 fn filetests() {
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gtir");
     let mut files = Vec::new();
-    gtir_files(&base, &mut files);
+    gt::filetest::gtir_files(&base, &mut files);
     files.sort();
     let filter = std::env::var("INSTA_GLOB_FILTER").unwrap_or_default();
     let mut failures = Vec::new();
@@ -64,7 +53,7 @@ fn stream_after_each_pass() {
     use gt::passes::{PassOptions, KNOWN_PASSES};
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gtir/run");
     let mut files = Vec::new();
-    gtir_files(&base, &mut files);
+    gt::filetest::gtir_files(&base, &mut files);
     files.sort();
     let filter = std::env::var("INSTA_GLOB_FILTER").unwrap_or_default();
     let mut failures = Vec::new();

@@ -10,24 +10,9 @@ use gt_runtime::backend::cuda::ptx;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn gtir_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            gtir_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "gtir") {
-            out.push(path);
-        }
-    }
-}
-
 /// Every distinct kernel of the run filetests and the examples.
 fn all_kernels() -> Vec<Kernel> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    gtir_files(&root.join("tests/gtir/run"), &mut files);
-    gtir_files(&root.join("examples"), &mut files);
-    files.sort();
+    let files = gt::filetest::run_scripts(Path::new(env!("CARGO_MANIFEST_DIR")));
     let mut recorder = KernelRecorder::new();
     for path in files {
         let Ok(loaded) = load(&std::fs::read(&path).unwrap()) else { continue };

@@ -501,14 +501,8 @@ impl Emitter {
             BinaryOp::Mul => self.value(Reg::F32, "mul.rn.f32", &ab),
             BinaryOp::Div => self.value(Reg::F32, "div.rn.f32", &ab),
             BinaryOp::Pow => self.pow(a, b),
-            BinaryOp::Maximum | BinaryOp::Minimum => {
-                // NaN if either is (numpy.maximum): keep `a` when it wins or is NaN.
-                let cmp = if op == BinaryOp::Maximum { "ge.f32" } else { "le.f32" };
-                let wins = self.predicate(cmp, a, b);
-                let nan = self.predicate("nan.f32", a, a);
-                let keep = self.value(Reg::Pred, "or.pred", &format!("{wins}, {nan}"));
-                self.select(&keep, a, b)
-            }
+            BinaryOp::Maximum => self.nan_extreme(true, a, b),
+            BinaryOp::Minimum => self.nan_extreme(false, a, b),
             BinaryOp::Eq => truth(self, "eq.f32"),
             // Unordered: NaN != anything is true.
             BinaryOp::Ne => truth(self, "neu.f32"),
@@ -517,6 +511,15 @@ impl Emitter {
             BinaryOp::Gt => truth(self, "gt.f32"),
             BinaryOp::Ge => truth(self, "ge.f32"),
         }
+    }
+
+    /// The larger (`max`) or smaller of two values, NaN if either is (numpy.maximum, the
+    /// interpreter's nan_max / nan_min): keeps `a` when it wins or is NaN.
+    fn nan_extreme(&mut self, max: bool, a: &str, b: &str) -> String {
+        let wins = self.predicate(if max { "ge.f32" } else { "le.f32" }, a, b);
+        let nan = self.predicate("nan.f32", a, a);
+        let keep = self.value(Reg::Pred, "or.pred", &format!("{wins}, {nan}"));
+        self.select(&keep, a, b)
     }
 
     /// `powf`: `2^(b log2 |a|)`, negated for a negative base with an odd integer exponent,
@@ -678,13 +681,8 @@ const ROW_CACHE: usize = 4;
 fn fold(e: &mut Emitter, op: ReduceOp, acc: &str, x: &str) -> String {
     match op {
         ReduceOp::Sum | ReduceOp::Mean => e.value(Reg::F32, "add.rn.f32", &format!("{acc}, {x}")),
-        ReduceOp::Max | ReduceOp::Min => {
-            let cmp = if op == ReduceOp::Max { "ge.f32" } else { "le.f32" };
-            let wins = e.predicate(cmp, acc, x);
-            let nan = e.predicate("nan.f32", acc, acc);
-            let keep = e.value(Reg::Pred, "or.pred", &format!("{wins}, {nan}"));
-            e.select(&keep, acc, x)
-        }
+        ReduceOp::Max => e.nan_extreme(true, acc, x),
+        ReduceOp::Min => e.nan_extreme(false, acc, x),
     }
 }
 
@@ -1254,30 +1252,39 @@ fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
         k: String,
         slot: String,
     }
-    let mut a_loads = Vec::new();
-    for j in 0..loads_a {
-        let am = e.value(Reg::B32, "add.s32", &format!("{am0}, {}", j * threads / t.bk));
-        let row = e.value(Reg::B32, "add.s32", &format!("{row0}, {am}"));
-        let in_range = e.predicate("lt.s32", &row, &k.m.to_string());
-        let r_off = e.value(Reg::B32, "mad.lo.s32", &format!("{row}, {sm}, {a_base}"));
-        let offset = e.value(Reg::B32, "mad.lo.s32", &format!("{ak}, {sk}, {r_off}"));
-        let kk = e.value(Reg::B32, "mov.s32", &ak);
-        let idx = e.value(Reg::B32, "mad.lo.s32", &format!("{ak}, {lda}, {am}"));
-        let slot = e.value(Reg::B32, "mad.lo.u32", &format!("{idx}, 4, {a_sh}"));
-        a_loads.push(Load { offset, in_range, k: kk, slot });
-    }
-    let mut b_loads = Vec::new();
-    for j in 0..loads_b {
-        let bk = e.value(Reg::B32, "add.s32", &format!("{bk0}, {}", j * threads / t.bn));
-        let col = e.value(Reg::B32, "add.s32", &format!("{col0}, {bn}"));
-        let in_range = e.predicate("lt.s32", &col, &k.n.to_string());
-        let c_off = e.value(Reg::B32, "mad.lo.s32", &format!("{col}, {snb}, {b_base}"));
-        let offset = e.value(Reg::B32, "mad.lo.s32", &format!("{bk}, {skb}, {c_off}"));
-        let kk = e.value(Reg::B32, "mov.s32", &bk);
-        let idx = e.value(Reg::B32, "mad.lo.s32", &format!("{bk}, {ldb}, {bn}"));
-        let slot = e.value(Reg::B32, "mad.lo.u32", &format!("{idx}, 4, {b_sh}"));
-        b_loads.push(Load { offset, in_range, k: kk, slot });
-    }
+    // A tile element at (`fixed`, `k`) of one operand: `fixed` is a row of A or a column of
+    // B (bound and stride given), `k` the contracted index; its shared slot is `k * ld + local`.
+    let tile_load = |e: &mut Emitter,
+                     local: &str,
+                     origin: &str,
+                     bound: usize,
+                     stride: i64,
+                     k: &str,
+                     k_stride: i64,
+                     base: &str,
+                     ld: usize,
+                     sh: &str| {
+        let fixed = e.value(Reg::B32, "add.s32", &format!("{origin}, {local}"));
+        let in_range = e.predicate("lt.s32", &fixed, &bound.to_string());
+        let fixed_off = e.value(Reg::B32, "mad.lo.s32", &format!("{fixed}, {stride}, {base}"));
+        let offset = e.value(Reg::B32, "mad.lo.s32", &format!("{k}, {k_stride}, {fixed_off}"));
+        let kk = e.value(Reg::B32, "mov.s32", k);
+        let idx = e.value(Reg::B32, "mad.lo.s32", &format!("{k}, {ld}, {local}"));
+        let slot = e.value(Reg::B32, "mad.lo.u32", &format!("{idx}, 4, {sh}"));
+        Load { offset, in_range, k: kk, slot }
+    };
+    let a_loads: Vec<Load> = (0..loads_a)
+        .map(|j| {
+            let am = e.value(Reg::B32, "add.s32", &format!("{am0}, {}", j * threads / t.bk));
+            tile_load(&mut e, &am, &row0, k.m, sm, &ak, sk, &a_base, lda, &a_sh)
+        })
+        .collect();
+    let b_loads: Vec<Load> = (0..loads_b)
+        .map(|j| {
+            let bk = e.value(Reg::B32, "add.s32", &format!("{bk0}, {}", j * threads / t.bn));
+            tile_load(&mut e, &bn, &col0, k.n, snb, &bk, skb, &b_base, ldb, &b_sh)
+        })
+        .collect();
     // What this thread accumulates, and the code of one stage's products.
     let mut products: Vec<Product> = Vec::new();
     let compute: Box<dyn Fn(&mut Emitter)> = if t.tensor_cores {
