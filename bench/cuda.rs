@@ -211,6 +211,18 @@ fn main() {
         let _ = writeln!(report, "PyTorch clone    {tc:9.3} ms");
     }
 
+    // A full sum of the 256M elements (two passes over many blocks).
+    exec(&mut g, Instr::Rand { dst: v(6), ty: TensorType::f32(vec![n]), seed: 7 });
+    let total = time(&mut g, reps, |g| {
+        exec(g, Instr::Reduce { dst: v(7), op: ReduceOp::Sum, src: v(6), axes: None, keepdim: false })
+    });
+    exec(&mut g, Instr::Free { src: v(6) });
+    exec(&mut g, Instr::Free { src: v(7) });
+    let _ = writeln!(
+        report,
+        "\n## sum of {n} f32\ntwo-pass reduction {total:9.3} ms  {:7.1} GB/s read",
+        (n * 4) as f64 / (total * 1e-3) / 1e9
+    );
     let _ = writeln!(report, "\n## transpose {side}x{side}");
     let _ = writeln!(
         report,

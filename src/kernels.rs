@@ -53,7 +53,12 @@ impl Executor for KernelRecorder {
         if let Ok(results) = shape::infer(instr, &ty) {
             let ty = |v: ValueId| self.types[&v].clone();
             for step in lower(instr, &ty, &results) {
-                if let Step::Launch { kernel, .. } = step {
+                let kernels = match step {
+                    Step::Launch { kernel, .. } => vec![kernel],
+                    Step::TwoPass { first, second, .. } => vec![first, second],
+                    Step::Upload { .. } => vec![],
+                };
+                for kernel in kernels {
                     if self.seen.insert(kernel.clone()) {
                         self.kernels.push(kernel);
                     }

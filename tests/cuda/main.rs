@@ -226,6 +226,19 @@ fn tf32_tensor_core_matmuls_agree_within_tf32_rounding() {
 }
 
 #[test]
+fn long_reductions_in_two_passes_agree() {
+    for op in ReduceOp::ALL {
+        let instrs = vec![
+            Instr::Randn { dst: v(0), ty: TensorType::f32(vec![2, 1 << 20]), seed: 4 },
+            Instr::Reduce { dst: v(1), op: *op, src: v(0), axes: Some(vec![-1]), keepdim: false },
+            Instr::Reduce { dst: v(2), op: *op, src: v(0), axes: None, keepdim: true },
+        ];
+        // f32 sums of 2^20 terms in different orders: compared to the terms' scale.
+        mirrored_within(&instrs, Tolerance { abs: 2e-3, rel: 1e-4 }).unwrap();
+    }
+}
+
+#[test]
 fn tiled_transposes_agree() {
     // 2-d and batched, ragged tile edges, with an elementwise op fused into the copy.
     let cases: [(Vec<usize>, Vec<i64>); 4] = [

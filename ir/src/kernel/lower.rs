@@ -19,6 +19,20 @@ pub enum Step {
         /// Index into the instruction's results.
         output: usize,
     },
+    /// A reduction in two passes: `first` reads `inputs` and writes `partials` elements into
+    /// a temporary, `second` reduces the temporary into result number `output`.
+    TwoPass {
+        /// Partial reductions of chunks of each row.
+        first: Kernel,
+        /// One value per input of `first`.
+        inputs: Vec<ValueId>,
+        /// Elements of the temporary.
+        partials: usize,
+        /// The reduction of the partials (its one input is the temporary).
+        second: Kernel,
+        /// Index into the instruction's results.
+        output: usize,
+    },
     /// Copies the instruction's literal data into result number `output`.
     Upload {
         /// Index into the instruction's results.
@@ -115,7 +129,18 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
                 rows: axes,
                 reduce: Some(*op),
             };
-            if kernel.extents().0 > 0 {
+            let (outputs, reduced) = kernel.extents();
+            let trailing = kernel.rows.iter().enumerate().all(|(i, &a)| a == rank - kernel.rows.len() + i);
+            if outputs == 0 {
+            } else if let (true, Some((first, second))) = (trailing, split_reduction(*op, outputs, reduced)) {
+                steps.push(Step::TwoPass {
+                    first,
+                    inputs: vec![*src],
+                    partials: outputs * partial_count(reduced),
+                    second,
+                    output: 0,
+                });
+            } else {
                 steps.push(Step::Launch { kernel: Kernel::Map(kernel), inputs: vec![*src], output: 0 });
             }
         }
@@ -219,6 +244,44 @@ impl MapParts {
     fn new(shape: Vec<usize>, inputs: Vec<(ValueId, Access)>, nodes: Vec<Node>, output: Access) -> MapParts {
         MapParts { shape, inputs, nodes, output }
     }
+}
+
+/// Rows at least this long, when there are few of them, are reduced in two passes so that
+/// many blocks share each row (one block per row would leave most of a GPU idle).
+pub const SPLIT_ROW: usize = 1 << 16;
+
+/// Into how many equal chunks a row of `reduced` elements is split: the largest divisor of
+/// `reduced` up to 1024 that leaves chunks of at least 1024 (1: no split).
+fn partial_count(reduced: usize) -> usize {
+    (2..=1024.min(reduced / 1024)).rev().find(|p| reduced.is_multiple_of(*p)).unwrap_or(1)
+}
+
+/// The two kernels of a reduction of `outputs` contiguous rows of `reduced` elements, when it
+/// pays: chunk reductions into `[outputs, P]` partials, then the partials' reduction. Means
+/// stay exact as means of equal-sized chunks.
+fn split_reduction(op: crate::ReduceOp, outputs: usize, reduced: usize) -> Option<(Kernel, Kernel)> {
+    let p = partial_count(reduced);
+    if outputs > 64 || reduced < SPLIT_ROW || p < 8 {
+        return None;
+    }
+    let chunk = reduced / p;
+    let first = MapKernel {
+        shape: vec![outputs, p, chunk],
+        inputs: vec![Access { offset: 0, strides: vec![reduced as i64, chunk as i64, 1] }],
+        nodes: vec![Node::Input(0)],
+        output: Access { offset: 0, strides: vec![p as i64, 1, 0] },
+        rows: vec![2],
+        reduce: Some(op),
+    };
+    let second = MapKernel {
+        shape: vec![outputs, p],
+        inputs: vec![Access::contiguous(&[outputs, p])],
+        nodes: vec![Node::Input(0)],
+        output: Access { offset: 0, strides: vec![1, 0] },
+        rows: vec![1],
+        reduce: Some(op),
+    };
+    Some((Kernel::Map(first), Kernel::Map(second)))
 }
 
 /// Collects a map kernel's inputs and leaf nodes from operands (scalars become constants).
@@ -327,6 +390,9 @@ mod tests {
             .map(|s| match s {
                 Step::Launch { kernel, inputs, output } => format!("{kernel}\n  reads {inputs:?} -> result {output}"),
                 Step::Upload { output } => format!("upload -> result {output}"),
+                Step::TwoPass { first, second, partials, output, .. } => {
+                    format!("{first}\n  -> {partials} partials\n{second}\n  -> result {output}")
+                }
             })
             .collect::<Vec<_>>()
             .join("\n")
@@ -377,6 +443,22 @@ mod tests {
         assert!(k.contains("rows [1] sum") && k.contains("out +0 strides [4, 0, 1]"), "{k}");
         let k = lower_text("%c = matmul %a, %b\n", &[("a", &[5, 2, 3]), ("b", &[3, 4])]);
         assert!(k.contains("batch [5] m=2 n=4 k=3") && k.contains("rhs +0 strides [0, 4, 1]"), "{k}");
+    }
+
+    #[test]
+    fn long_rows_reduce_in_two_passes() {
+        let k = lower_text("%c = mean %a\n", &[("a", &[1024, 1024])]);
+        assert!(k.contains("kernel map [1, 1024, 1024] rows [2] mean") && k.contains("-> 1024 partials"), "{k}");
+        assert!(k.contains("kernel map [1, 1024] rows [1] mean"), "{k}");
+        // Many rows, or short ones, or rows not at the end: one pass.
+        for (src, dims) in [
+            ("%c = sum %a axes=[1]\n", &[128, 1 << 16][..]),
+            ("%c = sum %a\n", &[1000][..]),
+            ("%c = sum %a axes=[0]\n", &[1 << 16, 2][..]),
+        ] {
+            let k = lower_text(src, &[("a", dims)]);
+            assert!(!k.contains("partials"), "{k}");
+        }
     }
 
     #[test]

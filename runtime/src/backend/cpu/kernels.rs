@@ -159,6 +159,12 @@ impl Backend for KernelBackend {
                         outputs[*output].copy_from_slice(data);
                     }
                 }
+                Step::TwoPass { first, inputs, partials, second, output } => {
+                    let buffers: Vec<&[f32]> = inputs.iter().map(|v| &self.values[v].1[..]).collect();
+                    let mut temp = vec![0.0; *partials];
+                    run(first, &buffers, &mut temp).map_err(|source| RuntimeError::Type { op, source })?;
+                    run(second, &[&temp], &mut outputs[*output]).map_err(|source| RuntimeError::Type { op, source })?;
+                }
             }
         }
         if let Instr::Free { src } = &*instr {
@@ -249,6 +255,31 @@ mod tests {
             ],
         );
         assert_eq!(kernel_result(&samples::layer_norm(&dims, 1e-5), &[&x], x.len()), want);
+    }
+
+    #[test]
+    fn two_pass_reductions_match_the_interpreter() {
+        use crate::backend::Backend;
+        for op in ReduceOp::ALL {
+            let instrs = [
+                Instr::Randn { dst: v(0), ty: TensorType::f32(vec![3, 1 << 17]), seed: 9 },
+                Instr::Reduce { dst: v(1), op: *op, src: v(0), axes: Some(vec![1]), keepdim: true },
+                Instr::Reduce { dst: v(2), op: *op, src: v(0), axes: None, keepdim: false },
+            ];
+            let (mut it, mut kb) = (Interpreter::new(), KernelBackend::new(1 << 30));
+            for i in &instrs {
+                it.execute(i).unwrap();
+                kb.execute(i).unwrap();
+            }
+            for r in [v(1), v(2)] {
+                let (want, got) = (it.read(r).unwrap(), kb.read(r).unwrap());
+                assert_eq!(want.ty, got.ty);
+                for (w, g) in want.data.iter().zip(&got.data) {
+                    // Partial sums are rounded to f32 before they are added.
+                    assert!((w - g).abs() <= 1e-3 + 1e-5 * w.abs(), "{op:?}: {g} vs {w}");
+                }
+            }
+        }
     }
 
     #[test]

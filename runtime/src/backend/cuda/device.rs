@@ -342,6 +342,16 @@ impl CudaBackend {
                     let buffers: Vec<Buffer> = inputs.iter().map(|v| self.values[v].buffer).collect();
                     self.launch(op, kernel, outputs[*output], &buffers)?;
                 }
+                Step::TwoPass { first, inputs, partials, second, output } => {
+                    let buffers: Vec<Buffer> = inputs.iter().map(|v| self.values[v].buffer).collect();
+                    let temp = self.alloc(op, partials * ELEMENT_BYTES)?;
+                    let result = self
+                        .launch(op, first, temp, &buffers)
+                        .and_then(|()| self.launch(op, second, outputs[*output], &[temp]));
+                    // Stream order: the pool hands the temporary out again only to later work.
+                    self.release(temp);
+                    result?;
+                }
                 Step::Upload { output } => {
                     if let Instr::Literal { data, .. } = instr {
                         self.upload(op, outputs[*output], data)?;
@@ -371,8 +381,15 @@ impl Backend for CudaBackend {
         }
         // Compile first: a kernel that cannot be generated fails before any allocation.
         for step in &steps {
-            if let Step::Launch { kernel, .. } = step {
-                self.compiled(op, kernel)?;
+            match step {
+                Step::Launch { kernel, .. } => {
+                    self.compiled(op, kernel)?;
+                }
+                Step::TwoPass { first, second, .. } => {
+                    self.compiled(op, first)?;
+                    self.compiled(op, second)?;
+                }
+                Step::Upload { .. } => {}
             }
         }
         let mut outputs = Vec::with_capacity(types.len());
