@@ -1381,24 +1381,29 @@ fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
         })
     };
 
+    // Register double buffering: the next stage's global loads are issued before this
+    // stage's products, so their latency hides behind the arithmetic.
+    let fetch = |e: &mut Emitter, regs: &[String]| {
+        let all = a_loads.iter().map(|l| (l, &a_ptr)).chain(b_loads.iter().map(|l| (l, &b_ptr)));
+        for ((l, base), v) in all.zip(regs) {
+            let k_ok = e.predicate("lt.s32", &l.k, &k.k.to_string());
+            let ok = e.value(Reg::Pred, "and.pred", &format!("{k_ok}, {}", l.in_range));
+            e.op(format!("mov.f32 {v}, {}", f32_imm(0.0)));
+            let addr = e.element_address(base, &l.offset);
+            e.op(format!("@{ok} ld.global.nc.f32 {v}, [{addr}]"));
+        }
+    };
+    let staged: Vec<String> = (0..a_loads.len() + b_loads.len()).map(|_| e.reg(Reg::F32)).collect();
+    fetch(&mut e, &staged);
     let stages = k.k.div_ceil(t.bk);
     let stage = e.value(Reg::B32, "mov.s32", "0");
     let (top, end) = (e.label("stage"), e.label("stages_done"));
     e.place(&top);
     let past = e.predicate("ge.s32", &stage, &stages.to_string());
     e.op(format!("@{past} bra {end}"));
-    for (loads, base) in [(&a_loads, &a_ptr), (&b_loads, &b_ptr)] {
-        for l in loads.iter() {
-            let k_ok = e.predicate("lt.s32", &l.k, &k.k.to_string());
-            let ok = e.value(Reg::Pred, "and.pred", &format!("{k_ok}, {}", l.in_range));
-            let v = e.value(Reg::F32, "mov.f32", &f32_imm(0.0));
-            let addr = e.element_address(base, &l.offset);
-            e.op(format!("@{ok} ld.global.nc.f32 {v}, [{addr}]"));
-            e.op(format!("st.shared.f32 [{}], {v}", l.slot));
-        }
+    for (l, v) in a_loads.iter().chain(&b_loads).zip(&staged) {
+        e.op(format!("st.shared.f32 [{}], {v}", l.slot));
     }
-    e.op("bar.sync 0");
-    compute(&mut e);
     e.op("bar.sync 0");
     for (loads, step) in [(&a_loads, sk), (&b_loads, skb)] {
         for l in loads.iter() {
@@ -1406,6 +1411,10 @@ fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
             e.op(format!("add.s32 {k}, {k}, {}", t.bk, k = l.k));
         }
     }
+    // Past the last stage the k bounds fail and nothing is read.
+    fetch(&mut e, &staged);
+    compute(&mut e);
+    e.op("bar.sync 0");
     e.op(format!("add.s32 {stage}, {stage}, 1"));
     e.op(format!("bra.uni {top}"));
     e.place(&end);
