@@ -50,4 +50,12 @@ pub enum RuntimeError {
         /// What the device or driver said, with what was asked of it.
         message: String,
     },
+    /// A kernel that breaks the kernel IR's rules or reaches outside its buffers.
+    #[error("{op}: malformed kernel: {message}")]
+    Kernel {
+        /// The op.
+        op: &'static str,
+        /// What is wrong.
+        message: String,
+    },
 }

@@ -45,6 +45,31 @@ impl Access {
     }
 }
 
+impl Access {
+    /// The lowest and highest element index read over the iteration space `dims`, or `None`
+    /// when the space is empty.
+    pub fn range(&self, dims: &[usize]) -> Option<(i128, i128)> {
+        if dims.contains(&0) {
+            return None;
+        }
+        let (mut lo, mut hi) = (i128::from(self.offset), i128::from(self.offset));
+        for (&s, &d) in self.strides.iter().zip(dims) {
+            let reach = i128::from(s) * (d as i128 - 1);
+            if reach > 0 {
+                hi += reach;
+            } else {
+                lo += reach;
+            }
+        }
+        Some((lo, hi))
+    }
+
+    /// Elements of index arithmetic this access needs over `dims`: `max(|lo|, hi) + 1`.
+    pub fn span(&self, dims: &[usize]) -> usize {
+        self.range(dims).map_or(0, |(lo, hi)| (hi.max(-lo) + 1).min(usize::MAX as i128) as usize)
+    }
+}
+
 fn dims_match(a: &[i64], b: &[i64], dims: &[usize]) -> bool {
     a.len() == b.len() && a.iter().zip(b).zip(dims).all(|((x, y), &d)| d == 1 || x == y)
 }
@@ -222,6 +247,49 @@ impl Kernel {
         }
     }
 
+    /// Checks that every element the kernel reads or writes lies inside buffers of these
+    /// lengths (one per input, in order, and the output), so that running it can never
+    /// touch memory outside them.
+    pub fn check_bounds(&self, inputs: &[usize], output: usize) -> Result<(), String> {
+        if inputs.len() != self.num_inputs() {
+            return Err(format!("the kernel reads {} inputs, {} given", self.num_inputs(), inputs.len()));
+        }
+        let inside = |what: String, a: &Access, dims: &[usize], len: usize| match a.range(dims) {
+            Some((lo, hi)) if lo < 0 || hi >= len as i128 => {
+                Err(format!("{what} reads elements {lo}..={hi} of a buffer of {len}"))
+            }
+            _ => Ok(()),
+        };
+        match self {
+            Kernel::Map(k) => {
+                for (i, (a, &len)) in k.inputs.iter().zip(inputs).enumerate() {
+                    inside(format!("input {i}"), a, &k.shape, len)?;
+                }
+                let mut out = k.output.clone();
+                if k.reduce.is_some() {
+                    // One value per row: the row axes' strides are not used.
+                    for &r in &k.rows {
+                        out.strides[r] = 0;
+                    }
+                }
+                inside("the output".into(), &out, &k.shape, output)
+            }
+            Kernel::MatMul(k) => {
+                let with = |r: usize, c: usize| k.batch.iter().copied().chain([r, c]).collect::<Vec<_>>();
+                inside("lhs".into(), &k.lhs, &with(k.m, k.k), inputs[0])?;
+                inside("rhs".into(), &k.rhs, &with(k.k, k.n), inputs[1])?;
+                for (i, a) in k.epilogue_inputs.iter().enumerate() {
+                    inside(format!("epilogue input {i}"), a, &with(k.m, k.n), inputs[2 + i])?;
+                }
+                let need = k.batch_count() * k.m * k.n;
+                if need > output {
+                    return Err(format!("the output needs {need} elements, the buffer has {output}"));
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// A short name for logs and stats (`map`, `rows`, `reduce`, `matmul`).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -297,5 +365,93 @@ impl fmt::Display for Kernel {
                 write!(f, "}}")
             }
         }
+    }
+}
+
+/// Checks what the generator relies on: operands name earlier nodes, inputs exist, strides
+/// match the rank, `acc` only in epilogues, row reductions only with row axes.
+pub fn validate(kernel: &Kernel) -> Result<(), String> {
+    let nodes_ok = |nodes: &[Node], inputs: usize, epilogue: bool, rows: bool| -> Result<(), String> {
+        if nodes.is_empty() && !epilogue {
+            return Err("a map kernel needs at least one node".into());
+        }
+        for (i, n) in nodes.iter().enumerate() {
+            if n.operands().iter().any(|&o| o as usize >= i) {
+                return Err(format!("node %{i} ({n}) reads a node that is not before it"));
+            }
+            match n {
+                Node::Input(x) if *x as usize >= inputs => {
+                    return Err(format!("node %{i} reads input {x} of {inputs}"))
+                }
+                Node::Acc if !epilogue => return Err(format!("node %{i}: `acc` outside a matmul epilogue")),
+                Node::Reduce(..) if !rows => return Err(format!("node %{i}: a row reduction without row axes")),
+                _ => {}
+            }
+        }
+        Ok(())
+    };
+    let rank_ok = |what: &str, a: &Access, rank: usize| {
+        if a.strides.len() == rank {
+            Ok(())
+        } else {
+            Err(format!("{what} has {} strides for {rank} axes", a.strides.len()))
+        }
+    };
+    match kernel {
+        Kernel::Map(k) => {
+            let rank = k.shape.len();
+            if k.rows.iter().any(|&a| a >= rank) || k.rows.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(format!("row axes {:?} are not sorted distinct axes of rank {rank}", k.rows));
+            }
+            nodes_ok(&k.nodes, k.inputs.len(), false, !k.rows.is_empty())?;
+            rank_ok("the output", &k.output, rank)?;
+            k.inputs.iter().try_for_each(|a| rank_ok("an input", a, rank))
+        }
+        Kernel::MatMul(k) => {
+            let rank = k.batch.len() + 2;
+            nodes_ok(&k.epilogue, k.epilogue_inputs.len(), true, false)?;
+            rank_ok("lhs", &k.lhs, rank)?;
+            rank_ok("rhs", &k.rhs, rank)?;
+            k.epilogue_inputs.iter().try_for_each(|a| rank_ok("an epilogue input", a, rank))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy(dims: &[usize], input: Access, output: Access) -> Kernel {
+        Kernel::Map(MapKernel {
+            shape: dims.to_vec(),
+            inputs: vec![input],
+            nodes: vec![Node::Input(0)],
+            output,
+            rows: vec![],
+            reduce: None,
+        })
+    }
+
+    #[test]
+    fn bounds_are_checked_for_every_buffer() {
+        let k = copy(&[4, 3], Access { offset: 0, strides: vec![1, 4] }, Access::contiguous(&[4, 3]));
+        assert_eq!(k.check_bounds(&[12], 12), Ok(()));
+        assert!(k.check_bounds(&[11], 12).unwrap_err().contains("input 0 reads elements 0..=11 of a buffer of 11"));
+        assert!(k.check_bounds(&[12], 11).unwrap_err().contains("the output"));
+        assert!(k.check_bounds(&[12, 5], 12).unwrap_err().contains("reads 1 inputs, 2 given"));
+        // A backwards stride below element 0.
+        let k = copy(&[3], Access { offset: 1, strides: vec![-1] }, Access::contiguous(&[3]));
+        assert!(k.check_bounds(&[3], 3).unwrap_err().contains("-1..=1"));
+        // Empty spaces touch nothing.
+        let k = copy(&[0, 3], Access::contiguous(&[0, 3]), Access::contiguous(&[0, 3]));
+        assert_eq!(k.check_bounds(&[0], 0), Ok(()));
+    }
+
+    #[test]
+    fn matmul_bounds() {
+        let k = samples::linear_relu(4, 5, 6);
+        assert_eq!(k.check_bounds(&[20, 30, 6], 24), Ok(()));
+        assert!(k.check_bounds(&[20, 30, 5], 24).unwrap_err().contains("epilogue input 0"));
+        assert!(k.check_bounds(&[20, 30, 6], 23).unwrap_err().contains("needs 24"));
     }
 }

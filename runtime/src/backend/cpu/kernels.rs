@@ -112,10 +112,14 @@ fn matmul_kernel(k: &MatMulKernel, inputs: &[&[f32]], out: &mut [f32]) -> Result
 }
 
 /// Runs `kernel` reading `inputs` (one buffer per kernel input) and writing into `out`.
-pub fn run(kernel: &Kernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), TypeError> {
+/// A malformed kernel, or one reaching outside its buffers, is an error, not a panic.
+pub fn run(kernel: &Kernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), String> {
+    gt_ir::kernel::validate(kernel)?;
+    let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
+    kernel.check_bounds(&lens, out.len())?;
     match kernel {
         Kernel::Map(k) => map(k, inputs, out),
-        Kernel::MatMul(k) => matmul_kernel(k, inputs, out)?,
+        Kernel::MatMul(k) => matmul_kernel(k, inputs, out).map_err(|e| e.to_string())?,
     }
     Ok(())
 }
@@ -152,7 +156,8 @@ impl Backend for KernelBackend {
             match step {
                 Step::Launch { kernel, inputs, output } => {
                     let buffers: Vec<&[f32]> = inputs.iter().map(|v| &self.values[v].1[..]).collect();
-                    run(kernel, &buffers, &mut outputs[*output]).map_err(|source| RuntimeError::Type { op, source })?;
+                    run(kernel, &buffers, &mut outputs[*output])
+                        .map_err(|message| RuntimeError::Kernel { op, message })?;
                 }
                 Step::Upload { output } => {
                     if let Instr::Literal { data, .. } = &*instr {
@@ -162,8 +167,9 @@ impl Backend for KernelBackend {
                 Step::TwoPass { first, inputs, partials, second, output } => {
                     let buffers: Vec<&[f32]> = inputs.iter().map(|v| &self.values[v].1[..]).collect();
                     let mut temp = vec![0.0; *partials];
-                    run(first, &buffers, &mut temp).map_err(|source| RuntimeError::Type { op, source })?;
-                    run(second, &[&temp], &mut outputs[*output]).map_err(|source| RuntimeError::Type { op, source })?;
+                    run(first, &buffers, &mut temp).map_err(|message| RuntimeError::Kernel { op, message })?;
+                    run(second, &[&temp], &mut outputs[*output])
+                        .map_err(|message| RuntimeError::Kernel { op, message })?;
                 }
             }
         }
@@ -280,6 +286,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn malformed_or_out_of_bounds_kernels_are_errors() {
+        let k = samples::softmax(&[4, 8]);
+        let mut out = vec![0.0; 32];
+        assert!(run(&k, &[&[0.0; 31]], &mut out).unwrap_err().contains("input 0"));
+        let Kernel::Map(mut bad) = k else { unreachable!() };
+        bad.nodes.push(Node::Input(3));
+        assert!(run(&Kernel::Map(bad), &[&[0.0; 32]], &mut out).unwrap_err().contains("reads input 3"));
     }
 
     #[test]

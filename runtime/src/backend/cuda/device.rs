@@ -174,6 +174,8 @@ impl CudaBackend {
             .iter()
             .map(|v| self.values.get(v).map(|t| t.buffer).ok_or(RuntimeError::Undefined { op, value: *v }))
             .collect::<Result<Vec<_>, _>>()?;
+        let lens: Vec<usize> = inputs.iter().map(|v| self.values[v].ty.shape.numel()).collect();
+        kernel.check_bounds(&lens, ty.shape.numel()).map_err(|message| RuntimeError::Kernel { op, message })?;
         let out = self.alloc(op, ty.shape.numel() * ELEMENT_BYTES)?;
         if let Err(e) = self.launch(op, kernel, out, &buffers) {
             self.release(out);

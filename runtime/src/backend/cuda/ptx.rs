@@ -49,55 +49,6 @@ pub enum PtxError {
     },
 }
 
-/// Checks what the generator relies on: operands name earlier nodes, inputs exist, strides
-/// match the rank, `acc` only in epilogues, row reductions only with row axes.
-pub fn validate(kernel: &Kernel) -> Result<(), String> {
-    let nodes_ok = |nodes: &[Node], inputs: usize, epilogue: bool, rows: bool| -> Result<(), String> {
-        if nodes.is_empty() && !epilogue {
-            return Err("a map kernel needs at least one node".into());
-        }
-        for (i, n) in nodes.iter().enumerate() {
-            if n.operands().iter().any(|&o| o as usize >= i) {
-                return Err(format!("node %{i} ({n}) reads a node that is not before it"));
-            }
-            match n {
-                Node::Input(x) if *x as usize >= inputs => {
-                    return Err(format!("node %{i} reads input {x} of {inputs}"))
-                }
-                Node::Acc if !epilogue => return Err(format!("node %{i}: `acc` outside a matmul epilogue")),
-                Node::Reduce(..) if !rows => return Err(format!("node %{i}: a row reduction without row axes")),
-                _ => {}
-            }
-        }
-        Ok(())
-    };
-    let rank_ok = |what: &str, a: &Access, rank: usize| {
-        if a.strides.len() == rank {
-            Ok(())
-        } else {
-            Err(format!("{what} has {} strides for {rank} axes", a.strides.len()))
-        }
-    };
-    match kernel {
-        Kernel::Map(k) => {
-            let rank = k.shape.len();
-            if k.rows.iter().any(|&a| a >= rank) || k.rows.windows(2).any(|w| w[0] >= w[1]) {
-                return Err(format!("row axes {:?} are not sorted distinct axes of rank {rank}", k.rows));
-            }
-            nodes_ok(&k.nodes, k.inputs.len(), false, !k.rows.is_empty())?;
-            rank_ok("the output", &k.output, rank)?;
-            k.inputs.iter().try_for_each(|a| rank_ok("an input", a, rank))
-        }
-        Kernel::MatMul(k) => {
-            let rank = k.batch.len() + 2;
-            nodes_ok(&k.epilogue, k.epilogue_inputs.len(), true, false)?;
-            rank_ok("lhs", &k.lhs, rank)?;
-            rank_ok("rhs", &k.rhs, rank)?;
-            k.epilogue_inputs.iter().try_for_each(|a| rank_ok("an epilogue input", a, rank))
-        }
-    }
-}
-
 /// A generated module and how to launch it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PtxKernel {
@@ -112,7 +63,7 @@ pub struct PtxKernel {
 /// Generates the PTX of `kernel`. Its parameters are the output buffer's address, then one
 /// address per input (`u64` each).
 pub fn generate(kernel: &Kernel) -> Result<PtxKernel, PtxError> {
-    validate(kernel).map_err(PtxError::Malformed)?;
+    gt_ir::kernel::validate(kernel).map_err(PtxError::Malformed)?;
     match kernel {
         Kernel::Map(k) if k.is_row_kernel() => rows(k),
         Kernel::Map(k) => map(k),
@@ -125,21 +76,6 @@ fn check(elements: usize) -> Result<(), PtxError> {
         return Err(PtxError::TooLarge { elements });
     }
     Ok(())
-}
-
-/// Highest element index + 1 an access touches over `dims` (or the lowest below 0, as a
-/// count): bounds the index arithmetic.
-fn access_span(a: &Access, dims: &[usize]) -> usize {
-    let (mut lo, mut hi) = (a.offset as i128, a.offset as i128);
-    for (&s, &d) in a.strides.iter().zip(dims) {
-        let reach = s as i128 * (d.saturating_sub(1)) as i128;
-        if reach > 0 {
-            hi += reach;
-        } else {
-            lo += reach;
-        }
-    }
-    (hi.max(-lo) + 1).min(usize::MAX as i128) as usize
 }
 
 /// ln 2 in two parts (fdlibm): `e * LN2_HI` is exact for the exponents of f64.
@@ -576,9 +512,9 @@ const MAX_BLOCKS: usize = 65_535;
 fn map(k: &MapKernel) -> Result<PtxKernel, PtxError> {
     let n = k.numel();
     check(n)?;
-    check(access_span(&k.output, &k.shape))?;
+    check(k.output.span(&k.shape))?;
     for a in &k.inputs {
-        check(access_span(a, &k.shape))?;
+        check(a.span(&k.shape))?;
     }
     let dims = &k.shape[..];
     if let Some(axis) = transposed_axis(k) {
@@ -953,9 +889,9 @@ fn transpose(k: &MapKernel, axis: usize) -> Result<PtxKernel, PtxError> {
 
 fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
     check(k.numel())?;
-    check(access_span(&k.output, &k.shape))?;
+    check(k.output.span(&k.shape))?;
     for a in &k.inputs {
-        check(access_span(a, &k.shape))?;
+        check(a.span(&k.shape))?;
     }
     let (outputs, row_len) = k.extents();
     let dims = &k.shape[..];
@@ -1205,8 +1141,8 @@ fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
     lhs_dims.extend([k.m, k.k]);
     let mut rhs_dims = k.batch.clone();
     rhs_dims.extend([k.k, k.n]);
-    check(access_span(&k.lhs, &lhs_dims))?;
-    check(access_span(&k.rhs, &rhs_dims))?;
+    check(k.lhs.span(&lhs_dims))?;
+    check(k.rhs.span(&rhs_dims))?;
     check(k.batch_count() * k.m * k.n)?;
     let t = if k.precision == Precision::Tf32 { Tiling::tensor_cores() } else { Tiling::for_shape(k.m, k.n) };
     let threads = t.threads();
