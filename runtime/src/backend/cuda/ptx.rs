@@ -148,6 +148,12 @@ impl Emitter {
         self.value(Reg::B64, "cvta.to.global.u64", &raw)
     }
 
+    /// The output's and `inputs` inputs' global addresses, from the kernel's parameters.
+    fn buffers(&mut self, inputs: usize) -> (String, Vec<String>) {
+        let out = self.param_pointer("gt_param_0");
+        (out, (0..inputs).map(|i| self.param_pointer(&format!("gt_param_{}", i + 1))).collect())
+    }
+
     fn special(&mut self, name: &str) -> String {
         self.value(Reg::B32, "mov.u32", name)
     }
@@ -526,8 +532,7 @@ fn map(k: &MapKernel) -> Result<PtxKernel, PtxError> {
     let work = n / width;
 
     let mut e = Emitter::default();
-    let out = e.param_pointer("gt_param_0");
-    let inputs: Vec<String> = (0..k.inputs.len()).map(|i| e.param_pointer(&format!("gt_param_{}", i + 1))).collect();
+    let (out, inputs) = e.buffers(k.inputs.len());
     let (index, stride) = e.global_thread();
     let (top, done) = (e.label("loop"), e.label("done"));
     e.place(&top);
@@ -800,6 +805,11 @@ fn transposed_axis(k: &MapKernel) -> Option<usize> {
     (tiled && batch <= 65_535 && dims[axis].div_ceil(TILE) <= 65_535).then_some(axis)
 }
 
+/// The strides of `axes` only.
+fn pick(strides: &[i64], axes: &[usize]) -> Vec<i64> {
+    axes.iter().map(|&i| strides[i]).collect()
+}
+
 /// Tile side of the shared-memory transpose (a block is `TILE x 8` threads).
 const TILE: usize = 32;
 
@@ -811,11 +821,9 @@ fn transpose(k: &MapKernel, axis: usize) -> Result<PtxKernel, PtxError> {
     let last = dims.len() - 1;
     let batch_axes: Vec<usize> = (0..dims.len()).filter(|&a| a != axis && a != last).collect();
     let batch_dims: Vec<usize> = batch_axes.iter().map(|&a| dims[a]).collect();
-    let pick = |s: &[i64], axes: &[usize]| axes.iter().map(|&i| s[i]).collect::<Vec<i64>>();
     let full = gt_ir::kernel::row_major_strides(dims);
     let mut e = Emitter::default();
-    let out = e.param_pointer("gt_param_0");
-    let inputs: Vec<String> = (0..k.inputs.len()).map(|i| e.param_pointer(&format!("gt_param_{}", i + 1))).collect();
+    let (out, inputs) = e.buffers(k.inputs.len());
     let (tx, ty) = (e.special("%tid.x"), e.special("%tid.y"));
     let (bx, by, bz) = (e.special("%ctaid.x"), e.special("%ctaid.y"), e.special("%ctaid.z"));
     let batch = e.coords(&bz, &batch_dims);
@@ -916,12 +924,10 @@ fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
     let last = k.nodes.len() - 1;
     let kept_axes: Vec<usize> = (0..dims.len()).filter(|i| !k.rows.contains(i)).collect();
     let kept_dims: Vec<usize> = kept_axes.iter().map(|&i| dims[i]).collect();
-    let pick = |s: &[i64], axes: &[usize]| axes.iter().map(|&i| s[i]).collect::<Vec<i64>>();
     let full = gt_ir::kernel::row_major_strides(dims);
 
     let mut e = Emitter::default();
-    let out = e.param_pointer("gt_param_0");
-    let in_ptrs: Vec<String> = (0..k.inputs.len()).map(|i| e.param_pointer(&format!("gt_param_{}", i + 1))).collect();
+    let (out, in_ptrs) = e.buffers(k.inputs.len());
     let row = e.special("%ctaid.x");
     let tid = e.special("%tid.x");
     let lane = e.value(Reg::B32, "and.b32", &format!("{tid}, 31"));
