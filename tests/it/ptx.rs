@@ -195,4 +195,12 @@ fn malformed_kernels_are_errors_not_bad_ptx() {
     assert!(bad(vec![Node::Acc], vec![]).contains("outside a matmul epilogue"));
     assert!(bad(vec![Node::Input(0), Node::Reduce(gt_ir::ReduceOp::Sum, 0)], vec![]).contains("without row axes"));
     assert!(bad(vec![Node::Input(0)], vec![1]).contains("row axes"));
+    // More matrices than CUDA's grid allows: an error naming the limit, not a failed launch.
+    let Kernel::MatMul(mut mm) = gt_ir::kernel::samples::linear_relu(4, 4, 4) else { unreachable!() };
+    mm.batch = vec![70_000];
+    mm.lhs = Access { offset: 0, strides: vec![16, 4, 1] };
+    mm.rhs = Access { offset: 0, strides: vec![16, 4, 1] };
+    mm.epilogue_inputs = vec![Access { offset: 0, strides: vec![0, 0, 1] }];
+    let e = ptx::generate(&Kernel::MatMul(mm)).unwrap_err().to_string();
+    assert!(e.contains("70000 matrices") && e.contains("65535"), "{e}");
 }

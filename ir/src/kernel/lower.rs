@@ -353,7 +353,14 @@ fn matmul(a: &[usize], b: &[usize]) -> Option<MatMulKernel> {
     let batch: Vec<usize> = (0..rank)
         .map(|i| {
             let pick = |d: &[usize], r: usize| (i + r).checked_sub(rank).map_or(1, |j| d[j]);
-            pick(&a, ra - 2).max(pick(&b, rb - 2))
+            // NumPy broadcasting: sizes are equal or one is 1 (checked by the type rule),
+            // so 0 against 1 is 0, an empty batch.
+            let (x, y) = (pick(&a, ra - 2), pick(&b, rb - 2));
+            if x == 1 {
+                y
+            } else {
+                x
+            }
         })
         .collect();
     let with = |rows: usize, cols: usize| batch.iter().copied().chain([rows, cols]).collect::<Vec<_>>();
@@ -458,6 +465,14 @@ mod tests {
         ] {
             let k = lower_text(src, &[("a", dims)]);
             assert!(!k.contains("partials"), "{k}");
+        }
+    }
+
+    #[test]
+    fn matmul_with_an_empty_batch_launches_nothing() {
+        for (a, b) in [(&[0, 2, 3][..], &[3, 4][..]), (&[1, 2, 3][..], &[0, 3, 4][..]), (&[3][..], &[0, 3, 4][..])] {
+            let k = lower_text("%c = matmul %a, %b\n", &[("a", a), ("b", b)]);
+            assert_eq!(k, "", "{a:?} @ {b:?}");
         }
     }
 

@@ -223,9 +223,9 @@ pub struct MatMulKernel {
 }
 
 impl MatMulKernel {
-    /// Number of matrices in the batch.
+    /// Number of matrices in the batch (saturating: absurd sizes are refused later).
     pub fn batch_count(&self) -> usize {
-        self.batch.iter().product()
+        self.batch.iter().fold(1usize, |n, &d| n.saturating_mul(d))
     }
 }
 
@@ -251,6 +251,7 @@ impl Kernel {
     /// lengths (one per input, in order, and the output), so that running it can never
     /// touch memory outside them.
     pub fn check_bounds(&self, inputs: &[usize], output: usize) -> Result<(), String> {
+        validate(self)?;
         if inputs.len() != self.num_inputs() {
             return Err(format!("the kernel reads {} inputs, {} given", self.num_inputs(), inputs.len()));
         }
@@ -265,14 +266,14 @@ impl Kernel {
                 for (i, (a, &len)) in k.inputs.iter().zip(inputs).enumerate() {
                     inside(format!("input {i}"), a, &k.shape, len)?;
                 }
-                let mut out = k.output.clone();
-                if k.reduce.is_some() {
-                    // One value per row: the row axes' strides are not used.
-                    for &r in &k.rows {
-                        out.strides[r] = 0;
-                    }
+                if k.reduce.is_none() {
+                    return inside("the output".into(), &k.output, &k.shape, output);
                 }
-                inside("the output".into(), &out, &k.shape, output)
+                // One value per row, written even for empty rows: the output is addressed
+                // over the shape with the row axes collapsed.
+                let kept: Vec<usize> =
+                    k.shape.iter().enumerate().map(|(i, &d)| if k.rows.contains(&i) { 1 } else { d }).collect();
+                inside("the output".into(), &k.output, &kept, output)
             }
             Kernel::MatMul(k) => {
                 let with = |r: usize, c: usize| k.batch.iter().copied().chain([r, c]).collect::<Vec<_>>();
@@ -281,7 +282,7 @@ impl Kernel {
                 for (i, a) in k.epilogue_inputs.iter().enumerate() {
                     inside(format!("epilogue input {i}"), a, &with(k.m, k.n), inputs[2 + i])?;
                 }
-                let need = k.batch_count() * k.m * k.n;
+                let need = k.batch_count().saturating_mul(k.m).saturating_mul(k.n);
                 if need > output {
                     return Err(format!("the output needs {need} elements, the buffer has {output}"));
                 }
@@ -445,6 +446,23 @@ mod tests {
         // Empty spaces touch nothing.
         let k = copy(&[0, 3], Access::contiguous(&[0, 3]), Access::contiguous(&[0, 3]));
         assert_eq!(k.check_bounds(&[0], 0), Ok(()));
+    }
+
+    #[test]
+    fn reductions_write_one_value_per_row_even_for_empty_rows() {
+        let k = Kernel::Map(MapKernel {
+            shape: vec![4, 0],
+            inputs: vec![Access::contiguous(&[4, 0])],
+            nodes: vec![Node::Input(0)],
+            output: Access { offset: 1000, strides: vec![1, 0] },
+            rows: vec![1],
+            reduce: Some(crate::ReduceOp::Sum),
+        });
+        assert!(k.check_bounds(&[0], 4).unwrap_err().contains("1000..=1003"));
+        // A malformed kernel is refused before any index is looked at.
+        let Kernel::Map(mut bad) = k else { unreachable!() };
+        bad.rows = vec![5];
+        assert!(Kernel::Map(bad).check_bounds(&[0], 4).unwrap_err().contains("row axes"));
     }
 
     #[test]

@@ -32,12 +32,21 @@ pub const PTX_VERSION: &str = "7.0";
 /// See [`PTX_VERSION`].
 pub const PTX_TARGET: &str = "sm_80";
 
+/// CUDA's limit on grid dimensions y and z.
+pub const MAX_GRID_YZ: u32 = 65_535;
+
 /// Largest element count (of a buffer or an iteration space) the 32-bit indexing handles.
 pub const MAX_ELEMENTS: usize = i32::MAX as usize;
 
 /// Why a kernel cannot be generated.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PtxError {
+    /// More blocks along grid y or z than CUDA allows (65535).
+    #[error("matmul grid too large for CUDA ({what}; at most {MAX_GRID_YZ} each)")]
+    Grid {
+        /// What overflowed.
+        what: String,
+    },
     /// A kernel that breaks the kernel IR's rules (a bug in whoever built it).
     #[error("malformed kernel: {0}")]
     Malformed(String),
@@ -536,7 +545,8 @@ fn map(k: &MapKernel) -> Result<PtxKernel, PtxError> {
     let (index, stride) = e.global_thread();
     let (top, done) = (e.label("loop"), e.label("done"));
     e.place(&top);
-    let past = e.predicate("ge.s32", &index, &work.to_string());
+    // Unsigned: a grid-stride index past 2^31 must end the loop, not wrap negative.
+    let past = e.predicate("ge.u32", &index, &work.to_string());
     e.op(format!("@{past} bra {done}"));
     if vector {
         // Element indices 4i..4i+3, contiguous everywhere: v4 loads and one v4 store.
@@ -973,7 +983,7 @@ fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
                 let r = e.value(Reg::B32, "mov.u32", &tid);
                 let (top, end) = (e.label("fold"), e.label("folded"));
                 e.place(&top);
-                let past = e.predicate("ge.s32", &r, &(row_len / width).to_string());
+                let past = e.predicate("ge.u32", &r, &(row_len / width).to_string());
                 e.op(format!("@{past} bra {end}"));
                 for mut el in rk.group(e, &r, width, target, reduced) {
                     let x = rk.value(e, &mut el, target);
@@ -1026,7 +1036,7 @@ fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
                 let r = e.value(Reg::B32, "mov.u32", &tid);
                 let (top, end) = (e.label("store"), e.label("stored"));
                 e.place(&top);
-                let past = e.predicate("ge.s32", &r, &(row_len / width).to_string());
+                let past = e.predicate("ge.u32", &r, &(row_len / width).to_string());
                 e.op(format!("@{past} bra {end}"));
                 if width == 4 {
                     // Four consecutive elements, one v4 store.
@@ -1149,7 +1159,12 @@ fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
     rhs_dims.extend([k.k, k.n]);
     check(k.lhs.span(&lhs_dims))?;
     check(k.rhs.span(&rhs_dims))?;
-    check(k.batch_count() * k.m * k.n)?;
+    check(k.batch_count().saturating_mul(k.m).saturating_mul(k.n))?;
+    let mut out_dims = k.batch.clone();
+    out_dims.extend([k.m, k.n]);
+    for a in &k.epilogue_inputs {
+        check(a.span(&out_dims))?;
+    }
     let t = if k.precision == Precision::Tf32 { Tiling::tensor_cores() } else { Tiling::for_shape(k.m, k.n) };
     let threads = t.threads();
     let (lda, ldb) = (t.bm + t.pad, t.bn + t.pad);
@@ -1414,6 +1429,9 @@ fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
         k.epilogue.len()
     );
     let grid = (k.n.div_ceil(t.bn) as u32, k.m.div_ceil(t.bm) as u32, k.batch_count() as u32);
+    if grid.1 > MAX_GRID_YZ || grid.2 > MAX_GRID_YZ {
+        return Err(PtxError::Grid { what: format!("{} row tiles x {} matrices", grid.1, grid.2) });
+    }
     Ok(PtxKernel {
         text: e.finish(&comment, &globals, 3 + k.epilogue_inputs.len()),
         grid,
