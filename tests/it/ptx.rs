@@ -140,12 +140,12 @@ fn every_kernel_of_the_filetests_assembles_for_sm80_and_sm90() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The first kernel of `source` (a script) whose kind is `kind`.
+/// The last kernel of `source` (a script) whose kind is `kind`: the op of interest comes last.
 fn kernel_of(source: &str, kind: &str) -> Kernel {
     let loaded = load(source.as_bytes()).unwrap();
     let mut recorder = KernelRecorder::new();
     run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true }).unwrap();
-    recorder.kernels.into_iter().find(|k| k.kind() == kind).unwrap()
+    recorder.kernels.into_iter().rev().find(|k| k.kind() == kind).unwrap()
 }
 
 fn snapshot(name: &str, kernel: &Kernel) {
