@@ -140,6 +140,15 @@ fn every_kernel_of_the_filetests_assembles_for_sm80_and_sm90() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn every_kernel_prints_and_parses_back() {
+    let mut kernels = all_kernels();
+    kernels.extend(sample_kernels());
+    for k in &kernels {
+        assert_eq!(gt_ir::kernel::text::parse(&k.to_string()).as_ref(), Ok(k), "{k}");
+    }
+}
+
 /// The last kernel of `source` (a script) whose kind is `kind`: the op of interest comes last.
 fn kernel_of(source: &str, kind: &str) -> Kernel {
     let loaded = load(source.as_bytes()).unwrap();

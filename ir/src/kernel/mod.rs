@@ -13,6 +13,7 @@
 
 pub mod lower;
 pub mod samples;
+pub mod text;
 
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 use std::fmt;

@@ -1,0 +1,280 @@
+//! The kernel IR's text form read back: [`parse`] accepts exactly what `Display` for
+//! [`Kernel`] writes (`gt-run --dump-kernels`), so `parse(&k.to_string()) == k`.
+
+use super::{Access, Kernel, MapKernel, MatMulKernel, Node, Precision};
+use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+use thiserror::Error;
+
+/// Why kernel text does not parse: the 1-based line and what was expected there.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("kernel text, line {line}: {message}")]
+pub struct ParseKernelError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+type Result<T> = std::result::Result<T, String>;
+
+/// `[a, b, c]` at the start of `s`; returns the numbers and the rest.
+fn list<T: std::str::FromStr>(s: &str) -> Result<(Vec<T>, &str)> {
+    let s = s.trim_start();
+    let body = s.strip_prefix('[').ok_or_else(|| format!("expected `[`, found `{s}`"))?;
+    let end = body.find(']').ok_or("expected `]`")?;
+    let items = body[..end]
+        .split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(|x| x.parse().map_err(|_| format!("`{x}` is not a number")))
+        .collect::<Result<Vec<T>>>()?;
+    Ok((items, &body[end + 1..]))
+}
+
+fn number<T: std::str::FromStr>(s: &str) -> Result<T> {
+    s.trim().parse().map_err(|_| format!("`{}` is not a number", s.trim()))
+}
+
+/// `+OFFSET strides [..]`.
+fn access(s: &str) -> Result<Access> {
+    let s = s.trim();
+    let (offset, rest) = s.split_once(" strides ").ok_or("expected `+OFFSET strides [..]`")?;
+    let offset = number(offset.strip_prefix('+').ok_or("an offset starts with `+`")?)?;
+    let (strides, rest) = list(rest)?;
+    if !rest.trim().is_empty() {
+        return Err(format!("unexpected `{}` after the strides", rest.trim()));
+    }
+    Ok(Access { offset, strides })
+}
+
+/// `%N` as a node index.
+fn node_ref(s: &str) -> Result<u32> {
+    number(s.trim().strip_prefix('%').ok_or_else(|| format!("expected `%N`, found `{}`", s.trim()))?)
+}
+
+fn refs(s: &str, n: usize) -> Result<Vec<u32>> {
+    let parts: Vec<&str> = s.split(',').collect();
+    if parts.len() != n {
+        return Err(format!("expected {n} operands, found {}", parts.len()));
+    }
+    parts.into_iter().map(node_ref).collect()
+}
+
+/// The right-hand side of `%i = ...`.
+fn node(s: &str) -> Result<Node> {
+    let s = s.trim();
+    let (op, args) = s.split_once(' ').unwrap_or((s, ""));
+    let seed = |args: &str| number::<u64>(args.trim().strip_prefix("seed=").ok_or("expected `seed=N`")?);
+    Ok(match op {
+        "acc" if args.is_empty() => Node::Acc,
+        "load" => Node::Input(number(args.trim().strip_prefix("in").ok_or("expected `load inN`")?)?),
+        "const" => Node::constant(number(args)?),
+        "iota" => {
+            let (start, step) = args.split_once(',').ok_or("expected `iota START, STEP`")?;
+            Node::Iota { start: number::<f64>(start)?.to_bits(), step: number::<f64>(step)?.to_bits() }
+        }
+        "rand" => Node::Rand { seed: seed(args)? },
+        "randn" => Node::Randn { seed: seed(args)? },
+        "where" => {
+            let r = refs(args, 3)?;
+            Node::Select(r[0], r[1], r[2])
+        }
+        _ => {
+            if let Some(red) = op.strip_prefix("row_").and_then(ReduceOp::from_mnemonic) {
+                Node::Reduce(red, refs(args, 1)?[0])
+            } else if let Some(u) = UnaryOp::from_mnemonic(op) {
+                Node::Unary(u, refs(args, 1)?[0])
+            } else if let Some(b) = BinaryOp::from_mnemonic(op) {
+                let r = refs(args, 2)?;
+                Node::Binary(b, r[0], r[1])
+            } else {
+                return Err(format!("unknown node `{op}`"));
+            }
+        }
+    })
+}
+
+/// Parses a kernel's text form.
+pub fn parse(text: &str) -> std::result::Result<Kernel, ParseKernelError> {
+    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty());
+    let fail = |line: usize| move |message: String| ParseKernelError { line, message };
+    let (first, header) = lines.next().ok_or(ParseKernelError { line: 1, message: "empty kernel text".into() })?;
+    let header = header.strip_suffix('{').ok_or_else(|| fail(first)("the header ends with `{`".into()))?.trim();
+    let mut kernel = if let Some(rest) = header.strip_prefix("kernel map ") {
+        map_header(rest).map_err(fail(first))?
+    } else if let Some(rest) = header.strip_prefix("kernel matmul") {
+        matmul_header(rest).map_err(fail(first))?
+    } else {
+        return Err(fail(first)(format!("expected `kernel map` or `kernel matmul`, found `{header}`")));
+    };
+    let mut closed = false;
+    for (line, l) in lines {
+        if closed {
+            return Err(fail(line)(format!("unexpected `{l}` after the closing `}}`")));
+        }
+        if l == "}" {
+            closed = true;
+            continue;
+        }
+        body_line(&mut kernel, l).map_err(fail(line))?;
+    }
+    if !closed {
+        return Err(ParseKernelError { line: text.lines().count().max(1), message: "missing the closing `}`".into() });
+    }
+    Ok(kernel)
+}
+
+fn map_header(rest: &str) -> Result<Kernel> {
+    let (shape, rest) = list::<usize>(rest)?;
+    let mut rest = rest.trim();
+    let mut rows = Vec::new();
+    if let Some(r) = rest.strip_prefix("rows ") {
+        let (axes, r) = list::<usize>(r)?;
+        rows = axes;
+        rest = r.trim();
+    }
+    let reduce = match rest {
+        "" => None,
+        op => Some(ReduceOp::from_mnemonic(op).ok_or_else(|| format!("unknown reduction `{op}`"))?),
+    };
+    let output = Access { offset: 0, strides: vec![] };
+    Ok(Kernel::Map(MapKernel { shape, inputs: vec![], nodes: vec![], output, rows, reduce }))
+}
+
+fn matmul_header(rest: &str) -> Result<Kernel> {
+    let (precision, rest) = match rest.trim().strip_prefix("tf32") {
+        Some(r) => (Precision::Tf32, r),
+        None => (Precision::F32, rest),
+    };
+    let rest = rest.trim().strip_prefix("batch ").ok_or("expected `batch [..]`")?;
+    let (batch, rest) = list::<usize>(rest)?;
+    let mut dims = [0usize; 3];
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    if words.len() != 3 {
+        return Err("expected `m=M n=N k=K`".into());
+    }
+    for (slot, (word, name)) in dims.iter_mut().zip(words.iter().zip(["m=", "n=", "k="])) {
+        *slot = number(word.strip_prefix(name).ok_or_else(|| format!("expected `{name}...`, found `{word}`"))?)?;
+    }
+    let [m, n, k] = dims;
+    let empty = Access { offset: 0, strides: vec![] };
+    Ok(Kernel::MatMul(MatMulKernel {
+        batch,
+        m,
+        n,
+        k,
+        lhs: empty.clone(),
+        rhs: empty,
+        epilogue: vec![],
+        epilogue_inputs: vec![],
+        precision,
+    }))
+}
+
+fn body_line(kernel: &mut Kernel, l: &str) -> Result<()> {
+    let (word, rest) = l.split_once(' ').ok_or_else(|| format!("unexpected `{l}`"))?;
+    let (inputs, nodes) = match kernel {
+        Kernel::Map(k) => (&mut k.inputs, &mut k.nodes),
+        Kernel::MatMul(k) => (&mut k.epilogue_inputs, &mut k.epilogue),
+    };
+    if let Some(i) = word.strip_prefix("in") {
+        if number::<usize>(i)? != inputs.len() {
+            return Err(format!("expected in{}, found {word}", inputs.len()));
+        }
+        inputs.push(access(rest)?);
+    } else if let Some(i) = word.strip_prefix('%') {
+        if number::<usize>(i)? != nodes.len() {
+            return Err(format!("expected %{}, found {word}", nodes.len()));
+        }
+        nodes.push(node(rest.trim().strip_prefix('=').ok_or("expected `=`")?)?);
+    } else {
+        match (kernel, word) {
+            (Kernel::Map(k), "out") => k.output = access(rest)?,
+            (Kernel::MatMul(k), "lhs") => k.lhs = access(rest)?,
+            (Kernel::MatMul(k), "rhs") => k.rhs = access(rest)?,
+            _ => return Err(format!("unexpected `{word}`")),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::samples;
+    use proptest::prelude::*;
+
+    fn node_strategy(before: u32) -> impl Strategy<Value = Node> {
+        let r = 0..before.max(1);
+        prop_oneof![
+            (0u32..3).prop_map(Node::Input),
+            prop_oneof![Just(0.5f32), Just(-1e-5), Just(f32::INFINITY), Just(3.0e38), any::<i16>().prop_map(f32::from)]
+                .prop_map(Node::constant),
+            (any::<i32>(), any::<i16>())
+                .prop_map(|(a, b)| Node::Iota { start: (f64::from(a) / 7.0).to_bits(), step: f64::from(b).to_bits() }),
+            any::<u64>().prop_map(|seed| Node::Rand { seed }),
+            any::<u64>().prop_map(|seed| Node::Randn { seed }),
+            (0..UnaryOp::ALL.len(), r.clone()).prop_map(|(o, a)| Node::Unary(UnaryOp::ALL[o], a)),
+            (0..BinaryOp::ALL.len(), r.clone(), r.clone()).prop_map(|(o, a, b)| Node::Binary(BinaryOp::ALL[o], a, b)),
+            (r.clone(), r.clone(), r.clone()).prop_map(|(c, t, f)| Node::Select(c, t, f)),
+            (0..ReduceOp::ALL.len(), r).prop_map(|(o, a)| Node::Reduce(ReduceOp::ALL[o], a)),
+            Just(Node::Acc),
+        ]
+    }
+
+    fn access_strategy(rank: usize) -> impl Strategy<Value = Access> {
+        (any::<i32>(), prop::collection::vec(any::<i32>(), rank))
+            .prop_map(|(o, s)| Access { offset: o.into(), strides: s.into_iter().map(i64::from).collect() })
+    }
+
+    proptest! {
+        /// Printing then parsing gives the same kernel (validity is not required).
+        #[test]
+        fn map_kernels_round_trip(
+            shape in prop::collection::vec(0usize..100, 0..4),
+            nodes in prop::collection::vec(node_strategy(6), 1..8),
+            inputs in prop::collection::vec(access_strategy(3), 0..3),
+            output in access_strategy(3),
+            rows in prop::collection::vec(0usize..4, 0..3),
+            reduce in prop::option::of(0..ReduceOp::ALL.len()),
+        ) {
+            let k = Kernel::Map(MapKernel { shape, inputs, nodes, output, rows, reduce: reduce.map(|r| ReduceOp::ALL[r]) });
+            prop_assert_eq!(parse(&k.to_string()), Ok(k));
+        }
+
+        #[test]
+        fn matmul_kernels_round_trip(
+            batch in prop::collection::vec(0usize..5, 0..3),
+            mnk in (0usize..999, 0usize..999, 0usize..999),
+            lhs in access_strategy(4),
+            rhs in access_strategy(4),
+            epilogue in prop::collection::vec(node_strategy(4), 0..5),
+            epilogue_inputs in prop::collection::vec(access_strategy(4), 0..3),
+            tf32 in any::<bool>(),
+        ) {
+            let precision = if tf32 { Precision::Tf32 } else { Precision::F32 };
+            let (m, n, k) = mnk;
+            let kernel = Kernel::MatMul(MatMulKernel { batch, m, n, k, lhs, rhs, epilogue, epilogue_inputs, precision });
+            prop_assert_eq!(parse(&kernel.to_string()), Ok(kernel));
+        }
+
+        /// Arbitrary text never panics the parser.
+        #[test]
+        fn garbage_is_an_error_not_a_panic(text in "\\PC*") {
+            let _ = parse(&text);
+        }
+    }
+
+    #[test]
+    fn samples_round_trip_and_errors_name_the_line() {
+        for k in [samples::softmax(&[4, 8]), samples::layer_norm(&[3, 5], 1e-5), samples::linear_relu(2, 3, 4)] {
+            assert_eq!(parse(&k.to_string()), Ok(k));
+        }
+        let bad = "kernel map [4] {\n  in0 +0 strides [1]\n  %0 = load in0\n  %1 = frobnicate %0\n}";
+        let e = parse(bad).unwrap_err();
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.to_string().contains("unknown node `frobnicate`"), "{e}");
+        assert!(parse("kernel map [4] {\n  %0 = acc\n").unwrap_err().message.contains("closing"));
+        assert!(parse("kernel fft [4] {\n}").unwrap_err().message.contains("kernel map"));
+    }
+}
