@@ -157,6 +157,27 @@ impl Emitter {
         self.value(Reg::B64, "cvta.to.global.u64", &raw)
     }
 
+    /// `while var < bound { body; var += step }` over an initialised s32 register `var`, with
+    /// labels named `top`/`end`. The bound test is unsigned, so a grid-stride index that passes
+    /// 2^31 ends the loop instead of wrapping negative.
+    fn counted_loop(
+        &mut self,
+        (top, end): (&str, &str),
+        var: &str,
+        bound: usize,
+        step: &str,
+        body: impl FnOnce(&mut Emitter),
+    ) {
+        let (top, end) = (self.label(top), self.label(end));
+        self.place(&top);
+        let past = self.predicate("ge.u32", var, &bound.to_string());
+        self.op(format!("@{past} bra {end}"));
+        body(self);
+        self.op(format!("add.s32 {var}, {var}, {step}"));
+        self.op(format!("bra.uni {top}"));
+        self.place(&end);
+    }
+
     /// The output's and `inputs` inputs' global addresses, from the kernel's parameters.
     fn buffers(&mut self, inputs: usize) -> (String, Vec<String>) {
         let out = self.param_pointer("gt_param_0");
@@ -543,16 +564,20 @@ fn map(k: &MapKernel) -> Result<PtxKernel, PtxError> {
     let mut e = Emitter::default();
     let (out, inputs) = e.buffers(k.inputs.len());
     let (index, stride) = e.global_thread();
-    let (top, done) = (e.label("loop"), e.label("done"));
-    e.place(&top);
-    // Unsigned: a grid-stride index past 2^31 must end the loop, not wrap negative.
-    let past = e.predicate("ge.u32", &index, &work.to_string());
-    e.op(format!("@{past} bra {done}"));
+    e.counted_loop(("loop", "done"), &index, work, &stride, |e| map_body(e, k, vector, &index, &out, &inputs));
+    let blocks = work.div_ceil(BLOCK as usize).clamp(1, MAX_BLOCKS) as u32;
+    let comment = format!("map of {n} elements, {} per thread step", width);
+    Ok(PtxKernel { text: e.finish(&comment, "", k.inputs.len() + 1), grid: (blocks, 1, 1), block: (BLOCK, 1, 1) })
+}
+
+/// One grid-stride step of a map: element `index` (or elements 4 index .. +3 when `vector`).
+fn map_body(e: &mut Emitter, k: &MapKernel, vector: bool, index: &str, out: &str, inputs: &[String]) {
+    let dims = &k.shape[..];
     if vector {
         // Element indices 4i..4i+3, contiguous everywhere: v4 loads and one v4 store.
         let first = e.value(Reg::B32, "shl.b32", &format!("{index}, 2"));
         let mut lanes: Vec<Vec<String>> = vec![Vec::new(); 4];
-        for (access, base) in k.inputs.iter().zip(&inputs) {
+        for (access, base) in k.inputs.iter().zip(inputs) {
             if access.is_contiguous_over(dims) {
                 let addr = e.element_address(base, &first);
                 let regs: Vec<String> = (0..4).map(|_| e.reg(Reg::F32)).collect();
@@ -576,39 +601,33 @@ fn map(k: &MapKernel) -> Result<PtxKernel, PtxError> {
             };
             results.push(e.eval(&k.nodes, k.nodes.len() - 1, &mut vec![None; k.nodes.len()], &mut leaf));
         }
-        let addr = e.element_address(&out, &first);
+        let addr = e.element_address(out, &first);
         e.op(format!("st.global.v4.f32 [{addr}], {{{}}}", results.join(", ")));
     } else {
         let all_flat =
             k.inputs.iter().chain([&k.output]).all(|a| a.is_contiguous_over(dims) || a.is_uniform_over(dims));
-        let coords = if all_flat { vec![None; dims.len()] } else { e.coords(&index, dims) };
+        let coords = if all_flat { vec![None; dims.len()] } else { e.coords(index, dims) };
         let offset_of = |e: &mut Emitter, a: &Access| {
             if a.is_contiguous_over(dims) {
-                index.clone()
+                index.to_string()
             } else {
                 e.dot(a.offset, &coords, &a.strides)
             }
         };
         let mut loaded = Vec::new();
-        for (access, base) in k.inputs.iter().zip(&inputs) {
-            let off = offset_of(&mut e, access);
+        for (access, base) in k.inputs.iter().zip(inputs) {
+            let off = offset_of(e, access);
             loaded.push(e.load(base, &off));
         }
         let mut leaf = |_: &mut Emitter, l: Leaf| match l {
             Leaf::Input(i) => loaded[i as usize].clone(),
-            _ => index.clone(),
+            _ => index.to_string(),
         };
         let value = e.eval(&k.nodes, k.nodes.len() - 1, &mut vec![None; k.nodes.len()], &mut leaf);
-        let off = offset_of(&mut e, &k.output);
-        let addr = e.element_address(&out, &off);
+        let off = offset_of(e, &k.output);
+        let addr = e.element_address(out, &off);
         e.op(format!("st.global.f32 [{addr}], {value}"));
     }
-    e.op(format!("add.s32 {index}, {index}, {stride}"));
-    e.op(format!("bra.uni {top}"));
-    e.place(&done);
-    let blocks = work.div_ceil(BLOCK as usize).clamp(1, MAX_BLOCKS) as u32;
-    let comment = format!("map of {n} elements, {} per thread step", width);
-    Ok(PtxKernel { text: e.finish(&comment, "", k.inputs.len() + 1), grid: (blocks, 1, 1), block: (BLOCK, 1, 1) })
 }
 
 /// What a node reads besides other nodes.
@@ -981,18 +1000,13 @@ fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
                 }
             } else {
                 let r = e.value(Reg::B32, "mov.u32", &tid);
-                let (top, end) = (e.label("fold"), e.label("folded"));
-                e.place(&top);
-                let past = e.predicate("ge.u32", &r, &(row_len / width).to_string());
-                e.op(format!("@{past} bra {end}"));
-                for mut el in rk.group(e, &r, width, target, reduced) {
-                    let x = rk.value(e, &mut el, target);
-                    let folded = fold(e, op, &acc, &x);
-                    e.op(format!("mov.f32 {acc}, {folded}"));
-                }
-                e.op(format!("add.s32 {r}, {r}, {threads}"));
-                e.op(format!("bra.uni {top}"));
-                e.place(&end);
+                e.counted_loop(("fold", "folded"), &r, row_len / width, &threads.to_string(), |e| {
+                    for mut el in rk.group(e, &r, width, target, reduced) {
+                        let x = rk.value(e, &mut el, target);
+                        let folded = fold(e, op, &acc, &x);
+                        e.op(format!("mov.f32 {acc}, {folded}"));
+                    }
+                });
             }
             block_reduce(e, op, &acc, warps, &lane, &warp, &shared);
             if op == ReduceOp::Mean {
@@ -1034,27 +1048,22 @@ fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
                 }
             } else {
                 let r = e.value(Reg::B32, "mov.u32", &tid);
-                let (top, end) = (e.label("store"), e.label("stored"));
-                e.place(&top);
-                let past = e.predicate("ge.u32", &r, &(row_len / width).to_string());
-                e.op(format!("@{past} bra {end}"));
-                if width == 4 {
-                    // Four consecutive elements, one v4 store.
-                    let mut values = Vec::new();
-                    for mut el in rk.group(&mut e, &r, width, last, &reduced) {
-                        values.push(rk.value(&mut e, &mut el, last));
+                e.counted_loop(("store", "stored"), &r, row_len / width, &threads.to_string(), |e| {
+                    if width == 4 {
+                        // Four consecutive elements, one v4 store.
+                        let mut values = Vec::new();
+                        for mut el in rk.group(e, &r, width, last, &reduced) {
+                            values.push(rk.value(e, &mut el, last));
+                        }
+                        let first = e.value(Reg::B32, "shl.b32", &format!("{r}, 2"));
+                        let off = e.value(Reg::B32, "add.s32", &format!("{out_base}, {first}"));
+                        let addr = e.element_address(&out, &off);
+                        e.op(format!("st.global.v4.f32 [{addr}], {{{}}}", values.join(", ")));
+                    } else {
+                        let mut el = rk.element(r.clone(), None, &reduced);
+                        store(e, &mut el);
                     }
-                    let first = e.value(Reg::B32, "shl.b32", &format!("{r}, 2"));
-                    let off = e.value(Reg::B32, "add.s32", &format!("{out_base}, {first}"));
-                    let addr = e.element_address(&out, &off);
-                    e.op(format!("st.global.v4.f32 [{addr}], {{{}}}", values.join(", ")));
-                } else {
-                    let mut el = rk.element(r.clone(), None, &reduced);
-                    store(&mut e, &mut el);
-                }
-                e.op(format!("add.s32 {r}, {r}, {threads}"));
-                e.op(format!("bra.uni {top}"));
-                e.place(&end);
+                });
             }
         }
     }
@@ -1354,27 +1363,22 @@ fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
     fetch(&mut e, &staged);
     let stages = k.k.div_ceil(t.bk);
     let stage = e.value(Reg::B32, "mov.s32", "0");
-    let (top, end) = (e.label("stage"), e.label("stages_done"));
-    e.place(&top);
-    let past = e.predicate("ge.s32", &stage, &stages.to_string());
-    e.op(format!("@{past} bra {end}"));
-    for (l, v) in a_loads.iter().chain(&b_loads).zip(&staged) {
-        e.op(format!("st.shared.f32 [{}], {v}", l.slot));
-    }
-    e.op("bar.sync 0");
-    for (loads, step) in [(&a_loads, sk), (&b_loads, skb)] {
-        for l in loads.iter() {
-            e.op(format!("add.s32 {o}, {o}, {}", step * t.bk as i64, o = l.offset));
-            e.op(format!("add.s32 {k}, {k}, {}", t.bk, k = l.k));
+    e.counted_loop(("stage", "stages_done"), &stage, stages, "1", |e| {
+        for (l, v) in a_loads.iter().chain(&b_loads).zip(&staged) {
+            e.op(format!("st.shared.f32 [{}], {v}", l.slot));
         }
-    }
-    // Past the last stage the k bounds fail and nothing is read.
-    fetch(&mut e, &staged);
-    compute(&mut e);
-    e.op("bar.sync 0");
-    e.op(format!("add.s32 {stage}, {stage}, 1"));
-    e.op(format!("bra.uni {top}"));
-    e.place(&end);
+        e.op("bar.sync 0");
+        for (loads, step) in [(&a_loads, sk), (&b_loads, skb)] {
+            for l in loads.iter() {
+                e.op(format!("add.s32 {o}, {o}, {}", step * t.bk as i64, o = l.offset));
+                e.op(format!("add.s32 {k}, {k}, {}", t.bk, k = l.k));
+            }
+        }
+        // Past the last stage the k bounds fail and nothing is read.
+        fetch(e, &staged);
+        compute(e);
+        e.op("bar.sync 0");
+    });
     for Product { row: (row_base, dr), col: (col_base, dc), acc: c } in &products {
         let r = e.value(Reg::B32, "add.s32", &format!("{row_base}, {dr}"));
         let r = e.value(Reg::B32, "add.s32", &format!("{r}, {row0}"));
