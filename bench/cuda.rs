@@ -7,13 +7,14 @@
 //!   the same chain unfused (8 instructions) for reference;
 //! - row softmax as five instructions (max, sub, exp, sum, div), and as one hand-fused row
 //!   kernel (what the fuse pass will produce);
-//! - matmul 4096^3 f32 (SIMT FMA tiles) in TFLOP/s, and `relu(x @ w + b)` with its epilogue fused;
+//! - matmul 4096^3 in TFLOP/s, f32 (FMA tiles) and TF32 (tensor cores, `GT_MATMUL_PRECISION=high`),
+//!   each next to cuBLAS at the same precision, and `relu(x @ w + b)` with its epilogue fused;
 //! - per-op overhead of tiny ops on the backend alone and through client -> dispatcher -> worker.
 //!
 //! Times are wall-clock around a stream synchronisation, medians of several repetitions.
 
 use gt::frontend::{Client, ClientOptions, Origin};
-use gt::ir::kernel::{samples, Access, Kernel, MapKernel, Node};
+use gt::ir::kernel::{samples, Access, Kernel, MapKernel, Node, Precision};
 use gt::ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
 use gt::runtime::backend::cuda::CudaBackend;
 use gt::runtime::backend::{Backend, BackendKind};
@@ -280,37 +281,25 @@ fn main() {
         exec(g, Instr::MatMul { dst: v(32), lhs: v(30), rhs: v(31) });
     });
     let tflops = |ms: f64| 2.0 * (size as f64).powi(3) / (ms * 1e-3) / 1e12;
-    let _ = writeln!(report, "\n## matmul {size}^3 f32");
-    let _ = writeln!(report, "gt (f32 FMA)     {mm:9.3} ms  {:6.2} TFLOP/s", tflops(mm));
-    if let Some(t32) = tnum("matmul_f32_ms") {
-        let _ = writeln!(
-            report,
-            "cuBLAS f32       {t32:9.3} ms  {:6.2} TFLOP/s -> gt at {:.0}%",
-            tflops(t32),
-            100.0 * t32 / mm
-        );
-    }
-    let tf32_kernel = Kernel::MatMul(gt::ir::kernel::MatMulKernel {
-        batch: vec![],
-        m: size,
-        n: size,
-        k: size,
-        lhs: Access::contiguous(&[size, size]),
-        rhs: Access::contiguous(&[size, size]),
-        epilogue: vec![],
-        epilogue_inputs: vec![],
-        precision: gt::ir::kernel::Precision::Tf32,
+    // TF32 the way a user gets it (GT_MATMUL_PRECISION=high): the same instruction.
+    g.set_matmul_precision(Precision::Tf32);
+    let tf32 = time(&mut g, reps, |g| {
+        exec(g, Instr::MatMul { dst: v(38), lhs: v(30), rhs: v(31) });
     });
-    let sq = TensorType::f32(vec![size, size]);
-    let tf32 = time(&mut g, reps, |g| g.run_kernel(&tf32_kernel, &[v(30), v(31)], v(38), sq.clone()).unwrap());
-    let _ = writeln!(report, "gt (TF32 mma)    {tf32:9.3} ms  {:6.2} TFLOP/s", tflops(tf32));
-    if let Some(ttf) = tnum("matmul_tf32_ms") {
-        let _ = writeln!(
-            report,
-            "cuBLAS tf32      {ttf:9.3} ms  {:6.2} TFLOP/s -> gt TF32 at {:.0}%",
-            tflops(ttf),
-            100.0 * ttf / tf32
-        );
+    g.set_matmul_precision(Precision::F32);
+    let _ = writeln!(report, "\n## matmul {size}^3 f32");
+    for (label, ms, torch_key, torch_label) in
+        [("f32 FMA", mm, "matmul_f32_ms", "f32 "), ("TF32 mma", tf32, "matmul_tf32_ms", "tf32")]
+    {
+        let _ = writeln!(report, "{:<16} {ms:9.3} ms  {:6.2} TFLOP/s", format!("gt ({label})"), tflops(ms));
+        if let Some(t) = tnum(torch_key) {
+            let _ = writeln!(
+                report,
+                "cuBLAS {torch_label}      {t:9.3} ms  {:6.2} TFLOP/s -> gt {label} at {:.0}%",
+                tflops(t),
+                100.0 * t / ms
+            );
+        }
     }
     // relu(x @ w + b): three instructions, or one matmul with its epilogue.
     exec(&mut g, Instr::Randn { dst: v(33), ty: TensorType::f32(vec![size]), seed: 6 });

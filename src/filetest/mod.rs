@@ -81,25 +81,29 @@ pub fn directives(source: &str) -> Result<Directives> {
 /// Runs a loaded program for `; test run`, writing what it prints.
 pub type Runner<'a> = dyn FnMut(&Loaded, &mut dyn Write) -> Result<RunSummary, ScriptError> + 'a;
 
-/// Every `.gtir` file under `dir` (recursively), appended to `out`.
-pub fn gtir_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for path in entries.flatten().map(|e| e.path()) {
-        if path.is_dir() {
-            gtir_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "gtir") {
-            out.push(path);
+/// Every `.gtir` file under `dir` (recursively), sorted.
+pub fn gtir_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for path in entries.flatten().map(|e| e.path()) {
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "gtir") {
+                out.push(path);
+            }
         }
     }
+    let mut files = Vec::new();
+    walk(dir, &mut files);
+    files.sort();
+    files
 }
 
 /// The run filetests (`tests/gtir/run`) and examples (`examples/`) under `root`, sorted:
 /// every script a backend must run like the interpreter.
 pub fn run_scripts(root: &Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    gtir_files(&root.join("tests/gtir/run"), &mut files);
-    gtir_files(&root.join("examples"), &mut files);
-    files.sort();
+    let mut files = gtir_files(&root.join("examples"));
+    files.extend(gtir_files(&root.join("tests/gtir/run")));
     files
 }
 

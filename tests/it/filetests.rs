@@ -2,7 +2,7 @@
 //! named after the file's path (`run/slice.gtir` -> `snapshots/run__slice.snap`), so names
 //! never depend on which other files exist. `INSTA_GLOB_FILTER=run/slice` runs a subset.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Checks `text` against `snapshots/NAME.snap` (recording it for review when it differs).
 fn snapshot_matches(name: &str, input: &Path, text: &str) -> bool {
@@ -14,30 +14,36 @@ fn snapshot_matches(name: &str, input: &Path, text: &str) -> bool {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)).is_ok()
 }
 
+/// The `.gtir` files under `base` whose name (`prefix` + path below `base`, `/`-separated)
+/// contains `filter` (`INSTA_GLOB_FILTER`, a trailing `*` ignored), with that name.
+fn selected(base: &Path, prefix: &str, filter: &str) -> Vec<(PathBuf, String)> {
+    gt::filetest::gtir_files(base)
+        .into_iter()
+        .map(|path| {
+            let rel = format!("{prefix}{}", path.strip_prefix(base).unwrap().to_string_lossy().replace('\\', "/"));
+            (path, rel)
+        })
+        .filter(|(_, rel)| rel.contains(filter.trim_end_matches('*')))
+        .collect()
+}
+
 #[test]
 fn filetests() {
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gtir");
-    let mut files = Vec::new();
-    gt::filetest::gtir_files(&base, &mut files);
-    files.sort();
     let filter = std::env::var("INSTA_GLOB_FILTER").unwrap_or_default();
     let mut failures = Vec::new();
     let mut ran = 0;
-    for path in &files {
-        let rel = path.strip_prefix(&base).unwrap().to_string_lossy().replace('\\', "/");
-        if !rel.contains(filter.trim_end_matches('*')) {
-            continue;
-        }
+    for (path, rel) in selected(&base, "", &filter) {
         ran += 1;
         let name = rel.trim_end_matches(".gtir").replace('/', "__");
-        let snapshot = match gt::filetest::run_file(path) {
+        let snapshot = match gt::filetest::run_file(&path) {
             Ok(s) => s,
             Err(e) => {
                 failures.push(format!("{rel}: {e:#}"));
                 continue;
             }
         };
-        if !snapshot_matches(&name, path, &snapshot) {
+        if !snapshot_matches(&name, &path, &snapshot) {
             failures.push(format!("{rel}: snapshot differs (review with `cargo insta review`)"));
         }
     }
@@ -52,17 +58,10 @@ fn filetests() {
 fn stream_after_each_pass() {
     use gt::passes::{PassOptions, KNOWN_PASSES};
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gtir/run");
-    let mut files = Vec::new();
-    gt::filetest::gtir_files(&base, &mut files);
-    files.sort();
     let filter = std::env::var("INSTA_GLOB_FILTER").unwrap_or_default();
     let mut failures = Vec::new();
-    for path in &files {
-        let rel = format!("run/{}", path.strip_prefix(&base).unwrap().to_string_lossy().replace('\\', "/"));
-        if !rel.contains(filter.trim_end_matches('*')) {
-            continue;
-        }
-        let loaded = match gt::script::load(&std::fs::read(path).unwrap()) {
+    for (path, rel) in selected(&base, "run/", &filter) {
+        let loaded = match gt::script::load(&std::fs::read(&path).unwrap()) {
             Ok(l) => l,
             Err(_) => continue,
         };
@@ -73,7 +72,7 @@ fn stream_after_each_pass() {
         let dumps = gt::passdump::dumps(&recorder.stream, KNOWN_PASSES, &PassOptions::default(), KNOWN_PASSES).unwrap();
         for (pass, text) in dumps {
             let name = format!("passes__{}__{pass}", rel.trim_end_matches(".gtir").replace('/', "__"));
-            if !snapshot_matches(&name, path, &text) {
+            if !snapshot_matches(&name, &path, &text) {
                 failures.push(format!("{name}: snapshot differs (review with `cargo insta review`)"));
             }
         }
