@@ -3,7 +3,8 @@
 //! statement's span so that they name the script line.
 
 use gt_ir::text::print::fmt_float;
-use gt_ir::{Comparison, Executor, HostTensor, Program, Span, Stmt, StmtKind, TensorType, ValueId};
+use gt_ir::{Comparison, Executor, HostTensor, Instr, Program, Span, Stmt, StmtKind, TensorType, ValueId};
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use thiserror::Error;
 
@@ -12,6 +13,10 @@ use thiserror::Error;
 pub struct RunOptions {
     /// Do not print values (`print` still syncs, and expectations are still checked).
     pub quiet: bool,
+    /// Never free values (by default each value is freed after its last use, as a program
+    /// drops a tensor it no longer holds, so loops run in constant memory and the fuse
+    /// pass knows which values die).
+    pub keep_values: bool,
 }
 
 /// What a successful run did.
@@ -89,7 +94,8 @@ pub fn run_script<E: Executor>(
     out: &mut dyn Write,
     options: RunOptions,
 ) -> Result<RunSummary, ScriptError> {
-    let mut runner = Runner { program, exec, out, options, summary: RunSummary::default() };
+    let frees = if options.keep_values { HashMap::new() } else { free_plan(program) };
+    let mut runner = Runner { program, exec, out, options, summary: RunSummary::default(), frees };
     runner.block(&program.body)?;
     // An asynchronous executor may still owe the outcome of the last instructions.
     let end = program.body.last().map_or(Span::default(), |s| s.span);
@@ -103,12 +109,20 @@ struct Runner<'a, E> {
     out: &'a mut dyn Write,
     options: RunOptions,
     summary: RunSummary,
+    /// Values to free after each statement (by the statement's address).
+    frees: HashMap<*const Stmt, Vec<ValueId>>,
 }
 
 impl<E: Executor> Runner<'_, E> {
     fn block(&mut self, body: &[Stmt]) -> Result<(), ScriptError> {
         for stmt in body {
             self.stmt(stmt)?;
+            if let Some(dead) = self.frees.get(&(stmt as *const Stmt)) {
+                for &src in dead {
+                    let free = Instr::Free { src };
+                    self.exec.execute_at(&free, Some(stmt.span)).map_err(Self::fail(stmt.span, "free"))?;
+                }
+            }
         }
         Ok(())
     }
@@ -166,6 +180,99 @@ impl<E: Executor> Runner<'_, E> {
             StmtKind::Signal { body, .. } => self.block(body)?,
         }
         Ok(())
+    }
+}
+
+/// Which values to free after which statement: each value after the last statement of its
+/// block that mentions it, unless a later statement of an enclosing block still needs it.
+/// In a `repeat` body only values the body defines before reading them (not carried from
+/// one iteration to the next) are freed inside it; the others are freed after the loop.
+/// Values the script frees itself are left alone.
+fn free_plan(program: &Program) -> HashMap<*const Stmt, Vec<ValueId>> {
+    let mut explicit = HashSet::new();
+    for (instr, _) in program.instrs() {
+        if let Instr::Free { src } = instr {
+            explicit.insert(*src);
+        }
+    }
+    let mut plan = HashMap::new();
+    plan_block(&program.body, &HashSet::new(), false, &explicit, &mut plan);
+    plan
+}
+
+/// Plans `body`; returns the values it frees. `needed_after`: values read after the block.
+fn plan_block(
+    body: &[Stmt],
+    needed_after: &HashSet<ValueId>,
+    is_loop: bool,
+    explicit: &HashSet<ValueId>,
+    plan: &mut HashMap<*const Stmt, Vec<ValueId>>,
+) -> HashSet<ValueId> {
+    // What each statement reads and defines (blocks: everything inside).
+    let facts: Vec<(Vec<ValueId>, Vec<ValueId>)> = body.iter().map(mentions).collect();
+    let mut freed_inside = HashSet::new();
+    // Nested blocks first: they free what dies inside them.
+    for (i, stmt) in body.iter().enumerate() {
+        if let StmtKind::Repeat { body: inner, .. } | StmtKind::Signal { body: inner, .. } = &stmt.kind {
+            let mut after: HashSet<ValueId> = needed_after.clone();
+            for (reads, defs) in &facts[i + 1..] {
+                after.extend(reads.iter().chain(defs));
+            }
+            // A loop body running again reads what the body reads.
+            if is_loop {
+                for (reads, _) in &facts {
+                    after.extend(reads);
+                }
+            }
+            let looping = is_loop || matches!(stmt.kind, StmtKind::Repeat { .. });
+            freed_inside.extend(plan_block(inner, &after, looping, explicit, plan));
+        }
+    }
+    let mut last: HashMap<ValueId, usize> = HashMap::new();
+    let mut first_is_def: HashMap<ValueId, bool> = HashMap::new();
+    for (i, (reads, defs)) in facts.iter().enumerate() {
+        for &v in reads {
+            last.insert(v, i);
+            first_is_def.entry(v).or_insert(false);
+        }
+        for &v in defs {
+            last.insert(v, i);
+            first_is_def.entry(v).or_insert(true);
+        }
+    }
+    let mut freed = freed_inside.clone();
+    let mut order: Vec<(usize, ValueId)> = last.into_iter().map(|(v, i)| (i, v)).collect();
+    order.sort_unstable();
+    for (i, v) in order {
+        let defined_here = first_is_def.get(&v) == Some(&true);
+        if !defined_here || needed_after.contains(&v) || explicit.contains(&v) || freed_inside.contains(&v) {
+            continue;
+        }
+        // In a loop, a value read at the top of the next iteration is carried: keep it.
+        plan.entry(&body[i] as *const Stmt).or_default().push(v);
+        freed.insert(v);
+    }
+    freed
+}
+
+/// The values a statement reads and defines (for a block, every one inside it).
+fn mentions(stmt: &Stmt) -> (Vec<ValueId>, Vec<ValueId>) {
+    match &stmt.kind {
+        StmtKind::Instr(i) => (i.operands(), i.results()),
+        StmtKind::Print { src } | StmtKind::Expect { src, .. } => (vec![*src], vec![]),
+        StmtKind::Const { .. } => (vec![], vec![]),
+        StmtKind::Repeat { body, .. } | StmtKind::Signal { body, .. } => {
+            let (mut reads, mut defs) = (Vec::new(), Vec::new());
+            let mut defined = HashSet::new();
+            for s in body {
+                let (r, d) = mentions(s);
+                // A read of a value the block defined earlier is internal to it.
+                reads.extend(r.into_iter().filter(|v| !defined.contains(v)));
+                defined.extend(d.iter().copied());
+                defs.extend(d);
+            }
+            (reads, defs)
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! `Instr`: the one enum of every operation a stream can carry, with operand and result
 //! accessors. Semantics are in `lib.rs`; type rules in `verify/shape.rs`.
 
+use crate::kernel::Kernel;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 use crate::types::{DType, TensorType};
 use crate::ValueId;
@@ -266,6 +267,20 @@ pub enum Instr {
         /// Piece sizes.
         spec: SplitSpec,
     },
+    /// One compiled kernel (what the fuse pass makes of several instructions): reads `srcs`
+    /// (kernel input `i` is `srcs[i]`, addressed through the kernel's strides over its
+    /// row-major buffer) and writes the `ty`-typed result. Written
+    /// `%y = fused %a, %b : f32[4, 8] kernel map [4, 8] { .. }` (the kernel's text form).
+    Fused {
+        /// Result.
+        dst: ValueId,
+        /// Result type (the kernel writes inside its `numel` elements).
+        ty: TensorType,
+        /// The kernel's inputs, in order.
+        srcs: Vec<ValueId>,
+        /// What it computes.
+        kernel: Box<Kernel>,
+    },
     /// Releases a value; later reads are errors.
     Free {
         /// The value.
@@ -324,7 +339,7 @@ macro_rules! for_each_value {
                 $f(lhs, false);
                 $f(rhs, false);
             }
-            Instr::Concat { dst, srcs, .. } => {
+            Instr::Concat { dst, srcs, .. } | Instr::Fused { dst, srcs, .. } => {
                 $f(dst, true);
                 for s in srcs {
                     $f(s, false);
@@ -380,6 +395,7 @@ impl Instr {
             Instr::Slice { .. } => "slice",
             Instr::Split { spec: SplitSpec::Chunks(_), .. } => "chunk",
             Instr::Split { .. } => "split",
+            Instr::Fused { .. } => "fused",
             Instr::Free { .. } => "free",
             Instr::GetData { .. } => "get",
             Instr::HotPathStart { .. } => "hotpath_start",

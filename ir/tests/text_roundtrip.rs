@@ -113,6 +113,20 @@ fn instr() -> impl Strategy<Value = Instr> {
         value().prop_map(|src| Instr::GetData { src }),
         any::<u64>().prop_map(|id| Instr::HotPathStart { id }),
         any::<u64>().prop_map(|id| Instr::HotPathEnd { id }),
+        (value(), ty(), prop::collection::vec(value(), 0..3), prop::sample::select(sample_kernels()))
+            .prop_map(|(dst, ty, srcs, kernel)| Instr::Fused { dst, ty, srcs, kernel: Box::new(kernel) }),
+    ]
+}
+
+/// Kernels of every kind for `fused` (the kernel text itself is property-tested in
+/// `gt_ir::kernel::text`).
+fn sample_kernels() -> Vec<kernel::Kernel> {
+    use kernel::samples;
+    vec![
+        samples::softmax(&[3, 5]),
+        samples::layer_norm(&[2, 7], 1e-5),
+        samples::gelu(&[9]),
+        samples::linear_relu(4, 5, 6),
     ]
 }
 

@@ -1,17 +1,20 @@
 //! The passes by name: what `GT_PASSES`, `GT_HOTPATH`, `--dump-after` and `--pass-stats`
 //! refer to, in pipeline order.
 
+use crate::fuse::{Fuse, FuseConfig};
 use crate::hotpath::{HotPath, HotPathConfig};
 use crate::pipeline::{Pipeline, UnknownPass};
 
 /// Every pass, in the order a pipeline runs them.
-pub const KNOWN_PASSES: &[&str] = &["hotpath"];
+pub const KNOWN_PASSES: &[&str] = &["hotpath", "fuse"];
 
 /// Settings of the passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PassOptions {
     /// The hotpath pass's.
     pub hotpath: HotPathConfig,
+    /// The fuse pass's.
+    pub fuse: FuseConfig,
 }
 
 /// Checks a pass name.
@@ -39,6 +42,7 @@ pub fn pipeline(names: &[&str], options: &PassOptions) -> Result<Pipeline, Unkno
         if names.contains(&k) {
             match k {
                 "hotpath" => p.push(Box::new(HotPath::new(options.hotpath))),
+                "fuse" => p.push(Box::new(Fuse::new(options.fuse))),
                 _ => unreachable!("every known pass is built here"),
             }
         }
@@ -54,7 +58,7 @@ mod tests {
     fn builds_known_passes_and_names_the_known_ones_otherwise() {
         assert_eq!(pipeline(&["hotpath"], &PassOptions::default()).unwrap().names(), ["hotpath"]);
         assert!(pipeline(&[], &PassOptions::default()).unwrap().is_empty());
-        let e = pipeline(&["fuse"], &PassOptions::default()).err().unwrap();
-        assert_eq!(e.to_string(), "unknown pass `fuse` (known passes: hotpath)");
+        let e = pipeline(&["shard"], &PassOptions::default()).err().unwrap();
+        assert_eq!(e.to_string(), "unknown pass `shard` (known passes: hotpath, fuse)");
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::backend::BackendKind;
 use gt_ir::kernel::Precision;
-use gt_passes::{registry, HotPathConfig, PassOptions};
+use gt_passes::{registry, HotPathConfig, PassOptions, Regions};
 use std::path::PathBuf;
 use thiserror::Error;
 
@@ -35,7 +35,9 @@ pub struct EnvConfig {
     /// Largest message (`GT_MAX_MESSAGE_BYTES`, default 1 GiB).
     pub max_message_bytes: usize,
     /// The passes each client stream runs through (`GT_PASSES=a,b`; `GT_HOTPATH=1` adds
-    /// `hotpath`), in pipeline order.
+    /// `hotpath`; `GT_COMPILE=1` adds `fuse` over every region, `GT_AUTO_COMPILE=1` adds
+    /// `hotpath` and `fuse` over hot paths; `GT_FAST_MATH=1`, `GT_FUSE_WINDOW=N` set the
+    /// fuse pass), in pipeline order.
     pub passes: Vec<&'static str>,
     /// The passes' settings.
     pub pass_options: PassOptions,
@@ -128,6 +130,18 @@ impl EnvConfig {
         if flag("GT_HOTPATH")? {
             c.enable_passes(&["hotpath"]);
         }
+        // GT_COMPILE: every region is compiled; GT_AUTO_COMPILE: hot paths are found and
+        // each repetition is compiled. GT_COMPILE wins when both are set.
+        if flag("GT_AUTO_COMPILE")? {
+            c.enable_passes(&["hotpath", "fuse"]);
+            c.pass_options.fuse.regions = Regions::HotPaths;
+        }
+        if flag("GT_COMPILE")? {
+            c.enable_passes(&["fuse"]);
+            c.pass_options.fuse.regions = Regions::All;
+        }
+        c.pass_options.fuse.fast_math = flag("GT_FAST_MATH")?;
+        c.pass_options.fuse.window = positive("GT_FUSE_WINDOW", c.pass_options.fuse.window)?;
         let d = HotPathConfig::default();
         c.pass_options.hotpath = HotPathConfig {
             window: positive("GT_HOTPATH_WINDOW", d.window)?,
@@ -175,6 +189,10 @@ mod tests {
         assert_eq!(c.passes, ["hotpath"]);
         let c = EnvConfig::from_lookup(env(&[("GT_BACKEND", "cuda"), ("GT_MATMUL_PRECISION", "high")])).unwrap();
         assert_eq!((c.backend, c.matmul_precision), (BackendKind::Cuda, Precision::Tf32));
+        let c = EnvConfig::from_lookup(env(&[("GT_AUTO_COMPILE", "1")])).unwrap();
+        assert_eq!((c.passes.as_slice(), c.pass_options.fuse.regions), (&["hotpath", "fuse"][..], Regions::HotPaths));
+        let c = EnvConfig::from_lookup(env(&[("GT_COMPILE", "1"), ("GT_FUSE_WINDOW", "64")])).unwrap();
+        assert_eq!((c.passes.as_slice(), c.pass_options.fuse.window), (&["fuse"][..], 64));
     }
 
     #[test]
@@ -191,8 +209,8 @@ mod tests {
             let e = EnvConfig::from_lookup(env(&[(k, v), ("GT_HOTPATH", "1")])).unwrap_err();
             assert!(e.to_string().starts_with(&format!("{k}=")), "{e}");
         }
-        let e = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath,fuse")])).unwrap_err();
-        assert_eq!(e.to_string(), "GT_PASSES=\"hotpath,fuse\": unknown pass `fuse` (known passes: hotpath)");
+        let e = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath,shard")])).unwrap_err();
+        assert_eq!(e.to_string(), "GT_PASSES=\"hotpath,shard\": unknown pass `shard` (known passes: hotpath, fuse)");
         let e = EnvConfig::from_lookup(env(&[("GT_DUMP_PASSES", "/proc/gt-cannot-be-here")])).unwrap_err();
         assert!(e.to_string().contains("cannot write there"), "{e}");
     }

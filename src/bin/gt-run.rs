@@ -57,6 +57,9 @@ struct Args {
     /// Do not print values; only errors (expectations are still checked).
     #[arg(short, long)]
     quiet: bool,
+    /// Keep every value until the end (by default a value is freed after its last use).
+    #[arg(long)]
+    keep_values: bool,
     /// Run the script as a filetest: check its `; test`, `; out:` and `; error:` lines.
     #[arg(long)]
     test: bool,
@@ -124,7 +127,7 @@ fn main() -> ExitCode {
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let options = RunOptions { quiet: args.quiet };
+    let options = RunOptions { quiet: args.quiet, keep_values: args.keep_values };
     let result = if args.reference {
         run_local(&loaded, &mut out, options)
     } else {
@@ -190,7 +193,8 @@ fn main() -> ExitCode {
     if let Some(dir) = &args.dump_kernels {
         // The kernels do not depend on where the script ran: record them on the interpreter.
         let mut recorder = gt::kernels::KernelRecorder::new();
-        let _ = run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true });
+        let _ =
+            run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true, ..RunOptions::default() });
         match recorder.write(dir) {
             Ok(n) => eprintln!("gt-run: wrote {n} kernels to {}", dir.display()),
             Err(e) => {

@@ -320,7 +320,7 @@ fn a_client_process_that_dies_has_its_values_freed() {
     )
     .unwrap();
     let mut dying = Command::new(env!("CARGO_BIN_EXE_gt-run"))
-        .args(["-q", "--connect", &format!("127.0.0.1:{port}"), script.to_str().unwrap()])
+        .args(["-q", "--keep-values", "--connect", &format!("127.0.0.1:{port}"), script.to_str().unwrap()])
         .spawn()
         .unwrap();
     let mut observer = connect(&format!("127.0.0.1:{port}"));

@@ -4,6 +4,7 @@ mod cli;
 mod cluster;
 mod distributed;
 mod filetests;
+mod fusion;
 mod kernels;
 mod ptx;
 mod tidy;

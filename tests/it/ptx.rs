@@ -17,7 +17,7 @@ fn all_kernels() -> Vec<Kernel> {
     for path in files {
         let Ok(loaded) = load(&std::fs::read(&path).unwrap()) else { continue };
         // Scripts that fail on purpose still lowered everything before the failure.
-        let _ = run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true });
+        let _ = run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true, ..RunOptions::default() });
     }
     recorder.kernels
 }
@@ -153,7 +153,7 @@ fn every_kernel_prints_and_parses_back() {
 fn kernel_of(source: &str, kind: &str) -> Kernel {
     let loaded = load(source.as_bytes()).unwrap();
     let mut recorder = KernelRecorder::new();
-    run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true }).unwrap();
+    run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true, ..RunOptions::default() }).unwrap();
     recorder.kernels.into_iter().rev().find(|k| k.kind() == kind).unwrap()
 }
 

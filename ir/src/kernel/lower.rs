@@ -227,6 +227,11 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
                 start += dims.get(axis).copied().unwrap_or(0) as i64;
             }
         }
+        Instr::Fused { ty: t, srcs, kernel, .. } => {
+            if t.shape.numel() > 0 {
+                steps.push(Step::Launch { kernel: (**kernel).clone(), inputs: srcs.clone(), output: 0 });
+            }
+        }
         Instr::Free { .. } | Instr::GetData { .. } | Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {}
     }
     steps

@@ -16,11 +16,12 @@ pub mod samples;
 pub mod text;
 
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// How a kernel addresses one buffer: element offset plus one stride per iteration axis
 /// (in elements; 0 broadcasts along that axis, negative walks backwards).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Access {
     /// Element index of iteration point 0.
     pub offset: i64,
@@ -65,6 +66,28 @@ impl Access {
         Some((lo, hi))
     }
 
+    /// Whether this visits each element of a row-major buffer of `dims.product()` elements
+    /// exactly once over the iteration space `dims` (a permutation of axes, no gaps).
+    pub fn is_permutation_of(&self, dims: &[usize]) -> bool {
+        if self.offset != 0 || self.strides.len() != dims.len() {
+            return false;
+        }
+        if dims.contains(&0) {
+            return true;
+        }
+        let mut axes: Vec<(i64, usize)> =
+            self.strides.iter().zip(dims).filter(|(_, &d)| d > 1).map(|(&s, &d)| (s, d)).collect();
+        axes.sort_unstable();
+        let mut step = 1i64;
+        for (s, d) in axes {
+            if s != step {
+                return false;
+            }
+            step = step.saturating_mul(d as i64);
+        }
+        true
+    }
+
     /// Elements of index arithmetic this access needs over `dims`: `max(|lo|, hi) + 1`.
     pub fn span(&self, dims: &[usize]) -> usize {
         self.range(dims).map_or(0, |(lo, hi)| (hi.max(-lo) + 1).min(usize::MAX as i128) as usize)
@@ -87,7 +110,7 @@ pub fn row_major_strides(dims: &[usize]) -> Vec<i64> {
 }
 
 /// One node of a map kernel's expression; operands name earlier nodes by index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Node {
     /// The element of input `n` at the current iteration point.
     Input(u32),
@@ -144,7 +167,7 @@ impl Node {
 /// An elementwise kernel over an iteration space. With row axes, one row (the elements
 /// that differ only in row-axis coordinates) is handled as a unit: [`Node::Reduce`] reduces
 /// within it, and `reduce` ends the kernel with one reduction per row.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MapKernel {
     /// The iteration space.
     pub shape: Vec<usize>,
@@ -187,7 +210,7 @@ impl MapKernel {
 }
 
 /// How a matmul multiplies f32 operands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum Precision {
     /// Full f32 products and sums (what the interpreter computes).
     #[default]
@@ -199,7 +222,7 @@ pub enum Precision {
 
 /// A batched matrix product `out[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n]`, the output
 /// contiguous `[batch.., m, n]`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MatMulKernel {
     /// Batch dimensions (broadcast already applied).
     pub batch: Vec<usize>,
@@ -231,7 +254,7 @@ impl MatMulKernel {
 }
 
 /// One compiled unit of work.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Kernel {
     /// Elementwise (+ reduction).
     Map(MapKernel),
@@ -289,6 +312,33 @@ impl Kernel {
                 }
                 Ok(())
             }
+        }
+    }
+
+    /// Checks that the kernel writes every element of an output of `len` elements exactly
+    /// once (a `fused` result has no other writer), in any order.
+    pub fn check_covers(&self, len: usize) -> Result<(), String> {
+        let written = match self {
+            Kernel::Map(k) => {
+                let dims: Vec<usize> = match k.reduce {
+                    None => k.shape.clone(),
+                    Some(_) => {
+                        k.shape.iter().enumerate().map(|(i, &d)| if k.rows.contains(&i) { 1 } else { d }).collect()
+                    }
+                };
+                if !k.output.is_permutation_of(&dims) {
+                    return Err(format!("the output {} does not write each of the {} elements once", k.output, len));
+                }
+                dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+            }
+            Kernel::MatMul(k) => k.batch_count().checked_mul(k.m).and_then(|x| x.checked_mul(k.n)),
+        };
+        match written {
+            Some(n) if n == len => Ok(()),
+            n => Err(format!(
+                "the kernel writes {} elements, the result has {len}",
+                n.map_or("too many".into(), |n| n.to_string())
+            )),
         }
     }
 

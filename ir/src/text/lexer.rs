@@ -37,6 +37,9 @@ pub enum Tok {
     RBrace,
     /// `...`
     Ellipsis,
+    /// A `fused` instruction's kernel, verbatim from `kernel` to its closing `}` (lines
+    /// included): the kernel IR's own text form, read by `kernel::text::parse`.
+    Kernel(String),
     /// End of a line.
     Newline,
     /// End of input.
@@ -62,6 +65,7 @@ impl Tok {
             Tok::LBrace => "`{`".into(),
             Tok::RBrace => "`}`".into(),
             Tok::Ellipsis => "`...`".into(),
+            Tok::Kernel(_) => "a kernel".into(),
             Tok::Newline => "end of line".into(),
             Tok::Eof => "end of file".into(),
         }
@@ -74,6 +78,9 @@ pub fn lex(src: &str) -> Result<Vec<(Tok, Span)>, ParseError> {
     let mut out = Vec::new();
     let mut i = 0;
     let err = |start: usize, end: usize, kind| ParseError { span: Span::new(start, end), kind };
+    // On a line of a `fused` instruction, `kernel` starts the kernel's own text form, which
+    // has tokens of its own (`+0`, `%0 = load in0`) and spans lines: it is taken verbatim.
+    let mut fused_line = false;
     while i < bytes.len() {
         let c = bytes[i];
         let start = i;
@@ -89,6 +96,9 @@ pub fn lex(src: &str) -> Result<Vec<(Tok, Span)>, ParseError> {
             _ => None,
         };
         if let Some(t) = simple {
+            if t == Tok::Newline {
+                fused_line = false;
+            }
             i += 1;
             out.push((t, Span::new(start, i)));
             continue;
@@ -190,7 +200,14 @@ pub fn lex(src: &str) -> Result<Vec<(Tok, Span)>, ParseError> {
                 while i < bytes.len() && is_word(bytes[i]) {
                     i += 1;
                 }
-                out.push((Tok::Ident(src[start..i].to_string()), Span::new(start, i)));
+                let word = &src[start..i];
+                if word == "kernel" && fused_line {
+                    i = kernel_end(bytes, i).ok_or_else(|| err(start, i, ParseErrorKind::UnterminatedKernel))?;
+                    out.push((Tok::Kernel(blank_comments(&src[start..i])), Span::new(start, i)));
+                    continue;
+                }
+                fused_line |= word == "fused";
+                out.push((Tok::Ident(word.to_string()), Span::new(start, i)));
             }
             _ => {
                 let ch = src[i..].chars().next().unwrap_or('\u{fffd}');
@@ -200,6 +217,39 @@ pub fn lex(src: &str) -> Result<Vec<(Tok, Span)>, ParseError> {
     }
     out.push((Tok::Eof, Span::new(bytes.len(), bytes.len())));
     Ok(out)
+}
+
+/// The end (exclusive) of a kernel's text starting before `from`: just past the `}` that
+/// closes its first `{` (braces in comments aside), or `None` when the input ends first.
+fn kernel_end(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut comment = false;
+    for (j, &b) in bytes.iter().enumerate().skip(from) {
+        match b {
+            b'\n' => comment = false,
+            _ if comment => {}
+            b';' => comment = true,
+            b'{' => depth += 1,
+            b'}' if depth <= 1 => return (depth == 1).then_some(j + 1),
+            b'}' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Kernel text with its `;` comments replaced by spaces (offsets, hence line and column
+/// numbers, stay those of the source).
+fn blank_comments(text: &str) -> String {
+    text.split_inclusive('\n')
+        .map(|line| match line.find(';') {
+            Some(c) => {
+                let end = line.trim_end_matches(['\n', '\r']).len();
+                format!("{}{}{}", &line[..c], " ".repeat(end - c), &line[end..])
+            }
+            None => line.to_string(),
+        })
+        .collect()
 }
 
 fn is_word(b: u8) -> bool {

@@ -190,6 +190,15 @@ pub enum ParseErrorKind {
     /// A `}` with no open block.
     #[error("`}}` without an open block")]
     UnmatchedBrace,
+    /// A `fused` kernel with no closing `}`.
+    #[error("the kernel has no closing `}}`")]
+    UnterminatedKernel,
+    /// A `fused` kernel whose text does not parse.
+    #[error("{message}")]
+    Kernel {
+        /// What is wrong (naming the kernel's line).
+        message: String,
+    },
 }
 
 impl ParseError {

@@ -55,6 +55,7 @@ pub fn mnemonics() -> Vec<&'static str> {
         "slice",
         "split",
         "chunk",
+        "fused",
     ];
     v.extend(UnaryOp::ALL.iter().map(|o| o.mnemonic()));
     v.extend(BinaryOp::ALL.iter().map(|o| o.mnemonic()));
@@ -375,6 +376,32 @@ impl Parser {
                 };
                 Attrs::new(op, self.attrs()?, op_span).finish()?;
                 return Ok(instr);
+            }
+            "fused" => {
+                let (operands, ospan) = self.operands()?;
+                let srcs = self.operand_values(op, &operands, ospan, operands.len())?;
+                self.expect(Tok::Colon, "`:` and the result type after the operands")?;
+                let ty = self.tensor_type()?;
+                let kernel = match self.bump() {
+                    (Tok::Kernel(text), span) => crate::kernel::text::parse(&text).map_err(|e| {
+                        // Point at the kernel line that is wrong.
+                        let skip: usize = text.split_inclusive('\n').take(e.line - 1).map(str::len).sum();
+                        let len = text[skip..].find('\n').unwrap_or(text.len() - skip);
+                        let at = span.start as usize + skip;
+                        ParseError {
+                            span: Span::new(at, at + len),
+                            kind: ParseErrorKind::Kernel { message: format!("in the kernel: {}", e.message) },
+                        }
+                    })?,
+                    (t, s) => {
+                        return err(
+                            s,
+                            ParseErrorKind::Expected { expected: "`kernel ...`".into(), found: t.describe() },
+                        )
+                    }
+                };
+                Attrs::new(op, self.attrs()?, op_span).finish()?;
+                return Ok(Instr::Fused { dst, ty, srcs, kernel: Box::new(kernel) });
             }
             "arange" => {
                 let dtype = self.dtype()?;

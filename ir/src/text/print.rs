@@ -242,6 +242,11 @@ fn write_instr(out: &mut String, instr: &Instr, name: &dyn Fn(ValueId) -> String
             };
             write!(out, " axis={axis}")
         }
+        Instr::Fused { ty, srcs, kernel, .. } => {
+            let names: Vec<String> = srcs.iter().map(|s| v(*s)).collect();
+            let sep = if names.is_empty() { "" } else { " " };
+            write!(out, "{m}{sep}{} : {ty} {kernel}", names.join(", "))
+        }
         Instr::Free { src } | Instr::GetData { src } => write!(out, "{m} {}", v(*src)),
         Instr::HotPathStart { id } | Instr::HotPathEnd { id } => write!(out, "{m} {id}"),
     };

@@ -194,6 +194,12 @@ pub enum TypeError {
         /// Values given.
         found: usize,
     },
+    /// A `fused` kernel that does not fit its operands or result.
+    #[error("the kernel does not fit: {message}")]
+    Kernel {
+        /// What does not fit.
+        message: String,
+    },
     /// A bad `arange`.
     #[error("{reason}")]
     Arange {
@@ -682,6 +688,18 @@ pub fn infer(
         Instr::Free { src } | Instr::GetData { src } => {
             ty(*src)?;
             Ok(Vec::new())
+        }
+        Instr::Fused { ty: t, srcs, kernel, .. } => {
+            let out = created(t)?;
+            let mut lens = Vec::with_capacity(srcs.len());
+            for &src in srcs {
+                let s = ty(src)?;
+                check_dtype(s.dtype)?;
+                lens.push(s.shape.numel());
+            }
+            let fits = kernel.check_bounds(&lens, t.shape.numel()).and_then(|()| kernel.check_covers(t.shape.numel()));
+            fits.map_err(|message| TypeError::Kernel { message })?;
+            Ok(out)
         }
         Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => Ok(Vec::new()),
     }

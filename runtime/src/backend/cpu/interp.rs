@@ -172,6 +172,16 @@ impl Interpreter {
                 let a = self.get(op, *src)?;
                 return Ok(split(a, shape::normalize_axis(*axis, a.ndim()).map_err(type_error)?, types));
             }
+            Instr::Fused { srcs, kernel, .. } => {
+                let inputs =
+                    srcs.iter()
+                        .map(|&v| Ok(self.get(op, v)?.as_slice().unwrap_or(&[])))
+                        .collect::<Result<Vec<_>, RuntimeError>>()?;
+                let mut out = Tensor::zeros(dims());
+                let slice = out.as_slice_mut().unwrap_or(&mut []);
+                super::kernels::run(kernel, &inputs, slice).map_err(|message| RuntimeError::Kernel { op, message })?;
+                out
+            }
             Instr::Free { .. } | Instr::GetData { .. } | Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {
                 return Ok(Vec::new())
             }

@@ -1,0 +1,443 @@
+//! The fuse pass's e-graph: a region's elementwise expressions in `egg`, algebraic rewrites,
+//! constant folding, and extraction of the cheapest equivalent expressions under a cost of
+//! bytes read plus arithmetic (kernel launches are the partitioner's: an elementwise
+//! expression always becomes part of one kernel).
+
+use egg::{
+    define_language, rewrite, Analysis, CostFunction, DidMerge, EGraph, Extractor, Id, Language, Rewrite, Runner,
+};
+use gt_ir::{BinaryOp, UnaryOp};
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A scalar constant by its `f32` bits (so it hashes and orders exactly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Scalar(pub u32);
+
+impl Scalar {
+    /// The value.
+    pub fn value(self) -> f32 {
+        f32::from_bits(self.0)
+    }
+}
+
+impl FromStr for Scalar {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Scalar, ()> {
+        s.parse::<f32>().map(|x| Scalar(x.to_bits())).map_err(|_| ())
+    }
+}
+
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.value())
+    }
+}
+
+/// A value the e-graph does not look into (a region input, a reduction, a matmul, a view),
+/// by its index in the builder's leaf table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Leaf(pub u32);
+
+impl FromStr for Leaf {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Leaf, ()> {
+        s.strip_prefix('$').and_then(|n| n.parse().ok()).map(Leaf).ok_or(())
+    }
+}
+
+impl fmt::Display for Leaf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "${}", self.0)
+    }
+}
+
+define_language! {
+    /// Elementwise expressions, one e-node per IR op.
+    pub enum Expr {
+        "neg" = Neg(Id),
+        "abs" = Abs(Id),
+        "relu" = Relu(Id),
+        "sigmoid" = Sigmoid(Id),
+        "tanh" = Tanh(Id),
+        "exp" = Exp(Id),
+        "log" = Log(Id),
+        "sqrt" = Sqrt(Id),
+        "rsqrt" = Rsqrt(Id),
+        "add" = Add([Id; 2]),
+        "sub" = Sub([Id; 2]),
+        "mul" = Mul([Id; 2]),
+        "div" = Div([Id; 2]),
+        "pow" = Pow([Id; 2]),
+        "maximum" = Maximum([Id; 2]),
+        "minimum" = Minimum([Id; 2]),
+        "eq" = Eq([Id; 2]),
+        "ne" = Ne([Id; 2]),
+        "lt" = Lt([Id; 2]),
+        "le" = Le([Id; 2]),
+        "gt" = Gt([Id; 2]),
+        "ge" = Ge([Id; 2]),
+        "where" = Select([Id; 3]),
+        Const(Scalar),
+        Leaf(Leaf),
+    }
+}
+
+/// What an e-node computes, in IR terms.
+pub enum Op {
+    /// A leaf.
+    Leaf(u32),
+    /// A scalar.
+    Const(f32),
+    /// One operand.
+    Unary(UnaryOp, Id),
+    /// Two operands.
+    Binary(BinaryOp, Id, Id),
+    /// `where`.
+    Select(Id, Id, Id),
+}
+
+impl Expr {
+    /// The e-node of a unary op.
+    pub fn unary(op: UnaryOp, a: Id) -> Expr {
+        match op {
+            UnaryOp::Neg => Expr::Neg(a),
+            UnaryOp::Abs => Expr::Abs(a),
+            UnaryOp::Relu => Expr::Relu(a),
+            UnaryOp::Sigmoid => Expr::Sigmoid(a),
+            UnaryOp::Tanh => Expr::Tanh(a),
+            UnaryOp::Exp => Expr::Exp(a),
+            UnaryOp::Log => Expr::Log(a),
+            UnaryOp::Sqrt => Expr::Sqrt(a),
+            UnaryOp::Rsqrt => Expr::Rsqrt(a),
+        }
+    }
+
+    /// The e-node of a binary op.
+    pub fn binary(op: BinaryOp, a: Id, b: Id) -> Expr {
+        let ab = [a, b];
+        match op {
+            BinaryOp::Add => Expr::Add(ab),
+            BinaryOp::Sub => Expr::Sub(ab),
+            BinaryOp::Mul => Expr::Mul(ab),
+            BinaryOp::Div => Expr::Div(ab),
+            BinaryOp::Pow => Expr::Pow(ab),
+            BinaryOp::Maximum => Expr::Maximum(ab),
+            BinaryOp::Minimum => Expr::Minimum(ab),
+            BinaryOp::Eq => Expr::Eq(ab),
+            BinaryOp::Ne => Expr::Ne(ab),
+            BinaryOp::Lt => Expr::Lt(ab),
+            BinaryOp::Le => Expr::Le(ab),
+            BinaryOp::Gt => Expr::Gt(ab),
+            BinaryOp::Ge => Expr::Ge(ab),
+        }
+    }
+
+    /// The IR op of this e-node.
+    pub fn op(&self) -> Op {
+        use Expr::*;
+        let u = |op, a: &Id| Op::Unary(op, *a);
+        let b = |op, ab: &[Id; 2]| Op::Binary(op, ab[0], ab[1]);
+        match self {
+            Neg(a) => u(UnaryOp::Neg, a),
+            Abs(a) => u(UnaryOp::Abs, a),
+            Relu(a) => u(UnaryOp::Relu, a),
+            Sigmoid(a) => u(UnaryOp::Sigmoid, a),
+            Tanh(a) => u(UnaryOp::Tanh, a),
+            Exp(a) => u(UnaryOp::Exp, a),
+            Log(a) => u(UnaryOp::Log, a),
+            Sqrt(a) => u(UnaryOp::Sqrt, a),
+            Rsqrt(a) => u(UnaryOp::Rsqrt, a),
+            Add(x) => b(BinaryOp::Add, x),
+            Sub(x) => b(BinaryOp::Sub, x),
+            Mul(x) => b(BinaryOp::Mul, x),
+            Div(x) => b(BinaryOp::Div, x),
+            Pow(x) => b(BinaryOp::Pow, x),
+            Maximum(x) => b(BinaryOp::Maximum, x),
+            Minimum(x) => b(BinaryOp::Minimum, x),
+            Eq(x) => b(BinaryOp::Eq, x),
+            Ne(x) => b(BinaryOp::Ne, x),
+            Lt(x) => b(BinaryOp::Lt, x),
+            Le(x) => b(BinaryOp::Le, x),
+            Gt(x) => b(BinaryOp::Gt, x),
+            Ge(x) => b(BinaryOp::Ge, x),
+            Select([c, t, f]) => Op::Select(*c, *t, *f),
+            Const(c) => Op::Const(c.value()),
+            Leaf(l) => Op::Leaf(l.0),
+        }
+    }
+
+    /// Relative cost of one element of the op (an add is 1).
+    fn weight(&self) -> f64 {
+        use Expr::*;
+        match self {
+            Leaf(_) | Const(_) => 0.0,
+            Div(_) | Sqrt(_) | Rsqrt(_) => 4.0,
+            Exp(_) | Log(_) | Tanh(_) | Sigmoid(_) => 8.0,
+            Pow(_) => 16.0,
+            _ => 1.0,
+        }
+    }
+}
+
+/// Per e-class facts: the constant it equals (if any) and its element count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Data {
+    /// Its value when every element is this constant.
+    pub constant: Option<Scalar>,
+    /// Elements of the class's (broadcast) shape.
+    pub numel: f64,
+}
+
+/// Constant folding and element counts; `leaf_numel[i]` is leaf `i`'s element count.
+#[derive(Debug, Default)]
+pub struct Facts {
+    /// Element count of each leaf.
+    pub leaf_numel: Vec<f64>,
+}
+
+impl Analysis<Expr> for Facts {
+    type Data = Data;
+
+    fn make(egraph: &mut EGraph<Expr, Facts>, enode: &Expr) -> Data {
+        let data = |id: &Id| &egraph[*id].data;
+        let numel = match enode {
+            Expr::Leaf(l) => egraph.analysis.leaf_numel.get(l.0 as usize).copied().unwrap_or(1.0),
+            Expr::Const(_) => 1.0,
+            e => e.children().iter().map(|c| data(c).numel).fold(1.0, f64::max),
+        };
+        let constant = match enode.op() {
+            Op::Const(c) => Some(c),
+            Op::Unary(op, a) => data(&a).constant.map(|x| unary(op, x.value())),
+            Op::Binary(op, a, b) => match (data(&a).constant, data(&b).constant) {
+                (Some(x), Some(y)) => Some(binary(op, x.value(), y.value())),
+                _ => None,
+            },
+            _ => None,
+        };
+        Data { constant: constant.map(|c: f32| Scalar(c.to_bits())), numel }
+    }
+
+    fn merge(&mut self, a: &mut Data, b: Data) -> DidMerge {
+        // Equal classes have equal shapes; a constant found on either side holds for both.
+        let merged = egg::merge_option(&mut a.constant, b.constant, |x, y| {
+            debug_assert_eq!(x, &y, "two constants in one class");
+            DidMerge(false, false)
+        });
+        a.numel = a.numel.max(b.numel);
+        merged
+    }
+
+    fn modify(egraph: &mut EGraph<Expr, Facts>, id: Id) {
+        if let Some(c) = egraph[id].data.constant {
+            let k = egraph.add(Expr::Const(c));
+            egraph.union(id, k);
+        }
+    }
+}
+
+/// The interpreter's scalar semantics, for constant folding.
+fn unary(op: UnaryOp, x: f32) -> f32 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        UnaryOp::Sigmoid => {
+            if x < 0.0 {
+                x.exp() / (1.0 + x.exp())
+            } else {
+                1.0 / (1.0 + (-x).exp())
+            }
+        }
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+    }
+}
+
+fn binary(op: BinaryOp, x: f32, y: f32) -> f32 {
+    let truth = |b: bool| if b { 1.0 } else { 0.0 };
+    match op {
+        BinaryOp::Add => x + y,
+        BinaryOp::Sub => x - y,
+        BinaryOp::Mul => x * y,
+        BinaryOp::Div => x / y,
+        BinaryOp::Pow => x.powf(y),
+        BinaryOp::Maximum => {
+            if x >= y || x.is_nan() {
+                x
+            } else {
+                y
+            }
+        }
+        BinaryOp::Minimum => {
+            if x <= y || x.is_nan() {
+                x
+            } else {
+                y
+            }
+        }
+        BinaryOp::Eq => truth(x == y),
+        BinaryOp::Ne => truth(x != y),
+        BinaryOp::Lt => truth(x < y),
+        BinaryOp::Le => truth(x <= y),
+        BinaryOp::Gt => truth(x > y),
+        BinaryOp::Ge => truth(x >= y),
+    }
+}
+
+/// The rewrites. Every one keeps the value's shape (constants are scalars) and its value up
+/// to rounding; `fast_math` adds ones that change results outside their domain
+/// (`exp(log x) = x` is NaN-free only for `x > 0`).
+pub fn rules(fast_math: bool) -> Vec<Rewrite<Expr, Facts>> {
+    let mut rules: Vec<Rewrite<Expr, Facts>> = vec![
+        rewrite!("add-0"; "(add ?a 0)" => "?a"),
+        rewrite!("0-add"; "(add 0 ?a)" => "?a"),
+        rewrite!("sub-0"; "(sub ?a 0)" => "?a"),
+        rewrite!("mul-1"; "(mul ?a 1)" => "?a"),
+        rewrite!("1-mul"; "(mul 1 ?a)" => "?a"),
+        rewrite!("div-1"; "(div ?a 1)" => "?a"),
+        rewrite!("pow-1"; "(pow ?a 1)" => "?a"),
+        rewrite!("pow-2"; "(pow ?a 2)" => "(mul ?a ?a)"),
+        rewrite!("pow-half"; "(pow ?a 0.5)" => "(sqrt ?a)"),
+        rewrite!("pow-minus-half"; "(pow ?a -0.5)" => "(rsqrt ?a)"),
+        rewrite!("recip-sqrt"; "(div 1 (sqrt ?a))" => "(rsqrt ?a)"),
+        rewrite!("mul-minus-1"; "(mul ?a -1)" => "(neg ?a)"),
+        rewrite!("neg-neg"; "(neg (neg ?a))" => "?a"),
+        rewrite!("relu-relu"; "(relu (relu ?a))" => "(relu ?a)"),
+        rewrite!("abs-abs"; "(abs (abs ?a))" => "(abs ?a)"),
+        rewrite!("abs-neg"; "(abs (neg ?a))" => "(abs ?a)"),
+        rewrite!("relu-abs"; "(relu (abs ?a))" => "(abs ?a)"),
+        rewrite!("add-neg"; "(add ?a (neg ?b))" => "(sub ?a ?b)"),
+        rewrite!("sub-neg"; "(sub ?a (neg ?b))" => "(add ?a ?b)"),
+        rewrite!("neg-sub"; "(neg (sub ?a ?b))" => "(sub ?b ?a)"),
+        rewrite!("neg-mul-neg"; "(mul (neg ?a) (neg ?b))" => "(mul ?a ?b)"),
+        rewrite!("commute-add"; "(add ?a ?b)" => "(add ?b ?a)"),
+        rewrite!("commute-mul"; "(mul ?a ?b)" => "(mul ?b ?a)"),
+        // Distributivity one way only: factoring reads `a` once and multiplies once.
+        rewrite!("factor"; "(add (mul ?a ?b) (mul ?a ?c))" => "(mul ?a (add ?b ?c))"),
+        rewrite!("factor-sub"; "(sub (mul ?a ?b) (mul ?a ?c))" => "(mul ?a (sub ?b ?c))"),
+    ];
+    if fast_math {
+        rules.push(rewrite!("exp-log"; "(exp (log ?a))" => "?a"));
+        rules.push(rewrite!("log-exp"; "(log (exp ?a))" => "?a"));
+    }
+    rules
+}
+
+/// Elements times op weight, plus 4 bytes per element of every leaf read.
+struct Cost<'a> {
+    egraph: &'a EGraph<Expr, Facts>,
+}
+
+impl CostFunction<Expr> for Cost<'_> {
+    type Cost = f64;
+    fn cost<C: FnMut(Id) -> f64>(&mut self, enode: &Expr, mut costs: C) -> f64 {
+        let numel = match enode {
+            Expr::Leaf(l) => self.egraph.analysis.leaf_numel.get(l.0 as usize).copied().unwrap_or(1.0),
+            e => e.children().iter().map(|c| self.egraph[*c].data.numel).fold(1.0, f64::max),
+        };
+        let own = match enode {
+            Expr::Leaf(_) => 4.0 * numel,
+            e => e.weight() * numel,
+        };
+        enode.fold(own, |sum, id| sum + costs(id))
+    }
+}
+
+/// Limits that keep saturation bounded (and its result deterministic: no time limit
+/// short enough to bite on ordinary regions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// E-nodes at most.
+    pub nodes: usize,
+    /// Rewrite iterations at most.
+    pub iterations: usize,
+    /// Wall-clock bound, a safety net.
+    pub time: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { nodes: 20_000, iterations: 12, time: Duration::from_millis(500) }
+    }
+}
+
+/// What saturation did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Saturation {
+    /// E-nodes at the end.
+    pub nodes: usize,
+    /// E-classes at the end.
+    pub classes: usize,
+    /// Iterations run.
+    pub iterations: usize,
+}
+
+/// Saturates `egraph` with the rules and gives, for each root, the cheapest expression
+/// (nodes in operand-before-use order; the last is the root).
+pub fn simplify(
+    egraph: EGraph<Expr, Facts>,
+    roots: &[Id],
+    fast_math: bool,
+    limits: Limits,
+) -> (Vec<egg::RecExpr<Expr>>, Saturation) {
+    let runner = Runner::default()
+        .with_egraph(egraph)
+        .with_node_limit(limits.nodes)
+        .with_iter_limit(limits.iterations)
+        .with_time_limit(limits.time)
+        .run(&rules(fast_math));
+    let egraph = &runner.egraph;
+    let extractor = Extractor::new(egraph, Cost { egraph });
+    let exprs = roots.iter().map(|&r| extractor.find_best(r).1).collect();
+    let stats = Saturation {
+        nodes: egraph.total_size(),
+        classes: egraph.number_of_classes(),
+        iterations: runner.iterations.len(),
+    };
+    (exprs, stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn best(text: &str, fast_math: bool) -> String {
+        let expr: egg::RecExpr<Expr> = text.parse().unwrap();
+        let mut egraph = EGraph::new(Facts { leaf_numel: vec![100.0; 4] });
+        let root = egraph.add_expr(&expr);
+        let (exprs, _) = simplify(egraph, &[root], fast_math, Limits::default());
+        exprs[0].to_string()
+    }
+
+    #[test]
+    fn identities_and_folding() {
+        assert_eq!(best("(add (mul $0 1) 0)", false), "$0");
+        assert_eq!(best("(neg (neg (relu (relu $1))))", false), "(relu $1)");
+        assert_eq!(best("(mul $0 (add 2 3))", false), "(mul $0 5.0)");
+        assert_eq!(best("(pow $2 2)", false), "(mul $2 $2)");
+        assert_eq!(best("(div 1 (sqrt $0))", false), "(rsqrt $0)");
+    }
+
+    #[test]
+    fn factoring_reads_the_shared_operand_once() {
+        let e = best("(add (mul $0 $1) (mul $0 $2))", false);
+        assert!(e == "(mul $0 (add $1 $2))" || e == "(mul (add $1 $2) $0)" || e == "(mul $0 (add $2 $1))", "{e}");
+    }
+
+    #[test]
+    fn exp_log_only_with_fast_math() {
+        assert_eq!(best("(exp (log $0))", false), "(exp (log $0))");
+        assert_eq!(best("(exp (log $0))", true), "$0");
+    }
+}

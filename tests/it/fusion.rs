@@ -1,0 +1,302 @@
+//! The fuse pass checked against the interpreter: random elementwise/reduction programs over
+//! broadcasting shapes, the canonical fusions (softmax, layer norm, GELU, a linear layer)
+//! and every run filetest and example with `GT_COMPILE=1` give the unfused numbers.
+
+use gt_ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
+use gt_passes::{Emit, Fuse, FuseConfig, StreamPass};
+use gt_runtime::backend::cpu::interp::Interpreter;
+use proptest::prelude::*;
+use std::collections::HashMap;
+
+/// Runs `stream` through the fuse pass (flushing at the end).
+fn fuse(stream: &[Instr], config: FuseConfig) -> (Vec<Instr>, Fuse) {
+    let mut pass = Fuse::new(config);
+    let mut out = Emit::new("fuse");
+    for i in stream {
+        pass.run(i.clone(), &mut out);
+    }
+    pass.flush(&mut out);
+    (out.into_items().into_iter().map(|(i, _)| i).collect(), pass)
+}
+
+/// Frees every value after its last use, except `keep`.
+fn with_frees(instrs: Vec<Instr>, keep: &[ValueId]) -> Vec<Instr> {
+    let mut last = HashMap::new();
+    for (k, i) in instrs.iter().enumerate() {
+        for v in i.operands().into_iter().chain(i.results()) {
+            last.insert(v, k);
+        }
+    }
+    let mut out = Vec::new();
+    for (k, i) in instrs.into_iter().enumerate() {
+        out.push(i);
+        let mut dead: Vec<ValueId> =
+            last.iter().filter(|(v, &l)| l == k && !keep.contains(v)).map(|(v, _)| *v).collect();
+        dead.sort();
+        out.extend(dead.into_iter().map(|src| Instr::Free { src }));
+    }
+    out
+}
+
+fn run(stream: &[Instr], read: &[ValueId]) -> Vec<Vec<f32>> {
+    let mut interp = Interpreter::new();
+    for i in stream {
+        interp.execute(i).unwrap_or_else(|e| panic!("{e}: {}", gt_ir::text::print_instr(i)));
+    }
+    read.iter().map(|&v| interp.read(v).unwrap().data).collect()
+}
+
+fn close(a: &[f32], b: &[f32], tol: f32) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= tol * (1.0 + y.abs()))
+}
+
+/// `snapshots/fuse__NAME.snap`: the fused stream.
+fn snapshot(name: &str, text: &str) {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path("../../snapshots");
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| insta::assert_snapshot!(format!("fuse__{name}"), text));
+}
+
+fn kernels(stream: &[Instr]) -> usize {
+    stream.iter().filter(|i| matches!(i, Instr::Fused { .. })).count()
+}
+
+fn v(n: u32) -> ValueId {
+    ValueId(n)
+}
+
+/// A program of random ops over values of shapes that all broadcast to `[a, b]`.
+#[derive(Debug, Clone)]
+enum Step {
+    Unary(UnaryOp, usize),
+    Binary(BinaryOp, usize, usize),
+    Scalar(BinaryOp, usize, f32),
+    Reduce(ReduceOp, usize, bool),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let unary = prop::sample::select(UnaryOp::ALL.to_vec());
+    let binary = prop::sample::select(vec![
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+        BinaryOp::Lt,
+    ]);
+    let reduce = prop::sample::select(ReduceOp::ALL.to_vec());
+    prop_oneof![
+        3 => (unary, 0usize..64).prop_map(|(o, a)| Step::Unary(o, a)),
+        4 => (binary.clone(), 0usize..64, 0usize..64).prop_map(|(o, a, b)| Step::Binary(o, a, b)),
+        2 => (binary, 0usize..64, prop::sample::select(vec![0.0f32, 1.0, 2.0, -1.0, 0.5])).prop_map(|(o, a, c)| Step::Scalar(o, a, c)),
+        2 => (reduce, 0usize..64, any::<bool>()).prop_map(|(o, a, last)| Step::Reduce(o, a, last)),
+    ]
+}
+
+fn program(a: usize, b: usize, steps: &[Step]) -> (Vec<Instr>, Vec<ValueId>) {
+    let shapes = [vec![a, b], vec![b], vec![a, 1], vec![1, b]];
+    let mut instrs = Vec::new();
+    let mut shape_of: Vec<Vec<usize>> = Vec::new();
+    for (k, s) in shapes.iter().enumerate() {
+        instrs.push(Instr::Randn { dst: v(k as u32), ty: TensorType::f32(s.clone()), seed: k as u64 + 1 });
+        shape_of.push(s.clone());
+    }
+    let broadcast = |x: &[usize], y: &[usize]| -> Vec<usize> {
+        let r = x.len().max(y.len());
+        (0..r)
+            .map(|i| {
+                let d = |s: &[usize]| if i + s.len() >= r { s[i + s.len() - r] } else { 1 };
+                d(x).max(d(y))
+            })
+            .collect()
+    };
+    for s in steps {
+        let n = shape_of.len();
+        let dst = v(n as u32);
+        let (instr, shape) = match *s {
+            Step::Unary(op, x) => (Instr::Unary { dst, op, src: v((x % n) as u32) }, shape_of[x % n].clone()),
+            Step::Binary(op, x, y) => {
+                let (x, y) = (x % n, y % n);
+                let lhs = Operand::Value(v(x as u32));
+                let rhs = Operand::Value(v(y as u32));
+                (Instr::Binary { dst, op, lhs, rhs }, broadcast(&shape_of[x], &shape_of[y]))
+            }
+            Step::Scalar(op, x, c) => {
+                let x = x % n;
+                let instr = Instr::Binary { dst, op, lhs: Operand::Value(v(x as u32)), rhs: Operand::Scalar(c.into()) };
+                (instr, shape_of[x].clone())
+            }
+            Step::Reduce(op, x, last) => {
+                let x = x % n;
+                let rank = shape_of[x].len();
+                if rank < 2 {
+                    continue;
+                }
+                // keepdim keeps the shape broadcastable to [a, b].
+                let axis = if last { 1 } else { 0 };
+                let mut shape = shape_of[x].clone();
+                shape[axis] = 1;
+                (Instr::Reduce { dst, op, src: v(x as u32), axes: Some(vec![axis as i64]), keepdim: true }, shape)
+            }
+        };
+        instrs.push(instr);
+        shape_of.push(shape);
+    }
+    // Read the last value and one in the middle; everything else dies.
+    let last = v(shape_of.len() as u32 - 1);
+    let mid = v((shape_of.len() as u32 - 1).div_ceil(2).max(4));
+    let read = if mid >= last { vec![last] } else { vec![mid, last] };
+    (instrs, read)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_programs_fused_equal_unfused(a in 1usize..7, b in 1usize..9, steps in prop::collection::vec(step(), 1..12)) {
+        let (instrs, read) = program(a, b, &steps);
+        let stream = with_frees(instrs, &read);
+        let (fused, pass) = fuse(&stream, FuseConfig::default());
+        let expected = run(&stream, &read);
+        let found = run(&fused, &read);
+        for (x, y) in found.iter().zip(&expected) {
+            prop_assert!(close(x, y, 1e-5), "fused {:?}\nunfused {:?}\nstream:\n{}\nfused:\n{}", x, y,
+                stream.iter().map(gt_ir::text::print_instr).collect::<Vec<_>>().join("\n"),
+                fused.iter().map(gt_ir::text::print_instr).collect::<Vec<_>>().join("\n"));
+        }
+        prop_assert_eq!(pass.fuse_stats().fallbacks, 0);
+        prop_assert!(kernels(&fused) >= 1, "nothing fused:\n{:?}", fused);
+    }
+}
+
+/// Parses a program's instructions (no script statements).
+fn parse(src: &str) -> (Vec<Instr>, HashMap<String, ValueId>) {
+    let p = gt_ir::text::parse(src).unwrap();
+    let names = p.names.iter().enumerate().map(|(i, n)| (n.clone(), ValueId(i as u32))).collect();
+    (p.instrs().into_iter().map(|(i, _)| i.clone()).collect(), names)
+}
+
+/// Fuses a program reading `out`, checks the numbers and returns the fused stream's text.
+fn fused_program(src: &str, out: &str) -> (Vec<Instr>, String) {
+    let (instrs, names) = parse(src);
+    let read = [names[out]];
+    let stream = with_frees(instrs, &read);
+    let (fused, _) = fuse(&stream, FuseConfig::default());
+    let (expected, found) = (run(&stream, &read), run(&fused, &read));
+    assert!(close(&found[0], &expected[0], 1e-5), "{found:?} vs {expected:?}");
+    let text = fused.iter().map(gt_ir::text::print_instr).collect::<Vec<_>>().join("\n");
+    (fused, text)
+}
+
+#[test]
+fn softmax_is_one_kernel() {
+    let (fused, text) = fused_program(
+        "%x = randn f32[6, 33] seed=3
+         %m = max %x axes=[-1] keepdim
+         %s = sub %x, %m
+         %e = exp %s
+         %z = sum %e axes=[-1] keepdim
+         %y = div %e, %z",
+        "y",
+    );
+    assert_eq!(kernels(&fused), 1, "{text}");
+    snapshot("softmax", &text);
+}
+
+#[test]
+fn layer_norm_is_one_kernel() {
+    let (fused, text) = fused_program(
+        "%x = randn f32[4, 50] seed=4
+         %g = randn f32[50] seed=5
+         %mu = mean %x axes=[-1] keepdim
+         %d = sub %x, %mu
+         %sq = mul %d, %d
+         %var = mean %sq axes=[-1] keepdim
+         %ve = add %var, 1e-5
+         %r = rsqrt %ve
+         %n = mul %d, %r
+         %y = mul %n, %g",
+        "y",
+    );
+    // The randn inputs are their own kernels only because they are read broadcast.
+    assert!(kernels(&fused) <= 2, "{text}");
+    snapshot("layer_norm", &text);
+}
+
+#[test]
+fn gelu_is_one_kernel() {
+    let (fused, text) = fused_program(
+        "%x = randn f32[1000] seed=6
+         %x3 = pow %x, 3
+         %a = mul %x3, 0.044715
+         %b = add %x, %a
+         %c = mul %b, 0.7978845608
+         %t = tanh %c
+         %u = add %t, 1
+         %h = mul %x, 0.5
+         %y = mul %h, %u",
+        "y",
+    );
+    assert_eq!(kernels(&fused), 1, "{text}");
+    snapshot("gelu", &text);
+}
+
+#[test]
+fn linear_relu_is_one_matmul_with_its_epilogue() {
+    let (fused, text) = fused_program(
+        "%x = randn f32[8, 16] seed=7
+         %w = randn f32[16, 4] seed=8
+         %b = randn f32[4] seed=9
+         %p = matmul %x, %w
+         %q = add %p, %b
+         %y = relu %q",
+        "y",
+    );
+    // x, w and b are created in the region, then one matmul kernel with bias + relu.
+    let matmuls = fused
+        .iter()
+        .filter(|i| matches!(i, Instr::Fused { kernel, .. } if matches!(**kernel, gt_ir::kernel::Kernel::MatMul(_))))
+        .count();
+    assert_eq!(matmuls, 1, "{text}");
+    // Top-level lines are instructions; kernel bodies are indented.
+    let top: Vec<&str> = text.lines().filter(|l| !l.starts_with(' ')).collect();
+    assert!(!top.iter().any(|l| l.contains("= matmul") || l.contains("= relu") || l.contains("= add")), "{text}");
+    snapshot("linear_relu", &text);
+}
+
+#[test]
+fn live_values_are_written_and_dead_ones_never() {
+    // %e is read after the region (not freed): it must be materialised; %s dies inside.
+    let (instrs, names) = parse(
+        "%x = randn f32[4, 8] seed=1
+         %s = mul %x, 2
+         %e = exp %s
+         %y = add %e, 1",
+    );
+    let read = [names["e"], names["y"]];
+    let stream = with_frees(instrs, &read);
+    let (fused, pass) = fuse(&stream, FuseConfig::default());
+    let defined: Vec<ValueId> = fused.iter().flat_map(|i| i.results()).collect();
+    assert!(defined.contains(&names["e"]) && defined.contains(&names["y"]));
+    assert!(!defined.contains(&names["s"]), "{fused:?}");
+    assert!(pass.fuse_stats().elided >= 1);
+    assert_eq!(run(&fused, &read), run(&stream, &read));
+}
+
+#[test]
+fn views_become_strided_reads() {
+    // y = exp(transpose(x))[1:, ::2] + 1: no copy of the transpose or the slice.
+    let (fused, text) = fused_program(
+        "%x = randn f32[6, 5] seed=2
+         %t = transpose %x dim0=0 dim1=1
+         %s = slice %t [1:, ::2]
+         %e = exp %s
+         %y = add %e, 1",
+        "y",
+    );
+    assert_eq!(kernels(&fused), 2, "{text}");
+    assert!(!text.contains("transpose") && !text.contains("slice"), "{text}");
+}
