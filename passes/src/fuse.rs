@@ -193,10 +193,11 @@ impl StreamPass for Fuse {
                 out.keep(instr);
             }
             _ => {
-                // A value defined again (a script's loop body) or read then redefined would
-                // break the region's single-definition view: the region ends before it.
-                let redefines =
-                    instr.results().iter().any(|r| self.types.contains_key(r) || self.region_types.contains_key(r));
+                // A value defined twice in the region, or defined after the region read its
+                // old value (a script's loop body), would break the region's
+                // single-definition view: the region ends before it. (Redefining a live
+                // value the region never names is fine: the new one replaces it.)
+                let redefines = instr.results().iter().any(|r| self.region_types.contains_key(r));
                 if redefines {
                     self.release(out);
                 }

@@ -17,7 +17,8 @@ fn all_kernels() -> Vec<Kernel> {
     for path in files {
         let Ok(loaded) = load(&std::fs::read(&path).unwrap()) else { continue };
         // Scripts that fail on purpose still lowered everything before the failure.
-        let _ = run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true, ..RunOptions::default() });
+        let _ =
+            run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true, ..RunOptions::default() });
     }
     recorder.kernels
 }
