@@ -1,11 +1,12 @@
 //! Pass-pipeline overhead: time per instruction through the dispatcher's pipeline with every
 //! pass on versus none, on a 1,000,000-instruction stream, and hot-path detection's time per
-//! instruction at 10^4, 10^5 and 10^6 instructions (it must stay flat: linear in the stream).
+//! instruction at 10^4, 10^5 and 10^6 instructions (it must stay flat: linear in the stream),
+//! and the fuse pass's time per region.
 //! Run: `cargo bench --bench passes` (`GT_BENCH_QUICK=1`: 10^5 at most; `GT_BENCH_SAVE=1`
 //! writes `bench/results/passes-HOST.txt`).
 
-use gt::ir::{BinaryOp, Instr, Operand, ReduceOp, UnaryOp, ValueId};
-use gt::passes::{registry, PassOptions, Pipeline, KNOWN_PASSES};
+use gt::ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
+use gt::passes::{registry, Emit, Fuse, FuseConfig, PassOptions, Pipeline, StreamPass, KNOWN_PASSES};
 use std::fmt::Write as _;
 use std::time::Instant;
 
@@ -78,6 +79,70 @@ fn ns_per_instr(make: &dyn Fn() -> Pipeline, input: &[Instr], reps: usize) -> f6
     times[times.len() / 2]
 }
 
+/// The fuse pass's time per region (e-graph saturation and extraction plus partitioning):
+/// a 200-instruction elementwise region, a softmax, and each example script as one region.
+fn fuse_latency(report: &mut String, reps: usize) {
+    let _ = writeln!(report, "\n3. fuse pass per region (e-graph + partitioner), median ms");
+    let time = |stream: &[Instr]| -> (f64, u64) {
+        let mut times = Vec::new();
+        let mut kernels = 0;
+        for _ in 0..reps {
+            let mut pass = Fuse::new(FuseConfig::default());
+            let mut out = Emit::new("fuse");
+            let t = Instant::now();
+            for i in stream {
+                pass.run(i.clone(), &mut out);
+            }
+            pass.flush(&mut out);
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+            kernels = pass.fuse_stats().kernels;
+        }
+        times.sort_by(f64::total_cmp);
+        (times[times.len() / 2], kernels)
+    };
+    let v = ValueId;
+    // 200 elementwise ops over two inputs, each reading the previous result; only the last
+    // value lives on (the others are freed), as in a long fused expression.
+    let mut chain = vec![
+        Instr::Randn { dst: v(0), ty: TensorType::f32(vec![64, 64]), seed: 1 },
+        Instr::Randn { dst: v(1), ty: TensorType::f32(vec![64]), seed: 2 },
+    ];
+    let ops = [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Sub, BinaryOp::Maximum];
+    for k in 0..200u32 {
+        let (prev, dst) = (if k == 0 { v(0) } else { v(k + 1) }, v(k + 2));
+        chain.push(if k % 3 == 2 {
+            Instr::Unary { dst, op: [UnaryOp::Tanh, UnaryOp::Exp, UnaryOp::Neg][(k as usize / 3) % 3], src: prev }
+        } else {
+            let rhs = if k % 2 == 0 { Operand::Value(v(1)) } else { Operand::Scalar(0.5) };
+            Instr::Binary { dst, op: ops[k as usize % 4], lhs: Operand::Value(prev), rhs }
+        });
+        if k > 0 {
+            chain.push(Instr::Free { src: prev });
+        }
+    }
+    let (ms, kernels) = time(&chain);
+    let _ =
+        writeln!(report, "{:<34} {ms:>8.2} ms  {kernels} kernel(s)  (goal <= 50 ms)", "200 elementwise instructions");
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut files: Vec<_> = std::fs::read_dir(format!("{root}/examples"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.retain(|p: &std::path::PathBuf| p.extension().is_some_and(|e| e == "gtir"));
+    files.sort();
+    for path in files {
+        let Ok(program) =
+            std::fs::read_to_string(&path).map_err(|_| ()).and_then(|s| gt::ir::text::parse(&s).map_err(|_| ()))
+        else {
+            continue;
+        };
+        let stream: Vec<Instr> = program.instrs().into_iter().map(|(i, _)| i.clone()).collect();
+        let (ms, kernels) = time(&stream);
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let per = if kernels > 0 { ms / kernels as f64 } else { ms };
+        let _ = writeln!(report, "{name:<34} {ms:>8.2} ms  {kernels} kernel(s), {per:.3} ms per kernel");
+    }
+}
+
 fn main() {
     let quick = std::env::var("GT_BENCH_QUICK").is_ok_and(|v| v == "1") || !std::env::args().any(|a| a == "--bench");
     let big = if quick { 100_000 } else { 1_000_000 };
@@ -105,11 +170,13 @@ fn main() {
     let _ = writeln!(report, "\n2. hotpath alone, ns/instr by stream length (flat = linear)");
     let sizes: &[usize] = if quick { &[10_000, 100_000] } else { &[10_000, 100_000, 1_000_000] };
     let _ = writeln!(report, "{:<22} {}", "stream", sizes.iter().map(|n| format!("{n:>10}")).collect::<String>());
+    let hotpath = move || registry::pipeline(&["hotpath"], &options).expect("known");
     for (name, noise) in [("training loop", false), ("loop with noise 1/7", true)] {
         let row: String =
-            sizes.iter().map(|&n| format!("{:>10.1}", ns_per_instr(&all, &stream(n, noise), reps))).collect();
+            sizes.iter().map(|&n| format!("{:>10.1}", ns_per_instr(&hotpath, &stream(n, noise), reps))).collect();
         let _ = writeln!(report, "{name:<22} {row}");
     }
+    fuse_latency(&mut report, reps);
     print!("{report}");
     if std::env::var("GT_BENCH_SAVE").is_ok_and(|v| v == "1") {
         let path = format!("{}/bench/results/passes-{host}.txt", env!("CARGO_MANIFEST_DIR"));

@@ -1,6 +1,7 @@
 //! Diagnostic logging for the binaries: `tracing` to stderr, quiet by default. `GT_VERBOSE=1`
-//! shows start-up and connection messages (info); `GT_DEBUG_CLIENT`, `GT_DEBUG_DISPATCHER`
-//! and `GT_DEBUG_WORKER` turn on debug messages of that component; `RUST_LOG` (an
+//! shows start-up and connection messages (info); `GT_DEBUG_CLIENT`, `GT_DEBUG_DISPATCHER`,
+//! `GT_DEBUG_WORKER` and `GT_DEBUG_COMPILE` (the fuse pass's regions and the JIT's
+//! compiles, with their times) turn on debug messages of that component; `RUST_LOG` (an
 //! `EnvFilter` directive) overrides all of them. The instruction log is separate
 //! (`GT_INSTRUCTION_LOG`).
 
@@ -15,6 +16,7 @@ pub fn directive(default: &str, get: impl Fn(&str) -> Option<String>) -> String 
         ("GT_DEBUG_CLIENT", "gt::client"),
         ("GT_DEBUG_DISPATCHER", "gt::dispatcher"),
         ("GT_DEBUG_WORKER", "gt::worker"),
+        ("GT_DEBUG_COMPILE", "gt::compile"),
     ] {
         if on(var) {
             d.push_str(&format!(",{target}=debug"));
@@ -48,5 +50,6 @@ mod tests {
         assert_eq!(directive("error", |k| (k == "GT_VERBOSE").then(|| "1".into())), "info");
         assert_eq!(directive("warn", |k| (k == "GT_DEBUG_WORKER").then(|| "1".into())), "warn,gt::worker=debug");
         assert_eq!(directive("warn", |k| (k == "GT_DEBUG_WORKER").then(|| "0".into())), "warn");
+        assert_eq!(directive("error", |k| (k == "GT_DEBUG_COMPILE").then(|| "1".into())), "error,gt::compile=debug");
     }
 }

@@ -154,7 +154,8 @@ impl Fuse {
         }
         let start = std::time::Instant::now();
         self.stats.regions += 1;
-        self.stats.instructions_in += region.len() as u64;
+        let n_in = region.len();
+        self.stats.instructions_in += n_in as u64;
         let (instrs, stats) = build::Region::build(region, &types, self.config.fast_math, self.config.limits);
         let took = start.elapsed();
         self.stats.time += took;
@@ -166,6 +167,18 @@ impl Fuse {
         self.stats.egraph_nodes += stats.saturation.nodes as u64;
         self.stats.egraph_classes += stats.saturation.classes as u64;
         self.stats.egraph_iterations += stats.saturation.iterations as u64;
+        tracing::debug!(
+            target: "gt::compile",
+            "fuse: region of {} instructions -> {} ({} kernels, {} values never written); e-graph {} nodes, {} classes, {} iterations; {:.3} ms",
+            n_in,
+            instrs.len(),
+            stats.kernels,
+            stats.elided,
+            stats.saturation.nodes,
+            stats.saturation.classes,
+            stats.saturation.iterations,
+            took.as_secs_f64() * 1e3,
+        );
         for i in instrs {
             if matches!(i, Instr::Fused { .. }) {
                 out.inject(i);

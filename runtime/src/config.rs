@@ -49,6 +49,9 @@ pub struct EnvConfig {
     /// How GPU workers multiply f32 matrices (`GT_MATMUL_PRECISION`: `highest` = f32, the
     /// default; `high` = TF32 tensor cores), as PyTorch's `set_float32_matmul_precision`.
     pub matmul_precision: Precision,
+    /// Whether CPU workers compile `fused` kernels with Cranelift (`GT_JIT=0` evaluates them
+    /// with the kernel oracle instead, for debugging).
+    pub jit: bool,
 }
 
 impl Default for EnvConfig {
@@ -64,6 +67,7 @@ impl Default for EnvConfig {
             dump_passes: None,
             backend: BackendKind::Cpu,
             matmul_precision: Precision::F32,
+            jit: true,
         }
     }
 }
@@ -102,6 +106,7 @@ impl EnvConfig {
             Some(v) => Err(ConfigError { var, value: v.into(), expected: "expected 0 or 1".into() }),
         };
         c.monitor = flag("GT_MONITOR")?;
+        c.jit = get("GT_JIT").is_none_or(|v| v.trim().is_empty()) || flag("GT_JIT")?;
         c.matmul_precision = match get("GT_MATMUL_PRECISION").as_deref().map(str::trim) {
             None | Some("" | "highest") => Precision::F32,
             Some("high") => Precision::Tf32,

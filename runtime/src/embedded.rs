@@ -34,6 +34,8 @@ pub struct ClusterOptions {
     pub backend: BackendKind,
     /// How GPU workers multiply matrices.
     pub matmul_precision: Precision,
+    /// Whether CPU workers compile `fused` kernels (`GT_JIT`).
+    pub jit: bool,
 }
 
 impl ClusterOptions {
@@ -48,6 +50,7 @@ impl ClusterOptions {
             discovery_name: None,
             backend: BackendKind::Cpu,
             matmul_precision: Precision::F32,
+            jit: true,
         }
     }
 
@@ -71,6 +74,7 @@ impl ClusterOptions {
         self.instruction_log = env.instruction_log.clone();
         self.backend = env.backend;
         self.matmul_precision = env.matmul_precision;
+        self.jit = env.jit;
         let (passes, options, dump) = (env.passes.clone(), env.pass_options, env.dump_passes.clone());
         if !passes.is_empty() {
             self.dispatcher.pipeline = std::sync::Arc::new(move |client| {
@@ -142,7 +146,7 @@ impl Cluster {
         if options.workers > 0 && options.backend != BackendKind::Cpu {
             // A backend that cannot start (no GPU) is an error now, not workers that never
             // register.
-            drop(options.backend.start(0, options.matmul_precision)?);
+            drop(options.backend.start(0, options.matmul_precision, false)?);
         }
         let n = NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
@@ -191,6 +195,7 @@ impl Cluster {
             wo.max_message_bytes = options.dispatcher.max_message_bytes;
             wo.backend = options.backend;
             wo.matmul_precision = options.matmul_precision;
+            wo.jit = options.jit;
             let h = std::thread::Builder::new()
                 .name(format!("gt-worker-{i}"))
                 .spawn(move || {

@@ -31,6 +31,8 @@ pub struct WorkerOptions {
     pub backend: BackendKind,
     /// How a GPU backend multiplies matrices.
     pub matmul_precision: Precision,
+    /// Whether the CPU backend compiles `fused` kernels (`GT_JIT`, on by default).
+    pub jit: bool,
 }
 
 impl WorkerOptions {
@@ -43,6 +45,7 @@ impl WorkerOptions {
             register_timeout: Duration::from_secs(10),
             backend: BackendKind::Cpu,
             matmul_precision: Precision::F32,
+            jit: true,
         }
     }
 }
@@ -94,7 +97,7 @@ pub fn run_worker(
     options: &WorkerOptions,
 ) -> Result<(), WorkerError> {
     // The backend first: a worker that cannot execute should not register.
-    let mut backend = options.backend.start(options.max_tensor_bytes, options.matmul_precision)?;
+    let mut backend = options.backend.start(options.max_tensor_bytes, options.matmul_precision, options.jit)?;
     let sock = socket::dealer(ctx, endpoint)?;
     // Watch for the connection breaking before registering, so that no disconnect can
     // happen unseen once the dispatcher knows this worker.

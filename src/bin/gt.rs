@@ -104,6 +104,7 @@ fn worker(host: &str, port: u16, name: Option<String>, backend: BackendKind, wai
     options.register_timeout = std::time::Duration::from_secs(wait);
     options.backend = backend;
     options.matmul_precision = env.matmul_precision;
+    options.jit = env.jit;
     let ctx = gt::transport::zmq::Context::new();
     match run_worker(&ctx, &endpoint, &options) {
         Ok(()) => ExitCode::SUCCESS,

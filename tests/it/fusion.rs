@@ -59,6 +59,23 @@ fn snapshot(name: &str, text: &str) {
     settings.bind(|| insta::assert_snapshot!(format!("fuse__{name}"), text));
 }
 
+/// `snapshots/clif__NAME.snap`: the CLIF the CPU JIT makes of each kernel of the stream.
+fn clif_snapshot(name: &str, stream: &[Instr]) {
+    let text: Vec<String> = stream
+        .iter()
+        .filter_map(|i| match i {
+            Instr::Fused { dst, kernel, .. } => {
+                Some(format!("; %{}\n{}", dst.0, gt_runtime::backend::cpu::jit::clif(kernel).unwrap()))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path("../../snapshots");
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| insta::assert_snapshot!(format!("clif__{name}"), text.join("\n")));
+}
+
 fn kernels(stream: &[Instr]) -> usize {
     stream.iter().filter(|i| matches!(i, Instr::Fused { .. })).count()
 }
@@ -204,6 +221,7 @@ fn softmax_is_one_kernel() {
     );
     assert_eq!(kernels(&fused), 1, "{text}");
     snapshot("softmax", &text);
+    clif_snapshot("softmax", &fused);
 }
 
 #[test]
@@ -224,6 +242,7 @@ fn layer_norm_is_one_kernel() {
     // The randn inputs are their own kernels only because they are read broadcast.
     assert!(kernels(&fused) <= 2, "{text}");
     snapshot("layer_norm", &text);
+    clif_snapshot("layer_norm", &fused);
 }
 
 #[test]
@@ -242,6 +261,7 @@ fn gelu_is_one_kernel() {
     );
     assert_eq!(kernels(&fused), 1, "{text}");
     snapshot("gelu", &text);
+    clif_snapshot("gelu", &fused);
 }
 
 #[test]
@@ -265,6 +285,7 @@ fn linear_relu_is_one_matmul_with_its_epilogue() {
     let top: Vec<&str> = text.lines().filter(|l| !l.starts_with(' ')).collect();
     assert!(!top.iter().any(|l| l.contains("= matmul") || l.contains("= relu") || l.contains("= add")), "{text}");
     snapshot("linear_relu", &text);
+    clif_snapshot("linear_relu", &fused);
 }
 
 #[test]
@@ -299,4 +320,35 @@ fn views_become_strided_reads() {
     );
     assert_eq!(kernels(&fused), 2, "{text}");
     assert!(!text.contains("transpose") && !text.contains("slice"), "{text}");
+}
+
+#[test]
+fn a_fused_full_reduction_lowers_to_two_passes_with_the_same_sum() {
+    use gt_ir::kernel::lower::{lower, Step};
+    use gt_runtime::backend::cpu::kernels::KernelBackend;
+    use gt_runtime::backend::Backend;
+    // 2^18 elements: long enough for the two-pass split that GPUs use.
+    let (instrs, names) = parse(
+        "%x = randn f32[512, 512] seed=11
+         %i = arange f32 end=512
+         %e = exp %x
+         %m = mul %e, %i
+         %s = sum %m",
+    );
+    let read = [names["s"]];
+    let stream = with_frees(instrs, &read);
+    let (fused, _) = fuse(&stream, FuseConfig::default());
+    let last = fused.iter().rfind(|i| matches!(i, Instr::Fused { .. })).expect("a fused reduction");
+    let types: HashMap<ValueId, TensorType> =
+        [(names["x"], TensorType::f32(vec![512, 512])), (names["i"], TensorType::f32(vec![512]))].into();
+    let steps =
+        lower(last, &|v| types.get(&v).cloned().unwrap_or(TensorType::f32(vec![512, 512])), &[TensorType::f32(vec![])]);
+    assert!(matches!(steps[..], [Step::TwoPass { .. }]), "{steps:?}");
+    let mut backend = KernelBackend::new(1 << 30);
+    for i in &fused {
+        backend.execute(i).unwrap();
+    }
+    let found = backend.read(names["s"]).unwrap().data;
+    let expected = run(&stream, &read);
+    assert!(close(&found, &expected[0], 1e-5), "{found:?} vs {expected:?}");
 }

@@ -229,7 +229,17 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
         }
         Instr::Fused { ty: t, srcs, kernel, .. } => {
             if t.shape.numel() > 0 {
-                steps.push(Step::Launch { kernel: (**kernel).clone(), inputs: srcs.clone(), output: 0 });
+                match &**kernel {
+                    Kernel::Map(k) => match split_full_reduction(k) {
+                        Some((first, partials, second)) => {
+                            steps.push(Step::TwoPass { first, inputs: srcs.clone(), partials, second, output: 0 })
+                        }
+                        None => {
+                            steps.push(Step::Launch { kernel: (**kernel).clone(), inputs: srcs.clone(), output: 0 })
+                        }
+                    },
+                    k => steps.push(Step::Launch { kernel: k.clone(), inputs: srcs.clone(), output: 0 }),
+                }
             }
         }
         Instr::Free { .. } | Instr::GetData { .. } | Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {}
@@ -287,6 +297,58 @@ fn split_reduction(op: crate::ReduceOp, outputs: usize, reduced: usize) -> Optio
         reduce: Some(op),
     };
     Some((Kernel::Map(first), Kernel::Map(second)))
+}
+
+/// A fused kernel reducing everything it computes to one value, in two passes like
+/// [`split_reduction`]: its first long axis is cut into `P` blocks, each reduced into one of
+/// `P` partials (the same expression over `[.., P, len / P, ..]`, which keeps every linear
+/// index, so `iota` and `rand` are unchanged, and any input strides), then the partials'
+/// reduction. Not when something reduces within the row (that needs the whole row).
+fn split_full_reduction(k: &MapKernel) -> Option<(Kernel, usize, Kernel)> {
+    let op = k.reduce?;
+    let (outputs, n) = k.extents();
+    if outputs != 1 || n < SPLIT_ROW || k.nodes.iter().any(|node| matches!(node, Node::Reduce(..))) {
+        return None;
+    }
+    let a = k.shape.iter().position(|&d| d > 1)?;
+    let d = k.shape[a];
+    let p = (8..=1024.min(d)).rev().find(|p| d.is_multiple_of(*p) && n / p >= 1024)?;
+    let split = |v: &[usize]| -> Vec<usize> {
+        v[..a].iter().copied().chain([p, d / p]).chain(v[a + 1..].iter().copied()).collect()
+    };
+    let inputs = k
+        .inputs
+        .iter()
+        .map(|x| {
+            let s = x.strides[a];
+            let strides = x.strides[..a]
+                .iter()
+                .copied()
+                .chain([s * (d / p) as i64, s])
+                .chain(x.strides[a + 1..].iter().copied())
+                .collect();
+            Access { offset: x.offset, strides }
+        })
+        .collect();
+    let shape = split(&k.shape);
+    let rank = shape.len();
+    let first = MapKernel {
+        inputs,
+        nodes: k.nodes.clone(),
+        output: Access { offset: 0, strides: (0..rank).map(|i| i64::from(i == a)).collect() },
+        rows: (0..rank).filter(|&i| i != a).collect(),
+        reduce: Some(op),
+        shape,
+    };
+    let second = MapKernel {
+        shape: vec![1, p],
+        inputs: vec![Access::contiguous(&[1, p])],
+        nodes: vec![Node::Input(0)],
+        output: Access { offset: 0, strides: vec![1, 0] },
+        rows: vec![1],
+        reduce: Some(op),
+    };
+    Some((Kernel::Map(first), p, Kernel::Map(second)))
 }
 
 /// Collects a map kernel's inputs and leaf nodes from operands (scalars become constants).

@@ -434,8 +434,9 @@ impl<'a> Region<'a> {
                 let space = self.dims(src);
                 let kept: usize = (0..space.len()).filter(|a| !axes.contains(a)).map(|a| space[a]).product();
                 let row: usize = axes.iter().map(|&a| space[a]).product();
-                // A few long rows reduce faster as a separate two-pass reduction on GPUs.
-                if kept < 64 && row >= 1 << 16 {
+                // A few (but more than one) long rows reduce faster as a separate two-pass
+                // reduction on GPUs; a full reduction is split in two passes when lowered.
+                if kept > 1 && kept < 64 && row >= 1 << 16 {
                     return Ok(None);
                 }
                 let mut b = Builder::new(space.clone(), Some(axes.clone()));

@@ -83,11 +83,20 @@ impl BackendKind {
     }
 
     /// Starts a backend of this kind on the calling thread (a CUDA context is per thread).
-    /// `precision` is how a GPU multiplies matrices (the CPU always uses f32).
-    pub fn start(self, max_tensor_bytes: usize, precision: Precision) -> Result<Box<dyn Backend>, BackendError> {
+    /// `precision` is how a GPU multiplies matrices (the CPU always uses f32); `jit` runs
+    /// the CPU's `fused` kernels as machine code (else on the kernel oracle).
+    pub fn start(
+        self,
+        max_tensor_bytes: usize,
+        precision: Precision,
+        jit: bool,
+    ) -> Result<Box<dyn Backend>, BackendError> {
         let _ = precision;
         match self {
-            BackendKind::Cpu => Ok(Box::new(Interpreter::with_max_tensor_bytes(max_tensor_bytes))),
+            BackendKind::Cpu => {
+                let interp = Interpreter::with_max_tensor_bytes(max_tensor_bytes);
+                Ok(Box::new(if jit { interp.with_jit() } else { interp }))
+            }
             #[cfg(feature = "cuda")]
             BackendKind::Cuda => {
                 let mut b = cuda::CudaBackend::new(0, max_tensor_bytes)?;

@@ -1,5 +1,6 @@
 //! Pass dumps (`GT_DUMP_PASSES=dir`): each pass's output stream, one `.gtir` file per pass
-//! per client stream (`client-3.hotpath.gtir`), written as instructions flow.
+//! per client stream (`client-3.hotpath.gtir`), written as instructions flow; the CLIF the
+//! CPU JIT makes of each `fused` kernel goes next to it (`client-3.fuse.clif`).
 
 use gt_ir::text::print::print_instr;
 use gt_ir::Instr;
@@ -9,13 +10,35 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
-/// A hook that appends each pass's output to `dir/STREAM.PASS.gtir` (opened on first use;
-/// a write error is logged once and that file is dropped).
+/// A hook that appends each pass's output to `dir/STREAM.PASS.gtir`, and the CLIF of each
+/// `fused` kernel to `dir/STREAM.PASS.clif` (opened on first use; a write error is logged
+/// once and that file is dropped).
 pub fn hook(dir: PathBuf, stream: String) -> DumpHook {
-    let mut files: HashMap<&'static str, Option<BufWriter<File>>> = HashMap::new();
+    let mut files: HashMap<(&'static str, &'static str), Option<BufWriter<File>>> = HashMap::new();
     Box::new(move |pass: &'static str, instr: &Instr| {
-        let file = files.entry(pass).or_insert_with(|| {
-            let path = dir.join(format!("{stream}.{pass}.gtir"));
+        let mut text = vec![("gtir", print_instr(instr))];
+        if let Instr::Fused { dst, kernel, .. } = instr {
+            let clif = crate::backend::cpu::jit::clif(kernel).unwrap_or_else(|e| format!("; no CLIF: {e}"));
+            let header: String = format!("%{} = fused\n{kernel}", dst.0).lines().map(|l| format!("; {l}\n")).collect();
+            text.push(("clif", format!("{header}{clif}")));
+        }
+        for (ext, text) in text {
+            write(&mut files, &dir, &stream, pass, ext, &text);
+        }
+    })
+}
+
+fn write(
+    files: &mut HashMap<(&'static str, &'static str), Option<BufWriter<File>>>,
+    dir: &std::path::Path,
+    stream: &str,
+    pass: &'static str,
+    ext: &'static str,
+    text: &str,
+) {
+    {
+        let file = files.entry((pass, ext)).or_insert_with(|| {
+            let path = dir.join(format!("{stream}.{pass}.{ext}"));
             match File::create(&path) {
                 Ok(f) => {
                     let mut w = BufWriter::new(f);
@@ -29,10 +52,10 @@ pub fn hook(dir: PathBuf, stream: String) -> DumpHook {
             }
         });
         if let Some(w) = file {
-            if let Err(e) = writeln!(w, "{}", print_instr(instr)) {
+            if let Err(e) = writeln!(w, "{text}") {
                 tracing::error!(target: "gt::dispatcher", "pass dump of {stream} after {pass}: {e}");
                 *file = None;
             }
         }
-    })
+    }
 }

@@ -13,6 +13,7 @@
 //! their result.
 
 use crate::backend::checks;
+use crate::backend::cpu::jit::{Jit, JitError, JitStats};
 use crate::backend::cpu::random;
 use crate::RuntimeError;
 use gt_ir::verify::shape::{self, ResolvedSlice};
@@ -35,6 +36,9 @@ const ELEMENT_BYTES: usize = std::mem::size_of::<f32>();
 pub struct Interpreter {
     values: HashMap<ValueId, Tensor>,
     max_tensor_bytes: usize,
+    /// Runs `fused` kernels as machine code; without it they are evaluated by the kernel
+    /// oracle (`cpu::kernels`), which is the reference.
+    jit: Option<Box<Jit>>,
 }
 
 impl Interpreter {
@@ -48,7 +52,22 @@ impl Interpreter {
 
     /// An interpreter that refuses any single result larger than `max_tensor_bytes`.
     pub fn with_max_tensor_bytes(max_tensor_bytes: usize) -> Interpreter {
-        Interpreter { values: HashMap::new(), max_tensor_bytes }
+        Interpreter { values: HashMap::new(), max_tensor_bytes, jit: None }
+    }
+
+    /// The same interpreter running `fused` kernels through the Cranelift JIT (when the host
+    /// has a Cranelift backend; otherwise it keeps the oracle and says so in the log).
+    pub fn with_jit(mut self) -> Interpreter {
+        match Jit::new() {
+            Ok(jit) => self.jit = Some(Box::new(jit)),
+            Err(e) => tracing::warn!("fused kernels run on the kernel oracle: {e}"),
+        }
+        self
+    }
+
+    /// The JIT's compile counters, when it runs `fused` kernels.
+    pub fn jit_stats(&self) -> Option<JitStats> {
+        self.jit.as_ref().map(|j| j.stats())
     }
 
     /// The limit on one tensor's size, in bytes.
@@ -59,7 +78,39 @@ impl Interpreter {
     /// Runs one instruction. On error no value is defined, changed or freed.
     pub fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
-        let results = self.compute(&instr, &types)?;
+        let results = match (&*instr, &mut self.jit) {
+            (Instr::Fused { srcs, kernel, .. }, Some(jit)) => {
+                let op = instr.mnemonic();
+                let inputs = srcs
+                    .iter()
+                    .map(|&v| {
+                        Ok(self
+                            .values
+                            .get(&v)
+                            .ok_or(RuntimeError::Undefined { op, value: v })?
+                            .as_slice()
+                            .unwrap_or(&[]))
+                    })
+                    .collect::<Result<Vec<_>, RuntimeError>>()?;
+                let mut out = Tensor::zeros(types.first().map_or(&[][..], |t| t.shape.dims()));
+                let slice = out.as_slice_mut().unwrap_or(&mut []);
+                let kernel_error = |e: JitError| RuntimeError::Kernel { op, message: e.to_string() };
+                let took = jit.compile(kernel).map_err(kernel_error)?;
+                if !took.is_zero() {
+                    tracing::debug!(
+                        target: "gt::compile",
+                        "jit: compiled a {} kernel for {} in {:.3} ms ({} compiled so far)",
+                        kernel.kind(),
+                        types.first().map(|t| t.shape.clone()).unwrap_or_default(),
+                        took.as_secs_f64() * 1e3,
+                        jit.stats().compiled
+                    );
+                }
+                jit.run(kernel, &inputs, slice).map_err(kernel_error)?;
+                vec![out]
+            }
+            _ => self.compute(&instr, &types)?,
+        };
         if let Instr::Free { src } = &*instr {
             self.values.remove(src);
         }
@@ -203,6 +254,7 @@ impl fmt::Debug for Interpreter {
             .field("live_values", &self.live_values())
             .field("live_bytes", &self.live_bytes())
             .field("max_tensor_bytes", &self.max_tensor_bytes)
+            .field("jit", &self.jit)
             .finish()
     }
 }

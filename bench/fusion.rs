@@ -1,0 +1,272 @@
+//! Kernel fusion on the CPU: an 8-op elementwise chain (with `tanh` and `exp`) over 2^24
+//! f32 as one JIT-compiled kernel versus the interpreter running the 8 instructions one by
+//! one; the fused kernel's bandwidth versus a STREAM triad compiled by rustc; a row softmax
+//! of 4096 x 4096 as one kernel versus its 5 unfused instructions; compile latency per
+//! kernel; and PyTorch eager on one thread (`bench/fusion_torch.py`) when installed. One
+//! thread throughout, medians of several runs.
+//! Run: `cargo bench --bench fusion` (`GT_BENCH_QUICK=1`: 2^16 elements, 256 x 256;
+//! `GT_BENCH_SAVE=1` writes `bench/results/fusion-vm.txt`).
+
+use gt_ir::kernel::{samples, Access, Kernel, MapKernel, Node};
+use gt_ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
+use gt_runtime::backend::cpu::jit::Jit;
+use gt_runtime::Interpreter;
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// Median wall time of `reps` runs of `f`, after one warm-up run.
+fn median(reps: usize, mut f: impl FnMut()) -> Duration {
+    f();
+    let mut times: Vec<Duration> = (0..reps)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The chain `relu(exp(tanh(x * 0.5 + 1) * y) - x) + y`: mul, add, tanh, mul, exp, sub, relu,
+/// add, as one kernel over inputs `x`, `y`.
+fn chain_kernel(n: usize) -> Kernel {
+    use Node::*;
+    Kernel::Map(MapKernel {
+        shape: vec![n],
+        inputs: vec![Access::contiguous(&[n]); 2],
+        nodes: vec![
+            Input(0),
+            Node::constant(0.5),
+            Binary(BinaryOp::Mul, 0, 1),
+            Node::constant(1.0),
+            Binary(BinaryOp::Add, 2, 3),
+            Unary(UnaryOp::Tanh, 4),
+            Input(1),
+            Binary(BinaryOp::Mul, 5, 6),
+            Unary(UnaryOp::Exp, 7),
+            Binary(BinaryOp::Sub, 8, 0),
+            Unary(UnaryOp::Relu, 9),
+            Binary(BinaryOp::Add, 10, 6),
+        ],
+        output: Access::contiguous(&[n]),
+        rows: vec![],
+        reduce: None,
+    })
+}
+
+/// The same chain as 8 instructions on values 0 (`x`) and 1 (`y`); the result is value 10.
+fn chain_instrs() -> Vec<Instr> {
+    let v = ValueId;
+    let val = |i: u32| Operand::Value(v(i));
+    let bin = |dst: u32, op: BinaryOp, a: u32, b: Operand| Instr::Binary { dst: v(dst), op, lhs: val(a), rhs: b };
+    let un = |dst: u32, op: UnaryOp, src: u32| Instr::Unary { dst: v(dst), op, src: v(src) };
+    vec![
+        bin(3, BinaryOp::Mul, 0, Operand::Scalar(0.5)),
+        bin(4, BinaryOp::Add, 3, Operand::Scalar(1.0)),
+        un(5, UnaryOp::Tanh, 4),
+        bin(6, BinaryOp::Mul, 5, val(1)),
+        un(7, UnaryOp::Exp, 6),
+        bin(8, BinaryOp::Sub, 7, val(0)),
+        un(9, UnaryOp::Relu, 8),
+        bin(10, BinaryOp::Add, 9, val(1)),
+    ]
+}
+
+/// The unfused softmax over the last axis of value 0; the result is value 5.
+fn softmax_instrs() -> Vec<Instr> {
+    let v = ValueId;
+    let red = |dst: u32, op: ReduceOp, src: u32| Instr::Reduce {
+        dst: v(dst),
+        op,
+        src: v(src),
+        axes: Some(vec![-1]),
+        keepdim: true,
+    };
+    let bin = |dst: u32, op: BinaryOp, a: u32, b: u32| Instr::Binary {
+        dst: v(dst),
+        op,
+        lhs: Operand::Value(v(a)),
+        rhs: Operand::Value(v(b)),
+    };
+    vec![
+        red(1, ReduceOp::Max, 0),
+        bin(2, BinaryOp::Sub, 0, 1),
+        Instr::Unary { dst: v(3), op: UnaryOp::Exp, src: v(2) },
+        red(4, ReduceOp::Sum, 3),
+        bin(5, BinaryOp::Div, 3, 4),
+    ]
+}
+
+/// `a[i] = b[i] + s * c[i]`, what rustc makes of the STREAM triad.
+#[inline(never)]
+fn triad(a: &mut [f32], b: &[f32], c: &[f32], s: f32) {
+    for ((a, &b), &c) in a.iter_mut().zip(b).zip(c) {
+        *a = b + s * c;
+    }
+}
+
+/// Largest `|a - b| / max(1, |b|)`.
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(&x, &y)| (x - y).abs() / y.abs().max(1.0)).fold(0.0, f32::max)
+}
+
+/// PyTorch's timings (`name -> ms`) or why there are none.
+fn torch(quick: bool) -> Result<Vec<(String, f64)>, String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/fusion_torch.py");
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(script);
+    if quick {
+        cmd.arg("quick");
+    }
+    let out = cmd.output().map_err(|e| format!("python3 not runnable: {e}"))?;
+    if out.status.code() == Some(3) {
+        return Err("torch is not installed (python3 -c 'import torch' fails)".into());
+    }
+    if !out.status.success() {
+        return Err(format!("fusion_torch.py failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' ').and_then(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?))))
+        .collect())
+}
+
+fn main() {
+    let quick = std::env::var("GT_BENCH_QUICK").is_ok_and(|v| v == "1") || !std::env::args().any(|a| a == "--bench");
+    let n: usize = if quick { 1 << 16 } else { 1 << 24 };
+    let side: usize = if quick { 256 } else { 4096 };
+    let reps = if quick { 3 } else { 7 };
+    let mut report = String::new();
+    let _ = writeln!(report, "gt fusion benchmark (CPU JIT, Cranelift, one thread): median of {reps} runs");
+
+    // Inputs, made by the interpreter's own RNG.
+    let mut it = Interpreter::new();
+    let randn =
+        |dst: u32, dims: Vec<usize>, seed: u64| Instr::Randn { dst: ValueId(dst), ty: TensorType::f32(dims), seed };
+    it.execute(&randn(0, vec![n], 1)).expect("randn");
+    it.execute(&randn(1, vec![n], 2)).expect("randn");
+    let x = it.read(ValueId(0)).expect("x").data;
+    let y = it.read(ValueId(1)).expect("y").data;
+
+    // 1. The chain, fused versus one instruction at a time.
+    let mut jit = Jit::new().expect("a Cranelift backend for this host");
+    let chain = chain_kernel(n);
+    let mut out = vec![0.0f32; n];
+    let fused = median(reps, || jit.run(&chain, &[&x, &y], &mut out).expect("chain runs"));
+    let instrs = chain_instrs();
+    let unfused = median(reps, || {
+        for i in &instrs {
+            it.execute(i).expect("interpreted");
+        }
+    });
+    let want = it.read(ValueId(10)).expect("result").data;
+    let bytes = (3 * 4 * n) as f64;
+    let _ = writeln!(report, "\n1. 8-op chain relu(exp(tanh(x*0.5+1)*y)-x)+y over {n} f32");
+    let _ = writeln!(report, "{:<34} {:>10} {:>10}", "", "ms", "GB/s");
+    let _ = writeln!(
+        report,
+        "{:<34} {:>10.2} {:>10.2}",
+        "interpreter, 8 instructions",
+        ms(unfused),
+        bytes / unfused.as_secs_f64() / 1e9
+    );
+    let _ = writeln!(
+        report,
+        "{:<34} {:>10.2} {:>10.2}",
+        "JIT, one fused kernel",
+        ms(fused),
+        bytes / fused.as_secs_f64() / 1e9
+    );
+    let _ = writeln!(
+        report,
+        "speedup {:.1}x (goal >= 5x); max relative difference {:.1e}",
+        unfused.as_secs_f64() / fused.as_secs_f64(),
+        max_diff(&out, &want)
+    );
+
+    // 2. Bandwidth against the STREAM triad (2 reads + 1 write per element, as the chain).
+    let mut a = vec![0.0f32; n];
+    let triad_t = median(reps, || triad(black_box(&mut a), black_box(&x), black_box(&y), black_box(3.0)));
+    let triad_bw = bytes / triad_t.as_secs_f64() / 1e9;
+    let fused_bw = bytes / fused.as_secs_f64() / 1e9;
+    let _ = writeln!(report, "\n2. effective bandwidth (bytes read + written / time)");
+    let _ = writeln!(report, "{:<34} {:>10.2} ms {:>8.2} GB/s", "STREAM triad (rustc)", ms(triad_t), triad_bw);
+    let _ = writeln!(report, "{:<34} {:>10.2} ms {:>8.2} GB/s", "fused chain (JIT)", ms(fused), fused_bw);
+    let _ = writeln!(report, "fused chain at {:.0}% of triad bandwidth (goal >= 70%)", 100.0 * fused_bw / triad_bw);
+
+    // 3. Softmax over rows, one kernel versus five instructions.
+    it.execute(&Instr::Free { src: ValueId(0) }).expect("free");
+    it.execute(&randn(0, vec![side, side], 3)).expect("randn");
+    let s = it.read(ValueId(0)).expect("s").data;
+    let softmax = samples::softmax(&[side, side]);
+    let mut sout = vec![0.0f32; side * side];
+    let fused_s = median(reps, || jit.run(&softmax, &[&s], &mut sout).expect("softmax runs"));
+    let sm = softmax_instrs();
+    let unfused_s = median(reps, || {
+        for i in &sm {
+            it.execute(i).expect("interpreted");
+        }
+    });
+    let want = it.read(ValueId(5)).expect("softmax").data;
+    let _ = writeln!(report, "\n3. softmax over the rows of {side} x {side}");
+    let _ = writeln!(report, "{:<34} {:>10.2} ms", "interpreter, 5 instructions", ms(unfused_s));
+    let _ = writeln!(report, "{:<34} {:>10.2} ms", "JIT, one row kernel", ms(fused_s));
+    let _ = writeln!(
+        report,
+        "speedup {:.1}x (goal >= 3x); max relative difference {:.1e}",
+        unfused_s.as_secs_f64() / fused_s.as_secs_f64(),
+        max_diff(&sout, &want)
+    );
+
+    // 4. Compile latency: each kernel in a fresh JIT (nothing cached).
+    let kernels: Vec<(&str, Kernel)> = vec![
+        ("chain (8 ops, tanh, exp)", chain_kernel(n)),
+        ("softmax", samples::softmax(&[side, side])),
+        ("layer_norm", samples::layer_norm(&[side, side], 1e-5)),
+        ("gelu", samples::gelu(&[side, side])),
+        ("linear_relu (epilogue)", samples::linear_relu(64, 64, 64)),
+    ];
+    let _ = writeln!(report, "\n4. compile latency (fresh JIT per compile)");
+    let mut all = Vec::new();
+    for (name, k) in &kernels {
+        let mut c: Vec<Duration> = (0..reps).map(|_| Jit::new().expect("jit").compile(k).expect("compiles")).collect();
+        c.sort();
+        all.push(c[c.len() / 2]);
+        let _ = writeln!(report, "{name:<34} {:>10.2} ms", ms(c[c.len() / 2]));
+    }
+    all.sort();
+    let _ = writeln!(report, "median over these kernels: {:.2} ms", ms(all[all.len() / 2]));
+
+    // 5. PyTorch eager, one thread.
+    let _ = writeln!(report, "\n5. PyTorch eager CPU, torch.set_num_threads(1)");
+    match torch(quick) {
+        Ok(rows) => {
+            for (name, t) in rows {
+                let ours = if name == "chain" { ms(fused) } else { ms(fused_s) };
+                let _ = writeln!(
+                    report,
+                    "{:<34} {:>10.2} ms (gt JIT {:.2} ms: {:.1}x)",
+                    format!("torch {name}"),
+                    t,
+                    ours,
+                    t / ours
+                );
+            }
+        }
+        Err(why) => {
+            let _ = writeln!(report, "skipped: {why}");
+        }
+    }
+    print!("{report}");
+    if std::env::var("GT_BENCH_SAVE").is_ok_and(|v| v == "1") {
+        let path = format!("{}/bench/results/fusion-vm.txt", env!("CARGO_MANIFEST_DIR"));
+        std::fs::write(&path, &report).expect("bench/results is writable");
+        println!("saved to {path}");
+    }
+}

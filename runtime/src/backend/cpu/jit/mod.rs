@@ -1,0 +1,325 @@
+//! The CPU JIT: kernels of the kernel IR ([`gt_ir::kernel`]) compiled to machine code by
+//! Cranelift and run on host buffers. [`Jit::run`] computes what the oracle
+//! ([`super::kernels::run`]) computes, many times faster: a fused map is one pass over
+//! memory, vectorised four lanes wide, where the interpreter materialises every node.
+//!
+//! - Map kernels (plain, with in-row reductions, or ending in a reduction) become one
+//!   function each (`codegen.rs`; the loop structure is documented there).
+//! - Matmul kernels run `matrixmultiply::sgemm` per batch index into the contiguous
+//!   output, then a compiled map applies the epilogue in place. `Precision::Tf32` is f32
+//!   here (the oracle's products).
+//! - Compiled code is cached by the kernel value itself (shapes, strides and expression
+//!   are constants in the code), one [`JITModule`] holding every function.
+//!
+//! # Numerics
+//!
+//! Bit-for-bit the oracle: `add sub mul div sqrt rsqrt neg abs relu maximum minimum`,
+//! comparisons, `where`, `iota`, `rand`, `randn`, `pow` (the same `powf`), and matmul
+//! products (the same `sgemm`). Within 2 ulp (relative error < 2.4e-7 on normal
+//! results; see `math.rs`): `exp log tanh sigmoid`, which are polynomial approximations
+//! evaluated in SIMD lanes rather than libm calls. Sums and means accumulate in `f64` like
+//! the oracle, in another order, so they usually round to the same `f32` and otherwise
+//! differ by an ulp; max/min are exact (NaN propagates; which zero wins a tie between
+//! `-0` and `+0` may differ). Empty rows give the oracle's values (sum 0, mean NaN, max
+//! `-inf`, min `+inf`).
+//!
+//! # Safety
+//!
+//! Generated code does no bounds checks of its own. [`Jit::run`] calls
+//! [`Kernel::check_bounds`] with the real buffer lengths before every call, and the code
+//! only touches elements that check covers (empty loops touch nothing), so no call reads
+//! or writes outside the slices it is given. Everything `unsafe` is in this file.
+
+mod codegen;
+mod math;
+#[cfg(test)]
+mod tests;
+
+use super::random;
+use codegen::{epilogue_map, map_function, Shim, Target};
+use cranelift_codegen::ir::UserFuncName;
+use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{Linkage, Module};
+use gt_ir::kernel::{validate, Kernel, MapKernel, MatMulKernel};
+use std::collections::HashMap;
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::time::{Duration, Instant};
+
+/// Why a kernel could not be compiled or run.
+#[derive(Debug, thiserror::Error)]
+pub enum JitError {
+    /// The host has no Cranelift backend, or refused its settings.
+    #[error("jit: unsupported host: {0}")]
+    Isa(String),
+    /// A malformed kernel (see [`gt_ir::kernel::validate`]).
+    #[error("jit: malformed kernel: {0}")]
+    Invalid(String),
+    /// The buffers do not fit the kernel (or the kernel is malformed).
+    #[error("jit: {0}")]
+    Bounds(String),
+    /// Cranelift refused the generated code: a bug in the generator.
+    #[error("jit: code generation failed: {0}")]
+    Codegen(String),
+}
+
+/// Counters of the compile cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct JitStats {
+    /// Kernels compiled.
+    pub compiled: u64,
+    /// Lookups that found the kernel compiled already.
+    pub cache_hits: u64,
+    /// Total time spent compiling.
+    pub compile_time: Duration,
+}
+
+/// A compiled map: `f(inputs, out)` with `inputs` pointing at one base pointer per input.
+type KernelFn = unsafe extern "C" fn(*const *const f32, *mut f32);
+
+/// The code of one kernel.
+#[derive(Debug, Clone, Copy)]
+enum Compiled {
+    Map(KernelFn),
+    /// The epilogue map, if any.
+    MatMul(Option<KernelFn>),
+}
+
+/// Compiles kernels on first sight and runs them; see the module docs.
+pub struct Jit {
+    /// Taken only by `drop`, which frees the code with it.
+    module: ManuallyDrop<JITModule>,
+    target: Target,
+    cache: HashMap<Kernel, Compiled>,
+    stats: JitStats,
+}
+
+impl fmt::Debug for Jit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Jit").field("cached", &self.cache.len()).field("stats", &self.stats).finish()
+    }
+}
+
+extern "C" fn gt_jit_uniform(seed: u64, i: u64) -> f32 {
+    random::uniform(seed, i)
+}
+
+extern "C" fn gt_jit_normal(seed: u64, i: u64) -> f32 {
+    random::normal(seed, i)
+}
+
+extern "C" fn gt_jit_powf(x: f32, y: f32) -> f32 {
+    x.powf(y)
+}
+
+fn shim_address(shim: Shim) -> *const u8 {
+    match shim {
+        Shim::Uniform => gt_jit_uniform as extern "C" fn(u64, u64) -> f32 as *const u8,
+        Shim::Normal => gt_jit_normal as extern "C" fn(u64, u64) -> f32 as *const u8,
+        Shim::Powf => gt_jit_powf as extern "C" fn(f32, f32) -> f32 as *const u8,
+    }
+}
+
+impl Jit {
+    /// A JIT for the host CPU (`opt_level=speed`; the CLIF verifier on in debug builds).
+    pub fn new() -> Result<Jit, JitError> {
+        let mut flags = settings::builder();
+        let verify = if cfg!(debug_assertions) { "true" } else { "false" };
+        for (name, value) in [
+            ("opt_level", "speed"),
+            ("is_pic", "false"),
+            ("use_colocated_libcalls", "false"),
+            ("enable_verifier", verify),
+        ] {
+            flags.set(name, value).map_err(|e| JitError::Isa(format!("{name}={value}: {e}")))?;
+        }
+        let isa = cranelift_native::builder()
+            .map_err(|e| JitError::Isa(e.to_string()))?
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| JitError::Isa(e.to_string()))?;
+        let target = Target { frontend: isa.frontend_config() };
+        let mut builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        for shim in Shim::ALL {
+            builder.symbol(shim.symbol(), shim_address(shim));
+        }
+        let mut module = JITModule::new(builder);
+        // Declared first and in order, so their function ids are the user names the
+        // generated code imports them by (`codegen::Shim`).
+        for shim in Shim::ALL {
+            let id = module
+                .declare_function(shim.symbol(), Linkage::Import, &shim.signature(target.frontend.default_call_conv))
+                .map_err(|e| JitError::Codegen(e.to_string()))?;
+            if id.as_u32() != shim as u32 {
+                return Err(JitError::Codegen(format!("shim {} got function id {}", shim.symbol(), id.as_u32())));
+            }
+        }
+        Ok(Jit { module: ManuallyDrop::new(module), target, cache: HashMap::new(), stats: JitStats::default() })
+    }
+
+    /// Checks bounds ([`Kernel::check_bounds`]), compiles on first sight (cached by the
+    /// kernel value), runs: `inputs` one buffer per kernel input, results into `out`.
+    pub fn run(&mut self, kernel: &Kernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), JitError> {
+        let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
+        kernel.check_bounds(&lens, out.len()).map_err(JitError::Bounds)?;
+        self.compile(kernel)?;
+        let compiled = *self.cache.get(kernel).ok_or_else(|| JitError::Codegen("the kernel left the cache".into()))?;
+        match (kernel, compiled) {
+            (Kernel::Map(_), Compiled::Map(f)) => {
+                let ptrs: Vec<*const f32> = inputs.iter().map(|b| b.as_ptr()).collect();
+                call(f, &ptrs, out.as_mut_ptr());
+            }
+            (Kernel::MatMul(k), Compiled::MatMul(epilogue)) => matmul(k, inputs, out, epilogue),
+            _ => return Err(JitError::Codegen("cached code of another kind of kernel".into())),
+        }
+        Ok(())
+    }
+
+    /// Compiles `kernel` into the cache without running it; the compile time (zero when it
+    /// was cached).
+    pub fn compile(&mut self, kernel: &Kernel) -> Result<Duration, JitError> {
+        if self.cache.contains_key(kernel) {
+            self.stats.cache_hits += 1;
+            return Ok(Duration::ZERO);
+        }
+        validate(kernel).map_err(JitError::Invalid)?;
+        let start = Instant::now();
+        let compiled = match kernel {
+            Kernel::Map(k) => Compiled::Map(self.define(k)?),
+            Kernel::MatMul(k) => Compiled::MatMul(epilogue_map(k).map(|m| self.define(&m)).transpose()?),
+        };
+        let took = start.elapsed();
+        self.stats.compiled += 1;
+        self.stats.compile_time += took;
+        self.cache.insert(kernel.clone(), compiled);
+        Ok(took)
+    }
+
+    /// Cache counters.
+    pub fn stats(&self) -> JitStats {
+        self.stats
+    }
+
+    /// Compiles one map into the module and returns its entry point.
+    #[allow(unsafe_code)]
+    fn define(&mut self, k: &MapKernel) -> Result<KernelFn, JitError> {
+        let codegen = |e: cranelift_module::ModuleError| JitError::Codegen(format!("{e:?}"));
+        let id = self.module.declare_anonymous_function(&self.target.kernel_signature()).map_err(codegen)?;
+        let mut ctx = self.module.make_context();
+        ctx.func = map_function(k, self.target, UserFuncName::user(0, id.as_u32()))?;
+        self.module.define_function(id, &mut ctx).map_err(codegen)?;
+        self.module.clear_context(&mut ctx);
+        self.module.finalize_definitions().map_err(codegen)?;
+        let code = self.module.get_finalized_function(id);
+        // SAFETY: `code` is the finalized (executable, never freed: the module lives as long
+        // as the cache) entry of a function defined with `kernel_signature`, i.e.
+        // `(ptr, ptr) -> ()` in the host's default calling convention, which is `extern "C"`.
+        Ok(unsafe { std::mem::transmute::<*const u8, KernelFn>(code) })
+    }
+}
+
+impl Drop for Jit {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: `drop` runs once, and this is the only place the module is taken.
+        let module = unsafe { ManuallyDrop::take(&mut self.module) };
+        // SAFETY: every pointer into the code is in `self.cache`, which is dropped with
+        // `self`, and no compiled function is running: `run` borrows `self` mutably.
+        unsafe { module.free_memory() };
+    }
+}
+
+/// Calls a compiled map.
+#[allow(unsafe_code)]
+fn call(f: KernelFn, inputs: &[*const f32], out: *mut f32) {
+    // SAFETY: the caller checked the kernel's bounds against these buffers (each input
+    // pointer is its slice's start, `out` the exclusive output slice's start), and the code
+    // reads and writes only elements inside those bounds; it keeps no pointer after returning.
+    unsafe { f(inputs.as_ptr(), out) }
+}
+
+/// A matmul kernel (bounds already checked): `sgemm` per batch index, then the epilogue.
+#[allow(unsafe_code)]
+fn matmul(k: &MatMulKernel, inputs: &[&[f32]], out: &mut [f32], epilogue: Option<KernelFn>) {
+    let count = k.batch_count();
+    if count == 0 || k.m == 0 || k.n == 0 {
+        return;
+    }
+    // With a non-empty batch, the bounds check guaranteed `count * m * n <= out.len()`.
+    let per = k.m * k.n;
+    let out = &mut out[..count * per];
+    if k.k == 0 {
+        // A sum of nothing.
+        out.fill(0.0);
+    } else {
+        let rank = k.batch.len();
+        let mut index = vec![0usize; rank];
+        for (b, c) in out.chunks_exact_mut(per).enumerate() {
+            let mut rest = b;
+            for (i, &d) in index.iter_mut().zip(&k.batch).rev() {
+                *i = rest % d;
+                rest /= d;
+            }
+            let at = |a: &gt_ir::kernel::Access| {
+                a.offset + index.iter().zip(&a.strides).map(|(&i, &s)| i as i64 * s).sum::<i64>()
+            };
+            let (lhs, rhs) = (inputs[0].as_ptr().wrapping_offset(at(&k.lhs) as isize), inputs[1].as_ptr());
+            let rhs = rhs.wrapping_offset(at(&k.rhs) as isize);
+            let (ls, rs) = (&k.lhs.strides[rank..], &k.rhs.strides[rank..]);
+            // SAFETY: the bounds check covered every element `lhs[b, i, l]` and `rhs[b, l, j]`
+            // (offset plus strides over [batch.., m, k] and [batch.., k, n]), which is exactly
+            // what sgemm reads from these base pointers and strides; `c` is an exclusive m x n
+            // row-major block, fully written (beta = 0 does not read it).
+            unsafe {
+                matrixmultiply::sgemm(
+                    k.m,
+                    k.k,
+                    k.n,
+                    1.0,
+                    lhs,
+                    ls[0] as isize,
+                    ls[1] as isize,
+                    rhs,
+                    rs[0] as isize,
+                    rs[1] as isize,
+                    0.0,
+                    c.as_mut_ptr(),
+                    k.n as isize,
+                    1,
+                );
+            }
+        }
+    }
+    if let Some(f) = epilogue {
+        // The product is the epilogue map's last input, read at the element it rewrites.
+        let product = out.as_mut_ptr();
+        let mut ptrs: Vec<*const f32> = inputs[2..].iter().map(|b| b.as_ptr()).collect();
+        ptrs.push(product);
+        call(f, &ptrs, product);
+    }
+}
+
+/// The CLIF the JIT generates for `kernel`, before optimisation: deterministic text for
+/// dumps and snapshots, printed for a 64-bit System V target whatever the host. A matmul
+/// prints its epilogue map (the product itself is `sgemm`).
+pub fn clif(kernel: &Kernel) -> Result<String, JitError> {
+    validate(kernel).map_err(JitError::Invalid)?;
+    let target = Target {
+        frontend: TargetFrontendConfig {
+            default_call_conv: CallConv::SystemV,
+            pointer_width: target_lexicon::PointerWidth::U64,
+            page_size_align_log2: 12,
+        },
+    };
+    match kernel {
+        Kernel::Map(k) => Ok(map_function(k, target, UserFuncName::testcase("map"))?.display().to_string()),
+        Kernel::MatMul(k) => match epilogue_map(k) {
+            None => Ok("; matmul: sgemm, no epilogue\n".into()),
+            Some(m) => {
+                let f = map_function(&m, target, UserFuncName::testcase("epilogue"))?;
+                Ok(format!("; matmul: sgemm, then this epilogue over the product (its last input)\n{}", f.display()))
+            }
+        },
+    }
+}

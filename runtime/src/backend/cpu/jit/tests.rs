@@ -1,0 +1,721 @@
+//! The JIT against the kernel oracle (`kernels::run`): every kernel the lowering makes of
+//! the run filetests and examples, the sample fused kernels at sizes with vector tails,
+//! strided/broadcast/backwards accesses, reductions over any axes, empty shapes, special
+//! values, the transcendental functions over wide ranges, and random expression DAGs.
+
+use super::*;
+use crate::backend::checks;
+use crate::backend::cpu::kernels;
+use crate::Interpreter;
+use gt_ir::kernel::lower::{lower, Step};
+use gt_ir::kernel::{samples, Access, Node};
+use gt_ir::{BinaryOp, ReduceOp, TypeError, UnaryOp};
+use proptest::prelude::*;
+
+/// How closely the JIT must match the oracle.
+#[derive(Debug, Clone, Copy)]
+enum Tol {
+    /// Same bits (any NaN equals any NaN).
+    Exact,
+    /// `|a - b| <= abs + rel * max(|a|, |b|)`; infinities and NaN must agree exactly, and
+    /// `-0 == +0`.
+    Close { rel: f32, abs: f32 },
+}
+
+fn agrees(want: f32, got: f32, tol: Tol) -> bool {
+    if want.is_nan() || got.is_nan() {
+        return want.is_nan() && got.is_nan();
+    }
+    match tol {
+        Tol::Exact => want.to_bits() == got.to_bits(),
+        Tol::Close { rel, abs } => {
+            want == got
+                || (want.is_finite() && got.is_finite() && (want - got).abs() <= abs + rel * want.abs().max(got.abs()))
+        }
+    }
+}
+
+/// A value no kernel computes, so elements a kernel does not write compare equal.
+const UNWRITTEN: f32 = -12345.625;
+
+/// Runs `kernel` on the oracle and the JIT; the first disagreement, if any.
+fn compare(jit: &mut Jit, kernel: &Kernel, inputs: &[&[f32]], len: usize, tol: Tol) -> Result<Vec<f32>, String> {
+    let mut want = vec![UNWRITTEN; len];
+    kernels::run(kernel, inputs, &mut want).map_err(|e| format!("oracle: {e}"))?;
+    let mut got = vec![UNWRITTEN; len];
+    jit.run(kernel, inputs, &mut got).map_err(|e| e.to_string())?;
+    for (i, (&w, &g)) in want.iter().zip(&got).enumerate() {
+        if !agrees(w, g, tol) {
+            return Err(format!(
+                "element {i}: oracle {w:e} ({:#x}), jit {g:e} ({:#x})\n{kernel}",
+                w.to_bits(),
+                g.to_bits()
+            ));
+        }
+    }
+    Ok(want)
+}
+
+#[track_caller]
+fn check(jit: &mut Jit, kernel: &Kernel, inputs: &[&[f32]], len: usize, tol: Tol) {
+    if let Err(e) = compare(jit, kernel, inputs, len, tol) {
+        panic!("{e}");
+    }
+}
+
+/// Deterministic pseudo-random values in `[lo, hi)`.
+fn values(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n as u64).map(|i| lo + (hi - lo) * random::uniform(seed, i)).collect()
+}
+
+fn is_transcendental(nodes: &[Node]) -> bool {
+    nodes.iter().any(|n| {
+        matches!(n, Node::Unary(UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid, _))
+            || matches!(n, Node::Reduce(..))
+    })
+}
+
+/// The tolerance a kernel is held to: exact unless it approximates or reduces.
+fn tolerance(kernel: &Kernel) -> Tol {
+    let (nodes, reduces) = match kernel {
+        Kernel::Map(k) => (&k.nodes[..], k.reduce.is_some()),
+        Kernel::MatMul(k) => (&k.epilogue[..], true),
+    };
+    if reduces || is_transcendental(nodes) {
+        Tol::Close { rel: 2e-6, abs: 1e-30 }
+    } else {
+        Tol::Exact
+    }
+}
+
+fn jit() -> Jit {
+    Jit::new().expect("the host has a Cranelift backend")
+}
+
+fn map(shape: &[usize], inputs: Vec<Access>, nodes: Vec<Node>, output: Access) -> Kernel {
+    Kernel::Map(MapKernel { shape: shape.to_vec(), inputs, nodes, output, rows: vec![], reduce: None })
+}
+
+#[test]
+fn every_lowered_instruction_of_the_scripts_matches_the_oracle() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for dir in ["tests/gtir/run", "examples"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+        files.extend(entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "gtir")));
+    }
+    files.sort();
+    let mut jit = jit();
+    let (mut kernels_checked, mut exact) = (0, 0);
+    for path in &files {
+        let Ok(src) = std::fs::read_to_string(path) else { continue };
+        let Ok(program) = gt_ir::text::parse(&src) else { continue };
+        let mut it = Interpreter::new();
+        for (instr, _) in program.instrs() {
+            let type_of = |v| it.read(v).map(|t| t.ty).map_err(|_| TypeError::UnknownValue(v));
+            if let Ok((prepared, types)) = checks::prepare(instr, &type_of, 1 << 30) {
+                let ty = |v| it.read(v).expect("operands are defined").ty;
+                let data = |v| it.read(v).expect("operands are defined").data;
+                for step in lower(&prepared, &ty, &types) {
+                    let context = |e: String| format!("{}: {}: {e}", path.display(), instr.mnemonic());
+                    match step {
+                        Step::Launch { kernel, inputs, output } => {
+                            let buffers: Vec<Vec<f32>> = inputs.iter().map(|&v| data(v)).collect();
+                            let refs: Vec<&[f32]> = buffers.iter().map(|b| &b[..]).collect();
+                            let tol = tolerance(&kernel);
+                            exact += usize::from(matches!(tol, Tol::Exact));
+                            let len = types[output].shape.numel();
+                            compare(&mut jit, &kernel, &refs, len, tol).map_err(context).unwrap();
+                            kernels_checked += 1;
+                        }
+                        Step::TwoPass { first, inputs, partials, second, output } => {
+                            let buffers: Vec<Vec<f32>> = inputs.iter().map(|&v| data(v)).collect();
+                            let refs: Vec<&[f32]> = buffers.iter().map(|b| &b[..]).collect();
+                            let temp =
+                                compare(&mut jit, &first, &refs, partials, tolerance(&first)).map_err(context).unwrap();
+                            let len = types[output].shape.numel();
+                            compare(&mut jit, &second, &[&temp], len, tolerance(&second)).map_err(context).unwrap();
+                            kernels_checked += 2;
+                        }
+                        Step::Upload { .. } => {}
+                    }
+                }
+            }
+            let _ = it.execute(instr);
+        }
+    }
+    assert!(files.len() > 20, "found {} scripts", files.len());
+    assert!(kernels_checked > 150 && exact > 50, "{kernels_checked} kernels checked, {exact} exactly");
+}
+
+#[test]
+fn sample_kernels_at_sizes_with_vector_tails() {
+    let mut jit = jit();
+    for n in [1, 3, 7, 33, 1000] {
+        for dims in [vec![n], vec![3, n], vec![2, 2, n]] {
+            let numel: usize = dims.iter().product();
+            let x = values(n as u64, numel, -8.0, 8.0);
+            check(&mut jit, &samples::softmax(&dims), &[&x], numel, Tol::Close { rel: 2e-6, abs: 1e-30 });
+            check(&mut jit, &samples::layer_norm(&dims, 1e-5), &[&x], numel, Tol::Close { rel: 1e-5, abs: 1e-6 });
+            // 1 + tanh cancels near -1: an absolute bound scaled by |x|.
+            check(&mut jit, &samples::gelu(&dims), &[&x], numel, Tol::Close { rel: 2e-6, abs: 8e-7 });
+        }
+        for (m, k) in [(1, 1), (3, n), (n, 5)] {
+            let (x, w, b) = (values(1, m * k, -1.0, 1.0), values(2, k * n, -1.0, 1.0), values(3, n, -1.0, 1.0));
+            check(&mut jit, &samples::linear_relu(m, k, n), &[&x, &w, &b], m * n, Tol::Exact);
+        }
+    }
+}
+
+#[test]
+fn strided_broadcast_and_backwards_accesses() {
+    let mut jit = jit();
+    let dims = [5, 9];
+    let a = values(1, 45, -3.0, 3.0);
+    let b = values(2, 9, -3.0, 3.0);
+    let c = values(3, 45, -3.0, 3.0);
+    use Node::*;
+    let nodes = vec![
+        Input(0),
+        Input(1),
+        Input(2),
+        Binary(BinaryOp::Mul, 0, 1),
+        Binary(BinaryOp::Sub, 3, 2),
+        Unary(UnaryOp::Tanh, 4),
+        Binary(BinaryOp::Maximum, 5, 0),
+    ];
+    let inputs = vec![
+        // Transposed.
+        Access { offset: 0, strides: vec![1, 5] },
+        // Broadcast along the rows.
+        Access { offset: 0, strides: vec![0, 1] },
+        // Both axes backwards.
+        Access { offset: 44, strides: vec![-9, -1] },
+    ];
+    let tol = Tol::Close { rel: 1e-6, abs: 0.0 };
+    for output in [Access::contiguous(&dims), Access { offset: 0, strides: vec![1, 5] }] {
+        let k = map(&dims, inputs.clone(), nodes.clone(), output);
+        check(&mut jit, &k, &[&a, &b, &c], 45, tol);
+    }
+    // A strided window of a larger buffer, every other element, written with a gap.
+    let big = values(4, 400, -3.0, 3.0);
+    let k = map(
+        &[3, 17],
+        vec![Access { offset: 7, strides: vec![40, 2] }],
+        vec![Input(0), Unary(UnaryOp::Exp, 0), Unary(UnaryOp::Neg, 1)],
+        Access { offset: 1, strides: vec![20, 1] },
+    );
+    check(&mut jit, &k, &[&big], 80, tol);
+    // A scalar broadcast everywhere and a constant-only kernel.
+    let k = map(&[4, 6], vec![Access { offset: 3, strides: vec![0, 0] }], vec![Input(0)], Access::contiguous(&[4, 6]));
+    check(&mut jit, &k, &[&b], 24, Tol::Exact);
+    let k = map(&[13], vec![], vec![Node::constant(2.5), Unary(UnaryOp::Sqrt, 0)], Access::contiguous(&[13]));
+    check(&mut jit, &k, &[], 13, Tol::Exact);
+}
+
+#[test]
+fn creation_nodes_match_bit_for_bit() {
+    let mut jit = jit();
+    for dims in [vec![37], vec![3, 5, 7]] {
+        let numel: usize = dims.iter().product();
+        for node in [
+            Node::Iota { start: (-2.5f64).to_bits(), step: 0.1f64.to_bits() },
+            Node::Rand { seed: 7 },
+            Node::Randn { seed: 8 },
+        ] {
+            let k = map(&dims, vec![], vec![node], Access::contiguous(&dims));
+            check(&mut jit, &k, &[], numel, Tol::Exact);
+        }
+    }
+}
+
+#[test]
+fn reductions_over_any_axes() {
+    let mut jit = jit();
+    let dims = [6, 9, 5];
+    let x = values(9, 270, -4.0, 4.0);
+    let tol = Tol::Close { rel: 1e-6, abs: 1e-9 };
+    for rows in [vec![0], vec![1], vec![2], vec![0, 2], vec![0, 1, 2], vec![1, 2]] {
+        let kept: Vec<usize> = (0..3).map(|a| if rows.contains(&a) { 1 } else { dims[a] }).collect();
+        for op in ReduceOp::ALL {
+            // A final reduction of exp(x) / 4.
+            let k = Kernel::Map(MapKernel {
+                shape: dims.to_vec(),
+                inputs: vec![Access::contiguous(&dims)],
+                nodes: vec![
+                    Node::Input(0),
+                    Node::Unary(UnaryOp::Exp, 0),
+                    Node::constant(0.25),
+                    Node::Binary(BinaryOp::Mul, 1, 2),
+                ],
+                output: Access::contiguous(&kept),
+                rows: rows.clone(),
+                reduce: Some(*op),
+            });
+            check(&mut jit, &k, &[&x], kept.iter().product(), tol);
+            // A mid-expression reduction: x - op(x) over the row, written everywhere.
+            let k = Kernel::Map(MapKernel {
+                shape: dims.to_vec(),
+                inputs: vec![Access::contiguous(&dims)],
+                nodes: vec![Node::Input(0), Node::Reduce(*op, 0), Node::Binary(BinaryOp::Sub, 0, 1)],
+                output: Access::contiguous(&dims),
+                rows: rows.clone(),
+                reduce: None,
+            });
+            check(&mut jit, &k, &[&x], 270, tol);
+        }
+    }
+    // A reduction of a reduction, and a transposed input.
+    let k = Kernel::Map(MapKernel {
+        shape: vec![7, 11],
+        inputs: vec![Access { offset: 0, strides: vec![1, 7] }],
+        nodes: vec![
+            Node::Input(0),
+            Node::Reduce(ReduceOp::Max, 0),
+            Node::Binary(BinaryOp::Sub, 0, 1),
+            Node::Reduce(ReduceOp::Mean, 2),
+            Node::Binary(BinaryOp::Mul, 3, 1),
+            Node::Binary(BinaryOp::Add, 4, 0),
+        ],
+        output: Access::contiguous(&[7, 11]),
+        rows: vec![1],
+        reduce: Some(ReduceOp::Sum),
+    });
+    let k = match k {
+        Kernel::Map(mut m) => {
+            m.output = Access { offset: 0, strides: vec![1, 0] };
+            Kernel::Map(m)
+        }
+        k => k,
+    };
+    check(&mut jit, &k, &[&x[..77]], 7, tol);
+}
+
+#[test]
+fn empty_shapes_and_empty_rows() {
+    let mut jit = jit();
+    for op in ReduceOp::ALL {
+        let k = Kernel::Map(MapKernel {
+            shape: vec![4, 0],
+            inputs: vec![Access::contiguous(&[4, 0])],
+            nodes: vec![Node::Input(0)],
+            output: Access::contiguous(&[4, 1]),
+            rows: vec![1],
+            reduce: Some(*op),
+        });
+        let want = check_values(&mut jit, &k, &[&[]], 4);
+        let expected = match op {
+            ReduceOp::Sum => -0.0,
+            ReduceOp::Mean => f32::NAN,
+            ReduceOp::Max => f32::NEG_INFINITY,
+            ReduceOp::Min => f32::INFINITY,
+        };
+        assert!(want.iter().all(|&w| agrees(expected, w, Tol::Exact)), "{op:?}: {want:?}");
+    }
+    // Nothing to iterate: nothing written, nothing read (the buffers are empty).
+    for dims in [vec![0], vec![3, 0, 2], vec![0, 5]] {
+        let k = map(
+            &dims,
+            vec![Access::contiguous(&dims)],
+            vec![Node::Input(0), Node::Unary(UnaryOp::Exp, 0)],
+            Access::contiguous(&dims),
+        );
+        check(&mut jit, &k, &[&[]], 0, Tol::Exact);
+    }
+    let k = samples::softmax(&[0, 8]);
+    check(&mut jit, &k, &[&[]], 0, Tol::Exact);
+}
+
+fn check_values(jit: &mut Jit, kernel: &Kernel, inputs: &[&[f32]], len: usize) -> Vec<f32> {
+    let mut got = vec![UNWRITTEN; len];
+    jit.run(kernel, inputs, &mut got).unwrap();
+    let want = compare(jit, kernel, inputs, len, Tol::Exact).unwrap();
+    assert!(want.iter().zip(&got).all(|(&w, &g)| agrees(w, g, Tol::Exact)));
+    got
+}
+
+/// Special values and neighbours of every threshold the approximations switch at.
+fn special_values() -> Vec<f32> {
+    let mut v = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        2.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::MIN_POSITIVE,
+        f32::MIN_POSITIVE / 2.0,
+        1e-45,
+        -1e-45,
+        1e-30,
+        f32::MAX,
+        f32::MIN,
+        f32::EPSILON,
+        0.625,
+        -0.625,
+        0.624_999_94,
+        88.72,
+        88.73,
+        89.0,
+        -87.3,
+        -103.0,
+        -103.97,
+        -104.0,
+        -110.0,
+        1e10,
+        -1e10,
+        std::f32::consts::FRAC_1_SQRT_2,
+        f32::from_bits(std::f32::consts::FRAC_1_SQRT_2.to_bits() - 1),
+        0.999_999_9,
+        1.000_000_1,
+    ];
+    v.extend((0..64).map(|i| i as f32 * 0.37 - 12.0));
+    v
+}
+
+#[test]
+fn every_op_on_special_values() {
+    let mut jit = jit();
+    let x = special_values();
+    let n = x.len();
+    // All pairs for binary ops, through two broadcast inputs.
+    let a: Vec<f32> = x.iter().flat_map(|&v| std::iter::repeat_n(v, n)).collect();
+    let b: Vec<f32> = x.iter().copied().cycle().take(n * n).collect();
+    let close = Tol::Close { rel: 5e-7, abs: 1e-44 };
+    for op in UnaryOp::ALL {
+        let k = map(
+            &[n],
+            vec![Access::contiguous(&[n])],
+            vec![Node::Input(0), Node::Unary(*op, 0)],
+            Access::contiguous(&[n]),
+        );
+        let tol = if is_transcendental(&[Node::Unary(*op, 0)]) { close } else { Tol::Exact };
+        check(&mut jit, &k, &[&x], n, tol);
+    }
+    for op in BinaryOp::ALL {
+        let k = map(
+            &[n, n],
+            vec![Access { offset: 0, strides: vec![1, 0] }, Access { offset: 0, strides: vec![0, 1] }],
+            vec![Node::Input(0), Node::Input(1), Node::Binary(*op, 0, 1)],
+            Access::contiguous(&[n, n]),
+        );
+        check(&mut jit, &k, &[&x, &x], n * n, Tol::Exact);
+        let k = map(
+            &[n * n],
+            vec![Access::contiguous(&[n * n]); 2],
+            vec![Node::Input(0), Node::Input(1), Node::Binary(*op, 0, 1)],
+            Access::contiguous(&[n * n]),
+        );
+        check(&mut jit, &k, &[&a, &b], n * n, Tol::Exact);
+    }
+    let k = map(
+        &[n * n],
+        vec![Access::contiguous(&[n * n]); 2],
+        vec![Node::Input(0), Node::Input(1), Node::Unary(UnaryOp::Neg, 1), Node::Select(0, 1, 2)],
+        Access::contiguous(&[n * n]),
+    );
+    check(&mut jit, &k, &[&a, &b], n * n, Tol::Exact);
+    // NaN-propagating max/min reductions.
+    for op in [ReduceOp::Max, ReduceOp::Min] {
+        let k = Kernel::Map(MapKernel {
+            shape: vec![n, n],
+            inputs: vec![Access::contiguous(&[n, n])],
+            nodes: vec![Node::Input(0)],
+            output: Access::contiguous(&[n, 1]),
+            rows: vec![1],
+            reduce: Some(op),
+        });
+        check(&mut jit, &k, &[&b], n, Tol::Close { rel: 0.0, abs: 0.0 });
+    }
+}
+
+/// Largest error in ulp of `f` (unary op `op`) against the oracle over `xs`, finite results.
+fn max_ulp(jit: &mut Jit, op: UnaryOp, xs: &[f32]) -> f64 {
+    let n = xs.len();
+    let k =
+        map(&[n], vec![Access::contiguous(&[n])], vec![Node::Input(0), Node::Unary(op, 0)], Access::contiguous(&[n]));
+    let mut want = vec![0.0; n];
+    kernels::run(&k, &[xs], &mut want).unwrap();
+    let mut got = vec![0.0; n];
+    jit.run(&k, &[xs], &mut got).unwrap();
+    let mut worst = 0.0f64;
+    for ((&x, &w), &g) in xs.iter().zip(&want).zip(&got) {
+        let same_class = if w.is_nan() { g.is_nan() } else { w.is_finite() || w == g };
+        assert!(same_class, "{op:?}({x:e}): oracle {w:e}, jit {g:e}");
+        if w.is_finite() && w.abs() >= f32::MIN_POSITIVE {
+            let ulp = (w.abs().next_up() - w.abs()) as f64;
+            worst = worst.max(f64::from((w - g).abs()) / ulp);
+        } else if w.is_finite() {
+            // Subnormal results: within one subnormal step (plus the relative error).
+            assert!((w - g).abs() <= 2e-45 + 1e-6 * w.abs(), "{op:?}({x:e}): oracle {w:e}, jit {g:e}");
+        }
+    }
+    worst
+}
+
+#[test]
+fn transcendental_functions_are_accurate_over_wide_ranges() {
+    let mut jit = jit();
+    let mut xs = special_values();
+    xs.extend(values(1, 20_000, -20.0, 20.0));
+    xs.extend(values(2, 20_000, -110.0, 90.0));
+    xs.extend(values(3, 10_000, -1.0, 1.0));
+    // Log-uniform magnitudes over the whole positive range, subnormals included.
+    xs.extend((0..20_000u64).map(|i| f32::from_bits(1 + (random::uniform(4, i) * 2_139_095_039.0) as u32)));
+    for op in [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sigmoid] {
+        let ulp = max_ulp(&mut jit, op, &xs);
+        println!("{op:?}: max error {ulp} ulp over {} values", xs.len());
+        assert!(ulp <= 2.0, "{op:?}: {ulp} ulp");
+    }
+}
+
+#[test]
+fn matmuls_with_batches_strides_and_epilogues() {
+    let mut jit = jit();
+    use Node::*;
+    // Batch [2, 3] with the lhs broadcast over the first batch axis and the rhs transposed.
+    let (m, n, k) = (5, 6, 7);
+    let lhs = values(1, 3 * m * k, -1.0, 1.0);
+    let rhs = values(2, 2 * 3 * n * k, -1.0, 1.0);
+    let bias = values(3, m, -1.0, 1.0);
+    let kernel = Kernel::MatMul(MatMulKernel {
+        batch: vec![2, 3],
+        m,
+        n,
+        k,
+        lhs: Access { offset: 0, strides: vec![0, (m * k) as i64, k as i64, 1] },
+        rhs: Access { offset: 0, strides: vec![(3 * n * k) as i64, (n * k) as i64, 1, k as i64] },
+        epilogue: vec![Acc, Input(0), Binary(BinaryOp::Mul, 0, 1), Unary(UnaryOp::Tanh, 2)],
+        epilogue_inputs: vec![Access { offset: 0, strides: vec![0, 0, 1, 0] }],
+        precision: Default::default(),
+    });
+    check(&mut jit, &kernel, &[&lhs, &rhs, &bias], 6 * m * n, Tol::Close { rel: 2e-6, abs: 1e-30 });
+    // No epilogue; k == 0; m == 0.
+    let Kernel::MatMul(base) = kernel else { unreachable!() };
+    let plain = MatMulKernel { epilogue: vec![], epilogue_inputs: vec![], ..base.clone() };
+    check(&mut jit, &Kernel::MatMul(plain), &[&lhs, &rhs], 6 * m * n, Tol::Exact);
+    let empty_k = MatMulKernel {
+        k: 0,
+        epilogue: vec![Acc, Node::constant(1.0), Binary(BinaryOp::Add, 0, 1)],
+        epilogue_inputs: vec![],
+        ..base.clone()
+    };
+    check(&mut jit, &Kernel::MatMul(empty_k), &[&[], &[]], 6 * m * n, Tol::Exact);
+    let empty_m = MatMulKernel { m: 0, epilogue_inputs: vec![], epilogue: vec![], ..base };
+    check(&mut jit, &Kernel::MatMul(empty_m), &[&[], &rhs], 0, Tol::Exact);
+}
+
+#[test]
+fn the_cache_compiles_each_kernel_once() {
+    let mut jit = jit();
+    let k = samples::softmax(&[4, 33]);
+    let x = values(1, 132, -1.0, 1.0);
+    let mut out = vec![0.0; 132];
+    assert!(jit.compile(&k).unwrap() > Duration::ZERO);
+    for _ in 0..3 {
+        jit.run(&k, &[&x], &mut out).unwrap();
+    }
+    assert_eq!(jit.compile(&k).unwrap(), Duration::ZERO);
+    let s = jit.stats();
+    assert_eq!((s.compiled, s.cache_hits), (1, 4));
+    // Another shape is another kernel.
+    jit.run(&samples::softmax(&[4, 34]), &[&values(1, 136, -1.0, 1.0)], &mut vec![0.0; 136]).unwrap();
+    assert_eq!(jit.stats().compiled, 2);
+    assert!(jit.stats().compile_time > Duration::ZERO);
+}
+
+#[test]
+fn bad_kernels_and_buffers_are_errors() {
+    let mut jit = jit();
+    let k = samples::softmax(&[4, 8]);
+    let mut out = vec![0.0; 32];
+    assert!(matches!(jit.run(&k, &[&[0.0; 31]], &mut out), Err(JitError::Bounds(e)) if e.contains("input 0")));
+    assert!(matches!(jit.run(&k, &[&[0.0; 32]], &mut out[..31]), Err(JitError::Bounds(_))));
+    assert!(matches!(jit.run(&k, &[], &mut out), Err(JitError::Bounds(_))));
+    let Kernel::Map(mut bad) = k.clone() else { unreachable!() };
+    bad.nodes.push(Node::Input(3));
+    let bad = Kernel::Map(bad);
+    assert!(matches!(jit.run(&bad, &[&[0.0; 32]], &mut out), Err(JitError::Bounds(_))));
+    assert!(matches!(jit.compile(&bad), Err(JitError::Invalid(_))));
+    assert!(clif(&bad).is_err());
+    let Kernel::Map(mut empty) = k else { unreachable!() };
+    empty.nodes.clear();
+    assert!(matches!(jit.compile(&Kernel::Map(empty)), Err(JitError::Invalid(_))));
+    assert_eq!(jit.stats().compiled, 0);
+    // Absurd sizes compile (or are refused) without panicking, and never run.
+    let absurd = map(
+        &[usize::MAX, 3, usize::MAX / 2],
+        vec![Access { offset: i64::MAX, strides: vec![i64::MAX, i64::MIN, 1] }],
+        vec![Node::Input(0), Node::Unary(UnaryOp::Exp, 0)],
+        Access { offset: 0, strides: vec![i64::MIN, 1, i64::MAX] },
+    );
+    let _ = jit.compile(&absurd);
+    assert!(matches!(jit.run(&absurd, &[&[1.0]], &mut out), Err(JitError::Bounds(_))));
+}
+
+#[test]
+fn clif_is_deterministic_and_vectorised() {
+    let k = samples::softmax(&[4, 33]);
+    let text = clif(&k).unwrap();
+    assert_eq!(text, clif(&k).unwrap());
+    assert!(text.contains("f32x4") && text.contains("f64x2"), "{text}");
+    let mm = clif(&samples::linear_relu(3, 4, 5)).unwrap();
+    assert!(mm.starts_with("; matmul") && mm.contains("function %epilogue"), "{mm}");
+    let strided = map(
+        &[3, 5],
+        vec![Access { offset: 0, strides: vec![1, 3] }],
+        vec![Node::Input(0)],
+        Access::contiguous(&[3, 5]),
+    );
+    assert!(!clif(&strided).unwrap().contains("f32x4"));
+}
+
+#[test]
+fn jit_is_send() {
+    fn send<T: Send>() {}
+    send::<Jit>();
+}
+
+/// A random kernel: `shape`, inputs as (buffer, access), nodes.
+#[derive(Debug, Clone)]
+struct Case {
+    shape: Vec<usize>,
+    inputs: Vec<(Vec<f32>, Access)>,
+    nodes: Vec<Node>,
+    output: Access,
+    out_len: usize,
+    rows: Vec<usize>,
+    reduce: Option<ReduceOp>,
+}
+
+/// An access over `shape` of a buffer holding the non-broadcast axes in the order `perm`,
+/// axes with `flip` walked backwards.
+fn layout(shape: &[usize], broadcast: &[bool], perm: &[usize], flip: &[bool]) -> (usize, Access) {
+    let dims: Vec<usize> = shape.iter().zip(broadcast).map(|(&d, &b)| if b { 1 } else { d }).collect();
+    let mut strides = vec![0i64; shape.len()];
+    let mut step = 1i64;
+    for &a in perm.iter().rev() {
+        strides[a] = if dims[a] == 1 { 0 } else { step };
+        step *= dims[a] as i64;
+    }
+    let mut offset = 0i64;
+    for a in 0..shape.len() {
+        if flip[a] && dims[a] > 1 {
+            offset += strides[a] * (dims[a] as i64 - 1);
+            strides[a] = -strides[a];
+        }
+    }
+    (dims.iter().product(), Access { offset, strides })
+}
+
+const POOL: [f32; 12] = [0.5, -1.5, 2.0, -3.0, 7.0, 0.25, -0.75, 1.0, f32::NAN, f32::INFINITY, 4.5, -2.5];
+
+fn case(transcendental: bool) -> impl Strategy<Value = Case> {
+    let shape = prop::collection::vec(prop_oneof![Just(1usize), 0usize..10], 1..=3);
+    (shape, any::<u64>(), prop::collection::vec(any::<(u8, u32, u32, u32)>(), 1..14), any::<(u8, u8, bool)>()).prop_map(
+        move |(shape, seed, ops, (rowbits, reduce, transposed))| {
+            let rank = shape.len();
+            let mut rng = seed;
+            let mut next = move || {
+                rng = random::splitmix64(rng);
+                rng
+            };
+            let n_inputs = 1 + (next() % 3) as usize;
+            let inputs = (0..n_inputs)
+                .map(|i| {
+                    let broadcast: Vec<bool> = (0..rank).map(|_| next() % 3 == 0).collect();
+                    let mut perm: Vec<usize> = (0..rank).collect();
+                    if next() % 2 == 0 {
+                        perm.reverse();
+                    }
+                    let flip: Vec<bool> = (0..rank).map(|_| next() % 4 == 0).collect();
+                    let (len, access) = layout(&shape, &broadcast, &perm, &flip);
+                    let data = (0..len)
+                        .map(|j| {
+                            let r = next();
+                            if transcendental {
+                                random::uniform(r, j as u64) * 6.0 - 3.0
+                            } else {
+                                POOL[(r % POOL.len() as u64) as usize] * if i == 0 { 1.0 } else { 0.5 }
+                            }
+                        })
+                        .collect();
+                    (data, access)
+                })
+                .collect::<Vec<_>>();
+            let rows: Vec<usize> =
+                if transcendental { vec![] } else { (0..rank).filter(|a| rowbits >> a & 1 == 1).collect() };
+            let mut nodes: Vec<Node> = (0..n_inputs as u32).map(Node::Input).collect();
+            for (kind, a, b, c) in ops {
+                let len = nodes.len() as u32;
+                let (a, b, c) = (a % len, b % len, c % len);
+                let node = if transcendental {
+                    let unary =
+                        [UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu];
+                    let binary = [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Maximum, BinaryOp::Minimum];
+                    match kind % 3 {
+                        0 => Node::Unary(unary[(kind / 3) as usize % unary.len()], a),
+                        1 => Node::Binary(binary[(kind / 3) as usize % binary.len()], a, b),
+                        _ => Node::constant(POOL[(kind / 3) as usize % 8]),
+                    }
+                } else {
+                    let unary = [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu, UnaryOp::Sqrt, UnaryOp::Rsqrt];
+                    match kind % 6 {
+                        0 => Node::Unary(unary[(kind / 6) as usize % unary.len()], a),
+                        1 | 2 => Node::Binary(BinaryOp::ALL[(kind / 6) as usize % BinaryOp::ALL.len()], a, b),
+                        3 => Node::Select(a, b, c),
+                        4 if !rows.is_empty() => Node::Reduce(ReduceOp::ALL[(kind / 6) as usize % 4], a),
+                        _ => Node::constant(POOL[(kind / 6) as usize % POOL.len()]),
+                    }
+                };
+                nodes.push(node);
+            }
+            let reduce = (!rows.is_empty() && reduce % 2 == 0).then(|| ReduceOp::ALL[(reduce / 2) as usize % 4]);
+            let out_dims: Vec<usize> = shape
+                .iter()
+                .enumerate()
+                .map(|(a, &d)| if reduce.is_some() && rows.contains(&a) { 1 } else { d })
+                .collect();
+            let perm: Vec<usize> = if transposed { (0..rank).rev().collect() } else { (0..rank).collect() };
+            let (out_len, output) = layout(&out_dims, &vec![false; rank], &perm, &vec![false; rank]);
+            Case { shape, inputs, nodes, output, out_len, rows, reduce }
+        },
+    )
+}
+
+fn run_case(c: &Case, tol: Tol) -> Result<(), TestCaseError> {
+    let kernel = Kernel::Map(MapKernel {
+        shape: c.shape.clone(),
+        inputs: c.inputs.iter().map(|(_, a)| a.clone()).collect(),
+        nodes: c.nodes.clone(),
+        output: c.output.clone(),
+        rows: c.rows.clone(),
+        reduce: c.reduce,
+    });
+    let refs: Vec<&[f32]> = c.inputs.iter().map(|(d, _)| &d[..]).collect();
+    let mut jit = jit();
+    compare(&mut jit, &kernel, &refs, c.out_len, tol).map_err(TestCaseError::fail)?;
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Exact ops (and row reductions, which accumulate in f64 like the oracle) over random
+    /// broadcasting, transposed and backwards layouts: the oracle's bits.
+    #[test]
+    fn random_exact_dags_match_the_oracle(c in case(false)) {
+        run_case(&c, Tol::Close { rel: 0.0, abs: 0.0 })?;
+    }
+
+    /// With `exp`/`tanh`/`sigmoid` in the chain: within a loose bound (errors compound).
+    #[test]
+    fn random_transcendental_dags_match_the_oracle(c in case(true)) {
+        run_case(&c, Tol::Close { rel: 1e-4, abs: 1e-5 })?;
+    }
+}
