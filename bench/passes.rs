@@ -7,6 +7,7 @@
 
 use gt::ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
 use gt::passes::{registry, Emit, Fuse, FuseConfig, PassOptions, Pipeline, StreamPass, KNOWN_PASSES};
+use gt_runtime::backend::cpu::jit::Jit;
 use std::fmt::Write as _;
 use std::time::Instant;
 
@@ -83,9 +84,10 @@ fn ns_per_instr(make: &dyn Fn() -> Pipeline, input: &[Instr], reps: usize) -> f6
 /// a 200-instruction elementwise region, a softmax, and each example script as one region.
 fn fuse_latency(report: &mut String, reps: usize) {
     let _ = writeln!(report, "\n3. fuse pass per region (e-graph + partitioner), median ms");
-    let time = |stream: &[Instr]| -> (f64, u64) {
+    // Median fuse time, the kernels made, and the median Cranelift compile time per kernel.
+    let time = |stream: &[Instr]| -> (f64, u64, f64) {
         let mut times = Vec::new();
-        let mut kernels = 0;
+        let mut kernels = Vec::new();
         for _ in 0..reps {
             let mut pass = Fuse::new(FuseConfig::default());
             let mut out = Emit::new("fuse");
@@ -95,10 +97,20 @@ fn fuse_latency(report: &mut String, reps: usize) {
             }
             pass.flush(&mut out);
             times.push(t.elapsed().as_secs_f64() * 1e3);
-            kernels = pass.fuse_stats().kernels;
+            kernels = out
+                .into_items()
+                .into_iter()
+                .filter_map(|(i, _)| if let Instr::Fused { kernel, .. } = i { Some(*kernel) } else { None })
+                .collect();
         }
         times.sort_by(f64::total_cmp);
-        (times[times.len() / 2], kernels)
+        let mut compiles: Vec<f64> = kernels
+            .iter()
+            .map(|k| Jit::new().expect("a JIT for this host").compile(k).expect("compiles").as_secs_f64() * 1e3)
+            .collect();
+        compiles.sort_by(f64::total_cmp);
+        let compile = compiles.get(compiles.len() / 2).copied().unwrap_or(0.0);
+        (times[times.len() / 2], kernels.len() as u64, compile)
     };
     let v = ValueId;
     // 200 elementwise ops over two inputs, each reading the previous result; only the last
@@ -136,10 +148,14 @@ fn fuse_latency(report: &mut String, reps: usize) {
             continue;
         };
         let stream: Vec<Instr> = program.instrs().into_iter().map(|(i, _)| i.clone()).collect();
-        let (ms, kernels) = time(&stream);
+        let (ms, kernels, compile) = time(&stream);
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let per = if kernels > 0 { ms / kernels as f64 } else { ms };
-        let _ = writeln!(report, "{name:<34} {ms:>8.2} ms  {kernels} kernel(s), {per:.3} ms per kernel");
+        let _ = writeln!(
+            report,
+            "{name:<34} {ms:>8.2} ms  {kernels:>3} kernel(s): {per:.3} ms e-graph + {compile:.3} ms compile = {:.3} ms per kernel",
+            per + compile
+        );
     }
 }
 

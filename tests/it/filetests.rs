@@ -54,6 +54,19 @@ fn filetests() {
 /// For every run filetest: the instruction stream after each pass, as an insta snapshot
 /// (`snapshots/passes__run__NAME__PASS.snap`). The stream is recorded while the script runs
 /// on the interpreter, then replayed through the passes exactly as `gt-run --dump-after` does.
+/// The CLIF of every `fused` instruction of a dumped stream, in order.
+fn clif_of_kernels(dump: &str) -> String {
+    let Ok(program) = gt::ir::text::parse(dump) else { return String::new() };
+    let mut out = String::new();
+    for (instr, _) in program.instrs() {
+        if let gt::ir::Instr::Fused { dst, kernel, .. } = instr {
+            let clif = gt_runtime::backend::cpu::jit::clif(kernel).unwrap_or_else(|e| format!("; {e}"));
+            out.push_str(&format!("; %{}\n{clif}\n", program.name(*dst)));
+        }
+    }
+    out
+}
+
 #[test]
 fn stream_after_each_pass() {
     use gt::passes::{PassOptions, KNOWN_PASSES};
@@ -74,6 +87,14 @@ fn stream_after_each_pass() {
             let name = format!("passes__{}__{pass}", rel.trim_end_matches(".gtir").replace('/', "__"));
             if !snapshot_matches(&name, &path, &text) {
                 failures.push(format!("{name}: snapshot differs (review with `cargo insta review`)"));
+            }
+            // The CLIF the CPU JIT makes of each kernel the fuse pass made.
+            if pass == "fuse" {
+                let clif = clif_of_kernels(&text);
+                let name = format!("clif__{}", rel.trim_end_matches(".gtir").replace('/', "__"));
+                if !clif.is_empty() && !snapshot_matches(&name, &path, &clif) {
+                    failures.push(format!("{name}: snapshot differs (review with `cargo insta review`)"));
+                }
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The fuse pass checked against the interpreter: random elementwise/reduction programs over
-//! broadcasting shapes, the canonical fusions (softmax, layer norm, GELU, a linear layer)
-//! and every run filetest and example with `GT_COMPILE=1` give the unfused numbers.
+//! broadcasting shapes and the canonical fusions (softmax, layer norm, GELU, a linear
+//! layer) give the unfused numbers, with the fused kernels evaluated by the kernel oracle
+//! and compiled by the JIT. (Every run filetest runs with the pass on in `cluster.rs`.)
 
 use gt_ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
 use gt_passes::{Emit, Fuse, FuseConfig, StreamPass};
@@ -38,8 +39,17 @@ fn with_frees(instrs: Vec<Instr>, keep: &[ValueId]) -> Vec<Instr> {
     out
 }
 
+/// Runs a stream on the interpreter (`fused` kernels on the kernel oracle).
 fn run(stream: &[Instr], read: &[ValueId]) -> Vec<Vec<f32>> {
-    let mut interp = Interpreter::new();
+    run_on(Interpreter::new(), stream, read)
+}
+
+/// Runs a stream on the interpreter with `fused` kernels compiled by the JIT.
+fn run_jit(stream: &[Instr], read: &[ValueId]) -> Vec<Vec<f32>> {
+    run_on(Interpreter::new().with_jit(), stream, read)
+}
+
+fn run_on(mut interp: Interpreter, stream: &[Instr], read: &[ValueId]) -> Vec<Vec<f32>> {
     for i in stream {
         interp.execute(i).unwrap_or_else(|e| panic!("{e}: {}", gt_ir::text::print_instr(i)));
     }
@@ -179,6 +189,12 @@ proptest! {
         let (fused, pass) = fuse(&stream, FuseConfig::default());
         let expected = run(&stream, &read);
         let found = run(&fused, &read);
+        // Exp, tanh and friends are polynomials in the JIT (within 2 ulp each), and errors
+        // compound along a chain.
+        let jit = run_jit(&fused, &read);
+        for (x, y) in jit.iter().zip(&expected) {
+            prop_assert!(close(x, y, 1e-4), "JIT {:?}\nunfused {:?}", x, y);
+        }
         for (x, y) in found.iter().zip(&expected) {
             prop_assert!(close(x, y, 1e-5), "fused {:?}\nunfused {:?}\nstream:\n{}\nfused:\n{}", x, y,
                 stream.iter().map(gt_ir::text::print_instr).collect::<Vec<_>>().join("\n"),
@@ -202,8 +218,9 @@ fn fused_program(src: &str, out: &str) -> (Vec<Instr>, String) {
     let read = [names[out]];
     let stream = with_frees(instrs, &read);
     let (fused, _) = fuse(&stream, FuseConfig::default());
-    let (expected, found) = (run(&stream, &read), run(&fused, &read));
+    let (expected, found, jit) = (run(&stream, &read), run(&fused, &read), run_jit(&fused, &read));
     assert!(close(&found[0], &expected[0], 1e-5), "{found:?} vs {expected:?}");
+    assert!(close(&jit[0], &expected[0], 1e-5), "JIT {jit:?} vs {expected:?}");
     let text = fused.iter().map(gt_ir::text::print_instr).collect::<Vec<_>>().join("\n");
     (fused, text)
 }

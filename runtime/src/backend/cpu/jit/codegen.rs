@@ -78,6 +78,9 @@ impl Shim {
 #[derive(Clone, Copy)]
 pub(super) struct Target {
     pub frontend: TargetFrontendConfig,
+    /// The host has fused multiply-add (polynomials use it: fewer instructions, and one
+    /// rounding instead of two, in every lane alike).
+    pub fma: bool,
 }
 
 impl Target {
@@ -490,7 +493,7 @@ impl<'f> Gen<'_, 'f> {
             (op, lanes) => {
                 let var = if lanes == Lanes::One { acc.scalar } else { acc.vector[0] };
                 let m = self.b.use_var(var);
-                let mut e = Emit { b: &mut self.b, lanes };
+                let mut e = Emit { b: &mut self.b, lanes, fma: self.target.fma };
                 let m = if op == ReduceOp::Max { e.nan_max(m, x) } else { e.nan_min(m, x) };
                 self.b.def_var(var, m);
             }
@@ -522,7 +525,7 @@ impl<'f> Gen<'_, 'f> {
                     let v = self.b.use_var(v);
                     for lane in 0..4u8 {
                         let x = self.b.ins().extractlane(v, lane);
-                        let mut e = Emit { b: &mut self.b, lanes: Lanes::One };
+                        let mut e = Emit { b: &mut self.b, lanes: Lanes::One, fma: self.target.fma };
                         s = if op == ReduceOp::Max { e.nan_max(s, x) } else { e.nan_min(s, x) };
                     }
                 }
@@ -622,7 +625,7 @@ impl<'f> Gen<'_, 'f> {
     }
 
     fn emit(&mut self, lanes: Lanes) -> Emit<'_, 'f> {
-        Emit { b: &mut self.b, lanes }
+        Emit { b: &mut self.b, lanes, fma: self.target.fma }
     }
 
     /// The address of element `j` of the innermost axis in `buffer`.

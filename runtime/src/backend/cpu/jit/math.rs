@@ -47,6 +47,8 @@ pub(super) enum Lanes {
 pub(super) struct Emit<'a, 'f> {
     pub b: &'a mut FunctionBuilder<'f>,
     pub lanes: Lanes,
+    /// Polynomials use fused multiply-adds (the host has them).
+    pub fma: bool,
 }
 
 /// Bit-level reinterpretation between same-size types; vectors need an explicit lane order.
@@ -75,8 +77,18 @@ impl Emit<'_, '_> {
 
     /// A float constant by its bits (NaN payloads kept), splat across the lanes.
     pub fn fbits(&mut self, bits: u32) -> Value {
-        let c = self.b.ins().f32const(Ieee32::with_bits(bits));
-        self.widen(c)
+        match self.lanes {
+            Lanes::One => self.b.ins().f32const(Ieee32::with_bits(bits)),
+            // One load from the constant pool rather than a scalar move and a shuffle.
+            Lanes::Four => self.vconst(types::F32X4, bits),
+        }
+    }
+
+    /// A 128-bit constant of four equal 32-bit lanes.
+    fn vconst(&mut self, ty: Type, bits: u32) -> Value {
+        let bytes: Vec<u8> = bits.to_le_bytes().repeat(4);
+        let c = self.b.func.dfg.constants.insert(bytes.into());
+        self.b.ins().vconst(ty, c)
     }
 
     /// A float constant splat across the lanes.
@@ -85,18 +97,9 @@ impl Emit<'_, '_> {
     }
 
     fn i(&mut self, x: i32) -> Value {
-        let c = self.b.ins().iconst(types::I32, i64::from(x));
         match self.lanes {
-            Lanes::One => c,
-            Lanes::Four => self.b.ins().splat(types::I32X4, c),
-        }
-    }
-
-    /// A scalar `f32` repeated in every lane.
-    pub fn widen(&mut self, scalar: Value) -> Value {
-        match self.lanes {
-            Lanes::One => scalar,
-            Lanes::Four => self.b.ins().splat(types::F32X4, scalar),
+            Lanes::One => self.b.ins().iconst(types::I32, i64::from(x)),
+            Lanes::Four => self.vconst(types::I32X4, x as u32),
         }
     }
 
@@ -155,12 +158,18 @@ impl Emit<'_, '_> {
         self.add(x, c)
     }
 
-    /// `((c0 x + c1) x + c2) x + ...` (Horner, no fused multiply-adds).
+    /// `((c0 x + c1) x + c2) x + ...` (Horner; with fused multiply-adds where the host has
+    /// them, the same in one lane and four).
     fn horner(&mut self, x: Value, coefficients: &[f32]) -> Value {
         let mut p = self.f(coefficients[0]);
         for &c in &coefficients[1..] {
-            p = self.mul(p, x);
-            p = self.addc(p, c);
+            if self.fma {
+                let c = self.f(c);
+                p = self.b.ins().fma(p, x, c);
+            } else {
+                p = self.mul(p, x);
+                p = self.addc(p, c);
+            }
         }
         p
     }

@@ -139,7 +139,8 @@ impl Jit {
             .map_err(|e| JitError::Isa(e.to_string()))?
             .finish(settings::Flags::new(flags))
             .map_err(|e| JitError::Isa(e.to_string()))?;
-        let target = Target { frontend: isa.frontend_config() };
+        let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
+        let target = Target { frontend: isa.frontend_config(), fma };
         let mut builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
         for shim in Shim::ALL {
             builder.symbol(shim.symbol(), shim_address(shim));
@@ -305,7 +306,9 @@ fn matmul(k: &MatMulKernel, inputs: &[&[f32]], out: &mut [f32], epilogue: Option
 /// prints its epilogue map (the product itself is `sgemm`).
 pub fn clif(kernel: &Kernel) -> Result<String, JitError> {
     validate(kernel).map_err(JitError::Invalid)?;
+    // Printed as for a host without FMA, so the text is the same on every machine.
     let target = Target {
+        fma: false,
         frontend: TargetFrontendConfig {
             default_call_conv: CallConv::SystemV,
             pointer_width: target_lexicon::PointerWidth::U64,
