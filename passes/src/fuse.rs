@@ -75,10 +75,34 @@ pub struct FuseStats {
     pub egraph_classes: u64,
     /// Saturation iterations, summed.
     pub egraph_iterations: u64,
+    /// Regions that were compiled before up to value names (their result reused).
+    pub cache_hits: u64,
     /// Time in the e-graph and partitioner.
     pub time: Duration,
     /// The longest one region took.
     pub max_region_time: Duration,
+}
+
+/// Distinct regions whose result is kept (then the cache starts over).
+const REGION_CACHE: usize = 256;
+
+/// A region with its value ids renamed `0, 1, ..` by first appearance, with every type,
+/// as bytes (the cache key); and the original id of each canonical one. `None` when it
+/// cannot be encoded (it is then simply not cached).
+fn canonical(region: &[Instr], types: &HashMap<ValueId, TensorType>) -> (Option<Vec<u8>>, Vec<ValueId>) {
+    let mut index: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut names = Vec::new();
+    let mut renamed = region.to_vec();
+    for i in &mut renamed {
+        i.visit_values_mut(&mut |v| {
+            *v = *index.entry(*v).or_insert_with(|| {
+                names.push(*v);
+                ValueId(names.len() as u32 - 1)
+            })
+        });
+    }
+    let tys: Vec<Option<&TensorType>> = names.iter().map(|v| types.get(v)).collect();
+    (rmp_serde::to_vec(&(renamed, tys)).ok(), names)
 }
 
 /// The fuse pass.
@@ -93,6 +117,8 @@ pub struct Fuse {
     /// Inside a hot-path repetition.
     in_hot: bool,
     stats: FuseStats,
+    /// Results of regions seen, by canonical form (see [`canonical`]).
+    cache: HashMap<Vec<u8>, (Vec<Instr>, build::BuildStats)>,
 }
 
 impl Fuse {
@@ -105,6 +131,7 @@ impl Fuse {
             region: Vec::new(),
             in_hot: false,
             stats: FuseStats::default(),
+            cache: HashMap::new(),
         }
     }
 
@@ -156,7 +183,37 @@ impl Fuse {
         self.stats.regions += 1;
         let n_in = region.len();
         self.stats.instructions_in += n_in as u64;
-        let (instrs, stats) = build::Region::build(region, &types, self.config.fast_math, self.config.limits);
+        // A region seen before up to value names (a loop's next iteration, a hot path's next
+        // repetition) reuses its result: the e-graph runs once per distinct region.
+        let (key, names) = canonical(&region, &types);
+        let cached = key.as_ref().and_then(|k| self.cache.get(k));
+        let hit = cached.is_some();
+        let (instrs, stats) = match cached {
+            Some((template, stats)) => {
+                self.stats.cache_hits += 1;
+                let mut instrs = template.clone();
+                for i in &mut instrs {
+                    i.visit_values_mut(&mut |v| *v = names[v.index()]);
+                }
+                (instrs, build::BuildStats { saturation: Default::default(), ..*stats })
+            }
+            None => {
+                let (instrs, stats) = build::Region::build(region, &types, self.config.fast_math, self.config.limits);
+                if let Some(key) = key {
+                    if self.cache.len() >= REGION_CACHE {
+                        self.cache.clear();
+                    }
+                    let index: HashMap<ValueId, ValueId> =
+                        names.iter().enumerate().map(|(k, v)| (*v, ValueId(k as u32))).collect();
+                    let mut template = instrs.clone();
+                    for i in &mut template {
+                        i.visit_values_mut(&mut |v| *v = index.get(v).copied().unwrap_or(*v));
+                    }
+                    self.cache.insert(key, (template, stats));
+                }
+                (instrs, stats)
+            }
+        };
         let took = start.elapsed();
         self.stats.time += took;
         self.stats.max_region_time = self.stats.max_region_time.max(took);
@@ -169,14 +226,19 @@ impl Fuse {
         self.stats.egraph_iterations += stats.saturation.iterations as u64;
         tracing::debug!(
             target: "gt::compile",
-            "fuse: region of {} instructions -> {} ({} kernels, {} values never written); e-graph {} nodes, {} classes, {} iterations; {:.3} ms",
+            "fuse: region of {} instructions -> {} ({} kernels, {} values never written); {}; {:.3} ms",
             n_in,
             instrs.len(),
             stats.kernels,
             stats.elided,
-            stats.saturation.nodes,
-            stats.saturation.classes,
-            stats.saturation.iterations,
+            if hit {
+                "seen before".to_string()
+            } else {
+                format!(
+                    "e-graph {} nodes, {} classes, {} iterations",
+                    stats.saturation.nodes, stats.saturation.classes, stats.saturation.iterations
+                )
+            },
             took.as_secs_f64() * 1e3,
         );
         for i in instrs {
@@ -250,6 +312,7 @@ impl StreamPass for Fuse {
             ("kernels", s.kernels),
             ("values_elided", s.elided),
             ("fallbacks", s.fallbacks),
+            ("regions_seen_before", s.cache_hits),
             ("egraph_nodes", s.egraph_nodes),
             ("egraph_classes", s.egraph_classes),
             ("egraph_iterations", s.egraph_iterations),

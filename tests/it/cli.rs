@@ -327,3 +327,23 @@ fn backend_setting_is_checked() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("--features cuda"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_hot_loop_compiles_once_with_auto_compile() {
+    // 40 iterations of a 4-op body: the hotpath pass finds it, the fuse pass compiles each
+    // later repetition to the same kernel, and the worker's JIT compiles it once.
+    let src = b"%x = randn f32[64, 64] seed=1\n%w = randn f32[64] seed=2\nrepeat 40 {\n  %a = mul %x, %w\n  %b = tanh %a\n  %c = add %b, 1.0\n  %s = sum %c axes=[-1] keepdim\n}\nprint %s\n";
+    let path = script("hot.gtir", src);
+    let env = [("GT_AUTO_COMPILE", "1".as_ref()), ("GT_DEBUG_COMPILE", "1".as_ref())];
+    let o = gt_run_env(&["--quiet", path.to_str().unwrap()], &env);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let log = stderr(&o);
+    let regions = log.matches("fuse: region").count();
+    let compiles = log.matches("jit: compiled").count();
+    assert!(regions >= 30, "hot repetitions compiled as regions: {regions}\n{log}");
+    assert_eq!(compiles, 1, "one kernel, compiled once:\n{log}");
+    // The same numbers as without compiling.
+    let fused = gt_run_env(&[path.to_str().unwrap()], &[("GT_AUTO_COMPILE", "1".as_ref())]);
+    let plain = gt_run(&["--reference", path.to_str().unwrap()]);
+    assert_eq!(stdout(&fused), stdout(&plain));
+}

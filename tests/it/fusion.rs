@@ -369,3 +369,38 @@ fn a_fused_full_reduction_lowers_to_two_passes_with_the_same_sum() {
     let expected = run(&stream, &read);
     assert!(close(&found, &expected[0], 1e-5), "{found:?} vs {expected:?}");
 }
+
+#[test]
+fn a_region_seen_before_under_other_names_reuses_its_kernels() {
+    // Two steps of the same computation with fresh ids, split by a sync point (a flush):
+    // the second is the first renamed.
+    let step = |x: u32, base: u32| {
+        let (a, b, c) = (v(base), v(base + 1), v(base + 2));
+        vec![
+            Instr::Binary { dst: a, op: BinaryOp::Mul, lhs: Operand::Value(v(x)), rhs: Operand::Scalar(2.0) },
+            Instr::Unary { dst: b, op: UnaryOp::Exp, src: a },
+            Instr::Free { src: a },
+            Instr::Binary { dst: c, op: BinaryOp::Add, lhs: Operand::Value(b), rhs: Operand::Value(v(x)) },
+            Instr::Free { src: b },
+        ]
+    };
+    let x = Instr::Randn { dst: v(0), ty: TensorType::f32(vec![3, 5]), seed: 1 };
+    let mut pass = Fuse::new(FuseConfig::default());
+    let mut out = Emit::new("fuse");
+    pass.run(x.clone(), &mut out);
+    pass.flush(&mut out);
+    for (k, base) in [(0, 10), (1, 20)] {
+        let _ = k;
+        for i in step(0, base) {
+            pass.run(i, &mut out);
+        }
+        pass.flush(&mut out);
+    }
+    let stream: Vec<Instr> = out.into_items().into_iter().map(|(i, _)| i).collect();
+    assert_eq!(pass.fuse_stats().cache_hits, 1, "{stream:?}");
+    assert_eq!(kernels(&stream), 2);
+    let mut unfused = vec![x];
+    unfused.extend(step(0, 10));
+    unfused.extend(step(0, 20));
+    assert_eq!(run(&stream, &[v(12), v(22)]), run(&unfused, &[v(12), v(22)]));
+}

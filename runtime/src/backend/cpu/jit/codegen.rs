@@ -13,7 +13,10 @@
 //! buffer's offset carried along), one *pass* runs over the row per in-row reduction the
 //! result needs, in node order, computing only the nodes that reduction needs (values
 //! before it are recomputed by later passes, never stored), and a final pass writes every
-//! element or reduces the last node into one value per row.
+//! element or reduces the last node into one value per row. One exception: when the final
+//! pass writes every element of the row, the last reduction pass stores its costliest value
+//! the final pass also needs (softmax's `exp`) in the output element, and the final pass
+//! loads it from there instead of recomputing it (`Plan::reuse`).
 //!
 //! A pass is nested loops over the row axes; the innermost axis runs four elements at a
 //! time (`f32x4`) when every buffer it touches is contiguous (stride 1) or broadcast
@@ -183,6 +186,12 @@ struct Pass {
     needed: Vec<bool>,
     /// Whether the innermost axis runs in `f32x4`.
     vector: bool,
+    /// A node whose value this pass also stores at each element's output address, for the
+    /// final pass to load back instead of recomputing it.
+    save: Option<usize>,
+    /// A node this pass loads from each element's output address (saved there by the last
+    /// reduction pass) instead of computing it.
+    reuse: Option<usize>,
 }
 
 /// The nodes `start` depends on, stopping at in-row reductions (computed by earlier passes).
@@ -199,6 +208,72 @@ fn cone(nodes: &[Node], start: usize) -> Vec<bool> {
         }
     }
     needed
+}
+
+/// [`cone`], with `leaf` also a leaf: the nodes `start` needs once `leaf` is known.
+fn cone_to(nodes: &[Node], start: usize, leaf: usize) -> Vec<bool> {
+    let mut needed = vec![false; nodes.len()];
+    let mut stack = vec![start];
+    while let Some(i) = stack.pop() {
+        if needed[i] {
+            continue;
+        }
+        needed[i] = true;
+        if i != leaf && !matches!(nodes[i], Node::Reduce(..)) {
+            stack.extend(nodes[i].operands().into_iter().map(|o| o as usize));
+        }
+    }
+    needed
+}
+
+/// Whether a node costs much more than a load and a store: transcendental functions,
+/// division and square roots, and calls.
+fn is_costly(node: &Node) -> bool {
+    use gt_ir::{BinaryOp, UnaryOp};
+    matches!(
+        node,
+        Node::Unary(UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Sqrt | UnaryOp::Rsqrt, _)
+            | Node::Binary(BinaryOp::Div | BinaryOp::Pow, ..)
+            | Node::Rand { .. }
+            | Node::Randn { .. }
+    )
+}
+
+/// Whether distinct points of a loop nest with these extents and strides are distinct
+/// elements (sufficient test: each stride, by size, steps over everything the smaller ones
+/// reach).
+fn is_injective(dims: &[usize], strides: &[i64]) -> bool {
+    let mut axes: Vec<(i128, i128)> = Vec::new();
+    for (&d, &s) in dims.iter().zip(strides) {
+        if d > 1 {
+            if s == 0 {
+                return false;
+            }
+            axes.push((i128::from(s).abs(), d as i128));
+        }
+    }
+    axes.sort_unstable();
+    let mut reach = 0i128;
+    for (s, d) in axes {
+        if s <= reach {
+            return false;
+        }
+        reach += s * (d - 1);
+    }
+    true
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests turn the reuse of the last reduction pass's values off, to compare.
+    pub(super) static NO_REUSE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The node the final pass of a row kernel loads from the output instead of recomputing
+/// it (see [`Plan::reuse`]), if any.
+#[cfg(test)]
+pub(super) fn reused_node(k: &MapKernel) -> Option<usize> {
+    Plan::new(k).passes.last().and_then(|p| p.reuse)
 }
 
 /// The loop structure of one map kernel (everything decided before emitting code).
@@ -264,14 +339,84 @@ impl Plan {
             if let (true, Node::Reduce(op, a)) = (required[r], *node) {
                 let needed = cone(&k.nodes, a as usize);
                 let vector = vector_ok(&needed, false);
-                passes.push(Pass { target: a as usize, reduce: Some(op), sink: Sink::Node(r), needed, vector });
+                passes.push(Pass {
+                    target: a as usize,
+                    reduce: Some(op),
+                    sink: Sink::Node(r),
+                    needed,
+                    vector,
+                    save: None,
+                    reuse: None,
+                });
             }
         }
         let needed = cone(&k.nodes, last);
         let sink = if k.reduce.is_some() { Sink::Output } else { Sink::Store };
         let vector = vector_ok(&needed, sink == Sink::Store);
-        passes.push(Pass { target: last, reduce: k.reduce, sink, needed, vector });
-        Plan { kept, row, passes, row_len, inputs }
+        passes.push(Pass { target: last, reduce: k.reduce, sink, needed, vector, save: None, reuse: None });
+        let mut plan = Plan { kept, row, passes, row_len, inputs };
+        plan.reuse(k);
+        plan
+    }
+
+    /// Lets the final pass of a row map (softmax's `e / sum(e)`) load the costliest value
+    /// the last reduction pass computed already (`e = exp(x - max)`) instead of recomputing
+    /// it: that pass stores it in the output element, which the final pass reads back at
+    /// the same address before overwriting it. The value is the same `f32` either way (one
+    /// and four lanes compute the same bits, and both passes split the row alike), so the
+    /// result does not change. Only where every point of a row writes its own element (so
+    /// nothing else overwrites the value in between) and inputs are other buffers.
+    fn reuse(&mut self, k: &MapKernel) {
+        #[cfg(test)]
+        if NO_REUSE.with(|c| c.get()) {
+            return;
+        }
+        let n = self.passes.len();
+        if k.reduce.is_some() || n < 2 {
+            return;
+        }
+        let (last, fin) = (&self.passes[n - 2], &self.passes[n - 1]);
+        let out = self.inputs;
+        let outputs: Vec<i64> = self.row.strides.iter().map(|s| s[out]).collect();
+        if last.vector != fin.vector || !is_injective(&self.row.dims, &outputs) {
+            return;
+        }
+        // Nodes that change along the innermost axis (the others are hoisted out of it).
+        let inner = self.row.strides.last().cloned().unwrap_or_default();
+        let mut varies = vec![false; k.nodes.len()];
+        for (i, node) in k.nodes.iter().enumerate() {
+            varies[i] = match *node {
+                Node::Input(x) => inner[x as usize] != 0,
+                Node::Iota { .. } | Node::Rand { .. } | Node::Randn { .. } => true,
+                Node::Reduce(..) | Node::Const(_) | Node::Acc => false,
+                _ => node.operands().iter().any(|&o| varies[o as usize]),
+            };
+        }
+        let cost = |needed: &[bool]| {
+            needed.iter().zip(&k.nodes).zip(&varies).filter(|((&n, node), &v)| n && v && is_costly(node)).count()
+        };
+        let full = cost(&fin.needed);
+        // The candidate saving the most costly nodes, the latest of equals.
+        let mut best: Option<(usize, usize, Vec<bool>)> = None;
+        for c in 0..k.nodes.len() {
+            if !(last.needed[c] && fin.needed[c] && varies[c]) || matches!(k.nodes[c], Node::Reduce(..)) {
+                continue;
+            }
+            let mut needed = cone_to(&k.nodes, fin.target, c);
+            // The candidate itself is loaded, not computed.
+            needed[c] = false;
+            let saved = full - cost(&needed);
+            needed[c] = true;
+            if saved > 0 && best.as_ref().is_none_or(|b| saved >= b.0) {
+                best = Some((saved, c, needed));
+            }
+        }
+        if let Some((_, c, needed)) = best {
+            self.passes[n - 2].save = Some(c);
+            let fin = &mut self.passes[n - 1];
+            fin.needed = needed;
+            fin.reuse = Some(c);
+        }
     }
 }
 
@@ -564,7 +709,7 @@ impl<'f> Gen<'_, 'f> {
                 }
             }
         }
-        if pass.sink == Sink::Store {
+        if pass.sink == Sink::Store || pass.save.is_some() {
             ptrs[out] = Some(self.address(out, offsets[out]));
         }
         let invariant = self.invariants(pass, &strides, &ptrs);
@@ -590,7 +735,7 @@ impl<'f> Gen<'_, 'f> {
     fn invariants(&mut self, pass: &Pass, strides: &[i64], ptrs: &[Option<Value>]) -> Vec<Option<Value>> {
         let mut values: Vec<Option<Value>> = vec![None; self.k.nodes.len()];
         for (i, &node) in self.k.nodes.iter().enumerate().take(pass.target + 1) {
-            if !pass.needed[i] {
+            if !pass.needed[i] || pass.reuse == Some(i) {
                 continue;
             }
             let known = |n: u32| values[n as usize];
@@ -655,6 +800,13 @@ impl<'f> Gen<'_, 'f> {
             }
             let v = |n: u32| values[n as usize].expect("operands precede their users");
             let value = match node {
+                // Saved in the output element by the last reduction pass.
+                _ if pass.reuse == Some(i) => {
+                    let out = self.plan.inputs;
+                    let p = ptrs[out].expect("stores have an address");
+                    let addr = self.element_address(p, strides[out], j);
+                    self.b.ins().load(fty, mem(), addr, 0)
+                }
                 Node::Input(x) => {
                     let p = ptrs[x as usize].expect("needed inputs have addresses");
                     let addr = self.element_address(p, strides[x as usize], j);
@@ -689,6 +841,14 @@ impl<'f> Gen<'_, 'f> {
                 }
             };
             values[i] = Some(value);
+        }
+        if let Some(c) = pass.save {
+            let out = self.plan.inputs;
+            let p = ptrs[out].expect("saving passes have the output's address");
+            let addr = self.element_address(p, strides[out], j);
+            let x = values[c].expect("the saved node is computed");
+            debug_assert_eq!(self.b.func.dfg.value_type(x), fty);
+            self.b.ins().store(mem(), x, addr, 0);
         }
         let x = values[pass.target].expect("the target is computed");
         // A target that is a scalar (an invariant) is splat already; nothing else to do.

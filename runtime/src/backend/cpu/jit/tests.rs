@@ -575,6 +575,99 @@ fn clif_is_deterministic_and_vectorised() {
     assert!(!clif(&strided).unwrap().contains("f32x4"));
 }
 
+/// Runs `kernel` on fresh JITs with and without the final pass reusing a value of the last
+/// reduction pass; both must give the same bits (any NaN for NaN: which NaN an op on two
+/// NaNs returns depends on operand order in the machine code), and match the oracle. The
+/// node reused.
+fn check_reuse(kernel: &Kernel, inputs: &[&[f32]], len: usize) -> Option<usize> {
+    let Kernel::Map(k) = kernel else { panic!("a map kernel") };
+    let reused = codegen::reused_node(k);
+    let run = |no_reuse: bool| {
+        codegen::NO_REUSE.with(|c| c.set(no_reuse));
+        let mut got = vec![UNWRITTEN; len];
+        let result = jit().run(kernel, inputs, &mut got);
+        codegen::NO_REUSE.with(|c| c.set(false));
+        result.expect("the kernel runs");
+        got
+    };
+    let (before, after) = (run(true), run(false));
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert!(agrees(*b, *a, Tol::Exact), "element {i}: {b:e} recomputed, {a:e} reused\n{kernel}");
+    }
+    check(&mut jit(), kernel, inputs, len, tolerance(kernel));
+    reused
+}
+
+fn row_map(shape: &[usize], rows: Vec<usize>, inputs: Vec<Access>, nodes: Vec<Node>, output: Access) -> Kernel {
+    Kernel::Map(MapKernel { shape: shape.to_vec(), inputs, nodes, output, rows, reduce: None })
+}
+
+#[test]
+fn final_passes_reuse_the_costliest_value_of_the_last_reduction_pass() {
+    use Node::*;
+    // Softmax reuses `e = exp(x - max)` (node 3); layer norm has nothing costly to reuse.
+    for dims in [vec![3, 33], vec![2, 1000], vec![5, 7], vec![4, 3], vec![1000], vec![2, 3, 9]] {
+        let numel: usize = dims.iter().product();
+        let x = values(numel as u64, numel, -30.0, 30.0);
+        assert_eq!(check_reuse(&samples::softmax(&dims), &[&x], numel), Some(3), "{dims:?}");
+        assert_eq!(check_reuse(&samples::layer_norm(&dims, 1e-5), &[&x], numel), None, "{dims:?}");
+    }
+    let softmax_nodes = samples::softmax(&[1]);
+    let Kernel::Map(MapKernel { nodes: softmax_nodes, .. }) = softmax_nodes else { unreachable!() };
+    // The row axis is not the last: a strided (scalar) row, contiguous output.
+    let x = values(7, 33 * 5, -10.0, 10.0);
+    let c = Access::contiguous(&[33, 5]);
+    let k = row_map(&[33, 5], vec![0], vec![c.clone()], softmax_nodes.clone(), c.clone());
+    assert_eq!(check_reuse(&k, &[&x], 33 * 5), Some(3));
+    // Written transposed and backwards along the row: still one element per point.
+    let back = Access { offset: 32, strides: vec![-1, 33] };
+    let k = row_map(&[33, 5], vec![0], vec![c.clone()], softmax_nodes.clone(), back);
+    assert_eq!(check_reuse(&k, &[&x], 33 * 5), Some(3));
+    // Every point of a row writes one element: nothing may be kept there.
+    let same = Access { offset: 0, strides: vec![0, 1] };
+    let k = row_map(&[33, 5], vec![0], vec![c.clone()], softmax_nodes.clone(), same);
+    assert_eq!(check_reuse(&k, &[&x], 5), None);
+    // A contiguous input with a strided output: the sum pass is vectorised, the final pass
+    // is not, so their values could come from different code: not reused.
+    let x = values(8, 3 * 40, -10.0, 10.0);
+    let spread = Access { offset: 0, strides: vec![80, 2] };
+    let k = row_map(&[3, 40], vec![1], vec![Access::contiguous(&[3, 40])], softmax_nodes, spread);
+    assert_eq!(check_reuse(&k, &[&x], 3 * 80), None);
+    // The best of several candidates: `e` (node 3) saves the exp; `f = e * y` (node 5) saves
+    // nothing, as the final pass needs `e` itself too. A broadcast second input.
+    let nodes = vec![
+        Input(0),
+        Reduce(ReduceOp::Max, 0),
+        Binary(BinaryOp::Sub, 0, 1),
+        Unary(UnaryOp::Exp, 2),
+        Input(1),
+        Binary(BinaryOp::Mul, 3, 4),
+        Reduce(ReduceOp::Sum, 5),
+        Binary(BinaryOp::Div, 5, 6),
+        Binary(BinaryOp::Add, 7, 3),
+    ];
+    for n in [3, 4, 37] {
+        let dims = [2, n];
+        let (x, y) = (values(9, 2 * n, -5.0, 5.0), values(10, n, 0.5, 2.0));
+        let inputs = vec![Access::contiguous(&dims), Access { offset: 0, strides: vec![0, 1] }];
+        let k = row_map(&dims, vec![1], inputs, nodes.clone(), Access::contiguous(&dims));
+        assert_eq!(check_reuse(&k, &[&x, &y], 2 * n), Some(3), "{n}");
+    }
+}
+
+#[test]
+fn softmax_computes_exp_once_per_element() {
+    // `exp` (one `sshr` each, for `2^(n/2)`) in the sum pass's vector loop and tail; the
+    // final pass loads it back from the output instead of emitting it twice more.
+    let k = samples::softmax(&[4, 33]);
+    let exps = |text: &str| text.lines().filter(|l| l.contains(" = sshr ")).count();
+    assert_eq!(exps(&clif(&k).unwrap()), 2);
+    codegen::NO_REUSE.with(|c| c.set(true));
+    let before = clif(&k);
+    codegen::NO_REUSE.with(|c| c.set(false));
+    assert_eq!(exps(&before.unwrap()), 4);
+}
+
 #[test]
 fn jit_is_send() {
     fn send<T: Send>() {}
@@ -711,6 +804,31 @@ proptest! {
     #[test]
     fn random_exact_dags_match_the_oracle(c in case(false)) {
         run_case(&c, Tol::Close { rel: 0.0, abs: 0.0 })?;
+    }
+
+    /// Row maps whose final pass loads a value the last reduction pass stored in the output
+    /// give the bits they give recomputing it: random DAGs ending in `t = last / x`,
+    /// `t + sum(t)`.
+    #[test]
+    fn reusing_values_of_the_last_reduction_pass_changes_no_bits(c in case(false)) {
+        prop_assume!(!c.rows.is_empty() && c.reduce.is_none());
+        let last = c.nodes.len() as u32 - 1;
+        let mut nodes = c.nodes.clone();
+        nodes.extend([
+            Node::Binary(BinaryOp::Div, last, 0),
+            Node::Reduce(ReduceOp::Sum, last + 1),
+            Node::Binary(BinaryOp::Add, last + 1, last + 2),
+        ]);
+        let kernel = Kernel::Map(MapKernel {
+            shape: c.shape.clone(),
+            inputs: c.inputs.iter().map(|(_, a)| a.clone()).collect(),
+            nodes,
+            output: c.output.clone(),
+            rows: c.rows.clone(),
+            reduce: None,
+        });
+        let refs: Vec<&[f32]> = c.inputs.iter().map(|(d, _)| &d[..]).collect();
+        check_reuse(&kernel, &refs, c.out_len);
     }
 
     /// With `exp`/`tanh`/`sigmoid` in the chain: within a loose bound (errors compound).
