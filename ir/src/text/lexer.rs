@@ -81,6 +81,7 @@ pub fn lex(src: &str) -> Result<Vec<(Tok, Span)>, ParseError> {
     // On a line of a `fused` instruction, `kernel` starts the kernel's own text form, which
     // has tokens of its own (`+0`, `%0 = load in0`) and spans lines: it is taken verbatim.
     let mut fused_line = false;
+    let mut brackets = 0usize;
     while i < bytes.len() {
         let c = bytes[i];
         let start = i;
@@ -96,8 +97,12 @@ pub fn lex(src: &str) -> Result<Vec<(Tok, Span)>, ParseError> {
             _ => None,
         };
         if let Some(t) = simple {
-            if t == Tok::Newline {
-                fused_line = false;
+            // A newline inside brackets does not end the statement (the parser skips it).
+            match t {
+                Tok::LBracket => brackets += 1,
+                Tok::RBracket => brackets = brackets.saturating_sub(1),
+                Tok::Newline if brackets == 0 => fused_line = false,
+                _ => {}
             }
             i += 1;
             out.push((t, Span::new(start, i)));

@@ -108,7 +108,8 @@ pub struct Region<'a> {
     uses: HashMap<ValueId, usize>,
     live_out: HashSet<ValueId>,
     materialised: HashSet<ValueId>,
-    /// Matmuls computed inside their consumer's kernel (never in memory).
+    /// Matmuls computed inside their consumer's kernel (in memory only if another kernel
+    /// needs them after all).
     absorbed: HashSet<ValueId>,
     /// Values being materialised (guards against cycles through views).
     visiting: HashSet<ValueId>,
@@ -371,11 +372,8 @@ impl<'a> Region<'a> {
 
     /// Makes `v` exist in memory (emitting its kernel, or its own instruction).
     fn materialise(&mut self, v: ValueId) {
-        if !self.defs.contains_key(&v)
-            || self.materialised.contains(&v)
-            || self.absorbed.contains(&v)
-            || !self.visiting.insert(v)
-        {
+        // An absorbed matmul that another kernel needs after all gets its own kernel too.
+        if !self.defs.contains_key(&v) || self.materialised.contains(&v) || !self.visiting.insert(v) {
             return;
         }
         let kernel = self.kernel(v);
@@ -414,7 +412,10 @@ impl<'a> Region<'a> {
                 }
                 Ok(None) => return None,
                 Err(Materialise(w)) if w != v && !self.materialised.contains(&w) && !self.visiting.contains(&w) => {
-                    self.materialise(w)
+                    self.materialise(w);
+                    if !self.materialised.contains(&w) {
+                        return None;
+                    }
                 }
                 Err(_) => return None,
             }
