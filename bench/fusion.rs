@@ -169,20 +169,9 @@ fn main() {
     let bytes = (3 * 4 * n) as f64;
     let _ = writeln!(report, "\n1. 8-op chain relu(exp(tanh(x*0.5+1)*y)-x)+y over {n} f32");
     let _ = writeln!(report, "{:<34} {:>10} {:>10}", "", "ms", "GB/s");
-    let _ = writeln!(
-        report,
-        "{:<34} {:>10.2} {:>10.2}",
-        "interpreter, 8 instructions",
-        ms(unfused),
-        bytes / unfused.as_secs_f64() / 1e9
-    );
-    let _ = writeln!(
-        report,
-        "{:<34} {:>10.2} {:>10.2}",
-        "JIT, one fused kernel",
-        ms(fused),
-        bytes / fused.as_secs_f64() / 1e9
-    );
+    for (name, t) in [("interpreter, 8 instructions", unfused), ("JIT, one fused kernel", fused)] {
+        let _ = writeln!(report, "{name:<34} {:>10.2} {:>10.2}", ms(t), bytes / t.as_secs_f64() / 1e9);
+    }
     let _ = writeln!(
         report,
         "speedup {:.1}x (goal >= 5x); max relative difference {:.1e}",

@@ -1,5 +1,7 @@
 //! The op tables: one row per elementwise/reduction op (mnemonic and doc), from which the
-//! parser, printer and verifier dispatch. Adding such an op is one row here plus its
+//! parser, printer and verifier dispatch, and each elementwise op's value on scalars
+//! (`apply`: the interpreter's semantics, which every backend and constant folding follow).
+//! Adding such an op is one row here plus its
 //! semantics in the interpreter (`runtime/src/backend/cpu/interp.rs`) and one filetest.
 
 /// Declares an op family: an enum, its mnemonic table and lookups.
@@ -108,5 +110,87 @@ op_table! {
         Max = "max",
         /// minimum
         Min = "min",
+    }
+}
+
+/// The logistic function, without overflowing `exp` for large `|x|`.
+pub fn sigmoid(x: f32) -> f32 {
+    if x < 0.0 {
+        let e = x.exp();
+        e / (1.0 + e)
+    } else {
+        1.0 / (1.0 + (-x).exp())
+    }
+}
+
+/// 1.0 for true, 0.0 for false (what comparisons give).
+pub fn truth(b: bool) -> f32 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// The larger of two values; NaN if either is (like `numpy.maximum`).
+pub fn nan_max(x: f32, y: f32) -> f32 {
+    if x >= y || x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+/// The smaller of two values; NaN if either is (like `numpy.minimum`).
+pub fn nan_min(x: f32, y: f32) -> f32 {
+    if x <= y || x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
+impl UnaryOp {
+    /// The op on one `f32` (the interpreter's semantics; constant folding uses it).
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Abs => x.abs(),
+            // `x < 0` is false for NaN, which therefore passes through as in PyTorch.
+            UnaryOp::Relu => {
+                if x < 0.0 {
+                    0.0
+                } else {
+                    x
+                }
+            }
+            UnaryOp::Sigmoid => sigmoid(x),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        }
+    }
+}
+
+impl BinaryOp {
+    /// The op on two `f32`s (the interpreter's semantics; constant folding uses it).
+    pub fn apply(self, x: f32, y: f32) -> f32 {
+        match self {
+            BinaryOp::Add => x + y,
+            BinaryOp::Sub => x - y,
+            BinaryOp::Mul => x * y,
+            BinaryOp::Div => x / y,
+            BinaryOp::Pow => x.powf(y),
+            BinaryOp::Maximum => nan_max(x, y),
+            BinaryOp::Minimum => nan_min(x, y),
+            BinaryOp::Eq => truth(x == y),
+            BinaryOp::Ne => truth(x != y),
+            BinaryOp::Lt => truth(x < y),
+            BinaryOp::Le => truth(x <= y),
+            BinaryOp::Gt => truth(x > y),
+            BinaryOp::Ge => truth(x >= y),
+        }
     }
 }

@@ -209,9 +209,9 @@ impl Analysis<Expr> for Facts {
         };
         let constant = match enode.op() {
             Op::Const(c) => Some(c),
-            Op::Unary(op, a) => data(&a).constant.map(|x| unary(op, x.value())),
+            Op::Unary(op, a) => data(&a).constant.map(|x| op.apply(x.value())),
             Op::Binary(op, a, b) => match (data(&a).constant, data(&b).constant) {
-                (Some(x), Some(y)) => Some(binary(op, x.value(), y.value())),
+                (Some(x), Some(y)) => Some(op.apply(x.value(), y.value())),
                 _ => None,
             },
             _ => None,
@@ -233,64 +233,6 @@ impl Analysis<Expr> for Facts {
             let k = egraph.add(Expr::Const(c));
             egraph.union(id, k);
         }
-    }
-}
-
-/// The interpreter's scalar semantics, for constant folding.
-fn unary(op: UnaryOp, x: f32) -> f32 {
-    match op {
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Relu => {
-            if x < 0.0 {
-                0.0
-            } else {
-                x
-            }
-        }
-        UnaryOp::Sigmoid => {
-            if x < 0.0 {
-                x.exp() / (1.0 + x.exp())
-            } else {
-                1.0 / (1.0 + (-x).exp())
-            }
-        }
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-    }
-}
-
-fn binary(op: BinaryOp, x: f32, y: f32) -> f32 {
-    let truth = |b: bool| if b { 1.0 } else { 0.0 };
-    match op {
-        BinaryOp::Add => x + y,
-        BinaryOp::Sub => x - y,
-        BinaryOp::Mul => x * y,
-        BinaryOp::Div => x / y,
-        BinaryOp::Pow => x.powf(y),
-        BinaryOp::Maximum => {
-            if x >= y || x.is_nan() {
-                x
-            } else {
-                y
-            }
-        }
-        BinaryOp::Minimum => {
-            if x <= y || x.is_nan() {
-                x
-            } else {
-                y
-            }
-        }
-        BinaryOp::Eq => truth(x == y),
-        BinaryOp::Ne => truth(x != y),
-        BinaryOp::Lt => truth(x < y),
-        BinaryOp::Le => truth(x <= y),
-        BinaryOp::Gt => truth(x > y),
-        BinaryOp::Ge => truth(x >= y),
     }
 }
 

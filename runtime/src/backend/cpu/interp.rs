@@ -16,6 +16,7 @@ use crate::backend::checks;
 use crate::backend::cpu::jit::{Jit, JitError, JitStats};
 use crate::backend::cpu::random;
 use crate::RuntimeError;
+use gt_ir::ops::{nan_max, nan_min, sigmoid, truth};
 use gt_ir::verify::shape::{self, ResolvedSlice};
 use gt_ir::{BinaryOp, Executor, HostTensor, Instr, Operand, ReduceOp, Shape, TensorType, TypeError, UnaryOp, ValueId};
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Axis, CowArray, Dimension, IxDyn, Slice, Zip};
@@ -318,42 +319,6 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Tensor {
         UnaryOp::Log => a.mapv(f32::ln),
         UnaryOp::Sqrt => a.mapv(f32::sqrt),
         UnaryOp::Rsqrt => a.mapv(|x| 1.0 / x.sqrt()),
-    }
-}
-
-/// The logistic function, without overflowing `exp` for large `|x|`.
-fn sigmoid(x: f32) -> f32 {
-    if x < 0.0 {
-        let e = x.exp();
-        e / (1.0 + e)
-    } else {
-        1.0 / (1.0 + (-x).exp())
-    }
-}
-
-fn truth(b: bool) -> f32 {
-    if b {
-        1.0
-    } else {
-        0.0
-    }
-}
-
-/// The larger of two values; NaN if either is (like `numpy.maximum`).
-fn nan_max(x: f32, y: f32) -> f32 {
-    if x >= y || x.is_nan() {
-        x
-    } else {
-        y
-    }
-}
-
-/// The smaller of two values; NaN if either is (like `numpy.minimum`).
-fn nan_min(x: f32, y: f32) -> f32 {
-    if x <= y || x.is_nan() {
-        x
-    } else {
-        y
     }
 }
 

@@ -196,18 +196,7 @@ struct Pass {
 
 /// The nodes `start` depends on, stopping at in-row reductions (computed by earlier passes).
 fn cone(nodes: &[Node], start: usize) -> Vec<bool> {
-    let mut needed = vec![false; nodes.len()];
-    let mut stack = vec![start];
-    while let Some(i) = stack.pop() {
-        if needed[i] {
-            continue;
-        }
-        needed[i] = true;
-        if !matches!(nodes[i], Node::Reduce(..)) {
-            stack.extend(nodes[i].operands().into_iter().map(|o| o as usize));
-        }
-    }
-    needed
+    cone_to(nodes, start, usize::MAX)
 }
 
 /// [`cone`], with `leaf` also a leaf: the nodes `start` needs once `leaf` is known.
