@@ -20,7 +20,56 @@ fn all_kernels() -> Vec<Kernel> {
         let _ =
             run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true, ..RunOptions::default() });
     }
-    recorder.kernels
+    let mut kernels = recorder.kernels;
+    kernels.extend(fused_kernels());
+    kernels
+}
+
+/// The kernels the fuse pass makes of every run filetest and example (`GT_COMPILE=1`), as
+/// lowered for a GPU (fused full reductions in two passes).
+fn fused_kernels() -> Vec<Kernel> {
+    use gt_ir::kernel::lower::{lower, Step};
+    use gt_passes::{Emit, Fuse, FuseConfig, StreamPass};
+    let mut out = Vec::new();
+    for path in gt::filetest::run_scripts(Path::new(env!("CARGO_MANIFEST_DIR"))) {
+        let Ok(loaded) = load(&std::fs::read(&path).unwrap()) else { continue };
+        let mut interp = gt::runtime::Interpreter::new();
+        let mut recorder = gt::passdump::Recorder::new(&mut interp);
+        let _ =
+            run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true, ..RunOptions::default() });
+        let mut pass = Fuse::new(FuseConfig::default());
+        let mut emit = Emit::new("fuse");
+        // `None` is a sync point: the region ends there.
+        for i in recorder.stream.iter().cloned() {
+            match i {
+                Some(i) => pass.run(i, &mut emit),
+                None => pass.flush(&mut emit),
+            }
+        }
+        pass.flush(&mut emit);
+        for (i, _) in emit.into_items() {
+            let gt_ir::Instr::Fused { ty, .. } = &i else { continue };
+            let any = |_| ty.clone();
+            for step in lower(&i, &any, std::slice::from_ref(ty)) {
+                match step {
+                    Step::Launch { kernel, .. } => out.push(kernel),
+                    Step::TwoPass { first, second, .. } => out.extend([first, second]),
+                    Step::Upload { .. } => {}
+                }
+            }
+        }
+    }
+    // A script that fails on purpose with a result too large to index with 32 bits makes such
+    // a kernel too: the generator must refuse it with an error, not assemble it.
+    let (huge, fit): (Vec<Kernel>, Vec<Kernel>) = out
+        .into_iter()
+        .partition(|k| matches!(k, Kernel::Map(m) if m.shape.iter().product::<usize>() > ptx::MAX_ELEMENTS));
+    for k in &huge {
+        assert!(matches!(ptx::generate(k), Err(ptx::PtxError::TooLarge { .. })), "{k}");
+    }
+    let out = fit;
+    assert!(out.len() > 50, "the fuse pass made {} kernels of the scripts", out.len());
+    out
 }
 
 /// Hand-written fused kernels, in shapes that take each code path (row in registers or
