@@ -33,14 +33,25 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// A map over `[n]` reading `x` (input 0) and `y` (input 1) contiguously.
+fn two_input_map(n: usize, nodes: Vec<Node>) -> Kernel {
+    Kernel::Map(MapKernel {
+        shape: vec![n],
+        inputs: vec![Access::contiguous(&[n]); 2],
+        nodes,
+        output: Access::contiguous(&[n]),
+        rows: vec![],
+        reduce: None,
+    })
+}
+
 /// The chain `relu(exp(tanh(x * 0.5 + 1) * y) - x) + y`: mul, add, tanh, mul, exp, sub, relu,
 /// add, as one kernel over inputs `x`, `y`.
 fn chain_kernel(n: usize) -> Kernel {
     use Node::*;
-    Kernel::Map(MapKernel {
-        shape: vec![n],
-        inputs: vec![Access::contiguous(&[n]); 2],
-        nodes: vec![
+    two_input_map(
+        n,
+        vec![
             Input(0),
             Node::constant(0.5),
             Binary(BinaryOp::Mul, 0, 1),
@@ -54,10 +65,7 @@ fn chain_kernel(n: usize) -> Kernel {
             Unary(UnaryOp::Relu, 9),
             Binary(BinaryOp::Add, 10, 6),
         ],
-        output: Access::contiguous(&[n]),
-        rows: vec![],
-        reduce: None,
-    })
+    )
 }
 
 /// The same chain as 8 instructions on values 0 (`x`) and 1 (`y`); the result is value 10.
@@ -107,10 +115,9 @@ fn softmax_instrs() -> Vec<Instr> {
 /// transcendental function, same inputs and output as [`chain_kernel`].
 fn cheap_chain_kernel(n: usize) -> Kernel {
     use Node::*;
-    Kernel::Map(MapKernel {
-        shape: vec![n],
-        inputs: vec![Access::contiguous(&[n]); 2],
-        nodes: vec![
+    two_input_map(
+        n,
+        vec![
             Input(0),
             Node::constant(0.5),
             Binary(BinaryOp::Mul, 0, 1),
@@ -125,10 +132,7 @@ fn cheap_chain_kernel(n: usize) -> Kernel {
             Unary(UnaryOp::Abs, 10),
             Binary(BinaryOp::Add, 11, 5),
         ],
-        output: Access::contiguous(&[n]),
-        rows: vec![],
-        reduce: None,
-    })
+    )
 }
 
 /// `a[i] = b[i] + s * c[i]`, what rustc makes of the STREAM triad.
