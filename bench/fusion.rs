@@ -190,7 +190,9 @@ fn main() {
     let mut jit = Jit::new().expect("a Cranelift backend for this host");
     let chain = chain_kernel(n);
     let mut out = vec![0.0f32; n];
-    let fused = median(reps, || jit.run(&chain, &[&x, &y], &mut out).expect("chain runs"));
+    let fused = median(reps, || {
+        jit.run(&chain, &[&x, &y], &mut out).expect("chain runs");
+    });
     let instrs = chain_instrs();
     let unfused = median(reps, || {
         for i in &instrs {
@@ -224,7 +226,9 @@ fn main() {
     // speed when arithmetic is not the bound (tanh and exp are ~100 vector instructions per
     // four elements with 128-bit SIMD).
     let cheap = cheap_chain_kernel(n);
-    let cheap_t = median(reps, || jit.run(&cheap, &[&x, &y], &mut out).expect("cheap chain runs"));
+    let cheap_t = median(reps, || {
+        jit.run(&cheap, &[&x, &y], &mut out).expect("cheap chain runs");
+    });
     let cheap_bw = bytes / cheap_t.as_secs_f64() / 1e9;
     let _ = writeln!(report, "{:<34} {:>10.2} ms {:>8.2} GB/s", "8 cheap ops (JIT)", ms(cheap_t), cheap_bw);
     let _ = writeln!(report, "8-op chain without tanh/exp at {:.0}% of triad bandwidth", 100.0 * cheap_bw / triad_bw);
@@ -235,7 +239,9 @@ fn main() {
     let s = it.read(ValueId(0)).expect("s").data;
     let softmax = samples::softmax(&[side, side]);
     let mut sout = vec![0.0f32; side * side];
-    let fused_s = median(reps, || jit.run(&softmax, &[&s], &mut sout).expect("softmax runs"));
+    let fused_s = median(reps, || {
+        jit.run(&softmax, &[&s], &mut sout).expect("softmax runs");
+    });
     let sm = softmax_instrs();
     let unfused_s = median(reps, || {
         for i in &sm {

@@ -13,9 +13,10 @@
 //! their result.
 
 use crate::backend::checks;
-use crate::backend::cpu::jit::{Jit, JitError, JitStats};
+use crate::backend::cpu::jit::{Jit, JitStats};
 use crate::backend::cpu::random;
 use crate::RuntimeError;
+use gt_ir::kernel::Kernel;
 use gt_ir::ops::{nan_max, nan_min, sigmoid, truth};
 use gt_ir::verify::shape::{self, ResolvedSlice};
 use gt_ir::{BinaryOp, Executor, HostTensor, Instr, Operand, ReduceOp, Shape, TensorType, TypeError, UnaryOp, ValueId};
@@ -79,39 +80,7 @@ impl Interpreter {
     /// Runs one instruction. On error no value is defined, changed or freed.
     pub fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
-        let results = match (&*instr, &mut self.jit) {
-            (Instr::Fused { srcs, kernel, .. }, Some(jit)) => {
-                let op = instr.mnemonic();
-                let inputs = srcs
-                    .iter()
-                    .map(|&v| {
-                        Ok(self
-                            .values
-                            .get(&v)
-                            .ok_or(RuntimeError::Undefined { op, value: v })?
-                            .as_slice()
-                            .unwrap_or(&[]))
-                    })
-                    .collect::<Result<Vec<_>, RuntimeError>>()?;
-                let mut out = Tensor::zeros(types.first().map_or(&[][..], |t| t.shape.dims()));
-                let slice = out.as_slice_mut().unwrap_or(&mut []);
-                let kernel_error = |e: JitError| RuntimeError::Kernel { op, message: e.to_string() };
-                let took = jit.compile(kernel).map_err(kernel_error)?;
-                if !took.is_zero() {
-                    tracing::debug!(
-                        target: "gt::compile",
-                        "jit: compiled a {} kernel for {} in {:.3} ms ({} compiled so far)",
-                        kernel.kind(),
-                        types.first().map(|t| t.shape.clone()).unwrap_or_default(),
-                        took.as_secs_f64() * 1e3,
-                        jit.stats().compiled
-                    );
-                }
-                jit.run(kernel, &inputs, slice).map_err(kernel_error)?;
-                vec![out]
-            }
-            _ => self.compute(&instr, &types)?,
-        };
+        let results = self.compute(&instr, &types)?;
         if let Instr::Free { src } = &*instr {
             self.values.remove(src);
         }
@@ -154,8 +123,37 @@ impl Interpreter {
         })
     }
 
+    /// A `fused` kernel's result: compiled by the JIT when there is one, else evaluated by
+    /// the kernel oracle.
+    fn fused(&mut self, srcs: &[ValueId], kernel: &Kernel, dims: &[usize]) -> Result<Tensor, RuntimeError> {
+        let op = "fused";
+        let inputs = srcs
+            .iter()
+            .map(|&v| {
+                Ok(self.values.get(&v).ok_or(RuntimeError::Undefined { op, value: v })?.as_slice().unwrap_or(&[]))
+            })
+            .collect::<Result<Vec<_>, RuntimeError>>()?;
+        let mut out = Tensor::zeros(dims);
+        let slice = out.as_slice_mut().unwrap_or(&mut []);
+        let Some(jit) = &mut self.jit else {
+            super::kernels::run(kernel, &inputs, slice).map_err(|message| RuntimeError::Kernel { op, message })?;
+            return Ok(out);
+        };
+        let took = jit.run(kernel, &inputs, slice).map_err(|e| RuntimeError::Kernel { op, message: e.to_string() })?;
+        if !took.is_zero() {
+            tracing::debug!(
+                target: "gt::compile",
+                "jit: compiled a {} kernel for {dims:?} in {:.3} ms ({} compiled so far)",
+                kernel.kind(),
+                took.as_secs_f64() * 1e3,
+                jit.stats().compiled
+            );
+        }
+        Ok(out)
+    }
+
     /// Computes the results of an instruction whose result `types` the type rule gave.
-    fn compute(&self, instr: &Instr, types: &[TensorType]) -> Result<Vec<Tensor>, RuntimeError> {
+    fn compute(&mut self, instr: &Instr, types: &[TensorType]) -> Result<Vec<Tensor>, RuntimeError> {
         let op = instr.mnemonic();
         let type_error = |source| RuntimeError::Type { op, source };
         let dims = || types.first().map_or(&[][..], |t| t.shape.dims());
@@ -225,14 +223,8 @@ impl Interpreter {
                 return Ok(split(a, shape::normalize_axis(*axis, a.ndim()).map_err(type_error)?, types));
             }
             Instr::Fused { srcs, kernel, .. } => {
-                let inputs =
-                    srcs.iter()
-                        .map(|&v| Ok(self.get(op, v)?.as_slice().unwrap_or(&[])))
-                        .collect::<Result<Vec<_>, RuntimeError>>()?;
-                let mut out = Tensor::zeros(dims());
-                let slice = out.as_slice_mut().unwrap_or(&mut []);
-                super::kernels::run(kernel, &inputs, slice).map_err(|message| RuntimeError::Kernel { op, message })?;
-                out
+                let dims = dims().to_vec();
+                self.fused(srcs, kernel, &dims)?
             }
             Instr::Free { .. } | Instr::GetData { .. } | Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {
                 return Ok(Vec::new())

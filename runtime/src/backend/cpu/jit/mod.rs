@@ -161,10 +161,11 @@ impl Jit {
 
     /// Checks bounds ([`Kernel::check_bounds`]), compiles on first sight (cached by the
     /// kernel value), runs: `inputs` one buffer per kernel input, results into `out`.
-    pub fn run(&mut self, kernel: &Kernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), JitError> {
+    /// Returns the time spent compiling (zero when the kernel was cached).
+    pub fn run(&mut self, kernel: &Kernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<Duration, JitError> {
         let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
         kernel.check_bounds(&lens, out.len()).map_err(JitError::Bounds)?;
-        self.compile(kernel)?;
+        let took = self.compile(kernel)?;
         let compiled = *self.cache.get(kernel).ok_or_else(|| JitError::Codegen("the kernel left the cache".into()))?;
         match (kernel, compiled) {
             (Kernel::Map(_), Compiled::Map(f)) => {
@@ -174,7 +175,7 @@ impl Jit {
             (Kernel::MatMul(k), Compiled::MatMul(epilogue)) => matmul(k, inputs, out, epilogue),
             _ => return Err(JitError::Codegen("cached code of another kind of kernel".into())),
         }
-        Ok(())
+        Ok(took)
     }
 
     /// Compiles `kernel` into the cache without running it; the compile time (zero when it
