@@ -288,15 +288,20 @@ fn split_reduction(op: crate::ReduceOp, outputs: usize, reduced: usize) -> Optio
         rows: vec![2],
         reduce: Some(op),
     };
-    let second = MapKernel {
+    Some((Kernel::Map(first), partials_reduction(op, outputs, p)))
+}
+
+/// The second pass of a two-pass reduction: each of `outputs` rows of `p` partials reduced
+/// to one value.
+fn partials_reduction(op: crate::ReduceOp, outputs: usize, p: usize) -> Kernel {
+    Kernel::Map(MapKernel {
         shape: vec![outputs, p],
         inputs: vec![Access::contiguous(&[outputs, p])],
         nodes: vec![Node::Input(0)],
         output: Access { offset: 0, strides: vec![1, 0] },
         rows: vec![1],
         reduce: Some(op),
-    };
-    Some((Kernel::Map(first), Kernel::Map(second)))
+    })
 }
 
 /// A fused kernel reducing everything it computes to one value, in two passes like
@@ -340,15 +345,7 @@ fn split_full_reduction(k: &MapKernel) -> Option<(Kernel, usize, Kernel)> {
         reduce: Some(op),
         shape,
     };
-    let second = MapKernel {
-        shape: vec![1, p],
-        inputs: vec![Access::contiguous(&[1, p])],
-        nodes: vec![Node::Input(0)],
-        output: Access { offset: 0, strides: vec![1, 0] },
-        rows: vec![1],
-        reduce: Some(op),
-    };
-    Some((Kernel::Map(first), p, Kernel::Map(second)))
+    Some((Kernel::Map(first), p, partials_reduction(op, 1, p)))
 }
 
 /// Collects a map kernel's inputs and leaf nodes from operands (scalars become constants).

@@ -174,8 +174,8 @@ impl Builder {
 struct Materialise(ValueId);
 
 impl<'a> Region<'a> {
-    /// Builds the fused form of `instrs` (a region: no value defined twice, every operand
-    /// typed in `types`). `freed` are the values the region frees.
+    /// Builds the fused form of `instrs` (a region: no value defined twice, every value it
+    /// names typed in `types`); the values it frees die in it, the others live on.
     pub fn build(
         instrs: Vec<Instr>,
         types: &'a HashMap<ValueId, TensorType>,
@@ -228,7 +228,8 @@ impl<'a> Region<'a> {
             }
         }
         let mut live: Vec<ValueId> = r.live_out.iter().copied().collect();
-        live.sort_by_key(|v| r.order(*v));
+        // By id, for a deterministic order (clients number values as they define them).
+        live.sort_unstable();
         for v in live {
             r.materialise(v);
         }
@@ -240,11 +241,6 @@ impl<'a> Region<'a> {
             _ => true,
         }));
         (r.out, r.stats)
-    }
-
-    /// Definition order of a region value (for deterministic emission).
-    fn order(&self, v: ValueId) -> u32 {
-        v.0
     }
 
     fn dims(&self, v: ValueId) -> Vec<usize> {

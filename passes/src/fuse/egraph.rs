@@ -190,6 +190,15 @@ pub struct Data {
     pub numel: f64,
 }
 
+/// Elements an e-node computes: a leaf's count, 1 for a scalar, else the largest operand's
+/// (the broadcast shape's count when operands broadcast along one side).
+fn numel(egraph: &EGraph<Expr, Facts>, enode: &Expr) -> f64 {
+    match enode {
+        Expr::Leaf(l) => egraph.analysis.leaf_numel.get(l.0 as usize).copied().unwrap_or(1.0),
+        e => e.children().iter().map(|c| egraph[*c].data.numel).fold(1.0, f64::max),
+    }
+}
+
 /// Constant folding and element counts; `leaf_numel[i]` is leaf `i`'s element count.
 #[derive(Debug, Default)]
 pub struct Facts {
@@ -202,11 +211,7 @@ impl Analysis<Expr> for Facts {
 
     fn make(egraph: &mut EGraph<Expr, Facts>, enode: &Expr) -> Data {
         let data = |id: &Id| &egraph[*id].data;
-        let numel = match enode {
-            Expr::Leaf(l) => egraph.analysis.leaf_numel.get(l.0 as usize).copied().unwrap_or(1.0),
-            Expr::Const(_) => 1.0,
-            e => e.children().iter().map(|c| data(c).numel).fold(1.0, f64::max),
-        };
+        let numel = numel(egraph, enode);
         let constant = match enode.op() {
             Op::Const(c) => Some(c),
             Op::Unary(op, a) => data(&a).constant.map(|x| op.apply(x.value())),
@@ -288,10 +293,7 @@ struct Cost<'a> {
 impl CostFunction<Expr> for Cost<'_> {
     type Cost = f64;
     fn cost<C: FnMut(Id) -> f64>(&mut self, enode: &Expr, mut costs: C) -> f64 {
-        let numel = match enode {
-            Expr::Leaf(l) => self.egraph.analysis.leaf_numel.get(l.0 as usize).copied().unwrap_or(1.0),
-            e => e.children().iter().map(|c| self.egraph[*c].data.numel).fold(1.0, f64::max),
-        };
+        let numel = numel(self.egraph, enode);
         let own = match enode {
             Expr::Leaf(_) => 4.0 * numel,
             e => e.weight() * numel,
