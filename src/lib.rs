@@ -1,10 +1,11 @@
 //! gt: a multiplexing tensor runtime built like a compiler. This facade re-exports the
 //! crates and holds what the binaries share: diagnostic rendering, the filetest runner,
 //! logging set-up, and sessions (embedded cluster or remote dispatcher) that run `.gtir`
-//! scripts.
+//! scripts; and the Tensor API (`gt::init`, `gt::randn`, `gt::nn`, ...).
 
 pub mod diagnostics;
 pub mod filetest;
+pub mod init;
 pub mod kernels;
 pub mod logging;
 pub mod mirror;
@@ -17,3 +18,10 @@ pub use gt_ir as ir;
 pub use gt_passes as passes;
 pub use gt_runtime as runtime;
 pub use gt_transport as transport;
+
+pub use gt_frontend::tensor::{
+    arange, cat, from_vec, full, is_grad_enabled, manual_seed, no_grad, ones, rand, randn, range_step, scalar, step,
+    tensor, where_, zeros, Arg, ELLIPSIS, NEW,
+};
+pub use gt_frontend::{autograd, debug, nn, s, Tensor, TensorError};
+pub use init::{init, Runtime};

@@ -82,6 +82,11 @@ impl Session {
         }
     }
 
+    /// The client and the embedded cluster (if any), to be dropped in that order.
+    pub fn into_parts(self) -> (Client, Option<Cluster>) {
+        (self.client, self.cluster)
+    }
+
     /// Whether the cluster runs in this process.
     pub fn is_embedded(&self) -> bool {
         self.cluster.is_some()

@@ -422,4 +422,8 @@ impl gt_ir::Executor for Client {
     fn error_span(error: &ClientError) -> Option<(Span, &'static str)> {
         error.origin().and_then(|o| o.span.map(|s| (s, o.op)))
     }
+
+    fn error_op(error: &ClientError) -> Option<&'static str> {
+        error.origin().map(|o| o.op)
+    }
 }

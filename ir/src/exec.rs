@@ -34,4 +34,10 @@ pub trait Executor {
         let _ = error;
         None
     }
+
+    /// For an error about an instruction: its op (an earlier one than the call, for
+    /// failures reported late).
+    fn error_op(error: &Self::Error) -> Option<&'static str> {
+        Self::error_span(error).map(|(_, op)| op)
+    }
 }

@@ -1,5 +1,6 @@
 //! The one integration-test binary: filetests with snapshots, `gt-run` CLI tests and tidy checks.
 
+mod autograd;
 mod cli;
 mod cluster;
 mod distributed;
@@ -7,4 +8,5 @@ mod filetests;
 mod fusion;
 mod kernels;
 mod ptx;
+mod tensor_api;
 mod tidy;

@@ -1,0 +1,571 @@
+//! Reverse-mode autograd: each op on a tensor that requires grad records a [`Node`] (its
+//! inputs, kept alive, and what to differentiate); `backward` walks the nodes reachable from
+//! the loss in reverse recording order and emits the gradient ops as more instructions.
+//! PyTorch semantics: gradients accumulate on leaves across `backward` calls until zeroed,
+//! non-leaves keep none, a graph is freed by the `backward` that used it.
+
+use crate::tensor::{creation_zeros, Arg, Context, Result, Tensor, TensorError};
+use gt_ir::verify::shape;
+use gt_ir::{BinaryOp, ReduceOp, SliceItem, TensorType, UnaryOp, ValueId};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::{Rc, Weak};
+
+/// An operand of a recorded binary op: input `i` of the node, or a scalar.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Side {
+    Input(usize),
+    Scalar(f64),
+}
+
+/// What a node differentiates (with the attributes the gradient needs).
+#[derive(Debug, Clone)]
+pub(crate) enum GradOp {
+    Unary(UnaryOp),
+    Binary {
+        op: BinaryOp,
+        lhs: Side,
+        rhs: Side,
+    },
+    /// Input 0 is the condition (no gradient).
+    Where {
+        on_true: Side,
+        on_false: Side,
+    },
+    MatMul,
+    Reduce {
+        op: ReduceOp,
+        axes: Option<Vec<i64>>,
+        keepdim: bool,
+    },
+    Transpose {
+        dim0: i64,
+        dim1: i64,
+    },
+    Permute {
+        perm: Vec<i64>,
+    },
+    /// reshape, squeeze, unsqueeze: the gradient is reshaped back.
+    Reshape,
+    BroadcastTo,
+    Slice {
+        index: Vec<SliceItem>,
+    },
+    Concat {
+        axis: i64,
+    },
+    /// One result of `split`/`chunk`: elements `start..start+len` of `axis`.
+    SplitPiece {
+        axis: usize,
+        start: usize,
+        len: usize,
+    },
+}
+
+/// A recorded op.
+pub(crate) struct Node {
+    seq: u64,
+    op: GradOp,
+    name: &'static str,
+    /// Released (emptied) by the backward that used the node.
+    inputs: RefCell<Vec<Tensor>>,
+    versions: Vec<u64>,
+    input_ids: Vec<ValueId>,
+    output: RefCell<Weak<crate::tensor::Inner>>,
+    out_id: ValueId,
+    out_ty: TensorType,
+    released: Cell<bool>,
+}
+
+impl Node {
+    pub(crate) fn new(
+        ctx: &Context,
+        op: GradOp,
+        name: &'static str,
+        inputs: &[&Tensor],
+        out_id: ValueId,
+        out_ty: TensorType,
+    ) -> Rc<Node> {
+        let seq = ctx.node_seq.get();
+        ctx.node_seq.set(seq + 1);
+        Rc::new(Node {
+            seq,
+            op,
+            name,
+            inputs: RefCell::new(inputs.iter().map(|t| (*t).clone()).collect()),
+            versions: inputs.iter().map(|t| t.version()).collect(),
+            input_ids: inputs.iter().map(|t| t.id()).collect(),
+            output: RefCell::new(Weak::new()),
+            out_id,
+            out_ty,
+            released: Cell::new(false),
+        })
+    }
+
+    pub(crate) fn set_output(&self, t: &Tensor) {
+        *self.output.borrow_mut() = Rc::downgrade(&t.0);
+    }
+
+    /// The op's mnemonic.
+    pub(crate) fn name(&self) -> &'static str {
+        self.name
+    }
+
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.get()
+    }
+
+    /// What `debug::get_tape` shows of it.
+    pub(crate) fn entry(&self) -> TapeEntry {
+        TapeEntry { output: self.out_id, ty: self.out_ty.clone(), op: self.name, inputs: self.input_ids.clone() }
+    }
+
+    /// The result, for gradients that reuse it (exp, sigmoid, ...).
+    fn output(&self) -> Result<Tensor> {
+        let out = self.output.borrow().upgrade().map(Tensor);
+        match out {
+            Some(t) if t.version() == 0 => Ok(t),
+            Some(_) => Err(modified(self.name, "its result")),
+            None => Err(TensorError::invalid("backward", format!("the result of `{}` is gone", self.name))),
+        }
+    }
+}
+
+fn modified(op: &'static str, what: &str) -> TensorError {
+    TensorError::invalid(
+        "backward",
+        format!("{what} of `{op}` was modified in place after `{op}` used it; its gradient would be wrong"),
+    )
+}
+
+/// One recorded op, as `debug::get_tape` lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TapeEntry {
+    /// The result's id.
+    pub output: ValueId,
+    /// The result's type.
+    pub ty: TensorType,
+    /// The op.
+    pub op: &'static str,
+    /// The tensor operands' ids.
+    pub inputs: Vec<ValueId>,
+}
+
+/// Turns gradient recording off until dropped.
+struct GradOff<'a>(&'a Context, bool);
+
+impl<'a> GradOff<'a> {
+    fn new(ctx: &'a Context) -> GradOff<'a> {
+        GradOff(ctx, ctx.set_grad_enabled(false))
+    }
+}
+
+impl Drop for GradOff<'_> {
+    fn drop(&mut self) {
+        self.0.set_grad_enabled(self.1);
+    }
+}
+
+impl Tensor {
+    /// Computes the gradient of this one-element tensor (a loss) with respect to every leaf
+    /// that requires grad and adds it to the leaf's [`Tensor::grad`]. Frees the graph.
+    pub fn backward(&self) -> Result<()> {
+        if self.numel() != 1 {
+            return Err(TensorError::invalid(
+                "backward",
+                format!(
+                    "the loss must have one element, not {} ({}); use backward_with(grad) otherwise",
+                    self.numel(),
+                    self.ty()
+                ),
+            ));
+        }
+        let seed = {
+            let ctx = self.ctx();
+            let _off = GradOff::new(&ctx);
+            crate::tensor::ones_of(&ctx, self.ty().clone())?
+        };
+        self.backward_with(&seed)
+    }
+
+    /// As [`Tensor::backward`], starting from `grad` (this tensor's gradient, same type).
+    pub fn backward_with(&self, grad: &Tensor) -> Result<()> {
+        if grad.ty() != self.ty() {
+            return Err(TensorError::invalid(
+                "backward",
+                format!("the gradient has type {}, the tensor {}", grad.ty(), self.ty()),
+            ));
+        }
+        if !self.requires_grad() {
+            return Err(TensorError::invalid(
+                "backward",
+                "the tensor does not require grad (no input of it requires grad, or it was computed under no_grad)",
+            ));
+        }
+        let ctx = self.ctx();
+        let _off = GradOff::new(&ctx);
+        let Some(root) = self.0.grad_fn.clone() else {
+            accumulate_leaf(self, grad.detach())?;
+            return Ok(());
+        };
+        // Every node the loss depends on; recording order is a topological order.
+        let mut order = vec![root.clone()];
+        let mut seen: HashMap<*const Node, ()> = HashMap::from([(Rc::as_ptr(&root), ())]);
+        let mut i = 0;
+        while i < order.len() {
+            let inputs = order[i].inputs.borrow().clone();
+            for t in inputs {
+                if let Some(n) = &t.0.grad_fn {
+                    if seen.insert(Rc::as_ptr(n), ()).is_none() {
+                        order.push(n.clone());
+                    }
+                }
+            }
+            i += 1;
+        }
+        order.sort_by_key(|n| std::cmp::Reverse(n.seq));
+        let mut grads: HashMap<*const Node, Tensor> = HashMap::from([(Rc::as_ptr(&root), grad.detach())]);
+        let mut leaves: Vec<(Tensor, Tensor)> = Vec::new();
+        for node in &order {
+            let Some(g) = grads.remove(&Rc::as_ptr(node)) else { continue };
+            if node.released.get() {
+                return Err(TensorError::invalid(
+                    "backward",
+                    format!(
+                        "the graph through `{}` was already used by a backward and freed; run the forward again",
+                        node.name
+                    ),
+                ));
+            }
+            let inputs = node.inputs.borrow().clone();
+            for (t, v) in inputs.iter().zip(&node.versions) {
+                if t.version() != *v && t.requires_grad() {
+                    return Err(modified(node.name, &format!("an input ({t:?})")));
+                }
+            }
+            let input_grads = input_grads(node, &g, &inputs)?;
+            for (t, gi) in inputs.iter().zip(input_grads) {
+                let Some(gi) = gi else { continue };
+                match &t.0.grad_fn {
+                    Some(n) => {
+                        let key = Rc::as_ptr(n);
+                        let sum = match grads.remove(&key) {
+                            Some(old) => old.add(&gi)?,
+                            None => gi,
+                        };
+                        grads.insert(key, sum);
+                    }
+                    None => match leaves.iter_mut().find(|(l, _)| l.same(t)) {
+                        Some((_, old)) => *old = old.add(&gi)?,
+                        None => leaves.push((t.clone(), gi)),
+                    },
+                }
+            }
+        }
+        for (leaf, g) in leaves {
+            accumulate_leaf(&leaf, g)?;
+        }
+        for node in &order {
+            node.released.set(true);
+            node.inputs.borrow_mut().clear();
+        }
+        Ok(())
+    }
+}
+
+fn accumulate_leaf(leaf: &Tensor, g: Tensor) -> Result<()> {
+    let sum = match leaf.grad() {
+        Some(old) => old.add(&g)?,
+        None => g,
+    };
+    leaf.set_grad(Some(sum));
+    Ok(())
+}
+
+fn dims_i64(dims: &[usize]) -> Vec<i64> {
+    dims.iter().map(|&d| d as i64).collect()
+}
+
+/// `g` summed down to `dims` (undoing broadcasting: leading axes, and axes that were 1).
+fn sum_to(g: Tensor, dims: &[usize]) -> Result<Tensor> {
+    if g.shape() == dims {
+        return Ok(g);
+    }
+    let lead = g.rank() - dims.len();
+    let mut axes: Vec<i64> = (0..lead as i64).collect();
+    for (i, &d) in dims.iter().enumerate() {
+        if d == 1 && g.shape()[lead + i] != 1 {
+            axes.push((lead + i) as i64);
+        }
+    }
+    let s = if axes.is_empty() { g } else { g.sum_dims(&axes, true)? };
+    s.reshape(&dims_i64(dims))
+}
+
+/// Zeros shaped like `like` with `axis` of length `len`.
+fn zeros_along(like: &Tensor, axis: usize, len: usize) -> Result<Tensor> {
+    let mut dims = like.shape().to_vec();
+    dims[axis] = len;
+    creation_zeros(&like.ctx(), TensorType::new(like.dtype(), dims))
+}
+
+/// `g` with `before` zeros in front and `after` behind along `axis`.
+fn pad_axis(g: Tensor, axis: usize, before: usize, after: usize) -> Result<Tensor> {
+    if before == 0 && after == 0 {
+        return Ok(g);
+    }
+    let mut parts = Vec::new();
+    if before > 0 {
+        parts.push(zeros_along(&g, axis, before)?);
+    }
+    parts.push(g.clone());
+    if after > 0 {
+        parts.push(zeros_along(&g, axis, after)?);
+    }
+    crate::tensor::cat(&parts.iter().collect::<Vec<_>>(), axis as i64)
+}
+
+/// `g[.., start:end:step (on axis), ..]`.
+fn slice_axis(g: &Tensor, axis: usize, start: Option<i64>, end: Option<i64>, step: i64) -> Result<Tensor> {
+    let mut index = vec![SliceItem::Range { start: None, end: None, step: 1 }; axis];
+    index.push(SliceItem::Range { start, end, step });
+    g.slice(&index)
+}
+
+/// The gradient of a slice: `g` scattered into zeros of the input's shape, axis by axis.
+fn slice_grad(g: &Tensor, input: &[usize], index: &[SliceItem]) -> Result<Tensor> {
+    let r = shape::resolve_slice(index, &gt_ir::Shape::new(input.to_vec()))
+        .map_err(|source| TensorError::Type { op: "slice", source })?;
+    if r.axes.iter().any(|a| a.len == 0) {
+        return creation_zeros(&g.ctx(), TensorType::new(g.dtype(), input.to_vec()));
+    }
+    // The result's elements in input-axis order: indexed axes back as 1, new axes gone.
+    let mut g = g.reshape(&r.axes.iter().map(|a| a.len as i64).collect::<Vec<_>>())?;
+    for (ax, a) in r.axes.iter().enumerate() {
+        let (n, len) = (input[ax], a.len);
+        if len == n && a.step == 1 {
+            continue;
+        }
+        let (mut start, mut step) = (a.start, a.step);
+        if step < 0 {
+            g = slice_axis(&g, ax, None, None, -1)?;
+            step = -step;
+            start -= (len - 1) * step as usize;
+        }
+        let step = step as usize;
+        if step > 1 && len > 1 {
+            // Interleave step-1 zeros after each element, then drop the trailing ones.
+            let column = g.unsqueeze(ax as i64 + 1)?;
+            let spread = crate::tensor::cat(&[&column, &zeros_along(&column, ax + 1, step - 1)?], ax as i64 + 1)?;
+            let mut dims = dims_i64(g.shape());
+            dims[ax] = (len * step) as i64;
+            g = slice_axis(&spread.reshape(&dims)?, ax, Some(0), Some(((len - 1) * step + 1) as i64), 1)?;
+        }
+        let span = if len > 1 { (len - 1) * step + 1 } else { 1 };
+        g = pad_axis(g, ax, start, n - start - span)?;
+    }
+    Ok(g)
+}
+
+/// The operand a side names.
+fn arg<'a>(side: Side, inputs: &'a [Tensor]) -> Arg<'a> {
+    match side {
+        Side::Input(i) => Arg::Tensor(&inputs[i]),
+        Side::Scalar(s) => Arg::Scalar(s),
+    }
+}
+
+/// The gradient of each input (None where none is needed).
+fn input_grads(node: &Node, g: &Tensor, inputs: &[Tensor]) -> Result<Vec<Option<Tensor>>> {
+    let wants = |i: usize| inputs[i].requires_grad();
+    let mut out: Vec<Option<Tensor>> = vec![None; inputs.len()];
+    let bin = crate::tensor::binary;
+    match &node.op {
+        GradOp::Unary(op) => {
+            let a = &inputs[0];
+            let ga = match op {
+                UnaryOp::Neg => g.neg()?,
+                UnaryOp::Abs => g.mul(&a.gt(0.0)?.sub(&a.lt(0.0)?)?)?,
+                UnaryOp::Relu => g.mul(&a.gt(0.0)?)?,
+                UnaryOp::Sigmoid => {
+                    let y = node.output()?;
+                    y.rsub(1.0)?.mul(&y)?.mul(g)?
+                }
+                UnaryOp::Tanh => {
+                    let y = node.output()?;
+                    y.mul(&y)?.rsub(1.0)?.mul(g)?
+                }
+                UnaryOp::Exp => g.mul(&node.output()?)?,
+                UnaryOp::Log => g.div(a)?,
+                UnaryOp::Sqrt => g.div(&node.output()?.mul(2.0)?)?,
+                UnaryOp::Rsqrt => node.output()?.div(a)?.mul(-0.5)?.mul(g)?,
+            };
+            out[0] = Some(ga);
+        }
+        GradOp::Binary { op, lhs, rhs } => {
+            let (a, b) = (arg(*lhs, inputs), arg(*rhs, inputs));
+            let (mut ga, mut gb): (Option<Tensor>, Option<Tensor>) = (None, None);
+            let want_a = matches!(lhs, Side::Input(i) if wants(*i));
+            let want_b = matches!(rhs, Side::Input(i) if wants(*i));
+            match op {
+                BinaryOp::Add => {
+                    ga = want_a.then(|| g.clone());
+                    gb = want_b.then(|| g.clone());
+                }
+                BinaryOp::Sub => {
+                    ga = want_a.then(|| g.clone());
+                    if want_b {
+                        gb = Some(g.neg()?);
+                    }
+                }
+                BinaryOp::Mul => {
+                    if want_a {
+                        ga = Some(g.mul(b)?);
+                    }
+                    if want_b {
+                        gb = Some(g.mul(a)?);
+                    }
+                }
+                BinaryOp::Div => {
+                    if want_a {
+                        ga = Some(g.div(b)?);
+                    }
+                    if want_b {
+                        gb = Some(g.mul(&node.output()?)?.div(b)?.neg()?);
+                    }
+                }
+                BinaryOp::Pow => {
+                    if want_a {
+                        ga = Some(match b {
+                            Arg::Scalar(0.0) => g.mul(0.0)?,
+                            Arg::Scalar(p) => bin(BinaryOp::Pow, a, Arg::Scalar(p - 1.0))?.mul(p)?.mul(g)?,
+                            Arg::Tensor(bt) => bin(BinaryOp::Pow, a, Arg::Tensor(&bt.sub(1.0)?))?.mul(bt)?.mul(g)?,
+                        });
+                    }
+                    if want_b {
+                        let y = node.output()?;
+                        gb = Some(match a {
+                            Arg::Scalar(s) => y.mul(s.ln())?.mul(g)?,
+                            // d/db a^b = a^b ln a, taken as 0 where a == 0 (as PyTorch).
+                            Arg::Tensor(at) => {
+                                let t = y.mul(&at.log()?)?;
+                                crate::tensor::where_(&at.eq(0.0)?, 0.0, &t)?.mul(g)?
+                            }
+                        });
+                    }
+                }
+                BinaryOp::Maximum | BinaryOp::Minimum => {
+                    // Ties share the gradient equally (as PyTorch).
+                    let wins = if *op == BinaryOp::Maximum { BinaryOp::Gt } else { BinaryOp::Lt };
+                    let mask = bin(wins, a, b)?.add(&bin(BinaryOp::Eq, a, b)?.mul(0.5)?)?;
+                    let to_a = g.mul(&mask)?;
+                    if want_b {
+                        gb = Some(g.sub(&to_a)?);
+                    }
+                    ga = want_a.then_some(to_a);
+                }
+                _ => {}
+            }
+            for (side, grad) in [(lhs, ga), (rhs, gb)] {
+                if let (Side::Input(i), Some(gi)) = (side, grad) {
+                    out[*i] = Some(sum_to(gi, inputs[*i].shape())?);
+                }
+            }
+        }
+        GradOp::Where { on_true, on_false } => {
+            let cond = &inputs[0];
+            if let Side::Input(i) = on_true {
+                if wants(*i) {
+                    out[*i] = Some(sum_to(crate::tensor::where_(cond, g, 0.0)?, inputs[*i].shape())?);
+                }
+            }
+            if let Side::Input(i) = on_false {
+                if wants(*i) {
+                    out[*i] = Some(sum_to(crate::tensor::where_(cond, 0.0, g)?, inputs[*i].shape())?);
+                }
+            }
+        }
+        GradOp::MatMul => {
+            let (a, b) = (&inputs[0], &inputs[1]);
+            let a2 = if a.rank() == 1 { a.unsqueeze(0)? } else { a.clone() };
+            let b2 = if b.rank() == 1 { b.unsqueeze(-1)? } else { b.clone() };
+            let promoted =
+                shape::matmul_type(a2.ty(), b2.ty()).map_err(|source| TensorError::Type { op: "matmul", source })?;
+            let g2 = g.reshape(&dims_i64(promoted.shape.dims()))?;
+            if wants(0) {
+                out[0] = Some(sum_to(g2.matmul(&b2.t()?)?, a2.shape())?.reshape(&dims_i64(a.shape()))?);
+            }
+            if wants(1) {
+                out[1] = Some(sum_to(a2.t()?.matmul(&g2)?, b2.shape())?.reshape(&dims_i64(b.shape()))?);
+            }
+        }
+        GradOp::Reduce { op, axes, keepdim } => {
+            let a = &inputs[0];
+            let rank = a.rank();
+            let axes: Vec<usize> = match axes {
+                Some(ax) => {
+                    shape::normalize_axes(ax, rank).map_err(|source| TensorError::Type { op: node.name, source })?
+                }
+                None => (0..rank).collect(),
+            };
+            let mut kept = dims_i64(a.shape());
+            for &ax in &axes {
+                kept[ax] = 1;
+            }
+            let gk = if *keepdim { g.clone() } else { g.reshape(&kept)? };
+            out[0] = Some(match op {
+                ReduceOp::Sum => gk.broadcast_to(a.shape())?,
+                ReduceOp::Mean => {
+                    let count: usize = axes.iter().map(|&ax| a.shape()[ax]).product();
+                    gk.mul(1.0 / count.max(1) as f64)?.broadcast_to(a.shape())?
+                }
+                ReduceOp::Max | ReduceOp::Min => {
+                    let y = node.output()?;
+                    let yk = if *keepdim { y } else { y.reshape(&kept)? };
+                    let mask = a.eq(&yk)?;
+                    let ties = mask.sum_dims(&axes.iter().map(|&x| x as i64).collect::<Vec<_>>(), true)?;
+                    mask.mul(&gk.div(&ties)?)?
+                }
+            });
+        }
+        GradOp::Transpose { dim0, dim1 } => out[0] = Some(g.transpose(*dim0, *dim1)?),
+        GradOp::Permute { perm } => {
+            let rank = inputs[0].rank();
+            let mut inverse = vec![0i64; rank];
+            for (i, &p) in perm.iter().enumerate() {
+                let p = shape::normalize_axis(p, rank).map_err(|source| TensorError::Type { op: "permute", source })?;
+                inverse[p] = i as i64;
+            }
+            out[0] = Some(g.permute(&inverse)?);
+        }
+        GradOp::Reshape => out[0] = Some(g.reshape(&dims_i64(inputs[0].shape()))?),
+        GradOp::BroadcastTo => out[0] = Some(sum_to(g.clone(), inputs[0].shape())?),
+        GradOp::Slice { index } => out[0] = Some(slice_grad(g, inputs[0].shape(), index)?),
+        GradOp::Concat { axis } => {
+            let ax =
+                shape::normalize_axis(*axis, g.rank()).map_err(|source| TensorError::Type { op: "concat", source })?;
+            let sizes: Vec<usize> = inputs.iter().map(|t| t.shape()[ax]).collect();
+            let pieces = g.split_sizes(&sizes, *axis)?;
+            for (i, p) in pieces.into_iter().enumerate() {
+                if wants(i) {
+                    out[i] = Some(p);
+                }
+            }
+        }
+        GradOp::SplitPiece { axis, start, len } => {
+            let n = inputs[0].shape()[*axis];
+            out[0] = Some(pad_axis(g.clone(), *axis, *start, n - start - len)?);
+        }
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        if !wants(i) {
+            *o = None;
+        }
+    }
+    Ok(out)
+}
+
+/// The recorded ops still alive and not yet used by a backward, in recording order.
+pub(crate) fn live_tape(ctx: &Context) -> Vec<TapeEntry> {
+    ctx.tape.borrow().iter().filter_map(|w| w.upgrade()).filter(|n| !n.is_released()).map(|n| n.entry()).collect()
+}

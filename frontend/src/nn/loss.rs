@@ -1,0 +1,50 @@
+//! Loss functions (means over every element or row, as PyTorch's defaults).
+
+use super::log_softmax;
+use crate::tensor::{self, Result, Tensor, TensorError};
+
+/// Mean squared error.
+pub fn mse_loss(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
+    let d = prediction.sub(target)?;
+    d.mul(&d)?.mean()
+}
+
+/// Binary cross-entropy of probabilities `p` against targets in `[0, 1]`; the logarithms are
+/// clamped at -100 as in PyTorch, so `p` of exactly 0 or 1 gives a finite loss.
+pub fn binary_cross_entropy(p: &Tensor, target: &Tensor) -> Result<Tensor> {
+    let log_p = p.log()?.maximum(-100.0)?;
+    let log_q = p.rsub(1.0)?.log()?.maximum(-100.0)?;
+    let per = target.mul(&log_p)?.add(&target.rsub(1.0)?.mul(&log_q)?)?;
+    per.mean()?.neg()
+}
+
+/// Binary cross-entropy of `sigmoid(logits)`, computed stably:
+/// `max(x, 0) - x t + log(1 + exp(-|x|))`.
+pub fn binary_cross_entropy_with_logits(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
+    let softplus = logits.abs()?.neg()?.exp()?.add(1.0)?.log()?;
+    logits.relu()?.sub(&logits.mul(target)?)?.add(&softplus)?.mean()
+}
+
+/// Multi-class cross-entropy of `logits` `[N, C]` against target probabilities `[N, C]`
+/// (one-hot rows for class labels: [`one_hot`]), through a stable log-softmax; mean over rows.
+pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
+    if logits.rank() != 2 || target.shape() != logits.shape() {
+        return Err(TensorError::invalid(
+            "cross_entropy",
+            format!("expects logits [N, C] and targets of the same shape, got {} and {}", logits.ty(), target.ty()),
+        ));
+    }
+    log_softmax(logits, -1)?.mul(target)?.sum_dims(&[-1], false)?.mean()?.neg()
+}
+
+/// Rows of `classes` values, 1 at each label and 0 elsewhere.
+pub fn one_hot(labels: &[usize], classes: usize) -> Result<Tensor> {
+    if let Some(bad) = labels.iter().find(|&&l| l >= classes) {
+        return Err(TensorError::invalid("one_hot", format!("label {bad} is not below the class count {classes}")));
+    }
+    let mut data = vec![0.0f32; labels.len() * classes];
+    for (row, &l) in labels.iter().enumerate() {
+        data[row * classes + l] = 1.0;
+    }
+    tensor::from_vec(data, &[labels.len(), classes])
+}

@@ -1,0 +1,270 @@
+//! The context a thread's tensors run on: an executor (the async client of a dispatcher, or
+//! the reference interpreter), the client's value ids, the random seed sequence, the
+//! grad-enabled flag and the autograd tape. One context is current per thread
+//! ([`Context::install`]); every tensor keeps the context it was made on.
+
+use super::TensorError;
+use crate::autograd::Node;
+use gt_ir::{Executor, HostTensor, Instr, ValueId};
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+
+/// Why an executor call failed, with the op it was about when the executor knows it.
+#[derive(Debug, Clone)]
+pub struct ExecFailure {
+    /// The op that failed (for failures reported late, an earlier one than the call).
+    pub op: Option<&'static str>,
+    /// The executor's message.
+    pub message: String,
+}
+
+/// An object-safe [`Executor`]: what a [`Context`] drives. Every `Executor` is one.
+pub trait DynExecutor {
+    /// Queues or runs one instruction.
+    fn submit(&mut self, instr: &Instr) -> Result<(), ExecFailure>;
+    /// A value's data (a sync point).
+    fn fetch(&mut self, value: ValueId) -> Result<HostTensor, ExecFailure>;
+    /// Waits for everything submitted; reports failures not reported yet.
+    fn wait(&mut self) -> Result<(), ExecFailure>;
+}
+
+impl<E: Executor> DynExecutor for E {
+    fn submit(&mut self, instr: &Instr) -> Result<(), ExecFailure> {
+        self.execute(instr).map_err(failure::<E>)
+    }
+    fn fetch(&mut self, value: ValueId) -> Result<HostTensor, ExecFailure> {
+        self.read(value).map_err(failure::<E>)
+    }
+    fn wait(&mut self) -> Result<(), ExecFailure> {
+        self.sync().map_err(failure::<E>)
+    }
+}
+
+fn failure<E: Executor>(e: E::Error) -> ExecFailure {
+    ExecFailure { op: E::error_op(&e), message: e.to_string() }
+}
+
+/// A thread's tensor runtime. Cheap to share (`Rc`); not `Send`: use one per thread.
+pub struct Context {
+    exec: RefCell<Option<Box<dyn DynExecutor>>>,
+    /// Frees that arrived while the executor was busy (a tensor dropped inside a call).
+    pending_frees: RefCell<Vec<ValueId>>,
+    next_id: Cell<u32>,
+    seed_base: Cell<u64>,
+    seed_count: Cell<u64>,
+    grad_enabled: Cell<bool>,
+    pub(crate) tape: RefCell<Vec<Weak<Node>>>,
+    pub(crate) node_seq: Cell<u64>,
+    tape_prune_at: Cell<usize>,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<Context>>> = const { RefCell::new(None) };
+}
+
+impl Context {
+    /// A context over an executor (a `gt_frontend::Client`, `gt_runtime::Interpreter`, ...).
+    pub fn new(exec: impl Executor + 'static) -> Rc<Context> {
+        Context::from_boxed(Box::new(exec))
+    }
+
+    /// A context over an already boxed executor.
+    pub fn from_boxed(exec: Box<dyn DynExecutor>) -> Rc<Context> {
+        Rc::new(Context {
+            exec: RefCell::new(Some(exec)),
+            pending_frees: RefCell::new(Vec::new()),
+            next_id: Cell::new(0),
+            seed_base: Cell::new(0x6774_5f73_6565_6421),
+            seed_count: Cell::new(0),
+            grad_enabled: Cell::new(true),
+            tape: RefCell::new(Vec::new()),
+            node_seq: Cell::new(0),
+            tape_prune_at: Cell::new(1024),
+        })
+    }
+
+    /// Makes this the thread's current context (what `gt::randn` and friends use) until
+    /// the guard is dropped; the previous one is current again then.
+    pub fn install(self: &Rc<Context>) -> ContextGuard {
+        let previous = CURRENT.with(|c| c.replace(Some(self.clone())));
+        ContextGuard { previous: Some(previous), context: self.clone() }
+    }
+
+    /// The thread's current context.
+    pub fn current() -> Result<Rc<Context>, TensorError> {
+        CURRENT.with(|c| c.borrow().clone()).ok_or(TensorError::NoRuntime)
+    }
+
+    /// Stops using the executor: it is dropped now (a client flushes and says goodbye), and
+    /// every later call on this context's tensors fails with [`TensorError::Closed`].
+    pub fn close(&self) {
+        let exec = self.exec.borrow_mut().take();
+        drop(exec);
+    }
+
+    /// Whether [`Context::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.exec.try_borrow().map(|e| e.is_none()).unwrap_or(false)
+    }
+
+    /// A fresh value id.
+    pub(crate) fn fresh_id(&self) -> ValueId {
+        let id = self.next_id.get();
+        self.next_id.set(id.wrapping_add(1));
+        ValueId(id)
+    }
+
+    /// Runs `f` on the executor, after sending the frees that waited.
+    fn with_exec<T>(
+        &self,
+        f: impl FnOnce(&mut dyn DynExecutor) -> Result<T, ExecFailure>,
+        op: &'static str,
+    ) -> Result<T, TensorError> {
+        let mut guard = self.exec.borrow_mut();
+        let exec = guard.as_mut().ok_or(TensorError::Closed)?;
+        let frees = std::mem::take(&mut *self.pending_frees.borrow_mut());
+        for src in frees {
+            exec.submit(&Instr::Free { src }).map_err(|e| exec_error(op, e))?;
+        }
+        f(exec.as_mut()).map_err(|e| exec_error(op, e))
+    }
+
+    /// Queues an instruction.
+    pub(crate) fn submit(&self, instr: &Instr) -> Result<(), TensorError> {
+        self.with_exec(|e| e.submit(instr), instr.mnemonic())
+    }
+
+    /// A value's data.
+    pub(crate) fn fetch(&self, value: ValueId) -> Result<HostTensor, TensorError> {
+        self.with_exec(|e| e.fetch(value), "get")
+    }
+
+    /// Waits until everything queued has run; reports any failure.
+    pub fn sync(&self) -> Result<(), TensorError> {
+        self.with_exec(|e| e.wait(), "sync")
+    }
+
+    /// Frees a value remotely (from a tensor's drop: never fails, never panics).
+    pub(crate) fn free(&self, src: ValueId) {
+        match self.exec.try_borrow_mut() {
+            Ok(mut guard) => {
+                if let Some(exec) = guard.as_mut() {
+                    // A failure here is reported by the executor at the next wait.
+                    let _ = exec.submit(&Instr::Free { src });
+                }
+            }
+            Err(_) => self.pending_frees.borrow_mut().push(src),
+        }
+    }
+
+    /// The seed of the next random tensor: the sequence set by [`Context::manual_seed`].
+    pub(crate) fn next_seed(&self) -> u64 {
+        let n = self.seed_count.get();
+        self.seed_count.set(n + 1);
+        splitmix64(self.seed_base.get().wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+    }
+
+    /// Restarts the random sequence: the same seed gives the same tensors in the same order.
+    pub fn manual_seed(&self, seed: u64) {
+        self.seed_base.set(seed);
+        self.seed_count.set(0);
+    }
+
+    /// Whether ops record gradients (false inside [`no_grad`]).
+    pub fn is_grad_enabled(&self) -> bool {
+        self.grad_enabled.get()
+    }
+
+    /// Turns gradient recording on or off; returns the previous setting.
+    pub fn set_grad_enabled(&self, on: bool) -> bool {
+        self.grad_enabled.replace(on)
+    }
+
+    /// Records a node on the tape (for `debug::get_tape`); drops dead entries now and then so
+    /// the tape stays as long as the live graph.
+    pub(crate) fn record(&self, node: &Rc<Node>) {
+        let mut tape = self.tape.borrow_mut();
+        tape.push(Rc::downgrade(node));
+        if tape.len() >= self.tape_prune_at.get() {
+            tape.retain(|w| w.upgrade().is_some_and(|n| !n.is_released()));
+            self.tape_prune_at.set((tape.len() * 2).max(1024));
+        }
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("closed", &self.is_closed())
+            .field("next_id", &self.next_id.get())
+            .field("grad_enabled", &self.grad_enabled.get())
+            .finish()
+    }
+}
+
+fn exec_error(op: &'static str, e: ExecFailure) -> TensorError {
+    TensorError::Exec { op: e.op.unwrap_or(op), message: e.message }
+}
+
+/// splitmix64: spreads consecutive seeds over the whole range.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Keeps a context current; restores the previous one when dropped.
+#[must_use = "the context is current only while the guard lives"]
+pub struct ContextGuard {
+    previous: Option<Option<Rc<Context>>>,
+    context: Rc<Context>,
+}
+
+impl ContextGuard {
+    /// The context it installed.
+    pub fn context(&self) -> &Rc<Context> {
+        &self.context
+    }
+}
+
+impl Drop for ContextGuard {
+    fn drop(&mut self) {
+        if let Some(previous) = self.previous.take() {
+            CURRENT.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+}
+
+/// Gradient recording off until the guard is dropped (PyTorch's `torch.no_grad()`), on the
+/// current context. Without a context it does nothing.
+pub fn no_grad() -> NoGradGuard {
+    let context = Context::current().ok();
+    let previous = context.as_ref().map(|c| c.set_grad_enabled(false));
+    NoGradGuard { context, previous }
+}
+
+/// Restores gradient recording when dropped.
+#[must_use = "gradients are off only while the guard lives"]
+pub struct NoGradGuard {
+    context: Option<Rc<Context>>,
+    previous: Option<bool>,
+}
+
+impl Drop for NoGradGuard {
+    fn drop(&mut self) {
+        if let (Some(c), Some(p)) = (&self.context, self.previous) {
+            c.set_grad_enabled(p);
+        }
+    }
+}
+
+/// Whether the current context records gradients (false without a context).
+pub fn is_grad_enabled() -> bool {
+    Context::current().is_ok_and(|c| c.is_grad_enabled())
+}
+
+/// Restarts the current context's random sequence.
+pub fn manual_seed(seed: u64) -> Result<(), TensorError> {
+    Context::current().map(|c| c.manual_seed(seed))
+}

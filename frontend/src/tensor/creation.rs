@@ -1,0 +1,82 @@
+//! Tensor creation on the current context: random, constant, ranges and host data.
+
+use super::{Context, Result, Tensor, TensorError};
+use gt_ir::{DType, Instr, TensorType, ValueId};
+use std::rc::Rc;
+
+/// Runs a creation instruction (no operands) on `ctx`.
+pub(crate) fn create(ctx: &Rc<Context>, make: impl FnOnce(ValueId) -> Instr) -> Result<Tensor> {
+    let dst = ctx.fresh_id();
+    let instr = make(dst);
+    let op = instr.mnemonic();
+    let ty = gt_ir::verify::shape::infer(&instr, &|v| Err(gt_ir::TypeError::UnknownValue(v)))
+        .map_err(|source| TensorError::Type { op, source })?
+        .remove(0);
+    ctx.submit(&instr)?;
+    Ok(Tensor::wrap(ctx.clone(), dst, ty, None))
+}
+
+fn f32_type(shape: &[usize]) -> TensorType {
+    TensorType::new(DType::F32, shape.to_vec())
+}
+
+/// Standard-normal values (seeded from the context's sequence: [`super::manual_seed`]).
+pub fn randn(shape: &[usize]) -> Result<Tensor> {
+    let ctx = Context::current()?;
+    let seed = ctx.next_seed();
+    create(&ctx, |dst| Instr::Randn { dst, ty: f32_type(shape), seed })
+}
+
+/// Uniform values in `[0, 1)`.
+pub fn rand(shape: &[usize]) -> Result<Tensor> {
+    let ctx = Context::current()?;
+    let seed = ctx.next_seed();
+    create(&ctx, |dst| Instr::Rand { dst, ty: f32_type(shape), seed })
+}
+
+/// All zeros.
+pub fn zeros(shape: &[usize]) -> Result<Tensor> {
+    zeros_of(&Context::current()?, f32_type(shape))
+}
+
+pub(crate) fn zeros_of(ctx: &Rc<Context>, ty: TensorType) -> Result<Tensor> {
+    create(ctx, |dst| Instr::Zeros { dst, ty })
+}
+
+pub(crate) fn ones_of(ctx: &Rc<Context>, ty: TensorType) -> Result<Tensor> {
+    create(ctx, |dst| Instr::Ones { dst, ty })
+}
+
+/// All ones.
+pub fn ones(shape: &[usize]) -> Result<Tensor> {
+    let ctx = Context::current()?;
+    create(&ctx, |dst| Instr::Ones { dst, ty: f32_type(shape) })
+}
+
+/// Every element `value`.
+pub fn full(shape: &[usize], value: f64) -> Result<Tensor> {
+    let ctx = Context::current()?;
+    create(&ctx, |dst| Instr::Full { dst, ty: f32_type(shape), value })
+}
+
+/// `start, start+step, ..` below `end` (1-d).
+pub fn arange(start: f64, end: f64, step: f64) -> Result<Tensor> {
+    let ctx = Context::current()?;
+    create(&ctx, |dst| Instr::Arange { dst, dtype: DType::F32, start, end, step })
+}
+
+/// A tensor of this shape from row-major data (`data.len()` must be the element count).
+pub fn from_vec(data: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
+    let ctx = Context::current()?;
+    create(&ctx, |dst| Instr::Literal { dst, ty: f32_type(shape), data })
+}
+
+/// A 1-d tensor of these values.
+pub fn tensor(data: &[f32]) -> Result<Tensor> {
+    from_vec(data.to_vec(), &[data.len()])
+}
+
+/// A 0-d tensor.
+pub fn scalar(value: f32) -> Result<Tensor> {
+    from_vec(vec![value], &[])
+}

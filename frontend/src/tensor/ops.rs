@@ -1,0 +1,334 @@
+//! Tensor ops: each builds one IR instruction, types it with the verifier's rules, queues it
+//! and (when gradients are on and an input requires them) records its autograd node.
+
+use super::{Arg, Result, Tensor, TensorError};
+use crate::autograd::{GradOp, Node, Side};
+use gt_ir::verify::shape;
+use gt_ir::{BinaryOp, Instr, Operand, ReduceOp, SliceItem, SplitSpec, TensorType, TypeError, UnaryOp, ValueId};
+use std::rc::Rc;
+
+/// The operands' types for the verifier's rules.
+fn types_of<'a>(inputs: &'a [&'a Tensor]) -> impl Fn(ValueId) -> Result<TensorType, TypeError> + 'a {
+    move |v| inputs.iter().find(|t| t.id() == v).map(|t| t.ty().clone()).ok_or(TypeError::UnknownValue(v))
+}
+
+/// Runs an instruction over `inputs` (at least one), giving one tensor per result; records
+/// `grad` for each result when gradients flow.
+fn apply_multi(
+    inputs: &[&Tensor],
+    results: usize,
+    make: impl FnOnce(Vec<ValueId>) -> Instr,
+    grad: impl Fn(usize, &TensorType) -> Option<GradOp>,
+) -> Result<Vec<Tensor>> {
+    let ctx = inputs[0].ctx();
+    if let Some(other) = inputs.iter().find(|t| !Rc::ptr_eq(&t.ctx(), &ctx)) {
+        return Err(TensorError::invalid(
+            "op",
+            format!("{other:?} belongs to another runtime than {:?}; tensors of two runtimes cannot meet", inputs[0]),
+        ));
+    }
+    let dsts: Vec<ValueId> = (0..results).map(|_| ctx.fresh_id()).collect();
+    let instr = make(dsts.clone());
+    let op = instr.mnemonic();
+    let types = shape::infer(&instr, &types_of(inputs)).map_err(|source| TensorError::Type { op, source })?;
+    ctx.submit(&instr)?;
+    let track = ctx.is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
+    Ok(dsts
+        .into_iter()
+        .zip(types)
+        .enumerate()
+        .map(|(i, (dst, ty))| {
+            let node = if track { grad(i, &ty) } else { None }.map(|g| {
+                let node = Node::new(&ctx, g, op, inputs, dst, ty.clone());
+                ctx.record(&node);
+                node
+            });
+            let t = Tensor::wrap(ctx.clone(), dst, ty, node.clone());
+            if let Some(n) = &node {
+                n.set_output(&t);
+            }
+            t
+        })
+        .collect())
+}
+
+fn apply(inputs: &[&Tensor], make: impl FnOnce(ValueId) -> Instr, grad: Option<GradOp>) -> Result<Tensor> {
+    let mut out = apply_multi(inputs, 1, |d| make(d[0]), |_, _| grad.clone())?;
+    Ok(out.remove(0))
+}
+
+impl Tensor {
+    fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        apply(&[self], |dst| Instr::Unary { dst, op, src: self.id() }, Some(GradOp::Unary(op)))
+    }
+
+    fn binary<'a>(&self, op: BinaryOp, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        binary(op, Arg::Tensor(self), rhs.into())
+    }
+
+    /// `-self`.
+    pub fn neg(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Neg)
+    }
+    /// `|self|`.
+    pub fn abs(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Abs)
+    }
+    /// `max(self, 0)`.
+    pub fn relu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Relu)
+    }
+    /// The logistic function.
+    pub fn sigmoid(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sigmoid)
+    }
+    /// Hyperbolic tangent.
+    pub fn tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Tanh)
+    }
+    /// `e^self`.
+    pub fn exp(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Exp)
+    }
+    /// Natural logarithm.
+    pub fn log(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Log)
+    }
+    /// Square root.
+    pub fn sqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sqrt)
+    }
+    /// `1 / sqrt(self)`.
+    pub fn rsqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Rsqrt)
+    }
+
+    /// `self + rhs`, broadcasting.
+    pub fn add<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Add, rhs)
+    }
+    /// `self - rhs`.
+    pub fn sub<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Sub, rhs)
+    }
+    /// `self * rhs`.
+    pub fn mul<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Mul, rhs)
+    }
+    /// `self / rhs`.
+    pub fn div<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Div, rhs)
+    }
+    /// `self ^ rhs`, any real exponent.
+    pub fn pow<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Pow, rhs)
+    }
+    /// Elementwise maximum.
+    pub fn maximum<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Maximum, rhs)
+    }
+    /// Elementwise minimum.
+    pub fn minimum<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Minimum, rhs)
+    }
+    /// `self == rhs` as 1.0/0.0 (no gradient).
+    pub fn eq<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Eq, rhs)
+    }
+    /// `self != rhs` as 1.0/0.0.
+    pub fn ne<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Ne, rhs)
+    }
+    /// `self < rhs` as 1.0/0.0.
+    pub fn lt<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Lt, rhs)
+    }
+    /// `self <= rhs` as 1.0/0.0.
+    pub fn le<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Le, rhs)
+    }
+    /// `self > rhs` as 1.0/0.0.
+    pub fn gt<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Gt, rhs)
+    }
+    /// `self >= rhs` as 1.0/0.0.
+    pub fn ge<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+        self.binary(BinaryOp::Ge, rhs)
+    }
+
+    /// `scalar - self` (and the other scalar-first forms through [`binary`]).
+    pub fn rsub(&self, lhs: f64) -> Result<Tensor> {
+        binary(BinaryOp::Sub, Arg::Scalar(lhs), Arg::Tensor(self))
+    }
+    /// `scalar / self`.
+    pub fn rdiv(&self, lhs: f64) -> Result<Tensor> {
+        binary(BinaryOp::Div, Arg::Scalar(lhs), Arg::Tensor(self))
+    }
+
+    /// Matrix product (1-d operands promoted as in NumPy, batch axes broadcast).
+    pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        apply(&[self, rhs], |dst| Instr::MatMul { dst, lhs: self.id(), rhs: rhs.id() }, Some(GradOp::MatMul))
+    }
+
+    fn reduce(&self, op: ReduceOp, axes: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
+        let axes = axes.map(|a| a.to_vec());
+        let grad = GradOp::Reduce { op, axes: axes.clone(), keepdim };
+        apply(&[self], |dst| Instr::Reduce { dst, op, src: self.id(), axes, keepdim }, Some(grad))
+    }
+
+    /// Sum of every element (0-d).
+    pub fn sum(&self) -> Result<Tensor> {
+        self.reduce(ReduceOp::Sum, None, false)
+    }
+    /// Sum over `axes` (negative count from the end), keeping them as size 1 when `keepdim`.
+    pub fn sum_dims(&self, axes: &[i64], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Sum, Some(axes), keepdim)
+    }
+    /// Mean of every element.
+    pub fn mean(&self) -> Result<Tensor> {
+        self.reduce(ReduceOp::Mean, None, false)
+    }
+    /// Mean over `axes`.
+    pub fn mean_dims(&self, axes: &[i64], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Mean, Some(axes), keepdim)
+    }
+    /// Largest element.
+    pub fn max(&self) -> Result<Tensor> {
+        self.reduce(ReduceOp::Max, None, false)
+    }
+    /// Largest over `axes` (the gradient is shared among ties).
+    pub fn max_dims(&self, axes: &[i64], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Max, Some(axes), keepdim)
+    }
+    /// Smallest element.
+    pub fn min(&self) -> Result<Tensor> {
+        self.reduce(ReduceOp::Min, None, false)
+    }
+    /// Smallest over `axes`.
+    pub fn min_dims(&self, axes: &[i64], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Min, Some(axes), keepdim)
+    }
+
+    /// Swaps two axes.
+    pub fn transpose(&self, dim0: i64, dim1: i64) -> Result<Tensor> {
+        apply(
+            &[self],
+            |dst| Instr::Transpose { dst, src: self.id(), dim0, dim1 },
+            Some(GradOp::Transpose { dim0, dim1 }),
+        )
+    }
+    /// Swaps the last two axes (a tensor of rank below 2 is returned as it is).
+    pub fn t(&self) -> Result<Tensor> {
+        if self.rank() < 2 {
+            return Ok(self.clone());
+        }
+        self.transpose(-2, -1)
+    }
+    /// Reorders axes: result axis `i` is axis `perm[i]`.
+    pub fn permute(&self, perm: &[i64]) -> Result<Tensor> {
+        let perm = perm.to_vec();
+        let grad = GradOp::Permute { perm: perm.clone() };
+        apply(&[self], |dst| Instr::Permute { dst, src: self.id(), perm }, Some(grad))
+    }
+    /// Same elements, new shape; one dimension may be `-1`.
+    pub fn reshape(&self, shape: &[i64]) -> Result<Tensor> {
+        let shape = shape.to_vec();
+        apply(&[self], |dst| Instr::Reshape { dst, src: self.id(), shape }, Some(GradOp::Reshape))
+    }
+    /// Removes one axis of size 1.
+    pub fn squeeze(&self, axis: i64) -> Result<Tensor> {
+        apply(&[self], |dst| Instr::Squeeze { dst, src: self.id(), axes: Some(vec![axis]) }, Some(GradOp::Reshape))
+    }
+    /// Removes every axis of size 1.
+    pub fn squeeze_all(&self) -> Result<Tensor> {
+        apply(&[self], |dst| Instr::Squeeze { dst, src: self.id(), axes: None }, Some(GradOp::Reshape))
+    }
+    /// Inserts an axis of size 1 at `axis` (in the result's numbering).
+    pub fn unsqueeze(&self, axis: i64) -> Result<Tensor> {
+        apply(&[self], |dst| Instr::Unsqueeze { dst, src: self.id(), axis }, Some(GradOp::Reshape))
+    }
+    /// Broadcasts to a shape (NumPy rules).
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        let shape = shape.to_vec();
+        apply(&[self], |dst| Instr::BroadcastTo { dst, src: self.id(), shape }, Some(GradOp::BroadcastTo))
+    }
+    /// NumPy basic indexing: `x.slice(&s![.., 1..3])`.
+    pub fn slice(&self, index: &[SliceItem]) -> Result<Tensor> {
+        let index = index.to_vec();
+        let grad = GradOp::Slice { index: index.clone() };
+        apply(&[self], |dst| Instr::Slice { dst, src: self.id(), index }, Some(grad))
+    }
+
+    fn split_by(&self, spec: SplitSpec, axis: i64) -> Result<Vec<Tensor>> {
+        let op = if matches!(spec, SplitSpec::Chunks(_)) { "chunk" } else { "split" };
+        let type_error = |source| TensorError::Type { op, source };
+        let ax = shape::normalize_axis(axis, self.rank()).map_err(type_error)?;
+        let sizes = shape::split_sizes(&spec, self.shape()[ax], ax).map_err(type_error)?;
+        let starts: Vec<usize> = sizes.iter().scan(0, |at, n| Some(std::mem::replace(at, *at + n))).collect();
+        apply_multi(
+            &[self],
+            sizes.len(),
+            |dsts| Instr::Split { dsts, src: self.id(), axis, spec },
+            |i, _| Some(GradOp::SplitPiece { axis: ax, start: starts[i], len: sizes[i] }),
+        )
+    }
+    /// Pieces of `size` along `axis` (the last one smaller when it does not divide).
+    pub fn split(&self, size: usize, axis: i64) -> Result<Vec<Tensor>> {
+        self.split_by(SplitSpec::Size(size), axis)
+    }
+    /// Pieces of exactly these sizes along `axis`.
+    pub fn split_sizes(&self, sizes: &[usize], axis: i64) -> Result<Vec<Tensor>> {
+        self.split_by(SplitSpec::Sizes(sizes.to_vec()), axis)
+    }
+    /// `chunks` pieces of equal size along `axis` (fewer when the axis is short).
+    pub fn chunk(&self, chunks: usize, axis: i64) -> Result<Vec<Tensor>> {
+        self.split_by(SplitSpec::Chunks(chunks), axis)
+    }
+}
+
+/// A binary op between tensors and scalars (at least one tensor).
+pub(crate) fn binary<'a>(op: BinaryOp, lhs: Arg<'a>, rhs: Arg<'a>) -> Result<Tensor> {
+    let mut inputs: Vec<&Tensor> = Vec::with_capacity(2);
+    let mut side = |a: Arg<'a>| match a {
+        Arg::Tensor(t) => {
+            inputs.push(t);
+            (Operand::Value(t.id()), Side::Input(inputs.len() - 1))
+        }
+        Arg::Scalar(s) => (Operand::Scalar(s), Side::Scalar(s)),
+    };
+    let (l, ls) = side(lhs);
+    let (r, rs) = side(rhs);
+    if inputs.is_empty() {
+        return Err(TensorError::invalid(op.mnemonic(), "needs at least one tensor operand"));
+    }
+    let grad = (!op.is_comparison()).then_some(GradOp::Binary { op, lhs: ls, rhs: rs });
+    apply(&inputs, |dst| Instr::Binary { dst, op, lhs: l, rhs: r }, grad)
+}
+
+/// `cond != 0 ? on_true : on_false`, all three broadcast together (no gradient to `cond`).
+pub fn where_<'a>(cond: &'a Tensor, on_true: impl Into<Arg<'a>>, on_false: impl Into<Arg<'a>>) -> Result<Tensor> {
+    let mut inputs: Vec<&Tensor> = vec![cond];
+    let mut side = |a: Arg<'a>| match a {
+        Arg::Tensor(t) => {
+            inputs.push(t);
+            (Operand::Value(t.id()), Side::Input(inputs.len() - 1))
+        }
+        Arg::Scalar(s) => (Operand::Scalar(s), Side::Scalar(s)),
+    };
+    let (t, ts) = side(on_true.into());
+    let (f, fs) = side(on_false.into());
+    apply(
+        &inputs,
+        |dst| Instr::Where { dst, cond: cond.id(), on_true: t, on_false: f },
+        Some(GradOp::Where { on_true: ts, on_false: fs }),
+    )
+}
+
+/// Joins tensors along an existing axis.
+pub fn cat(tensors: &[&Tensor], axis: i64) -> Result<Tensor> {
+    if tensors.is_empty() {
+        return Err(TensorError::Type { op: "concat", source: TypeError::ConcatEmpty });
+    }
+    let srcs = tensors.iter().map(|t| t.id()).collect();
+    apply(tensors, |dst| Instr::Concat { dst, srcs, axis }, Some(GradOp::Concat { axis }))
+}
