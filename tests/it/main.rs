@@ -10,3 +10,4 @@ mod kernels;
 mod ptx;
 mod tensor_api;
 mod tidy;
+mod training;

@@ -19,7 +19,7 @@ pub use context::{
 pub use creation::{arange, from_vec, full, ones, rand, randn, scalar, tensor, zeros};
 pub(crate) use creation::{ones_of, zeros_of as creation_zeros};
 pub(crate) use ops::binary;
-pub use ops::{cat, where_};
+pub use ops::{apply_instr, cat, where_};
 
 use crate::autograd::Node;
 use gt_ir::{DType, HostTensor, SliceItem, TensorType, TypeError, ValueId};

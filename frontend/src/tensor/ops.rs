@@ -332,3 +332,71 @@ pub fn cat(tensors: &[&Tensor], axis: i64) -> Result<Tensor> {
     let srcs = tensors.iter().map(|t| t.id()).collect();
     apply(tensors, |dst| Instr::Concat { dst, srcs, axis }, Some(GradOp::Concat { axis }))
 }
+
+/// Runs one IR instruction on tensors through the Tensor API (so autograd records it): each
+/// operand `ValueId(k)` of `instr` names `operands[k]`; result ids are ignored (fresh ones are
+/// used). Creation instructions run on the current context and keep their seeds. This is how
+/// the `gt!` macro and `.gtir` training scripts execute what they lowered to IR.
+pub fn apply_instr(instr: &Instr, operands: &[&Tensor]) -> Result<Vec<Tensor>> {
+    let op = instr.mnemonic();
+    let get = |v: &ValueId| {
+        operands.get(v.index()).copied().ok_or_else(|| {
+            TensorError::invalid(op, format!("operand {v} is not one of the {} tensors given", operands.len()))
+        })
+    };
+    let arg = |o: &Operand| -> Result<Arg<'_>> {
+        Ok(match o {
+            Operand::Value(v) => Arg::Tensor(get(v)?),
+            Operand::Scalar(s) => Arg::Scalar(*s),
+        })
+    };
+    let one = |t: Result<Tensor>| t.map(|t| vec![t]);
+    match instr {
+        Instr::Randn { .. }
+        | Instr::Rand { .. }
+        | Instr::Zeros { .. }
+        | Instr::Ones { .. }
+        | Instr::Full { .. }
+        | Instr::Arange { .. }
+        | Instr::Literal { .. } => {
+            let ctx = super::Context::current()?;
+            let instr = instr.clone();
+            one(super::creation::create(&ctx, move |dst| {
+                let mut instr = instr;
+                // A creation instruction names only its result.
+                instr.visit_values_mut(&mut |r| *r = dst);
+                instr
+            }))
+        }
+        Instr::Unary { op, src, .. } => one(get(src)?.unary(*op)),
+        Instr::Binary { op, lhs, rhs, .. } => one(binary(*op, arg(lhs)?, arg(rhs)?)),
+        Instr::Where { cond, on_true, on_false, .. } => one(where_(get(cond)?, arg(on_true)?, arg(on_false)?)),
+        Instr::MatMul { lhs, rhs, .. } => one(get(lhs)?.matmul(get(rhs)?)),
+        Instr::Reduce { op, src, axes, keepdim, .. } => one(get(src)?.reduce(*op, axes.as_deref(), *keepdim)),
+        Instr::Transpose { src, dim0, dim1, .. } => one(get(src)?.transpose(*dim0, *dim1)),
+        Instr::Permute { src, perm, .. } => one(get(src)?.permute(perm)),
+        Instr::Reshape { src, shape, .. } => one(get(src)?.reshape(shape)),
+        Instr::Squeeze { src, axes: None, .. } => one(get(src)?.squeeze_all()),
+        Instr::Squeeze { src, axes: Some(axes), .. } => {
+            let src = get(src)?;
+            let axes = axes.clone();
+            one(apply(&[src], |dst| Instr::Squeeze { dst, src: src.id(), axes: Some(axes) }, Some(GradOp::Reshape)))
+        }
+        Instr::Unsqueeze { src, axis, .. } => one(get(src)?.unsqueeze(*axis)),
+        Instr::BroadcastTo { src, shape, .. } => one(get(src)?.broadcast_to(shape)),
+        Instr::Concat { srcs, axis, .. } => {
+            let ts = srcs.iter().map(get).collect::<Result<Vec<_>>>()?;
+            one(cat(&ts, *axis))
+        }
+        Instr::Slice { src, index, .. } => one(get(src)?.slice(index)),
+        Instr::Split { src, axis, spec, .. } => get(src)?.split_by(spec.clone(), *axis),
+        Instr::Fused { .. }
+        | Instr::Free { .. }
+        | Instr::GetData { .. }
+        | Instr::HotPathStart { .. }
+        | Instr::HotPathEnd { .. } => Err(TensorError::invalid(
+            op,
+            "is not a tensor op (compiled kernels, frees, reads and markers belong to the runtime)",
+        )),
+    }
+}

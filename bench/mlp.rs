@@ -1,0 +1,133 @@
+//! One training step of an MLP through the Rust Tensor API: x 64x784, w1 784x256, relu,
+//! w2 256x10, mean-square loss, backward, SGD update, and `loss.item()` (a sync point, as a
+//! training loop reads its loss). Measured on the reference interpreter in this thread, on
+//! an embedded cluster (client -> dispatcher -> worker over inproc ZeroMQ), and on the
+//! cluster with fusion (`GT_COMPILE=1`, `GT_AUTO_COMPILE=1`); next to PyTorch eager on the
+//! CPU (`bench/mlp_torch.py`) when it is installed.
+//! Run: `cargo bench --bench mlp` (`GT_BENCH_QUICK=1`: fewer steps; `GT_BENCH_SAVE=1` writes
+//! `bench/results/mlp-vm.txt`).
+
+use gt::nn::{self, Optimizer};
+use gt::{Runtime, Tensor};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+struct Mlp {
+    x: Tensor,
+    y: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    opt: nn::Sgd,
+}
+
+impl Mlp {
+    fn new() -> Mlp {
+        gt::manual_seed(0).unwrap();
+        let x = gt::randn(&[64, 784]).unwrap();
+        let y = gt::randn(&[64, 10]).unwrap();
+        let w1 = gt::randn(&[784, 256]).unwrap().mul(0.05).unwrap().requires_grad_(true).unwrap();
+        let w2 = gt::randn(&[256, 10]).unwrap().mul(0.05).unwrap().requires_grad_(true).unwrap();
+        let opt = nn::Sgd::new(vec![w1.clone(), w2.clone()], 0.01);
+        Mlp { x, y, w1, w2, opt }
+    }
+
+    fn step(&mut self) -> f32 {
+        let h = self.x.matmul(&self.w1).unwrap().relu().unwrap();
+        let loss = nn::mse_loss(&h.matmul(&self.w2).unwrap(), &self.y).unwrap();
+        self.opt.zero_grad();
+        loss.backward().unwrap();
+        self.opt.step().unwrap();
+        loss.item().unwrap()
+    }
+}
+
+/// Median and minimum step time over `steps` steps after `warmup` ones, and the last loss.
+fn measure(steps: usize, warmup: usize) -> (Duration, Duration, f32) {
+    let mut mlp = Mlp::new();
+    let mut loss = 0.0;
+    for _ in 0..warmup {
+        loss = mlp.step();
+    }
+    let mut times: Vec<Duration> = (0..steps)
+        .map(|_| {
+            let start = Instant::now();
+            loss = mlp.step();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    (times[times.len() / 2], times[0], loss)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// PyTorch's step time in ms, or why there is none.
+fn torch(steps: usize) -> Result<f64, String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/mlp_torch.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(steps.to_string())
+        .output()
+        .map_err(|e| format!("python3 not runnable: {e}"))?;
+    if out.status.code() == Some(3) {
+        return Err("torch is not installed (python3 -c 'import torch' fails)".into());
+    }
+    if !out.status.success() {
+        return Err(format!("mlp_torch.py failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    String::from_utf8_lossy(&out.stdout).trim().parse().map_err(|e| format!("mlp_torch.py printed no number: {e}"))
+}
+
+fn main() {
+    let quick = std::env::var("GT_BENCH_QUICK").is_ok_and(|v| v == "1") || !std::env::args().any(|a| a == "--bench");
+    let (steps, warmup) = if quick { (20, 5) } else { (300, 30) };
+    let mut report = String::new();
+    let _ =
+        writeln!(report, "gt MLP training step (64x784 @ 784x256, relu, @ 256x10, MSE, backward, SGD, loss.item())");
+    let _ = writeln!(report, "median (min) of {steps} steps after {warmup} warm-up steps\n");
+    let mut rows: Vec<(String, f64)> = Vec::new();
+    let mut row = |report: &mut String, name: &str, (med, min, loss): (Duration, Duration, f32)| {
+        let _ = writeln!(report, "{name:<44} {:>8.3} ms ({:.3} ms)  last loss {loss:.5}", ms(med), ms(min));
+        rows.push((name.to_string(), ms(med)));
+    };
+    {
+        let _gt = Runtime::reference();
+        row(&mut report, "reference interpreter, this thread", measure(steps, warmup));
+    }
+    for (name, vars) in [
+        ("embedded cluster, 1 worker", &[][..]),
+        ("embedded, GT_AUTO_COMPILE=1 (hot paths fused)", &[("GT_AUTO_COMPILE", "1")][..]),
+        ("embedded, GT_COMPILE=1 (every region fused)", &[("GT_COMPILE", "1")][..]),
+    ] {
+        for (k, v) in vars {
+            std::env::set_var(k, v);
+        }
+        {
+            let _gt = Runtime::embedded(1).expect("an embedded cluster starts");
+            row(&mut report, name, measure(steps, warmup));
+        }
+        for (k, _) in vars {
+            std::env::remove_var(k);
+        }
+    }
+    let _ = writeln!(report);
+    match torch(steps) {
+        Ok(t) => {
+            let _ = writeln!(report, "{:<44} {t:>8.3} ms", "PyTorch eager CPU (default threads)");
+            for (name, ours) in &rows {
+                let _ = writeln!(report, "  {name}: {:.2}x PyTorch's time", ours / t);
+            }
+        }
+        Err(why) => {
+            let _ = writeln!(report, "PyTorch: skipped: {why}");
+        }
+    }
+    print!("{report}");
+    if std::env::var("GT_BENCH_SAVE").is_ok_and(|v| v == "1") {
+        let path = format!("{}/bench/results/mlp-vm.txt", env!("CARGO_MANIFEST_DIR"));
+        std::fs::write(&path, &report).expect("bench/results is writable");
+        println!("saved to {path}");
+    }
+}
