@@ -404,3 +404,22 @@ fn a_region_seen_before_under_other_names_reuses_its_kernels() {
     unfused.extend(step(0, 20));
     assert_eq!(run(&stream, &[v(12), v(22)]), run(&unfused, &[v(12), v(22)]));
 }
+
+/// A loop-carried chain where each step reads the previous one twice (as an optimizer's
+/// state does): the expression is a DAG whose tree form has 2^60 leaves. The pass must walk
+/// it as a DAG (it once walked it as a tree and never finished), and give the same values.
+#[test]
+fn shared_chains_fuse_as_dags() {
+    let mut src = String::from("%x0 = tensor f32[3] [0.5, -0.25, 0.125]\n");
+    for k in 1..=60 {
+        src.push_str(&format!("%a{k} = mul %x{p}, 0.5\n%x{k} = add %a{k}, %x{p}\n", p = k - 1));
+    }
+    let (stream, names) = parse(&src);
+    let last = names["x60"];
+    let stream = with_frees(stream, &[last]);
+    let (fused, pass) = fuse(&stream, FuseConfig::default());
+    assert_eq!(kernels(&fused), 1, "{fused:?}");
+    assert_eq!(pass.fuse_stats().fallbacks, 0);
+    let (want, got) = (run(&stream, &[last]), run_jit(&fused, &[last]));
+    assert!(close(&got[0], &want[0], 1e-4), "{got:?} vs {want:?}");
+}

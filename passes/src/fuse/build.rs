@@ -45,7 +45,7 @@ enum Def {
 
 /// An affine map from kernel iteration coordinates (`cols` of them) to a value's
 /// coordinates: `coord[a] = offset[a] + sum_j coef[a][j] * it[j]`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Map {
     offset: Vec<i64>,
     coef: Vec<Vec<i64>>,
@@ -136,6 +136,9 @@ struct Builder {
     space: Vec<usize>,
     nodes: Vec<Node>,
     memo: HashMap<Node, u32>,
+    /// Expressions already emitted, by arena index and map: a DAG is walked once per use
+    /// site, not as a tree (a loop-carried chain shares each step twice).
+    emitted: HashMap<(usize, Map, Vec<usize>), u32>,
     inputs: Vec<(ValueId, Access)>,
     rows: Option<Vec<usize>>,
     /// The matmul whose product is `acc` (epilogue kernels).
@@ -145,7 +148,16 @@ struct Builder {
 
 impl Builder {
     fn new(space: Vec<usize>, rows: Option<Vec<usize>>) -> Builder {
-        Builder { space, nodes: Vec::new(), memo: HashMap::new(), inputs: Vec::new(), rows, acc: None, acc_used: 0 }
+        Builder {
+            space,
+            nodes: Vec::new(),
+            memo: HashMap::new(),
+            emitted: HashMap::new(),
+            inputs: Vec::new(),
+            rows,
+            acc: None,
+            acc_used: 0,
+        }
     }
 
     fn node(&mut self, n: Node) -> u32 {
@@ -524,7 +536,13 @@ impl<'a> Region<'a> {
         let mut found = None;
         let mut count = 0;
         let mut stack = vec![root];
+        // The arena is a DAG (a loop-carried chain shares each step twice): visit each node
+        // once, so the walk is linear, and count distinct matmuls.
+        let mut seen = HashSet::new();
         while let Some(e) = stack.pop() {
+            if !seen.insert(e) {
+                continue;
+            }
             match self.arena[e] {
                 E::Leaf(p) => {
                     if matches!(self.defs.get(&p), Some(Def::MatMul { .. })) {
@@ -691,6 +709,16 @@ impl<'a> Region<'a> {
     }
 
     fn emit_expr(&mut self, b: &mut Builder, e: usize, dims: &[usize], map: &Map) -> Result<u32, Materialise> {
+        let key = (e, map.clone(), dims.to_vec());
+        if let Some(&n) = b.emitted.get(&key) {
+            return Ok(n);
+        }
+        let n = self.emit_expr_uncached(b, e, dims, map)?;
+        b.emitted.insert(key, n);
+        Ok(n)
+    }
+
+    fn emit_expr_uncached(&mut self, b: &mut Builder, e: usize, dims: &[usize], map: &Map) -> Result<u32, Materialise> {
         Ok(match self.arena[e] {
             E::Leaf(v) => {
                 let m = map.broadcast(dims, &self.dims(v));
