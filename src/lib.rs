@@ -25,3 +25,6 @@ pub use gt_frontend::tensor::{
 };
 pub use gt_frontend::{autograd, debug, nn, s, Tensor, TensorError};
 pub use init::{init, Runtime};
+
+/// Tensor programs in `.gtir` instruction syntax, lowered at compile time (`docs/dsl.md`).
+pub use gt_macros::gt;

@@ -2,7 +2,7 @@
 //! (the GPU), and compares every value read within a tolerance. The CUDA tests run every
 //! filetest and property test through it.
 
-use crate::script::{load, run_local, run_on, Loaded};
+use crate::script::{load, run_any, run_local, Loaded};
 use gt_frontend::script::RunOptions;
 use gt_ir::{Executor, HostTensor, Instr, ValueId};
 use gt_runtime::backend::Backend;
@@ -197,9 +197,8 @@ pub fn check_scripts(root: &Path, make: &mut dyn FnMut() -> Box<dyn Backend>, to
         let Ok(bytes) = std::fs::read(path) else { continue };
         let mut compared = (0, 0);
         let mut mirrored = |loaded: &Loaded, out: &mut dyn std::io::Write| {
-            let mut mirror = Mirror::new(make(), tolerance);
-            let r = run_on(loaded, &mut mirror, out, RunOptions::default());
-            compared = mirror.compared;
+            let (r, mirror) = run_any(loaded, Mirror::new(make(), tolerance), out, RunOptions::default());
+            compared = mirror.map_or((0, 0), |m| m.compared);
             r
         };
         let outputs = if crate::filetest::directives(&String::from_utf8_lossy(&bytes)).is_ok() {

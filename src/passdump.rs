@@ -10,20 +10,21 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 /// An executor that records what goes through it, then forwards it.
-pub struct Recorder<'a, E> {
-    inner: &'a mut E,
+pub struct Recorder<E> {
+    /// What it records for (owned, or `&mut` borrowed).
+    pub inner: E,
     /// The stream: instructions, and `None` at each sync point.
     pub stream: Vec<Option<Instr>>,
 }
 
-impl<'a, E> Recorder<'a, E> {
+impl<E> Recorder<E> {
     /// Records what is sent to `inner`.
-    pub fn new(inner: &'a mut E) -> Self {
+    pub fn new(inner: E) -> Self {
         Recorder { inner, stream: Vec::new() }
     }
 }
 
-impl<E: Executor> Executor for Recorder<'_, E> {
+impl<E: Executor> Executor for Recorder<E> {
     type Error = E::Error;
 
     fn execute(&mut self, instr: &Instr) -> Result<(), E::Error> {
@@ -46,6 +47,10 @@ impl<E: Executor> Executor for Recorder<'_, E> {
 
     fn error_span(error: &E::Error) -> Option<(Span, &'static str)> {
         E::error_span(error)
+    }
+
+    fn error_op(error: &E::Error) -> Option<&'static str> {
+        E::error_op(error)
     }
 }
 

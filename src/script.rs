@@ -3,6 +3,7 @@
 //! diagnostics.
 
 use crate::diagnostics::Diag;
+use gt_frontend::tensor::TensorExecutor;
 use gt_frontend::{run_script, RunOptions, RunSummary, ScriptError};
 use gt_ir::text::{self, ParseError};
 use gt_ir::{Program, Types, VerifyErrors};
@@ -50,7 +51,8 @@ pub fn load(bytes: &[u8]) -> Result<Loaded, LoadError> {
     }
 }
 
-/// Runs a loaded script on any executor (a connected client, say).
+/// Runs a loaded script on any executor (a connected client, say); a script that trains
+/// needs [`run_training`].
 pub fn run_on<E: gt_ir::Executor>(
     loaded: &Loaded,
     exec: &mut E,
@@ -61,10 +63,37 @@ pub fn run_on<E: gt_ir::Executor>(
     Ok(summary)
 }
 
-/// Runs a loaded script on a fresh reference interpreter.
+/// Runs a loaded script on a fresh reference interpreter (through autograd when it trains).
 pub fn run_local(loaded: &Loaded, out: &mut dyn Write, options: RunOptions) -> Result<RunSummary, ScriptError> {
-    let mut interp = gt_runtime::Interpreter::new();
-    run_script(&loaded.program, &mut interp, out, options)
+    run_any(loaded, gt_runtime::Interpreter::new(), out, options).0
+}
+
+/// Runs a loaded script on an executor it owns meanwhile (through autograd when the script
+/// trains) and gives the executor back.
+pub fn run_any<E: gt_ir::Executor + 'static>(
+    loaded: &Loaded,
+    mut exec: E,
+    out: &mut dyn Write,
+    options: RunOptions,
+) -> (Result<RunSummary, ScriptError>, Option<E>) {
+    if loaded.program.trains() {
+        return run_training(loaded, exec, out, options);
+    }
+    let result = run_script(&loaded.program, &mut exec, out, options);
+    (result, Some(exec))
+}
+
+/// Runs a script with training statements: its instructions go through the Tensor API
+/// (`TensorExecutor`) so that autograd sees them, on `exec`, which is given back after.
+pub fn run_training<E: gt_ir::Executor + 'static>(
+    loaded: &Loaded,
+    exec: E,
+    out: &mut dyn Write,
+    options: RunOptions,
+) -> (Result<RunSummary, ScriptError>, Option<E>) {
+    let mut tensors = TensorExecutor::new(exec);
+    let result = run_script(&loaded.program, &mut tensors, out, options);
+    (result, tensors.into_inner::<E>())
 }
 
 /// The source as text for rendering (lossy where it is not UTF-8; offsets before the

@@ -87,6 +87,11 @@ impl Session {
         (self.client, self.cluster)
     }
 
+    /// A session again from [`Session::into_parts`].
+    pub fn from_parts(client: Client, cluster: Option<Cluster>) -> Session {
+        Session { client, cluster }
+    }
+
     /// Whether the cluster runs in this process.
     pub fn is_embedded(&self) -> bool {
         self.cluster.is_some()

@@ -180,12 +180,23 @@ impl Tensor {
                 ),
             ));
         }
+        self.check_requires_grad()?;
         let seed = {
             let ctx = self.ctx();
             let _off = GradOff::new(&ctx);
             crate::tensor::ones_of(&ctx, self.ty().clone())?
         };
         self.backward_with(&seed)
+    }
+
+    fn check_requires_grad(&self) -> Result<()> {
+        if !self.requires_grad() {
+            return Err(TensorError::invalid(
+                "backward",
+                "the tensor does not require grad (no input of it requires grad, or it was computed under no_grad)",
+            ));
+        }
+        Ok(())
     }
 
     /// As [`Tensor::backward`], starting from `grad` (this tensor's gradient, same type).
@@ -196,12 +207,7 @@ impl Tensor {
                 format!("the gradient has type {}, the tensor {}", grad.ty(), self.ty()),
             ));
         }
-        if !self.requires_grad() {
-            return Err(TensorError::invalid(
-                "backward",
-                "the tensor does not require grad (no input of it requires grad, or it was computed under no_grad)",
-            ));
-        }
+        self.check_requires_grad()?;
         let ctx = self.ctx();
         let _off = GradOff::new(&ctx);
         let Some(root) = self.0.grad_fn.clone() else {

@@ -82,6 +82,12 @@ pub enum ScriptErrorKind {
         /// ` (tol 1e-5)` or empty.
         tol: Box<str>,
     },
+    /// A training statement on an executor without autograd.
+    #[error("`{keyword}` needs autograd: run the script through gt_frontend::tensor::TensorExecutor (gt-run does)")]
+    NoAutograd {
+        /// The statement's keyword.
+        keyword: &'static str,
+    },
     /// Writing the output failed.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
@@ -178,6 +184,10 @@ impl<E: Executor> Runner<'_, E> {
                 }
             }
             StmtKind::Signal { body, .. } => self.block(body)?,
+            StmtKind::Train(t) => match self.exec.train(t, stmt as *const Stmt as usize) {
+                Some(r) => r.map_err(Self::fail(span, t.keyword()))?,
+                None => return Err(err(ScriptErrorKind::NoAutograd { keyword: t.keyword() })),
+            },
         }
         Ok(())
     }
@@ -261,6 +271,7 @@ fn mentions(stmt: &Stmt) -> (Vec<ValueId>, Vec<ValueId>) {
         StmtKind::Instr(i) => (i.operands(), i.results()),
         StmtKind::Print { src } | StmtKind::Expect { src, .. } => (vec![*src], vec![]),
         StmtKind::Const { .. } => (vec![], vec![]),
+        StmtKind::Train(t) => (t.operands(), t.result().into_iter().collect()),
         StmtKind::Repeat { body, .. } | StmtKind::Signal { body, .. } => {
             let (mut reads, mut defs) = (Vec::new(), Vec::new());
             let mut defined = HashSet::new();

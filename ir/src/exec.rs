@@ -1,7 +1,7 @@
 //! `Executor`: what runs instructions. The reference interpreter and (later) the remote
 //! client implement it, so the script runner and tests drive either the same way.
 
-use crate::{HostTensor, Instr, Span, ValueId};
+use crate::{HostTensor, Instr, Span, Train, ValueId};
 
 /// Runs a stream of instructions and answers data requests.
 pub trait Executor {
@@ -39,5 +39,40 @@ pub trait Executor {
     /// failures reported late).
     fn error_op(error: &Self::Error) -> Option<&'static str> {
         Self::error_span(error).map(|(_, op)| op)
+    }
+
+    /// Runs a training statement (`backward`, `grad`, `sgd`, ...); `site` names the
+    /// statement (an optimizer keeps its state per site). `None`: this executor has no
+    /// autograd (the frontend's `TensorExecutor` has).
+    fn train(&mut self, stmt: &Train, site: usize) -> Option<Result<(), Self::Error>> {
+        let _ = (stmt, site);
+        None
+    }
+}
+
+/// A borrowed executor is one (so wrappers can own or borrow what they wrap).
+impl<E: Executor + ?Sized> Executor for &mut E {
+    type Error = E::Error;
+
+    fn execute(&mut self, instr: &Instr) -> Result<(), E::Error> {
+        (**self).execute(instr)
+    }
+    fn execute_at(&mut self, instr: &Instr, span: Option<Span>) -> Result<(), E::Error> {
+        (**self).execute_at(instr, span)
+    }
+    fn read(&mut self, value: ValueId) -> Result<HostTensor, E::Error> {
+        (**self).read(value)
+    }
+    fn sync(&mut self) -> Result<(), E::Error> {
+        (**self).sync()
+    }
+    fn error_span(error: &E::Error) -> Option<(Span, &'static str)> {
+        E::error_span(error)
+    }
+    fn error_op(error: &E::Error) -> Option<&'static str> {
+        E::error_op(error)
+    }
+    fn train(&mut self, stmt: &Train, site: usize) -> Option<Result<(), E::Error>> {
+        (**self).train(stmt, site)
     }
 }

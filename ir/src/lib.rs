@@ -42,7 +42,7 @@ pub use entity::ValueId;
 pub use exec::Executor;
 pub use instr::{Instr, Operand, SliceItem, SplitSpec};
 pub use ops::{BinaryOp, ReduceOp, UnaryOp};
-pub use program::{Comparison, Number, Program, Stmt, StmtKind};
+pub use program::{Comparison, Number, Optimizer, Program, Stmt, StmtKind, Train};
 pub use span::Span;
 pub use types::{DType, Shape, TensorType};
 pub use verify::{shape::TypeError, verify, Types, VerifyError, VerifyErrorKind, VerifyErrors};

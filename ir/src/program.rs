@@ -1,5 +1,6 @@
 //! `Program`: a parsed `.gtir` file: statements (instructions plus the script forms
-//! `const`, `print`, `expect`, `repeat`, `signal`) and the name of every value.
+//! `const`, `print`, `expect`, `repeat`, `signal`, and the training statements of [`Train`])
+//! and the name of every value.
 
 use crate::{Instr, Span, TensorType, ValueId};
 
@@ -96,6 +97,116 @@ pub enum StmtKind {
         /// The body.
         body: Vec<Stmt>,
     },
+    /// A training statement (run through autograd).
+    Train(Train),
+}
+
+/// Training statements: gradients and parameter updates, run through the frontend's autograd.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Train {
+    /// `requires_grad %w, %b`: the values become leaves whose gradients are tracked.
+    RequiresGrad {
+        /// The parameters.
+        values: Vec<ValueId>,
+    },
+    /// `backward %loss`: gradients of a one-element value, added to its leaves'.
+    Backward {
+        /// The loss.
+        loss: ValueId,
+    },
+    /// `%g = grad %w`: a leaf's accumulated gradient as a value.
+    Grad {
+        /// Result.
+        dst: ValueId,
+        /// The leaf.
+        of: ValueId,
+    },
+    /// `zero_grad %w, %b`: forgets the gradients.
+    ZeroGrad {
+        /// The parameters.
+        values: Vec<ValueId>,
+    },
+    /// `sgd %w, %b lr=0.1 momentum=0.9` / `adam %w, %b lr=0.001`: one optimizer step over the
+    /// parameters (each statement keeps its own state across loop iterations), then their
+    /// gradients are cleared.
+    Step {
+        /// Which update.
+        optimizer: Optimizer,
+        /// The parameters.
+        params: Vec<ValueId>,
+    },
+}
+
+/// An optimizer and its settings (PyTorch's update rules and defaults).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Optimizer {
+    /// `sgd lr=.. momentum=0 weight_decay=0`.
+    Sgd {
+        /// Learning rate.
+        lr: f64,
+        /// Momentum factor.
+        momentum: f64,
+        /// L2 penalty.
+        weight_decay: f64,
+    },
+    /// `adam lr=0.001 beta1=0.9 beta2=0.999 eps=1e-8`.
+    Adam {
+        /// Learning rate.
+        lr: f64,
+        /// First-moment decay.
+        beta1: f64,
+        /// Second-moment decay.
+        beta2: f64,
+        /// Added to the denominator.
+        eps: f64,
+    },
+}
+
+impl Train {
+    /// The statement's keyword.
+    pub fn keyword(&self) -> &'static str {
+        match self {
+            Train::RequiresGrad { .. } => "requires_grad",
+            Train::Backward { .. } => "backward",
+            Train::Grad { .. } => "grad",
+            Train::ZeroGrad { .. } => "zero_grad",
+            Train::Step { optimizer: Optimizer::Sgd { .. }, .. } => "sgd",
+            Train::Step { optimizer: Optimizer::Adam { .. }, .. } => "adam",
+        }
+    }
+
+    /// The values it reads.
+    pub fn operands(&self) -> Vec<ValueId> {
+        match self {
+            Train::RequiresGrad { values } | Train::ZeroGrad { values } | Train::Step { params: values, .. } => {
+                values.clone()
+            }
+            Train::Backward { loss } => vec![*loss],
+            Train::Grad { of, .. } => vec![*of],
+        }
+    }
+
+    /// Calls `f` on every value it names, in text order (the result of `grad` first).
+    pub fn visit_values_mut(&mut self, f: &mut dyn FnMut(&mut ValueId)) {
+        match self {
+            Train::RequiresGrad { values } | Train::ZeroGrad { values } | Train::Step { params: values, .. } => {
+                values.iter_mut().for_each(f)
+            }
+            Train::Backward { loss } => f(loss),
+            Train::Grad { dst, of } => {
+                f(dst);
+                f(of);
+            }
+        }
+    }
+
+    /// The value it defines (`grad`).
+    pub fn result(&self) -> Option<ValueId> {
+        match self {
+            Train::Grad { dst, .. } => Some(*dst),
+            _ => None,
+        }
+    }
 }
 
 impl Stmt {
@@ -106,6 +217,18 @@ impl Stmt {
 }
 
 impl Program {
+    /// Whether it has training statements (and so must run through autograd).
+    pub fn trains(&self) -> bool {
+        fn walk(body: &[Stmt]) -> bool {
+            body.iter().any(|s| match &s.kind {
+                StmtKind::Train(_) => true,
+                StmtKind::Repeat { body, .. } | StmtKind::Signal { body, .. } => walk(body),
+                _ => false,
+            })
+        }
+        walk(&self.body)
+    }
+
     /// The text name of a value (`"x"` for `%x`); ids without a name print as their number.
     pub fn name(&self, v: ValueId) -> String {
         match self.names.get(v.index()) {

@@ -141,6 +141,26 @@ fn leaf_stmt() -> impl Strategy<Value = StmtKind> {
             prop::collection::vec(-100f32..100.0, 0..5)
         )
             .prop_map(|(src, cmp, ty, data)| StmtKind::Expect { src, cmp, ty, data }),
+        1 => train().prop_map(StmtKind::Train),
+    ]
+}
+
+fn train() -> impl Strategy<Value = Train> {
+    let values = || prop::collection::vec(value(), 1..4);
+    let rate = || 0.0f64..1.0;
+    prop_oneof![
+        values().prop_map(|values| Train::RequiresGrad { values }),
+        values().prop_map(|values| Train::ZeroGrad { values }),
+        value().prop_map(|loss| Train::Backward { loss }),
+        (value(), value()).prop_map(|(dst, of)| Train::Grad { dst, of }),
+        (values(), rate(), rate(), rate()).prop_map(|(params, lr, momentum, weight_decay)| Train::Step {
+            optimizer: Optimizer::Sgd { lr, momentum, weight_decay },
+            params
+        }),
+        (values(), rate(), rate(), rate(), rate()).prop_map(|(params, lr, beta1, beta2, eps)| Train::Step {
+            optimizer: Optimizer::Adam { lr, beta1, beta2, eps },
+            params
+        }),
     ]
 }
 
@@ -174,6 +194,7 @@ fn canonical(body: Vec<Stmt>) -> Program {
                 StmtKind::Instr(i) => i.visit_values_mut(&mut |v| id(v, map, names)),
                 StmtKind::Print { src } | StmtKind::Expect { src, .. } => id(src, map, names),
                 StmtKind::Repeat { body, .. } | StmtKind::Signal { body, .. } => walk(body, map, names),
+                StmtKind::Train(t) => t.visit_values_mut(&mut |v| id(v, map, names)),
                 StmtKind::Const { .. } => {}
             }
         }

@@ -10,7 +10,7 @@ use gt::passdump::Recorder;
 use gt::passes::registry::in_pipeline_order;
 use gt::runtime::config::EnvConfig;
 use gt::runtime::embedded::ClusterError;
-use gt::script::{load, run_local, run_on, source_text, LoadError};
+use gt::script::{load, run_any, run_local, run_on, run_training, source_text, LoadError};
 use gt::session::{format_pass_stats, format_worker_stats, Session, Target};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -159,19 +159,26 @@ fn main() -> ExitCode {
                 return ExitCode::from(if no_backend { 2 } else { 1 });
             }
         };
-        let result = if dumped.is_empty() {
+        let result = if loaded.program.trains() {
+            // Autograd lives in the client: the script runs through the Tensor API, which
+            // owns the client meanwhile (recording the stream when passes are dumped).
+            let (client, cluster) = session.into_parts();
+            let (result, recorded) = run_training(&loaded, Recorder::new(client), &mut out, options);
+            let Some(recorder) = recorded else {
+                eprintln!("error: the client was lost while training");
+                return ExitCode::from(1);
+            };
+            if !dumped.is_empty() {
+                write_dumps(&mut out, &recorder.stream, &env, &dumped);
+            }
+            session = Session::from_parts(recorder.inner, cluster);
+            result
+        } else if dumped.is_empty() {
             run_on(&loaded, &mut session.client, &mut out, options)
         } else {
             let mut recorder = Recorder::new(&mut session.client);
             let result = run_on(&loaded, &mut recorder, &mut out, options);
-            match gt::passdump::dumps(&recorder.stream, &env.passes, &env.pass_options, &dumped) {
-                Ok(texts) => {
-                    for (pass, text) in texts {
-                        let _ = write!(out, "; after {pass}\n{text}");
-                    }
-                }
-                Err(e) => eprintln!("error: {e}"),
-            }
+            write_dumps(&mut out, &recorder.stream, &env, &dumped);
             result
         };
         if args.worker_stats || args.pass_stats {
@@ -192,9 +199,9 @@ fn main() -> ExitCode {
     let _ = out.flush();
     if let Some(dir) = &args.dump_kernels {
         // The kernels do not depend on where the script ran: record them on the interpreter.
-        let mut recorder = gt::kernels::KernelRecorder::new();
-        let _ =
-            run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true, ..RunOptions::default() });
+        let quiet = RunOptions { quiet: true, ..RunOptions::default() };
+        let (_, recorder) = run_any(&loaded, gt::kernels::KernelRecorder::new(), &mut std::io::sink(), quiet);
+        let recorder = recorder.unwrap_or_default();
         match recorder.write(dir) {
             Ok(n) => eprintln!("gt-run: wrote {n} kernels to {}", dir.display()),
             Err(e) => {
@@ -209,5 +216,17 @@ fn main() -> ExitCode {
             report(&[Diag::from(&e)]);
             ExitCode::from(1)
         }
+    }
+}
+
+/// Prints the stream after each dumped pass.
+fn write_dumps(out: &mut impl Write, stream: &[Option<gt::ir::Instr>], env: &EnvConfig, dumped: &[&'static str]) {
+    match gt::passdump::dumps(stream, &env.passes, &env.pass_options, dumped) {
+        Ok(texts) => {
+            for (pass, text) in texts {
+                let _ = write!(out, "; after {pass}\n{text}");
+            }
+        }
+        Err(e) => eprintln!("error: {e}"),
     }
 }

@@ -7,7 +7,7 @@ use gt::frontend::{Client, ClientError, ClientOptions, Origin};
 use gt::ir::{BinaryOp, Instr, Operand, TensorType, UnaryOp, ValueId};
 use gt::passes::{Emit, HotPathConfig, PassOptions, Pipeline, StreamPass};
 use gt::runtime::{Cluster, ClusterOptions};
-use gt::script::run_on;
+use gt::script::run_any;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -74,9 +74,9 @@ fn filetests_on(c: &Cluster, fused: bool) {
                     let mut failures = Vec::new();
                     for path in files.iter().skip(k).step_by(2) {
                         let reference = gt::filetest::run_file(path).unwrap();
-                        let mut client = Client::connect_in(&ctx, &endpoint, ClientOptions::default()).unwrap();
+                        let mut client = Some(Client::connect_in(&ctx, &endpoint, ClientOptions::default()).unwrap());
                         let on_cluster = gt::filetest::run_file_on(path, &mut |loaded, out| {
-                            run_on(loaded, &mut client, out, Default::default())
+                            run_any(loaded, client.take().expect("one run per file"), out, Default::default()).0
                         });
                         let expects_error = std::fs::read_to_string(path).unwrap().contains("; error:");
                         match on_cluster {

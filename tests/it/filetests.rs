@@ -78,11 +78,11 @@ fn stream_after_each_pass() {
             Ok(l) => l,
             Err(_) => continue,
         };
-        let mut interp = gt::runtime::Interpreter::new();
-        let mut recorder = gt::passdump::Recorder::new(&mut interp);
+        let recorder = gt::passdump::Recorder::new(gt::runtime::Interpreter::new());
         // Failing scripts still have a stream up to the failure.
-        let _ = gt::script::run_on(&loaded, &mut recorder, &mut std::io::sink(), Default::default());
-        let dumps = gt::passdump::dumps(&recorder.stream, KNOWN_PASSES, &PassOptions::default(), KNOWN_PASSES).unwrap();
+        let (_, recorder) = gt::script::run_any(&loaded, recorder, &mut std::io::sink(), Default::default());
+        let stream = recorder.map(|r| r.stream).unwrap_or_default();
+        let dumps = gt::passdump::dumps(&stream, KNOWN_PASSES, &PassOptions::default(), KNOWN_PASSES).unwrap();
         for (pass, text) in dumps {
             let name = format!("passes__{}__{pass}", rel.trim_end_matches(".gtir").replace('/', "__"));
             if !snapshot_matches(&name, &path, &text) {

@@ -4,6 +4,7 @@ mod autograd;
 mod cli;
 mod cluster;
 mod distributed;
+mod dsl;
 mod filetests;
 mod fusion;
 mod kernels;

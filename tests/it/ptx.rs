@@ -3,24 +3,27 @@
 //! PATH; under `CI` a missing ptxas fails the test), and snapshots of representative kernels.
 
 use gt::kernels::KernelRecorder;
-use gt::script::{load, run_on};
+use gt::script::{load, run_any};
 use gt_frontend::script::RunOptions;
 use gt_ir::kernel::Kernel;
 use gt_runtime::backend::cuda::ptx;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+fn quiet() -> RunOptions {
+    RunOptions { quiet: true, ..RunOptions::default() }
+}
+
 /// Every distinct kernel of the run filetests and the examples.
 fn all_kernels() -> Vec<Kernel> {
     let files = gt::filetest::run_scripts(Path::new(env!("CARGO_MANIFEST_DIR")));
-    let mut recorder = KernelRecorder::new();
+    let mut kernels = Vec::new();
     for path in files {
         let Ok(loaded) = load(&std::fs::read(&path).unwrap()) else { continue };
         // Scripts that fail on purpose still lowered everything before the failure.
-        let _ =
-            run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true, ..RunOptions::default() });
+        let (_, recorder) = run_any(&loaded, KernelRecorder::new(), &mut std::io::sink(), quiet());
+        kernels.extend(recorder.expect("the recorder comes back").kernels);
     }
-    let mut kernels = recorder.kernels;
     kernels.extend(fused_kernels());
     kernels
 }
@@ -33,10 +36,9 @@ fn fused_kernels() -> Vec<Kernel> {
     let mut out = Vec::new();
     for path in gt::filetest::run_scripts(Path::new(env!("CARGO_MANIFEST_DIR"))) {
         let Ok(loaded) = load(&std::fs::read(&path).unwrap()) else { continue };
-        let mut interp = gt::runtime::Interpreter::new();
-        let mut recorder = gt::passdump::Recorder::new(&mut interp);
-        let _ =
-            run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true, ..RunOptions::default() });
+        let recorder = gt::passdump::Recorder::new(gt::runtime::Interpreter::new());
+        let (_, recorder) = run_any(&loaded, recorder, &mut std::io::sink(), quiet());
+        let recorder = recorder.expect("the recorder comes back");
         let mut pass = Fuse::new(FuseConfig::default());
         let mut emit = Emit::new("fuse");
         // `None` is a sync point: the region ends there.
@@ -202,9 +204,9 @@ fn every_kernel_prints_and_parses_back() {
 /// The last kernel of `source` (a script) whose kind is `kind`: the op of interest comes last.
 fn kernel_of(source: &str, kind: &str) -> Kernel {
     let loaded = load(source.as_bytes()).unwrap();
-    let mut recorder = KernelRecorder::new();
-    run_on(&loaded, &mut recorder, &mut std::io::sink(), RunOptions { quiet: true, ..RunOptions::default() }).unwrap();
-    recorder.kernels.into_iter().rev().find(|k| k.kind() == kind).unwrap()
+    let (result, recorder) = run_any(&loaded, KernelRecorder::new(), &mut std::io::sink(), quiet());
+    result.unwrap();
+    recorder.expect("the recorder comes back").kernels.into_iter().rev().find(|k| k.kind() == kind).unwrap()
 }
 
 fn snapshot(name: &str, kernel: &Kernel) {

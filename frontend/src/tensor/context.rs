@@ -26,9 +26,11 @@ pub trait DynExecutor {
     fn fetch(&mut self, value: ValueId) -> Result<HostTensor, ExecFailure>;
     /// Waits for everything submitted; reports failures not reported yet.
     fn wait(&mut self) -> Result<(), ExecFailure>;
+    /// The executor itself, to take back its concrete type ([`Context::take_executor`]).
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 }
 
-impl<E: Executor> DynExecutor for E {
+impl<E: Executor + 'static> DynExecutor for E {
     fn submit(&mut self, instr: &Instr) -> Result<(), ExecFailure> {
         self.execute(instr).map_err(failure::<E>)
     }
@@ -37,6 +39,9 @@ impl<E: Executor> DynExecutor for E {
     }
     fn wait(&mut self) -> Result<(), ExecFailure> {
         self.sync().map_err(failure::<E>)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
     }
 }
 
@@ -98,8 +103,17 @@ impl Context {
     /// Stops using the executor: it is dropped now (a client flushes and says goodbye), and
     /// every later call on this context's tensors fails with [`TensorError::Closed`].
     pub fn close(&self) {
-        let exec = self.exec.borrow_mut().take();
-        drop(exec);
+        drop(self.take_executor());
+    }
+
+    /// As [`Context::close`], giving the executor back (`None` if it was taken already).
+    pub fn take_executor(&self) -> Option<Box<dyn DynExecutor>> {
+        let mut exec = self.exec.borrow_mut().take()?;
+        let frees = std::mem::take(&mut *self.pending_frees.borrow_mut());
+        for src in frees {
+            let _ = exec.submit(&Instr::Free { src });
+        }
+        Some(exec)
     }
 
     /// Whether [`Context::close`] was called.

@@ -10,6 +10,7 @@
 
 mod context;
 mod creation;
+mod exec;
 mod operators;
 mod ops;
 
@@ -18,6 +19,7 @@ pub use context::{
 };
 pub use creation::{arange, from_vec, full, ones, rand, randn, scalar, tensor, zeros};
 pub(crate) use creation::{ones_of, zeros_of as creation_zeros};
+pub use exec::TensorExecutor;
 pub(crate) use ops::binary;
 pub use ops::{apply_instr, cat, where_};
 

@@ -5,8 +5,8 @@
 use super::lexer::{lex, Tok};
 use super::{ParseError, ParseErrorKind};
 use crate::{
-    BinaryOp, Comparison, DType, Instr, Number, Operand, Program, ReduceOp, Shape, SliceItem, Span, SplitSpec, Stmt,
-    StmtKind, TensorType, UnaryOp, ValueId,
+    BinaryOp, Comparison, DType, Instr, Number, Operand, Optimizer, Program, ReduceOp, Shape, SliceItem, Span,
+    SplitSpec, Stmt, StmtKind, TensorType, Train, UnaryOp, ValueId,
 };
 use std::collections::HashMap;
 
@@ -214,6 +214,41 @@ impl Parser {
                             Instr::HotPathEnd { id }
                         }))
                     }
+                    "requires_grad" | "zero_grad" | "sgd" | "adam" => {
+                        self.bump();
+                        let mut values = vec![self.value_use()?];
+                        while self.eat(&Tok::Comma) {
+                            values.push(self.value_use()?);
+                        }
+                        let mut a = Attrs::new(&word, self.attrs()?, self.prev_span());
+                        let train = match word.as_str() {
+                            "requires_grad" => Train::RequiresGrad { values },
+                            "zero_grad" => Train::ZeroGrad { values },
+                            "sgd" => Train::Step {
+                                optimizer: Optimizer::Sgd {
+                                    lr: a.required_float("lr")?,
+                                    momentum: a.float_or("momentum", 0.0)?,
+                                    weight_decay: a.float_or("weight_decay", 0.0)?,
+                                },
+                                params: values,
+                            },
+                            _ => Train::Step {
+                                optimizer: Optimizer::Adam {
+                                    lr: a.float_or("lr", 1e-3)?,
+                                    beta1: a.float_or("beta1", 0.9)?,
+                                    beta2: a.float_or("beta2", 0.999)?,
+                                    eps: a.float_or("eps", 1e-8)?,
+                                },
+                                params: values,
+                            },
+                        };
+                        a.finish()?;
+                        Ok(StmtKind::Train(train))
+                    }
+                    "backward" => {
+                        self.bump();
+                        Ok(StmtKind::Train(Train::Backward { loss: self.value_use()? }))
+                    }
                     "repeat" => {
                         self.bump();
                         let count = self.uint("a repeat count")?;
@@ -249,6 +284,11 @@ impl Parser {
                             "signal",
                             "hotpath_start",
                             "hotpath_end",
+                            "requires_grad",
+                            "backward",
+                            "zero_grad",
+                            "sgd",
+                            "adam",
                         ];
                         keywords.extend(mnemonics());
                         err(span, ParseErrorKind::UnknownStatement { suggestion: suggest(&word, keywords), word })
@@ -313,6 +353,10 @@ impl Parser {
             (Tok::Ident(n), s) => (n, s),
             (t, s) => return err(s, ParseErrorKind::Expected { expected: "an op name".into(), found: t.describe() }),
         };
+        if op == "grad" {
+            let dst = self.single(&op, op_span, &dsts)?;
+            return Ok(StmtKind::Train(Train::Grad { dst, of: self.value_use()? }));
+        }
         let instr = self.op(&op, op_span, &dsts)?;
         Ok(StmtKind::Instr(instr))
     }

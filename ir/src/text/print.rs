@@ -2,7 +2,8 @@
 //! the same thing. Floats print in Rust's shortest round-trip form.
 
 use crate::{
-    Comparison, Instr, Number, Operand, Program, SliceItem, SplitSpec, Stmt, StmtKind, TensorType, Types, ValueId,
+    Comparison, Instr, Number, Operand, Optimizer, Program, SliceItem, SplitSpec, Stmt, StmtKind, TensorType, Train,
+    Types, ValueId,
 };
 use std::fmt::Write;
 
@@ -83,6 +84,36 @@ impl Printer<'_> {
                 self.block(body, depth + 1);
                 let _ = writeln!(self.out, "{indent}}}");
                 return;
+            }
+            StmtKind::Train(t) => {
+                let list = |vs: &[ValueId]| vs.iter().map(|v| format!("%{}", name(*v))).collect::<Vec<_>>().join(", ");
+                let _ = match t {
+                    Train::RequiresGrad { values } | Train::ZeroGrad { values } => {
+                        write!(line, "{} {}", t.keyword(), list(values))
+                    }
+                    Train::Backward { loss } => write!(line, "backward %{}", name(*loss)),
+                    Train::Grad { dst, of } => write!(line, "%{} = grad %{}", name(*dst), name(*of)),
+                    Train::Step { optimizer, params } => {
+                        let _ = write!(line, "{} {}", t.keyword(), list(params));
+                        match optimizer {
+                            Optimizer::Sgd { lr, momentum, weight_decay } => write!(
+                                line,
+                                " lr={} momentum={} weight_decay={}",
+                                fmt_float(*lr),
+                                fmt_float(*momentum),
+                                fmt_float(*weight_decay)
+                            ),
+                            Optimizer::Adam { lr, beta1, beta2, eps } => write!(
+                                line,
+                                " lr={} beta1={} beta2={} eps={}",
+                                fmt_float(*lr),
+                                fmt_float(*beta1),
+                                fmt_float(*beta2),
+                                fmt_float(*eps)
+                            ),
+                        }
+                    }
+                };
             }
             StmtKind::Signal { name, body } => {
                 let _ = writeln!(self.out, "{indent}signal {} {{", quote(name));

@@ -4,7 +4,7 @@
 
 pub mod shape;
 
-use crate::{Comparison, Instr, Program, Span, Stmt, StmtKind, TensorType, ValueId};
+use crate::{Comparison, Instr, Optimizer, Program, Span, Stmt, StmtKind, TensorType, Train, ValueId};
 pub use shape::TypeError;
 use std::collections::HashSet;
 use thiserror::Error;
@@ -85,6 +85,14 @@ pub enum VerifyErrorKind {
     /// A file with no instructions.
     #[error("program has no instructions")]
     Empty,
+    /// A training statement that cannot work (a loss with many elements, a bad rate).
+    #[error("{keyword}: {message}")]
+    Training {
+        /// The statement's keyword.
+        keyword: &'static str,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl VerifyError {
@@ -218,7 +226,80 @@ impl Checker<'_> {
                 }
             }
             StmtKind::Signal { body, .. } => self.block(body),
+            StmtKind::Train(t) => self.train(t, stmt),
         }
+    }
+
+    fn train(&mut self, t: &Train, stmt: &Stmt) {
+        let span = stmt.span;
+        let keyword = t.keyword();
+        let mut ok = true;
+        for v in t.operands() {
+            ok &= self.read(v, span);
+        }
+        let bad = |c: &mut Self, message: String| c.error(span, VerifyErrorKind::Training { keyword, message });
+        match t {
+            Train::Backward { loss } if ok => {
+                if let Some(ty) = self.types[loss.index()].clone() {
+                    if ty.shape.numel() != 1 {
+                        let name = self.program.name(*loss);
+                        bad(self, format!("the loss %{name} must have one element; it has type {ty}"));
+                    }
+                }
+            }
+            Train::Grad { dst, of } => {
+                let ty = if ok { self.types[of.index()].clone() } else { None };
+                self.define(*dst, ty, stmt);
+            }
+            Train::Step { optimizer, .. } => {
+                let rate =
+                    |name: &str, x: f64, ok: bool, want: &str| (!ok).then(|| format!("{name}={x} must be {want}"));
+                let problems: Vec<String> = match *optimizer {
+                    Optimizer::Sgd { lr, momentum, weight_decay } => [
+                        rate("lr", lr, lr.is_finite() && lr > 0.0, "a positive number"),
+                        rate("momentum", momentum, (0.0..1.0).contains(&momentum), "in [0, 1)"),
+                        rate("weight_decay", weight_decay, weight_decay.is_finite() && weight_decay >= 0.0, ">= 0"),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+                    Optimizer::Adam { lr, beta1, beta2, eps } => [
+                        rate("lr", lr, lr.is_finite() && lr > 0.0, "a positive number"),
+                        rate("beta1", beta1, (0.0..1.0).contains(&beta1), "in [0, 1)"),
+                        rate("beta2", beta2, (0.0..1.0).contains(&beta2), "in [0, 1)"),
+                        rate("eps", eps, eps.is_finite() && eps > 0.0, "a positive number"),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+                };
+                for p in problems {
+                    bad(self, p);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Records a definition of `v` by `stmt` (an error if another statement defined it).
+    fn define(&mut self, v: ValueId, ty: Option<TensorType>, stmt: &Stmt) {
+        let site = stmt as *const Stmt as usize;
+        let i = v.index();
+        if i >= self.defined.len() {
+            // A result id beyond the name table (a program built in code).
+            self.defined.resize(i + 1, None);
+            self.freed.resize(i + 1, None);
+            self.types.resize(i + 1, None);
+        }
+        if let Some((prev, first)) = self.defined[i] {
+            if prev != site {
+                self.error(stmt.span, VerifyErrorKind::Redefined { name: self.program.name(v), first });
+                return;
+            }
+        }
+        self.defined[i] = Some((site, stmt.span));
+        self.freed[i] = None;
+        self.types[i] = ty;
     }
 
     fn instr(&mut self, instr: &Instr, stmt: &Stmt) {
@@ -249,18 +330,8 @@ impl Checker<'_> {
                 vec![None; instr.results().len()]
             }
         };
-        let site = stmt as *const Stmt as usize;
         for (v, t) in instr.results().into_iter().zip(inferred) {
-            let i = v.index();
-            if let Some((prev, first)) = self.defined[i] {
-                if prev != site {
-                    self.error(span, VerifyErrorKind::Redefined { name: self.program.name(v), first });
-                    continue;
-                }
-            }
-            self.defined[i] = Some((site, span));
-            self.freed[i] = None;
-            self.types[i] = t;
+            self.define(v, t, stmt);
         }
     }
 }
