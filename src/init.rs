@@ -40,6 +40,7 @@ impl Runtime {
     }
 
     fn open(target: &Target) -> anyhow::Result<Runtime> {
+        load_signal_config()?;
         let (client, cluster) = Session::open_with(target, "tensor-api", &EnvConfig::from_env()?)?.into_parts();
         Ok(Runtime::install(Context::new(client), cluster))
     }
@@ -71,6 +72,15 @@ impl Drop for Runtime {
         self.context.close();
         self.cluster.take();
     }
+}
+
+/// Loads the signal config `GT_CONFIG` names, if any, as this thread's (a bad file is an
+/// error naming its line and field).
+pub fn load_signal_config() -> anyhow::Result<()> {
+    if let Some(config) = gt_frontend::config::Config::from_env()? {
+        gt_frontend::signal::set_config(config);
+    }
+    Ok(())
 }
 
 /// [`Runtime::init`]: `let _gt = gt::init()?;` at the top of `main`.

@@ -23,7 +23,7 @@ pub use gt_frontend::tensor::{
     arange, cat, from_vec, full, is_grad_enabled, manual_seed, no_grad, ones, rand, randn, range_step, scalar, step,
     tensor, where_, zeros, Arg, ELLIPSIS, NEW,
 };
-pub use gt_frontend::{autograd, debug, nn, s, Tensor, TensorError};
+pub use gt_frontend::{autograd, config, debug, nn, s, signal, Tensor, TensorError};
 pub use init::{init, Runtime};
 
 /// Tensor programs in `.gtir` instruction syntax, lowered at compile time (`docs/dsl.md`).

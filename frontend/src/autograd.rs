@@ -75,6 +75,8 @@ pub(crate) struct Node {
     out_id: ValueId,
     out_ty: TensorType,
     released: Cell<bool>,
+    /// The signal of its gradient ops: the backward signal of the scope it was recorded in.
+    backward_signal: Option<String>,
 }
 
 impl Node {
@@ -99,6 +101,7 @@ impl Node {
             out_id,
             out_ty,
             released: Cell::new(false),
+            backward_signal: crate::signal::current().and_then(|s| s.backward.clone()),
         })
     }
 
@@ -232,8 +235,10 @@ impl Tensor {
         order.sort_by_key(|n| std::cmp::Reverse(n.seq));
         let mut grads: HashMap<*const Node, Tensor> = HashMap::from([(Rc::as_ptr(&root), grad.detach())]);
         let mut leaves: Vec<(Tensor, Tensor)> = Vec::new();
+        let mut signal = BackwardSignal { ctx: &ctx, open: None };
         for node in &order {
             let Some(g) = grads.remove(&Rc::as_ptr(node)) else { continue };
+            signal.switch(node.backward_signal.as_deref())?;
             if node.released.get() {
                 return Err(TensorError::invalid(
                     "backward",
@@ -268,6 +273,7 @@ impl Tensor {
                 }
             }
         }
+        signal.switch(None)?;
         for (leaf, g) in leaves {
             accumulate_leaf(&leaf, g)?;
         }
@@ -276,6 +282,37 @@ impl Tensor {
             node.inputs.borrow_mut().clear();
         }
         Ok(())
+    }
+}
+
+/// The backward signal scope open around gradient ops (switched as nodes need).
+struct BackwardSignal<'a> {
+    ctx: &'a Context,
+    open: Option<String>,
+}
+
+impl BackwardSignal<'_> {
+    fn switch(&mut self, to: Option<&str>) -> Result<()> {
+        if self.open.as_deref() == to {
+            return Ok(());
+        }
+        if let Some(name) = self.open.take() {
+            self.ctx.submit(&gt_ir::Instr::SignalEnd { name })?;
+        }
+        if let Some(name) = to {
+            self.ctx.submit(&gt_ir::Instr::SignalStart { name: name.to_string() })?;
+            self.open = Some(name.to_string());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for BackwardSignal<'_> {
+    fn drop(&mut self) {
+        // An error left a scope open: close it so the stream stays balanced.
+        if let Some(name) = self.open.take() {
+            let _ = self.ctx.submit(&gt_ir::Instr::SignalEnd { name });
+        }
     }
 }
 

@@ -8,6 +8,7 @@ pub mod config;
 pub mod debug;
 pub mod nn;
 pub mod script;
+pub mod signal;
 pub mod tensor;
 
 pub use client::{Client, ClientError, ClientOptions, Origin};

@@ -183,7 +183,20 @@ impl<E: Executor> Runner<'_, E> {
                     self.block(body)?;
                 }
             }
-            StmtKind::Signal { body, .. } => self.block(body)?,
+            StmtKind::Signal { name, body } => {
+                let mark = |name: &String, start: bool| {
+                    if start {
+                        Instr::SignalStart { name: name.clone() }
+                    } else {
+                        Instr::SignalEnd { name: name.clone() }
+                    }
+                };
+                let start = mark(name, true);
+                self.exec.execute_at(&start, Some(span)).map_err(Self::fail(span, "signal"))?;
+                self.block(body)?;
+                let end = mark(name, false);
+                self.exec.execute_at(&end, Some(span)).map_err(Self::fail(span, "signal"))?;
+            }
             StmtKind::Train(t) => match self.exec.train(t, stmt as *const Stmt as usize) {
                 Some(r) => r.map_err(Self::fail(span, t.keyword()))?,
                 None => return Err(err(ScriptErrorKind::NoAutograd { keyword: t.keyword() })),

@@ -302,6 +302,19 @@ pub enum Instr {
         /// The sequence.
         id: u64,
     },
+    /// The instructions up to the matching [`Instr::SignalEnd`] belong to signal `name`
+    /// (a `signal "name" { }` block, `gt::signal::context`): placement and compilation
+    /// configs name signals, and the instruction log shows each instruction's. No effect on
+    /// values.
+    SignalStart {
+        /// The signal.
+        name: String,
+    },
+    /// Ends the innermost signal scope, which [`Instr::SignalStart`] with `name` began.
+    SignalEnd {
+        /// The signal.
+        name: String,
+    },
 }
 
 /// The one table of which fields of an instruction are results and which are operands.
@@ -364,7 +377,10 @@ macro_rules! for_each_value {
                 $f(src, false);
             }
             Instr::Free { src } | Instr::GetData { src } => $f(src, false),
-            Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {}
+            Instr::HotPathStart { .. }
+            | Instr::HotPathEnd { .. }
+            | Instr::SignalStart { .. }
+            | Instr::SignalEnd { .. } => {}
         }
     };
 }
@@ -400,6 +416,8 @@ impl Instr {
             Instr::GetData { .. } => "get",
             Instr::HotPathStart { .. } => "hotpath_start",
             Instr::HotPathEnd { .. } => "hotpath_end",
+            Instr::SignalStart { .. } => "signal_start",
+            Instr::SignalEnd { .. } => "signal_end",
         }
     }
 
@@ -433,6 +451,14 @@ impl Instr {
         };
         for_each_value!(self, take);
         out
+    }
+
+    /// Whether it only marks the stream (hot paths, signals) and computes nothing.
+    pub fn is_marker(&self) -> bool {
+        matches!(
+            self,
+            Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } | Instr::SignalStart { .. } | Instr::SignalEnd { .. }
+        )
     }
 
     /// Whether this is a sync point: the stream must be drained up to here before it answers.

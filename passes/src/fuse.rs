@@ -263,6 +263,11 @@ impl StreamPass for Fuse {
                 self.in_hot = matches!(instr, Instr::HotPathStart { .. });
                 out.keep(instr);
             }
+            // A signal scope is a region boundary (its instructions may be placed elsewhere).
+            Instr::SignalStart { .. } | Instr::SignalEnd { .. } => {
+                self.release(out);
+                out.keep(instr);
+            }
             _ if !self.collecting() => {
                 self.track(&instr);
                 out.keep(instr);

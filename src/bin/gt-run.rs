@@ -105,6 +105,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A bad signal config is refused at start, naming its line and field.
+    if let Err(e) = gt::init::load_signal_config() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let report = |diags: &[Diag]| eprint!("{}", render(&name, &source_text(&bytes), diags, color));
     let dumps = |stage: Stage| args.dump_after.iter().any(|s| *s == stage || *s == Stage::All);
     let loaded = match load(&bytes) {

@@ -9,6 +9,7 @@ mod filetests;
 mod fusion;
 mod kernels;
 mod ptx;
+mod signals;
 mod tensor_api;
 mod tidy;
 mod training;

@@ -394,7 +394,9 @@ pub fn apply_instr(instr: &Instr, operands: &[&Tensor]) -> Result<Vec<Tensor>> {
         | Instr::Free { .. }
         | Instr::GetData { .. }
         | Instr::HotPathStart { .. }
-        | Instr::HotPathEnd { .. } => Err(TensorError::invalid(
+        | Instr::HotPathEnd { .. }
+        | Instr::SignalStart { .. }
+        | Instr::SignalEnd { .. } => Err(TensorError::invalid(
             op,
             "is not a tensor op (compiled kernels, frees, reads and markers belong to the runtime)",
         )),

@@ -242,7 +242,12 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
                 }
             }
         }
-        Instr::Free { .. } | Instr::GetData { .. } | Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {}
+        Instr::Free { .. }
+        | Instr::GetData { .. }
+        | Instr::HotPathStart { .. }
+        | Instr::HotPathEnd { .. }
+        | Instr::SignalStart { .. }
+        | Instr::SignalEnd { .. } => {}
     }
     steps
 }

@@ -249,6 +249,15 @@ impl Parser {
                         self.bump();
                         Ok(StmtKind::Train(Train::Backward { loss: self.value_use()? }))
                     }
+                    "signal_start" | "signal_end" => {
+                        self.bump();
+                        let name = self.signal_name()?;
+                        Ok(StmtKind::Instr(if word == "signal_start" {
+                            Instr::SignalStart { name }
+                        } else {
+                            Instr::SignalEnd { name }
+                        }))
+                    }
                     "repeat" => {
                         self.bump();
                         let count = self.uint("a repeat count")?;
@@ -257,18 +266,7 @@ impl Parser {
                     }
                     "signal" => {
                         self.bump();
-                        let name = match self.bump() {
-                            (Tok::Str(s), _) => s,
-                            (t, span) => {
-                                return err(
-                                    span,
-                                    ParseErrorKind::Expected {
-                                        expected: "a signal name in quotes".into(),
-                                        found: t.describe(),
-                                    },
-                                )
-                            }
-                        };
+                        let name = self.signal_name()?;
                         let body = self.braced()?;
                         Ok(StmtKind::Signal { name, body })
                     }
@@ -284,6 +282,8 @@ impl Parser {
                             "signal",
                             "hotpath_start",
                             "hotpath_end",
+                            "signal_start",
+                            "signal_end",
                             "requires_grad",
                             "backward",
                             "zero_grad",
@@ -297,6 +297,15 @@ impl Parser {
             }
             _ => {
                 self.expected("a statement (`%name = op ...`, `print`, `expect`, `free`, `repeat`, `signal`, `const`)")
+            }
+        }
+    }
+
+    fn signal_name(&mut self) -> PResult<String> {
+        match self.bump() {
+            (Tok::Str(s), _) => Ok(s),
+            (t, span) => {
+                err(span, ParseErrorKind::Expected { expected: "a signal name in quotes".into(), found: t.describe() })
             }
         }
     }

@@ -701,6 +701,8 @@ pub fn infer(
             fits.map_err(|message| TypeError::Kernel { message })?;
             Ok(out)
         }
-        Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => Ok(Vec::new()),
+        Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } | Instr::SignalStart { .. } | Instr::SignalEnd { .. } => {
+            Ok(Vec::new())
+        }
     }
 }

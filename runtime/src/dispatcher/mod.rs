@@ -89,6 +89,8 @@ struct Client {
     home: Option<usize>,
     values: HashMap<ValueId, Slot>,
     pipeline: Pipeline,
+    /// Open signal scopes, innermost last (for the log).
+    signals: Vec<String>,
 }
 
 struct Batch {
@@ -382,6 +384,7 @@ impl Dispatcher {
             home: None,
             values: HashMap::new(),
             pipeline: (self.config.pipeline)(c),
+            signals: Vec::new(),
         };
         self.clients.insert(c, client);
         self.client_ids.insert(identity, c);
@@ -409,14 +412,42 @@ impl Dispatcher {
     }
 
     fn on_instr(&mut self, c: u64, seq: u64, instr: Instr, bytes: usize) {
+        let Some(client) = self.clients.get_mut(&c) else { return };
+        match &instr {
+            Instr::SignalStart { name } => client.signals.push(name.clone()),
+            Instr::SignalEnd { name } => {
+                // A client closing a scope it did not open: log it, keep the stack.
+                if client.signals.last() == Some(name) {
+                    client.signals.pop();
+                } else if self.log.active() {
+                    let msg = format!("client={c} #{seq} signal_end {name:?} does not close the open scope");
+                    self.log.emit(EventKind::Error, format!("CLIENT {c}"), "signal_end", bytes, msg);
+                }
+            }
+            _ => {}
+        }
         if self.log.active() {
-            self.log.emit(
-                EventKind::Recv,
-                format!("CLIENT {c}"),
-                instr.mnemonic(),
-                bytes,
-                format!("#{seq} {}", print_instr(&instr)),
-            );
+            let client = &self.clients[&c];
+            if let Instr::SignalStart { name } | Instr::SignalEnd { name } = &instr {
+                let depth = client.signals.len();
+                let what = if matches!(instr, Instr::SignalStart { .. }) { "enter" } else { "exit" };
+                self.log.emit(
+                    EventKind::Signal,
+                    format!("CLIENT {c}"),
+                    what,
+                    bytes,
+                    format!("#{seq} {name} depth={depth}"),
+                );
+            } else {
+                let scope = client.signals.last().map(|s| format!(" signal={s}")).unwrap_or_default();
+                self.log.emit(
+                    EventKind::Recv,
+                    format!("CLIENT {c}"),
+                    instr.mnemonic(),
+                    bytes,
+                    format!("#{seq} {}{scope}", print_instr(&instr)),
+                );
+            }
         }
         let Some(client) = self.clients.get_mut(&c) else { return };
         if client.pipeline.is_empty() {
@@ -460,6 +491,8 @@ impl Dispatcher {
             Instr::GetData { .. } => {
                 return self.fail(c, seq, &instr, format!("{op}: a sync point is a Get request, not an instruction"));
             }
+            // Signals are the dispatcher's business (log, passes); workers need not see them.
+            Instr::SignalStart { .. } | Instr::SignalEnd { .. } => return,
             Instr::Free { src } => {
                 return match client.values.remove(&src) {
                     Some(Slot::Live { worker, buf, .. }) => self.push(worker, Instr::Free { src: buf }, (c, seq)),

@@ -226,9 +226,12 @@ impl Interpreter {
                 let dims = dims().to_vec();
                 self.fused(srcs, kernel, &dims)?
             }
-            Instr::Free { .. } | Instr::GetData { .. } | Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {
-                return Ok(Vec::new())
-            }
+            Instr::Free { .. }
+            | Instr::GetData { .. }
+            | Instr::HotPathStart { .. }
+            | Instr::HotPathEnd { .. }
+            | Instr::SignalStart { .. }
+            | Instr::SignalEnd { .. } => return Ok(Vec::new()),
         };
         Ok(vec![result])
     }

@@ -1,0 +1,141 @@
+//! Signals: named scopes of the instruction stream (the Python GT's `gt.signal`). Every op
+//! issued inside `signal::context("layer1")` travels between `signal_start "layer1"` and
+//! `signal_end "layer1"` markers, so the dispatcher's passes (placement, compilation) and the
+//! instruction log see which signal each instruction belongs to. A scope's *backward signal*
+//! (given, or the `backward:` of its config) scopes the gradient ops of what it computed.
+//! Configs come from YAML ([`crate::config`]): [`load_config`], or `GT_CONFIG` at start.
+
+use crate::config::{Config, ConfigError, SignalConfig};
+use crate::tensor::{Context, Result, Tensor, TensorError};
+use gt_ir::Instr;
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// An open signal scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// The signal.
+    pub name: String,
+    /// The signal of the gradients of what is computed in the scope, if any.
+    pub backward: Option<String>,
+}
+
+thread_local! {
+    static STACK: RefCell<Vec<Rc<Scope>>> = const { RefCell::new(Vec::new()) };
+    static CONFIG: RefCell<Config> = RefCell::new(Config::default());
+}
+
+/// Opens a scope on the current context until the guard is dropped (its backward signal:
+/// the config's `backward:` for `name`, if any).
+pub fn context(name: &str) -> Result<SignalGuard> {
+    let backward = config(name).and_then(|c| c.backward);
+    context_with_backward(name, backward.as_deref())
+}
+
+/// Opens a scope whose gradient ops run in signal `backward` (pipeline stages).
+pub fn context_with_backward(name: &str, backward: Option<&str>) -> Result<SignalGuard> {
+    let ctx = Context::current()?;
+    enter_on(&ctx, name, backward)?;
+    Ok(SignalGuard { ctx, name: name.to_string(), open: true })
+}
+
+/// Opens a scope without a guard; close it with [`exit`] (innermost first).
+pub fn enter(name: &str) -> Result<()> {
+    let backward = config(name).and_then(|c| c.backward);
+    enter_on(&*Context::current()?, name, backward.as_deref())
+}
+
+/// Closes the innermost scope, which must be `name`.
+pub fn exit(name: &str) -> Result<()> {
+    exit_on(&*Context::current()?, name)
+}
+
+fn enter_on(ctx: &Context, name: &str, backward: Option<&str>) -> Result<()> {
+    if name.is_empty() {
+        return Err(TensorError::invalid("signal", "a signal needs a name"));
+    }
+    ctx.submit(&Instr::SignalStart { name: name.to_string() })?;
+    let scope = Rc::new(Scope { name: name.to_string(), backward: backward.map(str::to_string) });
+    STACK.with(|s| s.borrow_mut().push(scope));
+    Ok(())
+}
+
+fn exit_on(ctx: &Context, name: &str) -> Result<()> {
+    let top = STACK.with(|s| s.borrow().last().map(|t| t.name.clone()));
+    match top {
+        Some(t) if t == name => {
+            STACK.with(|s| s.borrow_mut().pop());
+            ctx.submit(&Instr::SignalEnd { name: name.to_string() })
+        }
+        Some(t) => {
+            Err(TensorError::invalid("signal", format!("exit({name:?}) while {t:?} is the innermost open signal")))
+        }
+        None => Err(TensorError::invalid("signal", format!("exit({name:?}) with no open signal"))),
+    }
+}
+
+/// Closes its scope when dropped.
+#[must_use = "the scope closes when the guard is dropped"]
+pub struct SignalGuard {
+    ctx: Rc<Context>,
+    name: String,
+    open: bool,
+}
+
+impl SignalGuard {
+    /// Closes the scope now, reporting a failure (dropping closes it too, silently).
+    pub fn close(mut self) -> Result<()> {
+        self.open = false;
+        exit_on(&self.ctx, &self.name)
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        if self.open {
+            // A closed runtime or a scope closed by hand: nothing to report from a drop.
+            let _ = exit_on(&self.ctx, &self.name);
+        }
+    }
+}
+
+/// The innermost open scope.
+pub fn current() -> Option<Rc<Scope>> {
+    STACK.with(|s| s.borrow().last().cloned())
+}
+
+/// The open scopes, outermost first.
+pub fn stack() -> Vec<String> {
+    STACK.with(|s| s.borrow().iter().map(|t| t.name.clone()).collect())
+}
+
+/// `t` copied into signal `name` (the Python GT's `gt.signal.tensor`): the copy is made
+/// inside the scope, so a placement config for `name` decides where it lives. Gradients
+/// flow through it.
+pub fn tensor(t: &Tensor, name: &str) -> Result<Tensor> {
+    let _scope = context(name)?;
+    let dims: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
+    t.reshape(&dims)
+}
+
+/// Loads a YAML signal config and makes it this thread's (replacing the previous one).
+pub fn load_config(path: impl AsRef<std::path::Path>) -> Result<Config, ConfigError> {
+    let config = Config::load(path)?;
+    set_config(config.clone());
+    Ok(config)
+}
+
+/// Makes `config` this thread's signal config.
+pub fn set_config(config: Config) {
+    CONFIG.with(|c| *c.borrow_mut() = config);
+}
+
+/// Adds or replaces one signal's config (the Python GT's `register_config`).
+pub fn register_config(name: &str, config: SignalConfig) {
+    CONFIG.with(|c| c.borrow_mut().insert(name, config));
+}
+
+/// The config of signal `name`, if any.
+pub fn config(name: &str) -> Option<SignalConfig> {
+    CONFIG.with(|c| c.borrow().signal(name).cloned())
+}
