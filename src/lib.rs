@@ -20,8 +20,8 @@ pub use gt_runtime as runtime;
 pub use gt_transport as transport;
 
 pub use gt_frontend::tensor::{
-    arange, cat, from_vec, full, is_grad_enabled, manual_seed, no_grad, ones, rand, randn, range_step, scalar, step,
-    tensor, where_, zeros, Arg, ELLIPSIS, NEW,
+    arange, cat, from_vec, full, is_grad_enabled, manual_seed, no_grad, ones, rand, rand_seeded, randn, randn_seeded,
+    range_step, scalar, step, tensor, where_, zeros, Arg, ELLIPSIS, NEW,
 };
 pub use gt_frontend::{autograd, config, debug, nn, s, signal, Tensor, TensorError};
 pub use init::{init, Runtime};

@@ -70,3 +70,76 @@ fn embedded_cluster_gives_the_interpreters_losses() {
         assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{reference:?} vs {embedded:?}");
     }
 }
+
+/// The losses of examples/train_mlp.gtir, step by step, read at full precision.
+fn gtir_losses() -> Vec<f32> {
+    struct Reads<E> {
+        inner: E,
+        values: Vec<f32>,
+    }
+    impl<E: gt::ir::Executor> gt::ir::Executor for Reads<E> {
+        type Error = E::Error;
+        fn execute(&mut self, instr: &gt::ir::Instr) -> Result<(), E::Error> {
+            self.inner.execute(instr)
+        }
+        fn read(&mut self, v: gt::ir::ValueId) -> Result<gt::ir::HostTensor, E::Error> {
+            let t = self.inner.read(v)?;
+            self.values.extend(&t.data);
+            Ok(t)
+        }
+        fn train(&mut self, stmt: &gt::ir::Train, site: usize) -> Option<Result<(), E::Error>> {
+            self.inner.train(stmt, site)
+        }
+    }
+    let source = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_mlp.gtir")).unwrap();
+    let loaded = gt::script::load(&source).unwrap();
+    let exec = gt::frontend::tensor::TensorExecutor::new(gt::runtime::Interpreter::new());
+    let mut reads = Reads { inner: exec, values: Vec::new() };
+    gt::frontend::run_script(&loaded.program, &mut reads, &mut std::io::sink(), Default::default()).unwrap();
+    reads.values
+}
+
+/// The same program with the Tensor API; `dsl` writes the forward pass with `gt!`.
+fn api_losses(dsl: bool) -> Vec<f32> {
+    let _gt = Runtime::reference();
+    let run = || -> anyhow::Result<Vec<f32>> {
+        let x = gt::randn_seeded(&[64, 784], 1)?;
+        let y = gt::randn_seeded(&[64, 10], 2)?;
+        let w1 = gt::randn_seeded(&[784, 256], 3)?.mul(0.05)?.requires_grad_(true)?;
+        let w2 = gt::randn_seeded(&[256, 10], 4)?.mul(0.05)?.requires_grad_(true)?;
+        let mut sgd = nn::Sgd::new(vec![w1.clone(), w2.clone()], 0.05);
+        let mut losses = Vec::new();
+        for _ in 0..20 {
+            let loss = if dsl {
+                gt::gt! {
+                    %h0 = matmul %x, %w1;
+                    %h = relu %h0;
+                    %p = matmul %h, %w2;
+                    %d = sub %p, %y;
+                    %sq = mul %d, %d;
+                    %loss = mean %sq;
+                }
+                loss
+            } else {
+                let h = x.matmul(&w1)?.relu()?;
+                let d = h.matmul(&w2)?.sub(&y)?;
+                d.mul(&d)?.mean()?
+            };
+            loss.backward()?;
+            sgd.step()?;
+            sgd.zero_grad();
+            losses.push(loss.item()?);
+        }
+        Ok(losses)
+    };
+    run().unwrap()
+}
+
+#[test]
+fn rust_api_gt_macro_and_gtir_give_the_same_losses_step_by_step() {
+    let gtir = gtir_losses();
+    assert_eq!(gtir.len(), 20);
+    assert!(gtir[19] < gtir[0] * 0.2, "the script trains: {gtir:?}");
+    assert_eq!(api_losses(false), gtir, "Rust API vs .gtir");
+    assert_eq!(api_losses(true), gtir, "gt! vs .gtir");
+}

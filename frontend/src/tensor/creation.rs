@@ -27,6 +27,18 @@ pub fn randn(shape: &[usize]) -> Result<Tensor> {
     create(&ctx, |dst| Instr::Randn { dst, ty: f32_type(shape), seed })
 }
 
+/// Standard-normal values from a given seed (what `.gtir`'s `randn ... seed=N` gives).
+pub fn randn_seeded(shape: &[usize], seed: u64) -> Result<Tensor> {
+    let ctx = Context::current()?;
+    create(&ctx, |dst| Instr::Randn { dst, ty: f32_type(shape), seed })
+}
+
+/// Uniform values in `[0, 1)` from a given seed.
+pub fn rand_seeded(shape: &[usize], seed: u64) -> Result<Tensor> {
+    let ctx = Context::current()?;
+    create(&ctx, |dst| Instr::Rand { dst, ty: f32_type(shape), seed })
+}
+
 /// Uniform values in `[0, 1)`.
 pub fn rand(shape: &[usize]) -> Result<Tensor> {
     let ctx = Context::current()?;

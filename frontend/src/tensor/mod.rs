@@ -17,7 +17,7 @@ mod ops;
 pub use context::{
     is_grad_enabled, manual_seed, no_grad, Context, ContextGuard, DynExecutor, ExecFailure, NoGradGuard,
 };
-pub use creation::{arange, from_vec, full, ones, rand, randn, scalar, tensor, zeros};
+pub use creation::{arange, from_vec, full, ones, rand, rand_seeded, randn, randn_seeded, scalar, tensor, zeros};
 pub(crate) use creation::{ones_of, zeros_of as creation_zeros};
 pub use exec::TensorExecutor;
 pub(crate) use ops::binary;
