@@ -60,6 +60,12 @@ impl Runtime {
         &self.context
     }
 
+    /// Every worker's statistics (values held, op counts), when connected to a dispatcher
+    /// (`None` on the reference interpreter).
+    pub fn worker_stats(&self) -> Option<anyhow::Result<Vec<gt_transport::WorkerStats>>> {
+        self.context.with_executor(|c: &mut gt_frontend::Client| c.worker_stats().map_err(anyhow::Error::from))
+    }
+
     /// Waits until every queued op has run; reports any failure.
     pub fn sync(&self) -> Result<(), TensorError> {
         self.context.sync()

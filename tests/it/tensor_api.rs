@@ -105,11 +105,18 @@ fn embedded_cluster_runs_the_same_and_frees_dropped_tensors() {
     // The same program on the interpreter, with the same seeds.
     let xs = x.to_vec().unwrap();
     let ws = w.to_vec().unwrap();
+    let held = |rt: &Runtime| rt.worker_stats().expect("a client").unwrap()[0].live_values;
+    let before = held(&gt_rt);
     for _ in 0..50 {
         let t = gt::randn(&[64, 64]).unwrap();
-        drop(t);
+        let u = t.exp().unwrap().add(&t).unwrap();
+        drop((t, u));
     }
     gt_rt.sync().unwrap();
+    assert_eq!(held(&gt_rt), before, "dropped tensors are freed on the worker");
+    let kept: Vec<Tensor> = (0..5).map(|_| gt::zeros(&[2]).unwrap()).collect();
+    assert_eq!(held(&gt_rt), before + 5);
+    drop(kept);
     drop((x, w, y));
     drop(gt_rt);
     let _r = Runtime::reference();

@@ -28,6 +28,8 @@ pub trait DynExecutor {
     fn wait(&mut self) -> Result<(), ExecFailure>;
     /// The executor itself, to take back its concrete type ([`Context::take_executor`]).
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
+    /// The executor itself, to reach its own methods ([`Context::with_executor`]).
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
 }
 
 impl<E: Executor + 'static> DynExecutor for E {
@@ -41,6 +43,9 @@ impl<E: Executor + 'static> DynExecutor for E {
         self.sync().map_err(failure::<E>)
     }
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
     }
 }
@@ -119,6 +124,12 @@ impl Context {
     /// Whether [`Context::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.exec.try_borrow().map(|e| e.is_none()).unwrap_or(false)
+    }
+
+    /// Runs `f` on the executor if it is an `E` (a `Client`'s statistics, say), after the
+    /// frees that waited; `None` when it is another type or closed.
+    pub fn with_executor<E: 'static, R>(&self, f: impl FnOnce(&mut E) -> R) -> Option<R> {
+        self.with_exec(|e| Ok(e.as_any_mut().downcast_mut::<E>().map(f)), "stats").ok().flatten()
     }
 
     /// A fresh value id.
