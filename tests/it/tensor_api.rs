@@ -23,6 +23,8 @@ fn arithmetic_broadcasting_and_reads() {
     assert_eq!(a.sum_dims(&[1], false).unwrap().to_vec().unwrap(), vec![6., 15.]);
     assert_eq!(a.mean_dims(&[0], true).unwrap().shape(), &[1, 3]);
     assert_eq!(a.max().unwrap().item().unwrap(), 6.0);
+    assert_eq!(a.to_string(), "f32[2, 3] [[1, 2, 3], [4, 5, 6]]");
+    assert!(format!("{a:?}").starts_with("Tensor(%"), "{a:?}");
     let ab = a.matmul(&a.t().unwrap()).unwrap();
     assert_eq!(ab.to_vec().unwrap(), vec![14., 32., 32., 77.]);
 }

@@ -337,6 +337,17 @@ impl fmt::Debug for Tensor {
     }
 }
 
+/// The values (a sync point), NumPy style: `f32[2, 2] [[1, 2], [3, 4]]`; a failure to read
+/// prints as `<error: ..>` (use [`Tensor::to_vec`] to handle it).
+impl fmt::Display for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.to_host() {
+            Ok(t) => write!(f, "{t}"),
+            Err(e) => write!(f, "<error: {e}>"),
+        }
+    }
+}
+
 /// Builds a slice index NumPy style (an array of `SliceItem`s for [`Tensor::slice`]):
 /// `s![.., 1..3, 0]`, `s![-1, NEW, ..]`; steps with [`step`] (`s![step(.., -1)]`) or
 /// [`range_step`] (`2:0:-1` is `range_step(2, 0, -1)`).
