@@ -1,4 +1,4 @@
-//! Reverse-mode autograd: each op on a tensor that requires grad records a [`Node`] (its
+//! Reverse-mode autograd: each op on a tensor that requires grad records a `Node` (its
 //! inputs, kept alive, and what to differentiate); `backward` walks the nodes reachable from
 //! the loss in reverse recording order and emits the gradient ops as more instructions.
 //! PyTorch semantics: gradients accumulate on leaves across `backward` calls until zeroed,

@@ -271,32 +271,31 @@ impl Tensor {
         Ok(())
     }
 
+    /// `self = self op rhs` in place (the handle keeps its identity; every clone sees it).
+    fn update(&self, op: &'static str, with: gt_ir::BinaryOp, rhs: Arg<'_>) -> Result<()> {
+        self.check_in_place(op)?;
+        let new = ops::binary(with, Arg::Tensor(&self.detach()), rhs)?;
+        self.replace_value(op, new)
+    }
+
     /// `self -= rhs` in place (the handle keeps its identity; every clone sees the update).
     pub fn sub_assign<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<()> {
-        self.check_in_place("sub_assign")?;
-        let new = self.detach().sub(rhs)?;
-        self.replace_value("sub_assign", new)
+        self.update("sub_assign", gt_ir::BinaryOp::Sub, rhs.into())
     }
 
     /// `self += rhs` in place.
     pub fn add_assign<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<()> {
-        self.check_in_place("add_assign")?;
-        let new = self.detach().add(rhs)?;
-        self.replace_value("add_assign", new)
+        self.update("add_assign", gt_ir::BinaryOp::Add, rhs.into())
     }
 
     /// `self *= rhs` in place.
     pub fn mul_assign<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<()> {
-        self.check_in_place("mul_assign")?;
-        let new = self.detach().mul(rhs)?;
-        self.replace_value("mul_assign", new)
+        self.update("mul_assign", gt_ir::BinaryOp::Mul, rhs.into())
     }
 
     /// `self /= rhs` in place.
     pub fn div_assign<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<()> {
-        self.check_in_place("div_assign")?;
-        let new = self.detach().div(rhs)?;
-        self.replace_value("div_assign", new)
+        self.update("div_assign", gt_ir::BinaryOp::Div, rhs.into())
     }
 
     /// Takes `src`'s value (same type) in place.

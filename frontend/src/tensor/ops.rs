@@ -57,6 +57,26 @@ fn apply(inputs: &[&Tensor], make: impl FnOnce(ValueId) -> Instr, grad: Option<G
     Ok(out.remove(0))
 }
 
+/// One method per elementwise op of one operand.
+macro_rules! unary_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(&self) -> Result<Tensor> {
+            self.unary(UnaryOp::$op)
+        }
+    )*};
+}
+
+/// One method per elementwise op of two operands (a tensor or a scalar on the right).
+macro_rules! binary_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
+        $(#[$doc])*
+        pub fn $name<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
+            self.binary(BinaryOp::$op, rhs)
+        }
+    )*};
+}
+
 impl Tensor {
     fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         apply(&[self], |dst| Instr::Unary { dst, op, src: self.id() }, Some(GradOp::Unary(op)))
@@ -66,97 +86,57 @@ impl Tensor {
         binary(op, Arg::Tensor(self), rhs.into())
     }
 
-    /// `-self`.
-    pub fn neg(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Neg)
-    }
-    /// `|self|`.
-    pub fn abs(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Abs)
-    }
-    /// `max(self, 0)`.
-    pub fn relu(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Relu)
-    }
-    /// The logistic function.
-    pub fn sigmoid(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Sigmoid)
-    }
-    /// Hyperbolic tangent.
-    pub fn tanh(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Tanh)
-    }
-    /// `e^self`.
-    pub fn exp(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Exp)
-    }
-    /// Natural logarithm.
-    pub fn log(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Log)
-    }
-    /// Square root.
-    pub fn sqrt(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Sqrt)
-    }
-    /// `1 / sqrt(self)`.
-    pub fn rsqrt(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Rsqrt)
+    unary_methods! {
+        /// `-self`.
+        neg => Neg;
+        /// `|self|`.
+        abs => Abs;
+        /// `max(self, 0)`.
+        relu => Relu;
+        /// The logistic function.
+        sigmoid => Sigmoid;
+        /// Hyperbolic tangent.
+        tanh => Tanh;
+        /// `e^self`.
+        exp => Exp;
+        /// Natural logarithm.
+        log => Log;
+        /// Square root.
+        sqrt => Sqrt;
+        /// `1 / sqrt(self)`.
+        rsqrt => Rsqrt;
     }
 
-    /// `self + rhs`, broadcasting.
-    pub fn add<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
-        self.binary(BinaryOp::Add, rhs)
-    }
-    /// `self - rhs`.
-    pub fn sub<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
-        self.binary(BinaryOp::Sub, rhs)
-    }
-    /// `self * rhs`.
-    pub fn mul<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
-        self.binary(BinaryOp::Mul, rhs)
-    }
-    /// `self / rhs`.
-    pub fn div<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
-        self.binary(BinaryOp::Div, rhs)
-    }
-    /// `self ^ rhs`, any real exponent.
-    pub fn pow<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
-        self.binary(BinaryOp::Pow, rhs)
-    }
-    /// Elementwise maximum.
-    pub fn maximum<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
-        self.binary(BinaryOp::Maximum, rhs)
-    }
-    /// Elementwise minimum.
-    pub fn minimum<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
-        self.binary(BinaryOp::Minimum, rhs)
-    }
-    /// `self == rhs` as 1.0/0.0 (no gradient).
-    pub fn eq<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
-        self.binary(BinaryOp::Eq, rhs)
-    }
-    /// `self != rhs` as 1.0/0.0.
-    pub fn ne<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
-        self.binary(BinaryOp::Ne, rhs)
-    }
-    /// `self < rhs` as 1.0/0.0.
-    pub fn lt<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
-        self.binary(BinaryOp::Lt, rhs)
-    }
-    /// `self <= rhs` as 1.0/0.0.
-    pub fn le<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
-        self.binary(BinaryOp::Le, rhs)
-    }
-    /// `self > rhs` as 1.0/0.0.
-    pub fn gt<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
-        self.binary(BinaryOp::Gt, rhs)
-    }
-    /// `self >= rhs` as 1.0/0.0.
-    pub fn ge<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
-        self.binary(BinaryOp::Ge, rhs)
+    binary_methods! {
+        /// `self + rhs`, broadcasting.
+        add => Add;
+        /// `self - rhs`.
+        sub => Sub;
+        /// `self * rhs`.
+        mul => Mul;
+        /// `self / rhs`.
+        div => Div;
+        /// `self ^ rhs`, any real exponent.
+        pow => Pow;
+        /// Elementwise maximum.
+        maximum => Maximum;
+        /// Elementwise minimum.
+        minimum => Minimum;
+        /// `self == rhs` as 1.0/0.0 (no gradient).
+        eq => Eq;
+        /// `self != rhs` as 1.0/0.0.
+        ne => Ne;
+        /// `self < rhs` as 1.0/0.0.
+        lt => Lt;
+        /// `self <= rhs` as 1.0/0.0.
+        le => Le;
+        /// `self > rhs` as 1.0/0.0.
+        gt => Gt;
+        /// `self >= rhs` as 1.0/0.0.
+        ge => Ge;
     }
 
-    /// `scalar - self` (and the other scalar-first forms through [`binary`]).
+    /// `scalar - self` (the operators write it `2.0 - &x`).
     pub fn rsub(&self, lhs: f64) -> Result<Tensor> {
         binary(BinaryOp::Sub, Arg::Scalar(lhs), Arg::Tensor(self))
     }
