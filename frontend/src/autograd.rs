@@ -69,7 +69,9 @@ pub(crate) struct Node {
     name: &'static str,
     /// Released (emptied) by the backward that used the node.
     inputs: RefCell<Vec<Tensor>>,
-    versions: Vec<u64>,
+    /// The inputs' values as they were when the op ran (remote values never change, so an
+    /// in-place update of an input afterwards cannot change this op's gradient).
+    values: RefCell<Vec<Tensor>>,
     input_ids: Vec<ValueId>,
     output: RefCell<Weak<crate::tensor::Inner>>,
     out_id: ValueId,
@@ -95,7 +97,7 @@ impl Node {
             op,
             name,
             inputs: RefCell::new(inputs.iter().map(|t| (*t).clone()).collect()),
-            versions: inputs.iter().map(|t| t.version()).collect(),
+            values: RefCell::new(inputs.iter().map(|t| t.detach()).collect()),
             input_ids: inputs.iter().map(|t| t.id()).collect(),
             output: RefCell::new(Weak::new()),
             out_id,
@@ -249,12 +251,9 @@ impl Tensor {
                 ));
             }
             let inputs = node.inputs.borrow().clone();
-            for (t, v) in inputs.iter().zip(&node.versions) {
-                if t.version() != *v && t.requires_grad() {
-                    return Err(modified(node.name, &format!("an input ({t:?})")));
-                }
-            }
-            let input_grads = input_grads(node, &g, &inputs)?;
+            let wants: Vec<bool> = inputs.iter().map(|t| t.requires_grad()).collect();
+            let values = node.values.borrow().clone();
+            let input_grads = input_grads(node, &g, &values, &wants)?;
             for (t, gi) in inputs.iter().zip(input_grads) {
                 let Some(gi) = gi else { continue };
                 match &t.0.grad_fn {
@@ -280,6 +279,7 @@ impl Tensor {
         for node in &order {
             node.released.set(true);
             node.inputs.borrow_mut().clear();
+            node.values.borrow_mut().clear();
         }
         Ok(())
     }
@@ -317,9 +317,11 @@ impl Drop for BackwardSignal<'_> {
 }
 
 fn accumulate_leaf(leaf: &Tensor, g: Tensor) -> Result<()> {
+    // A handle of its own: two leaves may receive the same gradient tensor, and an in-place
+    // change of one leaf's gradient (clipping) must not change the other's.
     let sum = match leaf.grad() {
         Some(old) => old.add(&g)?,
-        None => g,
+        None => g.detach(),
     };
     leaf.set_grad(Some(sum));
     Ok(())
@@ -419,8 +421,9 @@ fn arg<'a>(side: Side, inputs: &'a [Tensor]) -> Arg<'a> {
 }
 
 /// The gradient of each input (None where none is needed).
-fn input_grads(node: &Node, g: &Tensor, inputs: &[Tensor]) -> Result<Vec<Option<Tensor>>> {
-    let wants = |i: usize| inputs[i].requires_grad();
+/// `inputs` are the values the op read; `wants[i]`: whether input `i` needs a gradient.
+fn input_grads(node: &Node, g: &Tensor, inputs: &[Tensor], wants: &[bool]) -> Result<Vec<Option<Tensor>>> {
+    let wants = |i: usize| wants[i];
     let mut out: Vec<Option<Tensor>> = vec![None; inputs.len()];
     let bin = crate::tensor::binary;
     match &node.op {
@@ -482,12 +485,24 @@ fn input_grads(node: &Node, g: &Tensor, inputs: &[Tensor]) -> Result<Vec<Option<
                         ga = Some(match b {
                             Arg::Scalar(0.0) => g.mul(0.0)?,
                             Arg::Scalar(p) => bin(BinaryOp::Pow, a, Arg::Scalar(p - 1.0))?.mul(p)?.mul(g)?,
-                            Arg::Tensor(bt) => bin(BinaryOp::Pow, a, Arg::Tensor(&bt.sub(1.0)?))?.mul(bt)?.mul(g)?,
+                            // b a^(b-1), taken as 0 where b == 0 (0 * 0^-1 would be NaN; PyTorch).
+                            Arg::Tensor(bt) => {
+                                let d = bin(BinaryOp::Pow, a, Arg::Tensor(&bt.sub(1.0)?))?.mul(bt)?;
+                                crate::tensor::where_(&bt.eq(0.0)?, 0.0, &d)?.mul(g)?
+                            }
                         });
                     }
                     if want_b {
                         let y = node.output()?;
                         gb = Some(match a {
+                            // A base of 0 gives 0 for exponents >= 0 (0 * ln 0 would be NaN).
+                            Arg::Scalar(0.0) => {
+                                let b = match b {
+                                    Arg::Tensor(bt) => bt,
+                                    Arg::Scalar(_) => unreachable!("a binary op has a tensor operand"),
+                                };
+                                crate::tensor::where_(&b.ge(0.0)?, 0.0, &y.mul(f64::NEG_INFINITY)?)?.mul(g)?
+                            }
                             Arg::Scalar(s) => y.mul(s.ln())?.mul(g)?,
                             // d/db a^b = a^b ln a, taken as 0 where a == 0 (as PyTorch).
                             Arg::Tensor(at) => {

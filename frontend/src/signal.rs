@@ -35,14 +35,14 @@ pub fn context(name: &str) -> Result<SignalGuard> {
 /// Opens a scope whose gradient ops run in signal `backward` (pipeline stages).
 pub fn context_with_backward(name: &str, backward: Option<&str>) -> Result<SignalGuard> {
     let ctx = Context::current()?;
-    enter_on(&ctx, name, backward)?;
-    Ok(SignalGuard { ctx, name: name.to_string(), open: true })
+    let scope = enter_on(&ctx, name, backward)?;
+    Ok(SignalGuard { ctx, scope, open: true })
 }
 
 /// Opens a scope without a guard; close it with [`exit`] (innermost first).
 pub fn enter(name: &str) -> Result<()> {
     let backward = config(name).and_then(|c| c.backward);
-    enter_on(&*Context::current()?, name, backward.as_deref())
+    enter_on(&*Context::current()?, name, backward.as_deref()).map(|_| ())
 }
 
 /// Closes the innermost scope, which must be `name`.
@@ -50,14 +50,29 @@ pub fn exit(name: &str) -> Result<()> {
     exit_on(&*Context::current()?, name)
 }
 
-fn enter_on(ctx: &Context, name: &str, backward: Option<&str>) -> Result<()> {
+fn enter_on(ctx: &Context, name: &str, backward: Option<&str>) -> Result<Rc<Scope>> {
     if name.is_empty() {
         return Err(TensorError::invalid("signal", "a signal needs a name"));
     }
     ctx.submit(&Instr::SignalStart { name: name.to_string() })?;
     let scope = Rc::new(Scope { name: name.to_string(), backward: backward.map(str::to_string) });
-    STACK.with(|s| s.borrow_mut().push(scope));
-    Ok(())
+    STACK.with(|s| s.borrow_mut().push(scope.clone()));
+    Ok(scope)
+}
+
+/// Closes `scope` and every scope opened inside it that is still open (innermost first), so
+/// the stream stays nested whatever order guards drop in. Nothing if it is closed already.
+fn close_scope(ctx: &Context, scope: &Rc<Scope>) -> Result<()> {
+    let Some(at) = STACK.with(|s| s.borrow().iter().position(|t| Rc::ptr_eq(t, scope))) else { return Ok(()) };
+    let closing: Vec<Rc<Scope>> = STACK.with(|s| s.borrow_mut().split_off(at));
+    let mut result = Ok(());
+    for t in closing.iter().rev() {
+        let r = ctx.submit(&Instr::SignalEnd { name: t.name.clone() });
+        if result.is_ok() {
+            result = r;
+        }
+    }
+    result
 }
 
 fn exit_on(ctx: &Context, name: &str) -> Result<()> {
@@ -78,23 +93,24 @@ fn exit_on(ctx: &Context, name: &str) -> Result<()> {
 #[must_use = "the scope closes when the guard is dropped"]
 pub struct SignalGuard {
     ctx: Rc<Context>,
-    name: String,
+    scope: Rc<Scope>,
     open: bool,
 }
 
 impl SignalGuard {
-    /// Closes the scope now, reporting a failure (dropping closes it too, silently).
+    /// Closes the scope (and any still open inside it) now, reporting a failure; dropping
+    /// closes it too, silently.
     pub fn close(mut self) -> Result<()> {
         self.open = false;
-        exit_on(&self.ctx, &self.name)
+        close_scope(&self.ctx, &self.scope)
     }
 }
 
 impl Drop for SignalGuard {
     fn drop(&mut self) {
         if self.open {
-            // A closed runtime or a scope closed by hand: nothing to report from a drop.
-            let _ = exit_on(&self.ctx, &self.name);
+            // A closed runtime: nothing to report from a drop.
+            let _ = close_scope(&self.ctx, &self.scope);
         }
     }
 }

@@ -283,7 +283,7 @@ fn pass_dumps_go_to_a_directory_and_an_unwritable_one_is_an_error_at_start() {
     let o = gt_run_env(&["-q", "examples/mlp.gtir"], &[("GT_HOTPATH", "1".as_ref()), ("GT_DUMP_PASSES", dir.as_ref())]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let text = std::fs::read_to_string(dir.join("client-1.hotpath.gtir")).unwrap();
-    assert!(text.starts_with("; client-1 after pass `hotpath`\n%0 = randn"), "{text}");
+    assert!(text.starts_with("; client-1 after pass `hotpath`\nsignal_start \"layer1\"\n%0 = randn"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
     let file = script("not-a-dir", b"x");
     let o = gt_run_env(&["examples/tour.gtir"], &[("GT_DUMP_PASSES", file.as_ref())]);

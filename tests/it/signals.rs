@@ -66,6 +66,17 @@ fn scopes_become_markers_around_their_ops() {
 }
 
 #[test]
+fn guards_dropped_out_of_order_keep_the_stream_nested() {
+    let (_ctx, _g, stream) = recording();
+    let outer = signal::context("outer").unwrap();
+    let inner = signal::context("inner").unwrap();
+    drop(outer); // closes inner first, then outer
+    assert!(signal::stack().is_empty());
+    drop(inner); // already closed: nothing
+    assert_eq!(ops(&stream.borrow()), ["start outer", "start inner", "end inner", "end outer"]);
+}
+
+#[test]
 fn gradient_ops_run_in_the_backward_signal() {
     let (_ctx, _g, stream) = recording();
     let w = gt::tensor(&[1.0, 2.0]).unwrap().requires_grad_(true).unwrap();

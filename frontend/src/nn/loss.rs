@@ -10,10 +10,12 @@ pub fn mse_loss(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
 }
 
 /// Binary cross-entropy of probabilities `p` against targets in `[0, 1]`; the logarithms are
-/// clamped at -100 as in PyTorch, so `p` of exactly 0 or 1 gives a finite loss.
+/// clamped at -100 as in PyTorch, so `p` of exactly 0 or 1 gives a finite loss and a finite
+/// gradient (the clamp is applied before the logarithm, whose gradient would be 0/0 there).
 pub fn binary_cross_entropy(p: &Tensor, target: &Tensor) -> Result<Tensor> {
-    let log_p = p.log()?.maximum(-100.0)?;
-    let log_q = p.rsub(1.0)?.log()?.maximum(-100.0)?;
+    let floor = (-100.0f64).exp();
+    let log_p = p.maximum(floor)?.log()?;
+    let log_q = p.rsub(1.0)?.maximum(floor)?.log()?;
     let per = target.mul(&log_p)?.add(&target.rsub(1.0)?.mul(&log_q)?)?;
     per.mean()?.neg()
 }

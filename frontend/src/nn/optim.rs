@@ -65,7 +65,9 @@ impl Optimizer for Sgd {
                     Some(old) => old.mul(self.momentum)?.add(&g)?,
                     None => g,
                 };
-                *v = Some(g.clone());
+                // A buffer of its own (PyTorch clones it): zeroing a gradient in place must
+                // not zero the momentum.
+                *v = Some(g.detach());
             }
             p.sub_assign(&g.mul(self.lr)?)?;
         }
@@ -86,35 +88,37 @@ pub struct Adam {
     pub betas: (f64, f64),
     /// Added to the denominator.
     pub eps: f64,
-    step: i32,
-    moments: Vec<Option<(Tensor, Tensor)>>,
+    /// Per parameter: first and second moments and its own step count (a parameter
+    /// without a gradient in a step does not advance, as in PyTorch).
+    moments: Vec<Option<(Tensor, Tensor, i32)>>,
 }
 
 impl Adam {
     /// Adam with betas (0.9, 0.999) and eps 1e-8.
     pub fn new(params: Vec<Tensor>, lr: f64) -> Adam {
         let moments = vec![None; params.len()];
-        Adam { params, lr, betas: (0.9, 0.999), eps: 1e-8, step: 0, moments }
+        Adam { params, lr, betas: (0.9, 0.999), eps: 1e-8, moments }
     }
 }
 
 impl Optimizer for Adam {
     fn step(&mut self) -> Result<()> {
         let _off = no_grad();
-        self.step += 1;
         let (b1, b2) = self.betas;
-        let step_size = self.lr / (1.0 - b1.powi(self.step));
-        let correction2 = (1.0 - b2.powi(self.step)).sqrt();
         for (p, state) in self.params.iter().zip(&mut self.moments) {
             let Some(g) = p.grad() else { continue };
             let g2 = g.mul(&g)?;
-            let (m, v) = match state.take() {
-                Some((m, v)) => (m.mul(b1)?.add(&g.mul(1.0 - b1)?)?, v.mul(b2)?.add(&g2.mul(1.0 - b2)?)?),
-                None => (g.mul(1.0 - b1)?, g2.mul(1.0 - b2)?),
+            let (m, v, step) = match state.take() {
+                Some((m, v, step)) => {
+                    (m.mul(b1)?.add(&g.mul(1.0 - b1)?)?, v.mul(b2)?.add(&g2.mul(1.0 - b2)?)?, step + 1)
+                }
+                None => (g.mul(1.0 - b1)?, g2.mul(1.0 - b2)?, 1),
             };
+            let step_size = self.lr / (1.0 - b1.powi(step));
+            let correction2 = (1.0 - b2.powi(step)).sqrt();
             let denom = v.sqrt()?.mul(1.0 / correction2)?.add(self.eps)?;
             p.sub_assign(&m.div(&denom)?.mul(step_size)?)?;
-            *state = Some((m, v));
+            *state = Some((m, v, step));
         }
         Ok(())
     }

@@ -63,6 +63,8 @@ pub struct Context {
     seed_base: Cell<u64>,
     seed_count: Cell<u64>,
     grad_enabled: Cell<bool>,
+    /// Live `no_grad` guards (a count, so guards may drop in any order).
+    no_grad_depth: Cell<u32>,
     pub(crate) tape: RefCell<Vec<Weak<Node>>>,
     pub(crate) node_seq: Cell<u64>,
     tape_prune_at: Cell<usize>,
@@ -87,6 +89,7 @@ impl Context {
             seed_base: Cell::new(0x6774_5f73_6565_6421),
             seed_count: Cell::new(0),
             grad_enabled: Cell::new(true),
+            no_grad_depth: Cell::new(0),
             tape: RefCell::new(Vec::new()),
             node_seq: Cell::new(0),
             tape_prune_at: Cell::new(1024),
@@ -197,7 +200,7 @@ impl Context {
 
     /// Whether ops record gradients (false inside [`no_grad`]).
     pub fn is_grad_enabled(&self) -> bool {
-        self.grad_enabled.get()
+        self.grad_enabled.get() && self.no_grad_depth.get() == 0
     }
 
     /// Turns gradient recording on or off; returns the previous setting.
@@ -265,21 +268,22 @@ impl Drop for ContextGuard {
 /// current context. Without a context it does nothing.
 pub fn no_grad() -> NoGradGuard {
     let context = Context::current().ok();
-    let previous = context.as_ref().map(|c| c.set_grad_enabled(false));
-    NoGradGuard { context, previous }
+    if let Some(c) = &context {
+        c.no_grad_depth.set(c.no_grad_depth.get() + 1);
+    }
+    NoGradGuard { context }
 }
 
-/// Restores gradient recording when dropped.
+/// Ends its share of gradient-free recording when dropped (guards may drop in any order).
 #[must_use = "gradients are off only while the guard lives"]
 pub struct NoGradGuard {
     context: Option<Rc<Context>>,
-    previous: Option<bool>,
 }
 
 impl Drop for NoGradGuard {
     fn drop(&mut self) {
-        if let (Some(c), Some(p)) = (&self.context, self.previous) {
-            c.set_grad_enabled(p);
+        if let Some(c) = &self.context {
+            c.no_grad_depth.set(c.no_grad_depth.get().saturating_sub(1));
         }
     }
 }

@@ -85,6 +85,16 @@ impl TensorExecutor {
                 let index = *self.sites.entry(site).or_insert(self.optimizers.len());
                 if index == self.optimizers.len() {
                     self.optimizers.push(new_optimizer(*optimizer, params));
+                } else {
+                    // Parameters defined again (inside the loop) are new tensors: their
+                    // optimizer starts afresh instead of stepping the old ones.
+                    let same = {
+                        let old = self.optimizers[index].parameters();
+                        old.len() == params.len() && old.iter().zip(&params).all(|(a, b)| a.same(b))
+                    };
+                    if !same {
+                        self.optimizers[index] = new_optimizer(*optimizer, params);
+                    }
                 }
                 let opt = &mut self.optimizers[index];
                 opt.step()?;
@@ -128,6 +138,10 @@ impl Executor for TensorExecutor {
                 Ok(())
             }
             Instr::GetData { src } => self.read(*src).map(|_| ()),
+            // Through the signal API, so a config's backward signal applies to what the
+            // block computes, as it does for `gt::signal::context`.
+            Instr::SignalStart { name } => crate::signal::enter(name),
+            Instr::SignalEnd { name } => crate::signal::exit(name),
             i if i.is_marker() => self.ctx.submit(instr),
             _ => {
                 // Operands renumbered to indices of the tensors handed to apply_instr.

@@ -261,6 +261,20 @@ impl Tensor {
         Ok(())
     }
 
+    /// An in-place update cannot carry a gradient: refuse a source that needs one.
+    fn check_untracked_source(&self, op: &'static str, src: &Tensor) -> Result<()> {
+        if src.requires_grad() && src.ctx().is_grad_enabled() {
+            return Err(TensorError::invalid(
+                op,
+                "the update requires grad, and an in-place update cannot carry a gradient: write `x = x.add(&y)?` (or update inside gt::no_grad())",
+            ));
+        }
+        if !Rc::ptr_eq(&src.ctx(), &self.ctx()) {
+            return Err(TensorError::invalid(op, "the tensors belong to different runtimes"));
+        }
+        Ok(())
+    }
+
     fn check_in_place(&self, op: &'static str) -> Result<()> {
         if self.requires_grad() && self.ctx().is_grad_enabled() {
             return Err(TensorError::invalid(
@@ -274,6 +288,9 @@ impl Tensor {
     /// `self = self op rhs` in place (the handle keeps its identity; every clone sees it).
     fn update(&self, op: &'static str, with: gt_ir::BinaryOp, rhs: Arg<'_>) -> Result<()> {
         self.check_in_place(op)?;
+        if let Arg::Tensor(t) = rhs {
+            self.check_untracked_source(op, t)?;
+        }
         let new = ops::binary(with, Arg::Tensor(&self.detach()), rhs)?;
         self.replace_value(op, new)
     }
@@ -301,6 +318,7 @@ impl Tensor {
     /// Takes `src`'s value (same type) in place.
     pub fn assign(&self, src: &Tensor) -> Result<()> {
         self.check_in_place("assign")?;
+        self.check_untracked_source("assign", src)?;
         self.replace_value("assign", src.detach())
     }
 
