@@ -129,6 +129,21 @@ fn embedded_cluster_runs_the_same_and_frees_dropped_tensors() {
 }
 
 #[test]
+fn a_late_failure_is_reported_once_and_its_tensor_drops_quietly() {
+    let rt = Runtime::embedded(1).unwrap();
+    let x = gt::ones(&[2]).unwrap();
+    // Over the worker's 8 GiB limit: accepted by the client, refused by the worker.
+    let big = gt::zeros(&[65536, 32769]).unwrap();
+    let e = x.to_vec().unwrap_err().to_string();
+    assert!(e.starts_with("zeros failed") && e.contains("over the limit"), "{e}");
+    let e = big.to_vec().unwrap_err().to_string();
+    assert!(e.contains("not computed"), "{e}");
+    drop(big);
+    rt.sync().unwrap();
+    assert_eq!(x.to_vec().unwrap(), vec![1.0, 1.0]);
+}
+
+#[test]
 fn tensors_outliving_their_runtime_fail_cleanly() {
     let rt = Runtime::reference();
     let x = gt::ones(&[2]).unwrap();

@@ -77,11 +77,11 @@ enum Slot {
         worker: usize,
         buf: ValueId,
         ty: TensorType,
-    },
-    /// The instruction that should have defined it failed (client seq).
-    Failed {
+        /// The client seq of the instruction that defined it.
         seq: u64,
     },
+    /// The instruction that should have defined it failed (client seq).
+    Failed { seq: u64 },
 }
 
 struct Client {
@@ -567,7 +567,7 @@ impl Dispatcher {
                 }
                 _ => self.workers[w].alloc(),
             };
-            client.values.insert(*dst, Slot::Live { worker: w, buf, ty });
+            client.values.insert(*dst, Slot::Live { worker: w, buf, ty, seq });
             bufs.push(buf);
         }
         bufs.extend(operands.iter().map(|(_, b)| *b));
@@ -752,7 +752,13 @@ impl Dispatcher {
                 });
                 for (i, message) in failures {
                     if let Some(&(c, seq)) = record.origins.get(i as usize) {
-                        if self.clients.contains_key(&c) {
+                        if let Some(client) = self.clients.get_mut(&c) {
+                            // Its results were never made: reads say why, a free is quiet.
+                            for slot in client.values.values_mut() {
+                                if matches!(slot, Slot::Live { seq: s, .. } if *s == seq) {
+                                    *slot = Slot::Failed { seq };
+                                }
+                            }
                             self.send_reply(c, &Reply::Failed { seq, message });
                         }
                     }
