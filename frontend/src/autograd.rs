@@ -72,7 +72,6 @@ pub(crate) struct Node {
     /// The inputs' values as they were when the op ran (remote values never change, so an
     /// in-place update of an input afterwards cannot change this op's gradient).
     values: RefCell<Vec<Tensor>>,
-    input_ids: Vec<ValueId>,
     output: RefCell<Weak<crate::tensor::Inner>>,
     out_id: ValueId,
     out_ty: TensorType,
@@ -98,7 +97,6 @@ impl Node {
             name,
             inputs: RefCell::new(inputs.iter().map(|t| (*t).clone()).collect()),
             values: RefCell::new(inputs.iter().map(|t| t.detach()).collect()),
-            input_ids: inputs.iter().map(|t| t.id()).collect(),
             output: RefCell::new(Weak::new()),
             out_id,
             out_ty,
@@ -122,7 +120,9 @@ impl Node {
 
     /// What `debug::get_tape` shows of it.
     pub(crate) fn entry(&self) -> TapeEntry {
-        TapeEntry { output: self.out_id, ty: self.out_ty.clone(), op: self.name, inputs: self.input_ids.clone() }
+        // The ids the op read (an input updated in place since has another id now).
+        let inputs = self.values.borrow().iter().map(|t| t.id()).collect();
+        TapeEntry { output: self.out_id, ty: self.out_ty.clone(), op: self.name, inputs }
     }
 
     /// The result, for gradients that reuse it (exp, sigmoid, ...).
@@ -156,21 +156,6 @@ pub struct TapeEntry {
     pub inputs: Vec<ValueId>,
 }
 
-/// Turns gradient recording off until dropped.
-struct GradOff<'a>(&'a Context, bool);
-
-impl<'a> GradOff<'a> {
-    fn new(ctx: &'a Context) -> GradOff<'a> {
-        GradOff(ctx, ctx.set_grad_enabled(false))
-    }
-}
-
-impl Drop for GradOff<'_> {
-    fn drop(&mut self) {
-        self.0.set_grad_enabled(self.1);
-    }
-}
-
 impl Tensor {
     /// Computes the gradient of this one-element tensor (a loss) with respect to every leaf
     /// that requires grad and adds it to the leaf's [`Tensor::grad`]. Frees the graph.
@@ -188,7 +173,7 @@ impl Tensor {
         self.check_requires_grad()?;
         let seed = {
             let ctx = self.ctx();
-            let _off = GradOff::new(&ctx);
+            let _off = ctx.no_grad();
             crate::tensor::ones_of(&ctx, self.ty().clone())?
         };
         self.backward_with(&seed)
@@ -214,7 +199,7 @@ impl Tensor {
         }
         self.check_requires_grad()?;
         let ctx = self.ctx();
-        let _off = GradOff::new(&ctx);
+        let _off = ctx.no_grad();
         let Some(root) = self.0.grad_fn.clone() else {
             accumulate_leaf(self, grad.detach())?;
             return Ok(());

@@ -184,17 +184,10 @@ impl<E: Executor> Runner<'_, E> {
                 }
             }
             StmtKind::Signal { name, body } => {
-                let mark = |name: &String, start: bool| {
-                    if start {
-                        Instr::SignalStart { name: name.clone() }
-                    } else {
-                        Instr::SignalEnd { name: name.clone() }
-                    }
-                };
-                let start = mark(name, true);
+                let start = Instr::SignalStart { name: name.clone() };
                 self.exec.execute_at(&start, Some(span)).map_err(Self::fail(span, "signal"))?;
                 self.block(body)?;
-                let end = mark(name, false);
+                let end = Instr::SignalEnd { name: name.clone() };
                 self.exec.execute_at(&end, Some(span)).map_err(Self::fail(span, "signal"))?;
             }
             StmtKind::Train(t) => match self.exec.train(t, stmt as *const Stmt as usize) {

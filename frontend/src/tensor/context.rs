@@ -117,10 +117,8 @@ impl Context {
     /// As [`Context::close`], giving the executor back (`None` if it was taken already).
     pub fn take_executor(&self) -> Option<Box<dyn DynExecutor>> {
         let mut exec = self.exec.borrow_mut().take()?;
-        let frees = std::mem::take(&mut *self.pending_frees.borrow_mut());
-        for src in frees {
-            let _ = exec.submit(&Instr::Free { src });
-        }
+        // A failure here is the executor's to report at its next wait, which never comes.
+        let _ = self.send_pending_frees(exec.as_mut());
         Some(exec)
     }
 
@@ -150,11 +148,14 @@ impl Context {
     ) -> Result<T, TensorError> {
         let mut guard = self.exec.borrow_mut();
         let exec = guard.as_mut().ok_or(TensorError::Closed)?;
-        let frees = std::mem::take(&mut *self.pending_frees.borrow_mut());
-        for src in frees {
-            exec.submit(&Instr::Free { src }).map_err(|e| exec_error(op, e))?;
-        }
+        self.send_pending_frees(exec.as_mut()).map_err(|e| exec_error(op, e))?;
         f(exec.as_mut()).map_err(|e| exec_error(op, e))
+    }
+
+    /// Sends the frees that arrived while the executor was busy.
+    fn send_pending_frees(&self, exec: &mut dyn DynExecutor) -> Result<(), ExecFailure> {
+        let frees = std::mem::take(&mut *self.pending_frees.borrow_mut());
+        frees.into_iter().try_for_each(|src| exec.submit(&Instr::Free { src }))
     }
 
     /// Queues an instruction.
@@ -201,6 +202,13 @@ impl Context {
     /// Whether ops record gradients (false inside [`no_grad`]).
     pub fn is_grad_enabled(&self) -> bool {
         self.grad_enabled.get() && self.no_grad_depth.get() == 0
+    }
+
+    /// Gradient recording off on this context until the guard is dropped ([`no_grad`] for
+    /// the current one).
+    pub fn no_grad(self: &Rc<Context>) -> NoGradGuard {
+        self.no_grad_depth.set(self.no_grad_depth.get() + 1);
+        NoGradGuard { context: Some(self.clone()) }
     }
 
     /// Turns gradient recording on or off; returns the previous setting.
@@ -267,11 +275,10 @@ impl Drop for ContextGuard {
 /// Gradient recording off until the guard is dropped (PyTorch's `torch.no_grad()`), on the
 /// current context. Without a context it does nothing.
 pub fn no_grad() -> NoGradGuard {
-    let context = Context::current().ok();
-    if let Some(c) = &context {
-        c.no_grad_depth.set(c.no_grad_depth.get() + 1);
+    match Context::current() {
+        Ok(c) => c.no_grad(),
+        Err(_) => NoGradGuard { context: None },
     }
-    NoGradGuard { context }
 }
 
 /// Ends its share of gradient-free recording when dropped (guards may drop in any order).

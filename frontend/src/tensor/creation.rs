@@ -22,9 +22,7 @@ fn f32_type(shape: &[usize]) -> TensorType {
 
 /// Standard-normal values (seeded from the context's sequence: [`super::manual_seed`]).
 pub fn randn(shape: &[usize]) -> Result<Tensor> {
-    let ctx = Context::current()?;
-    let seed = ctx.next_seed();
-    create(&ctx, |dst| Instr::Randn { dst, ty: f32_type(shape), seed })
+    randn_seeded(shape, Context::current()?.next_seed())
 }
 
 /// Standard-normal values from a given seed (what `.gtir`'s `randn ... seed=N` gives).
@@ -41,9 +39,7 @@ pub fn rand_seeded(shape: &[usize], seed: u64) -> Result<Tensor> {
 
 /// Uniform values in `[0, 1)`.
 pub fn rand(shape: &[usize]) -> Result<Tensor> {
-    let ctx = Context::current()?;
-    let seed = ctx.next_seed();
-    create(&ctx, |dst| Instr::Rand { dst, ty: f32_type(shape), seed })
+    rand_seeded(shape, Context::current()?.next_seed())
 }
 
 /// All zeros.

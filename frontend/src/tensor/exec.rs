@@ -119,14 +119,6 @@ fn new_optimizer(spec: OptimizerSpec, params: Vec<Tensor>) -> Box<dyn Optimizer>
     }
 }
 
-impl Drop for TensorExecutor {
-    fn drop(&mut self) {
-        self.values.clear();
-        self.optimizers.clear();
-        self.guard.take();
-    }
-}
-
 impl Executor for TensorExecutor {
     type Error = TensorError;
 

@@ -266,18 +266,23 @@ impl Tensor {
     }
 }
 
-/// A binary op between tensors and scalars (at least one tensor).
-pub(crate) fn binary<'a>(op: BinaryOp, lhs: Arg<'a>, rhs: Arg<'a>) -> Result<Tensor> {
-    let mut inputs: Vec<&Tensor> = Vec::with_capacity(2);
-    let mut side = |a: Arg<'a>| match a {
+/// An operand as the instruction names it and as its autograd node does; a tensor joins
+/// `inputs`.
+fn operand<'a>(a: Arg<'a>, inputs: &mut Vec<&'a Tensor>) -> (Operand, Side) {
+    match a {
         Arg::Tensor(t) => {
             inputs.push(t);
             (Operand::Value(t.id()), Side::Input(inputs.len() - 1))
         }
         Arg::Scalar(s) => (Operand::Scalar(s), Side::Scalar(s)),
-    };
-    let (l, ls) = side(lhs);
-    let (r, rs) = side(rhs);
+    }
+}
+
+/// A binary op between tensors and scalars (at least one tensor).
+pub(crate) fn binary<'a>(op: BinaryOp, lhs: Arg<'a>, rhs: Arg<'a>) -> Result<Tensor> {
+    let mut inputs: Vec<&Tensor> = Vec::with_capacity(2);
+    let (l, ls) = operand(lhs, &mut inputs);
+    let (r, rs) = operand(rhs, &mut inputs);
     if inputs.is_empty() {
         return Err(TensorError::invalid(op.mnemonic(), "needs at least one tensor operand"));
     }
@@ -288,15 +293,8 @@ pub(crate) fn binary<'a>(op: BinaryOp, lhs: Arg<'a>, rhs: Arg<'a>) -> Result<Ten
 /// `cond != 0 ? on_true : on_false`, all three broadcast together (no gradient to `cond`).
 pub fn where_<'a>(cond: &'a Tensor, on_true: impl Into<Arg<'a>>, on_false: impl Into<Arg<'a>>) -> Result<Tensor> {
     let mut inputs: Vec<&Tensor> = vec![cond];
-    let mut side = |a: Arg<'a>| match a {
-        Arg::Tensor(t) => {
-            inputs.push(t);
-            (Operand::Value(t.id()), Side::Input(inputs.len() - 1))
-        }
-        Arg::Scalar(s) => (Operand::Scalar(s), Side::Scalar(s)),
-    };
-    let (t, ts) = side(on_true.into());
-    let (f, fs) = side(on_false.into());
+    let (t, ts) = operand(on_true.into(), &mut inputs);
+    let (f, fs) = operand(on_false.into(), &mut inputs);
     apply(
         &inputs,
         |dst| Instr::Where { dst, cond: cond.id(), on_true: t, on_false: f },

@@ -427,7 +427,6 @@ impl Dispatcher {
             _ => {}
         }
         if self.log.active() {
-            let client = &self.clients[&c];
             if let Instr::SignalStart { name } | Instr::SignalEnd { name } = &instr {
                 let depth = client.signals.len();
                 let what = if matches!(instr, Instr::SignalStart { .. }) { "enter" } else { "exit" };
@@ -449,7 +448,6 @@ impl Dispatcher {
                 );
             }
         }
-        let Some(client) = self.clients.get_mut(&c) else { return };
         if client.pipeline.is_empty() {
             self.route(c, seq, instr);
             return;
