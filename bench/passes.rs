@@ -65,14 +65,14 @@ fn ns_per_instr(make: &dyn Fn() -> Pipeline, input: &[Instr], reps: usize) -> f6
             let mut out = Vec::with_capacity(1024);
             let data = input.to_vec();
             let t = Instant::now();
-            for (k, i) in data.into_iter().enumerate() {
-                p.run(i, &mut out);
+            for (k, i) in (0u64..).zip(data) {
+                p.run(i, k, &mut out);
                 if k % 1000 == 999 {
-                    p.flush(&mut out);
+                    p.flush(k, &mut out);
                 }
                 out.clear();
             }
-            p.flush(&mut out);
+            p.flush(input.len() as u64, &mut out);
             t.elapsed().as_nanos() as f64 / input.len() as f64
         })
         .collect();

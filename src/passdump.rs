@@ -72,13 +72,13 @@ pub fn dumps(
         text.push('\n');
     }));
     let mut out = Vec::new();
-    for item in stream {
+    for (seq, item) in (0u64..).zip(stream) {
         match item {
-            Some(i) => pipeline.run(i.clone(), &mut out),
-            None => pipeline.flush(&mut out),
+            Some(i) => pipeline.run(i.clone(), seq, &mut out),
+            None => pipeline.flush(seq, &mut out),
         }
     }
-    pipeline.flush(&mut out);
+    pipeline.flush(stream.len() as u64, &mut out);
     let texts = texts.lock().expect("not poisoned");
     Ok(dump.iter().map(|p| (*p, texts.get(p).cloned().unwrap_or_default())).collect())
 }

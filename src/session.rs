@@ -101,7 +101,7 @@ impl Session {
 /// The pass counters of a client stream, one line per pass.
 pub fn format_pass_stats(stats: &[gt_transport::PassStats]) -> String {
     if stats.is_empty() {
-        return "passes: none ran (GT_PASSES, GT_HOTPATH=1 or --dump-after PASS turn them on)\n".into();
+        return "passes: none ran (GT_PASSES=none switched them off)\n".into();
     }
     let mut out = String::new();
     for p in stats {
@@ -116,8 +116,8 @@ pub fn format_worker_stats(stats: &[gt_transport::WorkerStats]) -> String {
     let mut out = String::new();
     for w in stats {
         out.push_str(&format!(
-            "worker {} ({}): {} instructions in {} batches, {} failed, {} reads; holds {} values, {} bytes\n",
-            w.name, w.backend, w.instructions, w.batches, w.failures, w.reads, w.live_values, w.live_bytes
+            "worker {} ({}): {} instructions in {} batches, {} failed, {} reads; holds {} values, {} bytes (peak {} bytes)\n",
+            w.name, w.backend, w.instructions, w.batches, w.failures, w.reads, w.live_values, w.live_bytes, w.peak_bytes
         ));
         let total: u64 = w.ops.iter().map(|o| o.nanos).sum::<u64>().max(1);
         out.push_str(&format!("  {:<14} {:>10} {:>12} {:>10} {:>6}\n", "op", "count", "total ms", "mean us", "%"));

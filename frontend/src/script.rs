@@ -184,7 +184,7 @@ impl<E: Executor> Runner<'_, E> {
                 }
             }
             StmtKind::Signal { name, body } => {
-                let start = Instr::SignalStart { name: name.clone() };
+                let start = crate::signal::start_marker(name);
                 self.exec.execute_at(&start, Some(span)).map_err(Self::fail(span, "signal"))?;
                 self.block(body)?;
                 let end = Instr::SignalEnd { name: name.clone() };

@@ -3,7 +3,8 @@
 //! `signal_end "layer1"` markers, so the dispatcher's passes (placement, compilation) and the
 //! instruction log see which signal each instruction belongs to. A scope's *backward signal*
 //! (given, or the `backward:` of its config) scopes the gradient ops of what it computed.
-//! Configs come from YAML ([`crate::config`]): [`load_config`], or `GT_CONFIG` at start.
+//! A config's `compile: true` travels on the scope's `signal_start` marker, and the
+//! dispatcher's fuse pass compiles the scope. Configs come from YAML ([`crate::config`]): [`load_config`], or `GT_CONFIG` at start.
 
 use crate::config::{Config, ConfigError, SignalConfig};
 use crate::tensor::{Context, Result, Tensor, TensorError};
@@ -35,14 +36,25 @@ pub fn context(name: &str) -> Result<SignalGuard> {
 /// Opens a scope whose gradient ops run in signal `backward` (pipeline stages).
 pub fn context_with_backward(name: &str, backward: Option<&str>) -> Result<SignalGuard> {
     let ctx = Context::current()?;
-    let scope = enter_on(&ctx, name, backward)?;
+    let scope = enter_on(&ctx, name, backward, false)?;
     Ok(SignalGuard { ctx, scope, open: true })
 }
 
 /// Opens a scope without a guard; close it with [`exit`] (innermost first).
 pub fn enter(name: &str) -> Result<()> {
+    enter_compiled(name, false)
+}
+
+/// [`enter`], compiling the scope also when `compile` (a script's `signal_start "x" compile`).
+pub(crate) fn enter_compiled(name: &str, compile: bool) -> Result<()> {
     let backward = config(name).and_then(|c| c.backward);
-    enter_on(&*Context::current()?, name, backward.as_deref()).map(|_| ())
+    enter_on(&*Context::current()?, name, backward.as_deref(), compile).map(|_| ())
+}
+
+/// The marker that opens signal `name`: with `compile` when the thread's config says
+/// `compile: true` for it.
+pub fn start_marker(name: &str) -> Instr {
+    Instr::SignalStart { name: name.to_string(), compile: config(name).is_some_and(|c| c.compile) }
 }
 
 /// Closes the innermost scope, which must be `name`.
@@ -50,11 +62,15 @@ pub fn exit(name: &str) -> Result<()> {
     exit_on(&*Context::current()?, name)
 }
 
-fn enter_on(ctx: &Context, name: &str, backward: Option<&str>) -> Result<Rc<Scope>> {
+fn enter_on(ctx: &Context, name: &str, backward: Option<&str>, compile: bool) -> Result<Rc<Scope>> {
     if name.is_empty() {
         return Err(TensorError::invalid("signal", "a signal needs a name"));
     }
-    ctx.submit(&Instr::SignalStart { name: name.to_string() })?;
+    let mut start = start_marker(name);
+    if let Instr::SignalStart { compile: c, .. } = &mut start {
+        *c |= compile;
+    }
+    ctx.submit(&start)?;
     let scope = Rc::new(Scope { name: name.to_string(), backward: backward.map(str::to_string) });
     STACK.with(|s| s.borrow_mut().push(scope.clone()));
     Ok(scope)

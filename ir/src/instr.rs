@@ -309,6 +309,10 @@ pub enum Instr {
     SignalStart {
         /// The signal.
         name: String,
+        /// The client's config says `compile: true` for it: the fuse pass compiles the
+        /// scope's instructions (text: `signal_start "name" compile`). The client sends it
+        /// because the client holds the config.
+        compile: bool,
     },
     /// Ends the innermost signal scope, which [`Instr::SignalStart`] with `name` began.
     SignalEnd {

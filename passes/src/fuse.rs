@@ -1,8 +1,10 @@
 //! `fuse`: compiles regions of the stream into `fused` instructions, each one kernel of the
 //! kernel IR that never writes its intermediates to memory. A region is the stream between
 //! boundaries: with [`Regions::All`] (`GT_COMPILE=1`) every stretch between sync points,
-//! hot-path markers and a window limit; with [`Regions::HotPaths`] (`GT_AUTO_COMPILE=1`) only
-//! each repetition of a hot path (between `hotpath_start` and `hotpath_end`).
+//! markers and a window limit; with [`Regions::HotPaths`] (`GT_AUTO_COMPILE=1`) each
+//! repetition of a hot path (between `hotpath_start` and `hotpath_end`); in every mode, the
+//! scope of a signal whose config says `compile: true` (`signal_start "x" compile`), which
+//! is all [`Regions::Signals`] (the default) compiles.
 //!
 //! For each region: the elementwise expressions go through an e-graph (`egraph`: algebraic
 //! rewrites, extraction by bytes read plus arithmetic), then the partitioner (`build`)
@@ -17,7 +19,7 @@
 mod build;
 mod egraph;
 
-use crate::pipeline::{Emit, StreamPass};
+use crate::pipeline::{Emit, Origin, StreamPass};
 use gt_ir::verify::shape;
 use gt_ir::{Instr, TensorType, ValueId};
 use std::collections::HashMap;
@@ -25,14 +27,16 @@ use std::time::Duration;
 
 pub use egraph::Limits;
 
-/// Which stretches of the stream are compiled.
+/// Which stretches of the stream are compiled (besides compile signals, always).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Regions {
     /// Every stretch between boundaries (`GT_COMPILE=1`).
     #[default]
     All,
-    /// Only hot-path repetitions (`GT_AUTO_COMPILE=1`, with the hotpath pass before this one).
+    /// Hot-path repetitions (`GT_AUTO_COMPILE=1`, with the hotpath pass before this one).
     HotPaths,
+    /// Only the scopes of compile signals (what a runtime does when nothing else is asked).
+    Signals,
 }
 
 /// Settings of the fuse pass.
@@ -114,8 +118,12 @@ pub struct Fuse {
     /// Types of the values the held region names (kept when the region frees them).
     region_types: HashMap<ValueId, TensorType>,
     region: Vec<Instr>,
+    /// Where each instruction of the region came from.
+    origins: Vec<Origin>,
     /// Inside a hot-path repetition.
     in_hot: bool,
+    /// The open signal scopes, innermost last: whether each is a compile signal.
+    signals: Vec<bool>,
     stats: FuseStats,
     /// Results of regions seen, by canonical form (see [`canonical`]).
     cache: HashMap<Vec<u8>, (Vec<Instr>, build::BuildStats)>,
@@ -129,7 +137,9 @@ impl Fuse {
             types: HashMap::new(),
             region_types: HashMap::new(),
             region: Vec::new(),
+            origins: Vec::new(),
             in_hot: false,
+            signals: Vec::new(),
             stats: FuseStats::default(),
             cache: HashMap::new(),
         }
@@ -141,9 +151,11 @@ impl Fuse {
     }
 
     fn collecting(&self) -> bool {
+        let in_compile_signal = self.signals.iter().any(|c| *c);
         match self.config.regions {
             Regions::All => true,
-            Regions::HotPaths => self.in_hot,
+            Regions::HotPaths => self.in_hot || in_compile_signal,
+            Regions::Signals => in_compile_signal,
         }
     }
 
@@ -170,15 +182,19 @@ impl Fuse {
             return;
         }
         let region = std::mem::take(&mut self.region);
+        let origins = std::mem::take(&mut self.origins);
         let types = std::mem::take(&mut self.region_types);
         // A region with nothing to fuse goes out as it came.
         let worth = region.iter().filter(|i| !matches!(i, Instr::Free { .. })).count() >= 2;
         if !worth {
-            for i in region {
-                out.keep(i);
+            for (i, origin) in region.into_iter().zip(origins) {
+                out.keep_from(i, origin);
             }
             return;
         }
+        // A kernel stands for several instructions: its failure is reported against the
+        // region's last one.
+        let last = origins.last().copied().unwrap_or_default();
         let start = std::time::Instant::now();
         self.stats.regions += 1;
         let n_in = region.len();
@@ -243,9 +259,9 @@ impl Fuse {
         );
         for i in instrs {
             if matches!(i, Instr::Fused { .. }) {
-                out.inject(i);
+                out.inject_for(i, last.seq);
             } else {
-                out.keep(i);
+                out.keep_from(i, last);
             }
         }
     }
@@ -264,8 +280,15 @@ impl StreamPass for Fuse {
                 out.keep(instr);
             }
             // A signal scope is a region boundary (its instructions may be placed elsewhere).
-            Instr::SignalStart { .. } | Instr::SignalEnd { .. } => {
+            Instr::SignalStart { compile, .. } => {
                 self.release(out);
+                self.signals.push(compile);
+                out.keep(instr);
+            }
+            Instr::SignalEnd { .. } => {
+                self.release(out);
+                // An unbalanced end (the dispatcher logs it) leaves nothing to pop.
+                self.signals.pop();
                 out.keep(instr);
             }
             _ if !self.collecting() => {
@@ -297,6 +320,7 @@ impl StreamPass for Fuse {
                     }
                 }
                 self.region.push(instr);
+                self.origins.push(out.origin());
                 if self.region.len() >= self.config.window {
                     self.release(out);
                 }

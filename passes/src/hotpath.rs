@@ -14,7 +14,7 @@
 //! Cost: O(`window`) token compares per instruction, so linear in the stream; memory: two
 //! windows of tokens and one buffered repetition.
 
-use crate::pipeline::{Emit, StreamPass};
+use crate::pipeline::{Emit, Origin, StreamPass};
 use gt_ir::{Instr, ValueId};
 use std::collections::{HashMap, VecDeque};
 
@@ -77,7 +77,7 @@ pub struct HotPath {
     /// The hot sequence.
     hot: Option<Hot>,
     /// Instructions of a repetition in progress (a prefix of the hot sequence).
-    pending: Vec<Instr>,
+    pending: Vec<(Instr, Origin)>,
     found: Vec<u64>,
     stats: HotPathStats,
 }
@@ -149,8 +149,8 @@ impl HotPath {
     }
 
     fn release(&mut self, out: &mut Emit) {
-        for i in self.pending.drain(..) {
-            out.keep(i);
+        for (i, origin) in self.pending.drain(..) {
+            out.keep_from(i, origin);
         }
     }
 }
@@ -168,12 +168,12 @@ impl StreamPass for HotPath {
         let newly_hot = self.observe(seen, self.hot.is_none());
         if let Some(hot) = &self.hot {
             if hot.tokens[self.pending.len()] == token {
-                self.pending.push(instr);
+                self.pending.push((instr, out.origin()));
                 if self.pending.len() < hot.tokens.len() {
                     return;
                 }
                 // A whole repetition: marked if its dataflow is the sequence's too.
-                let flow = dataflow(self.pending.iter().map(|i| (i.results(), i.operands())));
+                let flow = dataflow(self.pending.iter().map(|(i, _)| (i.results(), i.operands())));
                 if flow == hot.flow {
                     let (id, len) = (hot.id, hot.tokens.len() as u64);
                     out.inject(Instr::HotPathStart { id });

@@ -3,40 +3,70 @@
 //! but must release them all on [`StreamPass::flush`], which the dispatcher calls at every
 //! sync point, so nothing a client waits for is ever held.
 //!
-//! Every emitted instruction carries its provenance: kept from the input, or injected by a
-//! named pass (the instruction log shows injected ones as INJECT events). A pipeline can
-//! switch passes off by name and report each pass's stream to a dump hook.
+//! Every instruction carries its [`Origin`]: the position in the client's stream it came
+//! from (so a failure of an instruction a pass held back is still reported against it) and
+//! the pass that injected it, if one did (the instruction log shows those as INJECT
+//! events). A pipeline can switch passes off by name and report each pass's stream to a
+//! dump hook.
 
 use gt_ir::Instr;
 use std::fmt;
 
+/// Where an instruction in a pipeline comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Origin {
+    /// The client's sequence number of the instruction it came from (or that was being
+    /// taken when a pass made it); failures are reported against it.
+    pub seq: u64,
+    /// The pass that injected it; `None` for the client's own instructions.
+    pub injected_by: Option<&'static str>,
+}
+
 /// What a pass emits into: instructions kept from its input and instructions it injects.
 #[derive(Debug, Default)]
 pub struct Emit {
-    items: Vec<(Instr, Option<&'static str>)>,
+    items: Vec<(Instr, Origin)>,
     pass: &'static str,
-    inherited: Option<&'static str>,
+    /// The origin of the instruction being taken (or, in a flush, of the sync point).
+    current: Origin,
 }
 
 impl Emit {
     /// An empty output for `pass` (for driving a pass by hand, as tests and tools do).
     pub fn new(pass: &'static str) -> Emit {
-        Emit { items: Vec::new(), pass, inherited: None }
+        Emit { items: Vec::new(), pass, current: Origin::default() }
     }
 
-    /// What was emitted, with provenance.
-    pub fn into_items(self) -> Vec<(Instr, Option<&'static str>)> {
+    /// What was emitted, with origins.
+    pub fn into_items(self) -> Vec<(Instr, Origin)> {
         self.items
     }
 
-    /// Emits an instruction from the pass's input (keeps its provenance).
+    /// The origin of the instruction being taken: a pass that holds instructions back keeps
+    /// it with them and emits them with [`Emit::keep_from`].
+    pub fn origin(&self) -> Origin {
+        self.current
+    }
+
+    /// Emits the instruction being taken (keeps its origin).
     pub fn keep(&mut self, instr: Instr) {
-        self.items.push((instr, self.inherited));
+        self.items.push((instr, self.current));
+    }
+
+    /// Emits an instruction held back from the input, with the origin it came with.
+    pub fn keep_from(&mut self, instr: Instr, origin: Origin) {
+        self.items.push((instr, origin));
     }
 
     /// Emits an instruction the pass made.
     pub fn inject(&mut self, instr: Instr) {
-        self.items.push((instr, Some(self.pass)));
+        self.inject_for(instr, self.current.seq);
+    }
+
+    /// Emits an instruction the pass made on behalf of the client's instruction `seq` (a
+    /// failure of it is reported against that one).
+    pub fn inject_for(&mut self, instr: Instr, seq: u64) {
+        self.items.push((instr, Origin { seq, injected_by: Some(self.pass) }));
     }
 
     /// Instructions emitted so far.
@@ -58,6 +88,12 @@ pub trait StreamPass: Send {
     fn run(&mut self, instr: Instr, out: &mut Emit);
     /// Releases everything held, in order.
     fn flush(&mut self, out: &mut Emit) {
+        let _ = out;
+    }
+    /// Called when no more input is waiting: a pass whose output does not depend on where
+    /// regions end may release what it holds (so workers are not kept waiting); one whose
+    /// output does (fusion) keeps it. Released instructions still go through later passes.
+    fn idle(&mut self, out: &mut Emit) {
         let _ = out;
     }
     /// Counters for `--pass-stats`, as (name, value).
@@ -98,8 +134,8 @@ pub struct Pipeline {
     dump: Option<DumpHook>,
 }
 
-/// An instruction out of a pipeline, with the pass that injected it (`None`: the client's).
-pub type Emitted = (Instr, Option<&'static str>);
+/// An instruction out of a pipeline, with its origin.
+pub type Emitted = (Instr, Origin);
 
 impl Pipeline {
     /// A pipeline with no passes: instructions go through unchanged.
@@ -144,39 +180,63 @@ impl Pipeline {
         self.stages.iter().map(|s| (s.pass.name(), s.pass.stats())).collect()
     }
 
-    /// Runs `instr` through every enabled pass; what comes out is pushed onto `out`, in order.
-    pub fn run(&mut self, instr: Instr, out: &mut Vec<Emitted>) {
-        self.feed(0, vec![(instr, None)], out, false);
+    /// Runs the client's instruction `seq` through every enabled pass; what comes out is
+    /// pushed onto `out`, in order.
+    pub fn run(&mut self, instr: Instr, seq: u64, out: &mut Vec<Emitted>) {
+        self.feed(0, vec![(instr, Origin { seq, injected_by: None })], out, None);
     }
 
-    /// Flushes every pass in order: what one pass releases still goes through the later ones.
-    pub fn flush(&mut self, out: &mut Vec<Emitted>) {
+    /// Flushes every pass in order (for the sync point `seq`): what one pass releases still
+    /// goes through the later ones.
+    pub fn flush(&mut self, seq: u64, out: &mut Vec<Emitted>) {
         for k in 0..self.stages.len() {
-            self.feed(k, Vec::new(), out, true);
+            self.feed(k, Vec::new(), out, Some(seq));
         }
     }
 
-    /// Feeds `items` to stage `from` (flushing it first when `flush`), and what it emits
-    /// through the stages after it.
-    fn feed(&mut self, from: usize, mut items: Vec<Emitted>, out: &mut Vec<Emitted>, flush: bool) {
+    /// Tells every pass that no more input is waiting ([`StreamPass::idle`]); what they
+    /// release goes through the later passes as ordinary input.
+    pub fn idle(&mut self, out: &mut Vec<Emitted>) {
+        for k in 0..self.stages.len() {
+            if !self.stages[k].enabled {
+                continue;
+            }
+            let stage = &mut self.stages[k];
+            let mut emit = Emit { items: Vec::new(), pass: stage.pass.name(), current: Origin::default() };
+            stage.pass.idle(&mut emit);
+            if !emit.items.is_empty() {
+                self.report(&emit);
+                self.feed(k + 1, emit.items, out, None);
+            }
+        }
+    }
+
+    fn report(&mut self, emit: &Emit) {
+        if let Some(dump) = &mut self.dump {
+            for (i, _) in &emit.items {
+                dump(emit.pass, i);
+            }
+        }
+    }
+
+    /// Feeds `items` to stage `from` (flushing it first for the sync point `flush`), and
+    /// what it emits through the stages after it.
+    fn feed(&mut self, from: usize, mut items: Vec<Emitted>, out: &mut Vec<Emitted>, flush: Option<u64>) {
         for k in from..self.stages.len() {
             let stage = &mut self.stages[k];
             if !stage.enabled {
                 continue;
             }
-            let mut emit = Emit { items: Vec::new(), pass: stage.pass.name(), inherited: None };
-            if flush && k == from {
+            let mut emit = Emit { items: Vec::new(), pass: stage.pass.name(), current: Origin::default() };
+            if let (Some(seq), true) = (flush, k == from) {
+                emit.current = Origin { seq, injected_by: None };
                 stage.pass.flush(&mut emit);
             }
             for (instr, origin) in items.drain(..) {
-                emit.inherited = origin;
+                emit.current = origin;
                 stage.pass.run(instr, &mut emit);
             }
-            if let Some(dump) = &mut self.dump {
-                for (i, _) in &emit.items {
-                    dump(emit.pass, i);
-                }
-            }
+            self.report(&emit);
             items = emit.items;
         }
         out.append(&mut items);
@@ -190,17 +250,17 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     /// Holds everything until flushed.
-    struct Hold(Vec<Instr>);
+    struct Hold(Vec<(Instr, Origin)>);
     impl StreamPass for Hold {
         fn name(&self) -> &'static str {
             "hold"
         }
-        fn run(&mut self, instr: Instr, _: &mut Emit) {
-            self.0.push(instr);
+        fn run(&mut self, instr: Instr, out: &mut Emit) {
+            self.0.push((instr, out.origin()));
         }
         fn flush(&mut self, out: &mut Emit) {
-            for i in self.0.drain(..) {
-                out.keep(i);
+            for (i, origin) in self.0.drain(..) {
+                out.keep_from(i, origin);
             }
         }
     }
@@ -220,6 +280,10 @@ mod tests {
         }
     }
 
+    fn client(seq: u64) -> Origin {
+        Origin { seq, injected_by: None }
+    }
+
     fn zeros(n: u32) -> Instr {
         Instr::Zeros { dst: ValueId(n), ty: TensorType::f32(vec![1]) }
     }
@@ -229,8 +293,8 @@ mod tests {
         let mut p = Pipeline::new();
         assert!(p.is_empty());
         let mut out = Vec::new();
-        p.run(zeros(1), &mut out);
-        assert_eq!(out, vec![(zeros(1), None)]);
+        p.run(zeros(1), 7, &mut out);
+        assert_eq!(out, vec![(zeros(1), client(7))]);
     }
 
     #[test]
@@ -240,11 +304,13 @@ mod tests {
         p.push(Box::new(Twice));
         assert_eq!(p.names(), ["hold", "twice"]);
         let mut out = Vec::new();
-        p.run(zeros(1), &mut out);
-        p.run(zeros(2), &mut out);
+        p.run(zeros(1), 1, &mut out);
+        p.run(zeros(2), 2, &mut out);
         assert!(out.is_empty());
-        p.flush(&mut out);
-        let expected = vec![(zeros(1), None), (zeros(1), Some("twice")), (zeros(2), None), (zeros(2), Some("twice"))];
+        p.flush(3, &mut out);
+        // Held instructions keep the sequence numbers they came with, not the sync point's.
+        let twice = |seq| Origin { seq, injected_by: Some("twice") };
+        let expected = vec![(zeros(1), client(1)), (zeros(1), twice(1)), (zeros(2), client(2)), (zeros(2), twice(2))];
         assert_eq!(out, expected);
         assert_eq!(p.stats(), vec![("hold", vec![]), ("twice", vec![("copies", 1)])]);
     }
@@ -256,8 +322,8 @@ mod tests {
         p.set_enabled("twice", false).unwrap();
         assert!(p.is_empty());
         let mut out = Vec::new();
-        p.run(zeros(1), &mut out);
-        assert_eq!(out, vec![(zeros(1), None)]);
+        p.run(zeros(1), 1, &mut out);
+        assert_eq!(out, vec![(zeros(1), client(1))]);
         let e = p.set_enabled("fuse", true).unwrap_err();
         assert_eq!(e.to_string(), "unknown pass `fuse` (known passes: twice)");
     }
@@ -270,7 +336,7 @@ mod tests {
         let s = seen.clone();
         p.set_dump(Box::new(move |pass, i| s.lock().unwrap().push((pass, i.clone()))));
         let mut out = Vec::new();
-        p.run(zeros(3), &mut out);
+        p.run(zeros(3), 1, &mut out);
         assert_eq!(*seen.lock().unwrap(), vec![("twice", zeros(3)), ("twice", zeros(3))]);
     }
 }

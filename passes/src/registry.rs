@@ -1,12 +1,25 @@
 //! The passes by name: what `GT_PASSES`, `GT_HOTPATH`, `--dump-after` and `--pass-stats`
 //! refer to, in pipeline order.
 
-use crate::fuse::{Fuse, FuseConfig};
+use crate::dead::{Dead, DeadConfig};
+use crate::fuse::{Fuse, FuseConfig, Regions};
 use crate::hotpath::{HotPath, HotPathConfig};
 use crate::pipeline::{Pipeline, UnknownPass};
 
 /// Every pass, in the order a pipeline runs them.
-pub const KNOWN_PASSES: &[&str] = &["hotpath", "fuse"];
+pub const KNOWN_PASSES: &[&str] = &["hotpath", "fuse", "dead"];
+
+/// The passes a stream runs through when nothing says otherwise: `fuse` (compiling only
+/// the scopes of compile signals, see [`default_options`]) and `dead`.
+pub const DEFAULT_PASSES: &[&str] = &["fuse", "dead"];
+
+/// The settings a runtime starts from: [`PassOptions::default`] with the fuse pass
+/// compiling compile signals only (`GT_COMPILE`, `GT_AUTO_COMPILE` widen it).
+pub fn default_options() -> PassOptions {
+    let mut o = PassOptions::default();
+    o.fuse.regions = Regions::Signals;
+    o
+}
 
 /// Settings of the passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -15,6 +28,8 @@ pub struct PassOptions {
     pub hotpath: HotPathConfig,
     /// The fuse pass's.
     pub fuse: FuseConfig,
+    /// The dead-value pass's.
+    pub dead: DeadConfig,
 }
 
 /// Checks a pass name.
@@ -43,6 +58,7 @@ pub fn pipeline(names: &[&str], options: &PassOptions) -> Result<Pipeline, Unkno
             match k {
                 "hotpath" => p.push(Box::new(HotPath::new(options.hotpath))),
                 "fuse" => p.push(Box::new(Fuse::new(options.fuse))),
+                "dead" => p.push(Box::new(Dead::new(options.dead))),
                 _ => unreachable!("every known pass is built here"),
             }
         }
@@ -59,6 +75,6 @@ mod tests {
         assert_eq!(pipeline(&["hotpath"], &PassOptions::default()).unwrap().names(), ["hotpath"]);
         assert!(pipeline(&[], &PassOptions::default()).unwrap().is_empty());
         let e = pipeline(&["shard"], &PassOptions::default()).err().unwrap();
-        assert_eq!(e.to_string(), "unknown pass `shard` (known passes: hotpath, fuse)");
+        assert_eq!(e.to_string(), "unknown pass `shard` (known passes: hotpath, fuse, dead)");
     }
 }

@@ -1,6 +1,7 @@
 //! Runtime settings from the environment: `GT_WORKERS`, `GT_WORKER_BATCH_SIZE`,
 //! `GT_INSTRUCTION_LOG`, `GT_MONITOR`, `GT_MAX_MESSAGE_BYTES`, and the passes' (`GT_PASSES`,
-//! `GT_HOTPATH` with `GT_HOTPATH_WINDOW`, `GT_HOTPATH_THRESHOLD`, `GT_HOTPATH_MIN_SEQ`, and
+//! `GT_HOTPATH` with `GT_HOTPATH_WINDOW`, `GT_HOTPATH_THRESHOLD`, `GT_HOTPATH_MIN_SEQ`,
+//! `GT_COMPILE`, `GT_AUTO_COMPILE`, `GT_FUSE_WINDOW`, `GT_FAST_MATH`, `GT_DEAD_WINDOW` and
 //! `GT_DUMP_PASSES`). A bad value is an error naming the variable, never a silent default.
 
 use crate::backend::BackendKind;
@@ -34,7 +35,9 @@ pub struct EnvConfig {
     pub monitor: bool,
     /// Largest message (`GT_MAX_MESSAGE_BYTES`, default 1 GiB).
     pub max_message_bytes: usize,
-    /// The passes each client stream runs through (`GT_PASSES=a,b`; `GT_HOTPATH=1` adds
+    /// The passes each client stream runs through: [`registry::DEFAULT_PASSES`] (`fuse` on
+    /// compile signals, `dead`),
+    /// or exactly the list `GT_PASSES=a,b` (`none`: no pass); `GT_HOTPATH=1` adds
     /// `hotpath`; `GT_COMPILE=1` adds `fuse` over every region, `GT_AUTO_COMPILE=1` adds
     /// `hotpath` and `fuse` over hot paths; `GT_FAST_MATH=1`, `GT_FUSE_WINDOW=N` set the
     /// fuse pass), in pipeline order.
@@ -62,8 +65,8 @@ impl Default for EnvConfig {
             instruction_log: None,
             monitor: false,
             max_message_bytes: gt_transport::DEFAULT_MAX_MESSAGE_BYTES,
-            passes: Vec::new(),
-            pass_options: PassOptions::default(),
+            passes: registry::DEFAULT_PASSES.to_vec(),
+            pass_options: registry::default_options(),
             dump_passes: None,
             backend: BackendKind::Cpu,
             matmul_precision: Precision::F32,
@@ -123,7 +126,9 @@ impl EnvConfig {
             })?;
         }
         if let Some(list) = get("GT_PASSES") {
-            for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            c.passes.clear();
+            let names = list.split(',').map(str::trim).filter(|n| !n.is_empty() && *n != "none");
+            for name in names {
                 let known = registry::check(name).map_err(|e| ConfigError {
                     var: "GT_PASSES",
                     value: list.clone(),
@@ -147,6 +152,7 @@ impl EnvConfig {
         }
         c.pass_options.fuse.fast_math = flag("GT_FAST_MATH")?;
         c.pass_options.fuse.window = positive("GT_FUSE_WINDOW", c.pass_options.fuse.window)?;
+        c.pass_options.dead.window = positive("GT_DEAD_WINDOW", c.pass_options.dead.window)?;
         let d = HotPathConfig::default();
         c.pass_options.hotpath = HotPathConfig {
             window: positive("GT_HOTPATH_WINDOW", d.window)?,
@@ -186,18 +192,25 @@ mod tests {
         assert_eq!(EnvConfig::from_lookup(env(&[])).unwrap(), EnvConfig::default());
         let c = EnvConfig::from_lookup(env(&[("GT_WORKERS", "4"), ("GT_WORKER_BATCH_SIZE", "1"), ("GT_MONITOR", "1")]))
             .unwrap();
-        assert_eq!((c.workers, c.worker_batch_size, c.monitor, c.passes.len()), (4, 1, true, 0));
+        let c4 = (c.workers, c.worker_batch_size, c.monitor, c.passes.as_slice(), c.pass_options.fuse.regions);
+        assert_eq!(c4, (4, 1, true, &["fuse", "dead"][..], Regions::Signals));
         let c = EnvConfig::from_lookup(env(&[("GT_HOTPATH", "1"), ("GT_HOTPATH_THRESHOLD", "7")])).unwrap();
-        assert_eq!(c.passes, ["hotpath"]);
+        assert_eq!(c.passes, ["hotpath", "fuse", "dead"]);
         assert_eq!(c.pass_options.hotpath, HotPathConfig { threshold: 7, ..HotPathConfig::default() });
         let c = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath, hotpath"), ("GT_HOTPATH", "1")])).unwrap();
         assert_eq!(c.passes, ["hotpath"]);
+        // GT_PASSES is the whole list: `none` (or nothing) switches every pass off.
+        for none in ["none", ""] {
+            let c = EnvConfig::from_lookup(env(&[("GT_PASSES", none), ("GT_DEAD_WINDOW", "8")])).unwrap();
+            assert_eq!((c.passes.len(), c.pass_options.dead.window), (0, 8));
+        }
         let c = EnvConfig::from_lookup(env(&[("GT_BACKEND", "cuda"), ("GT_MATMUL_PRECISION", "high")])).unwrap();
         assert_eq!((c.backend, c.matmul_precision), (BackendKind::Cuda, Precision::Tf32));
         let c = EnvConfig::from_lookup(env(&[("GT_AUTO_COMPILE", "1")])).unwrap();
-        assert_eq!((c.passes.as_slice(), c.pass_options.fuse.regions), (&["hotpath", "fuse"][..], Regions::HotPaths));
+        let passes = (c.passes.as_slice(), c.pass_options.fuse.regions);
+        assert_eq!(passes, (&["hotpath", "fuse", "dead"][..], Regions::HotPaths));
         let c = EnvConfig::from_lookup(env(&[("GT_COMPILE", "1"), ("GT_FUSE_WINDOW", "64")])).unwrap();
-        assert_eq!((c.passes.as_slice(), c.pass_options.fuse.window), (&["fuse"][..], 64));
+        assert_eq!((c.passes.as_slice(), c.pass_options.fuse.window), (&["fuse", "dead"][..], 64));
     }
 
     #[test]
@@ -208,6 +221,7 @@ mod tests {
             ("GT_WORKER_BATCH_SIZE", "-1"),
             ("GT_MONITOR", "yes"),
             ("GT_HOTPATH_WINDOW", "0"),
+            ("GT_DEAD_WINDOW", "0"),
             ("GT_BACKEND", "tpu"),
             ("GT_MATMUL_PRECISION", "medium"),
         ] {
@@ -215,7 +229,10 @@ mod tests {
             assert!(e.to_string().starts_with(&format!("{k}=")), "{e}");
         }
         let e = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath,shard")])).unwrap_err();
-        assert_eq!(e.to_string(), "GT_PASSES=\"hotpath,shard\": unknown pass `shard` (known passes: hotpath, fuse)");
+        assert_eq!(
+            e.to_string(),
+            "GT_PASSES=\"hotpath,shard\": unknown pass `shard` (known passes: hotpath, fuse, dead)"
+        );
         let e = EnvConfig::from_lookup(env(&[("GT_DUMP_PASSES", "/proc/gt-cannot-be-here")])).unwrap_err();
         assert!(e.to_string().contains("cannot write there"), "{e}");
     }

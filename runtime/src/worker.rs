@@ -224,6 +224,7 @@ fn snapshot(name: &str, stats: &Stats, backend: &dyn Backend) -> WorkerStats {
         reads: stats.reads,
         live_values: backend.live_values() as u64,
         live_bytes: backend.live_bytes() as u64,
+        peak_bytes: backend.peak_bytes() as u64,
         ops,
     }
 }

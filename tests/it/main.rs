@@ -8,6 +8,7 @@ mod dsl;
 mod filetests;
 mod fusion;
 mod kernels;
+mod pipeline;
 mod ptx;
 mod signals;
 mod tensor_api;

@@ -224,6 +224,8 @@ pub struct WorkerStats {
     pub live_values: u64,
     /// Bytes held now.
     pub live_bytes: u64,
+    /// The most bytes held at once since the worker started.
+    pub peak_bytes: u64,
     /// Per op (mnemonic), sorted by total time, longest first.
     pub ops: Vec<OpStats>,
 }

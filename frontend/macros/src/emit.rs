@@ -349,8 +349,8 @@ impl<'a> Emitter<'a> {
                 let id = Literal::u64_suffixed(*id);
                 quote!(::gt::ir::Instr::HotPathEnd { id: #id })
             }
-            Instr::SignalStart { name } => {
-                quote!(::gt::ir::Instr::SignalStart { name: ::std::string::String::from(#name) })
+            Instr::SignalStart { name, compile } => {
+                quote!(::gt::ir::Instr::SignalStart { name: ::std::string::String::from(#name), compile: #compile })
             }
             Instr::SignalEnd { name } => {
                 quote!(::gt::ir::Instr::SignalEnd { name: ::std::string::String::from(#name) })

@@ -253,7 +253,11 @@ impl Parser {
                         self.bump();
                         let name = self.signal_name()?;
                         Ok(StmtKind::Instr(if word == "signal_start" {
-                            Instr::SignalStart { name }
+                            let compile = matches!(self.peek(), Tok::Ident(w) if w == "compile");
+                            if compile {
+                                self.bump();
+                            }
+                            Instr::SignalStart { name, compile }
                         } else {
                             Instr::SignalEnd { name }
                         }))

@@ -280,7 +280,10 @@ fn write_instr(out: &mut String, instr: &Instr, name: &dyn Fn(ValueId) -> String
         }
         Instr::Free { src } | Instr::GetData { src } => write!(out, "{m} {}", v(*src)),
         Instr::HotPathStart { id } | Instr::HotPathEnd { id } => write!(out, "{m} {id}"),
-        Instr::SignalStart { name } | Instr::SignalEnd { name } => write!(out, "{m} {}", quote(name)),
+        Instr::SignalStart { name, compile } => {
+            write!(out, "{m} {}{}", quote(name), if *compile { " compile" } else { "" })
+        }
+        Instr::SignalEnd { name } => write!(out, "{m} {}", quote(name)),
     };
 }
 

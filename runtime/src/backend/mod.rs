@@ -28,6 +28,39 @@ pub trait Backend {
     fn live_values(&self) -> usize;
     /// Bytes of data the live values hold.
     fn live_bytes(&self) -> usize;
+    /// The most bytes the live values held at once.
+    fn peak_bytes(&self) -> usize;
+}
+
+/// A backend's bytes in live values, and the most it held at once: a result is counted
+/// before the value it replaces is let go, as both exist at that moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Residency {
+    live: usize,
+    peak: usize,
+}
+
+impl Residency {
+    /// A value of `bytes` was made.
+    pub fn add(&mut self, bytes: usize) {
+        self.live += bytes;
+        self.peak = self.peak.max(self.live);
+    }
+
+    /// A value of `bytes` was let go.
+    pub fn remove(&mut self, bytes: usize) {
+        self.live = self.live.saturating_sub(bytes);
+    }
+
+    /// Bytes held now.
+    pub fn live(&self) -> usize {
+        self.live
+    }
+
+    /// The most bytes held at once.
+    pub fn peak(&self) -> usize {
+        self.peak
+    }
 }
 
 impl Backend for Interpreter {
@@ -49,6 +82,10 @@ impl Backend for Interpreter {
 
     fn live_bytes(&self) -> usize {
         Interpreter::live_bytes(self)
+    }
+
+    fn peak_bytes(&self) -> usize {
+        Interpreter::peak_bytes(self)
     }
 }
 

@@ -233,6 +233,7 @@ impl Dispatcher {
             if self.stopping {
                 break;
             }
+            self.idle_pipelines();
             for w in 0..self.workers.len() {
                 self.flush_worker(w, None);
             }
@@ -414,7 +415,7 @@ impl Dispatcher {
     fn on_instr(&mut self, c: u64, seq: u64, instr: Instr, bytes: usize) {
         let Some(client) = self.clients.get_mut(&c) else { return };
         match &instr {
-            Instr::SignalStart { name } => client.signals.push(name.clone()),
+            Instr::SignalStart { name, .. } => client.signals.push(name.clone()),
             Instr::SignalEnd { name } => {
                 // A client closing a scope it did not open: log it, keep the stack.
                 if client.signals.last() == Some(name) {
@@ -427,7 +428,7 @@ impl Dispatcher {
             _ => {}
         }
         if self.log.active() {
-            if let Instr::SignalStart { name } | Instr::SignalEnd { name } = &instr {
+            if let Instr::SignalStart { name, .. } | Instr::SignalEnd { name } = &instr {
                 let depth = client.signals.len();
                 let what = if matches!(instr, Instr::SignalStart { .. }) { "enter" } else { "exit" };
                 self.log.emit(
@@ -453,14 +454,16 @@ impl Dispatcher {
             return;
         }
         let mut out = Vec::new();
-        client.pipeline.run(instr, &mut out);
-        self.route_emitted(c, seq, out);
+        client.pipeline.run(instr, seq, &mut out);
+        self.route_emitted(c, out);
     }
 
-    /// Routes what a pipeline emitted; instructions a pass injected are logged as INJECT.
-    fn route_emitted(&mut self, c: u64, seq: u64, out: Vec<gt_passes::Emitted>) {
-        for (i, injected_by) in out {
-            if let (Some(pass), true) = (injected_by, self.log.active()) {
+    /// Routes what a pipeline emitted, each instruction as its client's instruction of origin;
+    /// instructions a pass injected are logged as INJECT.
+    fn route_emitted(&mut self, c: u64, out: Vec<gt_passes::Emitted>) {
+        for (i, origin) in out {
+            let seq = origin.seq;
+            if let (Some(pass), true) = (origin.injected_by, self.log.active()) {
                 self.log.emit(
                     EventKind::Inject,
                     format!("PASS {pass}"),
@@ -473,12 +476,24 @@ impl Dispatcher {
         }
     }
 
+    /// No message is waiting: passes that may release what they hold do (so workers are
+    /// not kept waiting for a sync point that may come much later).
+    fn idle_pipelines(&mut self) {
+        let clients: Vec<u64> = self.clients.iter().filter(|(_, k)| !k.pipeline.is_empty()).map(|(c, _)| *c).collect();
+        for c in clients {
+            let Some(client) = self.clients.get_mut(&c) else { continue };
+            let mut out = Vec::new();
+            client.pipeline.idle(&mut out);
+            self.route_emitted(c, out);
+        }
+    }
+
     /// Releases what the client's passes hold (before a sync point).
     fn flush_pipeline(&mut self, c: u64, seq: u64) {
         let Some(client) = self.clients.get_mut(&c) else { return };
         let mut out = Vec::new();
-        client.pipeline.flush(&mut out);
-        self.route_emitted(c, seq, out);
+        client.pipeline.flush(seq, &mut out);
+        self.route_emitted(c, out);
     }
 
     /// Checks, types, places and renames one instruction, and queues it for its worker.

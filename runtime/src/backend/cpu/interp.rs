@@ -12,9 +12,9 @@
 //! a straight copy. Broadcasting, permutes and slices are strided views copied once into
 //! their result.
 
-use crate::backend::checks;
 use crate::backend::cpu::jit::{Jit, JitStats};
 use crate::backend::cpu::random;
+use crate::backend::{checks, Residency};
 use crate::RuntimeError;
 use gt_ir::kernel::Kernel;
 use gt_ir::ops::{nan_max, nan_min, sigmoid, truth};
@@ -37,6 +37,7 @@ const ELEMENT_BYTES: usize = std::mem::size_of::<f32>();
 /// is allocated.
 pub struct Interpreter {
     values: HashMap<ValueId, Tensor>,
+    bytes: Residency,
     max_tensor_bytes: usize,
     /// Runs `fused` kernels as machine code; without it they are evaluated by the kernel
     /// oracle (`cpu::kernels`), which is the reference.
@@ -54,7 +55,7 @@ impl Interpreter {
 
     /// An interpreter that refuses any single result larger than `max_tensor_bytes`.
     pub fn with_max_tensor_bytes(max_tensor_bytes: usize) -> Interpreter {
-        Interpreter { values: HashMap::new(), max_tensor_bytes, jit: None }
+        Interpreter { values: HashMap::new(), bytes: Residency::default(), max_tensor_bytes, jit: None }
     }
 
     /// The same interpreter running `fused` kernels through the Cranelift JIT (when the host
@@ -82,10 +83,15 @@ impl Interpreter {
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
         let results = self.compute(&instr, &types)?;
         if let Instr::Free { src } = &*instr {
-            self.values.remove(src);
+            if let Some(gone) = self.values.remove(src) {
+                self.bytes.remove(gone.len() * ELEMENT_BYTES);
+            }
         }
         for (dst, value) in instr.results().into_iter().zip(results) {
-            self.values.insert(dst, standard(value));
+            self.bytes.add(value.len() * ELEMENT_BYTES);
+            if let Some(old) = self.values.insert(dst, standard(value)) {
+                self.bytes.remove(old.len() * ELEMENT_BYTES);
+            }
         }
         Ok(())
     }
@@ -104,7 +110,12 @@ impl Interpreter {
 
     /// The bytes of data the live values hold.
     pub fn live_bytes(&self) -> usize {
-        self.values.values().map(|a| a.len() * ELEMENT_BYTES).sum()
+        self.bytes.live()
+    }
+
+    /// The most bytes the live values held at once.
+    pub fn peak_bytes(&self) -> usize {
+        self.bytes.peak()
     }
 
     fn get(&self, op: &'static str, value: ValueId) -> Result<&Tensor, RuntimeError> {

@@ -7,7 +7,7 @@
 use super::interp::{binary, from_vec, matmul, reduce, select, unary, Tensor};
 use super::random;
 use crate::backend::checks::{self, ELEMENT_BYTES};
-use crate::backend::Backend;
+use crate::backend::{Backend, Residency};
 use crate::RuntimeError;
 use gt_ir::kernel::lower::{lower, Step};
 use gt_ir::kernel::{Access, Kernel, MapKernel, MatMulKernel, Node};
@@ -127,13 +127,14 @@ pub fn run(kernel: &Kernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), St
 #[derive(Debug)]
 pub struct KernelBackend {
     values: HashMap<ValueId, (TensorType, Vec<f32>)>,
+    bytes: Residency,
     max_tensor_bytes: usize,
 }
 
 impl KernelBackend {
     /// An empty backend refusing results over `max_tensor_bytes`.
     pub fn new(max_tensor_bytes: usize) -> KernelBackend {
-        KernelBackend { values: HashMap::new(), max_tensor_bytes }
+        KernelBackend { values: HashMap::new(), bytes: Residency::default(), max_tensor_bytes }
     }
 
     fn type_of(&self, v: ValueId) -> Result<TensorType, TypeError> {
@@ -173,10 +174,15 @@ impl Backend for KernelBackend {
             }
         }
         if let Instr::Free { src } = &*instr {
-            self.values.remove(src);
+            if let Some((_, gone)) = self.values.remove(src) {
+                self.bytes.remove(gone.len() * ELEMENT_BYTES);
+            }
         }
         for ((dst, ty), data) in instr.results().into_iter().zip(types).zip(outputs) {
-            self.values.insert(dst, (ty, data));
+            self.bytes.add(data.len() * ELEMENT_BYTES);
+            if let Some((_, old)) = self.values.insert(dst, (ty, data)) {
+                self.bytes.remove(old.len() * ELEMENT_BYTES);
+            }
         }
         Ok(())
     }
@@ -191,7 +197,11 @@ impl Backend for KernelBackend {
     }
 
     fn live_bytes(&self) -> usize {
-        self.values.values().map(|(_, d)| d.len() * ELEMENT_BYTES).sum()
+        self.bytes.live()
+    }
+
+    fn peak_bytes(&self) -> usize {
+        self.bytes.peak()
     }
 }
 

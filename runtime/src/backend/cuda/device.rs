@@ -9,8 +9,8 @@
 
 use super::ptx::{self, PtxKernel, ENTRY};
 use crate::backend::checks::{self, ELEMENT_BYTES};
-use crate::backend::Backend;
 use crate::backend::BackendError;
+use crate::backend::{Backend, Residency};
 use crate::RuntimeError;
 use cust::context::Context;
 use cust::device::{Device, DeviceAttribute};
@@ -62,6 +62,7 @@ pub struct DeviceCounters {
 /// Executes instructions on one GPU.
 pub struct CudaBackend {
     values: HashMap<ValueId, DeviceTensor>,
+    bytes: Residency,
     pool: HashMap<usize, Vec<cu::CUdeviceptr>>,
     modules: HashMap<Kernel, Compiled>,
     max_tensor_bytes: usize,
@@ -133,6 +134,7 @@ impl CudaBackend {
             Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| unavailable("creating a stream failed", e))?;
         Ok(CudaBackend {
             values: HashMap::new(),
+            bytes: Residency::default(),
             pool: HashMap::new(),
             modules: HashMap::new(),
             max_tensor_bytes,
@@ -181,10 +183,17 @@ impl CudaBackend {
             self.release(out);
             return Err(e);
         }
-        if let Some(old) = self.values.insert(dst, DeviceTensor { ty, buffer: out }) {
+        self.define(dst, DeviceTensor { ty, buffer: out });
+        Ok(())
+    }
+
+    /// Makes `t` the value `dst`, letting go of the one it replaces.
+    fn define(&mut self, dst: ValueId, t: DeviceTensor) {
+        self.bytes.add(t.ty.shape.numel() * ELEMENT_BYTES);
+        if let Some(old) = self.values.insert(dst, t) {
+            self.bytes.remove(old.ty.shape.numel() * ELEMENT_BYTES);
             self.release(old.buffer);
         }
-        Ok(())
     }
 
     /// Copies `src` into a new value `dst` with the driver's device-to-device copy (the
@@ -202,9 +211,7 @@ impl CudaBackend {
                 return Err(RuntimeError::Device { op, message: driver("device-to-device copy failed", e) });
             }
         }
-        if let Some(old) = self.values.insert(dst, DeviceTensor { ty, buffer: out }) {
-            self.release(old.buffer);
-        }
+        self.define(dst, DeviceTensor { ty, buffer: out });
         Ok(())
     }
 
@@ -410,13 +417,12 @@ impl Backend for CudaBackend {
         }
         if let Instr::Free { src } = &*instr {
             if let Some(t) = self.values.remove(src) {
+                self.bytes.remove(t.ty.shape.numel() * ELEMENT_BYTES);
                 self.release(t.buffer);
             }
         }
         for ((dst, ty), buffer) in instr.results().into_iter().zip(types).zip(outputs) {
-            if let Some(old) = self.values.insert(dst, DeviceTensor { ty, buffer }) {
-                self.release(old.buffer);
-            }
+            self.define(dst, DeviceTensor { ty, buffer });
         }
         Ok(())
     }
@@ -450,7 +456,11 @@ impl Backend for CudaBackend {
     }
 
     fn live_bytes(&self) -> usize {
-        self.values.values().map(|t| t.ty.shape.numel() * ELEMENT_BYTES).sum()
+        self.bytes.live()
+    }
+
+    fn peak_bytes(&self) -> usize {
+        self.bytes.peak()
     }
 }
 

@@ -1,0 +1,228 @@
+//! The pass pipeline in a running cluster: every subset of the passes gives the numbers of
+//! the interpreter; the dead-value pass keeps worker memory flat over long loops and lowers
+//! its peak; failures of instructions a pass held back are reported against them; a signal
+//! whose config says `compile: true` is compiled with no other setting.
+
+use gt::frontend::{Client, ClientError, ClientOptions, Origin};
+use gt::ir::{BinaryOp, Instr, Operand, TensorType, UnaryOp, ValueId};
+use gt::passes::{registry, PassOptions, KNOWN_PASSES};
+use gt::runtime::{Cluster, ClusterOptions};
+use gt::script::run_any;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn origin(op: &'static str) -> Origin {
+    Origin { op, span: None }
+}
+
+fn cluster_with(passes: &'static [&'static str], options: PassOptions) -> Cluster {
+    let mut o = ClusterOptions::embedded(1);
+    o.dispatcher.pipeline = Arc::new(move |_| registry::pipeline(passes, &options).unwrap());
+    Cluster::start(o).unwrap()
+}
+
+fn client(c: &Cluster) -> Client {
+    Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap()
+}
+
+fn run_filetests() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gtir/run");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.retain(|p| p.extension().is_some_and(|e| e == "gtir"));
+    files.sort();
+    files
+}
+
+#[test]
+fn every_subset_of_the_passes_gives_the_interpreters_numbers() {
+    // Client k of the cluster gets subset k (clients are numbered from 1 as they connect).
+    let subsets: Vec<Vec<&'static str>> = (0..1u32 << KNOWN_PASSES.len())
+        .map(|bits| KNOWN_PASSES.iter().enumerate().filter(|(i, _)| bits & (1 << i) != 0).map(|(_, p)| *p).collect())
+        .collect();
+    let n = subsets.len() as u64;
+    let options = PassOptions::default();
+    let mut o = ClusterOptions::embedded(1);
+    let table = subsets.clone();
+    o.dispatcher.pipeline =
+        Arc::new(move |client| registry::pipeline(&table[((client - 1) % n) as usize], &options).unwrap());
+    let cluster = Cluster::start(o).unwrap();
+    let mut failures = Vec::new();
+    for path in run_filetests() {
+        let reference = gt::filetest::run_file(&path).unwrap();
+        let source = std::fs::read_to_string(&path).unwrap();
+        let expects_error = source.contains("; error:");
+        for subset in &subsets {
+            let mut client = Some(client(&cluster));
+            let got = gt::filetest::run_file_on(&path, &mut |loaded, out| {
+                run_any(loaded, client.take().expect("one run per file"), out, Default::default()).0
+            });
+            let fused = subset.contains(&"fuse");
+            match got {
+                Ok(text) if text == reference => {}
+                // A failure inside a fused region is reported as the region's kernel.
+                Err(e) if fused && expects_error && format!("{e:#}").contains("fused: ") => {}
+                // A value that is never read is never computed once fused, so a result over
+                // the size limit that the script drops unread is no longer an error.
+                Err(e)
+                    if fused
+                        && source.contains("over the limit")
+                        && format!("{e:#}").contains("run succeeded, but errors were expected") => {}
+                Ok(_) => failures.push(format!("{} with {subset:?}: differs from the interpreter", path.display())),
+                Err(e) => failures.push(format!("{} with {subset:?}: {e:#}", path.display())),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// One training-loop-like step with fresh ids, whose temporaries the client frees only at
+/// the end of the step (as a garbage-collected client, or a scope's end, would), then a
+/// read of the step's result: `x -> exp -> neg -> mul -> sum`, accumulated into `acc`.
+fn late_freeing_step(c: &mut Client, step: u32, acc: ValueId) -> ValueId {
+    let base = 10 + step * 8;
+    let v = |k: u32| ValueId(base + k);
+    let unary = |op, dst, src| Instr::Unary { op, dst, src };
+    let binary = |op, dst, lhs, rhs| Instr::Binary { op, dst, lhs: Operand::Value(lhs), rhs: Operand::Value(rhs) };
+    let instrs = [
+        Instr::Full { dst: v(0), ty: TensorType::f32(vec![256, 256]), value: 0.001 },
+        unary(UnaryOp::Exp, v(1), v(0)),
+        unary(UnaryOp::Neg, v(2), v(1)),
+        binary(BinaryOp::Mul, v(3), v(2), v(0)),
+        Instr::Reduce { dst: v(4), op: gt::ir::ReduceOp::Sum, src: v(3), axes: None, keepdim: false },
+        binary(BinaryOp::Add, v(5), acc, v(4)),
+    ];
+    for i in instrs {
+        c.submit(i, origin("step")).unwrap();
+    }
+    for k in [0, 1, 2, 3, 4] {
+        c.submit(Instr::Free { src: v(k) }, origin("free")).unwrap();
+    }
+    c.submit(Instr::Free { src: acc }, origin("free")).unwrap();
+    v(5)
+}
+
+/// Live and peak bytes on the one worker after `steps` steps, reading the sum every step.
+fn memory_after(cluster: &Cluster, steps: u32) -> (u64, u64, f32) {
+    let mut c = client(cluster);
+    let mut acc = ValueId(0);
+    c.submit(Instr::Zeros { dst: acc, ty: TensorType::f32(vec![]) }, origin("zeros")).unwrap();
+    let mut last = 0.0;
+    for step in 0..steps {
+        acc = late_freeing_step(&mut c, step, acc);
+        last = c.read(acc).unwrap().data[0];
+    }
+    let w = &c.worker_stats().unwrap()[0];
+    (w.live_bytes, w.peak_bytes, last)
+}
+
+#[test]
+fn the_dead_value_pass_keeps_memory_flat_and_lowers_the_peak() {
+    // Memory after 1,000 loop iterations equals memory after 10 (fresh clusters, so each
+    // peak is its own run's).
+    let dead = |steps| memory_after(&cluster_with(&["dead"], PassOptions::default()), steps);
+    let (live_10, peak_10, sum_10) = dead(10);
+    let (live_1000, peak_1000, sum_1000) = dead(1000);
+    assert_eq!((live_10, peak_10), (live_1000, peak_1000), "live and peak bytes after 10 and 1000 steps");
+    assert_eq!(live_10, 4, "only the accumulator is live between steps");
+    // Without the pass the step's temporaries all live until the client's frees.
+    let (live_none, peak_none, sum_none) = memory_after(&cluster_with(&[], PassOptions::default()), 10);
+    assert_eq!((live_none, sum_none), (live_10, sum_10));
+    let one = 256 * 256 * 4;
+    assert_eq!(peak_none, 4 * one + 3 * 4, "x, exp, neg and mul at once, with acc, the sum and the new acc");
+    assert_eq!(peak_10, 3 * one + 4, "exp is freed once neg has read it: three at once, with acc");
+    assert!((sum_1000 / sum_10 - 100.0).abs() < 0.01, "{sum_1000} vs {sum_10}");
+}
+
+#[test]
+fn a_failure_held_back_by_a_pass_is_reported_against_its_instruction() {
+    let cluster = cluster_with(registry::DEFAULT_PASSES, registry::default_options());
+    let mut a = client(&cluster);
+    let full = |dst, n| Instr::Full { dst: ValueId(dst), ty: TensorType::f32(vec![n]), value: 1.0 };
+    let add = |dst, lhs, rhs| Instr::Binary {
+        op: BinaryOp::Add,
+        dst: ValueId(dst),
+        lhs: Operand::Value(ValueId(lhs)),
+        rhs: Operand::Value(ValueId(rhs)),
+    };
+    a.submit(full(0, 2), origin("full")).unwrap();
+    a.submit(full(1, 3), origin("full")).unwrap();
+    a.submit(add(2, 0, 1), origin("add")).unwrap(); // seq 2: shapes do not broadcast
+    a.submit(add(3, 0, 0), origin("add")).unwrap();
+    a.submit(Instr::Free { src: ValueId(1) }, origin("free")).unwrap();
+    let e = a.read(ValueId(3)).unwrap_err();
+    match &e {
+        ClientError::Op { seq, origin, message, .. } => {
+            assert_eq!((*seq, origin.op), (2, "add"));
+            assert!(message.contains("cannot broadcast [2] with [3]"), "{message}");
+        }
+        other => panic!("expected an op failure, got {other}"),
+    }
+    assert_eq!(a.read(ValueId(3)).unwrap().data, vec![2.0, 2.0]);
+}
+
+const COMPILE_CONFIG: &str = "block:\n  compile: true\nother:\n  compile: false\n";
+
+/// `softmax(x) * 2` inside signal `name` through the Tensor API.
+fn softmax_in(name: &str) -> Vec<f32> {
+    let x = gt::from_vec((0..12).map(|i| i as f32 * 0.25).collect(), &[3, 4]).unwrap();
+    let _s = gt::signal::context(name).unwrap();
+    gt::nn::softmax(&x, -1).unwrap().mul(2.0).unwrap().to_vec().unwrap()
+}
+
+#[test]
+fn a_compile_signal_is_compiled_with_no_other_setting() {
+    gt::signal::set_config(gt::config::Config::parse(COMPILE_CONFIG, "test.yaml").unwrap());
+    let reference = {
+        let _rt = gt::Runtime::reference();
+        softmax_in("block")
+    };
+    // The runtime's default passes: fuse (compile signals only) and dead.
+    let cluster = cluster_with(registry::DEFAULT_PASSES, registry::default_options());
+    let kernels = |c: &mut Client| -> u64 {
+        let (_, passes) = c.stats().unwrap();
+        let fuse = passes.iter().find(|p| p.pass == "fuse").expect("fuse runs");
+        fuse.counters.iter().find(|(k, _)| k == "kernels").unwrap().1
+    };
+    let ctx = gt::frontend::tensor::Context::new(client(&cluster));
+    let guard = ctx.install();
+    let other = softmax_in("other");
+    let stats = |ctx: &gt::frontend::tensor::Context| ctx.with_executor(|c: &mut Client| kernels(c)).unwrap();
+    assert_eq!(stats(&ctx), 0, "a signal without compile: true is not compiled");
+    let compiled = softmax_in("block");
+    assert!(stats(&ctx) >= 1, "the compile signal's region became kernels");
+    drop(guard);
+    ctx.close();
+    assert_eq!(other, reference);
+    for (a, b) in compiled.iter().zip(&reference) {
+        assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "{compiled:?} vs {reference:?}");
+    }
+    gt::signal::set_config(Default::default());
+}
+
+#[test]
+fn gt_run_compiles_the_signal_blocks_a_config_marks() {
+    let dir = std::env::temp_dir().join(format!("gt-compile-signal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("compile.yaml");
+    std::fs::write(&config, "layer1:\n  compile: true\n").unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mlp.gtir");
+    let run = |env: &[(&str, &Path)], extra: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gt-run"));
+        cmd.args(extra).arg(script);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (plain, _) = run(&[], &["--reference"]);
+    let (compiled, stats) = run(&[("GT_CONFIG", &config)], &["--pass-stats", "--dump-after", "fuse"]);
+    // layer1's matmul, scale, bias and relu became one kernel; nothing else was compiled.
+    assert!(stats.contains("pass fuse: regions=1 "), "{stats}");
+    assert!(compiled.contains("signal_start \"layer1\" compile\n%0 = fused"), "{compiled}");
+    assert!(compiled.contains("%6 = fused %0, %1 : f32[8, 32] kernel matmul"), "{compiled}");
+    assert!(compiled.contains("signal_start \"layer2\"\n%7 = randn"), "{compiled}");
+    let values = compiled.split("; after fuse").next().unwrap();
+    assert_eq!(values, plain);
+}
