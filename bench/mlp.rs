@@ -2,8 +2,9 @@
 //! w2 256x10, mean-square loss, backward, SGD update, and `loss.item()` (a sync point, as a
 //! training loop reads its loss). Measured on the reference interpreter in this thread, on
 //! an embedded cluster (client -> dispatcher -> worker over inproc ZeroMQ), and on the
-//! cluster with fusion (`GT_COMPILE=1`, `GT_AUTO_COMPILE=1`); next to PyTorch eager on the
-//! CPU (`bench/mlp_torch.py`) when it is installed.
+//! cluster with fusion (`GT_COMPILE=1`, `GT_AUTO_COMPILE=1`) and with no pass at all
+//! (`GT_PASSES=none`; the worker's peak bytes then show what the `dead` pass saves); next to
+//! PyTorch eager on the CPU (`bench/mlp_torch.py`) when it is installed.
 //! Run: `cargo bench --bench mlp` (`GT_BENCH_QUICK=1`: fewer steps; `GT_BENCH_SAVE=1` writes
 //! `bench/results/mlp-vm.txt`).
 
@@ -98,6 +99,7 @@ fn main() {
     }
     for (name, vars) in [
         ("embedded cluster, 1 worker", &[][..]),
+        ("embedded, GT_PASSES=none (no pass)", &[("GT_PASSES", "none")][..]),
         ("embedded, GT_AUTO_COMPILE=1 (hot paths fused)", &[("GT_AUTO_COMPILE", "1")][..]),
         ("embedded, GT_COMPILE=1 (every region fused)", &[("GT_COMPILE", "1")][..]),
     ] {
@@ -105,8 +107,12 @@ fn main() {
             std::env::set_var(k, v);
         }
         {
-            let _gt = Runtime::embedded(1).expect("an embedded cluster starts");
+            let gt = Runtime::embedded(1).expect("an embedded cluster starts");
             row(&mut report, name, measure(steps, warmup));
+            if let Some(Ok(stats)) = gt.worker_stats() {
+                let peak = stats.iter().map(|w| w.peak_bytes).max().unwrap_or(0);
+                let _ = writeln!(report, "{:<44} worker peak {:.2} MiB", "", peak as f64 / (1 << 20) as f64);
+            }
         }
         for (k, _) in vars {
             std::env::remove_var(k);

@@ -1,5 +1,6 @@
-//! Pass-pipeline overhead: time per instruction through the dispatcher's pipeline with every
-//! pass on versus none, on a 1,000,000-instruction stream, and hot-path detection's time per
+//! Pass-pipeline overhead: time per instruction through the dispatcher's pipeline with no
+//! pass, the runtime's default passes (fuse on compile signals, dead) and every pass on
+//! (fuse compiling every region), on a 1,000,000-instruction stream, and hot-path detection's time per
 //! instruction at 10^4, 10^5 and 10^6 instructions (it must stay flat: linear in the stream),
 //! and the fuse pass's time per region.
 //! Run: `cargo bench --bench passes` (`GT_BENCH_QUICK=1`: 10^5 at most; `GT_BENCH_SAVE=1`
@@ -171,21 +172,29 @@ fn main() {
     let options = PassOptions::default();
     let none = || Pipeline::new();
     let all = move || registry::pipeline(KNOWN_PASSES, &options).expect("known");
+    let defaults = || registry::pipeline(registry::DEFAULT_PASSES, &registry::default_options()).expect("known");
     let mut report = String::new();
     let host =
         std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or("local".into());
     let _ = writeln!(
         report,
-        "gt pass-pipeline benchmark: host {host}, median of {reps}; passes on: {}",
-        KNOWN_PASSES.join(", ")
+        "gt pass-pipeline benchmark: host {host}, median of {reps}; all on: {} (fuse compiling every region); \
+         defaults: {} (fuse compiling compile signals only)",
+        KNOWN_PASSES.join(", "),
+        registry::DEFAULT_PASSES.join(", ")
     );
     let _ = writeln!(report, "\n1. overhead per instruction, {big} instructions (ns/instr)");
-    let _ = writeln!(report, "{:<22} {:>10} {:>10} {:>10}", "stream", "passes off", "all on", "added");
+    let _ = writeln!(
+        report,
+        "{:<22} {:>10} {:>10} {:>10} {:>10}",
+        "stream", "passes off", "defaults", "all on", "all added"
+    );
     for (name, noise) in [("training loop", false), ("loop with noise 1/7", true)] {
         let input = stream(big, noise);
         let off = ns_per_instr(&none, &input, reps);
+        let default = ns_per_instr(&defaults, &input, reps);
         let on = ns_per_instr(&all, &input, reps);
-        let _ = writeln!(report, "{name:<22} {off:>10.1} {on:>10.1} {:>10.1}", on - off);
+        let _ = writeln!(report, "{name:<22} {off:>10.1} {default:>10.1} {on:>10.1} {:>10.1}", on - off);
     }
     let _ = writeln!(report, "goal: <= 1000 ns added per instruction");
     let _ = writeln!(report, "\n2. hotpath alone, ns/instr by stream length (flat = linear)");

@@ -36,7 +36,8 @@ fn add(dst: u32, lhs: u32, rhs: u32) -> Instr {
     }
 }
 
-fn run_filetests() -> Vec<PathBuf> {
+/// Every run filetest, sorted.
+pub(crate) fn run_filetests() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gtir/run");
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.retain(|p| p.extension().is_some_and(|e| e == "gtir"));

@@ -3,12 +3,13 @@
 //! its peak; failures of instructions a pass held back are reported against them; a signal
 //! whose config says `compile: true` is compiled with no other setting.
 
+use crate::cluster::run_filetests;
 use gt::frontend::{Client, ClientError, ClientOptions, Origin};
 use gt::ir::{BinaryOp, Instr, Operand, TensorType, UnaryOp, ValueId};
 use gt::passes::{registry, PassOptions, KNOWN_PASSES};
 use gt::runtime::{Cluster, ClusterOptions};
 use gt::script::run_any;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 fn origin(op: &'static str) -> Origin {
@@ -23,14 +24,6 @@ fn cluster_with(passes: &'static [&'static str], options: PassOptions) -> Cluste
 
 fn client(c: &Cluster) -> Client {
     Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap()
-}
-
-fn run_filetests() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gtir/run");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
-    files.retain(|p| p.extension().is_some_and(|e| e == "gtir"));
-    files.sort();
-    files
 }
 
 #[test]
