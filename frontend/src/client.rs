@@ -272,11 +272,16 @@ impl Client {
         Ok(())
     }
 
+    /// Keeps the earliest instruction's failure to report (passes may reorder instructions,
+    /// so failures need not arrive in stream order); the others are counted.
     fn note_failure(&mut self, seq: u64, message: String) {
-        if self.first_error.is_none() {
-            self.first_error = Some((seq, message));
-        } else {
-            self.later_errors += 1;
+        match &self.first_error {
+            Some((first, _)) if *first <= seq => self.later_errors += 1,
+            Some(_) => {
+                self.later_errors += 1;
+                self.first_error = Some((seq, message));
+            }
+            None => self.first_error = Some((seq, message)),
         }
     }
 

@@ -154,6 +154,15 @@ impl<E: Executor> Runner<'_, E> {
         match &stmt.kind {
             StmtKind::Const { .. } => {}
             StmtKind::Instr(instr) => {
+                // A written `signal_start` takes the config's directives, as a `signal` block.
+                let marked;
+                let instr = match instr {
+                    Instr::SignalStart { name, compile: false } => {
+                        marked = crate::signal::start_marker(name);
+                        &marked
+                    }
+                    i => i,
+                };
                 self.exec.execute_at(instr, Some(span)).map_err(Self::fail(span, instr.mnemonic()))?;
                 self.summary.instructions += 1;
             }

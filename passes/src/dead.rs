@@ -15,7 +15,8 @@
 //! A region ends at a sync point (`flush`), a hot-path or signal marker, a full window
 //! (`GT_DEAD_WINDOW`), and whenever the dispatcher finds no message waiting
 //! ([`StreamPass::idle`]): waiting for more would only keep workers idle. Where regions end
-//! changes where frees land, never a value.
+//! changes where frees land, never a value. A moved free keeps the client's sequence number
+//! (a free of a value that is not defined is reported against it).
 
 use crate::pipeline::{Emit, Origin, StreamPass};
 use gt_ir::{Instr, ValueId};
@@ -105,9 +106,10 @@ impl Dead {
                 self.last_touch.insert(v, k);
             }
         }
+        // A moved free is still the client's instruction: it keeps its origin.
         let free = |out: &mut Emit, k: usize| {
             let (instr, origin) = &region[k];
-            out.inject_for(instr.clone(), origin.seq);
+            out.keep_from(instr.clone(), *origin);
         };
         for &k in &first {
             free(out, k);
@@ -178,15 +180,19 @@ mod tests {
         let program = parse(text).unwrap();
         let mut pass = Dead::new(DeadConfig { window });
         let mut out = Emit::new("dead");
-        for (i, _) in program.instrs() {
-            pass.run(i.clone(), &mut out);
+        let instrs = program.instrs();
+        for (seq, (i, _)) in (0u64..).zip(&instrs) {
+            out.current = Origin { seq, injected_by: None };
+            pass.run((*i).clone(), &mut out);
         }
         pass.flush(&mut out);
+        let items = out.into_items();
         let mut lines = Vec::new();
-        for (instr, origin) in out.into_items() {
-            let stmt = Stmt { kind: StmtKind::Instr(instr), span: Default::default() };
+        for (k, (instr, origin)) in items.iter().enumerate() {
+            // Moved: it comes out before an instruction that came in before it.
+            let moved = if items[k + 1..].iter().any(|(_, o)| o.seq < origin.seq) { "   ; moved" } else { "" };
+            let stmt = Stmt { kind: StmtKind::Instr(instr.clone()), span: Default::default() };
             let one = Program { body: vec![stmt], names: program.names.clone() };
-            let moved = if origin.injected_by.is_some() { "   ; moved" } else { "" };
             lines.push(format!("{}{moved}", gt_ir::text::print(&one).trim_end()));
         }
         (lines.join("\n"), pass.dead_stats())
@@ -207,7 +213,7 @@ mod tests {
         free %b   ; moved
         free %c   ; moved
         %e = relu %d
-        free %d   ; moved
+        free %d
         ");
         assert_eq!((stats.frees, stats.moved), (4, 4));
         assert_eq!(stats.overtaken, 3 + 2 + 3 + 3);
@@ -271,6 +277,6 @@ mod tests {
         p.run(Instr::Free { src: ValueId(0) }, 12, &mut out);
         p.flush(13, &mut out);
         let seqs: Vec<(u64, Option<&str>)> = out.iter().map(|(_, o)| (o.seq, o.injected_by)).collect();
-        assert_eq!(seqs, vec![(10, None), (12, Some("dead")), (11, None)]);
+        assert_eq!(seqs, vec![(10, None), (12, None), (11, None)]);
     }
 }

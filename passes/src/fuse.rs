@@ -122,8 +122,8 @@ pub struct Fuse {
     origins: Vec<Origin>,
     /// Inside a hot-path repetition.
     in_hot: bool,
-    /// The open signal scopes, innermost last: whether each is a compile signal.
-    signals: Vec<bool>,
+    /// The open signal scopes, innermost last, and whether each is a compile signal.
+    signals: Vec<(String, bool)>,
     stats: FuseStats,
     /// Results of regions seen, by canonical form (see [`canonical`]).
     cache: HashMap<Vec<u8>, (Vec<Instr>, build::BuildStats)>,
@@ -151,7 +151,7 @@ impl Fuse {
     }
 
     fn collecting(&self) -> bool {
-        let in_compile_signal = self.signals.iter().any(|c| *c);
+        let in_compile_signal = self.signals.iter().any(|(_, c)| *c);
         match self.config.regions {
             Regions::All => true,
             Regions::HotPaths => self.in_hot || in_compile_signal,
@@ -192,9 +192,19 @@ impl Fuse {
             }
             return;
         }
-        // A kernel stands for several instructions: its failure is reported against the
-        // region's last one.
+        // Each output is reported against the client instruction that defined its result (a
+        // kernel: its value's; a free: the client's free); the region's last one otherwise.
         let last = origins.last().copied().unwrap_or_default();
+        let mut defined_by: HashMap<ValueId, Origin> = HashMap::new();
+        let mut freed_by: HashMap<ValueId, Origin> = HashMap::new();
+        for (i, origin) in region.iter().zip(&origins) {
+            match i {
+                Instr::Free { src } => {
+                    freed_by.insert(*src, *origin);
+                }
+                _ => defined_by.extend(i.results().into_iter().map(|r| (r, *origin))),
+            }
+        }
         let start = std::time::Instant::now();
         self.stats.regions += 1;
         let n_in = region.len();
@@ -258,10 +268,15 @@ impl Fuse {
             took.as_secs_f64() * 1e3,
         );
         for i in instrs {
+            let origin = match &i {
+                Instr::Free { src } => freed_by.get(src),
+                _ => i.results().first().and_then(|r| defined_by.get(r)),
+            };
+            let origin = origin.copied().unwrap_or(last);
             if matches!(i, Instr::Fused { .. }) {
-                out.inject_for(i, last.seq);
+                out.inject_for(i, origin.seq);
             } else {
-                out.keep_from(i, last);
+                out.keep_from(i, origin);
             }
         }
     }
@@ -280,15 +295,18 @@ impl StreamPass for Fuse {
                 out.keep(instr);
             }
             // A signal scope is a region boundary (its instructions may be placed elsewhere).
-            Instr::SignalStart { compile, .. } => {
+            Instr::SignalStart { ref name, compile } => {
                 self.release(out);
-                self.signals.push(compile);
+                self.signals.push((name.clone(), compile));
                 out.keep(instr);
             }
-            Instr::SignalEnd { .. } => {
+            Instr::SignalEnd { ref name } => {
                 self.release(out);
-                // An unbalanced end (the dispatcher logs it) leaves nothing to pop.
-                self.signals.pop();
+                // An end that does not close the innermost scope (the dispatcher logs it)
+                // closes nothing, as in the dispatcher's own stack.
+                if self.signals.last().is_some_and(|(open, _)| open == name) {
+                    self.signals.pop();
+                }
                 out.keep(instr);
             }
             _ if !self.collecting() => {

@@ -28,7 +28,7 @@ pub struct Emit {
     items: Vec<(Instr, Origin)>,
     pass: &'static str,
     /// The origin of the instruction being taken (or, in a flush, of the sync point).
-    current: Origin,
+    pub(crate) current: Origin,
 }
 
 impl Emit {

@@ -142,15 +142,33 @@ fn a_failure_held_back_by_a_pass_is_reported_against_its_instruction() {
     a.submit(add(2, 0, 1), origin("add")).unwrap(); // seq 2: shapes do not broadcast
     a.submit(add(3, 0, 0), origin("add")).unwrap();
     a.submit(Instr::Free { src: ValueId(1) }, origin("free")).unwrap();
+    // A free of a value never defined: the dead pass moves it to the region's start, so its
+    // failure arrives first; the client still reports the earliest instruction's.
+    a.submit(Instr::Free { src: ValueId(9) }, origin("free")).unwrap();
     let e = a.read(ValueId(3)).unwrap_err();
     match &e {
-        ClientError::Op { seq, origin, message, .. } => {
-            assert_eq!((*seq, origin.op), (2, "add"));
+        ClientError::Op { seq, origin, message, later } => {
+            assert_eq!((*seq, origin.op, *later), (2, "add", 1));
             assert!(message.contains("cannot broadcast [2] with [3]"), "{message}");
         }
         other => panic!("expected an op failure, got {other}"),
     }
     assert_eq!(a.read(ValueId(3)).unwrap().data, vec![2.0, 2.0]);
+}
+
+#[test]
+fn a_redefinition_the_worker_fails_does_not_leak_the_value_it_was_to_replace() {
+    let cluster = cluster_with(&[], PassOptions::default());
+    let mut a = client(&cluster);
+    let full = |dims: Vec<usize>| Instr::Full { dst: ValueId(1), ty: TensorType::f32(dims), value: 1.0 };
+    a.submit(full(vec![2]), origin("full")).unwrap();
+    // Verifies, but is over the worker's 8 GiB limit; it reuses %1's buffer.
+    a.submit(full(vec![65536, 32769]), origin("full")).unwrap();
+    let e = a.sync().unwrap_err();
+    assert!(e.to_string().contains("over the limit"), "{e}");
+    a.submit(Instr::Free { src: ValueId(1) }, origin("free")).unwrap();
+    let w = &a.worker_stats().unwrap()[0];
+    assert_eq!((w.live_values, w.live_bytes), (0, 0), "the old %1 is freed too");
 }
 
 const COMPILE_CONFIG: &str = "block:\n  compile: true\nother:\n  compile: false\n";
@@ -218,4 +236,43 @@ fn gt_run_compiles_the_signal_blocks_a_config_marks() {
     assert!(compiled.contains("signal_start \"layer2\"\n%7 = randn"), "{compiled}");
     let values = compiled.split("; after fuse").next().unwrap();
     assert_eq!(values, plain);
+}
+
+/// Runs `gt-run` on `script` with `config` as `GT_CONFIG`; (exit code, stdout, stderr).
+fn gt_run_with_config(script: &str, config: &str, args: &[&str]) -> (i32, String, String) {
+    let dir = std::env::temp_dir().join(format!("gt-compile-{}-{}", std::process::id(), script.len()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (s, c) = (dir.join("script.gtir"), dir.join("config.yaml"));
+    std::fs::write(&s, script).unwrap();
+    std::fs::write(&c, config).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gt-run"))
+        .args(args)
+        .arg(&s)
+        .env("GT_CONFIG", &c)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn a_kernel_failure_names_the_line_that_defined_its_value() {
+    let script = "%a = full f32[4] 1.0\n%A = zeros f32[65536, 1]\n%B = zeros f32[1, 65537]\nsignal \"s\" {\n  %m = matmul %A, %B\n  %y = exp %a\n  %z = neg %y\n  %w = mul %z, %y\n}\nprint %w\nprint %m\n";
+    let (code, _, err) = gt_run_with_config(script, "s:\n  compile: true\n", &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("`matmul` failed: fused: result needs"), "{err}");
+    assert!(err.contains("script.gtir:5:"), "{err}");
+}
+
+#[test]
+fn written_signal_markers_follow_the_config_and_only_a_matching_end_closes_a_scope() {
+    // `signal_end "t"` does not close the innermost scope ("s"): the dispatcher keeps "s"
+    // open, and so does the fuse pass, which compiles the rest of the scope.
+    let script = "%a = full f32[4] 1.0\nsignal_start \"t\"\nsignal_start \"s\"\n%y = exp %a\nsignal_end \"t\"\n%z = neg %y\n%w = mul %z, %y\n%v = add %w, 1.0\nprint %v\n";
+    let (code, out, err) =
+        gt_run_with_config(script, "s:\n  compile: true\n", &["--pass-stats", "--dump-after", "fuse"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("signal_start \"s\" compile\n"), "{out}");
+    assert!(err.contains("pass fuse: regions=1 "), "{err}");
+    assert!(out.contains("%v = f32[4] [-6.3891, -6.3891"), "{out}");
 }

@@ -70,6 +70,10 @@ impl std::fmt::Debug for DispatcherConfig {
     }
 }
 
+/// The origin sequence number of instructions the dispatcher makes on its own behalf (their
+/// failures are logged, not reported to a client).
+const DISPATCHER_SEQ: u64 = u64::MAX;
+
 /// Where a client value lives.
 #[derive(Debug, Clone)]
 enum Slot {
@@ -79,6 +83,9 @@ enum Slot {
         ty: TensorType,
         /// The client seq of the instruction that defined it.
         seq: u64,
+        /// Its buffer held the value this one replaced (a redefinition): if the worker fails
+        /// to compute it, that value is still there and must be freed.
+        replaced: bool,
     },
     /// The instruction that should have defined it failed (client seq).
     Failed { seq: u64 },
@@ -572,15 +579,15 @@ impl Dispatcher {
         let results = instr.results();
         let mut bufs = Vec::with_capacity(results.len() + operands.len());
         for (dst, ty) in results.iter().zip(types) {
-            let buf = match client.values.get(dst) {
-                Some(Slot::Live { worker, buf, .. }) if *worker == w => *buf,
+            let (buf, replaced) = match client.values.get(dst) {
+                Some(Slot::Live { worker, buf, .. }) if *worker == w => (*buf, true),
                 Some(Slot::Live { worker, buf, .. }) => {
                     self.workers[*worker].queue(Instr::Free { src: *buf }, (c, seq));
-                    self.workers[w].alloc()
+                    (self.workers[w].alloc(), false)
                 }
-                _ => self.workers[w].alloc(),
+                _ => (self.workers[w].alloc(), false),
             };
-            client.values.insert(*dst, Slot::Live { worker: w, buf, ty, seq });
+            client.values.insert(*dst, Slot::Live { worker: w, buf, ty, seq, replaced });
             bufs.push(buf);
         }
         bufs.extend(operands.iter().map(|(_, b)| *b));
@@ -764,16 +771,25 @@ impl Dispatcher {
                     format!("batch={batch} ok={ok} failed={} time={:.3}ms", failures.len(), nanos as f64 / 1e6)
                 });
                 for (i, message) in failures {
-                    if let Some(&(c, seq)) = record.origins.get(i as usize) {
-                        if let Some(client) = self.clients.get_mut(&c) {
-                            // Its results were never made: reads say why, a free is quiet.
-                            for slot in client.values.values_mut() {
-                                if matches!(slot, Slot::Live { seq: s, .. } if *s == seq) {
+                    let Some(&(c, seq)) = record.origins.get(i as usize) else { continue };
+                    if seq == DISPATCHER_SEQ {
+                        tracing::warn!(target: "gt::dispatcher", "worker `{}`: {message}", self.workers[w].name);
+                        continue;
+                    }
+                    if let Some(client) = self.clients.get_mut(&c) {
+                        // Its results were never made: reads say why, a free is quiet. A
+                        // redefinition's buffer still holds the value it was to replace.
+                        for slot in client.values.values_mut() {
+                            if let Slot::Live { seq: s, worker, buf, replaced, .. } = *slot {
+                                if s == seq {
+                                    if replaced {
+                                        self.workers[worker].queue(Instr::Free { src: buf }, (c, DISPATCHER_SEQ));
+                                    }
                                     *slot = Slot::Failed { seq };
                                 }
                             }
-                            self.send_reply(c, &Reply::Failed { seq, message });
                         }
+                        self.send_reply(c, &Reply::Failed { seq, message });
                     }
                 }
                 if let Some((c, seq)) = record.sync {
