@@ -4,7 +4,8 @@
 //! instruction log see which signal each instruction belongs to. A scope's *backward signal*
 //! (given, or the `backward:` of its config) scopes the gradient ops of what it computed.
 //! A config's `compile: true` travels on the scope's `signal_start` marker, and the
-//! dispatcher's fuse pass compiles the scope. Configs come from YAML ([`crate::config`]): [`load_config`], or `GT_CONFIG` at start.
+//! dispatcher's fuse pass compiles the scope. Configs come from YAML ([`crate::config`]):
+//! [`load_config`], or `GT_CONFIG` at start.
 
 use crate::config::{Config, ConfigError, SignalConfig};
 use crate::tensor::{Context, Result, Tensor, TensorError};

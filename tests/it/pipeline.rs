@@ -1,7 +1,8 @@
 //! The pass pipeline in a running cluster: every subset of the passes gives the numbers of
 //! the interpreter; the dead-value pass keeps worker memory flat over long loops and lowers
-//! its peak; failures of instructions a pass held back are reported against them; a signal
-//! whose config says `compile: true` is compiled with no other setting.
+//! its peak; failures of instructions a pass held back or compiled are reported against the
+//! instruction that defined the failing value; a worker's failed redefinition leaks nothing;
+//! a signal whose config says `compile: true` is compiled with no other setting.
 
 use crate::cluster::run_filetests;
 use gt::frontend::{Client, ClientError, ClientOptions, Origin};
@@ -228,7 +229,11 @@ fn gt_run_compiles_the_signal_blocks_a_config_marks() {
         (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
     let (plain, _) = run(&[], &["--reference"]);
-    let (compiled, stats) = run(&[("GT_CONFIG", &config)], &["--pass-stats", "--dump-after", "fuse"]);
+    let log = dir.join("log.txt");
+    let (compiled, stats) =
+        run(&[("GT_CONFIG", &config), ("GT_INSTRUCTION_LOG", &log)], &["--pass-stats", "--dump-after", "fuse"]);
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.lines().any(|l| l.contains("| SIGNAL") && l.contains("layer1 depth=1 compile")), "{log}");
     // layer1's matmul, scale, bias and relu became one kernel; nothing else was compiled.
     assert!(stats.contains("pass fuse: regions=1 "), "{stats}");
     assert!(compiled.contains("signal_start \"layer1\" compile\n%0 = fused"), "{compiled}");

@@ -438,12 +438,13 @@ impl Dispatcher {
             if let Instr::SignalStart { name, .. } | Instr::SignalEnd { name } = &instr {
                 let depth = client.signals.len();
                 let what = if matches!(instr, Instr::SignalStart { .. }) { "enter" } else { "exit" };
+                let compile = if matches!(instr, Instr::SignalStart { compile: true, .. }) { " compile" } else { "" };
                 self.log.emit(
                     EventKind::Signal,
                     format!("CLIENT {c}"),
                     what,
                     bytes,
-                    format!("#{seq} {name} depth={depth}"),
+                    format!("#{seq} {name} depth={depth}{compile}"),
                 );
             } else {
                 let scope = client.signals.last().map(|s| format!(" signal={s}")).unwrap_or_default();
