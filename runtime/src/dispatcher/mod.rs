@@ -224,11 +224,17 @@ impl Dispatcher {
         loop {
             let timeout = self.config.probe_interval.as_millis() as i64;
             self.log.flush();
+            // Whether every waiting message was read (not cut off at the cap).
+            let mut drained = true;
             if self.router.poll(zmq::POLLIN, timeout)? > 0 {
+                drained = false;
                 for _ in 0..4096 {
                     match self.router.recv_multipart(zmq::DONTWAIT) {
                         Ok(frames) => self.on_frames(frames),
-                        Err(zmq::Error::EAGAIN) => break,
+                        Err(zmq::Error::EAGAIN) => {
+                            drained = true;
+                            break;
+                        }
                         Err(e) => return Err(e),
                     }
                     self.reap();
@@ -240,7 +246,9 @@ impl Dispatcher {
             if self.stopping {
                 break;
             }
-            self.idle_pipelines();
+            if drained {
+                self.idle_pipelines();
+            }
             for w in 0..self.workers.len() {
                 self.flush_worker(w, None);
             }
