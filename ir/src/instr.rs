@@ -471,6 +471,13 @@ impl Instr {
     }
 
     /// Calls `f` on every value id the instruction names, results first, then operands,
+    /// in text order, without collecting them (for passes that look at every instruction).
+    pub fn visit_values(&self, f: &mut dyn FnMut(ValueId)) {
+        let mut each = |v: &ValueId, _: bool| f(*v);
+        for_each_value!(self, each);
+    }
+
+    /// Calls `f` on every value id the instruction names, results first, then operands,
     /// in text order (for renumbering and renaming ids).
     pub fn visit_values_mut(&mut self, f: &mut dyn FnMut(&mut ValueId)) {
         let mut each = |v: &mut ValueId, _: bool| f(v);

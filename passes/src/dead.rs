@@ -102,9 +102,9 @@ impl Dead {
                 self.last_touch.insert(*src, k);
                 continue;
             }
-            for v in instr.results().into_iter().chain(instr.operands()) {
+            instr.visit_values(&mut |v| {
                 self.last_touch.insert(v, k);
-            }
+            });
         }
         // A moved free is still the client's instruction: it keeps its origin.
         let free = |out: &mut Emit, k: usize| {
