@@ -285,7 +285,7 @@ impl BackwardSignal<'_> {
             self.ctx.submit(&gt_ir::Instr::SignalEnd { name })?;
         }
         if let Some(name) = to {
-            self.ctx.submit(&crate::signal::start_marker(name))?;
+            self.ctx.submit(&crate::signal::start_marker(name, false))?;
             self.open = Some(name.to_string());
         }
         Ok(())

@@ -157,8 +157,8 @@ impl<E: Executor> Runner<'_, E> {
                 // A written `signal_start` takes the config's directives, as a `signal` block.
                 let marked;
                 let instr = match instr {
-                    Instr::SignalStart { name, compile: false } => {
-                        marked = crate::signal::start_marker(name);
+                    Instr::SignalStart { name, compile } => {
+                        marked = crate::signal::start_marker(name, *compile);
                         &marked
                     }
                     i => i,
@@ -193,7 +193,7 @@ impl<E: Executor> Runner<'_, E> {
                 }
             }
             StmtKind::Signal { name, body } => {
-                let start = crate::signal::start_marker(name);
+                let start = crate::signal::start_marker(name, false);
                 self.exec.execute_at(&start, Some(span)).map_err(Self::fail(span, "signal"))?;
                 self.block(body)?;
                 let end = Instr::SignalEnd { name: name.clone() };

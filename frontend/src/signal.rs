@@ -52,10 +52,10 @@ pub(crate) fn enter_compiled(name: &str, compile: bool) -> Result<()> {
     enter_on(&*Context::current()?, name, backward.as_deref(), compile).map(|_| ())
 }
 
-/// The marker that opens signal `name`: with `compile` when the thread's config says
-/// `compile: true` for it.
-pub fn start_marker(name: &str) -> Instr {
-    Instr::SignalStart { name: name.to_string(), compile: config(name).is_some_and(|c| c.compile) }
+/// The marker that opens signal `name`: compiled when `compile` (a script wrote
+/// `signal_start "x" compile`) or when the thread's config says `compile: true` for it.
+pub fn start_marker(name: &str, compile: bool) -> Instr {
+    Instr::SignalStart { name: name.to_string(), compile: compile || config(name).is_some_and(|c| c.compile) }
 }
 
 /// Closes the innermost scope, which must be `name`.
@@ -67,11 +67,7 @@ fn enter_on(ctx: &Context, name: &str, backward: Option<&str>, compile: bool) ->
     if name.is_empty() {
         return Err(TensorError::invalid("signal", "a signal needs a name"));
     }
-    let mut start = start_marker(name);
-    if let Instr::SignalStart { compile: c, .. } = &mut start {
-        *c |= compile;
-    }
-    ctx.submit(&start)?;
+    ctx.submit(&start_marker(name, compile))?;
     let scope = Rc::new(Scope { name: name.to_string(), backward: backward.map(str::to_string) });
     STACK.with(|s| s.borrow_mut().push(scope.clone()));
     Ok(scope)
