@@ -80,41 +80,30 @@ impl<'a> Emitter<'a> {
     }
 
     fn f64(&mut self, v: f64) -> TokenStream {
-        if let Some(h) = self.float_hole(v, HoleType::F64) {
-            return h;
-        }
-        if v.is_nan() {
-            quote!(::core::primitive::f64::NAN)
-        } else if v.is_infinite() {
-            if v > 0.0 {
-                quote!(::core::primitive::f64::INFINITY)
-            } else {
-                quote!(::core::primitive::f64::NEG_INFINITY)
-            }
-        } else {
-            let lit = Literal::f64_suffixed(v.abs());
-            if v.is_sign_negative() {
-                quote!((-#lit))
-            } else {
-                quote!(#lit)
-            }
-        }
+        self.float(v, HoleType::F64, quote!(f64), || Literal::f64_suffixed(v.abs()))
     }
 
     fn f32(&mut self, v: f32) -> TokenStream {
-        if let Some(h) = self.float_hole(f64::from(v), HoleType::F32) {
+        // Widening keeps NaN, the infinities and the sign; the literal is the f32 itself.
+        self.float(f64::from(v), HoleType::F32, quote!(f32), || Literal::f32_suffixed(v.abs()))
+    }
+
+    /// A float of primitive type `prim`: a hole, a special value by name, or `lit` (the
+    /// magnitude, made only for finite values: a literal cannot be NaN or infinite).
+    fn float(&mut self, v: f64, ty: HoleType, prim: TokenStream, lit: impl FnOnce() -> Literal) -> TokenStream {
+        if let Some(h) = self.float_hole(v, ty) {
             return h;
         }
         if v.is_nan() {
-            quote!(::core::primitive::f32::NAN)
+            quote!(::core::primitive::#prim::NAN)
         } else if v.is_infinite() {
             if v > 0.0 {
-                quote!(::core::primitive::f32::INFINITY)
+                quote!(::core::primitive::#prim::INFINITY)
             } else {
-                quote!(::core::primitive::f32::NEG_INFINITY)
+                quote!(::core::primitive::#prim::NEG_INFINITY)
             }
         } else {
-            let lit = Literal::f32_suffixed(v.abs());
+            let lit = lit();
             if v.is_sign_negative() {
                 quote!((-#lit))
             } else {
