@@ -11,8 +11,8 @@ fn gt_run(args: &[&str]) -> Output {
     gt_run_env(args, &[])
 }
 
-/// `gt-run` with these environment variables set.
-fn gt_run_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
+/// `gt-run` with these environment variables set (run from the repository root).
+pub(crate) fn gt_run_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gt-run"));
     cmd.args(args).current_dir(root());
     for (k, v) in env {
@@ -21,20 +21,20 @@ fn gt_run_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
     cmd.output().expect("gt-run starts")
 }
 
-fn code(o: &Output) -> i32 {
+pub(crate) fn code(o: &Output) -> i32 {
     o.status.code().expect("gt-run exits normally, not by a signal")
 }
 
-fn stdout(o: &Output) -> String {
+pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn stderr(o: &Output) -> String {
+pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// Writes a script into a fresh temporary directory and returns its path.
-fn script(name: &str, bytes: &[u8]) -> PathBuf {
+pub(crate) fn script(name: &str, bytes: &[u8]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gt-cli-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);

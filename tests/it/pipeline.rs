@@ -4,13 +4,14 @@
 //! instruction that defined the failing value; a worker's failed redefinition leaks nothing;
 //! a signal whose config says `compile: true` is compiled with no other setting.
 
+use crate::cli::{code, gt_run_env, script, stderr, stdout};
 use crate::cluster::run_filetests;
 use gt::frontend::{Client, ClientError, ClientOptions, Origin};
 use gt::ir::{BinaryOp, Instr, Operand, TensorType, UnaryOp, ValueId};
 use gt::passes::{registry, PassOptions, KNOWN_PASSES};
 use gt::runtime::{Cluster, ClusterOptions};
 use gt::script::run_any;
-use std::path::Path;
+use std::ffi::OsStr;
 use std::sync::Arc;
 
 fn origin(op: &'static str) -> Origin {
@@ -213,25 +214,18 @@ fn a_compile_signal_is_compiled_with_no_other_setting() {
 
 #[test]
 fn gt_run_compiles_the_signal_blocks_a_config_marks() {
-    let dir = std::env::temp_dir().join(format!("gt-compile-signal-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("compile.yaml");
-    std::fs::write(&config, "layer1:\n  compile: true\n").unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mlp.gtir");
-    let run = |env: &[(&str, &Path)], extra: &[&str]| {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gt-run"));
-        cmd.args(extra).arg(script);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let config = script("compile-signal.yaml", b"layer1:\n  compile: true\n");
+    let log = config.with_file_name("log.txt");
+    let run = |env: &[(&str, &OsStr)], args: &[&str]| {
+        let o = gt_run_env(args, env);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        (stdout(&o), stderr(&o))
     };
-    let (plain, _) = run(&[], &["--reference"]);
-    let log = dir.join("log.txt");
-    let (compiled, stats) =
-        run(&[("GT_CONFIG", &config), ("GT_INSTRUCTION_LOG", &log)], &["--pass-stats", "--dump-after", "fuse"]);
+    let (plain, _) = run(&[], &["--reference", "examples/mlp.gtir"]);
+    let (compiled, stats) = run(
+        &[("GT_CONFIG", config.as_os_str()), ("GT_INSTRUCTION_LOG", log.as_os_str())],
+        &["--pass-stats", "--dump-after", "fuse", "examples/mlp.gtir"],
+    );
     let log = std::fs::read_to_string(&log).unwrap();
     assert!(log.lines().any(|l| l.contains("| SIGNAL") && l.contains("layer1 depth=1 compile")), "{log}");
     // layer1's matmul, scale, bias and relu became one kernel; nothing else was compiled.
@@ -243,30 +237,24 @@ fn gt_run_compiles_the_signal_blocks_a_config_marks() {
     assert_eq!(values, plain);
 }
 
-/// Runs `gt-run` on `script` with `config` as `GT_CONFIG`; (exit code, stdout, stderr).
-fn gt_run_with_config(script: &str, config: &str, args: &[&str]) -> (i32, String, String) {
-    let dir = std::env::temp_dir().join(format!("gt-compile-{}-{}", std::process::id(), script.len()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (s, c) = (dir.join("script.gtir"), dir.join("config.yaml"));
-    std::fs::write(&s, script).unwrap();
-    std::fs::write(&c, config).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gt-run"))
-        .args(args)
-        .arg(&s)
-        .env("GT_CONFIG", &c)
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+/// Runs `gt-run` on `source` (written as `NAME.gtir`) with `config` as `GT_CONFIG`;
+/// (exit code, stdout, stderr).
+fn gt_run_with_config(name: &str, source: &str, config: &str, args: &[&str]) -> (i32, String, String) {
+    let path = script(&format!("{name}.gtir"), source.as_bytes());
+    let config = script(&format!("{name}.yaml"), config.as_bytes());
+    let mut args = args.to_vec();
+    args.push(path.to_str().unwrap());
+    let o = gt_run_env(&args, &[("GT_CONFIG", config.as_os_str())]);
+    (code(&o), stdout(&o), stderr(&o))
 }
 
 #[test]
 fn a_kernel_failure_names_the_line_that_defined_its_value() {
     let script = "%a = full f32[4] 1.0\n%A = zeros f32[65536, 1]\n%B = zeros f32[1, 65537]\nsignal \"s\" {\n  %m = matmul %A, %B\n  %y = exp %a\n  %z = neg %y\n  %w = mul %z, %y\n}\nprint %w\nprint %m\n";
-    let (code, _, err) = gt_run_with_config(script, "s:\n  compile: true\n", &[]);
+    let (code, _, err) = gt_run_with_config("kernel-failure", script, "s:\n  compile: true\n", &[]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("`matmul` failed: fused: result needs"), "{err}");
-    assert!(err.contains("script.gtir:5:"), "{err}");
+    assert!(err.contains("kernel-failure.gtir:5:"), "{err}");
 }
 
 #[test]
@@ -274,8 +262,12 @@ fn written_signal_markers_follow_the_config_and_only_a_matching_end_closes_a_sco
     // `signal_end "t"` does not close the innermost scope ("s"): the dispatcher keeps "s"
     // open, and so does the fuse pass, which compiles the rest of the scope.
     let script = "%a = full f32[4] 1.0\nsignal_start \"t\"\nsignal_start \"s\"\n%y = exp %a\nsignal_end \"t\"\n%z = neg %y\n%w = mul %z, %y\n%v = add %w, 1.0\nprint %v\n";
-    let (code, out, err) =
-        gt_run_with_config(script, "s:\n  compile: true\n", &["--pass-stats", "--dump-after", "fuse"]);
+    let (code, out, err) = gt_run_with_config(
+        "written-markers",
+        script,
+        "s:\n  compile: true\n",
+        &["--pass-stats", "--dump-after", "fuse"],
+    );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("signal_start \"s\" compile\n"), "{out}");
     assert!(err.contains("pass fuse: regions=1 "), "{err}");

@@ -3,6 +3,7 @@
 //! in a scope's backward signal, configs load from YAML (bad ones are refused with line and
 //! field), and the instruction log names each instruction's signal.
 
+use crate::cli::{code, gt_run_env, stderr};
 use gt::frontend::tensor::Context;
 use gt::ir::{Executor, HostTensor, Instr, ValueId};
 use gt::runtime::Interpreter;
@@ -124,13 +125,9 @@ fn bad_configs_name_line_and_field() {
     let e = signal::load_config(&path).unwrap_err().to_string();
     assert!(e.contains("bad.yaml:3") && e.contains("layer1.shard.axis"), "{e}");
     // gt-run refuses to start with it.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gt-run"))
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/elementwise.gtir"))
-        .env("GT_CONFIG", &path)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = gt_run_env(&["examples/elementwise.gtir"], &[("GT_CONFIG", path.as_os_str())]);
+    assert_eq!(code(&out), 2);
+    let err = stderr(&out);
     assert!(err.contains("bad.yaml:3") && err.contains("axis"), "{err}");
 }
 
@@ -139,12 +136,8 @@ fn the_instruction_log_names_each_instructions_signal() {
     let dir = std::env::temp_dir().join(format!("gt-signal-log-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("log.txt");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gt-run"))
-        .args(["--quiet", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mlp.gtir")])
-        .env("GT_INSTRUCTION_LOG", &log)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = gt_run_env(&["--quiet", "examples/mlp.gtir"], &[("GT_INSTRUCTION_LOG", log.as_os_str())]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
     let text = std::fs::read_to_string(&log).unwrap();
     let line = |pat: &str| text.lines().find(|l| l.contains(pat)).unwrap_or_else(|| panic!("no `{pat}` in\n{text}"));
     assert!(line("| SIGNAL").contains("layer1"));
