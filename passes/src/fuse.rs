@@ -313,6 +313,13 @@ impl StreamPass for Fuse {
                 self.track(&instr);
                 out.keep(instr);
             }
+            // An instruction that reads its own result (the verifier refuses it; a raw client
+            // can send one) would make the value a view or expression of itself: never fused.
+            _ if instr.results().iter().any(|r| instr.operands().contains(r)) => {
+                self.release(out);
+                self.track(&instr);
+                out.keep(instr);
+            }
             _ => {
                 // A value defined twice in the region, or defined after the region read its
                 // old value (a script's loop body), would break the region's

@@ -10,6 +10,10 @@ use gt_passes::{registry, HotPathConfig, PassOptions, Regions};
 use std::path::PathBuf;
 use thiserror::Error;
 
+/// The largest `GT_FUSE_WINDOW`: the fuse pass's partitioner works on one region at a time,
+/// and its work and stack grow with the region.
+pub const MAX_FUSE_WINDOW: usize = 4096;
+
 /// A setting with a bad value.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("{var}={value:?}: {expected}")]
@@ -152,6 +156,11 @@ impl EnvConfig {
         }
         c.pass_options.fuse.fast_math = flag("GT_FAST_MATH")?;
         c.pass_options.fuse.window = positive("GT_FUSE_WINDOW", c.pass_options.fuse.window)?;
+        if c.pass_options.fuse.window > MAX_FUSE_WINDOW {
+            let value = c.pass_options.fuse.window.to_string();
+            let expected = format!("at most {MAX_FUSE_WINDOW} (a region is compiled as one unit)");
+            return Err(ConfigError { var: "GT_FUSE_WINDOW", value, expected });
+        }
         c.pass_options.dead.window = positive("GT_DEAD_WINDOW", c.pass_options.dead.window)?;
         let d = HotPathConfig::default();
         c.pass_options.hotpath = HotPathConfig {
@@ -222,6 +231,7 @@ mod tests {
             ("GT_MONITOR", "yes"),
             ("GT_HOTPATH_WINDOW", "0"),
             ("GT_DEAD_WINDOW", "0"),
+            ("GT_FUSE_WINDOW", "4097"),
             ("GT_BACKEND", "tpu"),
             ("GT_MATMUL_PRECISION", "medium"),
         ] {

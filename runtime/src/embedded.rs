@@ -133,6 +133,9 @@ pub struct Cluster {
     discovery: Option<PathBuf>,
 }
 
+/// The dispatcher thread's stack.
+const DISPATCHER_STACK: usize = 64 << 20;
+
 static NEXT_CLUSTER: AtomicU64 = AtomicU64::new(0);
 
 impl Cluster {
@@ -171,6 +174,9 @@ impl Cluster {
         let dispatcher = Dispatcher::new(router, stop_key.clone(), log, config);
         let handle = std::thread::Builder::new()
             .name("gt-dispatcher".into())
+            // The passes' walks are bounded by their windows (GT_FUSE_WINDOW at most 4096);
+            // this leaves them a wide margin (address space only until touched).
+            .stack_size(DISPATCHER_STACK)
             .spawn(move || {
                 if let Err(e) = dispatcher.run() {
                     tracing::error!(target: "gt::dispatcher", "dispatcher stopped: {e}");

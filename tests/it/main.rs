@@ -7,6 +7,7 @@ mod distributed;
 mod dsl;
 mod filetests;
 mod fusion;
+mod hostile;
 mod kernels;
 mod pipeline;
 mod ptx;

@@ -12,6 +12,11 @@ use gt_ir::verify::shape::{normalize_axes, normalize_axis, resolve_slice};
 use gt_ir::{Instr, Operand, ReduceOp, Shape, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
 
+/// How deep the partitioner follows the values and expression nodes of one kernel before it
+/// materialises the value it reached: bounds its recursion whatever the region, and a long
+/// chain becomes several kernels.
+const MAX_DEPTH: usize = 128;
+
 /// One expression node after extraction: operands are earlier entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum E {
@@ -105,6 +110,8 @@ pub struct Region<'a> {
     /// The instruction defining each region value (for fallbacks and opaque ones).
     instrs: HashMap<ValueId, Instr>,
     arena: Vec<E>,
+    /// The value each elementwise expression root computes (where a deep expression is cut).
+    arena_value: HashMap<usize, ValueId>,
     uses: HashMap<ValueId, usize>,
     live_out: HashSet<ValueId>,
     materialised: HashSet<ValueId>,
@@ -133,6 +140,10 @@ pub struct BuildStats {
 
 /// A kernel under construction.
 struct Builder {
+    /// The value the kernel computes.
+    root: ValueId,
+    /// How deep the emission is now (see [`MAX_DEPTH`]).
+    depth: usize,
     space: Vec<usize>,
     nodes: Vec<Node>,
     memo: HashMap<Node, u32>,
@@ -147,8 +158,10 @@ struct Builder {
 }
 
 impl Builder {
-    fn new(space: Vec<usize>, rows: Option<Vec<usize>>) -> Builder {
+    fn new(root: ValueId, space: Vec<usize>, rows: Option<Vec<usize>>) -> Builder {
         Builder {
+            root,
+            depth: 0,
             space,
             nodes: Vec::new(),
             memo: HashMap::new(),
@@ -199,6 +212,7 @@ impl<'a> Region<'a> {
             defs: HashMap::new(),
             instrs: HashMap::new(),
             arena: Vec::new(),
+            arena_value: HashMap::new(),
             uses: HashMap::new(),
             live_out: HashSet::new(),
             materialised: HashSet::new(),
@@ -207,6 +221,10 @@ impl<'a> Region<'a> {
             out: Vec::new(),
             stats: BuildStats::default(),
         };
+        if !defined_before_use(&instrs) {
+            // Not a region the fuse pass makes: kept as it is rather than followed in circles.
+            return (instrs, BuildStats::default());
+        }
         let freed: HashSet<ValueId> =
             instrs.iter().filter_map(|i| if let Instr::Free { src } = i { Some(*src) } else { None }).collect();
         for i in &instrs {
@@ -375,6 +393,7 @@ impl<'a> Region<'a> {
             }
             let root = ids.last().copied().unwrap_or(0);
             self.defs.insert(*v, Def::Elem(root));
+            self.arena_value.entry(root).or_insert(*v);
         }
     }
 
@@ -448,7 +467,7 @@ impl<'a> Region<'a> {
                 if kept > 1 && kept < 64 && row >= 1 << 16 {
                     return Ok(None);
                 }
-                let mut b = Builder::new(space.clone(), Some(axes.clone()));
+                let mut b = Builder::new(v, space.clone(), Some(axes.clone()));
                 self.emit(&mut b, src, &Map::identity(space.len()))?;
                 // The output walks the kept axes row-major; reduced axes do not move it.
                 let kept_dims: Vec<usize> = if keepdim {
@@ -515,7 +534,7 @@ impl<'a> Region<'a> {
     }
 
     fn map_kernel(&mut self, v: ValueId, dims: &[usize]) -> Result<(Kernel, Vec<ValueId>), Materialise> {
-        let mut b = Builder::new(dims.to_vec(), None);
+        let mut b = Builder::new(v, dims.to_vec(), None);
         self.emit_value(&mut b, v, &Map::identity(dims.len()), true)?;
         let rows = b.rows.clone().unwrap_or_default();
         let kernel = MapKernel {
@@ -600,7 +619,7 @@ impl<'a> Region<'a> {
             precision: Precision::F32,
         };
         if let Some(root) = epilogue {
-            let mut b = Builder::new(dims.to_vec(), None);
+            let mut b = Builder::new(p, dims.to_vec(), None);
             b.acc = Some(p);
             self.emit_expr(&mut b, root, dims, &Map::identity(dims.len()))?;
             if b.acc_used != 1 || b.rows.is_some() {
@@ -617,15 +636,19 @@ impl<'a> Region<'a> {
 
     /// The buffer holding `v` and its access under `map` (views and reshapes of memory are
     /// strided reads of the underlying buffer).
-    fn leaf_access(&mut self, v: ValueId, map: &Map) -> Result<(ValueId, Access), Materialise> {
-        match self.defs.get(&v).cloned() {
-            _ if self.is_memory(v) => Ok((v, map.access(&self.dims(v)))),
-            Some(Def::View { src }) => {
-                let m = self.view_map(v, src, map).ok_or(Materialise(v))?;
-                self.leaf_access(src, &m)
+    fn leaf_access(&mut self, mut v: ValueId, map: &Map) -> Result<(ValueId, Access), Materialise> {
+        let mut map = map.clone();
+        // A loop, not recursion: a chain of views is as long as the region.
+        loop {
+            match self.defs.get(&v).cloned() {
+                _ if self.is_memory(v) => return Ok((v, map.access(&self.dims(v)))),
+                Some(Def::View { src }) => {
+                    map = self.view_map(v, src, &map).ok_or(Materialise(v))?;
+                    v = src;
+                }
+                Some(Def::Reshape { src }) if self.is_memory(src) => return Ok((src, map.access(&self.dims(v)))),
+                _ => return Err(Materialise(v)),
             }
-            Some(Def::Reshape { src }) if self.is_memory(src) => Ok((src, map.access(&self.dims(v)))),
-            _ => Err(Materialise(v)),
         }
     }
 
@@ -651,6 +674,17 @@ impl<'a> Region<'a> {
             let access = map.access(&self.dims(v));
             return Ok(b.input(v, access));
         }
+        if b.depth >= MAX_DEPTH {
+            return Err(Materialise(v));
+        }
+        b.depth += 1;
+        let n = self.emit_defined(b, v, map, root);
+        b.depth -= 1;
+        n
+    }
+
+    /// [`Region::emit_value`] for a value the region computes.
+    fn emit_defined(&mut self, b: &mut Builder, v: ValueId, map: &Map, root: bool) -> Result<u32, Materialise> {
         let dims = self.dims(v);
         match self.defs[&v].clone() {
             Def::Elem(e) => {
@@ -713,7 +747,15 @@ impl<'a> Region<'a> {
         if let Some(&n) = b.emitted.get(&key) {
             return Ok(n);
         }
-        let n = self.emit_expr_uncached(b, e, dims, map)?;
+        if b.depth >= MAX_DEPTH {
+            // Deep in one value's expression (a chain of elementwise ops): cut at the value
+            // this node computes, or build no kernel for the root.
+            return Err(Materialise(self.arena_value.get(&e).copied().unwrap_or(b.root)));
+        }
+        b.depth += 1;
+        let n = self.emit_expr_uncached(b, e, dims, map);
+        b.depth -= 1;
+        let n = n?;
         b.emitted.insert(key, n);
         Ok(n)
     }
@@ -886,4 +928,20 @@ fn permuted(map: &Map, perm: &[usize]) -> Vec<(i64, Vec<i64>)> {
         }
     }
     rows
+}
+
+/// Whether every value the region defines is defined once, after nothing in the region read or
+/// freed an older value of the same id, and not from itself: then its dataflow is acyclic and
+/// the partitioner's walks end.
+fn defined_before_use(instrs: &[Instr]) -> bool {
+    let mut seen: HashSet<ValueId> = HashSet::new();
+    for i in instrs {
+        let operands = i.operands();
+        if i.results().iter().any(|r| seen.contains(r) || operands.contains(r)) {
+            return false;
+        }
+        seen.extend(operands);
+        seen.extend(i.results());
+    }
+    true
 }

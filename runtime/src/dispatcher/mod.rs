@@ -25,6 +25,7 @@ use gt_transport::message::{PassStats, Reply, Request, WorkerCommand, WorkerEven
 use gt_transport::{codec, zmq, EventKind, Inbound};
 use log::EventLog;
 use std::collections::{HashMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -307,10 +308,31 @@ impl Dispatcher {
                 return;
             }
         };
-        match codec::decode::<Inbound>(&payload, max) {
-            Ok(Inbound::Client(req)) => self.on_request(identity, req, payload.len()),
-            Ok(Inbound::Worker(event)) => self.on_worker_event(identity, event, payload.len()),
-            Err(e) => self.bad_message(&identity, payload.len(), e.to_string()),
+        // Handling a message cannot panic by design; should a bug make it, the peer that sent
+        // the message loses its session and everyone else carries on.
+        let (len, peer) = (payload.len(), identity.clone());
+        let handled = catch_unwind(AssertUnwindSafe(|| match codec::decode::<Inbound>(&payload, max) {
+            Ok(Inbound::Client(req)) => self.on_request(identity, req, len),
+            Ok(Inbound::Worker(event)) => self.on_worker_event(identity, event, len),
+            Err(e) => self.bad_message(&identity, len, e.to_string()),
+        }));
+        if let Err(panic) = handled {
+            self.peer_panicked(&peer, len, panic_message(panic.as_ref()));
+        }
+    }
+
+    /// A message from `identity` made the dispatcher panic: the client is told and removed
+    /// (its values freed), a worker counts as lost.
+    fn peer_panicked(&mut self, identity: &[u8], bytes: usize, why: String) {
+        let source = self.source_of(identity);
+        let why = format!("internal error while handling a message from {source}: {why}; please report it");
+        tracing::error!(target: "gt::dispatcher", "{why}");
+        self.log.emit(EventKind::Error, source, "Panic", bytes, why.clone());
+        if let Some(&w) = self.worker_ids.get(identity) {
+            self.worker_lost(w);
+        } else if let Some(&c) = self.client_ids.get(identity) {
+            self.send_reply(c, &Reply::Rejected { message: format!("{why}; this client's session was closed") });
+            self.remove_client(c, "its message made the dispatcher fail");
         }
     }
 
@@ -497,10 +519,16 @@ impl Dispatcher {
     fn idle_pipelines(&mut self) {
         let clients: Vec<u64> = self.clients.iter().filter(|(_, k)| !k.pipeline.is_empty()).map(|(c, _)| *c).collect();
         for c in clients {
-            let Some(client) = self.clients.get_mut(&c) else { continue };
-            let mut out = Vec::new();
-            client.pipeline.idle(&mut out);
-            self.route_emitted(c, out);
+            let Some(identity) = self.clients.get(&c).map(|k| k.identity.clone()) else { continue };
+            let idled = catch_unwind(AssertUnwindSafe(|| {
+                let Some(client) = self.clients.get_mut(&c) else { return };
+                let mut out = Vec::new();
+                client.pipeline.idle(&mut out);
+                self.route_emitted(c, out);
+            }));
+            if let Err(panic) = idled {
+                self.peer_panicked(&identity, 0, panic_message(panic.as_ref()));
+            }
         }
     }
 
@@ -1017,6 +1045,15 @@ impl Dispatcher {
         while let Some((c, why)) = self.lost_clients.pop() {
             self.remove_client(c, why);
         }
+    }
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => (*s).to_string(),
+        (_, Some(s)) => s.clone(),
+        _ => "a panic".to_string(),
     }
 }
 

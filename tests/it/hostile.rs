@@ -1,0 +1,166 @@
+//! Hostile and careless clients against an embedded cluster (the hardening issue's findings):
+//! streams that verify nowhere, sent straight to the dispatcher, must become that client's
+//! errors while the dispatcher, its workers and the other clients carry on.
+
+use gt::frontend::{Client, ClientOptions, Origin};
+use gt::ir::{Instr, StmtKind, ValueId};
+use gt::runtime::config::EnvConfig;
+use gt::runtime::{Cluster, ClusterOptions};
+
+/// An embedded cluster with the settings a user gets by default (the default passes) and
+/// these `GT_*` settings.
+fn cluster(settings: &[(&str, &str)]) -> Cluster {
+    let env = EnvConfig::from_lookup(|k| settings.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).unwrap();
+    Cluster::start(ClusterOptions::from_config(&env)).unwrap()
+}
+
+fn origin() -> Origin {
+    Origin { op: "hostile", span: None }
+}
+
+/// The instructions of `.gtir` text, parsed but not verified (a raw client can send anything
+/// that decodes: self-redefinitions, undefined operands).
+fn instrs(text: &str) -> Vec<Instr> {
+    let program = gt::ir::text::parse(text).expect("the test's text parses");
+    program
+        .body
+        .into_iter()
+        .filter_map(|s| match s.kind {
+            StmtKind::Instr(i) => Some(i),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Sends `text` as one batch from a fresh client, then waits; the outcome does not matter,
+/// only that an answer comes.
+fn send(c: &Cluster, text: &str) {
+    let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    for i in instrs(text) {
+        a.submit(i, origin()).unwrap();
+    }
+    // Either answer is fine; the client must get one (an error here would be a lost dispatcher).
+    if let Err(e) = a.sync() {
+        assert!(!e.to_string().contains("dispatcher"), "the dispatcher was lost: {e}");
+    }
+}
+
+/// A well-behaved client still gets right answers.
+fn still_serves(c: &Cluster) {
+    let mut b = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    for i in instrs("%0 = full f32[3] 2.0\n%1 = add %0, %0\n%2 = mul %1, %0") {
+        b.submit(i, origin()).unwrap();
+    }
+    assert_eq!(b.read(ValueId(2)).unwrap().data, vec![8.0; 3]);
+}
+
+/// Finding 1: a 6-instruction message overflowed the fuse pass's stack (a view of itself in
+/// a compile signal), killing the dispatcher and every worker with it.
+#[test]
+fn a_value_defined_as_a_view_of_itself_does_not_kill_the_dispatcher() {
+    let c = cluster(&[]);
+    send(
+        &c,
+        "%3 = zeros f32[2]\n\
+         signal_start \"x\" compile\n\
+         %3 = broadcast_to %3 shape=[0, 0]\n\
+         %5 = zeros f32[3, 0]\n\
+         %6 = slice %5 [1]\n\
+         %7 = add %6, %3\n\
+         signal_end \"x\"",
+    );
+    still_serves(&c);
+    // Every op that reads its own result, in a compiled region, one message each.
+    for op in [
+        "%1 = neg %1",
+        "%1 = add %1, %1",
+        "%1 = transpose %1 dim0=0 dim1=1",
+        "%1 = reshape %1 shape=[4]",
+        "%1 = sum %1 axes=[1]",
+        "%1 = matmul %1, %1",
+        "%1 = slice %1 [1:]",
+    ] {
+        send(
+            &c,
+            &format!(
+                "%1 = ones f32[2, 2]\nsignal_start \"x\" compile\n{op}\n%2 = exp %1\n%3 = mul %2, %1\nsignal_end \"x\""
+            ),
+        );
+        send(
+            &c,
+            &format!(
+                "signal_start \"x\" compile\n%1 = ones f32[2, 2]\n%2 = exp %1\n{op}\n%3 = mul %2, %1\nsignal_end \"x\""
+            ),
+        );
+    }
+    still_serves(&c);
+}
+
+/// A chain `%i = op %(i-1)` of `n` instructions (alternating ops, so the e-graph cannot fold it).
+fn chain(n: u32) -> Vec<Instr> {
+    use gt::ir::{BinaryOp, Operand, TensorType, UnaryOp};
+    let mut v = vec![Instr::Ones { dst: ValueId(0), ty: TensorType::f32(vec![2]) }];
+    for i in 1..n {
+        let (dst, src) = (ValueId(i), ValueId(i - 1));
+        v.push(match i % 3 {
+            0 => Instr::Unary { op: UnaryOp::Tanh, dst, src },
+            1 => Instr::Binary { op: BinaryOp::Mul, dst, lhs: Operand::Value(src), rhs: Operand::Scalar(0.5) },
+            _ => Instr::Binary { op: BinaryOp::Add, dst, lhs: Operand::Value(src), rhs: Operand::Value(src) },
+        });
+    }
+    v
+}
+
+/// Every walk that follows data is iterative or bounded: a 10^6-deep chain goes through every
+/// pass (each mode of `fuse`), the verifier, the printer and the parser on a test thread's
+/// ordinary stack.
+#[test]
+fn a_million_deep_chain_goes_through_every_pass_and_the_text_format() {
+    use gt::passes::registry::{default_options, pipeline};
+    use gt::passes::Regions;
+    const N: u32 = 1_000_000;
+    let stream = chain(N);
+    for (names, regions, window) in [
+        (&["hotpath"][..], Regions::All, 512),
+        (&["fuse"][..], Regions::All, 512),
+        // The largest region the settings allow.
+        (&["fuse"][..], Regions::All, gt::runtime::config::MAX_FUSE_WINDOW),
+        (&["fuse"][..], Regions::Signals, 512),
+        (&["hotpath", "fuse"][..], Regions::HotPaths, 512),
+        (&["dead"][..], Regions::All, 512),
+        (&["hotpath", "fuse", "dead"][..], Regions::All, 512),
+    ] {
+        let mut options = default_options();
+        options.fuse.regions = regions;
+        options.fuse.window = window;
+        let mut p = pipeline(names, &options).unwrap();
+        let (mut out, mut released) = (Vec::new(), 0);
+        // In compile-signal mode the whole chain is one signal's scope.
+        if regions == Regions::Signals {
+            p.run(Instr::SignalStart { name: "deep".into(), compile: true }, 0, &mut out);
+        }
+        for (seq, i) in stream.iter().enumerate() {
+            p.run(i.clone(), seq as u64, &mut out);
+            // What the passes let go of is counted, not kept: memory stays flat.
+            released += out.len();
+            out.clear();
+        }
+        p.flush(u64::from(N), &mut out);
+        released += out.len();
+        assert!(released >= 2000, "{names:?}: only {released} instructions came out");
+        if names == ["fuse"] && regions == Regions::All {
+            let kernels = p.stats()[0].1.iter().find(|(k, _)| *k == "kernels").map(|(_, n)| *n);
+            let least = u64::from(N) / window as u64;
+            assert!(kernels >= Some(least), "{kernels:?} kernels for a chain of 10^6 in windows of {window}");
+        }
+    }
+    // The same chain as a program: printed, parsed back and verified.
+    let program = gt::ir::Program {
+        body: stream.into_iter().map(|i| gt::ir::Stmt { kind: StmtKind::Instr(i), span: Default::default() }).collect(),
+        names: (0..N).map(|i| format!("v{i}")).collect(),
+    };
+    let text = gt::ir::text::print(&program);
+    let parsed = gt::ir::text::parse(&text).unwrap();
+    assert_eq!(parsed.body.len(), N as usize);
+    gt::ir::verify(&parsed).unwrap();
+}
