@@ -12,6 +12,7 @@ pub mod mirror;
 pub mod passdump;
 pub mod script;
 pub mod session;
+pub mod streamgen;
 
 pub use gt_frontend as frontend;
 pub use gt_ir as ir;

@@ -164,3 +164,61 @@ fn a_million_deep_chain_goes_through_every_pass_and_the_text_format() {
     assert_eq!(parsed.body.len(), N as usize);
     gt::ir::verify(&parsed).unwrap();
 }
+
+/// Aborts the test process if it is still running after `limit` (a wedged dispatcher would
+/// otherwise hang the test run instead of failing it).
+struct Watchdog(std::sync::mpsc::Sender<()>);
+
+impl Watchdog {
+    fn new(what: &'static str, limit: std::time::Duration) -> Watchdog {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+                eprintln!("{what}: still running after {limit:?}: the cluster is wedged");
+                std::process::abort();
+            }
+        });
+        Watchdog(tx)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
+}
+
+/// Every pass combination and each setting that changes a pass, with the clusters they make.
+const PASS_SETTINGS: &[&[(&str, &str)]] = &[
+    &[("GT_PASSES", "none")],
+    &[],
+    &[("GT_COMPILE", "1")],
+    &[("GT_AUTO_COMPILE", "1"), ("GT_HOTPATH_THRESHOLD", "1"), ("GT_HOTPATH_MIN_SEQ", "1")],
+    &[("GT_PASSES", "hotpath")],
+    &[("GT_PASSES", "dead"), ("GT_DEAD_WINDOW", "3")],
+    &[("GT_PASSES", "hotpath,fuse,dead"), ("GT_COMPILE", "1"), ("GT_FAST_MATH", "1"), ("GT_FUSE_WINDOW", "6")],
+    &[("GT_COMPILE", "1"), ("GT_JIT", "0"), ("GT_WORKERS", "2"), ("GT_WORKER_BATCH_SIZE", "3")],
+];
+
+/// The stream fuzzer as a bounded property test: random well- and ill-formed streams from
+/// three clients at once, under every pass setting, never cost the dispatcher, a worker or a
+/// well-behaved client anything (see `gt::streamgen`; the `stream` fuzz target runs the same
+/// for hours).
+#[test]
+fn random_streams_from_several_clients_never_fault_the_cluster() {
+    use proptest::test_runner::{Config, TestCaseError, TestRunner};
+    let cases = std::env::var("GT_STREAM_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
+    let _dog = Watchdog::new("random streams", std::time::Duration::from_secs(600));
+    for settings in PASS_SETTINGS {
+        let c = cluster(settings);
+        let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+        let bytes = proptest::collection::vec(proptest::num::u8::ANY, 0..3000);
+        let outcome = runner.run(&bytes, |bytes| {
+            let streams = gt::streamgen::streams(&bytes, 3);
+            gt::streamgen::drive(c.context(), c.endpoint(), &streams).map_err(|f| TestCaseError::fail(f.to_string()))
+        });
+        if let Err(e) = outcome {
+            panic!("with {settings:?}: {e}");
+        }
+    }
+}
