@@ -131,7 +131,7 @@ impl Client {
 
     /// Connects on `ctx` (the embedded cluster's context, for `inproc://`).
     pub fn connect_in(ctx: &zmq::Context, endpoint: &Endpoint, options: ClientOptions) -> Result<Client, ClientError> {
-        let socket = socket::dealer(ctx, endpoint)?;
+        let socket = socket::dealer(ctx, endpoint, options.max_message_bytes)?;
         let events = socket::disconnect_events(ctx, &socket, endpoint)?;
         let mut client = Client {
             socket,
@@ -169,9 +169,12 @@ impl Client {
                 });
             }
             match self.recv()? {
-                Reply::Welcome { client, workers } => {
+                Reply::Welcome { client, workers, max_message_bytes } => {
                     tracing::info!(target: "gt::client", "connected to {} as client {client}; {} workers", self.endpoint, workers.len());
                     self.id = client;
+                    // Nothing larger than the dispatcher takes leaves this client.
+                    let theirs = usize::try_from(max_message_bytes).unwrap_or(usize::MAX);
+                    self.options.max_message_bytes = self.options.max_message_bytes.min(theirs);
                     self.workers = workers;
                     return Ok(());
                 }

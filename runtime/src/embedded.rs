@@ -157,7 +157,8 @@ impl Cluster {
         let mut listen = options.listen.clone();
         listen.push(inproc.clone());
         let bind_err = |endpoint: String| move |source| ClusterError::Bind { endpoint, source };
-        let router = socket::router(&ctx, &listen).map_err(bind_err(describe(&listen)))?;
+        let router =
+            socket::router(&ctx, &listen, options.dispatcher.max_message_bytes).map_err(bind_err(describe(&listen)))?;
         let stop_key = secret_key();
         let control = stop_socket(&ctx, &inproc, &stop_key).map_err(bind_err(inproc.to_string()))?;
         let monitor = if options.monitor.is_empty() {

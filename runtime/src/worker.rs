@@ -98,7 +98,7 @@ pub fn run_worker(
 ) -> Result<(), WorkerError> {
     // The backend first: a worker that cannot execute should not register.
     let mut backend = options.backend.start(options.max_tensor_bytes, options.matmul_precision, options.jit)?;
-    let sock = socket::dealer(ctx, endpoint)?;
+    let sock = socket::dealer(ctx, endpoint, options.max_message_bytes)?;
     // Watch for the connection breaking before registering, so that no disconnect can
     // happen unseen once the dispatcher knows this worker.
     let events = socket::disconnect_events(ctx, &sock, endpoint)?;

@@ -145,6 +145,11 @@ fn garbage_is_rejected_and_everyone_else_is_still_served() {
     rejected(raw_exchange(&raw, &[&codec::frame_with_version(codec::PROTOCOL_VERSION, &unknown)]), "malformed");
     rejected(raw_exchange(&raw, &[b"a", b"b"]), "one frame per message");
     rejected(raw_exchange(&raw, &[&vec![0u8; 100_000]]), "over the limit");
+    // Far over the limit (a huge declared frame): cut off at the header, never buffered.
+    let huge = ctx.socket(zmq::DEALER).unwrap();
+    huge.connect(&format!("tcp://127.0.0.1:{port}")).unwrap();
+    huge.send(vec![0u8; 4 << 20], 0).unwrap();
+    assert_eq!(huge.poll(zmq::POLLIN, 500).unwrap(), 0, "a frame over twice the limit was answered");
     let get =
         codec::encode(&gt::transport::Inbound::Client(Request::Get { seq: 0, value: ValueId(0) }), 1 << 20).unwrap();
     rejected(raw_exchange(&raw, &[&get]), "Hello");

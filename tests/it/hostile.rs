@@ -222,3 +222,76 @@ fn random_streams_from_several_clients_never_fault_the_cluster() {
         }
     }
 }
+
+/// Sends `instrs` from a fresh client and returns the error its wait reports.
+fn refused(c: &Cluster, instrs: Vec<Instr>) -> String {
+    let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    for i in instrs {
+        a.submit(i, origin()).unwrap();
+    }
+    a.sync().expect_err("the stream should be refused").to_string()
+}
+
+/// Finding 2: work is bounded. A kernel or matmul over the work limit is refused before it
+/// runs; an empty result computes nothing, however long its other axes (the JIT used to spin
+/// on the 2^40 empty rows of a transposed `f32[0, 2^40]`).
+#[test]
+fn enormous_work_is_refused_and_empty_results_cost_nothing() {
+    use gt::ir::kernel::{Access, Kernel, MatMulKernel, Precision};
+    use gt::ir::TensorType;
+    let _dog = Watchdog::new("enormous work", std::time::Duration::from_secs(120));
+    let c = cluster(&[("GT_COMPILE", "1")]);
+    let one = TensorType::f32(vec![1]);
+    let zero_strides = Access { offset: 0, strides: vec![0, 0] };
+    let kernel = Kernel::MatMul(MatMulKernel {
+        batch: vec![],
+        m: 1,
+        n: 1,
+        k: 1 << 62,
+        lhs: zero_strides.clone(),
+        rhs: zero_strides,
+        epilogue: vec![],
+        epilogue_inputs: vec![],
+        precision: Precision::F32,
+    });
+    let e = refused(
+        &c,
+        vec![
+            Instr::Ones { dst: ValueId(0), ty: one.clone() },
+            Instr::Fused {
+                dst: ValueId(1),
+                ty: TensorType::f32(vec![1, 1]),
+                srcs: vec![ValueId(0), ValueId(0)],
+                kernel: Box::new(kernel),
+            },
+        ],
+    );
+    assert!(e.contains("over the limit of 2^42"), "{e}");
+    let e = refused(
+        &c,
+        // 2^30 empty matrices times a 1024x1024 one: 2^50 multiply-adds by the loop extents.
+        instrs("%a = zeros f32[1073741824, 0, 1024]\n%b = zeros f32[1024, 1024]\n%c = matmul %a, %b"),
+    );
+    assert!(e.contains("matmul") && e.contains("over the limit"), "{e}");
+    // An empty tensor with a long axis, transposed and compiled: read at once.
+    let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    for i in instrs("%x = randn f32[0, 1099511627776] seed=1\n%y = transpose %x\n%z = mul %y, 2.0") {
+        a.submit(i, origin()).unwrap();
+    }
+    let z = a.read(ValueId(2)).unwrap();
+    assert_eq!((z.ty.shape.0.as_slice(), z.data.len()), (&[1usize << 40, 0][..], 0));
+    still_serves(&c);
+}
+
+/// Finding 5 (rank): a rank over the limit is refused by the type rules, so no walk over a
+/// shape is long.
+#[test]
+fn a_rank_over_the_limit_is_refused() {
+    let c = cluster(&[]);
+    let dims = vec![1; 2_000_000];
+    let e = refused(&c, vec![Instr::Zeros { dst: ValueId(0), ty: gt::ir::TensorType::f32(dims) }]);
+    assert!(e.contains("rank 2000000 is over the limit of 64 dimensions"), "{e}");
+    let e = refused(&c, instrs(&format!("%x = ones f32[{}]\n%y = unsqueeze %x axis=0", vec!["1"; 64].join(", "))));
+    assert!(e.contains("rank 65"), "{e}");
+    still_serves(&c);
+}

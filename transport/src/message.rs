@@ -80,6 +80,9 @@ pub enum Reply {
         client: u64,
         /// The workers registered now.
         workers: Vec<WorkerInfo>,
+        /// The largest message the dispatcher takes: the client sends nothing larger (it
+        /// reports such a batch as failed itself instead of losing its connection).
+        max_message_bytes: u64,
     },
     /// The instruction or request `seq` failed.
     Failed {

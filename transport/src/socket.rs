@@ -1,7 +1,7 @@
 //! ZeroMQ socket set-up shared by the dispatcher, workers and clients, so every socket has
 //! the same guarantees: no silent drops (unbounded high-water marks; a ROUTER that cannot
-//! route reports `EHOSTUNREACH`), heartbeats that close a connection to a dead host, and a
-//! bounded linger at close.
+//! route reports `EHOSTUNREACH`), heartbeats that close a connection to a dead host, a
+//! bounded linger at close, and a bound on what one message can make a peer buffer.
 
 use crate::endpoint::Endpoint;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +12,16 @@ pub const HEARTBEAT_IVL_MS: i32 = 1000;
 /// A peer that answers no ping for this long is disconnected (ms).
 pub const HEARTBEAT_TIMEOUT_MS: i32 = 5000;
 
-fn common(socket: &Socket) -> zmq::Result<()> {
+/// The largest frame a socket takes off the wire before dropping the connection
+/// (`ZMQ_MAXMSGSIZE`): twice the message limit, so a frame somewhat over it still arrives and
+/// is answered with a reason by the codec's check, while a peer announcing a huge frame is cut
+/// off at its header instead of being buffered.
+pub fn wire_limit(max_message_bytes: usize) -> i64 {
+    i64::try_from(max_message_bytes.saturating_mul(2)).unwrap_or(i64::MAX)
+}
+
+fn common(socket: &Socket, max_message_bytes: usize) -> zmq::Result<()> {
+    socket.set_maxmsgsize(wire_limit(max_message_bytes))?;
     // 0 = no limit: a full queue must never drop an instruction.
     socket.set_sndhwm(0)?;
     socket.set_rcvhwm(0)?;
@@ -24,10 +33,11 @@ fn common(socket: &Socket) -> zmq::Result<()> {
     Ok(())
 }
 
-/// A ROUTER bound to every endpoint (TCP first, so a busy port fails before IPC is taken).
-pub fn router(ctx: &Context, endpoints: &[Endpoint]) -> zmq::Result<Socket> {
+/// A ROUTER bound to every endpoint (TCP first, so a busy port fails before IPC is taken),
+/// taking messages of at most about `max_message_bytes` (see [`wire_limit`]).
+pub fn router(ctx: &Context, endpoints: &[Endpoint], max_message_bytes: usize) -> zmq::Result<Socket> {
     let socket = ctx.socket(SocketType::ROUTER)?;
-    common(&socket)?;
+    common(&socket, max_message_bytes)?;
     socket.set_router_mandatory(true)?;
     for ep in endpoints {
         socket.bind(&ep.zmq_address())?;
@@ -35,10 +45,10 @@ pub fn router(ctx: &Context, endpoints: &[Endpoint]) -> zmq::Result<Socket> {
     Ok(socket)
 }
 
-/// A DEALER connected to `endpoint`.
-pub fn dealer(ctx: &Context, endpoint: &Endpoint) -> zmq::Result<Socket> {
+/// A DEALER connected to `endpoint`, taking messages of at most about `max_message_bytes`.
+pub fn dealer(ctx: &Context, endpoint: &Endpoint, max_message_bytes: usize) -> zmq::Result<Socket> {
     let socket = ctx.socket(SocketType::DEALER)?;
-    common(&socket)?;
+    common(&socket, max_message_bytes)?;
     socket.connect(&endpoint.zmq_address())?;
     Ok(socket)
 }

@@ -16,6 +16,7 @@ pub mod samples;
 pub mod text;
 
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+use crate::verify::shape::{MAX_RANK, MAX_WORK};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -263,6 +264,17 @@ pub enum Kernel {
 }
 
 impl Kernel {
+    /// How many times its innermost operation runs at most: the iteration space's extent (a 0
+    /// counted as 1, as loops over it may still trip), times `k` for a matmul; saturating.
+    pub fn work(&self) -> u128 {
+        let extent =
+            |dims: &mut dyn Iterator<Item = usize>| dims.fold(1u128, |n, d| n.saturating_mul(d.max(1) as u128));
+        match self {
+            Kernel::Map(k) => extent(&mut k.shape.iter().copied()),
+            Kernel::MatMul(k) => extent(&mut k.batch.iter().copied().chain([k.m, k.n, k.k])),
+        }
+    }
+
     /// How many input buffers the kernel reads.
     pub fn num_inputs(&self) -> usize {
         match self {
@@ -449,6 +461,16 @@ pub fn validate(kernel: &Kernel) -> Result<(), String> {
             Err(format!("{what} has {} strides for {rank} axes", a.strides.len()))
         }
     };
+    let rank = match kernel {
+        Kernel::Map(k) => k.shape.len(),
+        Kernel::MatMul(k) => k.batch.len() + 2,
+    };
+    if rank > MAX_RANK {
+        return Err(format!("the kernel has {rank} axes, over the limit of {MAX_RANK}"));
+    }
+    if kernel.work() > MAX_WORK {
+        return Err(format!("the kernel would do {} iterations, over the limit of 2^42", kernel.work()));
+    }
     match kernel {
         Kernel::Map(k) => {
             let rank = k.shape.len();

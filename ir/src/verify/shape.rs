@@ -8,6 +8,15 @@ use thiserror::Error;
 /// The most elements one tensor may have (2^40); beyond this a shape is a mistake.
 pub const MAX_ELEMENTS: usize = 1 << 40;
 
+/// The most work one instruction or kernel may do: iterations of its innermost operation
+/// (a matmul's multiply-adds, a kernel's loop trips, a 0 extent counted as 1), 2^42 (a
+/// 16384^3 matmul). Beyond it a stream is a mistake or an attack on the worker's time.
+pub const MAX_WORK: u128 = 1 << 42;
+
+/// The most dimensions one tensor may have (NumPy's limit): every walk over a shape is then
+/// short, whatever a peer sends.
+pub const MAX_RANK: usize = 64;
+
 /// Why an instruction's operands do not fit it. Messages say what was expected and found.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum TypeError {
@@ -206,6 +215,20 @@ pub enum TypeError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// A shape with too many dimensions.
+    #[error("rank {rank} is over the limit of {MAX_RANK} dimensions")]
+    RankTooLarge {
+        /// The rank.
+        rank: usize,
+    },
+    /// An instruction or kernel that would do too much work (see [`MAX_WORK`]).
+    #[error("{what} would do {work} iterations, over the limit of 2^42")]
+    TooMuchWork {
+        /// What (`matmul`, `the kernel`).
+        what: &'static str,
+        /// Its iterations.
+        work: u128,
+    },
     /// A shape with too many elements.
     #[error("shape {shape} is too large: its dimensions (a 0 counted as 1) multiply past 2^40")]
     TooLarge {
@@ -237,6 +260,12 @@ pub fn check_size(shape: &Shape) -> Result<usize, TypeError> {
         Some(n) if n <= MAX_ELEMENTS => Ok(shape.numel()),
         _ => Err(TypeError::TooLarge { shape: shape.to_string() }),
     }
+}
+
+/// The product of a shape's dimensions with a 0 counted as 1 (what loops over it iterate at
+/// most), saturating.
+pub fn extent(shape: &Shape) -> u128 {
+    shape.0.iter().fold(1u128, |n, &d| n.saturating_mul(d.max(1) as u128))
 }
 
 /// Turns a possibly negative axis into an index below `rank`.
@@ -533,6 +562,18 @@ pub fn infer(
     instr: &Instr,
     ty: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
 ) -> Result<Vec<TensorType>, TypeError> {
+    let results = infer_any_rank(instr, ty)?;
+    match results.iter().find(|t| t.shape.rank() > MAX_RANK) {
+        Some(t) => Err(TypeError::RankTooLarge { rank: t.shape.rank() }),
+        None => Ok(results),
+    }
+}
+
+/// [`infer`] without the rank limit.
+fn infer_any_rank(
+    instr: &Instr,
+    ty: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
+) -> Result<Vec<TensorType>, TypeError> {
     let one = |t: TensorType| Ok(vec![t]);
     match instr {
         Instr::Randn { ty: t, .. }
@@ -566,7 +607,17 @@ pub fn infer(
             check_size(&shape)?;
             one(TensorType { dtype: v.dtype, shape })
         }
-        Instr::MatMul { lhs, rhs, .. } => one(matmul_type(&ty(*lhs)?, &ty(*rhs)?)?),
+        Instr::MatMul { lhs, rhs, .. } => {
+            let (l, r) = (ty(*lhs)?, ty(*rhs)?);
+            let out = matmul_type(&l, &r)?;
+            // Every output element sums `k` products.
+            let k = l.shape.0.last().copied().unwrap_or(1).max(1) as u128;
+            let work = extent(&out.shape).saturating_mul(k);
+            if work > MAX_WORK {
+                return Err(TypeError::TooMuchWork { what: "matmul", work });
+            }
+            one(out)
+        }
         Instr::Reduce { op, src, axes, keepdim, .. } => {
             let t = ty(*src)?;
             check_dtype(t.dtype)?;

@@ -437,7 +437,8 @@ impl Dispatcher {
 
     fn welcome_again(&mut self, c: u64) {
         let workers = self.worker_infos();
-        self.send_reply(c, &Reply::Welcome { client: c, workers });
+        let max_message_bytes = self.config.max_message_bytes as u64;
+        self.send_reply(c, &Reply::Welcome { client: c, workers, max_message_bytes });
     }
 
     fn worker_infos(&self) -> Vec<WorkerInfo> {
@@ -1070,7 +1071,7 @@ fn batch_details(number: u64, instrs: &[Instr]) -> String {
 
 fn reply_summary(reply: &Reply) -> (&'static str, String) {
     match reply {
-        Reply::Welcome { client, workers } => ("Welcome", format!("client={client} workers={}", workers.len())),
+        Reply::Welcome { client, workers, .. } => ("Welcome", format!("client={client} workers={}", workers.len())),
         Reply::Failed { seq, message } => ("Failed", format!("#{seq} {message}")),
         Reply::Data { seq, tensor } => ("Data", format!("#{seq} {}", tensor.ty)),
         Reply::Synced { seq } => ("Synced", format!("#{seq}")),
