@@ -76,6 +76,15 @@ pub enum ClientError {
     /// The dispatcher refused a message (another protocol version, too large, ...).
     #[error("the dispatcher rejected a message: {0}")]
     Rejected(String),
+    /// The dispatcher's answer does not fit the question (another kind of reply, or data whose
+    /// length is not its type's): a broken or rogue dispatcher.
+    #[error("the dispatcher answered `{op}` with {got}")]
+    BadReply {
+        /// The request.
+        op: &'static str,
+        /// What came back.
+        got: String,
+    },
     /// The connection to the dispatcher broke while waiting.
     #[error("lost the connection to the dispatcher at {0}")]
     Disconnected(String),
@@ -357,14 +366,21 @@ impl Client {
     /// A value's data (a sync point).
     pub fn read(&mut self, value: ValueId) -> Result<HostTensor, ClientError> {
         match self.request(|seq| Request::Get { seq, value }, "get")? {
-            Reply::Data { tensor, .. } => Ok(tensor),
-            other => unreachable!("request() returns the answer to Get: {other:?}"),
+            Reply::Data { tensor, .. } if tensor.data.len() == tensor.ty.shape.numel() => Ok(tensor),
+            Reply::Data { tensor, .. } => Err(ClientError::BadReply {
+                op: "get",
+                got: format!("{} elements for a {} value", tensor.data.len(), tensor.ty),
+            }),
+            other => Err(ClientError::BadReply { op: "get", got: reply_kind(&other).into() }),
         }
     }
 
     /// Waits until every instruction sent so far has run; reports any that failed.
     pub fn sync(&mut self) -> Result<(), ClientError> {
-        self.request(|seq| Request::Sync { seq }, "sync").map(|_| ())
+        match self.request(|seq| Request::Sync { seq }, "sync")? {
+            Reply::Synced { .. } => Ok(()),
+            other => Err(ClientError::BadReply { op: "sync", got: reply_kind(&other).into() }),
+        }
     }
 
     /// Every live worker's statistics.
@@ -376,7 +392,7 @@ impl Client {
     pub fn stats(&mut self) -> Result<(Vec<WorkerStats>, Vec<PassStats>), ClientError> {
         match self.request(|seq| Request::Stats { seq }, "stats")? {
             Reply::Stats { workers, passes, .. } => Ok((workers, passes)),
-            other => unreachable!("request() returns the answer to Stats: {other:?}"),
+            other => Err(ClientError::BadReply { op: "stats", got: reply_kind(&other).into() }),
         }
     }
 
@@ -433,5 +449,18 @@ impl gt_ir::Executor for Client {
 
     fn error_op(error: &ClientError) -> Option<&'static str> {
         error.origin().map(|o| o.op)
+    }
+}
+
+/// A reply's kind, for errors.
+fn reply_kind(reply: &Reply) -> &'static str {
+    match reply {
+        Reply::Welcome { .. } => "Welcome",
+        Reply::Failed { .. } => "Failed",
+        Reply::Data { .. } => "Data",
+        Reply::Synced { .. } => "Synced",
+        Reply::Stats { .. } => "Stats",
+        Reply::Rejected { .. } => "Rejected",
+        Reply::Ping => "Ping",
     }
 }

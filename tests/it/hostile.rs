@@ -295,3 +295,88 @@ fn a_rank_over_the_limit_is_refused() {
     assert!(e.contains("rank 65"), "{e}");
     still_serves(&c);
 }
+
+/// A worker that registers, runs nothing, and answers every read with `f32[1] [666]`.
+fn rogue_worker(ctx: &gt::transport::zmq::Context, endpoint: &gt::transport::Endpoint) -> std::thread::JoinHandle<()> {
+    use gt::transport::message::{WorkerCommand, WorkerEvent};
+    use gt::transport::{codec, zmq, Inbound};
+    let sock = ctx.socket(zmq::DEALER).unwrap();
+    sock.connect(&endpoint.zmq_address()).unwrap();
+    let send = move |sock: &zmq::Socket, e: WorkerEvent| {
+        sock.send(codec::encode(&Inbound::Worker(e), 1 << 20).unwrap(), 0).unwrap();
+    };
+    send(&sock, WorkerEvent::Register { name: "rogue".into(), backend: "cpu".into() });
+    std::thread::spawn(move || {
+        while sock.poll(zmq::POLLIN, 5000).unwrap_or(0) > 0 {
+            let Ok(bytes) = sock.recv_bytes(0) else { return };
+            match codec::decode::<WorkerCommand>(&bytes, 1 << 30) {
+                Ok(WorkerCommand::Exec { batch, .. }) => {
+                    send(&sock, WorkerEvent::Done { batch, failures: vec![], nanos: 0 })
+                }
+                Ok(WorkerCommand::Get { tag, .. }) => {
+                    let tensor = gt::ir::HostTensor { ty: gt::ir::TensorType::f32(vec![1]), data: vec![666.0] };
+                    send(&sock, WorkerEvent::Data { tag, tensor })
+                }
+                Ok(WorkerCommand::Shutdown) => return,
+                _ => {}
+            }
+        }
+    })
+}
+
+/// Finding 3 (replies): a worker answering a read with another type or length is caught by
+/// the dispatcher, which tells the client and stops trusting the worker.
+#[test]
+fn a_worker_answering_the_wrong_type_is_caught() {
+    let c = Cluster::start(ClusterOptions::embedded(0)).unwrap();
+    let _rogue = rogue_worker(c.context(), c.endpoint());
+    let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    for i in instrs("%x = ones f32[4]") {
+        a.submit(i, origin()).unwrap();
+    }
+    let e = a.read(ValueId(0)).unwrap_err().to_string();
+    assert!(e.contains("worker `rogue` answered f32[1] with 1 elements for a f32[4] value"), "{e}");
+}
+
+/// A rogue dispatcher cannot panic a client or fool it with data of another length: the
+/// client checks each answer against its question.
+#[test]
+fn a_client_checks_the_dispatchers_answers() {
+    use gt::transport::message::{Reply, Request};
+    use gt::transport::{codec, zmq, Endpoint, Inbound};
+    let ctx = zmq::Context::new();
+    let endpoint = Endpoint::Inproc("rogue-dispatcher".into());
+    let router = ctx.socket(zmq::ROUTER).unwrap();
+    router.bind(&endpoint.zmq_address()).unwrap();
+    let fake = std::thread::spawn(move || {
+        let mut answered = 0;
+        while answered < 3 {
+            let frames = router.recv_multipart(0).unwrap();
+            let reply = match codec::decode::<Inbound>(&frames[1], 1 << 20) {
+                Ok(Inbound::Client(Request::Hello { .. })) => {
+                    Reply::Welcome { client: 1, workers: vec![], max_message_bytes: 1 << 20 }
+                }
+                // Four elements promised, one sent.
+                Ok(Inbound::Client(Request::Get { seq, .. })) => Reply::Data {
+                    seq,
+                    tensor: gt::ir::HostTensor { ty: gt::ir::TensorType::f32(vec![4]), data: vec![666.0] },
+                },
+                // Data where statistics were asked for.
+                Ok(Inbound::Client(Request::Stats { seq })) => Reply::Data {
+                    seq,
+                    tensor: gt::ir::HostTensor { ty: gt::ir::TensorType::f32(vec![1]), data: vec![1.0] },
+                },
+                _ => continue,
+            };
+            answered += 1;
+            let bytes = codec::encode(&reply, 1 << 20).unwrap();
+            router.send_multipart([frames[0].as_slice(), bytes.as_slice()], 0).unwrap();
+        }
+    });
+    let mut a = Client::connect_in(&ctx, &endpoint, ClientOptions::default()).unwrap();
+    let e = a.read(ValueId(0)).unwrap_err().to_string();
+    assert_eq!(e, "the dispatcher answered `get` with 1 elements for a f32[4] value");
+    let e = a.stats().unwrap_err().to_string();
+    assert_eq!(e, "the dispatcher answered `stats` with Data");
+    fake.join().unwrap();
+}

@@ -183,7 +183,13 @@ impl Tensor {
 
     /// Type and values (a sync point).
     pub fn to_host(&self) -> Result<HostTensor> {
-        self.ctx().fetch(self.id())
+        let host = self.ctx().fetch(self.id())?;
+        // The tensor's type is known here: an answer of another type is not its value.
+        if host.ty != self.0.ty {
+            let why = format!("the runtime answered a {} value for this {} tensor", host.ty, self.0.ty);
+            return Err(TensorError::invalid("get", why));
+        }
+        Ok(host)
     }
 
     /// The one value of a one-element tensor (a sync point).

@@ -146,6 +146,8 @@ struct PendingGet {
     client: u64,
     seq: u64,
     worker: usize,
+    /// The value's type: the answer must have it, with as many elements.
+    ty: TensorType,
 }
 
 struct PendingStats {
@@ -659,8 +661,8 @@ impl Dispatcher {
         self.flush_pipeline(c, seq);
         let Some(client) = self.clients.get(&c) else { return };
         match client.values.get(&value) {
-            Some(Slot::Live { worker, buf, .. }) => {
-                let (w, buf) = (*worker, *buf);
+            Some(Slot::Live { worker, buf, ty, .. }) => {
+                let (w, buf, ty) = (*worker, *buf, ty.clone());
                 if !self.workers[w].alive {
                     let msg = format!("get: worker `{}`, which held {value}, is gone", self.workers[w].name);
                     return self.send_reply(c, &Reply::Failed { seq, message: msg });
@@ -668,7 +670,7 @@ impl Dispatcher {
                 self.flush_worker(w, None);
                 let tag = self.next_tag;
                 self.next_tag += 1;
-                self.gets.insert(tag, PendingGet { client: c, seq, worker: w });
+                self.gets.insert(tag, PendingGet { client: c, seq, worker: w, ty });
                 if let Some(size) = self.send_worker(w, &WorkerCommand::Get { tag, value: buf }) {
                     self.log_worker(EventKind::WorkerSend, w, "Get", size, || format!("tag={tag} {buf}"));
                 }
@@ -836,13 +838,27 @@ impl Dispatcher {
             }
             WorkerEvent::Data { tag, tensor } => {
                 self.log_worker(EventKind::WorkerRecv, w, "Data", bytes, || format!("tag={tag} {}", tensor.ty));
-                if let Some(g) = self.gets.remove(&tag) {
-                    self.send_reply(g.client, &Reply::Data { seq: g.seq, tensor });
+                let Some(g) = self.take_get(tag, w) else { return };
+                // A worker answering with another type or length than the value has is
+                // broken or lying: the client is told, and the worker is not trusted again.
+                if tensor.ty != g.ty || tensor.data.len() != g.ty.shape.numel() {
+                    let why = format!(
+                        "get: worker `{}` answered {} with {} elements for a {} value; its answer was dropped and the worker disconnected",
+                        self.workers[w].name,
+                        tensor.ty,
+                        tensor.data.len(),
+                        g.ty
+                    );
+                    self.log_worker(EventKind::Error, w, "Data", bytes, || why.clone());
+                    self.send_reply(g.client, &Reply::Failed { seq: g.seq, message: why });
+                    self.worker_lost(w);
+                    return;
                 }
+                self.send_reply(g.client, &Reply::Data { seq: g.seq, tensor });
             }
             WorkerEvent::Failed { tag, message } => {
                 self.log_worker(EventKind::WorkerRecv, w, "Failed", bytes, || format!("tag={tag} {message}"));
-                if let Some(g) = self.gets.remove(&tag) {
+                if let Some(g) = self.take_get(tag, w) {
                     self.send_reply(g.client, &Reply::Failed { seq: g.seq, message });
                 }
             }
@@ -851,6 +867,14 @@ impl Dispatcher {
                     self.stats_arrived(collector, Some(stats));
                 }
             }
+        }
+    }
+
+    /// The read `tag`, taken only when worker `w` was asked it (another cannot answer it).
+    fn take_get(&mut self, tag: u64, w: usize) -> Option<PendingGet> {
+        match self.gets.get(&tag) {
+            Some(g) if g.worker == w => self.gets.remove(&tag),
+            _ => None,
         }
     }
 
