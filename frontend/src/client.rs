@@ -171,7 +171,7 @@ impl Client {
         let deadline = Instant::now() + wait + Duration::from_secs(1);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || self.socket.poll(zmq::POLLIN, left.as_millis().max(1) as i64)? == 0 {
+            if left.is_zero() || socket::retry(|| self.socket.poll(zmq::POLLIN, left.as_millis().max(1) as i64))? == 0 {
                 return Err(ClientError::Connect {
                     endpoint: self.endpoint.clone(),
                     why: format!("no answer within {} s (is `gt server` running there?)", wait.as_secs()),
@@ -277,7 +277,7 @@ impl Client {
 
     /// Reads replies already here without waiting (failures of earlier instructions).
     fn drain(&mut self) -> Result<(), ClientError> {
-        while self.socket.poll(zmq::POLLIN, 0)? > 0 {
+        while socket::retry(|| self.socket.poll(zmq::POLLIN, 0))? > 0 {
             let reply = self.recv()?;
             self.absorb(reply, u64::MAX)?;
         }
@@ -326,7 +326,7 @@ impl Client {
             if let Some(e) = &self.events {
                 items.push(e.as_poll_item(zmq::POLLIN));
             }
-            zmq::poll(&mut items, 1000)?;
+            socket::retry(|| zmq::poll(&mut items, 1000))?;
             let (ready, dropped) = (items[0].is_readable(), items.get(1).is_some_and(|i| i.is_readable()));
             if ready {
                 let reply = self.recv()?;
@@ -400,14 +400,15 @@ impl Client {
         let bytes = codec::encode(&InboundRef::Client(req), self.options.max_message_bytes)?;
         // Never block: a send can only wait when the dispatcher is gone (an in-process one
         // that stopped); connected sockets queue without limit.
-        match self.socket.send(bytes, zmq::DONTWAIT) {
+        // (Sent from a slice so that a send a signal interrupted can be made again.)
+        match socket::retry(|| self.socket.send(&bytes[..], zmq::DONTWAIT)) {
             Err(zmq::Error::EAGAIN) => Err(ClientError::Disconnected(self.endpoint.clone())),
             r => Ok(r?),
         }
     }
 
     fn recv(&self) -> Result<Reply, ClientError> {
-        let frame = self.socket.recv_bytes(0)?;
+        let frame = socket::retry(|| self.socket.recv_bytes(0))?;
         Ok(codec::decode(&frame, self.options.max_message_bytes)?)
     }
 }

@@ -105,15 +105,17 @@ pub fn run_worker(
     let max = options.max_message_bytes;
     let register =
         Inbound::Worker(WorkerEvent::Register { name: options.name.clone(), backend: backend.name().into() });
-    sock.send(codec::encode(&register, max).expect("a registration is small"), gt_transport::zmq::DONTWAIT)?;
-    if sock.poll(gt_transport::zmq::POLLIN, options.register_timeout.as_millis() as i64)? == 0 {
+    let register = codec::encode(&register, max).expect("a registration is small");
+    socket::retry(|| sock.send(&register[..], gt_transport::zmq::DONTWAIT))?;
+    if socket::retry(|| sock.poll(gt_transport::zmq::POLLIN, options.register_timeout.as_millis() as i64))? == 0 {
         return Err(WorkerError::NoDispatcher { endpoint: endpoint.clone(), waited: options.register_timeout });
     }
     let mut stats = Stats::default();
     // Never block on a send: with no dispatcher to send to (an in-process one that stopped),
     // a blocking send would wait forever.
     let gone = || WorkerError::DispatcherGone(endpoint.clone());
-    let send_bytes = |bytes: Vec<u8>| match sock.send(bytes, gt_transport::zmq::DONTWAIT) {
+    // (Sent from a slice so that a send a signal interrupted can be made again.)
+    let send_bytes = |bytes: Vec<u8>| match socket::retry(|| sock.send(&bytes[..], gt_transport::zmq::DONTWAIT)) {
         Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),
         r => r.map_err(WorkerError::from),
     };
@@ -131,12 +133,12 @@ pub fn run_worker(
     loop {
         if let Some(ev) = &events {
             let mut items = [sock.as_poll_item(gt_transport::zmq::POLLIN), ev.as_poll_item(gt_transport::zmq::POLLIN)];
-            gt_transport::zmq::poll(&mut items, -1)?;
+            socket::retry(|| gt_transport::zmq::poll(&mut items, -1))?;
             if !items[0].is_readable() && items[1].is_readable() {
                 return Err(gone());
             }
         }
-        let frame = sock.recv_bytes(0)?;
+        let frame = socket::retry(|| sock.recv_bytes(0))?;
         let cmd: WorkerCommand = match codec::decode(&frame, max) {
             Ok(c) => c,
             Err(e) => {

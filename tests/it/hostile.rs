@@ -380,3 +380,41 @@ fn a_client_checks_the_dispatchers_answers() {
     assert_eq!(e, "the dispatcher answered `stats` with Data");
     fake.join().unwrap();
 }
+
+/// Found by the `stream` fuzz target: a signal delivered to a thread waiting in ZeroMQ made
+/// the call fail with `EINTR`, and the client reported "Interrupted system call" (the
+/// dispatcher's and workers' loops would have stopped). Waits are retried now.
+#[test]
+fn signals_do_not_break_waits() {
+    use std::os::unix::thread::JoinHandleExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    extern "C" fn ignore(_: libc::c_int) {}
+    // SAFETY: installs a handler that does nothing, for a signal nothing else here uses.
+    unsafe { libc::signal(libc::SIGUSR2, ignore as *const () as libc::sighandler_t) };
+    let c = cluster(&[]);
+    let (ctx, endpoint) = (c.context().clone(), c.endpoint().clone());
+    let done = Arc::new(AtomicBool::new(false));
+    let finished = done.clone();
+    let reader = std::thread::spawn(move || {
+        let mut a = Client::connect_in(&ctx, &endpoint, ClientOptions::default()).unwrap();
+        for k in 0..300 {
+            for i in instrs("%0 = full f32[3] 2.0\n%1 = add %0, %0\n%2 = mul %1, %0") {
+                a.submit(i, origin()).unwrap();
+            }
+            let got = a.read(ValueId(2)).unwrap_or_else(|e| panic!("read {k}: {e}")).data;
+            assert_eq!(got, vec![8.0; 3]);
+        }
+        finished.store(true, Ordering::SeqCst);
+    });
+    let thread = reader.as_pthread_t();
+    let mut sent = 0;
+    while !done.load(Ordering::SeqCst) && !reader.is_finished() {
+        // SAFETY: the thread is alive (not finished) and the signal's handler does nothing.
+        unsafe { libc::pthread_kill(thread, libc::SIGUSR2) };
+        sent += 1;
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    reader.join().unwrap();
+    assert!(sent > 10, "only {sent} signals were sent");
+}

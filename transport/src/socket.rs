@@ -33,6 +33,17 @@ fn common(socket: &Socket, max_message_bytes: usize) -> zmq::Result<()> {
     Ok(())
 }
 
+/// Runs a ZeroMQ call again while a signal interrupts it (`EINTR`): a signal to the process
+/// (a profiler's timer, a terminal resize, a child's exit) says nothing about the connection.
+pub fn retry<T>(mut call: impl FnMut() -> zmq::Result<T>) -> zmq::Result<T> {
+    loop {
+        match call() {
+            Err(zmq::Error::EINTR) => continue,
+            done => return done,
+        }
+    }
+}
+
 /// A ROUTER bound to every endpoint (TCP first, so a busy port fails before IPC is taken),
 /// taking messages of at most about `max_message_bytes` (see [`wire_limit`]).
 pub fn router(ctx: &Context, endpoints: &[Endpoint], max_message_bytes: usize) -> zmq::Result<Socket> {

@@ -22,7 +22,7 @@ use gt_ir::verify::shape;
 use gt_ir::{Instr, TensorType, TypeError, ValueId};
 use gt_passes::Pipeline;
 use gt_transport::message::{PassStats, Reply, Request, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats};
-use gt_transport::{codec, zmq, EventKind, Inbound};
+use gt_transport::{codec, socket, zmq, EventKind, Inbound};
 use log::EventLog;
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -229,10 +229,10 @@ impl Dispatcher {
             self.log.flush();
             // Whether every waiting message was read (not cut off at the cap).
             let mut drained = true;
-            if self.router.poll(zmq::POLLIN, timeout)? > 0 {
+            if socket::retry(|| self.router.poll(zmq::POLLIN, timeout))? > 0 {
                 drained = false;
                 for _ in 0..4096 {
-                    match self.router.recv_multipart(zmq::DONTWAIT) {
+                    match socket::retry(|| self.router.recv_multipart(zmq::DONTWAIT)) {
                         Ok(frames) => self.on_frames(frames),
                         Err(zmq::Error::EAGAIN) => {
                             drained = true;
@@ -283,7 +283,7 @@ impl Dispatcher {
         }
         while self.workers.iter().any(|w| w.alive && !w.inflight.is_empty()) {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || self.router.poll(zmq::POLLIN, left.as_millis().max(1) as i64)? == 0 {
+            if left.is_zero() || socket::retry(|| self.router.poll(zmq::POLLIN, left.as_millis().max(1) as i64))? == 0 {
                 break;
             }
             while let Ok(frames) = self.router.recv_multipart(zmq::DONTWAIT) {
@@ -928,7 +928,7 @@ impl Dispatcher {
     /// Returns whether the worker took it; a worker that cannot be routed to is gone.
     fn send_worker_bytes(&mut self, w: usize, bytes: Vec<u8>) -> bool {
         let identity = &self.workers[w].identity;
-        match self.router.send_multipart([identity.as_slice(), &bytes], zmq::DONTWAIT) {
+        match socket::retry(|| self.router.send_multipart([identity.as_slice(), &bytes], zmq::DONTWAIT)) {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(target: "gt::dispatcher", "worker `{}` cannot be reached: {e}", self.workers[w].name);
@@ -1010,14 +1010,14 @@ impl Dispatcher {
             let (command, details) = reply_summary(reply);
             self.log.emit(EventKind::Send, format!("CLIENT {c}"), command, bytes.len(), details);
         }
-        if self.router.send_multipart([identity.as_slice(), &bytes], zmq::DONTWAIT).is_err() {
+        if socket::retry(|| self.router.send_multipart([identity.as_slice(), &bytes], zmq::DONTWAIT)).is_err() {
             self.lost_clients.push((c, "is gone (its process ended or the connection broke)"));
         }
     }
 
     fn send_reply_to(&mut self, identity: &[u8], reply: &Reply) {
         if let Ok(bytes) = codec::encode(reply, self.config.max_message_bytes) {
-            let _ = self.router.send_multipart([identity, &bytes], zmq::DONTWAIT);
+            let _ = socket::retry(|| self.router.send_multipart([identity, &bytes], zmq::DONTWAIT));
         }
     }
 
@@ -1055,7 +1055,7 @@ impl Dispatcher {
             let ping = codec::encode(&Reply::Ping, usize::MAX).expect("small");
             for c in ids {
                 let identity = self.clients[&c].identity.clone();
-                if self.router.send_multipart([identity.as_slice(), &ping], zmq::DONTWAIT).is_err() {
+                if socket::retry(|| self.router.send_multipart([identity.as_slice(), &ping], zmq::DONTWAIT)).is_err() {
                     self.lost_clients.push((c, "is gone (its process ended or the connection broke)"));
                 }
             }
