@@ -385,6 +385,7 @@ fn a_client_checks_the_dispatchers_answers() {
 /// the call fail with `EINTR`, and the client reported "Interrupted system call" (the
 /// dispatcher's and workers' loops would have stopped). Waits are retried now.
 #[test]
+#[allow(unsafe_code)] // libc's signal and pthread_kill: the only way to deliver a signal to one thread
 fn signals_do_not_break_waits() {
     use std::os::unix::thread::JoinHandleExt;
     use std::sync::atomic::{AtomicBool, Ordering};
