@@ -7,7 +7,9 @@ use crate::dispatcher::log::EventLog;
 use crate::dispatcher::{Dispatcher, DispatcherConfig};
 use crate::worker::{run_worker, WorkerError, WorkerOptions};
 use gt_ir::kernel::Precision;
-use gt_transport::endpoint::{discovery_path, monitor_ipc_path};
+use gt_transport::endpoint::{
+    discovery_path, ensure_runtime_dir, make_private, monitor_ipc_path, runtime_dir, write_private, RuntimeDirError,
+};
 use gt_transport::{socket, zmq, Endpoint};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,7 +63,7 @@ impl ClusterOptions {
         o.apply(env);
         if env.monitor {
             let name = format!("embedded-{}", std::process::id());
-            o.monitor = vec![Endpoint::Ipc(std::env::temp_dir().join(format!("gt-{name}-monitor.ipc")))];
+            o.monitor = vec![Endpoint::Ipc(runtime_dir().join(format!("{name}-monitor.ipc")))];
             o.discovery_name = Some(name);
         }
         o
@@ -112,6 +114,17 @@ pub enum ClusterError {
         /// Why.
         source: std::io::Error,
     },
+    /// The private directory for IPC sockets cannot be used.
+    #[error(transparent)]
+    RuntimeDir(#[from] RuntimeDirError),
+    /// A socket file could not be made private.
+    #[error("cannot make {path} private: {source}")]
+    Private {
+        /// The socket file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A thread could not be started.
     #[error("cannot start a thread: {0}")]
     Thread(std::io::Error),
@@ -155,6 +168,10 @@ impl Cluster {
         let pid = std::process::id();
         let inproc = Endpoint::Inproc(format!("gt-dispatcher-{pid}-{n}"));
         let mut listen = options.listen.clone();
+        if listen.iter().chain(&options.monitor).any(|e| e.ipc_file().is_some()) {
+            // IPC sockets and discovery files live in this user's private directory.
+            ensure_runtime_dir()?;
+        }
         listen.push(inproc.clone());
         let bind_err = |endpoint: String| move |source| ClusterError::Bind { endpoint, source };
         let router =
@@ -166,6 +183,9 @@ impl Cluster {
         } else {
             Some(socket::monitor_publisher(&ctx, &options.monitor).map_err(bind_err(describe(&options.monitor)))?)
         };
+        for path in options.listen.iter().chain(&options.monitor).filter_map(Endpoint::ipc_file) {
+            make_private(path).map_err(|source| ClusterError::Private { path: path.to_path_buf(), source })?;
+        }
         let log = EventLog::new(options.instruction_log.as_deref(), monitor).map_err(|source| ClusterError::Log {
             path: options.instruction_log.clone().unwrap_or_default(),
             source,
@@ -224,7 +244,7 @@ impl Cluster {
             for e in &cluster.monitor {
                 text.push_str(&format!("monitor={e}\n"));
             }
-            if std::fs::write(&path, text).is_ok() {
+            if write_private(&path, text.as_bytes()).is_ok() {
                 cluster.discovery = Some(path);
             }
         }

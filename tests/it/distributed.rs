@@ -116,6 +116,12 @@ fn a_server_on_every_interface_listens_on_tcp() {
     assert_eq!(c.read(ValueId(0)).unwrap().data, vec![2.0]);
 }
 
+/// A file's permission bits.
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).unwrap().mode() & 0o777
+}
+
 /// Sends raw frames on a DEALER and returns the dispatcher's answer.
 fn raw_exchange(sock: &zmq::Socket, frames: &[&[u8]]) -> Reply {
     sock.send_multipart(frames.iter().copied(), 0).unwrap();
@@ -248,6 +254,8 @@ fn the_instruction_log_pairs_every_worker_send_with_a_later_receive() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = std::fs::read_to_string(&log).unwrap();
+    // It holds literal tensor data: this user's alone.
+    assert_eq!(mode(&log), 0o600);
     let events: Vec<LogEvent> = text.lines().filter_map(LogEvent::parse_line).collect();
     let kinds = |k: EventKind| events.iter().filter(|e| e.kind == k).count();
     assert!(text.starts_with("===="), "header first");
@@ -280,8 +288,13 @@ fn the_monitor_socket_publishes_the_log_events() {
     let (_server, lines) = server(port, "127.0.0.1", &[]);
     let monitor = lines[1].trim_start_matches("gt server monitor on ").to_string();
     // Tools find it without being told: the server writes its endpoints to a known file.
-    let discovery = std::fs::read_to_string(gt::transport::endpoint::discovery_path(&port.to_string())).unwrap();
+    let discovery_file = gt::transport::endpoint::discovery_path(&port.to_string());
+    let discovery = std::fs::read_to_string(&discovery_file).unwrap();
     assert!(discovery.contains(&format!("monitor={monitor}")), "{discovery}");
+    // Sockets and discovery files are private, in a directory only this user can enter.
+    let ipc = gt::transport::endpoint::ipc_path(port);
+    assert_eq!(ipc.parent(), discovery_file.parent());
+    assert_eq!((mode(&discovery_file), mode(&ipc), mode(ipc.parent().unwrap())), (0o600, 0o600, 0o700));
     let _worker = worker(port);
     let ctx = zmq::Context::new();
     let sub = ctx.socket(zmq::SUB).unwrap();

@@ -34,20 +34,113 @@ pub struct EndpointError {
     pub why: &'static str,
 }
 
+/// This user's directory for gt's sockets and discovery files: `$XDG_RUNTIME_DIR/gt` (that
+/// directory is the user's alone), else `gt-UID` under the temp dir. Nothing of gt's lives at
+/// a predictable path another user could take first ([`ensure_runtime_dir`] makes it).
+pub fn runtime_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir).join("gt"),
+        None => std::env::temp_dir().join(format!("gt-{}", nix::unistd::getuid())),
+    }
+}
+
+/// Why the runtime directory cannot be trusted.
+#[derive(Debug, Error)]
+pub enum RuntimeDirError {
+    /// It could not be made or read.
+    #[error("cannot use gt's runtime directory {path}: {source}")]
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is not a directory of this user's (a link, a file, another user's).
+    #[error("gt's runtime directory {path} is {what}; remove it (another user may have planted it)")]
+    NotOurs {
+        /// The directory.
+        path: PathBuf,
+        /// What it is instead.
+        what: String,
+    },
+}
+
+/// Makes [`runtime_dir`] (mode 0700) or checks the one there: a real directory (not a link),
+/// owned by this user, which others cannot enter (its mode is set back to 0700 if it was
+/// wider).
+pub fn ensure_runtime_dir() -> Result<PathBuf, RuntimeDirError> {
+    ensure_private_dir(runtime_dir())
+}
+
+#[cfg(unix)]
+fn ensure_private_dir(path: PathBuf) -> Result<PathBuf, RuntimeDirError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let io = |source| RuntimeDirError::Io { path: path.clone(), source };
+    match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(e)),
+    }
+    let meta = std::fs::symlink_metadata(&path).map_err(io)?;
+    let not_ours = |what: String| RuntimeDirError::NotOurs { path: path.clone(), what };
+    if !meta.file_type().is_dir() {
+        return Err(not_ours("not a directory".into()));
+    }
+    if meta.uid() != nix::unistd::getuid().as_raw() {
+        return Err(not_ours(format!("owned by user {}", meta.uid())));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    }
+    Ok(path)
+}
+
+#[cfg(not(unix))]
+fn ensure_private_dir(path: PathBuf) -> Result<PathBuf, RuntimeDirError> {
+    std::fs::create_dir_all(&path).map_err(|source| RuntimeDirError::Io { path: path.clone(), source })?;
+    Ok(path)
+}
+
 /// The Unix socket a server on `port` listens on, besides TCP.
 pub fn ipc_path(port: u16) -> PathBuf {
-    std::env::temp_dir().join(format!("gt-{port}.ipc"))
+    runtime_dir().join(format!("{port}.ipc"))
 }
 
 /// The Unix socket of the monitor PUB socket of the server on `port`.
 pub fn monitor_ipc_path(port: u16) -> PathBuf {
-    std::env::temp_dir().join(format!("gt-{port}-monitor.ipc"))
+    runtime_dir().join(format!("{port}-monitor.ipc"))
 }
 
 /// The file where a running dispatcher writes its endpoints (for `gt top`, `gt trace` and
 /// other tools): `name` is the port, or `embedded-PID`.
 pub fn discovery_path(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("gt-{name}.dispatcher"))
+    runtime_dir().join(format!("{name}.dispatcher"))
+}
+
+/// Writes a private file (mode 0600) in a fresh inode: whatever was at `path` (a stale file,
+/// a link someone planted) is removed first, and the file is created exclusively, so nothing
+/// is written through a link.
+pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)?.write_all(contents)
+}
+
+/// Makes a socket file this user's alone (mode 0600).
+pub fn make_private(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(())
 }
 
 /// Whether `host` names this machine's loopback (or every interface, which includes it).
@@ -88,7 +181,7 @@ impl Endpoint {
     /// server that was killed refuses connections, so it is not taken.)
     pub fn for_peer(host: &str, port: u16) -> Endpoint {
         let ipc = ipc_path(port);
-        if is_local(host) && ipc_listening(&ipc) {
+        if is_local(host) && ours(&ipc) && ipc_listening(&ipc) {
             Endpoint::Ipc(ipc)
         } else {
             let host = if matches!(host, "0.0.0.0" | "*" | "") { "127.0.0.1" } else { host };
@@ -130,6 +223,25 @@ impl fmt::Display for Endpoint {
     }
 }
 
+/// Whether `path` is a socket of this user's in a runtime directory only this user can enter
+/// (another user's socket is never taken for the dispatcher: it would get the client's data).
+#[cfg(unix)]
+fn ours(path: &Path) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let me = nix::unistd::getuid().as_raw();
+    let private_dir = path
+        .parent()
+        .and_then(|d| std::fs::symlink_metadata(d).ok())
+        .is_some_and(|m| m.is_dir() && m.uid() == me && m.mode() & 0o077 == 0);
+    let own_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket() && m.uid() == me);
+    private_dir && own_socket
+}
+
+#[cfg(not(unix))]
+fn ours(_: &Path) -> bool {
+    true
+}
+
 #[cfg(unix)]
 fn ipc_listening(path: &Path) -> bool {
     // Connecting and closing at once is harmless to a ZeroMQ listener.
@@ -154,6 +266,81 @@ fn split_host_port(text: &str) -> Result<(String, u16), &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A scratch directory of this test's own.
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("gt-endpoint-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_runtime_directory_is_private_and_checked() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let d = scratch("dir");
+        // Made 0700; a wider mode on our own directory is narrowed.
+        let made = ensure_private_dir(d.join("gt")).unwrap();
+        assert_eq!(std::fs::metadata(&made).unwrap().mode() & 0o777, 0o700);
+        std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ensure_private_dir(made.clone()).unwrap();
+        assert_eq!(std::fs::metadata(&made).unwrap().mode() & 0o777, 0o700);
+        // A link or a file planted at the path is refused.
+        std::os::unix::fs::symlink(&d, d.join("link")).unwrap();
+        let e = ensure_private_dir(d.join("link")).unwrap_err().to_string();
+        assert!(e.contains("not a directory") && e.contains("planted"), "{e}");
+        std::fs::write(d.join("file"), b"").unwrap();
+        assert!(ensure_private_dir(d.join("file")).is_err());
+        // Another user's directory (only root can make one here).
+        if nix::unistd::getuid().is_root() {
+            let theirs = d.join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            nix::unistd::chown(&theirs, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+            let e = ensure_private_dir(theirs).unwrap_err().to_string();
+            assert!(e.contains("owned by user 65534"), "{e}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn private_files_are_0600_and_never_written_through_a_link() {
+        use std::os::unix::fs::MetadataExt;
+        let d = scratch("files");
+        let target = d.join("victim");
+        std::fs::write(&target, b"keep").unwrap();
+        let planted = d.join("x.dispatcher");
+        std::os::unix::fs::symlink(&target, &planted).unwrap();
+        write_private(&planted, b"pid=1\n").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        assert_eq!(std::fs::read(&planted).unwrap(), b"pid=1\n");
+        assert_eq!(std::fs::symlink_metadata(&planted).unwrap().mode() & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn only_our_sockets_in_a_private_directory_are_taken() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = scratch("sockets");
+        let private = ensure_private_dir(d.join("gt")).unwrap();
+        let path = private.join("9.ipc");
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        assert!(ours(&path));
+        // In a directory others can write to, a socket could be anyone's.
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(!ours(&path));
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        if nix::unistd::getuid().is_root() {
+            nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+            assert!(!ours(&path), "another user's socket was taken");
+        }
+        // A plain file is no socket.
+        std::fs::write(private.join("8.ipc"), b"").unwrap();
+        assert!(!ours(&private.join("8.ipc")));
+        let _ = std::fs::remove_dir_all(&d);
+    }
 
     #[test]
     fn parses_every_form() {
@@ -181,6 +368,7 @@ mod tests {
     #[test]
     fn a_stale_ipc_socket_file_is_not_taken() {
         let port = 1;
+        ensure_runtime_dir().unwrap();
         let path = ipc_path(port);
         let _ = std::fs::remove_file(&path);
         // A socket file with no listener, as a killed server leaves behind.

@@ -20,12 +20,25 @@ pub struct EventLog {
     subscribers: i64,
 }
 
+/// Opens a log for writing, readable by this user only (it holds literal tensor data), and
+/// never through a symbolic link someone planted at its path.
+fn private_file(path: &Path) -> std::io::Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600).custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits());
+    }
+    options.open(path)
+}
+
 impl EventLog {
     /// A log to `path` (if any) and to the `monitor` XPUB socket (if any).
     pub fn new(path: Option<&Path>, monitor: Option<zmq::Socket>) -> std::io::Result<EventLog> {
         let file = match path {
             Some(p) => {
-                let mut f = BufWriter::new(File::create(p)?);
+                let mut f = BufWriter::new(private_file(p)?);
                 f.write_all(log_header(&started_at()).as_bytes())?;
                 f.flush()?;
                 Some(f)
