@@ -9,7 +9,11 @@
 //!   output, then a compiled map applies the epilogue in place. `Precision::Tf32` is f32
 //!   here (the oracle's products).
 //! - Compiled code is cached by the kernel value itself (shapes, strides and expression
-//!   are constants in the code), one [`JITModule`] holding every function.
+//!   are constants in the code), one [`JITModule`] holding every function. The cache is
+//!   bounded ([`MAX_CACHED_KERNELS`], [`MAX_CODE_BYTES`]): when a new kernel would pass a
+//!   bound, the whole module is freed and a new one starts (Cranelift frees code only a
+//!   module at a time), so a stream of ever-new kernels, or the kernels of clients long
+//!   gone, cannot grow a worker without limit.
 //!
 //! # Numerics
 //!
@@ -65,11 +69,22 @@ pub enum JitError {
     Codegen(String),
 }
 
+/// Most kernels kept compiled at once.
+pub const MAX_CACHED_KERNELS: usize = 4096;
+/// Most bytes of machine code kept at once.
+pub const MAX_CODE_BYTES: usize = 64 << 20;
+
 /// Counters of the compile cache.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct JitStats {
     /// Kernels compiled.
     pub compiled: u64,
+    /// Times the cache was full and its code freed.
+    pub evictions: u64,
+    /// Kernels compiled now.
+    pub cached: u64,
+    /// Bytes of their machine code.
+    pub code_bytes: u64,
     /// Lookups that found the kernel compiled already.
     pub cache_hits: u64,
     /// Total time spent compiling.
@@ -89,8 +104,9 @@ enum Compiled {
 
 /// Compiles kernels on first sight and runs them; see the module docs.
 pub struct Jit {
-    /// Taken only by `drop`, which frees the code with it.
+    /// Taken only by `drop` and by eviction, which free the code with it.
     module: ManuallyDrop<JITModule>,
+    isa: cranelift_codegen::isa::OwnedTargetIsa,
     target: Target,
     cache: HashMap<Kernel, Compiled>,
     stats: JitStats,
@@ -141,22 +157,26 @@ impl Jit {
             .map_err(|e| JitError::Isa(e.to_string()))?;
         let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
         let target = Target { frontend: isa.frontend_config(), fma };
-        let mut builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
-        for shim in Shim::ALL {
-            builder.symbol(shim.symbol(), shim_address(shim));
-        }
-        let mut module = JITModule::new(builder);
-        // Declared first and in order, so their function ids are the user names the
-        // generated code imports them by (`codegen::Shim`).
-        for shim in Shim::ALL {
-            let id = module
-                .declare_function(shim.symbol(), Linkage::Import, &shim.signature(target.frontend.default_call_conv))
-                .map_err(|e| JitError::Codegen(e.to_string()))?;
-            if id.as_u32() != shim as u32 {
-                return Err(JitError::Codegen(format!("shim {} got function id {}", shim.symbol(), id.as_u32())));
-            }
-        }
-        Ok(Jit { module: ManuallyDrop::new(module), target, cache: HashMap::new(), stats: JitStats::default() })
+        let module = module_for(isa.clone(), target)?;
+        Ok(Jit { module: ManuallyDrop::new(module), isa, target, cache: HashMap::new(), stats: JitStats::default() })
+    }
+
+    /// Frees every compiled kernel and starts a new module (the cache is full).
+    #[allow(unsafe_code)]
+    fn evict_all(&mut self) -> Result<(), JitError> {
+        let fresh = module_for(self.isa.clone(), self.target)?;
+        // SAFETY: the old module is replaced at once and never used again; every pointer into
+        // its code is in `self.cache`, cleared here, and no compiled function is running
+        // (`compile` borrows `self` mutably).
+        let old = unsafe { ManuallyDrop::take(&mut self.module) };
+        self.module = ManuallyDrop::new(fresh);
+        self.cache.clear();
+        // SAFETY: as above: nothing points into the old module's code any more.
+        unsafe { old.free_memory() };
+        self.stats.evictions += 1;
+        self.stats.cached = 0;
+        self.stats.code_bytes = 0;
+        Ok(())
     }
 
     /// Checks bounds ([`Kernel::check_bounds`]), compiles on first sight (cached by the
@@ -191,6 +211,9 @@ impl Jit {
             return Ok(Duration::ZERO);
         }
         validate(kernel).map_err(JitError::Invalid)?;
+        if self.cache.len() >= MAX_CACHED_KERNELS || self.stats.code_bytes as usize >= MAX_CODE_BYTES {
+            self.evict_all()?;
+        }
         let start = Instant::now();
         let compiled = match kernel {
             Kernel::Map(k) => Compiled::Map(self.define(k)?),
@@ -200,6 +223,7 @@ impl Jit {
         self.stats.compiled += 1;
         self.stats.compile_time += took;
         self.cache.insert(kernel.clone(), compiled);
+        self.stats.cached = self.cache.len() as u64;
         Ok(took)
     }
 
@@ -216,14 +240,34 @@ impl Jit {
         let mut ctx = self.module.make_context();
         ctx.func = map_function(k, self.target, UserFuncName::user(0, id.as_u32()))?;
         self.module.define_function(id, &mut ctx).map_err(codegen)?;
+        self.stats.code_bytes += ctx.compiled_code().map_or(0, |c| c.code_buffer().len()) as u64;
         self.module.clear_context(&mut ctx);
         self.module.finalize_definitions().map_err(codegen)?;
         let code = self.module.get_finalized_function(id);
-        // SAFETY: `code` is the finalized (executable, never freed: the module lives as long
-        // as the cache) entry of a function defined with `kernel_signature`, i.e.
+        // SAFETY: `code` is the finalized (executable, freed only with the module, when the
+        // cache that holds this pointer is cleared) entry of a function defined with `kernel_signature`, i.e.
         // `(ptr, ptr) -> ()` in the host's default calling convention, which is `extern "C"`.
         Ok(unsafe { std::mem::transmute::<*const u8, KernelFn>(code) })
     }
+}
+
+/// A module for `isa` with the shims declared first and in order, so their function ids are
+/// the user names the generated code imports them by (`codegen::Shim`).
+fn module_for(isa: cranelift_codegen::isa::OwnedTargetIsa, target: Target) -> Result<JITModule, JitError> {
+    let mut builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+    for shim in Shim::ALL {
+        builder.symbol(shim.symbol(), shim_address(shim));
+    }
+    let mut module = JITModule::new(builder);
+    for shim in Shim::ALL {
+        let id = module
+            .declare_function(shim.symbol(), Linkage::Import, &shim.signature(target.frontend.default_call_conv))
+            .map_err(|e| JitError::Codegen(e.to_string()))?;
+        if id.as_u32() != shim as u32 {
+            return Err(JitError::Codegen(format!("shim {} got function id {}", shim.symbol(), id.as_u32())));
+        }
+    }
+    Ok(module)
 }
 
 impl Drop for Jit {

@@ -837,3 +837,22 @@ proptest! {
         run_case(&c, Tol::Close { rel: 1e-4, abs: 1e-5 })?;
     }
 }
+
+/// The compile cache is bounded: past [`MAX_CACHED_KERNELS`] distinct kernels the code is
+/// freed and compiling starts over, and every kernel still computes what the oracle does.
+#[test]
+fn the_compile_cache_is_bounded() {
+    let mut jit = jit();
+    let x = values(1, 8, -2.0, 2.0);
+    for c in 0..super::MAX_CACHED_KERNELS + 10 {
+        let nodes = vec![Node::Input(0), Node::constant(c as f32), Node::Binary(BinaryOp::Mul, 0, 1)];
+        let k = map(&[8], vec![Access::contiguous(&[8])], nodes, Access::contiguous(&[8]));
+        let mut out = vec![0.0; 8];
+        jit.run(&k, &[&x], &mut out).unwrap();
+        assert_eq!(out, x.iter().map(|v| v * c as f32).collect::<Vec<_>>(), "kernel {c}");
+    }
+    let s = jit.stats();
+    assert_eq!(s.evictions, 1);
+    assert_eq!(s.cached, 10);
+    assert!(s.code_bytes > 0 && (s.code_bytes as usize) < super::MAX_CODE_BYTES, "{s:?}");
+}
