@@ -59,6 +59,19 @@ pub struct EnvConfig {
     /// Whether CPU workers compile `fused` kernels with Cranelift (`GT_JIT=0` evaluates them
     /// with the kernel oracle instead, for debugging).
     pub jit: bool,
+    /// The most bytes a worker's values may hold at once (`GT_WORKER_MEMORY`, in bytes;
+    /// default [`default_worker_memory`]): an op past it fails, the process does not run out.
+    pub worker_memory: usize,
+}
+
+/// Four fifths of this machine's memory (`MemTotal` in `/proc/meminfo`), or no limit where
+/// that cannot be read.
+pub fn default_worker_memory() -> usize {
+    let total_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
+        let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+        line.split_whitespace().nth(1)?.parse::<usize>().ok()
+    });
+    total_kib.map_or(usize::MAX, |kib| kib.saturating_mul(1024) / 5 * 4)
 }
 
 impl Default for EnvConfig {
@@ -72,6 +85,7 @@ impl Default for EnvConfig {
             passes: registry::DEFAULT_PASSES.to_vec(),
             pass_options: registry::default_options(),
             dump_passes: None,
+            worker_memory: default_worker_memory(),
             backend: BackendKind::Cpu,
             matmul_precision: Precision::F32,
             jit: true,
@@ -106,6 +120,7 @@ impl EnvConfig {
         c.workers = positive("GT_WORKERS", c.workers)?;
         c.worker_batch_size = positive("GT_WORKER_BATCH_SIZE", c.worker_batch_size)?;
         c.max_message_bytes = positive("GT_MAX_MESSAGE_BYTES", c.max_message_bytes)?;
+        c.worker_memory = positive("GT_WORKER_MEMORY", c.worker_memory)?;
         c.instruction_log = get("GT_INSTRUCTION_LOG").filter(|s| !s.is_empty()).map(PathBuf::from);
         let flag = |var: &'static str| match get(var).as_deref().map(str::trim) {
             None | Some("" | "0" | "false") => Ok(false),

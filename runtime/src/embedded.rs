@@ -38,6 +38,8 @@ pub struct ClusterOptions {
     pub matmul_precision: Precision,
     /// Whether CPU workers compile `fused` kernels (`GT_JIT`).
     pub jit: bool,
+    /// Each in-process worker's memory budget (`GT_WORKER_MEMORY`).
+    pub worker_memory: usize,
 }
 
 impl ClusterOptions {
@@ -53,6 +55,7 @@ impl ClusterOptions {
             backend: BackendKind::Cpu,
             matmul_precision: Precision::F32,
             jit: true,
+            worker_memory: crate::config::default_worker_memory(),
         }
     }
 
@@ -77,6 +80,7 @@ impl ClusterOptions {
         self.backend = env.backend;
         self.matmul_precision = env.matmul_precision;
         self.jit = env.jit;
+        self.worker_memory = env.worker_memory;
         let (passes, options, dump) = (env.passes.clone(), env.pass_options, env.dump_passes.clone());
         if !passes.is_empty() {
             self.dispatcher.pipeline = std::sync::Arc::new(move |client| {
@@ -162,7 +166,7 @@ impl Cluster {
         if options.workers > 0 && options.backend != BackendKind::Cpu {
             // A backend that cannot start (no GPU) is an error now, not workers that never
             // register.
-            drop(options.backend.start(0, options.matmul_precision, false)?);
+            drop(options.backend.start(0, 0, options.matmul_precision, false)?);
         }
         let n = NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
@@ -223,6 +227,7 @@ impl Cluster {
             wo.backend = options.backend;
             wo.matmul_precision = options.matmul_precision;
             wo.jit = options.jit;
+            wo.memory_budget = options.worker_memory;
             let h = std::thread::Builder::new()
                 .name(format!("gt-worker-{i}"))
                 .spawn(move || {

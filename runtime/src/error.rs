@@ -23,6 +23,19 @@ pub enum RuntimeError {
         #[source]
         source: TypeError,
     },
+    /// Results that would take the worker past its memory budget (`GT_WORKER_MEMORY`): the op
+    /// fails instead of the process running out of memory.
+    #[error("{op}: results need {needed} bytes with {live} bytes held, over the worker's memory budget of {limit} (GT_WORKER_MEMORY)")]
+    OutOfMemory {
+        /// The op.
+        op: &'static str,
+        /// Bytes its results need.
+        needed: usize,
+        /// Bytes the worker holds.
+        live: usize,
+        /// The budget.
+        limit: usize,
+    },
     /// A result (or the bookkeeping for one) larger than the interpreter's memory limit.
     #[error("{op}: result needs {bytes} bytes, over the limit of {limit}")]
     TooLarge {

@@ -33,6 +33,8 @@ pub struct WorkerOptions {
     pub matmul_precision: Precision,
     /// Whether the CPU backend compiles `fused` kernels (`GT_JIT`, on by default).
     pub jit: bool,
+    /// The most bytes its values may hold at once (`GT_WORKER_MEMORY`).
+    pub memory_budget: usize,
 }
 
 impl WorkerOptions {
@@ -46,6 +48,7 @@ impl WorkerOptions {
             backend: BackendKind::Cpu,
             matmul_precision: Precision::F32,
             jit: true,
+            memory_budget: crate::config::default_worker_memory(),
         }
     }
 }
@@ -97,7 +100,12 @@ pub fn run_worker(
     options: &WorkerOptions,
 ) -> Result<(), WorkerError> {
     // The backend first: a worker that cannot execute should not register.
-    let mut backend = options.backend.start(options.max_tensor_bytes, options.matmul_precision, options.jit)?;
+    let mut backend = options.backend.start(
+        options.max_tensor_bytes,
+        options.memory_budget,
+        options.matmul_precision,
+        options.jit,
+    )?;
     let sock = socket::dealer(ctx, endpoint, options.max_message_bytes)?;
     // Watch for the connection breaking before registering, so that no disconnect can
     // happen unseen once the dispatcher knows this worker.

@@ -105,6 +105,7 @@ fn worker(host: &str, port: u16, name: Option<String>, backend: BackendKind, wai
     options.backend = backend;
     options.matmul_precision = env.matmul_precision;
     options.jit = env.jit;
+    options.memory_budget = env.worker_memory;
     let ctx = gt::transport::zmq::Context::new();
     match run_worker(&ctx, &endpoint, &options) {
         Ok(()) => ExitCode::SUCCESS,

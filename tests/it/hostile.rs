@@ -419,3 +419,23 @@ fn signals_do_not_break_waits() {
     reader.join().unwrap();
     assert!(sent > 10, "only {sent} signals were sent");
 }
+
+/// Finding 5 (memory): values past a worker's budget fail their op, naming the budget, and
+/// the worker carries on (the process used to abort when an allocation failed).
+#[test]
+fn a_worker_over_its_memory_budget_fails_the_op_not_the_process() {
+    let c = cluster(&[("GT_WORKER_MEMORY", "1000000")]);
+    let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    let all = instrs("%a = ones f32[100000]\n%b = ones f32[100000]\n%c = add %a, %b\nfree %b\n%c = add %a, %a");
+    for i in all[..3].iter().cloned() {
+        a.submit(i, origin()).unwrap();
+    }
+    let e = a.sync().unwrap_err().to_string();
+    assert!(e.contains("add: results need 400000 bytes with 800000 bytes held, over the worker's memory budget of 1000000 (GT_WORKER_MEMORY)"), "{e}");
+    // Freeing makes room.
+    for i in all[3..].iter().cloned() {
+        a.submit(i, origin()).unwrap();
+    }
+    assert_eq!(a.read(ValueId(2)).unwrap().data[..2], [2.0, 2.0]);
+    still_serves(&c);
+}

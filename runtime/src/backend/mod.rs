@@ -125,13 +125,14 @@ impl BackendKind {
     pub fn start(
         self,
         max_tensor_bytes: usize,
+        memory_budget: usize,
         precision: Precision,
         jit: bool,
     ) -> Result<Box<dyn Backend>, BackendError> {
         let _ = precision;
         match self {
             BackendKind::Cpu => {
-                let interp = Interpreter::with_max_tensor_bytes(max_tensor_bytes);
+                let interp = Interpreter::with_max_tensor_bytes(max_tensor_bytes).with_memory_budget(memory_budget);
                 Ok(Box::new(if jit { interp.with_jit() } else { interp }))
             }
             #[cfg(feature = "cuda")]

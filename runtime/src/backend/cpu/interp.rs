@@ -39,6 +39,8 @@ pub struct Interpreter {
     values: HashMap<ValueId, Tensor>,
     bytes: Residency,
     max_tensor_bytes: usize,
+    /// The most bytes all values may hold at once (the worker's memory budget).
+    max_live_bytes: usize,
     /// Runs `fused` kernels as machine code; without it they are evaluated by the kernel
     /// oracle (`cpu::kernels`), which is the reference.
     jit: Option<Box<Jit>>,
@@ -55,7 +57,13 @@ impl Interpreter {
 
     /// An interpreter that refuses any single result larger than `max_tensor_bytes`.
     pub fn with_max_tensor_bytes(max_tensor_bytes: usize) -> Interpreter {
-        Interpreter { values: HashMap::new(), bytes: Residency::default(), max_tensor_bytes, jit: None }
+        Interpreter {
+            values: HashMap::new(),
+            bytes: Residency::default(),
+            max_tensor_bytes,
+            max_live_bytes: usize::MAX,
+            jit: None,
+        }
     }
 
     /// The same interpreter running `fused` kernels through the Cranelift JIT (when the host
@@ -78,9 +86,22 @@ impl Interpreter {
         self.max_tensor_bytes
     }
 
+    /// Refuses (with [`RuntimeError::OutOfMemory`]) any instruction whose results would take
+    /// the values held past `bytes`.
+    pub fn with_memory_budget(mut self, bytes: usize) -> Interpreter {
+        self.max_live_bytes = bytes;
+        self
+    }
+
     /// Runs one instruction. On error no value is defined, changed or freed.
     pub fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
+        let needed = types.iter().fold(0usize, |n, t| n.saturating_add(t.shape.numel().saturating_mul(ELEMENT_BYTES)));
+        let live = self.bytes.live();
+        if needed > 0 && live.saturating_add(needed) > self.max_live_bytes {
+            let (op, limit) = (instr.mnemonic(), self.max_live_bytes);
+            return Err(RuntimeError::OutOfMemory { op, needed, live, limit });
+        }
         let results = self.compute(&instr, &types)?;
         if let Instr::Free { src } = &*instr {
             if let Some(gone) = self.values.remove(src) {
