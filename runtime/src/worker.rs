@@ -70,6 +70,14 @@ pub enum WorkerError {
     /// The dispatcher went away (it stopped, or the connection broke).
     #[error("lost the dispatcher at {0}")]
     DispatcherGone(Endpoint),
+    /// The dispatcher went away and did not come back in time.
+    #[error("lost the dispatcher at {endpoint}; it did not come back within {} s", .waited.as_secs())]
+    DispatcherLost {
+        /// Where it was.
+        endpoint: Endpoint,
+        /// How long the worker tried to register again.
+        waited: Duration,
+    },
     /// The backend could not start (no GPU, no driver, a build without CUDA).
     #[error(transparent)]
     Backend(#[from] BackendError),
@@ -91,6 +99,33 @@ struct Stats {
     batches: u64,
     reads: u64,
     ops: HashMap<&'static str, (u64, u64)>,
+}
+
+/// [`run_worker`], registering again (with a fresh backend: the dispatcher let go of the
+/// old values when it lost the worker) whenever the dispatcher goes away, for up to `window`
+/// each time: a dispatcher that was restarted, or paused past the heartbeat timeout, gets its
+/// worker back. A `window` of zero stops at the first loss.
+pub fn run_worker_reconnecting(
+    ctx: &gt_transport::zmq::Context,
+    endpoint: &Endpoint,
+    options: &WorkerOptions,
+    window: Duration,
+) -> Result<(), WorkerError> {
+    let mut attempt = options.clone();
+    let mut lost = false;
+    loop {
+        match run_worker(ctx, endpoint, &attempt) {
+            Err(WorkerError::DispatcherGone(_)) if !window.is_zero() => {
+                tracing::warn!(target: "gt::worker", "{}: lost the dispatcher at {endpoint}; registering again for up to {} s", options.name, window.as_secs());
+                attempt.register_timeout = window;
+                lost = true;
+            }
+            Err(WorkerError::NoDispatcher { endpoint, waited }) if lost => {
+                return Err(WorkerError::DispatcherLost { endpoint, waited });
+            }
+            done => return done,
+        }
+    }
 }
 
 /// Connects to the dispatcher at `endpoint`, registers, and executes until told to shut down.

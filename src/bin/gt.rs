@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use gt::runtime::backend::BackendKind;
 use gt::runtime::config::EnvConfig;
 use gt::runtime::embedded::{Cluster, ClusterError, ClusterOptions};
-use gt::runtime::worker::{run_worker, WorkerError, WorkerOptions};
+use gt::runtime::worker::{run_worker_reconnecting, WorkerError, WorkerOptions};
 use gt::transport::Endpoint;
 use std::process::ExitCode;
 
@@ -50,6 +50,10 @@ enum Command {
         /// Seconds to wait for the dispatcher to answer the registration.
         #[arg(long, default_value_t = 10)]
         wait: u64,
+        /// Seconds to keep trying to register again when the dispatcher goes away (it was
+        /// restarted, or paused past the heartbeat timeout); 0: exit at once.
+        #[arg(long, default_value_t = 30)]
+        reconnect: u64,
     },
 }
 
@@ -65,7 +69,9 @@ fn main() -> ExitCode {
     };
     match args.command {
         Command::Server { port, host, workers } => server(port, &host, workers, &env),
-        Command::Worker { host, port, name, backend, wait } => worker(&host, port, name, backend, wait, &env),
+        Command::Worker { host, port, name, backend, wait, reconnect } => {
+            worker(&host, port, name, backend, (wait, reconnect), &env)
+        }
     }
 }
 
@@ -96,7 +102,14 @@ fn server(port: u16, host: &str, workers: usize, env: &EnvConfig) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn worker(host: &str, port: u16, name: Option<String>, backend: BackendKind, wait: u64, env: &EnvConfig) -> ExitCode {
+fn worker(
+    host: &str,
+    port: u16,
+    name: Option<String>,
+    backend: BackendKind,
+    (wait, reconnect): (u64, u64),
+    env: &EnvConfig,
+) -> ExitCode {
     let endpoint = Endpoint::for_peer(host, port);
     let name = name.unwrap_or_else(|| format!("worker@{}-{}", hostname(), std::process::id()));
     let mut options = WorkerOptions::named(name);
@@ -107,7 +120,8 @@ fn worker(host: &str, port: u16, name: Option<String>, backend: BackendKind, wai
     options.jit = env.jit;
     options.memory_budget = env.worker_memory;
     let ctx = gt::transport::zmq::Context::new();
-    match run_worker(&ctx, &endpoint, &options) {
+    let reconnect = std::time::Duration::from_secs(reconnect);
+    match run_worker_reconnecting(&ctx, &endpoint, &options, reconnect) {
         Ok(()) => ExitCode::SUCCESS,
         // Nothing to run on: no dispatcher, or no GPU / no CUDA in this build.
         Err(e @ (WorkerError::NoDispatcher { .. } | WorkerError::Backend(_))) => {

@@ -363,7 +363,7 @@ fn a_worker_whose_dispatcher_dies_exits_with_an_error() {
     let port = free_port();
     let (mut server, _) = server(port, "127.0.0.1", &[]);
     let mut w = Command::new(env!("CARGO_BIN_EXE_gt"))
-        .args(["worker", "--host", "127.0.0.1", "-p", &port.to_string()])
+        .args(["worker", "--host", "127.0.0.1", "-p", &port.to_string(), "--reconnect", "1"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -381,5 +381,29 @@ fn a_worker_whose_dispatcher_dies_exits_with_an_error() {
     assert_eq!(status.code(), Some(1));
     let mut err = String::new();
     std::io::Read::read_to_string(&mut w.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(err.contains("lost the dispatcher"), "{err}");
+    assert!(err.contains("lost the dispatcher") && err.contains("did not come back within 1 s"), "{err}");
+}
+
+/// Finding 6 (healing): a worker registers again with a dispatcher that was restarted where
+/// the killed one was, and the new dispatcher's clients are served.
+#[test]
+fn a_worker_comes_back_to_a_restarted_dispatcher() {
+    let port = free_port();
+    let (mut first, _) = server(port, "127.0.0.1", &[]);
+    let mut w = Command::new(env!("CARGO_BIN_EXE_gt"))
+        .args(["worker", "--host", "127.0.0.1", "-p", &port.to_string(), "--name", "w-back"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(connect(&format!("127.0.0.1:{port}")));
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let (_second, _) = server(port, "127.0.0.1", &[]);
+    // `connect` waits (10 s at most) for a worker: the same process, registered again.
+    let mut c = connect(&format!("127.0.0.1:{port}"));
+    assert_eq!(c.workers().iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["w-back"]);
+    c.submit(Instr::Full { dst: ValueId(0), ty: TensorType::f32(vec![2]), value: 4.0 }, origin("full")).unwrap();
+    assert_eq!(c.read(ValueId(0)).unwrap().data, vec![4.0, 4.0]);
+    let _ = w.kill();
+    let _ = w.wait();
 }
