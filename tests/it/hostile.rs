@@ -439,3 +439,29 @@ fn a_worker_over_its_memory_budget_fails_the_op_not_the_process() {
     assert_eq!(a.read(ValueId(2)).unwrap().data[..2], [2.0, 2.0]);
     still_serves(&c);
 }
+
+/// Finding 6 (sequence numbers): a batch whose numbers would run past 2^64 is refused whole,
+/// never wrapped onto earlier numbers.
+#[test]
+fn sequence_numbers_do_not_wrap() {
+    use gt::transport::message::{Reply, Request};
+    use gt::transport::{codec, zmq, Inbound};
+    let c = cluster(&[]);
+    let raw = c.context().socket(zmq::DEALER).unwrap();
+    raw.connect(&c.endpoint().zmq_address()).unwrap();
+    let exchange = |req: Request| -> Reply {
+        raw.send(codec::encode(&Inbound::Client(req), 1 << 20).unwrap(), 0).unwrap();
+        assert!(raw.poll(zmq::POLLIN, 5000).unwrap() > 0, "no answer");
+        codec::decode(&raw.recv_bytes(0).unwrap(), 1 << 20).unwrap()
+    };
+    assert!(matches!(exchange(Request::Hello { name: "raw".into(), wait_ms: 1000 }), Reply::Welcome { .. }));
+    let batch = Request::Batch {
+        first_seq: u64::MAX - 1,
+        instrs: instrs("%a = ones f32[1]\n%b = ones f32[1]\n%c = ones f32[1]"),
+    };
+    match exchange(batch) {
+        Reply::Rejected { message } => assert!(message.contains("runs past sequence number 2^64"), "{message}"),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    still_serves(&c);
+}

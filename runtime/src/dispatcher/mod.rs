@@ -136,7 +136,9 @@ impl Worker {
 
     fn alloc(&mut self) -> ValueId {
         ValueId(self.free_bufs.pop().unwrap_or_else(|| {
-            self.next_buf += 1;
+            // 2^32 values live on one worker at once cannot happen within any memory; if it
+            // did, ids must not wrap onto live buffers (the panic costs only this client).
+            self.next_buf = self.next_buf.checked_add(1).expect("a worker's buffer ids ran out (2^32 live values)");
             self.next_buf - 1
         }))
     }
@@ -381,6 +383,14 @@ impl Dispatcher {
             Request::Hello { .. } => unreachable!("handled above"),
             Request::Batch { first_seq, instrs } => {
                 tracing::debug!(target: "gt::dispatcher", "client {c}: batch #{first_seq} of {} instructions", instrs.len());
+                // Sequence numbers never wrap: a batch that would pass 2^64 is refused whole.
+                if first_seq.checked_add(instrs.len() as u64).is_none() {
+                    let why = format!(
+                        "a batch from #{first_seq} of {} instructions runs past sequence number 2^64",
+                        instrs.len()
+                    );
+                    return self.bad_message(&identity, bytes, why);
+                }
                 let share = bytes / instrs.len().max(1);
                 for (k, instr) in instrs.into_iter().enumerate() {
                     self.on_instr(c, first_seq + k as u64, instr, share);
