@@ -11,7 +11,7 @@ use gt_ir::kernel::Precision;
 use gt_ir::Instr;
 use gt_transport::message::{OpStats, WorkerCommand, WorkerEvent, WorkerStats};
 use gt_transport::{codec, socket, Endpoint, Inbound, InboundRef};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -98,6 +98,8 @@ struct Stats {
     failures: u64,
     batches: u64,
     reads: u64,
+    /// Instructions of departed clients not run.
+    skipped: u64,
     ops: HashMap<&'static str, (u64, u64)>,
 }
 
@@ -173,33 +175,51 @@ pub fn run_worker(
             }
         }
     };
-    loop {
-        if let Some(ev) = &events {
-            let mut items = [sock.as_poll_item(gt_transport::zmq::POLLIN), ev.as_poll_item(gt_transport::zmq::POLLIN)];
-            socket::retry(|| gt_transport::zmq::poll(&mut items, -1))?;
-            if !items[0].is_readable() && items[1].is_readable() {
-                return Err(gone());
-            }
+    // Commands read but not yet run, and the clients that left: everything already here is
+    // read before each command runs, so the work a departed client queued is skipped.
+    let mut queue: VecDeque<WorkerCommand> = VecDeque::new();
+    let mut dropped: HashSet<u64> = HashSet::new();
+    let take = |frame: Vec<u8>, queue: &mut VecDeque<WorkerCommand>, dropped: &mut HashSet<u64>| match codec::decode(
+        &frame, max,
+    ) {
+        Ok(WorkerCommand::DropClient { client }) => {
+            dropped.insert(client);
         }
-        let frame = socket::retry(|| sock.recv_bytes(0))?;
-        let cmd: WorkerCommand = match codec::decode(&frame, max) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(target: "gt::worker", "{}: dropped a message from the dispatcher: {e}", options.name);
-                continue;
+        Ok(c) => queue.push_back(c),
+        Err(e) => tracing::warn!(target: "gt::worker", "{}: dropped a message from the dispatcher: {e}", options.name),
+    };
+    loop {
+        if queue.is_empty() {
+            if let Some(ev) = &events {
+                let mut items =
+                    [sock.as_poll_item(gt_transport::zmq::POLLIN), ev.as_poll_item(gt_transport::zmq::POLLIN)];
+                socket::retry(|| gt_transport::zmq::poll(&mut items, -1))?;
+                if !items[0].is_readable() && items[1].is_readable() {
+                    return Err(gone());
+                }
             }
-        };
+            take(socket::retry(|| sock.recv_bytes(0))?, &mut queue, &mut dropped);
+        }
+        while let Ok(frame) = socket::retry(|| sock.recv_bytes(gt_transport::zmq::DONTWAIT)) {
+            take(frame, &mut queue, &mut dropped);
+        }
+        let Some(cmd) = queue.pop_front() else { continue };
         match cmd {
             WorkerCommand::Welcome { worker } => {
                 tracing::info!(target: "gt::worker", "{} registered as worker {worker} at {endpoint}", options.name);
             }
-            WorkerCommand::Exec { batch, instrs } => {
+            WorkerCommand::Exec { batch, instrs, owners } => {
                 let start = Instant::now();
-                let failures = execute_batch(backend.as_mut(), &mut stats, &instrs);
+                // A departed client's instructions are skipped, its frees still run.
+                let skip = |i: usize| {
+                    !matches!(instrs[i], Instr::Free { .. }) && owners.get(i).is_some_and(|o| dropped.contains(o))
+                };
+                let failures = execute_batch(backend.as_mut(), &mut stats, &instrs, &skip);
                 let nanos = start.elapsed().as_nanos() as u64;
                 tracing::debug!(target: "gt::worker", "{}: batch {batch}: {} instructions, {} failed, {nanos} ns", options.name, instrs.len(), failures.len());
                 send(&WorkerEvent::Done { batch, failures, nanos })?;
             }
+            WorkerCommand::DropClient { .. } => {}
             WorkerCommand::Get { tag, value } => {
                 stats.reads += 1;
                 let event = match backend.read(value) {
@@ -218,10 +238,19 @@ pub fn run_worker(
     }
 }
 
-fn execute_batch(backend: &mut dyn Backend, stats: &mut Stats, instrs: &[Instr]) -> Vec<(u32, String)> {
+fn execute_batch(
+    backend: &mut dyn Backend,
+    stats: &mut Stats,
+    instrs: &[Instr],
+    skip: &dyn Fn(usize) -> bool,
+) -> Vec<(u32, String)> {
     stats.batches += 1;
     let mut failures = Vec::new();
     for (i, instr) in instrs.iter().enumerate() {
+        if skip(i) {
+            stats.skipped += 1;
+            continue;
+        }
         let op = instr.mnemonic();
         let t0 = Instant::now();
         // The interpreter reports bad input as errors; a panic would be a bug, and it must
@@ -267,6 +296,7 @@ fn snapshot(name: &str, stats: &Stats, backend: &dyn Backend) -> WorkerStats {
         failures: stats.failures,
         batches: stats.batches,
         reads: stats.reads,
+        skipped: stats.skipped,
         live_values: backend.live_values() as u64,
         live_bytes: backend.live_bytes() as u64,
         peak_bytes: backend.peak_bytes() as u64,

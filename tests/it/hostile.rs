@@ -465,3 +465,27 @@ fn sequence_numbers_do_not_wrap() {
     }
     still_serves(&c);
 }
+
+/// Finding 6 (a dead client's work): a client that leaves with much work queued does not keep
+/// the worker busy for the next client: its queued instructions are skipped.
+#[test]
+fn a_departed_clients_queued_work_is_skipped() {
+    let c = cluster(&[("GT_WORKER_BATCH_SIZE", "8")]);
+    let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    let mut heavy = instrs("%x = randn f32[384, 384] seed=1");
+    heavy.extend(
+        (0..400).flat_map(|_| instrs("%x = randn f32[384, 384] seed=1\n%y = matmul %x, %x").into_iter().skip(1)),
+    );
+    for i in heavy {
+        a.submit(i, origin()).unwrap();
+    }
+    a.flush().unwrap();
+    drop(a); // says goodbye with ~400 matmuls queued
+    let mut b = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    b.sync().unwrap();
+    still_serves(&c);
+    let stats = b.worker_stats().unwrap();
+    let matmuls = stats[0].ops.iter().find(|o| o.op == "matmul").map_or(0, |o| o.count);
+    assert!(stats[0].skipped > 0 && matmuls < 400, "{matmuls} matmuls run, {} skipped", stats[0].skipped);
+    assert_eq!(stats[0].live_values, 0, "the frees of the departed client's values still ran");
+}

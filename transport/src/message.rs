@@ -136,6 +136,15 @@ pub enum WorkerCommand {
         batch: u64,
         /// The instructions.
         instrs: Vec<Instr>,
+        /// The client each instruction came from (as many as `instrs`; empty: none known),
+        /// so that the work of a client that left can be skipped ([`WorkerCommand::DropClient`]).
+        owners: Vec<u64>,
+    },
+    /// The client left: skip its instructions still queued here (except frees). Sent to
+    /// the worker holding its values, ahead of the frees of those values.
+    DropClient {
+        /// The client's number (never reused).
+        client: u64,
     },
     /// A value's data; answered by [`WorkerEvent::Data`] or [`WorkerEvent::Failed`].
     Get {
@@ -223,6 +232,8 @@ pub struct WorkerStats {
     pub batches: u64,
     /// Data requests answered.
     pub reads: u64,
+    /// Instructions of clients that had left, skipped instead of run.
+    pub skipped: u64,
     /// Values held now.
     pub live_values: u64,
     /// Bytes held now.

@@ -758,6 +758,12 @@ impl Dispatcher {
         self.client_ids.remove(&client.identity);
         if let Some(h) = client.home {
             self.workers[h].clients = self.workers[h].clients.saturating_sub(1);
+            // Its work still queued on the worker is skipped (what is pending here goes out
+            // in later batches, which the worker skips too; the frees below still run).
+            if self.workers[h].alive {
+                self.flush_worker(h, None);
+                self.send_worker(h, &WorkerCommand::DropClient { client: c });
+            }
         }
         let freed = client.values.len();
         for slot in client.values.into_values() {
@@ -903,7 +909,8 @@ impl Dispatcher {
             return;
         }
         let details = self.log.active().then(|| batch_details(number, &instrs));
-        let cmd = WorkerCommand::Exec { batch: number, instrs };
+        let owners = origins.iter().map(|(c, _)| *c).collect();
+        let cmd = WorkerCommand::Exec { batch: number, instrs, owners };
         let bytes = match codec::encode(&cmd, self.config.max_message_bytes) {
             Ok(b) => b,
             Err(e) => {
