@@ -62,6 +62,9 @@ pub struct EnvConfig {
     /// The most bytes a worker's values may hold at once (`GT_WORKER_MEMORY`, in bytes;
     /// default [`default_worker_memory`]): an op past it fails, the process does not run out.
     pub worker_memory: usize,
+    /// The most bytes one client's values may hold (`GT_CLIENT_MEMORY`, in bytes; default no
+    /// limit): for a dispatcher shared by several users.
+    pub client_memory: u64,
 }
 
 /// Four fifths of this machine's memory (`MemTotal` in `/proc/meminfo`), or no limit where
@@ -86,6 +89,7 @@ impl Default for EnvConfig {
             pass_options: registry::default_options(),
             dump_passes: None,
             worker_memory: default_worker_memory(),
+            client_memory: u64::MAX,
             backend: BackendKind::Cpu,
             matmul_precision: Precision::F32,
             jit: true,
@@ -121,6 +125,9 @@ impl EnvConfig {
         c.worker_batch_size = positive("GT_WORKER_BATCH_SIZE", c.worker_batch_size)?;
         c.max_message_bytes = positive("GT_MAX_MESSAGE_BYTES", c.max_message_bytes)?;
         c.worker_memory = positive("GT_WORKER_MEMORY", c.worker_memory)?;
+        if get("GT_CLIENT_MEMORY").is_some() {
+            c.client_memory = positive("GT_CLIENT_MEMORY", 0)? as u64;
+        }
         c.instruction_log = get("GT_INSTRUCTION_LOG").filter(|s| !s.is_empty()).map(PathBuf::from);
         let flag = |var: &'static str| match get(var).as_deref().map(str::trim) {
             None | Some("" | "0" | "false") => Ok(false),

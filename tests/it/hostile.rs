@@ -489,3 +489,28 @@ fn a_departed_clients_queued_work_is_skipped() {
     assert!(stats[0].skipped > 0 && matmuls < 400, "{matmuls} matmuls run, {} skipped", stats[0].skipped);
     assert_eq!(stats[0].live_values, 0, "the frees of the departed client's values still ran");
 }
+
+/// Finding 5 (memory, per client): one client's values past its quota fail its instruction,
+/// naming the quota, and another client still has the worker's memory.
+#[test]
+fn a_client_over_its_memory_quota_fails_and_others_do_not() {
+    let c = cluster(&[("GT_CLIENT_MEMORY", "1000000")]);
+    let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    let all = instrs("%a = ones f32[100000]\n%b = ones f32[100000]\n%c = add %a, %b\n%b = ones f32[100000]\nfree %b\n%c = add %a, %a");
+    for i in all[..3].iter().cloned() {
+        a.submit(i, origin()).unwrap();
+    }
+    let e = a.sync().unwrap_err().to_string();
+    assert!(e.contains("add: results need 400000 bytes with 800000 bytes held, over this client's memory quota of 1000000 (GT_CLIENT_MEMORY)"), "{e}");
+    // A redefinition replaces its old value's bytes; a free gives them back.
+    for i in all[3..].iter().cloned() {
+        a.submit(i, origin()).unwrap();
+    }
+    assert_eq!(a.read(ValueId(2)).unwrap().data[..2], [2.0, 2.0]);
+    // Another client has its own quota.
+    let mut b = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    for i in instrs("%a = ones f32[200000]") {
+        b.submit(i, origin()).unwrap();
+    }
+    assert_eq!(b.read(ValueId(0)).unwrap().data.len(), 200_000);
+}

@@ -47,6 +47,9 @@ pub struct DispatcherConfig {
     /// Workers that must be registered before a client is welcomed (until its wait runs
     /// out): an embedded cluster of N workers sets N, so every client sees all of them.
     pub min_workers: usize,
+    /// The most bytes one client's values may hold (`GT_CLIENT_MEMORY`): an instruction
+    /// whose results would pass it fails, so one client cannot take a shared worker's memory.
+    pub client_memory: u64,
 }
 
 impl Default for DispatcherConfig {
@@ -57,6 +60,7 @@ impl Default for DispatcherConfig {
             probe_interval: Duration::from_millis(100),
             pipeline: Arc::new(|_| Pipeline::new()),
             min_workers: 1,
+            client_memory: u64::MAX,
         }
     }
 }
@@ -99,6 +103,16 @@ struct Client {
     pipeline: Pipeline,
     /// Open signal scopes, innermost last (for the log).
     signals: Vec<String>,
+    /// Bytes its live values hold (checked against `client_memory`).
+    bytes: u64,
+}
+
+/// Bytes a slot's value holds on its worker.
+fn slot_bytes(slot: Option<&Slot>) -> u64 {
+    match slot {
+        Some(Slot::Live { ty, .. }) => ty.size_bytes() as u64,
+        _ => 0,
+    }
 }
 
 struct Batch {
@@ -435,6 +449,7 @@ impl Dispatcher {
             values: HashMap::new(),
             pipeline: (self.config.pipeline)(c),
             signals: Vec::new(),
+            bytes: 0,
         };
         self.clients.insert(c, client);
         self.client_ids.insert(identity, c);
@@ -564,6 +579,7 @@ impl Dispatcher {
             // Signals are the dispatcher's business (log, passes); workers need not see them.
             Instr::SignalStart { .. } | Instr::SignalEnd { .. } => return,
             Instr::Free { src } => {
+                client.bytes = client.bytes.saturating_sub(slot_bytes(client.values.get(&src)));
                 return match client.values.remove(&src) {
                     Some(Slot::Live { worker, buf, .. }) => self.push(worker, Instr::Free { src: buf }, (c, seq)),
                     Some(Slot::Failed { .. }) => {}
@@ -625,8 +641,18 @@ impl Dispatcher {
             }
         };
         debug_assert!(operands.iter().all(|(ow, _)| *ow == w), "one home worker per client");
-        // Results: reuse a redefined value's buffer (repeat loops), else allocate.
         let results = instr.results();
+        let replaced: u64 = results.iter().map(|d| slot_bytes(client.values.get(d))).sum();
+        let needed = types.iter().fold(0u64, |n, t| n.saturating_add(t.size_bytes() as u64));
+        let after = client.bytes.saturating_sub(replaced).saturating_add(needed);
+        if after > self.config.client_memory {
+            let quota = self.config.client_memory;
+            let held = client.bytes;
+            let why = format!("{op}: results need {needed} bytes with {held} bytes held, over this client's memory quota of {quota} (GT_CLIENT_MEMORY)");
+            return self.fail(c, seq, &instr, why);
+        }
+        client.bytes = after;
+        // Results: reuse a redefined value's buffer (repeat loops), else allocate.
         let mut bufs = Vec::with_capacity(results.len() + operands.len());
         for (dst, ty) in results.iter().zip(types) {
             let (buf, replaced) = match client.values.get(dst) {
@@ -650,6 +676,7 @@ impl Dispatcher {
     fn fail(&mut self, c: u64, seq: u64, instr: &Instr, message: String) {
         if let Some(client) = self.clients.get_mut(&c) {
             for dst in instr.results() {
+                client.bytes = client.bytes.saturating_sub(slot_bytes(client.values.get(&dst)));
                 if let Some(Slot::Live { worker, buf, .. }) = client.values.insert(dst, Slot::Failed { seq }) {
                     self.workers[worker].queue(Instr::Free { src: buf }, (c, seq));
                 }
@@ -836,8 +863,9 @@ impl Dispatcher {
                         // Its results were never made: reads say why, a free is quiet. A
                         // redefinition's buffer still holds the value it was to replace.
                         for slot in client.values.values_mut() {
-                            if let Slot::Live { seq: s, worker, buf, replaced, .. } = *slot {
+                            if let Slot::Live { seq: s, worker, buf, replaced, ref ty } = *slot {
                                 if s == seq {
+                                    client.bytes = client.bytes.saturating_sub(ty.size_bytes() as u64);
                                     if replaced {
                                         self.workers[worker].queue(Instr::Free { src: buf }, (c, DISPATCHER_SEQ));
                                     }
