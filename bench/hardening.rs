@@ -223,6 +223,19 @@ fn serves(port: u16) -> Result<bool> {
     Ok(c.read(ValueId(0))?.data == vec![3.0, 3.0])
 }
 
+/// A client on `port` waits on seconds of work while `kill` runs: what its wait reports, and
+/// how long after the kill.
+fn killed_under_a_wait(port: u16, kill: impl FnOnce()) -> Result<(String, Duration)> {
+    let mut c = connect(port)?;
+    heavy(&mut c)?;
+    let waiter = std::thread::spawn(move || (c.sync().map_err(|e| e.to_string()), Instant::now()));
+    std::thread::sleep(Duration::from_millis(300));
+    let killed = Instant::now();
+    kill();
+    let (r, at) = waiter.join().map_err(|_| anyhow!("waiter panicked"))?;
+    Ok((r.err().unwrap_or_else(|| "no error".into()), at - killed))
+}
+
 fn faults(text: &mut String) -> Result<()> {
     use nix::sys::signal::Signal;
     writeln!(text, "## Fault matrix (gt server and gt worker processes, TCP loopback)")?;
@@ -234,18 +247,8 @@ fn faults(text: &mut String) -> Result<()> {
     let port = free_port()?;
     let _server = server(port)?;
     let w = worker(port)?;
-    let mut c = connect(port)?;
-    heavy(&mut c)?;
-    let waiter = std::thread::spawn(move || {
-        let r = c.sync();
-        (r.map_err(|e| e.to_string()), Instant::now())
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    let killed = Instant::now();
-    drop(w);
-    let (r, at) = waiter.join().map_err(|_| anyhow!("waiter panicked"))?;
-    let e = r.err().unwrap_or_else(|| "no error".into());
-    writeln!(text, "| worker killed mid-batch | waiting client: `{}` | {:.0} ms |", short(&e), ms(at - killed))?;
+    let (e, took) = killed_under_a_wait(port, || drop(w))?;
+    writeln!(text, "| worker killed mid-batch | waiting client: `{}` | {:.0} ms |", short(&e), ms(took))?;
     // The worker restarted: new clients are served.
     let started = Instant::now();
     let _w2 = worker(port)?;
@@ -312,15 +315,8 @@ fn faults(text: &mut String) -> Result<()> {
     writeln!(text, "| dispatcher paused 6 s, resumed | a new client: {outcome} | {:.0} ms |", ms(after.elapsed()))?;
 
     // The dispatcher killed under a waiting client.
-    let mut c = connect(port)?;
-    heavy(&mut c)?;
-    let waiter = std::thread::spawn(move || (c.sync().map_err(|e| e.to_string()), Instant::now()));
-    std::thread::sleep(Duration::from_millis(300));
-    let killed = Instant::now();
-    drop(s);
-    let (r, at) = waiter.join().map_err(|_| anyhow!("waiter panicked"))?;
-    let e = r.err().unwrap_or_else(|| "no error".into());
-    writeln!(text, "| dispatcher killed under a waiting client | `{}` | {:.0} ms |", short(&e), ms(at - killed))?;
+    let (e, took) = killed_under_a_wait(port, || drop(s))?;
+    writeln!(text, "| dispatcher killed under a waiting client | `{}` | {:.0} ms |", short(&e), ms(took))?;
     Ok(())
 }
 

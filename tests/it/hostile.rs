@@ -420,23 +420,30 @@ fn signals_do_not_break_waits() {
     assert!(sent > 10, "only {sent} signals were sent");
 }
 
+/// Two 400 kB values, then a third over a 1 MB limit: refused with `limit` in the message;
+/// then `between` and a free of the second make room for it.
+fn over_memory(c: &Cluster, between: &str, limit: &str) {
+    let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    let text =
+        format!("%a = ones f32[100000]\n%b = ones f32[100000]\n%c = add %a, %b\n{between}free %b\n%c = add %a, %a");
+    let all = instrs(&text);
+    for i in all[..3].iter().cloned() {
+        a.submit(i, origin()).unwrap();
+    }
+    let e = a.sync().unwrap_err().to_string();
+    assert!(e.contains(&format!("add: results need 400000 bytes with 800000 bytes held, {limit}")), "{e}");
+    for i in all[3..].iter().cloned() {
+        a.submit(i, origin()).unwrap();
+    }
+    assert_eq!(a.read(ValueId(2)).unwrap().data[..2], [2.0, 2.0]);
+}
+
 /// Finding 5 (memory): values past a worker's budget fail their op, naming the budget, and
 /// the worker carries on (the process used to abort when an allocation failed).
 #[test]
 fn a_worker_over_its_memory_budget_fails_the_op_not_the_process() {
     let c = cluster(&[("GT_WORKER_MEMORY", "1000000")]);
-    let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
-    let all = instrs("%a = ones f32[100000]\n%b = ones f32[100000]\n%c = add %a, %b\nfree %b\n%c = add %a, %a");
-    for i in all[..3].iter().cloned() {
-        a.submit(i, origin()).unwrap();
-    }
-    let e = a.sync().unwrap_err().to_string();
-    assert!(e.contains("add: results need 400000 bytes with 800000 bytes held, over the worker's memory budget of 1000000 (GT_WORKER_MEMORY)"), "{e}");
-    // Freeing makes room.
-    for i in all[3..].iter().cloned() {
-        a.submit(i, origin()).unwrap();
-    }
-    assert_eq!(a.read(ValueId(2)).unwrap().data[..2], [2.0, 2.0]);
+    over_memory(&c, "", "over the worker's memory budget of 1000000 (GT_WORKER_MEMORY)");
     still_serves(&c);
 }
 
@@ -495,18 +502,8 @@ fn a_departed_clients_queued_work_is_skipped() {
 #[test]
 fn a_client_over_its_memory_quota_fails_and_others_do_not() {
     let c = cluster(&[("GT_CLIENT_MEMORY", "1000000")]);
-    let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
-    let all = instrs("%a = ones f32[100000]\n%b = ones f32[100000]\n%c = add %a, %b\n%b = ones f32[100000]\nfree %b\n%c = add %a, %a");
-    for i in all[..3].iter().cloned() {
-        a.submit(i, origin()).unwrap();
-    }
-    let e = a.sync().unwrap_err().to_string();
-    assert!(e.contains("add: results need 400000 bytes with 800000 bytes held, over this client's memory quota of 1000000 (GT_CLIENT_MEMORY)"), "{e}");
-    // A redefinition replaces its old value's bytes; a free gives them back.
-    for i in all[3..].iter().cloned() {
-        a.submit(i, origin()).unwrap();
-    }
-    assert_eq!(a.read(ValueId(2)).unwrap().data[..2], [2.0, 2.0]);
+    // A redefinition replaces its old value's bytes too.
+    over_memory(&c, "%b = ones f32[100000]\n", "over this client's memory quota of 1000000 (GT_CLIENT_MEMORY)");
     // Another client has its own quota.
     let mut b = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
     for i in instrs("%a = ones f32[200000]") {
