@@ -17,7 +17,13 @@ use std::sync::OnceLock;
 fn cluster() -> &'static (zmq::Context, Endpoint) {
     static CLUSTER: OnceLock<(zmq::Context, Endpoint)> = OnceLock::new();
     CLUSTER.get_or_init(|| {
-        let env = EnvConfig::from_env().expect("valid GT_* settings");
+        let mut env = EnvConfig::from_env().expect("valid GT_* settings");
+        // Inputs can build legitimate values of gigabytes (a chain of concats doubling one);
+        // a 1 GiB budget makes them fail their op, as they should, under the fuzzer's RSS
+        // limit instead of passing it.
+        if std::env::var_os("GT_WORKER_MEMORY").is_none() {
+            env.worker_memory = 1 << 30;
+        }
         let c = Cluster::start(ClusterOptions::from_config(&env)).expect("an embedded cluster starts");
         let at = (c.context().clone(), c.endpoint().clone());
         // Never stopped: libFuzzer runs until it exits the process.

@@ -210,7 +210,9 @@ fn random_streams_from_several_clients_never_fault_the_cluster() {
     let cases = std::env::var("GT_STREAM_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
     let _dog = Watchdog::new("random streams", std::time::Duration::from_secs(600));
     for settings in PASS_SETTINGS {
-        let c = cluster(settings);
+        // Generated programs can build legitimate values of gigabytes (a chain of concats
+        // doubling one): a 1 GiB budget fails them as it should, within a test's memory.
+        let c = cluster(&[*settings, &[("GT_WORKER_MEMORY", "1073741824")]].concat());
         let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
         let bytes = proptest::collection::vec(proptest::num::u8::ANY, 0..3000);
         let outcome = runner.run(&bytes, |bytes| {
@@ -510,4 +512,25 @@ fn a_client_over_its_memory_quota_fails_and_others_do_not() {
         b.submit(i, origin()).unwrap();
     }
     assert_eq!(b.read(ValueId(0)).unwrap().data.len(), 200_000);
+}
+
+/// Found by the `stream` fuzz target (an input that used 5 GB): a chain of concats doubling a
+/// value is legitimate but large; a worker's memory budget fails it with an error.
+#[test]
+fn a_doubling_chain_fails_at_the_memory_budget() {
+    let c = cluster(&[("GT_WORKER_MEMORY", "1073741824"), ("GT_COMPILE", "1")]);
+    let bytes = [
+        0x3f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x04, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0x07, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xdf, 0xff, 0x9e, 0xff, 0x05,
+    ];
+    let mut bytes = bytes.to_vec();
+    bytes.extend([0xff; 40]);
+    bytes.extend([0xdf, 0xff, 0x9e, 0xff, 0x05]);
+    bytes.extend([0xff; 20]);
+    let streams = gt::streamgen::streams(&bytes, 3);
+    let concats =
+        streams.iter().flatten().filter(|s| matches!(s, gt::streamgen::Step::Instr(Instr::Concat { .. }))).count();
+    assert!(concats >= 10, "the input makes a doubling chain ({concats} concats)");
+    gt::streamgen::drive(c.context(), c.endpoint(), &streams).unwrap();
+    still_serves(&c);
 }
