@@ -65,6 +65,9 @@ pub struct EnvConfig {
     /// The most bytes one client's values may hold (`GT_CLIENT_MEMORY`, in bytes; default no
     /// limit): for a dispatcher shared by several users.
     pub client_memory: u64,
+    /// Instructions one client may have in flight to workers (`GT_CLIENT_CREDIT`, default
+    /// 2^20).
+    pub client_credit: u64,
 }
 
 /// Four fifths of this machine's memory (`MemTotal` in `/proc/meminfo`), or no limit where
@@ -90,6 +93,7 @@ impl Default for EnvConfig {
             dump_passes: None,
             worker_memory: default_worker_memory(),
             client_memory: u64::MAX,
+            client_credit: crate::dispatcher::CLIENT_CREDIT_INSTRUCTIONS,
             backend: BackendKind::Cpu,
             matmul_precision: Precision::F32,
             jit: true,
@@ -125,6 +129,7 @@ impl EnvConfig {
         c.worker_batch_size = positive("GT_WORKER_BATCH_SIZE", c.worker_batch_size)?;
         c.max_message_bytes = positive("GT_MAX_MESSAGE_BYTES", c.max_message_bytes)?;
         c.worker_memory = positive("GT_WORKER_MEMORY", c.worker_memory)?;
+        c.client_credit = positive("GT_CLIENT_CREDIT", c.client_credit as usize)? as u64;
         if get("GT_CLIENT_MEMORY").is_some() {
             c.client_memory = positive("GT_CLIENT_MEMORY", 0)? as u64;
         }

@@ -77,6 +77,7 @@ impl ClusterOptions {
         self.dispatcher.worker_batch_size = env.worker_batch_size;
         self.dispatcher.max_message_bytes = env.max_message_bytes;
         self.dispatcher.client_memory = env.client_memory;
+        self.dispatcher.client_credit = env.client_credit;
         self.instruction_log = env.instruction_log.clone();
         self.backend = env.backend;
         self.matmul_precision = env.matmul_precision;

@@ -534,3 +534,28 @@ fn a_doubling_chain_fails_at_the_memory_budget() {
     gt::streamgen::drive(c.context(), c.endpoint(), &streams).unwrap();
     still_serves(&c);
 }
+
+/// Finding 5 (credit): a client that never waits cannot queue without bound at the
+/// dispatcher: past its credit its instructions fail, naming it, and once the worker catches
+/// up it is served again.
+#[test]
+fn a_client_that_never_waits_runs_out_of_credit() {
+    let c = cluster(&[("GT_CLIENT_CREDIT", "500"), ("GT_WORKER_BATCH_SIZE", "16")]);
+    let options = ClientOptions { window: usize::MAX, ..ClientOptions::default() };
+    let mut a = Client::connect_in(c.context(), c.endpoint(), options).unwrap();
+    // Seconds of work first, then many tiny instructions without a wait.
+    let mut stream = instrs("%x = randn f32[512, 512] seed=1\n%y = matmul %x, %x");
+    for _ in 0..40 {
+        stream.push(stream[1].clone());
+    }
+    for _ in 0..5000 {
+        stream.extend(instrs("%z = full f32[1] 1.0"));
+    }
+    for i in stream {
+        a.submit(i, origin()).unwrap();
+    }
+    let e = a.sync().unwrap_err().to_string();
+    assert!(e.contains("sent and not yet run, over its credit of 500 instructions"), "{e}");
+    a.submit(instrs("%w = full f32[2] 3.0").remove(0), origin()).unwrap();
+    assert_eq!(a.read(ValueId(0)).unwrap().data, vec![3.0, 3.0]);
+}

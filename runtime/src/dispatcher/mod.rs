@@ -50,6 +50,8 @@ pub struct DispatcherConfig {
     /// The most bytes one client's values may hold (`GT_CLIENT_MEMORY`): an instruction
     /// whose results would pass it fails, so one client cannot take a shared worker's memory.
     pub client_memory: u64,
+    /// Instructions one client may have in flight to workers (`GT_CLIENT_CREDIT`).
+    pub client_credit: u64,
 }
 
 impl Default for DispatcherConfig {
@@ -61,6 +63,7 @@ impl Default for DispatcherConfig {
             pipeline: Arc::new(|_| Pipeline::new()),
             min_workers: 1,
             client_memory: u64::MAX,
+            client_credit: CLIENT_CREDIT_INSTRUCTIONS,
         }
     }
 }
@@ -78,6 +81,14 @@ impl std::fmt::Debug for DispatcherConfig {
 /// The origin sequence number of instructions the dispatcher makes on its own behalf (their
 /// failures are logged, not reported to a client).
 const DISPATCHER_SEQ: u64 = u64::MAX;
+
+/// Instructions one client may have sent to workers and not yet seen run, by default: its
+/// credit (`GT_CLIENT_CREDIT`). An honest client waits long before (`GT_CLIENT_WINDOW`,
+/// 65,536); one that never waits gets its instructions failed past this, so its queue cannot
+/// grow without bound.
+pub const CLIENT_CREDIT_INSTRUCTIONS: u64 = 1 << 20;
+/// Bytes of literal data one client may have in flight to workers.
+pub const CLIENT_CREDIT_BYTES: u64 = 4 << 30;
 
 /// Where a client value lives.
 #[derive(Debug, Clone)]
@@ -105,6 +116,8 @@ struct Client {
     signals: Vec<String>,
     /// Bytes its live values hold (checked against `client_memory`).
     bytes: u64,
+    /// Instructions and literal bytes sent to its worker and not yet run (its credit used).
+    inflight: (u64, u64),
 }
 
 /// Bytes a slot's value holds on its worker.
@@ -119,6 +132,9 @@ struct Batch {
     number: u64,
     /// (client, seq) of each instruction.
     origins: Vec<(u64, u64)>,
+    /// Per client, the instructions and literal bytes of the batch (credit given back when
+    /// it is done).
+    charges: HashMap<u64, (u64, u64)>,
     /// A `Sync` to answer when the batch is done.
     sync: Option<(u64, u64)>,
 }
@@ -450,6 +466,7 @@ impl Dispatcher {
             pipeline: (self.config.pipeline)(c),
             signals: Vec::new(),
             bytes: 0,
+            inflight: (0, 0),
         };
         self.clients.insert(c, client);
         self.client_ids.insert(identity, c);
@@ -651,6 +668,14 @@ impl Dispatcher {
             let why = format!("{op}: results need {needed} bytes with {held} bytes held, over this client's memory quota of {quota} (GT_CLIENT_MEMORY)");
             return self.fail(c, seq, &instr, why);
         }
+        let (n, b) = client.inflight;
+        let credit = self.config.client_credit;
+        if n >= credit || b >= CLIENT_CREDIT_BYTES {
+            let why = format!(
+                "{op}: this client has {n} instructions ({b} bytes of data) sent and not yet run, over its credit of {credit} instructions or {CLIENT_CREDIT_BYTES} bytes (GT_CLIENT_CREDIT): wait for results (a read or a sync) before sending more"
+            );
+            return self.fail(c, seq, &instr, why);
+        }
         client.bytes = after;
         // Results: reuse a redefined value's buffer (repeat loops), else allocate.
         let mut bufs = Vec::with_capacity(results.len() + operands.len());
@@ -848,6 +873,7 @@ impl Dispatcher {
                     return self.bad_message(&identity, bytes, format!("Done for unknown batch {batch}"));
                 };
                 let record = worker.inflight.remove(pos).expect("position is valid");
+                self.charge(&record.charges, false);
                 // Saturating: a broken worker may report more failures than the batch had.
                 let ok = record.origins.len().saturating_sub(failures.len());
                 self.log_worker(EventKind::WorkerRecv, w, "Done", bytes, || {
@@ -922,6 +948,20 @@ impl Dispatcher {
         }
     }
 
+    /// Takes (or, when a batch is done or lost, gives back) clients' credit.
+    fn charge(&mut self, charges: &HashMap<u64, (u64, u64)>, take: bool) {
+        for (c, (n, b)) in charges {
+            if let Some(client) = self.clients.get_mut(c) {
+                let (used_n, used_b) = client.inflight;
+                client.inflight = if take {
+                    (used_n.saturating_add(*n), used_b.saturating_add(*b))
+                } else {
+                    (used_n.saturating_sub(*n), used_b.saturating_sub(*b))
+                };
+            }
+        }
+    }
+
     /// Sends a worker its queued instructions (and, for a sync, an empty batch whose `Done`
     /// answers it).
     fn flush_worker(&mut self, w: usize, sync: Option<(u64, u64)>) {
@@ -937,6 +977,12 @@ impl Dispatcher {
             return;
         }
         let details = self.log.active().then(|| batch_details(number, &instrs));
+        let mut charges: HashMap<u64, (u64, u64)> = HashMap::new();
+        for (instr, (c, _)) in instrs.iter().zip(&origins) {
+            let literal = if let Instr::Literal { data, .. } = instr { data.len() as u64 * 4 } else { 0 };
+            let charge = charges.entry(*c).or_default();
+            *charge = (charge.0 + 1, charge.1 + literal);
+        }
         let owners = origins.iter().map(|(c, _)| *c).collect();
         let cmd = WorkerCommand::Exec { batch: number, instrs, owners };
         let bytes = match codec::encode(&cmd, self.config.max_message_bytes) {
@@ -955,7 +1001,8 @@ impl Dispatcher {
             }
         };
         let size = bytes.len();
-        self.workers[w].inflight.push_back(Batch { number, origins, sync });
+        self.charge(&charges, true);
+        self.workers[w].inflight.push_back(Batch { number, origins, charges, sync });
         if self.send_worker_bytes(w, bytes) {
             if let Some(details) = details {
                 self.log_worker(EventKind::WorkerSend, w, "Exec", size, || details);
@@ -1002,6 +1049,9 @@ impl Dispatcher {
         let batches: Vec<Batch> = worker.inflight.drain(..).collect();
         let pending = std::mem::take(&mut worker.pending_origins);
         worker.pending.clear();
+        for b in &batches {
+            self.charge(&b.charges, false);
+        }
         for b in batches {
             owed.extend(b.origins);
             syncs.extend(b.sync);
