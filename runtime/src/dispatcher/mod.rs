@@ -180,6 +180,8 @@ struct PendingGet {
     worker: usize,
     /// The value's type: the answer must have it, with as many elements.
     ty: TensorType,
+    /// The value, in the client's ids.
+    value: ValueId,
 }
 
 struct PendingStats {
@@ -732,7 +734,7 @@ impl Dispatcher {
                 self.flush_worker(w, None);
                 let tag = self.next_tag;
                 self.next_tag += 1;
-                self.gets.insert(tag, PendingGet { client: c, seq, worker: w, ty });
+                self.gets.insert(tag, PendingGet { client: c, seq, worker: w, ty, value });
                 if let Some(size) = self.send_worker(w, &WorkerCommand::Get { tag, value: buf }) {
                     self.log_worker(EventKind::WorkerSend, w, "Get", size, || format!("tag={tag} {buf}"));
                 }
@@ -909,6 +911,16 @@ impl Dispatcher {
             WorkerEvent::Data { tag, tensor } => {
                 self.log_worker(EventKind::WorkerRecv, w, "Data", bytes, || format!("tag={tag} {}", tensor.ty));
                 let Some(g) = self.take_get(tag, w) else { return };
+                // The read went out before the worker reported that the instruction defining
+                // the value failed: its buffer holds an older value (or none), not this one.
+                let failed = self.clients.get(&g.client).and_then(|k| match k.values.get(&g.value) {
+                    Some(Slot::Failed { seq }) => Some(*seq),
+                    _ => None,
+                });
+                if let Some(s) = failed {
+                    let why = format!("get: {} was not computed because instruction #{s} failed", g.value);
+                    return self.send_reply(g.client, &Reply::Failed { seq: g.seq, message: why });
+                }
                 // A worker answering with another type or length than the value has is
                 // broken or lying: the client is told, and the worker is not trusted again.
                 if tensor.ty != g.ty || tensor.data.len() != g.ty.shape.numel() {
