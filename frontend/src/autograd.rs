@@ -5,6 +5,7 @@
 //! non-leaves keep none, a graph is freed by the `backward` that used it.
 
 use crate::tensor::{creation_zeros, Arg, Context, Result, Tensor, TensorError};
+use gt_ir::formula::{Algebra, Term, Var};
 use gt_ir::verify::shape;
 use gt_ir::{BinaryOp, ReduceOp, SliceItem, TensorType, UnaryOp, ValueId};
 use std::cell::{Cell, RefCell};
@@ -397,11 +398,84 @@ fn slice_grad(g: &Tensor, input: &[usize], index: &[SliceItem]) -> Result<Tensor
     Ok(g)
 }
 
-/// The operand a side names.
-fn arg<'a>(side: Side, inputs: &'a [Tensor]) -> Arg<'a> {
-    match side {
-        Side::Input(i) => Arg::Tensor(&inputs[i]),
-        Side::Scalar(s) => Arg::Scalar(s),
+/// A value in a gradient formula: a tensor, or a scalar operand (folded on the host).
+#[derive(Clone)]
+enum Val {
+    T(Tensor),
+    S(f64),
+}
+
+impl Val {
+    fn arg(&self) -> Arg<'_> {
+        match self {
+            Val::T(t) => Arg::Tensor(t),
+            Val::S(s) => Arg::Scalar(*s),
+        }
+    }
+}
+
+/// Evaluates an op table gradient formula (`gt_ir::ops`) as tensor ops: `x`/`a`, `b` are the
+/// operands the op read, `y` its result, `g` the incoming gradient.
+struct Formula<'a> {
+    node: &'a Node,
+    g: &'a Tensor,
+    operands: [Option<Val>; 2],
+}
+
+impl Formula<'_> {
+    /// The gradient, as a tensor.
+    fn grad(mut self, formula: &Term) -> Result<Tensor> {
+        let g = self.g.clone();
+        match formula.eval(&mut self)? {
+            Val::T(t) => Ok(t),
+            // A constant gradient, spread over the incoming gradient's shape.
+            Val::S(c) => g.mul(0.0)?.add(c),
+        }
+    }
+}
+
+impl Algebra for Formula<'_> {
+    type Value = Val;
+    type Error = TensorError;
+    fn var(&mut self, var: Var) -> Result<Val> {
+        match var {
+            Var::Operand(i) => self.operands.get(i as usize).cloned().flatten().ok_or_else(|| {
+                TensorError::invalid(
+                    "backward",
+                    format!("a gradient formula of `{}` reads a missing operand", self.node.name),
+                )
+            }),
+            Var::Result => self.node.output().map(Val::T),
+            Var::Grad => Ok(Val::T(self.g.clone())),
+        }
+    }
+    fn constant(&mut self, c: f64) -> Result<Val> {
+        Ok(Val::S(c))
+    }
+    fn unary(&mut self, op: UnaryOp, x: Val) -> Result<Val> {
+        Ok(match x {
+            Val::T(t) => Val::T(t.unary(op)?),
+            Val::S(s) => Val::S(f64::from(op.apply(s as f32))),
+        })
+    }
+    fn binary(&mut self, op: BinaryOp, x: Val, y: Val) -> Result<Val> {
+        Ok(match (&x, &y) {
+            (Val::S(a), Val::S(b)) => Val::S(f64::from(op.apply(*a as f32, *b as f32))),
+            _ => Val::T(crate::tensor::binary(op, x.arg(), y.arg())?),
+        })
+    }
+    fn select(&mut self, c: Val, t: Val, f: Val) -> Result<Val> {
+        match c {
+            Val::T(c) => Ok(Val::T(crate::tensor::where_(&c, t.arg(), f.arg())?)),
+            // `truth` decided a scalar condition before its branches were evaluated.
+            Val::S(s) => Ok(if s != 0.0 { t } else { f }),
+        }
+    }
+    fn truth(&mut self, c: &Val) -> Option<bool> {
+        match c {
+            Val::S(s) => Some(*s != 0.0),
+            Val::T(_) => None,
+        }
     }
 }
 
@@ -410,108 +484,25 @@ fn arg<'a>(side: Side, inputs: &'a [Tensor]) -> Arg<'a> {
 fn input_grads(node: &Node, g: &Tensor, inputs: &[Tensor], wants: &[bool]) -> Result<Vec<Option<Tensor>>> {
     let wants = |i: usize| wants[i];
     let mut out: Vec<Option<Tensor>> = vec![None; inputs.len()];
-    let bin = crate::tensor::binary;
     match &node.op {
         GradOp::Unary(op) => {
-            let a = &inputs[0];
-            let ga = match op {
-                UnaryOp::Neg => g.neg()?,
-                UnaryOp::Abs => g.mul(&a.gt(0.0)?.sub(&a.lt(0.0)?)?)?,
-                UnaryOp::Relu => g.mul(&a.gt(0.0)?)?,
-                UnaryOp::Sigmoid => {
-                    let y = node.output()?;
-                    y.rsub(1.0)?.mul(&y)?.mul(g)?
-                }
-                UnaryOp::Tanh => {
-                    let y = node.output()?;
-                    y.mul(&y)?.rsub(1.0)?.mul(g)?
-                }
-                UnaryOp::Exp => g.mul(&node.output()?)?,
-                UnaryOp::Log => g.div(a)?,
-                UnaryOp::Sqrt => g.div(&node.output()?.mul(2.0)?)?,
-                UnaryOp::Rsqrt => node.output()?.div(a)?.mul(-0.5)?.mul(g)?,
-            };
-            out[0] = Some(ga);
+            let operands = [Some(Val::T(inputs[0].clone())), None];
+            out[0] = Some(Formula { node, g, operands }.grad(op.gradient())?);
         }
         GradOp::Binary { op, lhs, rhs } => {
-            let (a, b) = (arg(*lhs, inputs), arg(*rhs, inputs));
-            let (mut ga, mut gb): (Option<Tensor>, Option<Tensor>) = (None, None);
-            let want_a = matches!(lhs, Side::Input(i) if wants(*i));
-            let want_b = matches!(rhs, Side::Input(i) if wants(*i));
-            match op {
-                BinaryOp::Add => {
-                    ga = want_a.then(|| g.clone());
-                    gb = want_b.then(|| g.clone());
-                }
-                BinaryOp::Sub => {
-                    ga = want_a.then(|| g.clone());
-                    if want_b {
-                        gb = Some(g.neg()?);
+            // Comparisons record no node, so every recorded binary op has gradients.
+            let Some(grads) = op.gradients() else { return Ok(out) };
+            let val = |side: &Side| match side {
+                Side::Input(i) => Val::T(inputs[*i].clone()),
+                Side::Scalar(s) => Val::S(*s),
+            };
+            let operands = [Some(val(lhs)), Some(val(rhs))];
+            for (side, formula) in [lhs, rhs].into_iter().zip(grads) {
+                if let Side::Input(i) = side {
+                    if wants(*i) {
+                        let gi = Formula { node, g, operands: operands.clone() }.grad(formula)?;
+                        out[*i] = Some(sum_to(gi, inputs[*i].shape())?);
                     }
-                }
-                BinaryOp::Mul => {
-                    if want_a {
-                        ga = Some(g.mul(b)?);
-                    }
-                    if want_b {
-                        gb = Some(g.mul(a)?);
-                    }
-                }
-                BinaryOp::Div => {
-                    if want_a {
-                        ga = Some(g.div(b)?);
-                    }
-                    if want_b {
-                        gb = Some(g.mul(&node.output()?)?.div(b)?.neg()?);
-                    }
-                }
-                BinaryOp::Pow => {
-                    if want_a {
-                        ga = Some(match b {
-                            Arg::Scalar(0.0) => g.mul(0.0)?,
-                            Arg::Scalar(p) => bin(BinaryOp::Pow, a, Arg::Scalar(p - 1.0))?.mul(p)?.mul(g)?,
-                            // b a^(b-1), taken as 0 where b == 0 (0 * 0^-1 would be NaN; PyTorch).
-                            Arg::Tensor(bt) => {
-                                let d = bin(BinaryOp::Pow, a, Arg::Tensor(&bt.sub(1.0)?))?.mul(bt)?;
-                                crate::tensor::where_(&bt.eq(0.0)?, 0.0, &d)?.mul(g)?
-                            }
-                        });
-                    }
-                    if want_b {
-                        let y = node.output()?;
-                        gb = Some(match a {
-                            // A base of 0 gives 0 for exponents >= 0 (0 * ln 0 would be NaN).
-                            Arg::Scalar(0.0) => {
-                                let b = match b {
-                                    Arg::Tensor(bt) => bt,
-                                    Arg::Scalar(_) => unreachable!("a binary op has a tensor operand"),
-                                };
-                                crate::tensor::where_(&b.ge(0.0)?, 0.0, &y.mul(f64::NEG_INFINITY)?)?.mul(g)?
-                            }
-                            Arg::Scalar(s) => y.mul(s.ln())?.mul(g)?,
-                            // d/db a^b = a^b ln a, taken as 0 where a == 0 (as PyTorch).
-                            Arg::Tensor(at) => {
-                                let t = y.mul(&at.log()?)?;
-                                crate::tensor::where_(&at.eq(0.0)?, 0.0, &t)?.mul(g)?
-                            }
-                        });
-                    }
-                }
-                BinaryOp::Maximum | BinaryOp::Minimum => {
-                    // Ties share the gradient equally (as PyTorch).
-                    let wins = if *op == BinaryOp::Maximum { BinaryOp::Gt } else { BinaryOp::Lt };
-                    let mask = bin(wins, a, b)?.add(&bin(BinaryOp::Eq, a, b)?.mul(0.5)?)?;
-                    let to_a = g.mul(&mask)?;
-                    if want_b {
-                        gb = Some(g.sub(&to_a)?);
-                    }
-                    ga = want_a.then_some(to_a);
-                }
-                _ => {}
-            }
-            for (side, grad) in [(lhs, ga), (rhs, gb)] {
-                if let (Side::Input(i), Some(gi)) = (side, grad) {
-                    out[*i] = Some(sum_to(gi, inputs[*i].shape())?);
                 }
             }
         }

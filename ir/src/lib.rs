@@ -28,6 +28,7 @@
 pub mod data;
 pub mod entity;
 pub mod exec;
+pub mod formula;
 pub mod instr;
 pub mod kernel;
 pub mod ops;
@@ -41,7 +42,7 @@ pub use data::HostTensor;
 pub use entity::ValueId;
 pub use exec::Executor;
 pub use instr::{Instr, Operand, SliceItem, SplitSpec};
-pub use ops::{BinaryOp, ReduceOp, UnaryOp};
+pub use ops::{BinaryOp, BinaryPrim, OpDef, ReduceOp, UnaryOp, UnaryPrim};
 pub use program::{Comparison, Number, Optimizer, Program, Stmt, StmtKind, Train};
 pub use span::Span;
 pub use types::{DType, Shape, TensorType};

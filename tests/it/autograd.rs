@@ -91,7 +91,19 @@ const UNARY: &[(&str, Op, bool)] = &[
     ("log", |x| x[0].log(), true),
     ("sqrt", |x| x[0].sqrt(), true),
     ("rsqrt", |x| x[0].rsqrt(), true),
+    ("erf", |x| x[0].erf(), false),
+    ("softplus", |x| x[0].softplus(), false),
 ];
+
+/// Every elementwise op of the table is gradient-checked here (comparisons have none).
+#[test]
+fn every_op_of_the_table_is_checked() {
+    let unary: Vec<&str> = gt::ir::UnaryOp::ALL.iter().map(|op| op.mnemonic()).collect();
+    assert_eq!(UNARY.iter().map(|u| u.0).collect::<Vec<_>>(), unary);
+    let binary: Vec<&str> =
+        gt::ir::BinaryOp::ALL.iter().filter(|op| !op.is_comparison()).map(|op| op.mnemonic()).collect();
+    assert_eq!(BINARY.iter().map(|b| b.0).filter(|n| *n != "where").collect::<Vec<_>>(), binary);
+}
 
 const BINARY: &[(&str, Op, bool)] = &[
     ("add", |x| x[0].add(&x[1]), false),

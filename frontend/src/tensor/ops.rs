@@ -57,20 +57,26 @@ fn apply(inputs: &[&Tensor], make: impl FnOnce(ValueId) -> Instr, grad: Option<G
     Ok(out.remove(0))
 }
 
-/// One method per elementwise op of one operand.
+/// One method per elementwise op of one operand, named by its mnemonic (called with the
+/// op table's rows by `gt_ir::each_unary_op!`).
 macro_rules! unary_methods {
-    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
+    ($($(#[$doc:meta])* $op:ident $name:ident;)*) => {$(
         $(#[$doc])*
+        #[doc = ""]
+        #[doc = concat!("Elementwise: `", stringify!($name), "` of the op table (`gt_ir::UnaryOp::", stringify!($op), "`).")]
         pub fn $name(&self) -> Result<Tensor> {
             self.unary(UnaryOp::$op)
         }
     )*};
 }
 
-/// One method per elementwise op of two operands (a tensor or a scalar on the right).
+/// One method per elementwise op of two operands (a tensor or a scalar on the right), named
+/// by its mnemonic (called with the op table's rows by `gt_ir::each_binary_op!`).
 macro_rules! binary_methods {
-    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
+    ($($(#[$doc:meta])* $op:ident $name:ident;)*) => {$(
         $(#[$doc])*
+        #[doc = ""]
+        #[doc = concat!("Elementwise with NumPy broadcasting: `", stringify!($name), "` of the op table (`gt_ir::BinaryOp::", stringify!($op), "`).")]
         pub fn $name<'a>(&self, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
             self.binary(BinaryOp::$op, rhs)
         }
@@ -78,7 +84,7 @@ macro_rules! binary_methods {
 }
 
 impl Tensor {
-    fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+    pub(crate) fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         apply(&[self], |dst| Instr::Unary { dst, op, src: self.id() }, Some(GradOp::Unary(op)))
     }
 
@@ -86,55 +92,9 @@ impl Tensor {
         binary(op, Arg::Tensor(self), rhs.into())
     }
 
-    unary_methods! {
-        /// `-self`.
-        neg => Neg;
-        /// `|self|`.
-        abs => Abs;
-        /// `max(self, 0)`.
-        relu => Relu;
-        /// The logistic function.
-        sigmoid => Sigmoid;
-        /// Hyperbolic tangent.
-        tanh => Tanh;
-        /// `e^self`.
-        exp => Exp;
-        /// Natural logarithm.
-        log => Log;
-        /// Square root.
-        sqrt => Sqrt;
-        /// `1 / sqrt(self)`.
-        rsqrt => Rsqrt;
-    }
+    gt_ir::each_unary_op!(unary_methods);
 
-    binary_methods! {
-        /// `self + rhs`, broadcasting.
-        add => Add;
-        /// `self - rhs`.
-        sub => Sub;
-        /// `self * rhs`.
-        mul => Mul;
-        /// `self / rhs`.
-        div => Div;
-        /// `self ^ rhs`, any real exponent.
-        pow => Pow;
-        /// Elementwise maximum.
-        maximum => Maximum;
-        /// Elementwise minimum.
-        minimum => Minimum;
-        /// `self == rhs` as 1.0/0.0 (no gradient).
-        eq => Eq;
-        /// `self != rhs` as 1.0/0.0.
-        ne => Ne;
-        /// `self < rhs` as 1.0/0.0.
-        lt => Lt;
-        /// `self <= rhs` as 1.0/0.0.
-        le => Le;
-        /// `self > rhs` as 1.0/0.0.
-        gt => Gt;
-        /// `self >= rhs` as 1.0/0.0.
-        ge => Ge;
-    }
+    gt_ir::each_binary_op!(binary_methods);
 
     /// `scalar - self` (the operators write it `2.0 - &x`).
     pub fn rsub(&self, lhs: f64) -> Result<Tensor> {

@@ -2,6 +2,7 @@
 //! shape helpers (broadcasting, axes, reshape, slicing, splitting) that backends reuse so
 //! that execution and verification can never disagree.
 
+use crate::ops::Domain;
 use crate::{DType, Instr, Operand, Shape, SliceItem, SplitSpec, TensorType, ValueId};
 use thiserror::Error;
 
@@ -24,6 +25,14 @@ pub enum TypeError {
     #[error("dtype {dtype} is not supported yet (only f32 executes)")]
     UnsupportedDType {
         /// The dtype.
+        dtype: DType,
+    },
+    /// An op that does not take this dtype (`exp` of integers).
+    #[error("`{op}` does not take dtype {dtype}")]
+    OpDType {
+        /// The op's mnemonic.
+        op: &'static str,
+        /// The operand's dtype.
         dtype: DType,
     },
     /// Operands of different dtypes.
@@ -549,6 +558,15 @@ fn elementwise(
     Ok(out)
 }
 
+/// The op table's dtype rule for an elementwise op.
+fn check_domain(op: &'static str, domain: Domain, dtype: DType) -> Result<(), TypeError> {
+    if domain.accepts(dtype) {
+        Ok(())
+    } else {
+        Err(TypeError::OpDType { op, dtype })
+    }
+}
+
 fn created(ty: &TensorType) -> Result<Vec<TensorType>, TypeError> {
     check_dtype(ty.dtype)?;
     check_size(&ty.shape)?;
@@ -593,12 +611,17 @@ fn infer_any_rank(
             check_dtype(*dtype)?;
             one(TensorType::new(*dtype, vec![arange_len(*start, *end, *step)?]))
         }
-        Instr::Unary { src, .. } => {
+        Instr::Unary { op, src, .. } => {
             let t = ty(*src)?;
             check_dtype(t.dtype)?;
+            check_domain(op.mnemonic(), op.row().domain, t.dtype)?;
             one(t)
         }
-        Instr::Binary { lhs, rhs, .. } => one(elementwise(&[*lhs, *rhs], ty)?),
+        Instr::Binary { op, lhs, rhs, .. } => {
+            let t = elementwise(&[*lhs, *rhs], ty)?;
+            check_domain(op.mnemonic(), op.row().domain, t.dtype)?;
+            one(t)
+        }
         Instr::Where { cond, on_true, on_false, .. } => {
             let c = ty(*cond)?;
             check_dtype(c.dtype)?;

@@ -308,19 +308,22 @@ impl<'a> Region<'a> {
                         }
                     };
                     let node = match instr {
-                        Instr::Unary { op, src, .. } => Expr::unary(*op, operand(Operand::Value(*src), &mut egraph)),
+                        Instr::Unary { op, src, .. } => {
+                            let a = operand(Operand::Value(*src), &mut egraph);
+                            egraph::add_unary(&mut egraph, *op, a)
+                        }
                         Instr::Binary { op, lhs, rhs, .. } => {
                             let (a, b) = (operand(*lhs, &mut egraph), operand(*rhs, &mut egraph));
-                            Expr::binary(*op, a, b)
+                            egraph::add_binary(&mut egraph, *op, a, b)
                         }
                         Instr::Where { cond, on_true, on_false, .. } => {
                             let c = operand(Operand::Value(*cond), &mut egraph);
                             let (t, f) = (operand(*on_true, &mut egraph), operand(*on_false, &mut egraph));
-                            Expr::Select([c, t, f])
+                            egraph.add(Expr::Select([c, t, f]))
                         }
                         _ => unreachable!("matched above"),
                     };
-                    class.insert(dst, egraph.add(node));
+                    class.insert(dst, node);
                     elementwise.push(dst);
                     Def::Elem(usize::MAX)
                 }

@@ -4,9 +4,10 @@
 //! expression always becomes part of one kernel).
 
 use egg::{
-    define_language, rewrite, Analysis, CostFunction, DidMerge, EGraph, Extractor, Id, Language, Rewrite, Runner,
+    rewrite, Analysis, CostFunction, DidMerge, EGraph, Extractor, FromOp, FromOpError, Id, Language, Rewrite, Runner,
 };
-use gt_ir::{BinaryOp, UnaryOp};
+use gt_ir::formula::{Algebra, Term, Var};
+use gt_ir::{BinaryOp, BinaryPrim, OpDef, UnaryOp, UnaryPrim};
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -53,34 +54,100 @@ impl fmt::Display for Leaf {
     }
 }
 
-define_language! {
-    /// Elementwise expressions, one e-node per IR op.
-    pub enum Expr {
-        "neg" = Neg(Id),
-        "abs" = Abs(Id),
-        "relu" = Relu(Id),
-        "sigmoid" = Sigmoid(Id),
-        "tanh" = Tanh(Id),
-        "exp" = Exp(Id),
-        "log" = Log(Id),
-        "sqrt" = Sqrt(Id),
-        "rsqrt" = Rsqrt(Id),
-        "add" = Add([Id; 2]),
-        "sub" = Sub([Id; 2]),
-        "mul" = Mul([Id; 2]),
-        "div" = Div([Id; 2]),
-        "pow" = Pow([Id; 2]),
-        "maximum" = Maximum([Id; 2]),
-        "minimum" = Minimum([Id; 2]),
-        "eq" = Eq([Id; 2]),
-        "ne" = Ne([Id; 2]),
-        "lt" = Lt([Id; 2]),
-        "le" = Le([Id; 2]),
-        "gt" = Gt([Id; 2]),
-        "ge" = Ge([Id; 2]),
-        "where" = Select([Id; 3]),
-        Const(Scalar),
-        Leaf(Leaf),
+/// Elementwise expressions, one e-node per primitive op (composites are expanded as they
+/// are added: [`add_unary`], [`add_binary`]). Written by hand over the op table instead of
+/// with `define_language!`, so a new op needs nothing here.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Expr {
+    /// A primitive op of one operand.
+    Unary(UnaryPrim, [Id; 1]),
+    /// A primitive op of two operands.
+    Binary(BinaryPrim, [Id; 2]),
+    /// `where`.
+    Select([Id; 3]),
+    /// A scalar.
+    Const(Scalar),
+    /// A value not looked into.
+    Leaf(Leaf),
+}
+
+/// Which op an e-node is, apart from its operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A primitive of one operand.
+    Unary(UnaryPrim),
+    /// A primitive of two operands.
+    Binary(BinaryPrim),
+    /// `where`.
+    Select,
+    /// A scalar.
+    Const(Scalar),
+    /// A leaf.
+    Leaf(Leaf),
+}
+
+impl Language for Expr {
+    type Discriminant = Kind;
+
+    fn discriminant(&self) -> Kind {
+        match self {
+            Expr::Unary(op, _) => Kind::Unary(*op),
+            Expr::Binary(op, _) => Kind::Binary(*op),
+            Expr::Select(_) => Kind::Select,
+            Expr::Const(c) => Kind::Const(*c),
+            Expr::Leaf(l) => Kind::Leaf(*l),
+        }
+    }
+
+    fn matches(&self, other: &Expr) -> bool {
+        self.discriminant() == other.discriminant()
+    }
+
+    fn children(&self) -> &[Id] {
+        match self {
+            Expr::Unary(_, ids) => ids,
+            Expr::Binary(_, ids) => ids,
+            Expr::Select(ids) => ids,
+            Expr::Const(_) | Expr::Leaf(_) => &[],
+        }
+    }
+
+    fn children_mut(&mut self) -> &mut [Id] {
+        match self {
+            Expr::Unary(_, ids) => ids,
+            Expr::Binary(_, ids) => ids,
+            Expr::Select(ids) => ids,
+            Expr::Const(_) | Expr::Leaf(_) => &mut [],
+        }
+    }
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expr::Unary(op, _) => f.write_str(op.mnemonic()),
+            Expr::Binary(op, _) => f.write_str(op.mnemonic()),
+            Expr::Select(_) => f.write_str("where"),
+            Expr::Const(c) => c.fmt(f),
+            Expr::Leaf(l) => l.fmt(f),
+        }
+    }
+}
+
+impl FromOp for Expr {
+    type Error = FromOpError;
+
+    /// Reads rewrite patterns and test expressions: primitive ops by mnemonic, scalars and
+    /// leaves.
+    fn from_op(op: &str, children: Vec<Id>) -> Result<Expr, FromOpError> {
+        let node = match (op, children.as_slice()) {
+            ("where", &[c, t, f]) => Some(Expr::Select([c, t, f])),
+            (_, &[a]) => UnaryPrim::from_mnemonic(op).map(|p| Expr::Unary(p, [a])),
+            (_, &[a, b]) => BinaryPrim::from_mnemonic(op).map(|p| Expr::Binary(p, [a, b])),
+            (_, []) => op.parse().map(Expr::Const).or_else(|_| op.parse().map(Expr::Leaf)).ok(),
+            _ => None,
+        };
+        node.ok_or_else(|| FromOpError::new(op, children))
     }
 }
 
@@ -99,86 +166,74 @@ pub enum Op {
 }
 
 impl Expr {
-    /// The e-node of a unary op.
-    pub fn unary(op: UnaryOp, a: Id) -> Expr {
-        match op {
-            UnaryOp::Neg => Expr::Neg(a),
-            UnaryOp::Abs => Expr::Abs(a),
-            UnaryOp::Relu => Expr::Relu(a),
-            UnaryOp::Sigmoid => Expr::Sigmoid(a),
-            UnaryOp::Tanh => Expr::Tanh(a),
-            UnaryOp::Exp => Expr::Exp(a),
-            UnaryOp::Log => Expr::Log(a),
-            UnaryOp::Sqrt => Expr::Sqrt(a),
-            UnaryOp::Rsqrt => Expr::Rsqrt(a),
-        }
-    }
-
-    /// The e-node of a binary op.
-    pub fn binary(op: BinaryOp, a: Id, b: Id) -> Expr {
-        let ab = [a, b];
-        match op {
-            BinaryOp::Add => Expr::Add(ab),
-            BinaryOp::Sub => Expr::Sub(ab),
-            BinaryOp::Mul => Expr::Mul(ab),
-            BinaryOp::Div => Expr::Div(ab),
-            BinaryOp::Pow => Expr::Pow(ab),
-            BinaryOp::Maximum => Expr::Maximum(ab),
-            BinaryOp::Minimum => Expr::Minimum(ab),
-            BinaryOp::Eq => Expr::Eq(ab),
-            BinaryOp::Ne => Expr::Ne(ab),
-            BinaryOp::Lt => Expr::Lt(ab),
-            BinaryOp::Le => Expr::Le(ab),
-            BinaryOp::Gt => Expr::Gt(ab),
-            BinaryOp::Ge => Expr::Ge(ab),
-        }
-    }
-
     /// The IR op of this e-node.
     pub fn op(&self) -> Op {
-        use Expr::*;
-        let u = |op, a: &Id| Op::Unary(op, *a);
-        let b = |op, ab: &[Id; 2]| Op::Binary(op, ab[0], ab[1]);
         match self {
-            Neg(a) => u(UnaryOp::Neg, a),
-            Abs(a) => u(UnaryOp::Abs, a),
-            Relu(a) => u(UnaryOp::Relu, a),
-            Sigmoid(a) => u(UnaryOp::Sigmoid, a),
-            Tanh(a) => u(UnaryOp::Tanh, a),
-            Exp(a) => u(UnaryOp::Exp, a),
-            Log(a) => u(UnaryOp::Log, a),
-            Sqrt(a) => u(UnaryOp::Sqrt, a),
-            Rsqrt(a) => u(UnaryOp::Rsqrt, a),
-            Add(x) => b(BinaryOp::Add, x),
-            Sub(x) => b(BinaryOp::Sub, x),
-            Mul(x) => b(BinaryOp::Mul, x),
-            Div(x) => b(BinaryOp::Div, x),
-            Pow(x) => b(BinaryOp::Pow, x),
-            Maximum(x) => b(BinaryOp::Maximum, x),
-            Minimum(x) => b(BinaryOp::Minimum, x),
-            Eq(x) => b(BinaryOp::Eq, x),
-            Ne(x) => b(BinaryOp::Ne, x),
-            Lt(x) => b(BinaryOp::Lt, x),
-            Le(x) => b(BinaryOp::Le, x),
-            Gt(x) => b(BinaryOp::Gt, x),
-            Ge(x) => b(BinaryOp::Ge, x),
-            Select([c, t, f]) => Op::Select(*c, *t, *f),
-            Const(c) => Op::Const(c.value()),
-            Leaf(l) => Op::Leaf(l.0),
+            Expr::Unary(p, [a]) => Op::Unary(p.op(), *a),
+            Expr::Binary(p, [a, b]) => Op::Binary(p.op(), *a, *b),
+            Expr::Select([c, t, f]) => Op::Select(*c, *t, *f),
+            Expr::Const(c) => Op::Const(c.value()),
+            Expr::Leaf(l) => Op::Leaf(l.0),
         }
     }
 
-    /// Relative cost of one element of the op (an add is 1).
+    /// Relative cost of one element of the op (an add is 1; the op table's weights).
     fn weight(&self) -> f64 {
-        use Expr::*;
         match self {
-            Leaf(_) | Const(_) => 0.0,
-            Div(_) | Sqrt(_) | Rsqrt(_) => 4.0,
-            Exp(_) | Log(_) | Tanh(_) | Sigmoid(_) => 8.0,
-            Pow(_) => 16.0,
-            _ => 1.0,
+            Expr::Leaf(_) | Expr::Const(_) => 0.0,
+            Expr::Unary(p, _) => p.weight(),
+            Expr::Binary(p, _) => p.weight(),
+            Expr::Select(_) => 1.0,
         }
     }
+}
+
+/// Adds `op(a)` to the e-graph, a composite as its expansion.
+pub fn add_unary(egraph: &mut EGraph<Expr, Facts>, op: UnaryOp, a: Id) -> Id {
+    match op.def() {
+        OpDef::Prim(p) => egraph.add(Expr::Unary(p, [a])),
+        OpDef::Composite(t) => expand(egraph, t, &[a]),
+    }
+}
+
+/// Adds `op(a, b)` to the e-graph, a composite as its expansion.
+pub fn add_binary(egraph: &mut EGraph<Expr, Facts>, op: BinaryOp, a: Id, b: Id) -> Id {
+    match op.def() {
+        OpDef::Prim(p) => egraph.add(Expr::Binary(p, [a, b])),
+        OpDef::Composite(t) => expand(egraph, t, &[a, b]),
+    }
+}
+
+/// Adds a composite's expansion over `operands`.
+fn expand(egraph: &mut EGraph<Expr, Facts>, t: &Term, operands: &[Id]) -> Id {
+    struct Adder<'a, 'b> {
+        egraph: &'a mut EGraph<Expr, Facts>,
+        operands: &'b [Id],
+    }
+    impl Algebra for Adder<'_, '_> {
+        type Value = Id;
+        type Error = Var;
+        fn var(&mut self, var: Var) -> Result<Id, Var> {
+            match var {
+                Var::Operand(i) => self.operands.get(i as usize).copied().ok_or(var),
+                Var::Result | Var::Grad => Err(var),
+            }
+        }
+        fn constant(&mut self, c: f64) -> Result<Id, Var> {
+            Ok(self.egraph.add(Expr::Const(Scalar((c as f32).to_bits()))))
+        }
+        fn unary(&mut self, op: UnaryOp, x: Id) -> Result<Id, Var> {
+            Ok(add_unary(self.egraph, op, x))
+        }
+        fn binary(&mut self, op: BinaryOp, x: Id, y: Id) -> Result<Id, Var> {
+            Ok(add_binary(self.egraph, op, x, y))
+        }
+        fn select(&mut self, c: Id, t: Id, f: Id) -> Result<Id, Var> {
+            Ok(self.egraph.add(Expr::Select([c, t, f])))
+        }
+    }
+    // The op table's tests check that expansions read only their operands.
+    t.eval(&mut Adder { egraph, operands }).unwrap_or_else(|var| panic!("an expansion reads {var:?}"))
 }
 
 /// Per e-class facts: the constant it equals (if any) and its element count.

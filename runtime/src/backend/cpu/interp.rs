@@ -16,8 +16,9 @@ use crate::backend::cpu::jit::{Jit, JitStats};
 use crate::backend::cpu::random;
 use crate::backend::{checks, Residency};
 use crate::RuntimeError;
+use gt_ir::formula::{Algebra, Term, Var};
 use gt_ir::kernel::Kernel;
-use gt_ir::ops::{nan_max, nan_min, sigmoid, truth};
+use gt_ir::ops::{nan_max, nan_min, BinaryKernel, OpDef, UnaryKernel};
 use gt_ir::verify::shape::{self, ResolvedSlice};
 use gt_ir::{BinaryOp, Executor, HostTensor, Instr, Operand, ReduceOp, Shape, TensorType, TypeError, UnaryOp, ValueId};
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Axis, CowArray, Dimension, IxDyn, Slice, Zip};
@@ -335,39 +336,69 @@ fn arange(start: f64, step: f64, dims: &[usize]) -> Tensor {
 }
 
 pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Tensor {
-    match op {
-        UnaryOp::Neg => a.mapv(|x| -x),
-        UnaryOp::Abs => a.mapv(f32::abs),
-        // `x < 0` is false for NaN, which therefore passes through as in PyTorch.
-        UnaryOp::Relu => a.mapv(|x| if x < 0.0 { 0.0 } else { x }),
-        UnaryOp::Sigmoid => a.mapv(sigmoid),
-        UnaryOp::Tanh => a.mapv(f32::tanh),
-        UnaryOp::Exp => a.mapv(f32::exp),
-        UnaryOp::Log => a.mapv(f32::ln),
-        UnaryOp::Sqrt => a.mapv(f32::sqrt),
-        UnaryOp::Rsqrt => a.mapv(|x| 1.0 / x.sqrt()),
+    struct Map<'a>(&'a Tensor);
+    impl UnaryKernel<Tensor> for Map<'_> {
+        fn call<F: Fn(f32) -> f32 + Copy>(self, f: F) -> Tensor {
+            self.0.mapv(f)
+        }
+    }
+    match op.def() {
+        // One monomorphised loop per op: the match is outside the element loop.
+        OpDef::Prim(p) => p.specialize(Map(a)),
+        OpDef::Composite(t) => composite(t, &[a.view()], a.shape()),
     }
 }
 
 pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: &[usize]) -> Tensor {
-    // One monomorphised loop per op: the match is outside the element loop.
-    fn zip(a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: &[usize], f: impl Fn(f32, f32) -> f32) -> Tensor {
-        Zip::from(&broadcast(a, dims)).and(&broadcast(b, dims)).map_collect(|&x, &y| f(x, y))
+    struct Zipped<'a, 'b, 'c>(&'a ArrayViewD<'b, f32>, &'a ArrayViewD<'c, f32>, &'a [usize]);
+    impl BinaryKernel<Tensor> for Zipped<'_, '_, '_> {
+        fn call<F: Fn(f32, f32) -> f32 + Copy>(self, f: F) -> Tensor {
+            let Zipped(a, b, dims) = self;
+            Zip::from(&broadcast(a, dims)).and(&broadcast(b, dims)).map_collect(|&x, &y| f(x, y))
+        }
     }
-    match op {
-        BinaryOp::Add => zip(a, b, dims, |x, y| x + y),
-        BinaryOp::Sub => zip(a, b, dims, |x, y| x - y),
-        BinaryOp::Mul => zip(a, b, dims, |x, y| x * y),
-        BinaryOp::Div => zip(a, b, dims, |x, y| x / y),
-        BinaryOp::Pow => zip(a, b, dims, f32::powf),
-        BinaryOp::Maximum => zip(a, b, dims, nan_max),
-        BinaryOp::Minimum => zip(a, b, dims, nan_min),
-        BinaryOp::Eq => zip(a, b, dims, |x, y| truth(x == y)),
-        BinaryOp::Ne => zip(a, b, dims, |x, y| truth(x != y)),
-        BinaryOp::Lt => zip(a, b, dims, |x, y| truth(x < y)),
-        BinaryOp::Le => zip(a, b, dims, |x, y| truth(x <= y)),
-        BinaryOp::Gt => zip(a, b, dims, |x, y| truth(x > y)),
-        BinaryOp::Ge => zip(a, b, dims, |x, y| truth(x >= y)),
+    match op.def() {
+        OpDef::Prim(p) => p.specialize(Zipped(a, b, dims)),
+        OpDef::Composite(t) => composite(t, &[a.view(), b.view()], dims),
+    }
+}
+
+/// A composite op: its expansion evaluated with the primitives' array functions (so it is
+/// exactly what the expanded instructions would give), result `dims`.
+fn composite(t: &Term, operands: &[ArrayViewD<'_, f32>], dims: &[usize]) -> Tensor {
+    struct Arrays<'a, 'b> {
+        operands: &'a [ArrayViewD<'b, f32>],
+        dims: &'a [usize],
+    }
+    impl Algebra for Arrays<'_, '_> {
+        type Value = Tensor;
+        type Error = Var;
+        fn var(&mut self, var: Var) -> Result<Tensor, Var> {
+            match var {
+                Var::Operand(i) => self.operands.get(i as usize).map(|a| a.to_owned()).ok_or(var),
+                Var::Result | Var::Grad => Err(var),
+            }
+        }
+        fn constant(&mut self, c: f64) -> Result<Tensor, Var> {
+            Ok(ArrayD::from_elem(IxDyn(&[]), c as f32))
+        }
+        fn unary(&mut self, op: UnaryOp, x: Tensor) -> Result<Tensor, Var> {
+            Ok(unary(op, &x))
+        }
+        fn binary(&mut self, op: BinaryOp, x: Tensor, y: Tensor) -> Result<Tensor, Var> {
+            Ok(binary(op, &x.view(), &y.view(), self.dims))
+        }
+        fn select(&mut self, c: Tensor, t: Tensor, f: Tensor) -> Result<Tensor, Var> {
+            Ok(select(&c.view(), &t.view(), &f.view(), self.dims))
+        }
+    }
+    // The op table's tests check that expansions read only their operands.
+    let out = t.eval(&mut Arrays { operands, dims }).unwrap_or_else(|var| panic!("an expansion reads {var:?}"));
+    // An expansion that never combines its operand with anything keeps the operand's shape.
+    if out.shape() == dims {
+        out
+    } else {
+        broadcast(&out.view(), dims).to_owned()
     }
 }
 

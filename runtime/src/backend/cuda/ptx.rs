@@ -18,8 +18,9 @@
 //! agree exactly; `exp`, `log`, `tanh`, `sigmoid`, `pow` and `randn` use the hardware's
 //! approximate `ex2`/`lg2`/`cos` (relative error about 2^-22), so they agree to ~1e-6.
 
+use gt_ir::formula::{Algebra, Term, Var};
 use gt_ir::kernel::{Access, Kernel, MapKernel, MatMulKernel, Node, Precision};
-use gt_ir::{BinaryOp, ReduceOp, UnaryOp};
+use gt_ir::{BinaryOp, BinaryPrim, OpDef, ReduceOp, UnaryOp, UnaryPrim};
 use std::fmt::Write;
 use thiserror::Error;
 
@@ -416,18 +417,100 @@ impl Emitter {
         self.value(Reg::B64, "xor.b64", &format!("{z}, {s}"))
     }
 
+    /// One unary op (a composite as its expansion).
     fn unary(&mut self, op: UnaryOp, x: &str) -> String {
+        match op.def() {
+            OpDef::Prim(p) => self.unary_prim(p, x),
+            OpDef::Composite(t) => self.formula(t, &[x]),
+        }
+    }
+
+    /// One binary op (a composite as its expansion).
+    fn binary(&mut self, op: BinaryOp, a: &str, b: &str) -> String {
+        match op.def() {
+            OpDef::Prim(p) => self.binary_prim(p, a, b),
+            OpDef::Composite(t) => self.formula(t, &[a, b]),
+        }
+    }
+
+    /// A composite's expansion over `operands`.
+    fn formula(&mut self, t: &Term, operands: &[&str]) -> String {
+        struct Ptx<'e, 'o> {
+            e: &'e mut Emitter,
+            operands: &'o [&'o str],
+        }
+        impl Algebra for Ptx<'_, '_> {
+            type Value = String;
+            type Error = Var;
+            fn var(&mut self, var: Var) -> Result<String, Var> {
+                match var {
+                    Var::Operand(i) => self.operands.get(i as usize).map(|s| s.to_string()).ok_or(var),
+                    Var::Result | Var::Grad => Err(var),
+                }
+            }
+            fn constant(&mut self, c: f64) -> Result<String, Var> {
+                Ok(f32_imm(c as f32))
+            }
+            fn unary(&mut self, op: UnaryOp, x: String) -> Result<String, Var> {
+                Ok(self.e.unary(op, &x))
+            }
+            fn binary(&mut self, op: BinaryOp, x: String, y: String) -> Result<String, Var> {
+                Ok(self.e.binary(op, &x, &y))
+            }
+            fn select(&mut self, c: String, t: String, f: String) -> Result<String, Var> {
+                // NaN counts as nonzero, as `where` does.
+                let p = self.e.predicate("neu.f32", &c, &f32_imm(0.0));
+                Ok(self.e.select(&p, &t, &f))
+            }
+        }
+        // The op table's tests check that expansions read only their operands.
+        t.eval(&mut Ptx { e: self, operands }).unwrap_or_else(|var| panic!("an expansion reads {var:?}"))
+    }
+
+    /// `erf(x)`: the JIT's rational approximation (`cpu/jit/math.rs`, `Emit::erf`) with
+    /// fused multiply-adds; NaN stays NaN.
+    fn erf(&mut self, x: &str) -> String {
+        const P: [f32; 7] = [
+            -2.726_142_3e-10,
+            2.770_681_4e-8,
+            -2.101_024e-6,
+            -5.692_506_4e-5,
+            -7.349_906_3e-4,
+            -2.954_600_2e-3,
+            -1.609_603_3e-2,
+        ];
+        const Q: [f32; 5] = [-1.456_607_2e-5, -2.133_740_6e-4, -1.682_827e-3, -7.373_329e-3, -1.426_474e-2];
+        let hi = self.value(Reg::F32, "min.f32", &format!("{x}, {}", f32_imm(4.0)));
+        let c = self.value(Reg::F32, "max.f32", &format!("{hi}, {}", f32_imm(-4.0)));
+        let x2 = self.value(Reg::F32, "mul.rn.f32", &format!("{c}, {c}"));
+        let horner = |e: &mut Emitter, coefficients: &[f32]| {
+            let mut acc = f32_imm(coefficients[0]);
+            for &k in &coefficients[1..] {
+                acc = e.value(Reg::F32, "fma.rn.f32", &format!("{acc}, {x2}, {}", f32_imm(k)));
+            }
+            acc
+        };
+        let p = horner(self, &P);
+        let q = horner(self, &Q);
+        let ratio = self.value(Reg::F32, "div.rn.f32", &format!("{p}, {q}"));
+        let r = self.value(Reg::F32, "mul.rn.f32", &format!("{ratio}, {c}"));
+        // `min`/`max` return the other operand for a NaN; put it back.
+        let nan = self.predicate("nan.f32", x, x);
+        self.select(&nan, x, &r)
+    }
+
+    fn unary_prim(&mut self, op: UnaryPrim, x: &str) -> String {
         let zero = f32_imm(0.0);
         let one = f32_imm(1.0);
         match op {
-            UnaryOp::Neg => self.value(Reg::F32, "neg.f32", x),
-            UnaryOp::Abs => self.value(Reg::F32, "abs.f32", x),
-            UnaryOp::Relu => {
+            UnaryPrim::Neg => self.value(Reg::F32, "neg.f32", x),
+            UnaryPrim::Abs => self.value(Reg::F32, "abs.f32", x),
+            UnaryPrim::Relu => {
                 // `x < 0` is false for NaN, which passes through (as in the interpreter).
                 let p = self.predicate("lt.f32", x, &zero);
                 self.select(&p, &zero, x)
             }
-            UnaryOp::Sigmoid => {
+            UnaryPrim::Sigmoid => {
                 // e / (1 + e) with e = exp(-|x|) never overflows; mirrored for x >= 0.
                 let a = self.value(Reg::F32, "abs.f32", x);
                 let na = self.value(Reg::F32, "neg.f32", &a);
@@ -438,7 +521,7 @@ impl Emitter {
                 let p = self.predicate("lt.f32", x, &zero);
                 self.select(&p, &neg_side, &pos_side)
             }
-            UnaryOp::Tanh => {
+            UnaryPrim::Tanh => {
                 // sign(x) (1 - e) / (1 + e), e = exp(-2|x|).
                 let a = self.value(Reg::F32, "abs.f32", x);
                 let m2 = self.value(Reg::F32, "mul.rn.f32", &format!("{a}, {}", f32_imm(-2.0)));
@@ -448,40 +531,41 @@ impl Emitter {
                 let t = self.value(Reg::F32, "div.rn.f32", &format!("{num}, {den}"));
                 self.value(Reg::F32, "copysign.f32", &format!("{x}, {t}"))
             }
-            UnaryOp::Exp => self.exp(x),
-            UnaryOp::Log => {
+            UnaryPrim::Exp => self.exp(x),
+            UnaryPrim::Log => {
                 let l = self.value(Reg::F32, "lg2.approx.f32", x);
                 self.value(Reg::F32, "mul.rn.f32", &format!("{l}, {}", f32_imm(std::f32::consts::LN_2)))
             }
-            UnaryOp::Sqrt => self.value(Reg::F32, "sqrt.rn.f32", x),
-            UnaryOp::Rsqrt => {
+            UnaryPrim::Sqrt => self.value(Reg::F32, "sqrt.rn.f32", x),
+            UnaryPrim::Rsqrt => {
                 let s = self.value(Reg::F32, "sqrt.rn.f32", x);
                 self.value(Reg::F32, "rcp.rn.f32", &s)
             }
+            UnaryPrim::Erf => self.erf(x),
         }
     }
 
-    fn binary(&mut self, op: BinaryOp, a: &str, b: &str) -> String {
+    fn binary_prim(&mut self, op: BinaryPrim, a: &str, b: &str) -> String {
         let ab = format!("{a}, {b}");
         let truth = |e: &mut Emitter, cmp: &str| {
             let p = e.predicate(cmp, a, b);
             e.select(&p, &f32_imm(1.0), &f32_imm(0.0))
         };
         match op {
-            BinaryOp::Add => self.value(Reg::F32, "add.rn.f32", &ab),
-            BinaryOp::Sub => self.value(Reg::F32, "sub.rn.f32", &ab),
-            BinaryOp::Mul => self.value(Reg::F32, "mul.rn.f32", &ab),
-            BinaryOp::Div => self.value(Reg::F32, "div.rn.f32", &ab),
-            BinaryOp::Pow => self.pow(a, b),
-            BinaryOp::Maximum => self.nan_extreme(true, a, b),
-            BinaryOp::Minimum => self.nan_extreme(false, a, b),
-            BinaryOp::Eq => truth(self, "eq.f32"),
+            BinaryPrim::Add => self.value(Reg::F32, "add.rn.f32", &ab),
+            BinaryPrim::Sub => self.value(Reg::F32, "sub.rn.f32", &ab),
+            BinaryPrim::Mul => self.value(Reg::F32, "mul.rn.f32", &ab),
+            BinaryPrim::Div => self.value(Reg::F32, "div.rn.f32", &ab),
+            BinaryPrim::Pow => self.pow(a, b),
+            BinaryPrim::Maximum => self.nan_extreme(true, a, b),
+            BinaryPrim::Minimum => self.nan_extreme(false, a, b),
+            BinaryPrim::Eq => truth(self, "eq.f32"),
             // Unordered: NaN != anything is true.
-            BinaryOp::Ne => truth(self, "neu.f32"),
-            BinaryOp::Lt => truth(self, "lt.f32"),
-            BinaryOp::Le => truth(self, "le.f32"),
-            BinaryOp::Gt => truth(self, "gt.f32"),
-            BinaryOp::Ge => truth(self, "ge.f32"),
+            BinaryPrim::Ne => truth(self, "neu.f32"),
+            BinaryPrim::Lt => truth(self, "lt.f32"),
+            BinaryPrim::Le => truth(self, "le.f32"),
+            BinaryPrim::Gt => truth(self, "gt.f32"),
+            BinaryPrim::Ge => truth(self, "ge.f32"),
         }
     }
 

@@ -26,7 +26,7 @@
 //! before that loop. Sums and means accumulate in `f64` (two `f64x2` accumulators in the
 //! vector loop), as the interpreter does, so they differ from it only by summation order.
 
-use super::math::{Emit, Lanes};
+use super::math::{needs_powf, Emit, Lanes};
 use super::JitError;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::immediates::Ieee32;
@@ -218,14 +218,12 @@ fn cone_to(nodes: &[Node], start: usize, leaf: usize) -> Vec<bool> {
 /// Whether a node costs much more than a load and a store: transcendental functions,
 /// division and square roots, and calls.
 fn is_costly(node: &Node) -> bool {
-    use gt_ir::{BinaryOp, UnaryOp};
-    matches!(
-        node,
-        Node::Unary(UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Sqrt | UnaryOp::Rsqrt, _)
-            | Node::Binary(BinaryOp::Div | BinaryOp::Pow, ..)
-            | Node::Rand { .. }
-            | Node::Randn { .. }
-    )
+    match node {
+        Node::Unary(op, _) => op.is_costly(),
+        Node::Binary(op, ..) => op.is_costly(),
+        Node::Rand { .. } | Node::Randn { .. } => true,
+        _ => false,
+    }
 }
 
 /// Whether distinct points of a loop nest with these extents and strides are distinct
@@ -627,7 +625,7 @@ impl<'f> Gen<'_, 'f> {
             (op, lanes) => {
                 let var = if lanes == Lanes::One { acc.scalar } else { acc.vector[0] };
                 let m = self.b.use_var(var);
-                let mut e = Emit { b: &mut self.b, lanes, fma: self.target.fma };
+                let mut e = Emit { b: &mut self.b, lanes, fma: self.target.fma, powf: None };
                 let m = if op == ReduceOp::Max { e.nan_max(m, x) } else { e.nan_min(m, x) };
                 self.b.def_var(var, m);
             }
@@ -659,7 +657,7 @@ impl<'f> Gen<'_, 'f> {
                     let v = self.b.use_var(v);
                     for lane in 0..4u8 {
                         let x = self.b.ins().extractlane(v, lane);
-                        let mut e = Emit { b: &mut self.b, lanes: Lanes::One, fma: self.target.fma };
+                        let mut e = Emit { b: &mut self.b, lanes: Lanes::One, fma: self.target.fma, powf: None };
                         s = if op == ReduceOp::Max { e.nan_max(s, x) } else { e.nan_min(s, x) };
                     }
                 }
@@ -735,11 +733,14 @@ impl<'f> Gen<'_, 'f> {
                     let p = ptrs[x as usize].expect("needed inputs have addresses");
                     Some(self.b.ins().load(types::F32, mem(), p, 0))
                 }
-                Node::Unary(op, a) => known(a).map(|a| self.emit(Lanes::One).unary(op, a)),
+                Node::Unary(op, a) => known(a).map(|a| {
+                    self.import_powf(&node);
+                    self.emit(Lanes::One).unary(op, a)
+                }),
                 Node::Binary(op, a, c) => match (known(a), known(c)) {
                     (Some(a), Some(c)) => {
-                        let powf = self.shim_if(op == gt_ir::BinaryOp::Pow);
-                        Some(self.emit(Lanes::One).binary(op, a, c, powf))
+                        self.import_powf(&node);
+                        Some(self.emit(Lanes::One).binary(op, a, c))
                     }
                     _ => None,
                 },
@@ -753,13 +754,15 @@ impl<'f> Gen<'_, 'f> {
         values
     }
 
-    /// The `powf` shim where the op needs it.
-    fn shim_if(&mut self, pow: bool) -> Option<FuncRef> {
-        pow.then(|| self.shim(Shim::Powf))
+    /// Imports the `powf` shim on first use, by the first node that needs it.
+    fn import_powf(&mut self, node: &Node) {
+        if needs_powf(node) {
+            self.shim(Shim::Powf);
+        }
     }
 
     fn emit(&mut self, lanes: Lanes) -> Emit<'_, 'f> {
-        Emit { b: &mut self.b, lanes, fma: self.target.fma }
+        Emit { b: &mut self.b, lanes, fma: self.target.fma, powf: self.shims[Shim::Powf as usize] }
     }
 
     /// The address of element `j` of the innermost axis in `buffer`.
@@ -818,10 +821,13 @@ impl<'f> Gen<'_, 'f> {
                     let call = self.b.ins().call(f, &[seed, index]);
                     self.b.inst_results(call)[0]
                 }
-                Node::Unary(op, a) => self.emit(lanes).unary(op, v(a)),
+                Node::Unary(op, a) => {
+                    self.import_powf(&node);
+                    self.emit(lanes).unary(op, v(a))
+                }
                 Node::Binary(op, a, c) => {
-                    let powf = self.shim_if(op == gt_ir::BinaryOp::Pow);
-                    self.emit(lanes).binary(op, v(a), v(c), powf)
+                    self.import_powf(&node);
+                    self.emit(lanes).binary(op, v(a), v(c))
                 }
                 Node::Select(c, t, f) => self.emit(lanes).where_(v(c), v(t), v(f)),
                 // Constants and in-row reductions are invariant; `acc` was rewritten to an input.

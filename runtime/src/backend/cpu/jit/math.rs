@@ -1,6 +1,6 @@
 //! Elementwise ops as CLIF, the same code for one lane (`f32`) and four (`f32x4`): the
-//! exact ops (bit-for-bit the interpreter's), and polynomial `exp`, `log`, `tanh` and
-//! `sigmoid` that vectorise, so a fused kernel never calls libm per element. Loops, loads
+//! exact ops (bit-for-bit the interpreter's), and polynomial `exp`, `log`, `tanh`,
+//! `sigmoid` and `erf` that vectorise, so a fused kernel never calls libm per element. Loops, loads
 //! and stores live in `codegen.rs`.
 //!
 //! # Accuracy
@@ -19,6 +19,11 @@
 //! - `sigmoid`: `1 / (1 + e^{-x})` for `x >= 0`, `e^x / (1 + e^x)` below (the interpreter's
 //!   formulas, with this `exp`), so nothing overflows.
 //!
+//! - `erf`: Eigen's rational approximation on `[-4, 4]` (see [`Emit::erf`]); within 8 ulp
+//!   (absolute error < 5e-7) of libm's `erff`.
+//!
+//! Composite ops are their expansions over these.
+//!
 //! Measured against libm (the oracle) on 70,000 values (wide random ranges, every positive
 //! magnitude, thresholds): `exp` and `log` within 1 ulp, `tanh` and `sigmoid` within 2 ulp
 //! (relative error < 2.4e-7) on normal results; subnormal results within one subnormal step.
@@ -32,7 +37,8 @@ use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::immediates::Ieee32;
 use cranelift_codegen::ir::{types, Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
-use gt_ir::{BinaryOp, UnaryOp};
+use gt_ir::formula::{Algebra, Term, Var};
+use gt_ir::{BinaryOp, BinaryPrim, OpDef, UnaryOp, UnaryPrim};
 
 /// How many `f32` lanes one value holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +55,18 @@ pub(super) struct Emit<'a, 'f> {
     pub lanes: Lanes,
     /// Polynomials use fused multiply-adds (the host has them).
     pub fma: bool,
+    /// The imported `powf` shim, where the kernel needs it ([`needs_powf`]).
+    pub powf: Option<FuncRef>,
+}
+
+/// Whether an op calls the `powf` shim (`pow`, or a composite whose expansion has one).
+pub(super) fn needs_powf(node: &gt_ir::kernel::Node) -> bool {
+    use gt_ir::kernel::Node;
+    match *node {
+        Node::Unary(op, _) => op.uses(BinaryPrim::Pow),
+        Node::Binary(op, ..) => op.uses(BinaryPrim::Pow),
+        _ => false,
+    }
 }
 
 /// Bit-level reinterpretation between same-size types; vectors need an explicit lane order.
@@ -196,52 +214,100 @@ impl Emit<'_, '_> {
         self.select(mask, one, zero)
     }
 
-    /// One unary op.
+    /// One unary op (a composite as its expansion).
     pub fn unary(&mut self, op: UnaryOp, x: Value) -> Value {
+        match op.def() {
+            OpDef::Prim(p) => self.unary_prim(p, x),
+            OpDef::Composite(t) => self.formula(t, &[x]),
+        }
+    }
+
+    /// One binary op (a composite as its expansion).
+    pub fn binary(&mut self, op: BinaryOp, x: Value, y: Value) -> Value {
+        match op.def() {
+            OpDef::Prim(p) => self.binary_prim(p, x, y),
+            OpDef::Composite(t) => self.formula(t, &[x, y]),
+        }
+    }
+
+    fn unary_prim(&mut self, op: UnaryPrim, x: Value) -> Value {
         match op {
-            UnaryOp::Neg => self.b.ins().fneg(x),
-            UnaryOp::Abs => self.b.ins().fabs(x),
-            UnaryOp::Relu => {
+            UnaryPrim::Neg => self.b.ins().fneg(x),
+            UnaryPrim::Abs => self.b.ins().fabs(x),
+            UnaryPrim::Relu => {
                 // `x < 0` is false for NaN, which passes through (the interpreter's rule).
                 let zero = self.f(0.0);
                 let neg = self.cmp(FloatCC::LessThan, x, zero);
                 self.select(neg, zero, x)
             }
-            UnaryOp::Sigmoid => self.sigmoid(x),
-            UnaryOp::Tanh => self.tanh(x),
-            UnaryOp::Exp => self.exp(x),
-            UnaryOp::Log => self.log(x),
-            UnaryOp::Sqrt => self.b.ins().sqrt(x),
-            UnaryOp::Rsqrt => {
+            UnaryPrim::Sigmoid => self.sigmoid(x),
+            UnaryPrim::Tanh => self.tanh(x),
+            UnaryPrim::Exp => self.exp(x),
+            UnaryPrim::Log => self.log(x),
+            UnaryPrim::Sqrt => self.b.ins().sqrt(x),
+            UnaryPrim::Rsqrt => {
                 let (one, root) = (self.f(1.0), self.b.ins().sqrt(x));
                 self.b.ins().fdiv(one, root)
             }
+            UnaryPrim::Erf => self.erf(x),
         }
     }
 
-    /// One binary op; `powf` is the imported scalar `powf` shim (called once per lane), which
-    /// the caller imports for `pow`.
-    pub fn binary(&mut self, op: BinaryOp, x: Value, y: Value, powf: Option<FuncRef>) -> Value {
+    /// `pow` calls the imported scalar `powf` shim once per lane (the caller imports it
+    /// for kernels that need it: [`needs_powf`]).
+    fn binary_prim(&mut self, op: BinaryPrim, x: Value, y: Value) -> Value {
         let compare = |e: &mut Self, cc: FloatCC| {
             let m = e.cmp(cc, x, y);
             e.truth(m)
         };
         match op {
-            BinaryOp::Add => self.add(x, y),
-            BinaryOp::Sub => self.sub(x, y),
-            BinaryOp::Mul => self.mul(x, y),
-            BinaryOp::Div => self.b.ins().fdiv(x, y),
-            BinaryOp::Pow => self.per_lane2(powf.expect("`pow` comes with the powf shim"), x, y),
-            BinaryOp::Maximum => self.nan_max(x, y),
-            BinaryOp::Minimum => self.nan_min(x, y),
-            BinaryOp::Eq => compare(self, FloatCC::Equal),
+            BinaryPrim::Add => self.add(x, y),
+            BinaryPrim::Sub => self.sub(x, y),
+            BinaryPrim::Mul => self.mul(x, y),
+            BinaryPrim::Div => self.b.ins().fdiv(x, y),
+            BinaryPrim::Pow => self.per_lane2(self.powf.expect("`pow` comes with the powf shim"), x, y),
+            BinaryPrim::Maximum => self.nan_max(x, y),
+            BinaryPrim::Minimum => self.nan_min(x, y),
+            BinaryPrim::Eq => compare(self, FloatCC::Equal),
             // `NotEqual` is unordered-or-not-equal: NaN != NaN, as in Rust.
-            BinaryOp::Ne => compare(self, FloatCC::NotEqual),
-            BinaryOp::Lt => compare(self, FloatCC::LessThan),
-            BinaryOp::Le => compare(self, FloatCC::LessThanOrEqual),
-            BinaryOp::Gt => compare(self, FloatCC::GreaterThan),
-            BinaryOp::Ge => compare(self, FloatCC::GreaterThanOrEqual),
+            BinaryPrim::Ne => compare(self, FloatCC::NotEqual),
+            BinaryPrim::Lt => compare(self, FloatCC::LessThan),
+            BinaryPrim::Le => compare(self, FloatCC::LessThanOrEqual),
+            BinaryPrim::Gt => compare(self, FloatCC::GreaterThan),
+            BinaryPrim::Ge => compare(self, FloatCC::GreaterThanOrEqual),
         }
+    }
+
+    /// A composite's expansion over `operands`.
+    fn formula(&mut self, t: &Term, operands: &[Value]) -> Value {
+        struct Clif<'e, 'a, 'f> {
+            e: &'e mut Emit<'a, 'f>,
+            operands: &'e [Value],
+        }
+        impl Algebra for Clif<'_, '_, '_> {
+            type Value = Value;
+            type Error = Var;
+            fn var(&mut self, var: Var) -> Result<Value, Var> {
+                match var {
+                    Var::Operand(i) => self.operands.get(i as usize).copied().ok_or(var),
+                    Var::Result | Var::Grad => Err(var),
+                }
+            }
+            fn constant(&mut self, c: f64) -> Result<Value, Var> {
+                Ok(self.e.f(c as f32))
+            }
+            fn unary(&mut self, op: UnaryOp, x: Value) -> Result<Value, Var> {
+                Ok(self.e.unary(op, x))
+            }
+            fn binary(&mut self, op: BinaryOp, x: Value, y: Value) -> Result<Value, Var> {
+                Ok(self.e.binary(op, x, y))
+            }
+            fn select(&mut self, c: Value, t: Value, f: Value) -> Result<Value, Var> {
+                Ok(self.e.where_(c, t, f))
+            }
+        }
+        // The op table's tests check that expansions read only their operands.
+        t.eval(&mut Clif { e: self, operands }).unwrap_or_else(|var| panic!("an expansion reads {var:?}"))
     }
 
     /// `c != 0 ? t : f`; NaN counts as nonzero.
@@ -416,6 +482,31 @@ impl Emit<'_, '_> {
         let limit = self.f(0.625);
         let is_small = self.cmp(FloatCC::LessThan, ax, limit);
         self.select(is_small, small, big)
+    }
+
+    /// `erf(x)`: `x` clamped to `[-4, 4]` (beyond, `erf` is `+-1` in `f32`), then the
+    /// odd-over-even rational approximation of Eigen/XLA (`x p(x^2) / q(x^2)`); NaN stays NaN
+    /// (`fmin`/`fmax` propagate it).
+    pub fn erf(&mut self, x: Value) -> Value {
+        const P: [f32; 7] = [
+            -2.726_142_3e-10,
+            2.770_681_4e-8,
+            -2.101_024e-6,
+            -5.692_506_4e-5,
+            -7.349_906_3e-4,
+            -2.954_600_2e-3,
+            -1.609_603_3e-2,
+        ];
+        const Q: [f32; 5] = [-1.456_607_2e-5, -2.133_740_6e-4, -1.682_827e-3, -7.373_329e-3, -1.426_474e-2];
+        let (hi, lo) = (self.f(4.0), self.f(-4.0));
+        let x = self.b.ins().fmin(x, hi);
+        let x = self.b.ins().fmax(x, lo);
+        let x2 = self.mul(x, x);
+        let p = self.horner(x2, &P);
+        let q = self.horner(x2, &Q);
+        // `(p / q) x`, not `(p x) / q`: `p x` would lose bits to underflow for tiny `x`.
+        let r = self.b.ins().fdiv(p, q);
+        self.mul(r, x)
     }
 
     /// The logistic function, by the interpreter's two formulas (see the module docs).
