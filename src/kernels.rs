@@ -46,6 +46,10 @@ impl KernelRecorder {
 impl Executor for KernelRecorder {
     type Error = RuntimeError;
 
+    fn error_kind(error: &RuntimeError) -> gt_ir::FailureKind {
+        error.kind()
+    }
+
     fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         self.interp.execute(instr)?;
         // The interpreter accepted it, so the operands are typed and the type rule holds.

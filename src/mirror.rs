@@ -104,6 +104,14 @@ impl Mirror {
 impl Executor for Mirror {
     type Error = MirrorError;
 
+    /// Both executors' kind when they agree; a disagreement is a bug of the backend.
+    fn error_kind(error: &MirrorError) -> gt_ir::FailureKind {
+        match error {
+            MirrorError::Both(e) => e.kind(),
+            MirrorError::Disagree { .. } | MirrorError::Differs { .. } => gt_ir::FailureKind::Internal,
+        }
+    }
+
     fn execute(&mut self, instr: &Instr) -> Result<(), MirrorError> {
         let want = self.reference.execute(instr);
         let got = self.other.execute(instr);

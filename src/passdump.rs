@@ -27,6 +27,10 @@ impl<E> Recorder<E> {
 impl<E: Executor> Executor for Recorder<E> {
     type Error = E::Error;
 
+    fn error_kind(error: &E::Error) -> gt_ir::FailureKind {
+        E::error_kind(error)
+    }
+
     fn execute(&mut self, instr: &Instr) -> Result<(), E::Error> {
         self.execute_at(instr, None)
     }

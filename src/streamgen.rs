@@ -277,7 +277,7 @@ pub enum Finding {
 fn is_fault(e: &gt_frontend::ClientError) -> bool {
     use gt_frontend::ClientError as E;
     match e {
-        E::Op { message, .. } => message.contains("internal error"),
+        E::Op { failure, .. } => failure.kind == gt_ir::FailureKind::Internal,
         E::Codec(_) => false,
         _ => true,
     }

@@ -7,7 +7,7 @@
 //! every sync point, on [`Client::flush`] and when the client is dropped.
 
 use gt_ir::{HostTensor, Instr, Span, ValueId};
-use gt_transport::message::{PassStats, Reply, Request, WorkerInfo, WorkerStats};
+use gt_transport::message::{Failure, FailureKind, PassStats, Reply, Request, WorkerInfo, WorkerStats};
 use gt_transport::{codec, socket, zmq, CodecError, Endpoint, InboundRef};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -62,14 +62,14 @@ pub enum ClientError {
         why: String,
     },
     /// An instruction or request failed on the dispatcher or a worker.
-    #[error("{message}{}", if *later > 0 { format!(" ({later} later instructions failed too)") } else { String::new() })]
+    #[error("{failure}{}", if *later > 0 { format!(" ({later} later instructions failed too)") } else { String::new() })]
     Op {
         /// Its seq in the client's stream.
         seq: u64,
         /// What it was.
         origin: Origin,
-        /// Why, as the dispatcher or worker said.
-        message: String,
+        /// Why, as the dispatcher or worker said (`failure.kind` to match on).
+        failure: Failure,
         /// How many later instructions failed before this was reported.
         later: u64,
     },
@@ -97,6 +97,15 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// What kind of failure: the runtime's for a failed instruction, else
+    /// [`FailureKind::Connection`].
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            ClientError::Op { failure, .. } => failure.kind,
+            _ => FailureKind::Connection,
+        }
+    }
+
     /// The op and script span of the instruction that failed, when the error is about one.
     pub fn origin(&self) -> Option<Origin> {
         match self {
@@ -127,7 +136,7 @@ pub struct Client {
     buffer_data: usize,
     origins: VecDeque<Origin>,
     origins_base: u64,
-    first_error: Option<(u64, String)>,
+    first_error: Option<(u64, Failure)>,
     later_errors: u64,
     closed: bool,
 }
@@ -268,7 +277,10 @@ impl Client {
         match self.send(&Request::Batch { first_seq, instrs }) {
             // Too large to send: reported as the failure of its first instruction.
             Err(ClientError::Codec(e)) => {
-                self.note_failure(first_seq, format!("{e} ({n} instructions in the batch)"));
+                self.note_failure(
+                    first_seq,
+                    Failure::new(FailureKind::Limit, format!("{e} ({n} instructions in the batch)")),
+                );
                 Ok(())
             }
             r => r,
@@ -286,7 +298,7 @@ impl Client {
 
     /// Keeps the earliest instruction's failure to report (passes may reorder instructions,
     /// so failures need not arrive in stream order); the others are counted.
-    fn note_failure(&mut self, seq: u64, message: String) {
+    fn note_failure(&mut self, seq: u64, message: Failure) {
         match &self.first_error {
             Some((first, _)) if *first <= seq => self.later_errors += 1,
             Some(_) => {
@@ -300,7 +312,7 @@ impl Client {
     /// Takes a reply that is not the one waited for.
     fn absorb(&mut self, reply: Reply, waiting: u64) -> Result<(), ClientError> {
         match reply {
-            Reply::Failed { seq, message } if seq != waiting => self.note_failure(seq, message),
+            Reply::Failed { seq, failure } if seq != waiting => self.note_failure(seq, failure),
             Reply::Rejected { message } => return Err(ClientError::Rejected(message)),
             _ => {}
         }
@@ -309,9 +321,9 @@ impl Client {
 
     /// The error to report at a wait, if an earlier instruction failed.
     fn take_error(&mut self) -> Option<ClientError> {
-        let (seq, message) = self.first_error.take()?;
+        let (seq, failure) = self.first_error.take()?;
         let later = std::mem::take(&mut self.later_errors);
-        Some(ClientError::Op { seq, origin: self.origin_of(seq), message, later })
+        Some(ClientError::Op { seq, origin: self.origin_of(seq), failure, later })
     }
 
     /// Sends a request and waits for its answer.
@@ -356,8 +368,8 @@ impl Client {
             return Err(e);
         }
         match reply {
-            Reply::Failed { seq, message } => {
-                Err(ClientError::Op { seq, origin: Origin { op, span: None }, message, later: 0 })
+            Reply::Failed { seq, failure } => {
+                Err(ClientError::Op { seq, origin: Origin { op, span: None }, failure, later: 0 })
             }
             r => Ok(r),
         }
@@ -442,6 +454,10 @@ impl gt_ir::Executor for Client {
 
     fn sync(&mut self) -> Result<(), ClientError> {
         Client::sync(self)
+    }
+
+    fn error_kind(error: &ClientError) -> FailureKind {
+        error.kind()
     }
 
     fn error_span(error: &ClientError) -> Option<(Span, &'static str)> {

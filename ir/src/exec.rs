@@ -3,6 +3,32 @@
 
 use crate::{HostTensor, Instr, Span, Train, ValueId};
 
+/// The kinds of failure an executor reports, for callers to match on (they travel on the
+/// wire with the message: `gt_transport::Failure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum FailureKind {
+    /// Operands that break the op's type rule (shapes, dtypes, axes).
+    Type,
+    /// A value that was never defined, was freed, or was not computed because an earlier
+    /// instruction failed.
+    Undefined,
+    /// A memory budget: the worker's (`GT_WORKER_MEMORY`) or the client's
+    /// (`GT_CLIENT_MEMORY`).
+    OutOfMemory,
+    /// Another limit: a tensor or message too large, too much work, the client's credit.
+    Limit,
+    /// The worker that held the values or ran the instruction is gone.
+    WorkerLost,
+    /// The connection to the dispatcher broke, or it refused or garbled a message.
+    Connection,
+    /// A kernel that is malformed or that a code generator refused.
+    Kernel,
+    /// The device or its driver failed.
+    Device,
+    /// A bug in gt caught at run time (a panic): please report it.
+    Internal,
+}
+
 /// Runs a stream of instructions and answers data requests.
 pub trait Executor {
     /// Why an instruction or a read failed.
@@ -41,6 +67,9 @@ pub trait Executor {
         Self::error_span(error).map(|(_, op)| op)
     }
 
+    /// What kind of failure an error is.
+    fn error_kind(error: &Self::Error) -> FailureKind;
+
     /// Runs a training statement (`backward`, `grad`, `sgd`, ...); `site` names the
     /// statement (an optimizer keeps its state per site). `None`: this executor has no
     /// autograd (the frontend's `TensorExecutor` has).
@@ -71,6 +100,9 @@ impl<E: Executor + ?Sized> Executor for &mut E {
     }
     fn error_op(error: &E::Error) -> Option<&'static str> {
         E::error_op(error)
+    }
+    fn error_kind(error: &E::Error) -> FailureKind {
+        E::error_kind(error)
     }
     fn train(&mut self, stmt: &Train, site: usize) -> Option<Result<(), E::Error>> {
         (**self).train(stmt, site)

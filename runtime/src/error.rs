@@ -1,6 +1,6 @@
 //! `RuntimeError`: why the interpreter could not run an instruction or answer a read.
 
-use gt_ir::{Shape, TypeError, ValueId};
+use gt_ir::{FailureKind, Shape, TypeError, ValueId};
 use thiserror::Error;
 
 /// Why an instruction or a read failed. Each names the op (its mnemonic; `get` for reads).
@@ -71,4 +71,18 @@ pub enum RuntimeError {
         /// What is wrong.
         message: String,
     },
+}
+
+impl RuntimeError {
+    /// What kind of failure this is, for the wire and for callers to match on.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            RuntimeError::Undefined { .. } => FailureKind::Undefined,
+            RuntimeError::Type { source, .. } => source.kind(),
+            RuntimeError::OutOfMemory { .. } => FailureKind::OutOfMemory,
+            RuntimeError::TooLarge { .. } | RuntimeError::Extent { .. } => FailureKind::Limit,
+            RuntimeError::Device { .. } => FailureKind::Device,
+            RuntimeError::Kernel { .. } => FailureKind::Kernel,
+        }
+    }
 }

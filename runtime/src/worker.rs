@@ -9,7 +9,7 @@ use crate::backend::{Backend, BackendError, BackendKind};
 use crate::Interpreter;
 use gt_ir::kernel::Precision;
 use gt_ir::Instr;
-use gt_transport::message::{OpStats, WorkerCommand, WorkerEvent, WorkerStats};
+use gt_transport::message::{Failure, FailureKind, OpStats, WorkerCommand, WorkerEvent, WorkerStats};
 use gt_transport::{codec, socket, Endpoint, Inbound, InboundRef};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -170,7 +170,8 @@ pub fn run_worker(
             Err(e) => {
                 // Only data can be this large: tell the dispatcher instead.
                 let WorkerEvent::Data { tag, .. } = event else { return Ok(()) };
-                let failed = WorkerEvent::Failed { tag: *tag, message: format!("get: {e}") };
+                let failed =
+                    WorkerEvent::Failed { tag: *tag, failure: Failure::new(FailureKind::Limit, format!("get: {e}")) };
                 send_bytes(codec::encode(&Inbound::Worker(failed), max).expect("small"))
             }
         }
@@ -224,7 +225,7 @@ pub fn run_worker(
                 stats.reads += 1;
                 let event = match backend.read(value) {
                     Ok(tensor) => WorkerEvent::Data { tag, tensor },
-                    Err(e) => WorkerEvent::Failed { tag, message: e.to_string() },
+                    Err(e) => WorkerEvent::Failed { tag, failure: Failure::new(e.kind(), e.to_string()) },
                 };
                 send(&event)?;
             }
@@ -243,7 +244,7 @@ fn execute_batch(
     stats: &mut Stats,
     instrs: &[Instr],
     skip: &dyn Fn(usize) -> bool,
-) -> Vec<(u32, String)> {
+) -> Vec<(u32, Failure)> {
     stats.batches += 1;
     let mut failures = Vec::new();
     for (i, instr) in instrs.iter().enumerate() {
@@ -261,13 +262,16 @@ fn execute_batch(
         entry.0 += 1;
         entry.1 += dt;
         stats.instructions += 1;
-        let message = match result {
+        let failure = match result {
             Ok(Ok(())) => continue,
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("{op}: internal error (the backend panicked); please report it"),
+            Ok(Err(e)) => Failure::new(e.kind(), e.to_string()),
+            Err(_) => Failure::new(
+                FailureKind::Internal,
+                format!("{op}: internal error (the backend panicked); please report it"),
+            ),
         };
         stats.failures += 1;
-        failures.push((i as u32, message));
+        failures.push((i as u32, failure));
     }
     // An asynchronous backend reports failures of queued work here; they belong to the
     // batch, so the last instruction carries them.
@@ -277,7 +281,8 @@ fn execute_batch(
             stats.failures += 1;
         }
         failures.retain(|(i, _)| *i != last);
-        failures.push((last, format!("{e} (while running this batch, up to this instruction)")));
+        let message = format!("{e} (while running this batch, up to this instruction)");
+        failures.push((last, Failure::new(e.kind(), message)));
     }
     failures
 }

@@ -126,8 +126,10 @@ fn the_failing_instruction_of_a_batch_is_reported_at_the_next_wait() {
     // Nothing waits yet, so nothing is reported yet.
     let e = a.read(ValueId(3)).unwrap_err();
     match &e {
-        ClientError::Op { seq, origin, message, later } => {
+        ClientError::Op { seq, origin, failure, later } => {
+            let message = &failure.message;
             assert_eq!((*seq, origin.op, *later), (2, "add", 0));
+            assert_eq!(failure.kind, gt::ir::FailureKind::Type);
             assert!(message.contains("cannot broadcast [2] with [3]"), "{message}");
         }
         other => panic!("expected an op failure, got {other}"),

@@ -197,6 +197,7 @@ fn a_worker_killed_mid_stream_fails_its_waiting_client_within_two_seconds() {
     let (result, at) = waiter.join().unwrap();
     let e = result.expect_err("the wait must fail");
     assert!(e.to_string().contains("worker `w-test` is gone"), "{e}");
+    assert_eq!(e.kind(), gt::ir::FailureKind::WorkerLost, "{e}");
     assert!(at.duration_since(killed) < Duration::from_secs(2), "took {:?}", at.duration_since(killed));
 }
 
@@ -212,6 +213,7 @@ fn a_dispatcher_killed_under_a_waiting_client_is_an_error_not_a_hang() {
     server.0.kill().unwrap();
     let e = waiter.join().unwrap().expect_err("the wait must fail");
     assert!(matches!(e, ClientError::Disconnected(_)), "{e}");
+    assert_eq!(e.kind(), gt::ir::FailureKind::Connection);
 }
 
 #[test]

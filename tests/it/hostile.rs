@@ -432,7 +432,9 @@ fn over_memory(c: &Cluster, between: &str, limit: &str) {
     for i in all[..3].iter().cloned() {
         a.submit(i, origin()).unwrap();
     }
-    let e = a.sync().unwrap_err().to_string();
+    let e = a.sync().unwrap_err();
+    assert_eq!(e.kind(), gt::ir::FailureKind::OutOfMemory, "{e}");
+    let e = e.to_string();
     assert!(e.contains(&format!("add: results need 400000 bytes with 800000 bytes held, {limit}")), "{e}");
     for i in all[3..].iter().cloned() {
         a.submit(i, origin()).unwrap();
@@ -554,7 +556,9 @@ fn a_client_that_never_waits_runs_out_of_credit() {
     for i in stream {
         a.submit(i, origin()).unwrap();
     }
-    let e = a.sync().unwrap_err().to_string();
+    let e = a.sync().unwrap_err();
+    assert_eq!(e.kind(), gt::ir::FailureKind::Limit, "{e}");
+    let e = e.to_string();
     assert!(e.contains("sent and not yet run, over its credit of 500 instructions"), "{e}");
     a.submit(instrs("%w = full f32[2] 3.0").remove(0), origin()).unwrap();
     assert_eq!(a.read(ValueId(0)).unwrap().data, vec![3.0, 3.0]);

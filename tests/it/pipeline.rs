@@ -149,7 +149,8 @@ fn a_failure_held_back_by_a_pass_is_reported_against_its_instruction() {
     a.submit(Instr::Free { src: ValueId(9) }, origin("free")).unwrap();
     let e = a.read(ValueId(3)).unwrap_err();
     match &e {
-        ClientError::Op { seq, origin, message, later } => {
+        ClientError::Op { seq, origin, failure, later } => {
+            let message = &failure.message;
             assert_eq!((*seq, origin.op, *later), (2, "add", 1));
             assert!(message.contains("cannot broadcast [2] with [3]"), "{message}");
         }

@@ -19,6 +19,9 @@ struct Recording {
 
 impl Executor for Recording {
     type Error = gt::runtime::RuntimeError;
+    fn error_kind(error: &Self::Error) -> gt::ir::FailureKind {
+        error.kind()
+    }
     fn execute(&mut self, instr: &Instr) -> Result<(), Self::Error> {
         self.stream.borrow_mut().push(instr.clone());
         self.inner.execute(instr)

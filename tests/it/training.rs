@@ -79,6 +79,9 @@ fn gtir_losses() -> Vec<f32> {
     }
     impl<E: gt::ir::Executor> gt::ir::Executor for Reads<E> {
         type Error = E::Error;
+        fn error_kind(error: &E::Error) -> gt::ir::FailureKind {
+            E::error_kind(error)
+        }
         fn execute(&mut self, instr: &gt::ir::Instr) -> Result<(), E::Error> {
             self.inner.execute(instr)
         }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// The protocol version this build speaks. Bump it on any change to [`crate::message`].
-pub const PROTOCOL_VERSION: u16 = 7;
+pub const PROTOCOL_VERSION: u16 = 8;
 
 /// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;
@@ -108,7 +108,10 @@ mod tests {
     fn by_reference_encodes_as_by_value() {
         use crate::message::{Inbound, InboundRef, WorkerEvent};
         let req = Request::Get { seq: 3, value: ValueId(9) };
-        let ev = WorkerEvent::Failed { tag: 1, message: "x".into() };
+        let ev = WorkerEvent::Failed {
+            tag: 1,
+            failure: crate::message::Failure::new(crate::message::FailureKind::Type, "x"),
+        };
         let max = DEFAULT_MAX_MESSAGE_BYTES;
         assert_eq!(
             encode(&InboundRef::Client(&req), max).unwrap(),

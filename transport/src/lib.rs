@@ -19,6 +19,7 @@ pub use codec::{decode, encode, CodecError, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_
 pub use endpoint::{Endpoint, EndpointError};
 pub use event::{EventKind, LogEvent};
 pub use message::{
-    Inbound, InboundRef, OpStats, PassStats, Reply, Request, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats,
+    Failure, FailureKind, Inbound, InboundRef, OpStats, PassStats, Reply, Request, WorkerCommand, WorkerEvent,
+    WorkerInfo, WorkerStats,
 };
 pub use zmq;

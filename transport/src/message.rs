@@ -6,8 +6,27 @@
 //! client waits for is sent after the failures of the ops before it, so a client that
 //! reads replies in order sees an async op's failure before the answer of its next wait.
 
+pub use gt_ir::FailureKind;
 use gt_ir::{HostTensor, Instr, ValueId};
 use serde::{Deserialize, Serialize};
+
+/// Why an instruction or request failed, as it travels to the client: a kind a caller can
+/// match on, and the message (naming the op and the values) for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct Failure {
+    /// What kind of failure.
+    pub kind: FailureKind,
+    /// What happened.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure of `kind`.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Failure {
+        Failure { kind, message: message.into() }
+    }
+}
 
 /// Everything that reaches the dispatcher's socket.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,7 +108,7 @@ pub enum Reply {
         /// Its seq.
         seq: u64,
         /// Why, naming the op.
-        message: String,
+        failure: Failure,
     },
     /// The answer to [`Request::Get`].
     Data {
@@ -179,7 +198,7 @@ pub enum WorkerEvent {
         /// The batch's number.
         batch: u64,
         /// The instructions that failed: index in the batch, and why.
-        failures: Vec<(u32, String)>,
+        failures: Vec<(u32, Failure)>,
         /// Time spent executing the batch, in nanoseconds.
         nanos: u64,
     },
@@ -195,7 +214,7 @@ pub enum WorkerEvent {
         /// The tag.
         tag: u64,
         /// Why.
-        message: String,
+        failure: Failure,
     },
     /// The answer to [`WorkerCommand::Stats`].
     Stats {

@@ -5,7 +5,7 @@
 
 use super::TensorError;
 use crate::autograd::Node;
-use gt_ir::{Executor, HostTensor, Instr, ValueId};
+use gt_ir::{Executor, FailureKind, HostTensor, Instr, ValueId};
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 
@@ -14,6 +14,8 @@ use std::rc::{Rc, Weak};
 pub struct ExecFailure {
     /// The op that failed (for failures reported late, an earlier one than the call).
     pub op: Option<&'static str>,
+    /// What kind of failure.
+    pub kind: FailureKind,
     /// The executor's message.
     pub message: String,
 }
@@ -51,7 +53,7 @@ impl<E: Executor + 'static> DynExecutor for E {
 }
 
 fn failure<E: Executor>(e: E::Error) -> ExecFailure {
-    ExecFailure { op: E::error_op(&e), message: e.to_string() }
+    ExecFailure { op: E::error_op(&e), kind: E::error_kind(&e), message: e.to_string() }
 }
 
 /// A thread's tensor runtime. Cheap to share (`Rc`); not `Send`: use one per thread.
@@ -239,7 +241,7 @@ impl std::fmt::Debug for Context {
 }
 
 fn exec_error(op: &'static str, e: ExecFailure) -> TensorError {
-    TensorError::Exec { op: e.op.unwrap_or(op), message: e.message }
+    TensorError::Exec { op: e.op.unwrap_or(op), kind: e.kind, message: e.message }
 }
 
 /// splitmix64: spreads consecutive seeds over the whole range.

@@ -120,6 +120,10 @@ fn new_optimizer(spec: OptimizerSpec, params: Vec<Tensor>) -> Box<dyn Optimizer>
 }
 
 impl Executor for TensorExecutor {
+    fn error_kind(error: &TensorError) -> gt_ir::FailureKind {
+        error.kind()
+    }
+
     type Error = TensorError;
 
     fn execute(&mut self, instr: &Instr) -> Result<()> {

@@ -24,7 +24,7 @@ pub(crate) use ops::binary;
 pub use ops::{apply_instr, cat, where_};
 
 use crate::autograd::Node;
-use gt_ir::{DType, HostTensor, SliceItem, TensorType, TypeError, ValueId};
+use gt_ir::{DType, FailureKind, HostTensor, SliceItem, TensorType, TypeError, ValueId};
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::rc::Rc;
@@ -55,6 +55,8 @@ pub enum TensorError {
     Exec {
         /// The op.
         op: &'static str,
+        /// What kind of failure (out of memory, a lost worker, ...).
+        kind: FailureKind,
         /// Why, as the executor said.
         message: String,
     },
@@ -67,6 +69,18 @@ pub enum TensorError {
 }
 
 impl TensorError {
+    /// What kind of failure: the executor's for [`TensorError::Exec`], [`FailureKind::Type`]
+    /// for errors found on the client (types, bad arguments), [`FailureKind::Connection`] when
+    /// there is no runtime.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            TensorError::Exec { kind, .. } => *kind,
+            TensorError::Type { source, .. } => source.kind(),
+            TensorError::Invalid { .. } => FailureKind::Type,
+            TensorError::NoRuntime | TensorError::Closed => FailureKind::Connection,
+        }
+    }
+
     pub(crate) fn invalid(op: &'static str, message: impl Into<String>) -> TensorError {
         TensorError::Invalid { op, message: message.into() }
     }

@@ -252,6 +252,22 @@ pub enum TypeError {
     },
 }
 
+impl TypeError {
+    /// The failure kind: [`FailureKind::Limit`] for the bounds on rank, work and size, else
+    /// [`FailureKind::Type`] (an undefined operand is [`FailureKind::Undefined`]).
+    pub fn kind(&self) -> crate::FailureKind {
+        use crate::FailureKind;
+        match self {
+            TypeError::RankTooLarge { .. } | TypeError::TooMuchWork { .. } | TypeError::TooLarge { .. } => {
+                FailureKind::Limit
+            }
+            TypeError::UnknownValue(_) => FailureKind::Undefined,
+            TypeError::Kernel { .. } => FailureKind::Kernel,
+            _ => FailureKind::Type,
+        }
+    }
+}
+
 /// Checks a dtype can execute.
 pub fn check_dtype(dtype: DType) -> Result<(), TypeError> {
     if dtype.is_supported() {

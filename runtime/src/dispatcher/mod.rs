@@ -21,7 +21,9 @@ use gt_ir::text::print::print_instr;
 use gt_ir::verify::shape;
 use gt_ir::{Instr, TensorType, TypeError, ValueId};
 use gt_passes::Pipeline;
-use gt_transport::message::{PassStats, Reply, Request, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats};
+use gt_transport::message::{
+    Failure, FailureKind, PassStats, Reply, Request, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats,
+};
 use gt_transport::{codec, socket, zmq, EventKind, Inbound};
 use log::EventLog;
 use std::collections::{HashMap, VecDeque};
@@ -593,7 +595,8 @@ impl Dispatcher {
         let Some(client) = self.clients.get_mut(&c) else { return };
         match instr {
             Instr::GetData { .. } => {
-                return self.fail(c, seq, &instr, format!("{op}: a sync point is a Get request, not an instruction"));
+                let why = format!("{op}: a sync point is a Get request, not an instruction");
+                return self.fail(c, seq, &instr, Failure::new(FailureKind::Type, why));
             }
             // Signals are the dispatcher's business (log, passes); workers need not see them.
             Instr::SignalStart { .. } | Instr::SignalEnd { .. } => return,
@@ -602,12 +605,10 @@ impl Dispatcher {
                 return match client.values.remove(&src) {
                     Some(Slot::Live { worker, buf, .. }) => self.push(worker, Instr::Free { src: buf }, (c, seq)),
                     Some(Slot::Failed { .. }) => {}
-                    None => self.fail(
-                        c,
-                        seq,
-                        &instr,
-                        format!("free: value {src} is not defined (never created, or already freed)"),
-                    ),
+                    None => {
+                        let why = format!("free: value {src} is not defined (never created, or already freed)");
+                        self.fail(c, seq, &instr, Failure::new(FailureKind::Undefined, why))
+                    }
                 };
             }
             _ => {}
@@ -619,11 +620,11 @@ impl Dispatcher {
                 Some(Slot::Live { worker, buf, .. }) => operands.push((*worker, *buf)),
                 Some(Slot::Failed { seq: s }) => {
                     let msg = format!("{op}: reads {v}, which was not computed because instruction #{s} failed");
-                    return self.fail(c, seq, &instr, msg);
+                    return self.fail(c, seq, &instr, Failure::new(FailureKind::Undefined, msg));
                 }
                 None => {
                     let msg = format!("{op}: value {v} is not defined (never created, or freed)");
-                    return self.fail(c, seq, &instr, msg);
+                    return self.fail(c, seq, &instr, Failure::new(FailureKind::Undefined, msg));
                 }
             }
         }
@@ -635,7 +636,7 @@ impl Dispatcher {
             };
             match shape::infer(&instr, &ty) {
                 Ok(t) => t,
-                Err(e) => return self.fail(c, seq, &instr, format!("{op}: {e}")),
+                Err(e) => return self.fail(c, seq, &instr, Failure::new(e.kind(), format!("{op}: {e}"))),
             }
         };
         // Place: the client's home worker.
@@ -646,13 +647,14 @@ impl Dispatcher {
                     "{op}: worker `{}`, which held this client's values, is gone; reconnect to start over",
                     self.workers[w].name
                 );
-                return self.fail(c, seq, &instr, msg);
+                return self.fail(c, seq, &instr, Failure::new(FailureKind::WorkerLost, msg));
             }
             None => {
                 let Some(w) =
                     (0..self.workers.len()).filter(|&w| self.workers[w].alive).min_by_key(|&w| self.workers[w].clients)
                 else {
-                    return self.fail(c, seq, &instr, format!("{op}: no worker is connected to the dispatcher"));
+                    let why = format!("{op}: no worker is connected to the dispatcher");
+                    return self.fail(c, seq, &instr, Failure::new(FailureKind::WorkerLost, why));
                 };
                 client.home = Some(w);
                 self.workers[w].clients += 1;
@@ -668,7 +670,7 @@ impl Dispatcher {
             let quota = self.config.client_memory;
             let held = client.bytes;
             let why = format!("{op}: results need {needed} bytes with {held} bytes held, over this client's memory quota of {quota} (GT_CLIENT_MEMORY)");
-            return self.fail(c, seq, &instr, why);
+            return self.fail(c, seq, &instr, Failure::new(FailureKind::OutOfMemory, why));
         }
         let (n, b) = client.inflight;
         let credit = self.config.client_credit;
@@ -676,7 +678,7 @@ impl Dispatcher {
             let why = format!(
                 "{op}: this client has {n} instructions ({b} bytes of data) sent and not yet run, over its credit of {credit} instructions or {CLIENT_CREDIT_BYTES} bytes (GT_CLIENT_CREDIT): wait for results (a read or a sync) before sending more"
             );
-            return self.fail(c, seq, &instr, why);
+            return self.fail(c, seq, &instr, Failure::new(FailureKind::Limit, why));
         }
         client.bytes = after;
         // Results: reuse a redefined value's buffer (repeat loops), else allocate.
@@ -700,7 +702,7 @@ impl Dispatcher {
     }
 
     /// Reports an instruction's failure to its client and marks its results as not computed.
-    fn fail(&mut self, c: u64, seq: u64, instr: &Instr, message: String) {
+    fn fail(&mut self, c: u64, seq: u64, instr: &Instr, failure: Failure) {
         if let Some(client) = self.clients.get_mut(&c) {
             for dst in instr.results() {
                 client.bytes = client.bytes.saturating_sub(slot_bytes(client.values.get(&dst)));
@@ -709,7 +711,7 @@ impl Dispatcher {
                 }
             }
         }
-        self.send_reply(c, &Reply::Failed { seq, message });
+        self.send_reply(c, &Reply::Failed { seq, failure });
     }
 
     /// Queues an instruction for worker `w`; a full batch leaves at once.
@@ -729,7 +731,8 @@ impl Dispatcher {
                 let (w, buf, ty) = (*worker, *buf, ty.clone());
                 if !self.workers[w].alive {
                     let msg = format!("get: worker `{}`, which held {value}, is gone", self.workers[w].name);
-                    return self.send_reply(c, &Reply::Failed { seq, message: msg });
+                    return self
+                        .send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::WorkerLost, msg) });
                 }
                 self.flush_worker(w, None);
                 let tag = self.next_tag;
@@ -741,11 +744,11 @@ impl Dispatcher {
             }
             Some(Slot::Failed { seq: s }) => {
                 let msg = format!("get: {value} was not computed because instruction #{s} failed");
-                self.send_reply(c, &Reply::Failed { seq, message: msg });
+                self.send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::Undefined, msg) });
             }
             None => {
                 let msg = format!("get: value {value} is not defined (never created, or freed)");
-                self.send_reply(c, &Reply::Failed { seq, message: msg });
+                self.send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::Undefined, msg) });
             }
         }
     }
@@ -757,7 +760,7 @@ impl Dispatcher {
             None => self.send_reply(c, &Reply::Synced { seq }),
             Some(w) if !self.workers[w].alive => {
                 let msg = format!("sync: worker `{}`, which held this client's values, is gone", self.workers[w].name);
-                self.send_reply(c, &Reply::Failed { seq, message: msg });
+                self.send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::WorkerLost, msg) });
             }
             Some(w) => self.flush_worker(w, Some((c, seq))),
         }
@@ -881,10 +884,10 @@ impl Dispatcher {
                 self.log_worker(EventKind::WorkerRecv, w, "Done", bytes, || {
                     format!("batch={batch} ok={ok} failed={} time={:.3}ms", failures.len(), nanos as f64 / 1e6)
                 });
-                for (i, message) in failures {
+                for (i, failure) in failures {
                     let Some(&(c, seq)) = record.origins.get(i as usize) else { continue };
                     if seq == DISPATCHER_SEQ {
-                        tracing::warn!(target: "gt::dispatcher", "worker `{}`: {message}", self.workers[w].name);
+                        tracing::warn!(target: "gt::dispatcher", "worker `{}`: {failure}", self.workers[w].name);
                         continue;
                     }
                     if let Some(client) = self.clients.get_mut(&c) {
@@ -901,7 +904,7 @@ impl Dispatcher {
                                 }
                             }
                         }
-                        self.send_reply(c, &Reply::Failed { seq, message });
+                        self.send_reply(c, &Reply::Failed { seq, failure });
                     }
                 }
                 if let Some((c, seq)) = record.sync {
@@ -919,7 +922,8 @@ impl Dispatcher {
                 });
                 if let Some(s) = failed {
                     let why = format!("get: {} was not computed because instruction #{s} failed", g.value);
-                    return self.send_reply(g.client, &Reply::Failed { seq: g.seq, message: why });
+                    let failure = Failure::new(FailureKind::Undefined, why);
+                    return self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure });
                 }
                 // A worker answering with another type or length than the value has is
                 // broken or lying: the client is told, and the worker is not trusted again.
@@ -932,16 +936,19 @@ impl Dispatcher {
                         g.ty
                     );
                     self.log_worker(EventKind::Error, w, "Data", bytes, || why.clone());
-                    self.send_reply(g.client, &Reply::Failed { seq: g.seq, message: why });
+                    self.send_reply(
+                        g.client,
+                        &Reply::Failed { seq: g.seq, failure: Failure::new(FailureKind::WorkerLost, why) },
+                    );
                     self.worker_lost(w);
                     return;
                 }
                 self.send_reply(g.client, &Reply::Data { seq: g.seq, tensor });
             }
-            WorkerEvent::Failed { tag, message } => {
-                self.log_worker(EventKind::WorkerRecv, w, "Failed", bytes, || format!("tag={tag} {message}"));
+            WorkerEvent::Failed { tag, failure } => {
+                self.log_worker(EventKind::WorkerRecv, w, "Failed", bytes, || format!("tag={tag} {failure}"));
                 if let Some(g) = self.take_get(tag, w) {
-                    self.send_reply(g.client, &Reply::Failed { seq: g.seq, message });
+                    self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure });
                 }
             }
             WorkerEvent::Stats { tag, stats } => {
@@ -1001,12 +1008,12 @@ impl Dispatcher {
             Ok(b) => b,
             Err(e) => {
                 // Only literal data can make a batch this large: fail each client's part.
-                let msg = format!("cannot send to worker: {e}");
+                let msg = Failure::new(FailureKind::Limit, format!("cannot send to worker: {e}"));
                 let mut told = Vec::new();
                 for (c, seq) in origins.into_iter().chain(sync) {
                     if !told.contains(&c) {
                         told.push(c);
-                        self.send_reply(c, &Reply::Failed { seq, message: msg.clone() });
+                        self.send_reply(c, &Reply::Failed { seq, failure: msg.clone() });
                     }
                 }
                 return;
@@ -1055,6 +1062,7 @@ impl Dispatcher {
             format!("worker `{name}` is gone (its process ended or the connection broke); the values it held are lost");
         tracing::error!(target: "gt::dispatcher", "{message}");
         self.log.emit(EventKind::Disconnect, format!("WORKER {name}"), "Lost", 0, message.clone());
+        let failure = Failure::new(FailureKind::WorkerLost, message);
         let worker = &mut self.workers[w];
         let mut owed: Vec<(u64, u64)> = Vec::new();
         let mut syncs: Vec<(u64, u64)> = Vec::new();
@@ -1079,16 +1087,16 @@ impl Dispatcher {
         for t in tags {
             let g = self.gets.remove(&t).expect("listed");
             first.remove(&g.client);
-            self.send_reply(g.client, &Reply::Failed { seq: g.seq, message: message.clone() });
+            self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure: failure.clone() });
         }
         for (c, seq) in first {
             if self.clients.contains_key(&c) {
-                self.send_reply(c, &Reply::Failed { seq, message: message.clone() });
+                self.send_reply(c, &Reply::Failed { seq, failure: failure.clone() });
             }
         }
         // Each waiting sync is answered itself (after the failures it reports).
         for (c, seq) in syncs {
-            self.send_reply(c, &Reply::Failed { seq, message: message.clone() });
+            self.send_reply(c, &Reply::Failed { seq, failure: failure.clone() });
         }
         let waiting: Vec<u64> = self.stats_tags.iter().filter(|(_, (_, sw))| *sw == w).map(|(t, _)| *t).collect();
         for t in waiting {
@@ -1109,7 +1117,8 @@ impl Dispatcher {
                     Reply::Data { seq, .. } | Reply::Stats { seq, .. } => *seq,
                     _ => 0,
                 };
-                let failed = Reply::Failed { seq, message: format!("get: the answer cannot be sent: {e}") };
+                let why = format!("get: the answer cannot be sent: {e}");
+                let failed = Reply::Failed { seq, failure: Failure::new(FailureKind::Limit, why) };
                 codec::encode(&failed, usize::MAX).expect("small")
             }
         };
@@ -1203,7 +1212,7 @@ fn batch_details(number: u64, instrs: &[Instr]) -> String {
 fn reply_summary(reply: &Reply) -> (&'static str, String) {
     match reply {
         Reply::Welcome { client, workers, .. } => ("Welcome", format!("client={client} workers={}", workers.len())),
-        Reply::Failed { seq, message } => ("Failed", format!("#{seq} {message}")),
+        Reply::Failed { seq, failure } => ("Failed", format!("#{seq} {failure}")),
         Reply::Data { seq, tensor } => ("Data", format!("#{seq} {}", tensor.ty)),
         Reply::Synced { seq } => ("Synced", format!("#{seq}")),
         Reply::Stats { seq, workers, .. } => ("Stats", format!("#{seq} workers={}", workers.len())),

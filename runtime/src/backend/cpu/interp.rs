@@ -291,6 +291,10 @@ impl fmt::Debug for Interpreter {
 impl Executor for Interpreter {
     type Error = RuntimeError;
 
+    fn error_kind(error: &RuntimeError) -> gt_ir::FailureKind {
+        error.kind()
+    }
+
     fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         Interpreter::execute(self, instr)
     }
