@@ -13,11 +13,11 @@
 //! their result.
 
 use crate::backend::cpu::jit::{Jit, JitStats};
-use crate::backend::cpu::random;
 use crate::backend::{checks, Residency};
 use crate::RuntimeError;
 use gt_ir::kernel::Kernel;
 use gt_ir::ops::{nan_max, nan_min, sigmoid, truth};
+use gt_ir::random;
 use gt_ir::verify::shape::{self, ResolvedSlice};
 use gt_ir::{BinaryOp, Executor, HostTensor, Instr, Operand, ReduceOp, Shape, TensorType, TypeError, UnaryOp, ValueId};
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Axis, CowArray, Dimension, IxDyn, Slice, Zip};

@@ -5,6 +5,7 @@
 
 use super::emit::{f32_imm, f64_imm, Emitter, Reg};
 use gt_ir::kernel::Node;
+use gt_ir::random;
 use gt_ir::{BinaryOp, ReduceOp, UnaryOp};
 
 /// ln 2 in two parts (fdlibm): `e * LN2_HI` is exact for the exponents of f64.
@@ -189,9 +190,9 @@ impl Emitter {
         self.value(Reg::F64, "selp.f64", &format!("{neg}, {base}, {flip}"))
     }
 
-    /// `splitmix64(splitmix64(seed) + counter)` (see `cpu/random.rs`).
+    /// `splitmix64(splitmix64(seed) + counter)` (see `gt_ir::random`).
     fn random_bits(&mut self, seed: u64, counter: &str) -> String {
-        let start = crate::backend::cpu::random::splitmix64(seed).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let start = random::splitmix64(seed).wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.value(Reg::B64, "add.u64", &format!("{counter}, {start}"));
         for (shift, mul) in [(30, 0xBF58_476D_1CE4_E5B9u64), (27, 0x94D0_49BB_1331_11EB)] {
             let s = self.value(Reg::B64, "shr.u64", &format!("{z}, {shift}"));
