@@ -1,5 +1,6 @@
 //! gt-ir: the language of gt. Types, the one `Instr` enum, programs, the `.gtir` text
-//! format (printer and parser with exact round trip) and the verifier. No I/O, no threads.
+//! format (printer and parser with exact round trip) and the verifier; also the
+//! counter-based RNG ([`random`]) that every backend reproduces. No I/O, no threads.
 //!
 //! # Semantics
 //!
@@ -33,6 +34,7 @@ pub mod instr;
 pub mod kernel;
 pub mod ops;
 pub mod program;
+pub mod random;
 pub mod span;
 pub mod text;
 pub mod types;

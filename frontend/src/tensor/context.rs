@@ -5,6 +5,7 @@
 
 use super::TensorError;
 use crate::autograd::Node;
+use gt_ir::random;
 use gt_ir::{Executor, FailureKind, HostTensor, Instr, ValueId};
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
@@ -192,7 +193,8 @@ impl Context {
     pub(crate) fn next_seed(&self) -> u64 {
         let n = self.seed_count.get();
         self.seed_count.set(n + 1);
-        splitmix64(self.seed_base.get().wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+        // splitmix64 spreads consecutive seeds over the whole range.
+        random::splitmix64(self.seed_base.get().wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
     }
 
     /// Restarts the random sequence: the same seed gives the same tensors in the same order.
@@ -242,14 +244,6 @@ impl std::fmt::Debug for Context {
 
 fn exec_error(op: &'static str, e: ExecFailure) -> TensorError {
     TensorError::Exec { op: e.op.unwrap_or(op), kind: e.kind, message: e.message }
-}
-
-/// splitmix64: spreads consecutive seeds over the whole range.
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// Keeps a context current; restores the previous one when dropped.

@@ -13,12 +13,12 @@
 //! their result.
 
 use crate::backend::cpu::jit::{Jit, JitStats};
-use crate::backend::cpu::random;
 use crate::backend::{checks, Residency};
 use crate::RuntimeError;
 use gt_ir::formula::{Algebra, Term, Var};
 use gt_ir::kernel::Kernel;
 use gt_ir::ops::{nan_max, nan_min, BinaryKernel, OpDef, UnaryKernel};
+use gt_ir::random;
 use gt_ir::verify::shape::{self, ResolvedSlice};
 use gt_ir::{BinaryOp, Executor, HostTensor, Instr, Operand, ReduceOp, Shape, TensorType, TypeError, UnaryOp, ValueId};
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Axis, CowArray, Dimension, IxDyn, Slice, Zip};

@@ -5,12 +5,12 @@
 //! Written for clarity, not speed: every node materialises a whole tensor.
 
 use super::interp::{binary, from_vec, matmul, reduce, select, unary, Tensor};
-use super::random;
 use crate::backend::checks::{self, ELEMENT_BYTES};
 use crate::backend::{Backend, Residency};
 use crate::RuntimeError;
 use gt_ir::kernel::lower::{lower, Step};
 use gt_ir::kernel::{Access, Kernel, MapKernel, MatMulKernel, Node};
+use gt_ir::random;
 use gt_ir::{HostTensor, Instr, TensorType, TypeError, ValueId};
 use ndarray::{Dimension, IxDyn};
 use std::collections::HashMap;

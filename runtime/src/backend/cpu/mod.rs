@@ -1,8 +1,7 @@
-//! The CPU backend: the reference interpreter, the kernel oracle, the Cranelift JIT that
-//! compiles kernels to machine code, and the counter-based RNG that every backend
-//! reproduces element by element.
+//! The CPU backend: the reference interpreter, the kernel oracle and the Cranelift JIT that
+//! compiles kernels to machine code. The counter-based RNG they share with every backend is
+//! `gt_ir::random`.
 
 pub mod interp;
 pub mod jit;
 pub mod kernels;
-pub mod random;

@@ -39,7 +39,6 @@ mod math;
 #[cfg(test)]
 mod tests;
 
-use super::random;
 use codegen::{epilogue_map, map_function, Shim, Target};
 use cranelift_codegen::ir::UserFuncName;
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
@@ -47,6 +46,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module};
 use gt_ir::kernel::{validate, Kernel, MapKernel, MatMulKernel};
+use gt_ir::random;
 use std::collections::HashMap;
 use std::fmt;
 use std::mem::ManuallyDrop;

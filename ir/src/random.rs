@@ -1,6 +1,8 @@
 //! The counter-based RNG behind `randn` and `rand`: element `i` of a tensor depends only on
 //! the seed and `i`, so any backend (a GPU thread per element, a shard of a tensor)
-//! reproduces the interpreter's values exactly, in any order.
+//! reproduces the interpreter's values exactly, in any order. It lives here, in the crate
+//! every other one depends on, so that the interpreter, the kernel oracle, the JIT, the PTX
+//! generator and the frontend's seed sequence share one copy.
 //!
 //! # Algorithm
 //!

@@ -1,0 +1,398 @@
+//! Per-op PTX: a kernel-IR expression evaluated for one element ([`Emitter::eval`]), the
+//! unary and binary ops, the reductions' combine step, `exp`/`log`/`tanh`/`sigmoid`/`pow`
+//! on the hardware's approximate `ex2`/`lg2`, and the f64 `ln`, `cos` and counter-based
+//! random bits behind `rand`/`randn`. Loops, loads and stores live in the kernel files.
+
+use super::emit::{f32_imm, f64_imm, Emitter, Reg};
+use gt_ir::formula::{Algebra, Term, Var};
+use gt_ir::kernel::Node;
+use gt_ir::random;
+use gt_ir::{BinaryOp, BinaryPrim, OpDef, ReduceOp, UnaryOp, UnaryPrim};
+
+/// ln 2 in two parts (fdlibm): `e * LN2_HI` is exact for the exponents of f64.
+const LN2_HI: f64 = f64::from_bits(0x3FE6_2E42_FEE0_0000);
+/// See [`LN2_HI`].
+const LN2_LO: f64 = f64::from_bits(0x3DEA_39EF_3579_3C76);
+/// `pi/2 - FRAC_PI_2` (Cody-Waite reduction).
+const PI_2_LO: f64 = 6.123_233_995_736_766e-17;
+
+/// What a node reads besides other nodes.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Leaf {
+    /// A kernel input at the current element.
+    Input(u32),
+    /// The matmul product at the current element.
+    Acc,
+    /// The current element's linear index in the iteration space (s32).
+    Index,
+}
+
+/// `acc ⊕ x` for a reduction: a sum, or NaN-propagating max / min (as the interpreter).
+pub(super) fn fold(e: &mut Emitter, op: ReduceOp, acc: &str, x: &str) -> String {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => e.value(Reg::F32, "add.rn.f32", &format!("{acc}, {x}")),
+        ReduceOp::Max => e.nan_extreme(true, acc, x),
+        ReduceOp::Min => e.nan_extreme(false, acc, x),
+    }
+}
+
+pub(super) fn identity(op: ReduceOp) -> f32 {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => 0.0,
+        ReduceOp::Max => f32::NEG_INFINITY,
+        ReduceOp::Min => f32::INFINITY,
+    }
+}
+
+impl Emitter {
+    /// `e^x` as `2^(x log2 e)`.
+    fn exp(&mut self, x: &str) -> String {
+        let t = self.value(Reg::F32, "mul.rn.f32", &format!("{x}, {}", f32_imm(std::f32::consts::LOG2_E)));
+        self.value(Reg::F32, "ex2.approx.f32", &t)
+    }
+
+    /// Evaluates node `target` and what it needs, memoised in `memo` (one slot per node,
+    /// reused when filled; row reductions are filled in before). `leaf` gives inputs, the
+    /// matmul product and the element's linear index (for iota and random nodes).
+    pub(super) fn eval(
+        &mut self,
+        nodes: &[Node],
+        target: usize,
+        memo: &mut [Option<String>],
+        leaf: &mut dyn FnMut(&mut Emitter, Leaf) -> String,
+    ) -> String {
+        if let Some(r) = &memo[target] {
+            return r.clone();
+        }
+        for o in nodes[target].operands() {
+            self.eval(nodes, o as usize, memo, leaf);
+        }
+        let v = |i: u32| memo[i as usize].clone().unwrap_or_default();
+        let r = match nodes[target] {
+            Node::Input(i) => leaf(self, Leaf::Input(i)),
+            Node::Acc => leaf(self, Leaf::Acc),
+            // `validate` guarantees reductions are computed first; never reached.
+            Node::Reduce(..) => self.value(Reg::F32, "mov.f32", &f32_imm(f32::NAN)),
+            Node::Const(bits) => self.value(Reg::F32, "mov.f32", &f32_imm(f32::from_bits(bits))),
+            Node::Iota { start, step } => {
+                let i = leaf(self, Leaf::Index);
+                let fi = self.value(Reg::F64, "cvt.rn.f64.u32", &i);
+                let scaled = self.value(Reg::F64, "mul.rn.f64", &format!("{fi}, {}", f64_imm(f64::from_bits(step))));
+                let sum = self.value(Reg::F64, "add.rn.f64", &format!("{scaled}, {}", f64_imm(f64::from_bits(start))));
+                self.value(Reg::F32, "cvt.rn.f32.f64", &sum)
+            }
+            Node::Rand { seed } => {
+                let i = leaf(self, Leaf::Index);
+                let i64r = self.value(Reg::B64, "cvt.u64.u32", &i);
+                let bits = self.random_bits(seed, &i64r);
+                let top = self.value(Reg::B64, "shr.u64", &format!("{bits}, 40"));
+                let f = self.value(Reg::F32, "cvt.rn.f32.u64", &top);
+                self.value(Reg::F32, "mul.rn.f32", &format!("{f}, {}", f32_imm(1.0 / 16_777_216.0)))
+            }
+            Node::Randn { seed } => {
+                let i = leaf(self, Leaf::Index);
+                let wide = self.value(Reg::B64, "cvt.u64.u32", &i);
+                let c1 = self.value(Reg::B64, "shl.b64", &format!("{wide}, 1"));
+                let c2 = self.value(Reg::B64, "add.u64", &format!("{c1}, 1"));
+                let unit = |e: &mut Emitter, c: &str| {
+                    let b = e.random_bits(seed, c);
+                    let top = e.value(Reg::B64, "shr.u64", &format!("{b}, 11"));
+                    let f = e.value(Reg::F64, "cvt.rn.f64.u64", &top);
+                    e.value(Reg::F64, "mul.rn.f64", &format!("{f}, {}", f64_imm(1.0 / 9_007_199_254_740_992.0)))
+                };
+                let (u1, u2) = (unit(self, &c1), unit(self, &c2));
+                // The interpreter's expression, in f64 throughout, with f64 ln and cos
+                // accurate to a few ulp, so the f32 results round to the same values.
+                let one_minus = self.value(Reg::F64, "sub.rn.f64", &format!("{}, {u1}", f64_imm(1.0)));
+                let ln = self.ln_f64(&one_minus);
+                let m2 = self.value(Reg::F64, "mul.rn.f64", &format!("{}, {ln}", f64_imm(-2.0)));
+                let r = self.value(Reg::F64, "sqrt.rn.f64", &m2);
+                let angle = self.value(Reg::F64, "mul.rn.f64", &format!("{}, {u2}", f64_imm(std::f64::consts::TAU)));
+                let cos = self.cos_f64(&angle);
+                let x = self.value(Reg::F64, "mul.rn.f64", &format!("{r}, {cos}"));
+                self.value(Reg::F32, "cvt.rn.f32.f64", &x)
+            }
+            Node::Unary(op, a) => self.unary(op, &v(a)),
+            Node::Binary(op, a, b) => self.binary(op, &v(a), &v(b)),
+            Node::Select(c, t, f) => {
+                let p = self.predicate("neu.f32", &v(c), &f32_imm(0.0));
+                self.select(&p, &v(t), &v(f))
+            }
+        };
+        memo[target] = Some(r.clone());
+        r
+    }
+
+    /// `ln x` for a positive normal f64: `x = 2^e m` with `m` in `[sqrt(1/2), sqrt(2))`,
+    /// `ln m = 2 atanh(s)`, `s = (m - 1) / (m + 1)`, `|s| < 0.172`, by its series to s^23.
+    fn ln_f64(&mut self, x: &str) -> String {
+        let bits = self.value(Reg::B64, "mov.b64", x);
+        let biased = self.value(Reg::B64, "shr.u64", &format!("{bits}, 52"));
+        let exp = self.value(Reg::B64, "and.b64", &format!("{biased}, 2047"));
+        let exp32 = self.value(Reg::B32, "cvt.u32.u64", &exp);
+        let e = self.value(Reg::B32, "sub.s32", &format!("{exp32}, 1023"));
+        let mant = self.value(Reg::B64, "and.b64", &format!("{bits}, {}", 0x000F_FFFF_FFFF_FFFFu64));
+        let mbits = self.value(Reg::B64, "or.b64", &format!("{mant}, {}", 0x3FF0_0000_0000_0000u64));
+        let m = self.value(Reg::F64, "mov.b64", &mbits);
+        let big = self.predicate("gt.f64", &m, &f64_imm(std::f64::consts::SQRT_2));
+        let half = self.value(Reg::F64, "mul.rn.f64", &format!("{m}, {}", f64_imm(0.5)));
+        let m = self.value(Reg::F64, "selp.f64", &format!("{half}, {m}, {big}"));
+        let e1 = self.value(Reg::B32, "add.s32", &format!("{e}, 1"));
+        let e = self.value(Reg::B32, "selp.b32", &format!("{e1}, {e}, {big}"));
+        let num = self.value(Reg::F64, "sub.rn.f64", &format!("{m}, {}", f64_imm(1.0)));
+        let den = self.value(Reg::F64, "add.rn.f64", &format!("{m}, {}", f64_imm(1.0)));
+        let s = self.value(Reg::F64, "div.rn.f64", &format!("{num}, {den}"));
+        let s2 = self.value(Reg::F64, "mul.rn.f64", &format!("{s}, {s}"));
+        // atanh(s) / s = sum s^2k / (2k + 1), Horner from k = 11.
+        let mut p = self.value(Reg::F64, "mov.f64", &f64_imm(1.0 / 23.0));
+        for k in (0..11).rev() {
+            p = self.value(Reg::F64, "fma.rn.f64", &format!("{p}, {s2}, {}", f64_imm(1.0 / (2 * k + 1) as f64)));
+        }
+        let two_s = self.value(Reg::F64, "add.rn.f64", &format!("{s}, {s}"));
+        let ln_m = self.value(Reg::F64, "mul.rn.f64", &format!("{two_s}, {p}"));
+        let ef = self.value(Reg::F64, "cvt.rn.f64.s32", &e);
+        // ln 2 in two parts: e * LN2_HI is exact for |e| < 2^11.
+        let lo = self.value(Reg::F64, "fma.rn.f64", &format!("{ef}, {}, {ln_m}", f64_imm(LN2_LO)));
+        self.value(Reg::F64, "fma.rn.f64", &format!("{ef}, {}, {lo}", f64_imm(LN2_HI)))
+    }
+
+    /// `cos x` for `0 <= x < 2 pi` (f64): `x = k pi/2 + r`, `|r| <= pi/4`, then the Taylor
+    /// series of cos or sin of `r` (to r^16 / r^17) with the quadrant's sign.
+    fn cos_f64(&mut self, x: &str) -> String {
+        let q = self.value(Reg::F64, "mul.rn.f64", &format!("{x}, {}", f64_imm(std::f64::consts::FRAC_2_PI)));
+        let k = self.value(Reg::F64, "cvt.rni.f64.f64", &q);
+        // pi/2 in two parts (Cody-Waite): r = x - k (HI + LO), k <= 4 keeps k * HI exact.
+        let r = self.value(Reg::F64, "fma.rn.f64", &format!("{k}, {}, {x}", f64_imm(-std::f64::consts::FRAC_PI_2)));
+        let r = self.value(Reg::F64, "fma.rn.f64", &format!("{k}, {}, {r}", f64_imm(-PI_2_LO)));
+        let r2 = self.value(Reg::F64, "mul.rn.f64", &format!("{r}, {r}"));
+        let factorial = |n: u32| (1..=n).map(f64::from).product::<f64>();
+        // cos r = sum (-1)^j r^2j / (2j)!; sin r = r sum (-1)^j r^2j / (2j+1)!.
+        let series = |e: &mut Emitter, odd: u32| {
+            let term = |j: u32| if j.is_multiple_of(2) { 1.0 } else { -1.0 } / factorial(2 * j + odd);
+            let mut p = e.value(Reg::F64, "mov.f64", &f64_imm(term(8)));
+            for j in (0..8).rev() {
+                p = e.value(Reg::F64, "fma.rn.f64", &format!("{p}, {r2}, {}", f64_imm(term(j))));
+            }
+            p
+        };
+        let cos_r = series(self, 0);
+        let sin_p = series(self, 1);
+        let sin_r = self.value(Reg::F64, "mul.rn.f64", &format!("{sin_p}, {r}"));
+        let ki = self.value(Reg::B32, "cvt.rni.s32.f64", &k);
+        let quadrant = self.value(Reg::B32, "and.b32", &format!("{ki}, 3"));
+        // k mod 4 = 0: cos r, 1: -sin r, 2: -cos r, 3: sin r.
+        let odd = self.value(Reg::B32, "and.b32", &format!("{quadrant}, 1"));
+        let use_sin = self.predicate("ne.u32", &odd, "0");
+        let base = self.value(Reg::F64, "selp.f64", &format!("{sin_r}, {cos_r}, {use_sin}"));
+        let flip_q = self.value(Reg::B32, "add.u32", &format!("{quadrant}, 1"));
+        let flip_bits = self.value(Reg::B32, "and.b32", &format!("{flip_q}, 2"));
+        let flip = self.predicate("ne.u32", &flip_bits, "0");
+        let neg = self.value(Reg::F64, "neg.f64", &base);
+        self.value(Reg::F64, "selp.f64", &format!("{neg}, {base}, {flip}"))
+    }
+
+    /// `splitmix64(splitmix64(seed) + counter)` (see `gt_ir::random`).
+    fn random_bits(&mut self, seed: u64, counter: &str) -> String {
+        let start = random::splitmix64(seed).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.value(Reg::B64, "add.u64", &format!("{counter}, {start}"));
+        for (shift, mul) in [(30, 0xBF58_476D_1CE4_E5B9u64), (27, 0x94D0_49BB_1331_11EB)] {
+            let s = self.value(Reg::B64, "shr.u64", &format!("{z}, {shift}"));
+            let x = self.value(Reg::B64, "xor.b64", &format!("{z}, {s}"));
+            z = self.value(Reg::B64, "mul.lo.u64", &format!("{x}, {mul}"));
+        }
+        let s = self.value(Reg::B64, "shr.u64", &format!("{z}, 31"));
+        self.value(Reg::B64, "xor.b64", &format!("{z}, {s}"))
+    }
+
+    /// One unary op (a composite as its expansion).
+    fn unary(&mut self, op: UnaryOp, x: &str) -> String {
+        match op.def() {
+            OpDef::Prim(p) => self.unary_prim(p, x),
+            OpDef::Composite(t) => self.formula(t, &[x]),
+        }
+    }
+
+    /// One binary op (a composite as its expansion).
+    fn binary(&mut self, op: BinaryOp, a: &str, b: &str) -> String {
+        match op.def() {
+            OpDef::Prim(p) => self.binary_prim(p, a, b),
+            OpDef::Composite(t) => self.formula(t, &[a, b]),
+        }
+    }
+
+    /// A composite's expansion over `operands`.
+    fn formula(&mut self, t: &Term, operands: &[&str]) -> String {
+        struct Ptx<'e, 'o> {
+            e: &'e mut Emitter,
+            operands: &'o [&'o str],
+        }
+        impl Algebra for Ptx<'_, '_> {
+            type Value = String;
+            type Error = Var;
+            fn var(&mut self, var: Var) -> Result<String, Var> {
+                match var {
+                    Var::Operand(i) => self.operands.get(i as usize).map(|s| s.to_string()).ok_or(var),
+                    Var::Result | Var::Grad => Err(var),
+                }
+            }
+            fn constant(&mut self, c: f64) -> Result<String, Var> {
+                Ok(f32_imm(c as f32))
+            }
+            fn unary(&mut self, op: UnaryOp, x: String) -> Result<String, Var> {
+                Ok(self.e.unary(op, &x))
+            }
+            fn binary(&mut self, op: BinaryOp, x: String, y: String) -> Result<String, Var> {
+                Ok(self.e.binary(op, &x, &y))
+            }
+            fn select(&mut self, c: String, t: String, f: String) -> Result<String, Var> {
+                // NaN counts as nonzero, as `where` does.
+                let p = self.e.predicate("neu.f32", &c, &f32_imm(0.0));
+                Ok(self.e.select(&p, &t, &f))
+            }
+        }
+        // The op table's tests check that expansions read only their operands.
+        t.eval(&mut Ptx { e: self, operands }).unwrap_or_else(|var| panic!("an expansion reads {var:?}"))
+    }
+
+    /// `erf(x)`: the JIT's rational approximation (`cpu/jit/math.rs`, `Emit::erf`) with
+    /// fused multiply-adds; NaN stays NaN.
+    fn erf(&mut self, x: &str) -> String {
+        const P: [f32; 7] = [
+            -2.726_142_3e-10,
+            2.770_681_4e-8,
+            -2.101_024e-6,
+            -5.692_506_4e-5,
+            -7.349_906_3e-4,
+            -2.954_600_2e-3,
+            -1.609_603_3e-2,
+        ];
+        const Q: [f32; 5] = [-1.456_607_2e-5, -2.133_740_6e-4, -1.682_827e-3, -7.373_329e-3, -1.426_474e-2];
+        let hi = self.value(Reg::F32, "min.f32", &format!("{x}, {}", f32_imm(4.0)));
+        let c = self.value(Reg::F32, "max.f32", &format!("{hi}, {}", f32_imm(-4.0)));
+        let x2 = self.value(Reg::F32, "mul.rn.f32", &format!("{c}, {c}"));
+        let horner = |e: &mut Emitter, coefficients: &[f32]| {
+            let mut acc = f32_imm(coefficients[0]);
+            for &k in &coefficients[1..] {
+                acc = e.value(Reg::F32, "fma.rn.f32", &format!("{acc}, {x2}, {}", f32_imm(k)));
+            }
+            acc
+        };
+        let p = horner(self, &P);
+        let q = horner(self, &Q);
+        let ratio = self.value(Reg::F32, "div.rn.f32", &format!("{p}, {q}"));
+        let r = self.value(Reg::F32, "mul.rn.f32", &format!("{ratio}, {c}"));
+        // `min`/`max` return the other operand for a NaN; put it back.
+        let nan = self.predicate("nan.f32", x, x);
+        self.select(&nan, x, &r)
+    }
+
+    fn unary_prim(&mut self, op: UnaryPrim, x: &str) -> String {
+        let zero = f32_imm(0.0);
+        let one = f32_imm(1.0);
+        match op {
+            UnaryPrim::Neg => self.value(Reg::F32, "neg.f32", x),
+            UnaryPrim::Abs => self.value(Reg::F32, "abs.f32", x),
+            UnaryPrim::Relu => {
+                // `x < 0` is false for NaN, which passes through (as in the interpreter).
+                let p = self.predicate("lt.f32", x, &zero);
+                self.select(&p, &zero, x)
+            }
+            UnaryPrim::Sigmoid => {
+                // e / (1 + e) with e = exp(-|x|) never overflows; mirrored for x >= 0.
+                let a = self.value(Reg::F32, "abs.f32", x);
+                let na = self.value(Reg::F32, "neg.f32", &a);
+                let e = self.exp(&na);
+                let den = self.value(Reg::F32, "add.rn.f32", &format!("{e}, {one}"));
+                let neg_side = self.value(Reg::F32, "div.rn.f32", &format!("{e}, {den}"));
+                let pos_side = self.value(Reg::F32, "div.rn.f32", &format!("{one}, {den}"));
+                let p = self.predicate("lt.f32", x, &zero);
+                self.select(&p, &neg_side, &pos_side)
+            }
+            UnaryPrim::Tanh => {
+                // sign(x) (1 - e) / (1 + e), e = exp(-2|x|).
+                let a = self.value(Reg::F32, "abs.f32", x);
+                let m2 = self.value(Reg::F32, "mul.rn.f32", &format!("{a}, {}", f32_imm(-2.0)));
+                let e = self.exp(&m2);
+                let num = self.value(Reg::F32, "sub.rn.f32", &format!("{one}, {e}"));
+                let den = self.value(Reg::F32, "add.rn.f32", &format!("{one}, {e}"));
+                let t = self.value(Reg::F32, "div.rn.f32", &format!("{num}, {den}"));
+                self.value(Reg::F32, "copysign.f32", &format!("{x}, {t}"))
+            }
+            UnaryPrim::Exp => self.exp(x),
+            UnaryPrim::Log => {
+                let l = self.value(Reg::F32, "lg2.approx.f32", x);
+                self.value(Reg::F32, "mul.rn.f32", &format!("{l}, {}", f32_imm(std::f32::consts::LN_2)))
+            }
+            UnaryPrim::Sqrt => self.value(Reg::F32, "sqrt.rn.f32", x),
+            UnaryPrim::Rsqrt => {
+                let s = self.value(Reg::F32, "sqrt.rn.f32", x);
+                self.value(Reg::F32, "rcp.rn.f32", &s)
+            }
+            UnaryPrim::Erf => self.erf(x),
+        }
+    }
+
+    fn binary_prim(&mut self, op: BinaryPrim, a: &str, b: &str) -> String {
+        let ab = format!("{a}, {b}");
+        let truth = |e: &mut Emitter, cmp: &str| {
+            let p = e.predicate(cmp, a, b);
+            e.select(&p, &f32_imm(1.0), &f32_imm(0.0))
+        };
+        match op {
+            BinaryPrim::Add => self.value(Reg::F32, "add.rn.f32", &ab),
+            BinaryPrim::Sub => self.value(Reg::F32, "sub.rn.f32", &ab),
+            BinaryPrim::Mul => self.value(Reg::F32, "mul.rn.f32", &ab),
+            BinaryPrim::Div => self.value(Reg::F32, "div.rn.f32", &ab),
+            BinaryPrim::Pow => self.pow(a, b),
+            BinaryPrim::Maximum => self.nan_extreme(true, a, b),
+            BinaryPrim::Minimum => self.nan_extreme(false, a, b),
+            BinaryPrim::Eq => truth(self, "eq.f32"),
+            // Unordered: NaN != anything is true.
+            BinaryPrim::Ne => truth(self, "neu.f32"),
+            BinaryPrim::Lt => truth(self, "lt.f32"),
+            BinaryPrim::Le => truth(self, "le.f32"),
+            BinaryPrim::Gt => truth(self, "gt.f32"),
+            BinaryPrim::Ge => truth(self, "ge.f32"),
+        }
+    }
+
+    /// The larger (`max`) or smaller of two values, NaN if either is (numpy.maximum, the
+    /// interpreter's nan_max / nan_min): keeps `a` when it wins or is NaN.
+    fn nan_extreme(&mut self, max: bool, a: &str, b: &str) -> String {
+        let wins = self.predicate(if max { "ge.f32" } else { "le.f32" }, a, b);
+        let nan = self.predicate("nan.f32", a, a);
+        let keep = self.value(Reg::Pred, "or.pred", &format!("{wins}, {nan}"));
+        self.select(&keep, a, b)
+    }
+
+    /// `powf`: `2^(b log2 |a|)`, negated for a negative base with an odd integer exponent,
+    /// NaN for a negative base with a fractional one; `x^0 = 1^y = 1`.
+    fn pow(&mut self, a: &str, b: &str) -> String {
+        let one = f32_imm(1.0);
+        let abs = self.value(Reg::F32, "abs.f32", a);
+        let l = self.value(Reg::F32, "lg2.approx.f32", &abs);
+        let t = self.value(Reg::F32, "mul.rn.f32", &format!("{b}, {l}"));
+        let mag = self.value(Reg::F32, "ex2.approx.f32", &t);
+        let bi = self.value(Reg::F32, "cvt.rzi.f32.f32", b);
+        let is_int = self.predicate("eq.f32", &bi, b);
+        let half = self.value(Reg::F32, "mul.rn.f32", &format!("{b}, {}", f32_imm(0.5)));
+        let half_i = self.value(Reg::F32, "cvt.rzi.f32.f32", &half);
+        let odd = self.predicate("neu.f32", &half_i, &half);
+        let neg_mag = self.value(Reg::F32, "neg.f32", &mag);
+        let signed = self.select(&odd, &neg_mag, &mag);
+        let nan = f32_imm(f32::NAN);
+        let negative_base = self.select(&is_int, &signed, &nan);
+        let is_neg = self.predicate("lt.f32", a, &f32_imm(0.0));
+        let r = self.select(&is_neg, &negative_base, &mag);
+        let zero_exp = self.predicate("eq.f32", b, &f32_imm(0.0));
+        let unit_base = self.predicate("eq.f32", a, &one);
+        // (-1)^(+-inf) = 1, as in C's pow.
+        let b_abs = self.value(Reg::F32, "abs.f32", b);
+        let inf_exp = self.predicate("eq.f32", &b_abs, &f32_imm(f32::INFINITY));
+        let unit_abs = self.predicate("eq.f32", &abs, &one);
+        let minus_one_inf = self.value(Reg::Pred, "and.pred", &format!("{inf_exp}, {unit_abs}"));
+        let trivial = self.value(Reg::Pred, "or.pred", &format!("{zero_exp}, {unit_base}"));
+        let trivial = self.value(Reg::Pred, "or.pred", &format!("{trivial}, {minus_one_inf}"));
+        self.select(&trivial, &one, &r)
+    }
+}

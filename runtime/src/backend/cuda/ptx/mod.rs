@@ -1,0 +1,105 @@
+//! PTX code generation: one kernel of the kernel IR ([`gt_ir::kernel`]) to the text of a PTX
+//! module with one entry, `gt_kernel`, plus the launch shape. No CUDA is needed to generate
+//! (CI assembles every generated module with `ptxas`); the driver JIT-compiles the text
+//! when a CUDA worker loads it.
+//!
+//! - Maps: a grid-stride loop; 128-bit loads and stores (`v4`) when every buffer is read
+//!   contiguously or uniformly and the length divides by 4; otherwise each element's
+//!   coordinates are decoded from its linear index and dotted with each buffer's strides.
+//! - Reductions: one block per output element; each thread folds a strided share of the
+//!   reduced elements, then warp shuffles and shared memory combine the block's partials.
+//! - Matmul: shared-memory tiling (`BM x BN` tile per block, `TM x TN` per thread, `BK` deep),
+//!   FMA on f32; the tile choice is printed in the module's header comment.
+//!
+//! Index arithmetic is 32-bit signed, so every buffer and iteration space must have fewer
+//! than 2^31 elements ([`PtxError::TooLarge`]).
+//!
+//! Numerics against the interpreter: add/sub/mul/div/sqrt round like IEEE (`.rn`), so they
+//! agree exactly; `exp`, `log`, `tanh`, `sigmoid`, `pow` and `randn` use the hardware's
+//! approximate `ex2`/`lg2`/`cos` (relative error about 2^-22), so they agree to ~1e-6.
+//!
+//! This file holds the entry point ([`generate`]), its limits and its types. The rest, in
+//! the order a kernel is built: `emit.rs` (the `Emitter`: registers, labels, addresses,
+//! loops), `math.rs` (one element's expression: the unary and binary ops, reductions'
+//! combine, `exp`/`log`/`tanh`, random numbers), then one file per kind of kernel:
+//! `map.rs`, `rows.rs`, `matmul.rs`.
+
+mod emit;
+mod map;
+mod math;
+mod matmul;
+mod rows;
+
+pub use matmul::Tiling;
+
+use gt_ir::kernel::Kernel;
+use thiserror::Error;
+
+/// The entry point's name in every generated module.
+pub const ENTRY: &str = "gt_kernel";
+
+/// The PTX ISA version and target written into modules (sm_80 code runs on sm_80 and newer:
+/// Ampere, Hopper).
+pub const PTX_VERSION: &str = "7.0";
+/// See [`PTX_VERSION`].
+pub const PTX_TARGET: &str = "sm_80";
+
+/// CUDA's limit on grid dimensions y and z.
+pub const MAX_GRID_YZ: u32 = 65_535;
+
+/// Largest element count (of a buffer or an iteration space) the 32-bit indexing handles.
+pub const MAX_ELEMENTS: usize = i32::MAX as usize;
+
+/// Why a kernel cannot be generated.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PtxError {
+    /// More blocks along grid y or z than CUDA allows (65535).
+    #[error("matmul grid too large for CUDA ({what}; at most {MAX_GRID_YZ} each)")]
+    Grid {
+        /// What overflowed.
+        what: String,
+    },
+    /// A kernel that breaks the kernel IR's rules (a bug in whoever built it).
+    #[error("malformed kernel: {0}")]
+    Malformed(String),
+    /// Too many elements for 32-bit indexing.
+    #[error("{elements} elements is too large for the CUDA backend's 32-bit indexing (at most {MAX_ELEMENTS})")]
+    TooLarge {
+        /// The element count.
+        elements: usize,
+    },
+}
+
+/// A generated module and how to launch it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PtxKernel {
+    /// The PTX module text.
+    pub text: String,
+    /// Blocks `(x, y, z)`.
+    pub grid: (u32, u32, u32),
+    /// Threads per block `(x, y, z)`.
+    pub block: (u32, u32, u32),
+}
+
+/// Generates the PTX of `kernel`. Its parameters are the output buffer's address, then one
+/// address per input (`u64` each).
+pub fn generate(kernel: &Kernel) -> Result<PtxKernel, PtxError> {
+    gt_ir::kernel::validate(kernel).map_err(PtxError::Malformed)?;
+    match kernel {
+        Kernel::Map(k) if k.is_row_kernel() => rows::rows(k),
+        Kernel::Map(k) => map::map(k),
+        Kernel::MatMul(k) => matmul::matmul(k),
+    }
+}
+
+fn check(elements: usize) -> Result<(), PtxError> {
+    if elements > MAX_ELEMENTS {
+        return Err(PtxError::TooLarge { elements });
+    }
+    Ok(())
+}
+
+/// The strides of `axes` only.
+fn pick(strides: &[i64], axes: &[usize]) -> Vec<i64> {
+    axes.iter().map(|&i| strides[i]).collect()
+}
