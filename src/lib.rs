@@ -9,7 +9,6 @@ pub mod init;
 pub mod kernels;
 pub mod logging;
 pub mod mirror;
-pub mod passdump;
 pub mod script;
 pub mod session;
 pub mod streamgen;

@@ -134,3 +134,62 @@ pub fn format_worker_stats(stats: &[gt_transport::WorkerStats]) -> String {
     }
     out
 }
+
+/// `gt-run --dump-after PASS`: the embedded dispatcher's own pass dumps (`GT_DUMP_PASSES`,
+/// the one mechanism: the stream each pass really emitted, not a replay), written into a
+/// private directory (or the one `GT_DUMP_PASSES` names) and read back per pass.
+pub struct PassDumps {
+    dir: std::path::PathBuf,
+    /// Made for this run (and removed after it), not the user's `GT_DUMP_PASSES`.
+    ours: bool,
+}
+
+impl PassDumps {
+    /// Points the dispatcher's dumps (`env.dump_passes`) at a directory before the session
+    /// opens. A remote dispatcher writes its dumps on its own machine: an error says how.
+    pub fn start(target: &Target, env: &mut EnvConfig) -> anyhow::Result<PassDumps> {
+        if let Target::Remote(address) = target {
+            anyhow::bail!(
+                "the dispatcher at {address} writes pass dumps on its own machine: start `gt server` with GT_DUMP_PASSES=DIR and read them there"
+            );
+        }
+        if let Some(dir) = &env.dump_passes {
+            return Ok(PassDumps { dir: dir.clone(), ours: false });
+        }
+        let base = gt_transport::endpoint::ensure_runtime_dir().context("no private directory for the pass dumps")?;
+        let dir = base.join(format!("dumps-{}", std::process::id()));
+        // A directory left by an earlier process with this pid is stale.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).with_context(|| format!("cannot make {}", dir.display()))?;
+        env.dump_passes = Some(dir.clone());
+        Ok(PassDumps { dir, ours: true })
+    }
+
+    /// The stream after each of `passes` for client `client`, as `.gtir` text (read after the
+    /// session ended, when the dispatcher has written everything).
+    pub fn read(&self, client: u64, passes: &[&'static str]) -> anyhow::Result<Vec<(&'static str, String)>> {
+        passes
+            .iter()
+            .map(|pass| {
+                let path = self.dir.join(format!("client-{client}.{pass}.gtir"));
+                // No file: the pass emitted nothing.
+                let text = match std::fs::read_to_string(&path) {
+                    Ok(t) => t,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                    Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+                };
+                // The first line is the file's header (`; client-1 after pass `fuse``).
+                let body = text.split_once('\n').map_or("", |(_, rest)| rest);
+                Ok((*pass, body.to_string()))
+            })
+            .collect()
+    }
+}
+
+impl Drop for PassDumps {
+    fn drop(&mut self) {
+        if self.ours {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}

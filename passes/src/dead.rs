@@ -18,7 +18,7 @@
 //! changes where frees land, never a value. A moved free keeps the client's sequence number
 //! (a free of a value that is not defined is reported against it).
 
-use crate::pipeline::{Emit, Origin, StreamPass};
+use crate::pipeline::{Emit, Meta, StreamPass};
 use gt_ir::{Instr, ValueId};
 use std::collections::HashMap;
 
@@ -54,7 +54,7 @@ pub struct DeadStats {
 #[derive(Debug, Default)]
 pub struct Dead {
     config: DeadConfig,
-    region: Vec<(Instr, Origin)>,
+    region: Vec<(Instr, Meta)>,
     stats: DeadStats,
     /// Scratch: each value's last touch in the region.
     last_touch: HashMap<ValueId, usize>,
@@ -109,14 +109,14 @@ impl Dead {
         // A moved free is still the client's instruction: it keeps its origin.
         let free = |out: &mut Emit, k: usize| {
             let (instr, origin) = &region[k];
-            out.keep_from(instr.clone(), *origin);
+            out.keep_from(instr.clone(), origin.clone());
         };
         for &k in &first {
             free(out, k);
         }
         for (k, (instr, origin)) in region.iter().enumerate() {
             if !moved[k] {
-                out.keep_from(instr.clone(), *origin);
+                out.keep_from(instr.clone(), origin.clone());
             }
             if let Some(frees) = after.get(&k) {
                 for &f in frees {
@@ -142,7 +142,7 @@ impl StreamPass for Dead {
         if matches!(instr, Instr::Free { .. }) {
             self.stats.frees += 1;
         }
-        self.region.push((instr, out.origin()));
+        self.region.push((instr, out.meta()));
         if self.region.len() >= self.config.window {
             self.release(out);
         }
@@ -182,7 +182,7 @@ mod tests {
         let mut out = Emit::new("dead");
         let instrs = program.instrs();
         for (seq, (i, _)) in (0u64..).zip(&instrs) {
-            out.current = Origin { seq, injected_by: None };
+            out.take_next(Meta::client(seq));
             pass.run((*i).clone(), &mut out);
         }
         pass.flush(&mut out);

@@ -19,7 +19,7 @@
 mod build;
 mod egraph;
 
-use crate::pipeline::{Emit, Origin, StreamPass};
+use crate::pipeline::{Emit, Meta, StreamPass, Typing};
 use gt_ir::verify::shape;
 use gt_ir::{Instr, TensorType, ValueId};
 use std::collections::HashMap;
@@ -119,11 +119,9 @@ pub struct Fuse {
     region_types: HashMap<ValueId, TensorType>,
     region: Vec<Instr>,
     /// Where each instruction of the region came from.
-    origins: Vec<Origin>,
+    origins: Vec<Meta>,
     /// Inside a hot-path repetition.
     in_hot: bool,
-    /// The open signal scopes, innermost last, and whether each is a compile signal.
-    signals: Vec<(String, bool)>,
     stats: FuseStats,
     /// Results of regions seen, by canonical form (see [`canonical`]).
     cache: HashMap<Vec<u8>, (Vec<Instr>, build::BuildStats)>,
@@ -139,7 +137,6 @@ impl Fuse {
             region: Vec::new(),
             origins: Vec::new(),
             in_hot: false,
-            signals: Vec::new(),
             stats: FuseStats::default(),
             cache: HashMap::new(),
         }
@@ -150,8 +147,7 @@ impl Fuse {
         self.stats
     }
 
-    fn collecting(&self) -> bool {
-        let in_compile_signal = self.signals.iter().any(|(_, c)| *c);
+    fn collecting(&self, in_compile_signal: bool) -> bool {
         match self.config.regions {
             Regions::All => true,
             Regions::HotPaths => self.in_hot || in_compile_signal,
@@ -159,13 +155,20 @@ impl Fuse {
         }
     }
 
-    /// Records the types an instruction defines and forgets what it frees; `false` when it
-    /// does not type (the dispatcher will report it).
-    fn track(&mut self, instr: &Instr) -> bool {
-        let types = &self.types;
-        let Ok(results) = shape::infer(instr, &|v| types.get(&v).cloned().ok_or(shape::TypeError::UnknownValue(v)))
-        else {
-            return false;
+    /// Records the types an instruction defines (carried from the pipeline's entry) and
+    /// forgets what it frees; `false` when it does not type (the dispatcher will report it).
+    fn track(&mut self, instr: &Instr, typing: &Typing) -> bool {
+        let results = match typing {
+            Some(Ok(results)) => results.clone(),
+            Some(Err(_)) => return false,
+            // Made by an earlier pass (hot-path markers): typed here.
+            None => {
+                let types = &self.types;
+                match shape::infer(instr, &|v| types.get(&v).cloned().ok_or(shape::TypeError::UnknownValue(v))) {
+                    Ok(results) => results,
+                    Err(_) => return false,
+                }
+            }
         };
         if let Instr::Free { src } = instr {
             self.types.remove(src);
@@ -194,15 +197,16 @@ impl Fuse {
         }
         // Each output is reported against the client instruction that defined its result (a
         // kernel: its value's; a free: the client's free); the region's last one otherwise.
-        let last = origins.last().copied().unwrap_or_default();
-        let mut defined_by: HashMap<ValueId, Origin> = HashMap::new();
-        let mut freed_by: HashMap<ValueId, Origin> = HashMap::new();
+        // (Its types are not the region's last instruction's: carried as unknown.)
+        let last = Meta { types: None, ..origins.last().cloned().unwrap_or_default() };
+        let mut defined_by: HashMap<ValueId, &Meta> = HashMap::new();
+        let mut freed_by: HashMap<ValueId, &Meta> = HashMap::new();
         for (i, origin) in region.iter().zip(&origins) {
             match i {
                 Instr::Free { src } => {
-                    freed_by.insert(*src, *origin);
+                    freed_by.insert(*src, origin);
                 }
-                _ => defined_by.extend(i.results().into_iter().map(|r| (r, *origin))),
+                _ => defined_by.extend(i.results().into_iter().map(|r| (r, origin))),
             }
         }
         let start = std::time::Instant::now();
@@ -272,7 +276,7 @@ impl Fuse {
                 Instr::Free { src } => freed_by.get(src),
                 _ => i.results().first().and_then(|r| defined_by.get(r)),
             };
-            let origin = origin.copied().unwrap_or(last);
+            let origin = origin.map_or_else(|| last.clone(), |m| (*m).clone());
             if matches!(i, Instr::Fused { .. }) {
                 out.inject_for(i, origin.seq);
             } else {
@@ -295,29 +299,20 @@ impl StreamPass for Fuse {
                 out.keep(instr);
             }
             // A signal scope is a region boundary (its instructions may be placed elsewhere).
-            Instr::SignalStart { ref name, compile } => {
+            // (The pipeline tracks the scopes: `Emit::in_compile_signal`.)
+            Instr::SignalStart { .. } | Instr::SignalEnd { .. } => {
                 self.release(out);
-                self.signals.push((name.clone(), compile));
                 out.keep(instr);
             }
-            Instr::SignalEnd { ref name } => {
-                self.release(out);
-                // An end that does not close the innermost scope (the dispatcher logs it)
-                // closes nothing, as in the dispatcher's own stack.
-                if self.signals.last().is_some_and(|(open, _)| open == name) {
-                    self.signals.pop();
-                }
-                out.keep(instr);
-            }
-            _ if !self.collecting() => {
-                self.track(&instr);
+            _ if !self.collecting(out.in_compile_signal()) => {
+                self.track(&instr, out.types());
                 out.keep(instr);
             }
             // An instruction that reads its own result (the verifier refuses it; a raw client
             // can send one) would make the value a view or expression of itself: never fused.
             _ if instr.results().iter().any(|r| instr.operands().contains(r)) => {
                 self.release(out);
-                self.track(&instr);
+                self.track(&instr, out.types());
                 out.keep(instr);
             }
             _ => {
@@ -334,7 +329,7 @@ impl StreamPass for Fuse {
                         self.region_types.insert(v, t.clone());
                     }
                 }
-                if !self.track(&instr) {
+                if !self.track(&instr, out.types()) {
                     self.release(out);
                     out.keep(instr);
                     return;
@@ -345,7 +340,7 @@ impl StreamPass for Fuse {
                     }
                 }
                 self.region.push(instr);
-                self.origins.push(out.origin());
+                self.origins.push(out.meta());
                 if self.region.len() >= self.config.window {
                     self.release(out);
                 }

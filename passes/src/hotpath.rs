@@ -14,7 +14,7 @@
 //! Cost: O(`window`) token compares per instruction, so linear in the stream; memory: two
 //! windows of tokens and one buffered repetition.
 
-use crate::pipeline::{Emit, Origin, StreamPass};
+use crate::pipeline::{Emit, Meta, StreamPass};
 use gt_ir::{Instr, ValueId};
 use std::collections::{HashMap, VecDeque};
 
@@ -77,7 +77,7 @@ pub struct HotPath {
     /// The hot sequence.
     hot: Option<Hot>,
     /// Instructions of a repetition in progress (a prefix of the hot sequence).
-    pending: Vec<(Instr, Origin)>,
+    pending: Vec<(Instr, Meta)>,
     found: Vec<u64>,
     stats: HotPathStats,
 }
@@ -168,7 +168,7 @@ impl StreamPass for HotPath {
         let newly_hot = self.observe(seen, self.hot.is_none());
         if let Some(hot) = &self.hot {
             if hot.tokens[self.pending.len()] == token {
-                self.pending.push((instr, out.origin()));
+                self.pending.push((instr, out.meta()));
                 if self.pending.len() < hot.tokens.len() {
                     return;
                 }

@@ -13,5 +13,5 @@ pub mod registry;
 pub use dead::{Dead, DeadConfig, DeadStats};
 pub use fuse::{Fuse, FuseConfig, FuseStats, Regions};
 pub use hotpath::{HotPath, HotPathConfig, HotPathStats};
-pub use pipeline::{Emit, Emitted, Origin, Pipeline, StreamPass, UnknownPass};
+pub use pipeline::{Emit, Emitted, Meta, PassError, Pipeline, StreamPass, StreamTypes, Typing, UnknownPass};
 pub use registry::{PassOptions, DEFAULT_PASSES, KNOWN_PASSES};

@@ -3,59 +3,160 @@
 //! but must release them all on [`StreamPass::flush`], which the dispatcher calls at every
 //! sync point, so nothing a client waits for is ever held.
 //!
-//! Every instruction carries its [`Origin`]: the position in the client's stream it came
-//! from (so a failure of an instruction a pass held back is still reported against it) and
-//! the pass that injected it, if one did (the instruction log shows those as INJECT
-//! events). A pipeline can switch passes off by name and report each pass's stream to a
+//! The pipeline is the passes' context. At its entry it types each instruction once (the
+//! verifier's rules, against the stream as the client sent it) and tracks the signal
+//! scopes; every instruction then carries its [`Meta`]: the position in the client's stream
+//! it came from (so a failure of an instruction a pass held back is still reported against
+//! it), the pass that injected it, its result types, and whether it is inside a compile
+//! signal. Passes read those instead of keeping their own copies, and the dispatcher places
+//! kept instructions by the carried types. In debug builds (and with
+//! [`Pipeline::set_validate`]) the pipeline re-types each pass's output and reports an
+//! instruction whose carried types are wrong as a [`PassError`] (rustc's MIR validation is
+//! the model). A pipeline can switch passes off by name and report each pass's stream to a
 //! dump hook.
 
-use gt_ir::Instr;
+use gt_ir::verify::shape::{self, TypeError};
+use gt_ir::{Instr, TensorType, ValueId};
+use std::collections::HashMap;
 use std::fmt;
 
-/// Where an instruction in a pipeline comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Origin {
+/// The result types of an instruction as it travels: typed at the pipeline's entry
+/// (`Some`), or not typed (`None`: made by a pass; the dispatcher types it).
+pub type Typing = Option<Result<Vec<TensorType>, TypeError>>;
+
+/// What an instruction in a pipeline carries.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Meta {
     /// The client's sequence number of the instruction it came from (or that was being
     /// taken when a pass made it); failures are reported against it.
     pub seq: u64,
     /// The pass that injected it; `None` for the client's own instructions.
     pub injected_by: Option<&'static str>,
+    /// Its result types (or why it does not type).
+    pub types: Typing,
+    /// Inside the scope of a compile signal (`signal_start "x" compile`).
+    pub compile: bool,
+}
+
+impl Meta {
+    /// The client's instruction `seq`, not typed.
+    pub fn client(seq: u64) -> Meta {
+        Meta { seq, ..Meta::default() }
+    }
+}
+
+/// A pass broke the pipeline's rules.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PassError {
+    /// An instruction came out with result types other than its own (a pass rewrote it and
+    /// kept the old types, or kept another instruction's).
+    #[error("pass `{pass}` emitted `{instr}` carrying result types {carried:?}, but it types as {inferred:?}")]
+    TypesChanged {
+        /// The pass.
+        pass: &'static str,
+        /// The instruction, printed.
+        instr: String,
+        /// What it carried.
+        carried: Vec<TensorType>,
+        /// What it types as after the pass.
+        inferred: Result<Vec<TensorType>, TypeError>,
+    },
+    /// A pass reported a failure of its own.
+    #[error("pass `{pass}`: {reason}")]
+    Reported {
+        /// The pass.
+        pass: &'static str,
+        /// What went wrong.
+        reason: &'static str,
+    },
+}
+
+/// The types of the values of one stream, kept by typing each instruction in order.
+#[derive(Debug, Default)]
+pub struct StreamTypes {
+    types: HashMap<ValueId, TensorType>,
+}
+
+impl StreamTypes {
+    /// Types `instr` against the stream so far and records what it defines and frees; an
+    /// instruction that does not type defines nothing (its results are gone).
+    pub fn admit(&mut self, instr: &Instr) -> Result<Vec<TensorType>, TypeError> {
+        let types = &self.types;
+        let result = shape::infer(instr, &|v| types.get(&v).cloned().ok_or(TypeError::UnknownValue(v)));
+        match &result {
+            Ok(results) => {
+                if let Instr::Free { src } = instr {
+                    self.types.remove(src);
+                }
+                for (v, t) in instr.results().into_iter().zip(results) {
+                    self.types.insert(v, t.clone());
+                }
+            }
+            Err(_) => {
+                for v in instr.results() {
+                    self.types.remove(&v);
+                }
+            }
+        }
+        result
+    }
+
+    /// A value's type, if it is live.
+    pub fn get(&self, v: ValueId) -> Option<&TensorType> {
+        self.types.get(&v)
+    }
 }
 
 /// What a pass emits into: instructions kept from its input and instructions it injects.
 #[derive(Debug, Default)]
 pub struct Emit {
-    items: Vec<(Instr, Origin)>,
+    items: Vec<(Instr, Meta)>,
     pass: &'static str,
-    /// The origin of the instruction being taken (or, in a flush, of the sync point).
-    pub(crate) current: Origin,
+    /// The meta of the instruction being taken (or, in a flush, of the sync point).
+    pub(crate) current: Meta,
+    errors: Vec<(Meta, PassError)>,
 }
 
 impl Emit {
     /// An empty output for `pass` (for driving a pass by hand, as tests and tools do).
     pub fn new(pass: &'static str) -> Emit {
-        Emit { items: Vec::new(), pass, current: Origin::default() }
+        Emit { pass, ..Emit::default() }
     }
 
-    /// What was emitted, with origins.
-    pub fn into_items(self) -> Vec<(Instr, Origin)> {
+    /// Sets the meta of the instruction about to be taken (for driving a pass by hand).
+    pub fn take_next(&mut self, meta: Meta) {
+        self.current = meta;
+    }
+
+    /// What was emitted, with metas.
+    pub fn into_items(self) -> Vec<(Instr, Meta)> {
         self.items
     }
 
-    /// The origin of the instruction being taken: a pass that holds instructions back keeps
+    /// The meta of the instruction being taken: a pass that holds instructions back keeps
     /// it with them and emits them with [`Emit::keep_from`].
-    pub fn origin(&self) -> Origin {
-        self.current
+    pub fn meta(&self) -> Meta {
+        self.current.clone()
     }
 
-    /// Emits the instruction being taken (keeps its origin).
+    /// Whether the instruction being taken is inside a compile signal's scope.
+    pub fn in_compile_signal(&self) -> bool {
+        self.current.compile
+    }
+
+    /// The result types of the instruction being taken (see [`Typing`]).
+    pub fn types(&self) -> &Typing {
+        &self.current.types
+    }
+
+    /// Emits the instruction being taken (keeps its meta).
     pub fn keep(&mut self, instr: Instr) {
-        self.items.push((instr, self.current));
+        self.items.push((instr, self.current.clone()));
     }
 
-    /// Emits an instruction held back from the input, with the origin it came with.
-    pub fn keep_from(&mut self, instr: Instr, origin: Origin) {
-        self.items.push((instr, origin));
+    /// Emits an instruction held back from the input, with the meta it came with.
+    pub fn keep_from(&mut self, instr: Instr, meta: Meta) {
+        self.items.push((instr, meta));
     }
 
     /// Emits an instruction the pass made.
@@ -66,7 +167,15 @@ impl Emit {
     /// Emits an instruction the pass made on behalf of the client's instruction `seq` (a
     /// failure of it is reported against that one).
     pub fn inject_for(&mut self, instr: Instr, seq: u64) {
-        self.items.push((instr, Origin { seq, injected_by: Some(self.pass) }));
+        let meta = Meta { seq, injected_by: Some(self.pass), types: None, compile: self.current.compile };
+        self.items.push((instr, meta));
+    }
+
+    /// Reports a failure of the pass against the instruction being taken; the dispatcher
+    /// logs it (and debug builds stop on it).
+    pub fn error(&mut self, reason: &'static str) {
+        let e = PassError::Reported { pass: self.pass, reason };
+        self.errors.push((self.current.clone(), e));
     }
 
     /// Instructions emitted so far.
@@ -125,27 +234,48 @@ pub type DumpHook = Box<dyn FnMut(&'static str, &Instr) + Send>;
 struct Stage {
     pass: Box<dyn StreamPass>,
     enabled: bool,
+    /// The types of this stage's output stream, when validating.
+    check: StreamTypes,
 }
 
-/// Passes applied in order to one stream.
-#[derive(Default)]
+/// Passes applied in order to one stream, with the context they share (see the module docs).
 pub struct Pipeline {
     stages: Vec<Stage>,
     dump: Option<DumpHook>,
+    /// The stream's types as the client sent it.
+    entry: StreamTypes,
+    /// The open signal scopes, innermost last, and whether each is a compile signal.
+    signals: Vec<(String, bool)>,
+    /// Re-type every pass's output (on in debug builds).
+    validate: bool,
+    errors: Vec<(Meta, PassError)>,
 }
 
-/// An instruction out of a pipeline, with its origin.
-pub type Emitted = (Instr, Origin);
+impl Default for Pipeline {
+    fn default() -> Pipeline {
+        Pipeline {
+            stages: Vec::new(),
+            dump: None,
+            entry: StreamTypes::default(),
+            signals: Vec::new(),
+            validate: cfg!(debug_assertions),
+            errors: Vec::new(),
+        }
+    }
+}
+
+/// An instruction out of a pipeline, with its meta.
+pub type Emitted = (Instr, Meta);
 
 impl Pipeline {
-    /// A pipeline with no passes: instructions go through unchanged.
+    /// A pipeline with no passes: instructions go through typed and unchanged.
     pub fn new() -> Pipeline {
         Pipeline::default()
     }
 
     /// Appends a pass (enabled).
     pub fn push(&mut self, pass: Box<dyn StreamPass>) {
-        self.stages.push(Stage { pass, enabled: true });
+        self.stages.push(Stage { pass, enabled: true, check: StreamTypes::default() });
     }
 
     /// The passes' names, in order.
@@ -175,15 +305,42 @@ impl Pipeline {
         self.dump = Some(hook);
     }
 
+    /// Re-types every pass's output and reports wrong carried types ([`PassError`]); on by
+    /// default in debug builds.
+    pub fn set_validate(&mut self, on: bool) {
+        self.validate = on;
+    }
+
+    /// The open signal scopes at the entry, innermost last, and whether each compiles.
+    pub fn signals(&self) -> &[(String, bool)] {
+        &self.signals
+    }
+
+    /// The rule breaks found since the last call, with the meta of the instruction each is
+    /// about.
+    pub fn take_errors(&mut self) -> Vec<(Meta, PassError)> {
+        std::mem::take(&mut self.errors)
+    }
+
     /// Every pass's counters, in order.
     pub fn stats(&self) -> Vec<(&'static str, Vec<(&'static str, u64)>)> {
         self.stages.iter().map(|s| (s.pass.name(), s.pass.stats())).collect()
     }
 
-    /// Runs the client's instruction `seq` through every enabled pass; what comes out is
-    /// pushed onto `out`, in order.
+    /// Runs the client's instruction `seq` through every enabled pass, typing it first; what
+    /// comes out is pushed onto `out`, in order.
     pub fn run(&mut self, instr: Instr, seq: u64, out: &mut Vec<Emitted>) {
-        self.feed(0, vec![(instr, Origin { seq, injected_by: None })], out, None);
+        match &instr {
+            Instr::SignalStart { name, compile } => self.signals.push((name.clone(), *compile)),
+            // An end that does not close the innermost scope closes nothing.
+            Instr::SignalEnd { name } if self.signals.last().is_some_and(|(open, _)| open == name) => {
+                self.signals.pop();
+            }
+            _ => {}
+        }
+        let types = Some(self.entry.admit(&instr));
+        let compile = self.signals.iter().any(|(_, c)| *c);
+        self.feed(0, vec![(instr, Meta { seq, injected_by: None, types, compile })], out, None);
     }
 
     /// Flushes every pass in order (for the sync point `seq`): what one pass releases still
@@ -202,19 +359,38 @@ impl Pipeline {
                 continue;
             }
             let stage = &mut self.stages[k];
-            let mut emit = Emit { items: Vec::new(), pass: stage.pass.name(), current: Origin::default() };
+            let mut emit = Emit::new(stage.pass.name());
             stage.pass.idle(&mut emit);
-            if !emit.items.is_empty() {
-                self.report(&emit);
+            if !emit.items.is_empty() || !emit.errors.is_empty() {
+                self.report(k, &mut emit);
                 self.feed(k + 1, emit.items, out, None);
             }
         }
     }
 
-    fn report(&mut self, emit: &Emit) {
+    /// Dumps, validates and collects the errors of what stage `k` emitted.
+    fn report(&mut self, k: usize, emit: &mut Emit) {
         if let Some(dump) = &mut self.dump {
             for (i, _) in &emit.items {
                 dump(emit.pass, i);
+            }
+        }
+        self.errors.append(&mut emit.errors);
+        if self.validate {
+            let check = &mut self.stages[k].check;
+            for (instr, meta) in &emit.items {
+                let inferred = check.admit(instr);
+                if let Some(Ok(carried)) = &meta.types {
+                    if inferred.as_ref() != Ok(carried) {
+                        let e = PassError::TypesChanged {
+                            pass: emit.pass,
+                            instr: gt_ir::text::print_instr(instr),
+                            carried: carried.clone(),
+                            inferred,
+                        };
+                        self.errors.push((meta.clone(), e));
+                    }
+                }
             }
         }
     }
@@ -227,16 +403,16 @@ impl Pipeline {
             if !stage.enabled {
                 continue;
             }
-            let mut emit = Emit { items: Vec::new(), pass: stage.pass.name(), current: Origin::default() };
+            let mut emit = Emit::new(stage.pass.name());
             if let (Some(seq), true) = (flush, k == from) {
-                emit.current = Origin { seq, injected_by: None };
+                emit.current = Meta::client(seq);
                 stage.pass.flush(&mut emit);
             }
-            for (instr, origin) in items.drain(..) {
-                emit.current = origin;
+            for (instr, meta) in items.drain(..) {
+                emit.current = meta;
                 stage.pass.run(instr, &mut emit);
             }
-            self.report(&emit);
+            self.report(k, &mut emit);
             items = emit.items;
         }
         out.append(&mut items);
@@ -250,13 +426,13 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     /// Holds everything until flushed.
-    struct Hold(Vec<(Instr, Origin)>);
+    struct Hold(Vec<(Instr, Meta)>);
     impl StreamPass for Hold {
         fn name(&self) -> &'static str {
             "hold"
         }
         fn run(&mut self, instr: Instr, out: &mut Emit) {
-            self.0.push((instr, out.origin()));
+            self.0.push((instr, out.meta()));
         }
         fn flush(&mut self, out: &mut Emit) {
             for (i, origin) in self.0.drain(..) {
@@ -280,8 +456,9 @@ mod tests {
         }
     }
 
-    fn client(seq: u64) -> Origin {
-        Origin { seq, injected_by: None }
+    /// The meta of the client's instruction `seq`, typed at the entry as `zeros` is.
+    fn client(seq: u64) -> Meta {
+        Meta { seq, injected_by: None, types: Some(Ok(vec![TensorType::f32(vec![1])])), compile: false }
     }
 
     fn zeros(n: u32) -> Instr {
@@ -309,7 +486,7 @@ mod tests {
         assert!(out.is_empty());
         p.flush(3, &mut out);
         // Held instructions keep the sequence numbers they came with, not the sync point's.
-        let twice = |seq| Origin { seq, injected_by: Some("twice") };
+        let twice = |seq| Meta { seq, injected_by: Some("twice"), types: None, compile: false };
         let expected = vec![(zeros(1), client(1)), (zeros(1), twice(1)), (zeros(2), client(2)), (zeros(2), twice(2))];
         assert_eq!(out, expected);
         assert_eq!(p.stats(), vec![("hold", vec![]), ("twice", vec![("copies", 1)])]);
@@ -338,5 +515,54 @@ mod tests {
         let mut out = Vec::new();
         p.run(zeros(3), 1, &mut out);
         assert_eq!(*seen.lock().unwrap(), vec![("twice", zeros(3)), ("twice", zeros(3))]);
+    }
+
+    /// Rewrites every `zeros` into a larger one but keeps the carried types: a pass bug.
+    struct Liar;
+    impl StreamPass for Liar {
+        fn name(&self) -> &'static str {
+            "liar"
+        }
+        fn run(&mut self, instr: Instr, out: &mut Emit) {
+            match instr {
+                Instr::Zeros { dst, .. } => out.keep(Instr::Zeros { dst, ty: TensorType::f32(vec![5]) }),
+                other => out.keep(other),
+            }
+        }
+    }
+
+    #[test]
+    fn validation_reports_a_pass_that_keeps_wrong_types() {
+        let mut p = Pipeline::new();
+        p.push(Box::new(Liar));
+        p.set_validate(true);
+        let mut out = Vec::new();
+        p.run(zeros(1), 4, &mut out);
+        let errors = p.take_errors();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].0.seq, 4);
+        let msg = errors[0].1.to_string();
+        assert!(msg.starts_with("pass `liar` emitted `%1 = zeros f32[5]` carrying result types"), "{msg}");
+        // Without validation the pipeline trusts its passes.
+        p.set_validate(false);
+        p.run(zeros(2), 5, &mut out);
+        assert!(p.take_errors().is_empty());
+    }
+
+    #[test]
+    fn the_entry_types_each_instruction_once_and_tracks_compile_scopes() {
+        let mut p = Pipeline::new();
+        let mut out = Vec::new();
+        p.run(Instr::SignalStart { name: "a".into(), compile: true }, 1, &mut out);
+        p.run(zeros(1), 2, &mut out);
+        p.run(Instr::SignalEnd { name: "b".into() }, 3, &mut out);
+        assert_eq!(p.signals(), [("a".to_string(), true)]);
+        p.run(Instr::SignalEnd { name: "a".into() }, 4, &mut out);
+        p.run(Instr::Free { src: ValueId(7) }, 5, &mut out);
+        assert!(p.signals().is_empty());
+        let metas: Vec<&Meta> = out.iter().map(|(_, m)| m).collect();
+        assert_eq!(metas[1].types, Some(Ok(vec![TensorType::f32(vec![1])])));
+        assert!(metas[1].compile && !metas[4].compile);
+        assert_eq!(metas[4].types, Some(Err(TypeError::UnknownValue(ValueId(7)))));
     }
 }

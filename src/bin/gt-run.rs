@@ -6,11 +6,11 @@
 use clap::Parser;
 use gt::diagnostics::{render, Diag};
 use gt::frontend::RunOptions;
-use gt::passdump::Recorder;
 use gt::passes::registry::in_pipeline_order;
 use gt::runtime::config::EnvConfig;
 use gt::runtime::embedded::ClusterError;
 use gt::script::{load, run_any, run_local, run_on, run_training, source_text, LoadError};
+use gt::session::PassDumps;
 use gt::session::{format_pass_stats, format_worker_stats, Session, Target};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -155,6 +155,18 @@ fn main() -> ExitCode {
         }
         in_pipeline_order(&mut dumped);
         env.enable_passes(&dumped);
+        // The dumps are the dispatcher's own (`GT_DUMP_PASSES`), into a private directory.
+        let pass_dumps = if dumped.is_empty() {
+            None
+        } else {
+            match PassDumps::start(&target, &mut env) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    eprintln!("error: --dump-after: {e:#}");
+                    return ExitCode::from(2);
+                }
+            }
+        };
         let mut session = match Session::open_with(&target, &format!("gt-run {name}"), &env) {
             Ok(s) => s,
             Err(e) => {
@@ -166,25 +178,17 @@ fn main() -> ExitCode {
         };
         let result = if loaded.program.trains() {
             // Autograd lives in the client: the script runs through the Tensor API, which
-            // owns the client meanwhile (recording the stream when passes are dumped).
+            // owns the client meanwhile.
             let (client, cluster) = session.into_parts();
-            let (result, recorded) = run_training(&loaded, Recorder::new(client), &mut out, options);
-            let Some(recorder) = recorded else {
+            let (result, client) = run_training(&loaded, client, &mut out, options);
+            let Some(client) = client else {
                 eprintln!("error: the client was lost while training");
                 return ExitCode::from(1);
             };
-            if !dumped.is_empty() {
-                write_dumps(&mut out, &recorder.stream, &env, &dumped);
-            }
-            session = Session::from_parts(recorder.inner, cluster);
+            session = Session::from_parts(client, cluster);
             result
-        } else if dumped.is_empty() {
-            run_on(&loaded, &mut session.client, &mut out, options)
         } else {
-            let mut recorder = Recorder::new(&mut session.client);
-            let result = run_on(&loaded, &mut recorder, &mut out, options);
-            write_dumps(&mut out, &recorder.stream, &env, &dumped);
-            result
+            run_on(&loaded, &mut session.client, &mut out, options)
         };
         if args.worker_stats || args.pass_stats {
             match session.client.stats() {
@@ -197,6 +201,19 @@ fn main() -> ExitCode {
                     }
                 }
                 Err(e) => eprintln!("error: cannot read statistics: {e}"),
+            }
+        }
+        // The dispatcher writes its dumps until the session ends.
+        let client_id = session.client.id();
+        drop(session);
+        if let Some(d) = pass_dumps {
+            match d.read(client_id, &dumped) {
+                Ok(texts) => {
+                    for (pass, text) in texts {
+                        let _ = write!(out, "; after {pass}\n{text}");
+                    }
+                }
+                Err(e) => eprintln!("error: --dump-after: {e:#}"),
             }
         }
         result
@@ -221,17 +238,5 @@ fn main() -> ExitCode {
             report(&[Diag::from(&e)]);
             ExitCode::from(1)
         }
-    }
-}
-
-/// Prints the stream after each dumped pass.
-fn write_dumps(out: &mut impl Write, stream: &[Option<gt::ir::Instr>], env: &EnvConfig, dumped: &[&'static str]) {
-    match gt::passdump::dumps(stream, &env.passes, &env.pass_options, dumped) {
-        Ok(texts) => {
-            for (pass, text) in texts {
-                let _ = write!(out, "; after {pass}\n{text}");
-            }
-        }
-        Err(e) => eprintln!("error: {e}"),
     }
 }

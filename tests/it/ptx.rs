@@ -36,7 +36,7 @@ fn fused_kernels() -> Vec<Kernel> {
     let mut out = Vec::new();
     for path in gt::filetest::run_scripts(Path::new(env!("CARGO_MANIFEST_DIR"))) {
         let Ok(loaded) = load(&std::fs::read(&path).unwrap()) else { continue };
-        let recorder = gt::passdump::Recorder::new(gt::runtime::Interpreter::new());
+        let recorder = crate::filetests::Recorder::new(gt::runtime::Interpreter::new());
         let (_, recorder) = run_any(&loaded, recorder, &mut std::io::sink(), quiet());
         let recorder = recorder.expect("the recorder comes back");
         let mut pass = Fuse::new(FuseConfig::default());

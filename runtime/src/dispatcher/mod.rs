@@ -20,7 +20,7 @@ pub mod log;
 use gt_ir::text::print::print_instr;
 use gt_ir::verify::shape;
 use gt_ir::{Instr, TensorType, TypeError, ValueId};
-use gt_passes::Pipeline;
+use gt_passes::{Pipeline, Typing};
 use gt_transport::message::{
     Failure, FailureKind, PassStats, Reply, Request, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats,
 };
@@ -113,9 +113,8 @@ struct Client {
     identity: Vec<u8>,
     home: Option<usize>,
     values: HashMap<ValueId, Slot>,
+    /// Its pass pipeline, which also types its stream and tracks its signal scopes.
     pipeline: Pipeline,
-    /// Open signal scopes, innermost last (for the log).
-    signals: Vec<String>,
     /// Bytes its live values hold (checked against `client_memory`).
     bytes: u64,
     /// Instructions and literal bytes sent to its worker and not yet run (its credit used).
@@ -468,7 +467,6 @@ impl Dispatcher {
             home: None,
             values: HashMap::new(),
             pipeline: (self.config.pipeline)(c),
-            signals: Vec::new(),
             bytes: 0,
             inflight: (0, 0),
         };
@@ -500,22 +498,23 @@ impl Dispatcher {
 
     fn on_instr(&mut self, c: u64, seq: u64, instr: Instr, bytes: usize) {
         let Some(client) = self.clients.get_mut(&c) else { return };
-        match &instr {
-            Instr::SignalStart { name, .. } => client.signals.push(name.clone()),
-            Instr::SignalEnd { name } => {
-                // A client closing a scope it did not open: log it, keep the stack.
-                if client.signals.last() == Some(name) {
-                    client.signals.pop();
-                } else if self.log.active() {
+        if self.log.active() {
+            // The pipeline keeps the scopes; this is the stack as it will be after `instr`.
+            let signals = client.pipeline.signals();
+            let closes = |name: &String| signals.last().is_some_and(|(open, _)| open == name);
+            if let Instr::SignalEnd { name } = &instr {
+                if !closes(name) {
+                    // A client closing a scope it did not open: the stack stays as it is.
                     let msg = format!("client={c} #{seq} signal_end {name:?} does not close the open scope");
                     self.log.emit(EventKind::Error, format!("CLIENT {c}"), "signal_end", bytes, msg);
                 }
             }
-            _ => {}
-        }
-        if self.log.active() {
             if let Instr::SignalStart { name, .. } | Instr::SignalEnd { name } = &instr {
-                let depth = client.signals.len();
+                let depth = match &instr {
+                    Instr::SignalStart { .. } => signals.len() + 1,
+                    _ if closes(name) => signals.len() - 1,
+                    _ => signals.len(),
+                };
                 let what = if matches!(instr, Instr::SignalStart { .. }) { "enter" } else { "exit" };
                 let compile = if matches!(instr, Instr::SignalStart { compile: true, .. }) { " compile" } else { "" };
                 self.log.emit(
@@ -526,7 +525,7 @@ impl Dispatcher {
                     format!("#{seq} {name} depth={depth}{compile}"),
                 );
             } else {
-                let scope = client.signals.last().map(|s| format!(" signal={s}")).unwrap_or_default();
+                let scope = signals.last().map(|(s, _)| format!(" signal={s}")).unwrap_or_default();
                 self.log.emit(
                     EventKind::Recv,
                     format!("CLIENT {c}"),
@@ -536,10 +535,6 @@ impl Dispatcher {
                 );
             }
         }
-        if client.pipeline.is_empty() {
-            self.route(c, seq, instr);
-            return;
-        }
         let mut out = Vec::new();
         client.pipeline.run(instr, seq, &mut out);
         self.route_emitted(c, out);
@@ -548,9 +543,10 @@ impl Dispatcher {
     /// Routes what a pipeline emitted, each instruction as its client's instruction of origin;
     /// instructions a pass injected are logged as INJECT.
     fn route_emitted(&mut self, c: u64, out: Vec<gt_passes::Emitted>) {
-        for (i, origin) in out {
-            let seq = origin.seq;
-            if let (Some(pass), true) = (origin.injected_by, self.log.active()) {
+        self.pass_errors(c);
+        for (i, meta) in out {
+            let seq = meta.seq;
+            if let (Some(pass), true) = (meta.injected_by, self.log.active()) {
                 self.log.emit(
                     EventKind::Inject,
                     format!("PASS {pass}"),
@@ -559,7 +555,19 @@ impl Dispatcher {
                     format!("client={c} #{seq} {}", print_instr(&i)),
                 );
             }
-            self.route(c, seq, i);
+            self.route(c, seq, i, meta.types);
+        }
+    }
+
+    /// Reports what the pipeline's validation found: a pass bug, which stops debug builds
+    /// (the message handler's `catch_unwind` then ends only this client's session).
+    fn pass_errors(&mut self, c: u64) {
+        let Some(client) = self.clients.get_mut(&c) else { return };
+        for (meta, e) in client.pipeline.take_errors() {
+            let msg = format!("client={c} #{}: {e}", meta.seq);
+            tracing::error!(target: "gt::dispatcher", "{msg}");
+            self.log.emit(EventKind::Error, format!("CLIENT {c}"), "pass", 0, msg.clone());
+            debug_assert!(false, "{msg}");
         }
     }
 
@@ -590,7 +598,8 @@ impl Dispatcher {
     }
 
     /// Checks, types, places and renames one instruction, and queues it for its worker.
-    fn route(&mut self, c: u64, seq: u64, mut instr: Instr) {
+    /// `typing`: its result types as the pipeline carried them (`None`: typed here).
+    fn route(&mut self, c: u64, seq: u64, mut instr: Instr, typing: Typing) {
         let op = instr.mnemonic();
         let Some(client) = self.clients.get_mut(&c) else { return };
         match instr {
@@ -628,16 +637,18 @@ impl Dispatcher {
                 }
             }
         }
-        let types = {
+        // Typed once, at the pipeline's entry; instructions a pass made are typed here.
+        let typing = typing.unwrap_or_else(|| {
             let values = &client.values;
             let ty = |v: ValueId| match values.get(&v) {
                 Some(Slot::Live { ty, .. }) => Ok(ty.clone()),
                 _ => Err(TypeError::UnknownValue(v)),
             };
-            match shape::infer(&instr, &ty) {
-                Ok(t) => t,
-                Err(e) => return self.fail(c, seq, &instr, Failure::new(e.kind(), format!("{op}: {e}"))),
-            }
+            shape::infer(&instr, &ty)
+        });
+        let types = match typing {
+            Ok(t) => t,
+            Err(e) => return self.fail(c, seq, &instr, Failure::new(e.kind(), format!("{op}: {e}"))),
         };
         // Place: the client's home worker.
         let w = match client.home {
