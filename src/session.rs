@@ -91,11 +91,6 @@ impl Session {
     pub fn from_parts(client: Client, cluster: Option<Cluster>) -> Session {
         Session { client, cluster }
     }
-
-    /// Whether the cluster runs in this process.
-    pub fn is_embedded(&self) -> bool {
-        self.cluster.is_some()
-    }
 }
 
 /// The pass counters of a client stream, one line per pass.

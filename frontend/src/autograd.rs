@@ -1,4 +1,4 @@
-//! Reverse-mode autograd: each op on a tensor that requires grad records a `Node` (its
+//! Reverse-mode autograd: each op on a tensor that requires grad records a `GradNode` (its
 //! inputs, kept alive, and what to differentiate); `backward` walks the nodes reachable from
 //! the loss in reverse recording order and emits the gradient ops as more instructions.
 //! PyTorch semantics: gradients accumulate on leaves across `backward` calls until zeroed,
@@ -64,7 +64,7 @@ pub(crate) enum GradOp {
 }
 
 /// A recorded op.
-pub(crate) struct Node {
+pub(crate) struct GradNode {
     seq: u64,
     op: GradOp,
     name: &'static str,
@@ -81,7 +81,7 @@ pub(crate) struct Node {
     backward_signal: Option<String>,
 }
 
-impl Node {
+impl GradNode {
     pub(crate) fn new(
         ctx: &Context,
         op: GradOp,
@@ -89,10 +89,10 @@ impl Node {
         inputs: &[&Tensor],
         out_id: ValueId,
         out_ty: TensorType,
-    ) -> Rc<Node> {
+    ) -> Rc<GradNode> {
         let seq = ctx.node_seq.get();
         ctx.node_seq.set(seq + 1);
-        Rc::new(Node {
+        Rc::new(GradNode {
             seq,
             op,
             name,
@@ -207,7 +207,7 @@ impl Tensor {
         };
         // Every node the loss depends on; recording order is a topological order.
         let mut order = vec![root.clone()];
-        let mut seen: HashMap<*const Node, ()> = HashMap::from([(Rc::as_ptr(&root), ())]);
+        let mut seen: HashMap<*const GradNode, ()> = HashMap::from([(Rc::as_ptr(&root), ())]);
         let mut i = 0;
         while i < order.len() {
             let inputs = order[i].inputs.borrow().clone();
@@ -221,7 +221,7 @@ impl Tensor {
             i += 1;
         }
         order.sort_by_key(|n| std::cmp::Reverse(n.seq));
-        let mut grads: HashMap<*const Node, Tensor> = HashMap::from([(Rc::as_ptr(&root), grad.detach())]);
+        let mut grads: HashMap<*const GradNode, Tensor> = HashMap::from([(Rc::as_ptr(&root), grad.detach())]);
         let mut leaves: Vec<(Tensor, Tensor)> = Vec::new();
         let mut signal = BackwardSignal { ctx: &ctx, open: None };
         for node in &order {
@@ -417,7 +417,7 @@ impl Val {
 /// Evaluates an op table gradient formula (`gt_ir::ops`) as tensor ops: `x`/`a`, `b` are the
 /// operands the op read, `y` its result, `g` the incoming gradient.
 struct Formula<'a> {
-    node: &'a Node,
+    node: &'a GradNode,
     g: &'a Tensor,
     operands: [Option<Val>; 2],
 }
@@ -481,7 +481,7 @@ impl Algebra for Formula<'_> {
 
 /// The gradient of each input (None where none is needed).
 /// `inputs` are the values the op read; `wants[i]`: whether input `i` needs a gradient.
-fn input_grads(node: &Node, g: &Tensor, inputs: &[Tensor], wants: &[bool]) -> Result<Vec<Option<Tensor>>> {
+fn input_grads(node: &GradNode, g: &Tensor, inputs: &[Tensor], wants: &[bool]) -> Result<Vec<Option<Tensor>>> {
     let wants = |i: usize| wants[i];
     let mut out: Vec<Option<Tensor>> = vec![None; inputs.len()];
     match &node.op {

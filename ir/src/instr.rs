@@ -465,11 +465,6 @@ impl Instr {
         )
     }
 
-    /// Whether this is a sync point: the stream must be drained up to here before it answers.
-    pub fn is_sync(&self) -> bool {
-        matches!(self, Instr::GetData { .. })
-    }
-
     /// Calls `f` on every value id the instruction names, results first, then operands,
     /// in text order, without collecting them (for passes that look at every instruction).
     pub fn visit_values(&self, f: &mut dyn FnMut(ValueId)) {

@@ -136,87 +136,10 @@ fn main() -> ExitCode {
     let result = if args.reference {
         run_local(&loaded, &mut out, options)
     } else {
-        let target = match &args.connect {
-            Some(address) => Target::Remote(address.clone()),
-            None => Target::Embedded { workers: args.workers.map(usize::from) },
-        };
-        let mut env = match EnvConfig::from_env() {
-            Ok(e) => e,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(1);
-            }
-        };
-        // Passes named by --dump-after run (in an embedded cluster) and are dumped.
-        let mut dumped: Vec<&'static str> =
-            args.dump_after.iter().filter_map(|s| if let Stage::Pass(p) = s { Some(*p) } else { None }).collect();
-        if dumps(Stage::All) {
-            dumped.extend(env.passes.iter().copied());
+        match run_on_cluster(&args, &name, &loaded, &mut out, options) {
+            Ok(r) => r,
+            Err(code) => return code,
         }
-        in_pipeline_order(&mut dumped);
-        env.enable_passes(&dumped);
-        // The dumps are the dispatcher's own (`GT_DUMP_PASSES`), into a private directory.
-        let pass_dumps = if dumped.is_empty() {
-            None
-        } else {
-            match PassDumps::start(&target, &mut env) {
-                Ok(d) => Some(d),
-                Err(e) => {
-                    eprintln!("error: --dump-after: {e:#}");
-                    return ExitCode::from(2);
-                }
-            }
-        };
-        let mut session = match Session::open_with(&target, &format!("gt-run {name}"), &env) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                // No GPU for GT_BACKEND=cuda: nothing to run on, like a missing dispatcher.
-                let no_backend = matches!(e.downcast_ref(), Some(ClusterError::Backend(_)));
-                return ExitCode::from(if no_backend { 2 } else { 1 });
-            }
-        };
-        let result = if loaded.program.trains() {
-            // Autograd lives in the client: the script runs through the Tensor API, which
-            // owns the client meanwhile.
-            let (client, cluster) = session.into_parts();
-            let (result, client) = run_training(&loaded, client, &mut out, options);
-            let Some(client) = client else {
-                eprintln!("error: the client was lost while training");
-                return ExitCode::from(1);
-            };
-            session = Session::from_parts(client, cluster);
-            result
-        } else {
-            run_on(&loaded, &mut session.client, &mut out, options)
-        };
-        if args.worker_stats || args.pass_stats {
-            match session.client.stats() {
-                Ok((workers, passes)) => {
-                    if args.worker_stats {
-                        eprint!("{}", format_worker_stats(&workers));
-                    }
-                    if args.pass_stats {
-                        eprint!("{}", format_pass_stats(&passes));
-                    }
-                }
-                Err(e) => eprintln!("error: cannot read statistics: {e}"),
-            }
-        }
-        // The dispatcher writes its dumps until the session ends.
-        let client_id = session.client.id();
-        drop(session);
-        if let Some(d) = pass_dumps {
-            match d.read(client_id, &dumped) {
-                Ok(texts) => {
-                    for (pass, text) in texts {
-                        let _ = write!(out, "; after {pass}\n{text}");
-                    }
-                }
-                Err(e) => eprintln!("error: --dump-after: {e:#}"),
-            }
-        }
-        result
     };
     let _ = out.flush();
     if let Some(dir) = &args.dump_kernels {
@@ -239,4 +162,96 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Runs the script on an embedded cluster or a remote dispatcher (`--connect`), printing
+/// statistics and pass dumps as asked; `Err` is the exit code of a failure to start.
+fn run_on_cluster(
+    args: &Args,
+    name: &str,
+    loaded: &gt::script::Loaded,
+    out: &mut impl Write,
+    options: RunOptions,
+) -> Result<Result<gt::frontend::RunSummary, gt::frontend::ScriptError>, ExitCode> {
+    let target = match &args.connect {
+        Some(address) => Target::Remote(address.clone()),
+        None => Target::Embedded { workers: args.workers.map(usize::from) },
+    };
+    let mut env = match EnvConfig::from_env() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Err(ExitCode::from(1));
+        }
+    };
+    // Passes named by --dump-after run (in an embedded cluster) and are dumped.
+    let mut dumped: Vec<&'static str> =
+        args.dump_after.iter().filter_map(|s| if let Stage::Pass(p) = s { Some(*p) } else { None }).collect();
+    if args.dump_after.contains(&Stage::All) {
+        dumped.extend(env.passes.iter().copied());
+    }
+    in_pipeline_order(&mut dumped);
+    env.enable_passes(&dumped);
+    // The dumps are the dispatcher's own (`GT_DUMP_PASSES`), into a private directory.
+    let pass_dumps = if dumped.is_empty() {
+        None
+    } else {
+        match PassDumps::start(&target, &mut env) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                eprintln!("error: --dump-after: {e:#}");
+                return Err(ExitCode::from(2));
+            }
+        }
+    };
+    let mut session = match Session::open_with(&target, &format!("gt-run {name}"), &env) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            // No GPU for GT_BACKEND=cuda: nothing to run on, like a missing dispatcher.
+            let no_backend = matches!(e.downcast_ref(), Some(ClusterError::Backend(_)));
+            return Err(ExitCode::from(if no_backend { 2 } else { 1 }));
+        }
+    };
+    let result = if loaded.program.trains() {
+        // Autograd lives in the client: the script runs through the Tensor API, which
+        // owns the client meanwhile.
+        let (client, cluster) = session.into_parts();
+        let (result, client) = run_training(loaded, client, out, options);
+        let Some(client) = client else {
+            eprintln!("error: the client was lost while training");
+            return Err(ExitCode::from(1));
+        };
+        session = Session::from_parts(client, cluster);
+        result
+    } else {
+        run_on(loaded, &mut session.client, out, options)
+    };
+    if args.worker_stats || args.pass_stats {
+        match session.client.stats() {
+            Ok((workers, passes)) => {
+                if args.worker_stats {
+                    eprint!("{}", format_worker_stats(&workers));
+                }
+                if args.pass_stats {
+                    eprint!("{}", format_pass_stats(&passes));
+                }
+            }
+            Err(e) => eprintln!("error: cannot read statistics: {e}"),
+        }
+    }
+    // The dispatcher writes its dumps until the session ends.
+    let client_id = session.client.id();
+    drop(session);
+    if let Some(d) = pass_dumps {
+        match d.read(client_id, &dumped) {
+            Ok(texts) => {
+                for (pass, text) in texts {
+                    let _ = write!(out, "; after {pass}\n{text}");
+                }
+            }
+            Err(e) => eprintln!("error: --dump-after: {e:#}"),
+        }
+    }
+    Ok(result)
 }

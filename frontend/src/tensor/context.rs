@@ -4,7 +4,7 @@
 //! ([`Context::install`]); every tensor keeps the context it was made on.
 
 use super::TensorError;
-use crate::autograd::Node;
+use crate::autograd::GradNode;
 use gt_ir::random;
 use gt_ir::{Executor, FailureKind, HostTensor, Instr, ValueId};
 use std::cell::{Cell, RefCell};
@@ -65,10 +65,9 @@ pub struct Context {
     next_id: Cell<u32>,
     seed_base: Cell<u64>,
     seed_count: Cell<u64>,
-    grad_enabled: Cell<bool>,
     /// Live `no_grad` guards (a count, so guards may drop in any order).
     no_grad_depth: Cell<u32>,
-    pub(crate) tape: RefCell<Vec<Weak<Node>>>,
+    pub(crate) tape: RefCell<Vec<Weak<GradNode>>>,
     pub(crate) node_seq: Cell<u64>,
     tape_prune_at: Cell<usize>,
 }
@@ -91,7 +90,6 @@ impl Context {
             next_id: Cell::new(0),
             seed_base: Cell::new(0x6774_5f73_6565_6421),
             seed_count: Cell::new(0),
-            grad_enabled: Cell::new(true),
             no_grad_depth: Cell::new(0),
             tape: RefCell::new(Vec::new()),
             node_seq: Cell::new(0),
@@ -205,7 +203,7 @@ impl Context {
 
     /// Whether ops record gradients (false inside [`no_grad`]).
     pub fn is_grad_enabled(&self) -> bool {
-        self.grad_enabled.get() && self.no_grad_depth.get() == 0
+        self.no_grad_depth.get() == 0
     }
 
     /// Gradient recording off on this context until the guard is dropped ([`no_grad`] for
@@ -215,14 +213,9 @@ impl Context {
         NoGradGuard { context: Some(self.clone()) }
     }
 
-    /// Turns gradient recording on or off; returns the previous setting.
-    pub fn set_grad_enabled(&self, on: bool) -> bool {
-        self.grad_enabled.replace(on)
-    }
-
     /// Records a node on the tape (for `debug::get_tape`); drops dead entries now and then so
     /// the tape stays as long as the live graph.
-    pub(crate) fn record(&self, node: &Rc<Node>) {
+    pub(crate) fn record(&self, node: &Rc<GradNode>) {
         let mut tape = self.tape.borrow_mut();
         tape.push(Rc::downgrade(node));
         if tape.len() >= self.tape_prune_at.get() {
@@ -237,7 +230,7 @@ impl std::fmt::Debug for Context {
         f.debug_struct("Context")
             .field("closed", &self.is_closed())
             .field("next_id", &self.next_id.get())
-            .field("grad_enabled", &self.grad_enabled.get())
+            .field("grad_enabled", &self.is_grad_enabled())
             .finish()
     }
 }

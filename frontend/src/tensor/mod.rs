@@ -23,7 +23,7 @@ pub use exec::TensorExecutor;
 pub(crate) use ops::binary;
 pub use ops::{apply_instr, cat, where_};
 
-use crate::autograd::Node;
+use crate::autograd::GradNode;
 use gt_ir::{DType, FailureKind, HostTensor, SliceItem, TensorType, TypeError, ValueId};
 use std::cell::{Cell, RefCell};
 use std::fmt;
@@ -108,7 +108,7 @@ pub(crate) struct Inner {
     pub(crate) version: Cell<u64>,
     pub(crate) requires_grad: Cell<bool>,
     /// The op that made it, when it was recorded for autograd (`None`: a leaf).
-    pub(crate) grad_fn: Option<Rc<Node>>,
+    pub(crate) grad_fn: Option<Rc<GradNode>>,
     pub(crate) grad: RefCell<Option<Tensor>>,
 }
 
@@ -144,7 +144,7 @@ macro_rules! scalar_arg {
 scalar_arg!(f32, f64, i32, i64, u32, usize);
 
 impl Tensor {
-    pub(crate) fn wrap(ctx: Rc<Context>, id: ValueId, ty: TensorType, grad_fn: Option<Rc<Node>>) -> Tensor {
+    pub(crate) fn wrap(ctx: Rc<Context>, id: ValueId, ty: TensorType, grad_fn: Option<Rc<GradNode>>) -> Tensor {
         let requires_grad = grad_fn.is_some();
         Tensor(Rc::new(Inner {
             value: RefCell::new(Rc::new(Value { id, ctx })),

@@ -2,7 +2,7 @@
 //! and (when gradients are on and an input requires them) records its autograd node.
 
 use super::{Arg, Result, Tensor, TensorError};
-use crate::autograd::{GradOp, Node, Side};
+use crate::autograd::{GradNode, GradOp, Side};
 use gt_ir::verify::shape;
 use gt_ir::{BinaryOp, Instr, Operand, ReduceOp, SliceItem, SplitSpec, TensorType, TypeError, UnaryOp, ValueId};
 use std::rc::Rc;
@@ -39,7 +39,7 @@ fn apply_multi(
         .enumerate()
         .map(|(i, (dst, ty))| {
             let node = if track { grad(i, &ty) } else { None }.map(|g| {
-                let node = Node::new(&ctx, g, op, inputs, dst, ty.clone());
+                let node = GradNode::new(&ctx, g, op, inputs, dst, ty.clone());
                 ctx.record(&node);
                 node
             });

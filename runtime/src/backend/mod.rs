@@ -111,14 +111,6 @@ impl BackendKind {
         }
     }
 
-    /// Whether this build can run it.
-    pub fn is_built(self) -> bool {
-        match self {
-            BackendKind::Cpu => true,
-            BackendKind::Cuda => cfg!(feature = "cuda"),
-        }
-    }
-
     /// Starts a backend of this kind on the calling thread (a CUDA context is per thread).
     /// `precision` is how a GPU multiplies matrices (the CPU always uses f32); `jit` runs
     /// the CPU's `fused` kernels as machine code (else on the kernel oracle).

@@ -109,7 +109,7 @@ enum Slot {
     Failed { seq: u64 },
 }
 
-struct Client {
+struct ClientState {
     identity: Vec<u8>,
     home: Option<usize>,
     values: HashMap<ValueId, Slot>,
@@ -208,7 +208,7 @@ pub struct Dispatcher {
     stopping: bool,
     log: EventLog,
     config: DispatcherConfig,
-    clients: HashMap<u64, Client>,
+    clients: HashMap<u64, ClientState>,
     client_ids: HashMap<Vec<u8>, u64>,
     next_client: u64,
     workers: Vec<Worker>,
@@ -462,7 +462,7 @@ impl Dispatcher {
     fn welcome(&mut self, identity: Vec<u8>, name: String, bytes: usize) {
         let c = self.next_client;
         self.next_client += 1;
-        let client = Client {
+        let client = ClientState {
             identity: identity.clone(),
             home: None,
             values: HashMap::new(),

@@ -12,7 +12,7 @@
 //! a straight copy. Broadcasting, permutes and slices are strided views copied once into
 //! their result.
 
-use crate::backend::cpu::jit::{Jit, JitStats};
+use crate::backend::cpu::jit::Jit;
 use crate::backend::{checks, Residency};
 use crate::RuntimeError;
 use gt_ir::formula::{Algebra, Term, Var};
@@ -75,11 +75,6 @@ impl Interpreter {
             Err(e) => tracing::warn!("fused kernels run on the kernel oracle: {e}"),
         }
         self
-    }
-
-    /// The JIT's compile counters, when it runs `fused` kernels.
-    pub fn jit_stats(&self) -> Option<JitStats> {
-        self.jit.as_ref().map(|j| j.stats())
     }
 
     /// The limit on one tensor's size, in bytes.
