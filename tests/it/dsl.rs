@@ -74,6 +74,8 @@ fn elementwise_matmul_and_reductions_match_the_methods() -> R {
         %r  = sub 1, %h1;
         %d  = div %h1, %h1;
         %g  = sigmoid %h1;
+        %ef = erf %h1;
+        %sp = softplus %h1;
     }
     assert_eq!(m.to_vec()?, h1.mean_dims(&[0, -1], false)?.to_vec()?);
     assert_eq!(mk.shape(), &[1, 3]);
@@ -88,6 +90,9 @@ fn elementwise_matmul_and_reductions_match_the_methods() -> R {
     assert_eq!(r.to_vec()?, h1.rsub(1.0)?.to_vec()?);
     assert_eq!(d.to_vec()?, h1.div(&h1)?.to_vec()?);
     assert_eq!(g.to_vec()?, h1.sigmoid()?.to_vec()?);
+    // Ops added to the op table reach `gt!` and the methods with no code of their own.
+    assert_eq!(ef.to_vec()?, h1.erf()?.to_vec()?);
+    assert_eq!(sp.to_vec()?, h1.softplus()?.to_vec()?);
 
     // A `gt!` value may shadow the Rust variable it reads, as `let x = f(x)` does.
     let z = h1.clone();
