@@ -18,6 +18,17 @@ pub enum Var {
     Grad,
 }
 
+impl Var {
+    /// The value of an operand variable among `operands` (what expansions read); `Err(self)`
+    /// for the result, the gradient, or an operand index past the end.
+    pub fn operand<T: Clone>(self, operands: &[T]) -> Result<T, Var> {
+        match self {
+            Var::Operand(i) => operands.get(i as usize).cloned().ok_or(self),
+            Var::Result | Var::Grad => Err(self),
+        }
+    }
+}
+
 /// One formula: a tree of ops over variables and constants.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Term {

@@ -448,6 +448,22 @@ impl BinaryPrim {
     }
 }
 
+/// `erf(x)` as the code generators approximate it (Eigen's and XLA's rational function): `x`
+/// clamped to `[-4, 4]` (beyond, `erf` is `+-1` in `f32`), then
+/// `x * p(x^2) / q(x^2)` with these coefficients, highest power first (Horner); within 8
+/// ulp of libm's `erff` (absolute error < 5e-7).
+pub const ERF_NUMERATOR: [f32; 7] = [
+    -2.726_142_3e-10,
+    2.770_681_4e-8,
+    -2.101_024e-6,
+    -5.692_506_4e-5,
+    -7.349_906_3e-4,
+    -2.954_600_2e-3,
+    -1.609_603_3e-2,
+];
+/// The denominator of [`ERF_NUMERATOR`]'s rational function.
+pub const ERF_DENOMINATOR: [f32; 5] = [-1.456_607_2e-5, -2.133_740_6e-4, -1.682_827e-3, -7.373_329e-3, -1.426_474e-2];
+
 /// The logistic function, without overflowing `exp` for large `|x|`.
 pub fn sigmoid(x: f32) -> f32 {
     if x < 0.0 {

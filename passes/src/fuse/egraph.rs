@@ -214,10 +214,7 @@ fn expand(egraph: &mut EGraph<Expr, Facts>, t: &Term, operands: &[Id]) -> Id {
         type Value = Id;
         type Error = Var;
         fn var(&mut self, var: Var) -> Result<Id, Var> {
-            match var {
-                Var::Operand(i) => self.operands.get(i as usize).copied().ok_or(var),
-                Var::Result | Var::Grad => Err(var),
-            }
+            var.operand(self.operands)
         }
         fn constant(&mut self, c: f64) -> Result<Id, Var> {
             Ok(self.egraph.add(Expr::Const(Scalar((c as f32).to_bits()))))

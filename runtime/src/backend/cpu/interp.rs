@@ -373,10 +373,7 @@ fn composite(t: &Term, operands: &[ArrayViewD<'_, f32>], dims: &[usize]) -> Tens
         type Value = Tensor;
         type Error = Var;
         fn var(&mut self, var: Var) -> Result<Tensor, Var> {
-            match var {
-                Var::Operand(i) => self.operands.get(i as usize).map(|a| a.to_owned()).ok_or(var),
-                Var::Result | Var::Grad => Err(var),
-            }
+            var.operand(self.operands).map(|a| a.to_owned())
         }
         fn constant(&mut self, c: f64) -> Result<Tensor, Var> {
             Ok(ArrayD::from_elem(IxDyn(&[]), c as f32))

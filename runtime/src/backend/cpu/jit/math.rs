@@ -288,10 +288,7 @@ impl Emit<'_, '_> {
             type Value = Value;
             type Error = Var;
             fn var(&mut self, var: Var) -> Result<Value, Var> {
-                match var {
-                    Var::Operand(i) => self.operands.get(i as usize).copied().ok_or(var),
-                    Var::Result | Var::Grad => Err(var),
-                }
+                var.operand(self.operands)
             }
             fn constant(&mut self, c: f64) -> Result<Value, Var> {
                 Ok(self.e.f(c as f32))
@@ -488,16 +485,7 @@ impl Emit<'_, '_> {
     /// odd-over-even rational approximation of Eigen/XLA (`x p(x^2) / q(x^2)`); NaN stays NaN
     /// (`fmin`/`fmax` propagate it).
     pub fn erf(&mut self, x: Value) -> Value {
-        const P: [f32; 7] = [
-            -2.726_142_3e-10,
-            2.770_681_4e-8,
-            -2.101_024e-6,
-            -5.692_506_4e-5,
-            -7.349_906_3e-4,
-            -2.954_600_2e-3,
-            -1.609_603_3e-2,
-        ];
-        const Q: [f32; 5] = [-1.456_607_2e-5, -2.133_740_6e-4, -1.682_827e-3, -7.373_329e-3, -1.426_474e-2];
+        use gt_ir::ops::{ERF_DENOMINATOR as Q, ERF_NUMERATOR as P};
         let (hi, lo) = (self.f(4.0), self.f(-4.0));
         let x = self.b.ins().fmin(x, hi);
         let x = self.b.ins().fmax(x, lo);

@@ -230,10 +230,7 @@ impl Emitter {
             type Value = String;
             type Error = Var;
             fn var(&mut self, var: Var) -> Result<String, Var> {
-                match var {
-                    Var::Operand(i) => self.operands.get(i as usize).map(|s| s.to_string()).ok_or(var),
-                    Var::Result | Var::Grad => Err(var),
-                }
+                var.operand(self.operands).map(str::to_string)
             }
             fn constant(&mut self, c: f64) -> Result<String, Var> {
                 Ok(f32_imm(c as f32))
@@ -257,16 +254,7 @@ impl Emitter {
     /// `erf(x)`: the JIT's rational approximation (`cpu/jit/math.rs`, `Emit::erf`) with
     /// fused multiply-adds; NaN stays NaN.
     fn erf(&mut self, x: &str) -> String {
-        const P: [f32; 7] = [
-            -2.726_142_3e-10,
-            2.770_681_4e-8,
-            -2.101_024e-6,
-            -5.692_506_4e-5,
-            -7.349_906_3e-4,
-            -2.954_600_2e-3,
-            -1.609_603_3e-2,
-        ];
-        const Q: [f32; 5] = [-1.456_607_2e-5, -2.133_740_6e-4, -1.682_827e-3, -7.373_329e-3, -1.426_474e-2];
+        use gt_ir::ops::{ERF_DENOMINATOR as Q, ERF_NUMERATOR as P};
         let hi = self.value(Reg::F32, "min.f32", &format!("{x}, {}", f32_imm(4.0)));
         let c = self.value(Reg::F32, "max.f32", &format!("{hi}, {}", f32_imm(-4.0)));
         let x2 = self.value(Reg::F32, "mul.rn.f32", &format!("{c}, {c}"));
