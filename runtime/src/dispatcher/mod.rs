@@ -3,6 +3,8 @@
 //! stream through the pass pipeline, types every instruction (so shape errors are reported in
 //! the client's ids, before any worker sees them), renames values to worker buffers, batches
 //! per worker, answers data requests, and frees on `free`, on `Bye` and when a client is gone.
+//! This file is the socket loop, liveness and batching; a client's values, bytes and credit
+//! are a [`namespace::Namespace`], each worker's queue and buffer ids are in `workers.rs`.
 //!
 //! # Invariants
 //! - A worker receives one client's instructions in that client's order; a reply a client
@@ -16,20 +18,24 @@
 
 pub mod dump;
 pub mod log;
+mod namespace;
+mod workers;
 
 use gt_ir::text::print::print_instr;
 use gt_ir::verify::shape;
-use gt_ir::{Instr, TensorType, TypeError, ValueId};
+use gt_ir::{HostTensor, Instr, TensorType, TypeError, ValueId};
 use gt_passes::{Pipeline, Typing};
 use gt_transport::message::{
     Failure, FailureKind, PassStats, Reply, Request, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats,
 };
 use gt_transport::{codec, socket, zmq, EventKind, Inbound};
 use log::EventLog;
-use std::collections::{HashMap, VecDeque};
+use namespace::{Charge, Limits, Location, Namespace, Refusal, Unavailable};
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use workers::{Batch, Worker};
 
 /// Makes the pass pipeline of each new client stream (given the client's number).
 pub type PipelineFactory = Arc<dyn Fn(u64) -> Pipeline + Send + Sync>;
@@ -92,87 +98,12 @@ pub const CLIENT_CREDIT_INSTRUCTIONS: u64 = 1 << 20;
 /// Bytes of literal data one client may have in flight to workers.
 pub const CLIENT_CREDIT_BYTES: u64 = 4 << 30;
 
-/// Where a client value lives.
-#[derive(Debug, Clone)]
-enum Slot {
-    Live {
-        worker: usize,
-        buf: ValueId,
-        ty: TensorType,
-        /// The client seq of the instruction that defined it.
-        seq: u64,
-        /// Its buffer held the value this one replaced (a redefinition): if the worker fails
-        /// to compute it, that value is still there and must be freed.
-        replaced: bool,
-    },
-    /// The instruction that should have defined it failed (client seq).
-    Failed { seq: u64 },
-}
-
 struct ClientState {
     identity: Vec<u8>,
-    home: Option<usize>,
-    values: HashMap<ValueId, Slot>,
+    /// Its values (the only ones it can name), their bytes, its credit used, its home.
+    namespace: Namespace,
     /// Its pass pipeline, which also types its stream and tracks its signal scopes.
     pipeline: Pipeline,
-    /// Bytes its live values hold (checked against `client_memory`).
-    bytes: u64,
-    /// Instructions and literal bytes sent to its worker and not yet run (its credit used).
-    inflight: (u64, u64),
-}
-
-/// Bytes a slot's value holds on its worker.
-fn slot_bytes(slot: Option<&Slot>) -> u64 {
-    match slot {
-        Some(Slot::Live { ty, .. }) => ty.size_bytes() as u64,
-        _ => 0,
-    }
-}
-
-struct Batch {
-    number: u64,
-    /// (client, seq) of each instruction.
-    origins: Vec<(u64, u64)>,
-    /// Per client, the instructions and literal bytes of the batch (credit given back when
-    /// it is done).
-    charges: HashMap<u64, (u64, u64)>,
-    /// A `Sync` to answer when the batch is done.
-    sync: Option<(u64, u64)>,
-}
-
-struct Worker {
-    identity: Vec<u8>,
-    name: String,
-    backend: String,
-    alive: bool,
-    pending: Vec<Instr>,
-    pending_origins: Vec<(u64, u64)>,
-    inflight: VecDeque<Batch>,
-    next_batch: u64,
-    free_bufs: Vec<u32>,
-    next_buf: u32,
-    clients: usize,
-}
-
-impl Worker {
-    /// Queues an instruction for the next batch; a `free` gives its buffer back for reuse
-    /// (safe at once: the worker runs its stream in order).
-    fn queue(&mut self, instr: Instr, origin: (u64, u64)) {
-        if let Instr::Free { src } = instr {
-            self.free_bufs.push(src.0);
-        }
-        self.pending.push(instr);
-        self.pending_origins.push(origin);
-    }
-
-    fn alloc(&mut self) -> ValueId {
-        ValueId(self.free_bufs.pop().unwrap_or_else(|| {
-            // 2^32 values live on one worker at once cannot happen within any memory; if it
-            // did, ids must not wrap onto live buffers (the panic costs only this client).
-            self.next_buf = self.next_buf.checked_add(1).expect("a worker's buffer ids ran out (2^32 live values)");
-            self.next_buf - 1
-        }))
-    }
 }
 
 struct PendingGet {
@@ -464,11 +395,8 @@ impl Dispatcher {
         self.next_client += 1;
         let client = ClientState {
             identity: identity.clone(),
-            home: None,
-            values: HashMap::new(),
+            namespace: Namespace::new(),
             pipeline: (self.config.pipeline)(c),
-            bytes: 0,
-            inflight: (0, 0),
         };
         self.clients.insert(c, client);
         self.client_ids.insert(identity, c);
@@ -601,7 +529,9 @@ impl Dispatcher {
     /// `typing`: its result types as the pipeline carried them (`None`: typed here).
     fn route(&mut self, c: u64, seq: u64, mut instr: Instr, typing: Typing) {
         let op = instr.mnemonic();
+        let limits = self.limits();
         let Some(client) = self.clients.get_mut(&c) else { return };
+        let ns = &mut client.namespace;
         match instr {
             Instr::GetData { .. } => {
                 let why = format!("{op}: a sync point is a Get request, not an instruction");
@@ -610,11 +540,10 @@ impl Dispatcher {
             // Signals are the dispatcher's business (log, passes); workers need not see them.
             Instr::SignalStart { .. } | Instr::SignalEnd { .. } => return,
             Instr::Free { src } => {
-                client.bytes = client.bytes.saturating_sub(slot_bytes(client.values.get(&src)));
-                return match client.values.remove(&src) {
-                    Some(Slot::Live { worker, buf, .. }) => self.push(worker, Instr::Free { src: buf }, (c, seq)),
-                    Some(Slot::Failed { .. }) => {}
-                    None => {
+                return match ns.free(src) {
+                    Ok(Some(at)) => self.push_free(at, (c, seq)),
+                    Ok(None) => {}
+                    Err(_) => {
                         let why = format!("free: value {src} is not defined (never created, or already freed)");
                         self.fail(c, seq, &instr, Failure::new(FailureKind::Undefined, why))
                     }
@@ -623,103 +552,55 @@ impl Dispatcher {
             _ => {}
         }
         // Every operand must be one of this client's live values.
-        let mut operands = Vec::new();
-        for v in instr.operands() {
-            match client.values.get(&v) {
-                Some(Slot::Live { worker, buf, .. }) => operands.push((*worker, *buf)),
-                Some(Slot::Failed { seq: s }) => {
-                    let msg = format!("{op}: reads {v}, which was not computed because instruction #{s} failed");
-                    return self.fail(c, seq, &instr, Failure::new(FailureKind::Undefined, msg));
-                }
-                None => {
-                    let msg = format!("{op}: value {v} is not defined (never created, or freed)");
-                    return self.fail(c, seq, &instr, Failure::new(FailureKind::Undefined, msg));
-                }
-            }
-        }
+        let operands = match ns.operands(&instr.operands()) {
+            Ok(operands) => operands,
+            Err(e) => return self.fail(c, seq, &instr, Failure::new(FailureKind::Undefined, format!("{op}: {e}"))),
+        };
         // Typed once, at the pipeline's entry; instructions a pass made are typed here.
-        let typing = typing.unwrap_or_else(|| {
-            let values = &client.values;
-            let ty = |v: ValueId| match values.get(&v) {
-                Some(Slot::Live { ty, .. }) => Ok(ty.clone()),
-                _ => Err(TypeError::UnknownValue(v)),
-            };
-            shape::infer(&instr, &ty)
-        });
+        let typing = typing
+            .unwrap_or_else(|| shape::infer(&instr, &|v| ns.type_of(v).cloned().ok_or(TypeError::UnknownValue(v))));
         let types = match typing {
             Ok(t) => t,
             Err(e) => return self.fail(c, seq, &instr, Failure::new(e.kind(), format!("{op}: {e}"))),
         };
-        // Place: the client's home worker.
-        let w = match client.home {
-            Some(w) if self.workers[w].alive => w,
-            Some(w) => {
-                let msg = format!(
-                    "{op}: worker `{}`, which held this client's values, is gone; reconnect to start over",
-                    self.workers[w].name
-                );
-                return self.fail(c, seq, &instr, Failure::new(FailureKind::WorkerLost, msg));
-            }
-            None => {
-                let Some(w) =
-                    (0..self.workers.len()).filter(|&w| self.workers[w].alive).min_by_key(|&w| self.workers[w].clients)
-                else {
-                    let why = format!("{op}: no worker is connected to the dispatcher");
-                    return self.fail(c, seq, &instr, Failure::new(FailureKind::WorkerLost, why));
-                };
-                client.home = Some(w);
-                self.workers[w].clients += 1;
-                w
-            }
+        let w = match place(&mut self.workers, ns, op) {
+            Ok(w) => w,
+            Err(failure) => return self.fail(c, seq, &instr, failure),
         };
-        debug_assert!(operands.iter().all(|(ow, _)| *ow == w), "one home worker per client");
+        debug_assert!(operands.iter().all(|at| at.worker == w), "one home worker per client");
         let results = instr.results();
-        let replaced: u64 = results.iter().map(|d| slot_bytes(client.values.get(d))).sum();
-        let needed = types.iter().fold(0u64, |n, t| n.saturating_add(t.size_bytes() as u64));
-        let after = client.bytes.saturating_sub(replaced).saturating_add(needed);
-        if after > self.config.client_memory {
-            let quota = self.config.client_memory;
-            let held = client.bytes;
-            let why = format!("{op}: results need {needed} bytes with {held} bytes held, over this client's memory quota of {quota} (GT_CLIENT_MEMORY)");
-            return self.fail(c, seq, &instr, Failure::new(FailureKind::OutOfMemory, why));
-        }
-        let (n, b) = client.inflight;
-        let credit = self.config.client_credit;
-        if n >= credit || b >= CLIENT_CREDIT_BYTES {
-            let why = format!(
-                "{op}: this client has {n} instructions ({b} bytes of data) sent and not yet run, over its credit of {credit} instructions or {CLIENT_CREDIT_BYTES} bytes (GT_CLIENT_CREDIT): wait for results (a read or a sync) before sending more"
-            );
-            return self.fail(c, seq, &instr, Failure::new(FailureKind::Limit, why));
-        }
-        client.bytes = after;
-        // Results: reuse a redefined value's buffer (repeat loops), else allocate.
-        let mut bufs = Vec::with_capacity(results.len() + operands.len());
-        for (dst, ty) in results.iter().zip(types) {
-            let (buf, replaced) = match client.values.get(dst) {
-                Some(Slot::Live { worker, buf, .. }) if *worker == w => (*buf, true),
-                Some(Slot::Live { worker, buf, .. }) => {
-                    self.workers[*worker].queue(Instr::Free { src: *buf }, (c, seq));
-                    (self.workers[w].alloc(), false)
-                }
-                _ => (self.workers[w].alloc(), false),
+        if let Err(refusal) = ns.admit(&results, &types, &limits) {
+            let kind = match refusal {
+                Refusal::Memory { .. } => FailureKind::OutOfMemory,
+                Refusal::Credit { .. } => FailureKind::Limit,
             };
-            client.values.insert(*dst, Slot::Live { worker: w, buf, ty, seq, replaced });
-            bufs.push(buf);
+            return self.fail(c, seq, &instr, Failure::new(kind, format!("{op}: {refusal}")));
         }
-        bufs.extend(operands.iter().map(|(_, b)| *b));
-        let mut next = bufs.into_iter();
-        instr.visit_values_mut(&mut |v| *v = next.next().expect("visit order: results, then operands"));
+        // Results: reuse a redefined value's buffer (repeat loops), else allocate.
+        let worker = &mut self.workers[w];
+        let defined = ns.define(w, seq, &results, types, &mut || worker.alloc());
+        for at in defined.stale {
+            self.workers[at.worker].queue_free(at.buf, (c, seq));
+        }
+        // Renamed for the wire: worker buffers become the instruction's value ids.
+        let mut next = defined.bufs.into_iter().chain(operands.iter().map(|at| at.buf));
+        instr.visit_values_mut(&mut |v| *v = next.next().expect("visit order: results, then operands").into());
         self.push(w, instr, (c, seq));
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            memory: self.config.client_memory,
+            credit: self.config.client_credit,
+            credit_bytes: CLIENT_CREDIT_BYTES,
+        }
     }
 
     /// Reports an instruction's failure to its client and marks its results as not computed.
     fn fail(&mut self, c: u64, seq: u64, instr: &Instr, failure: Failure) {
         if let Some(client) = self.clients.get_mut(&c) {
-            for dst in instr.results() {
-                client.bytes = client.bytes.saturating_sub(slot_bytes(client.values.get(&dst)));
-                if let Some(Slot::Live { worker, buf, .. }) = client.values.insert(dst, Slot::Failed { seq }) {
-                    self.workers[worker].queue(Instr::Free { src: buf }, (c, seq));
-                }
+            for at in client.namespace.fail(&instr.results(), seq) {
+                self.workers[at.worker].queue_free(at.buf, (c, seq));
             }
         }
         self.send_reply(c, &Reply::Failed { seq, failure });
@@ -727,9 +608,18 @@ impl Dispatcher {
 
     /// Queues an instruction for worker `w`; a full batch leaves at once.
     fn push(&mut self, w: usize, instr: Instr, origin: (u64, u64)) {
-        let worker = &mut self.workers[w];
-        worker.queue(instr, origin);
-        if worker.pending.len() >= self.config.worker_batch_size {
+        self.workers[w].queue(instr, origin);
+        self.flush_if_full(w);
+    }
+
+    /// Queues freeing a buffer; a full batch leaves at once.
+    fn push_free(&mut self, at: Location, origin: (u64, u64)) {
+        self.workers[at.worker].queue_free(at.buf, origin);
+        self.flush_if_full(at.worker);
+    }
+
+    fn flush_if_full(&mut self, w: usize) {
+        if self.workers[w].pending.len() >= self.config.worker_batch_size {
             self.flush_worker(w, None);
         }
     }
@@ -737,37 +627,36 @@ impl Dispatcher {
     fn on_get(&mut self, c: u64, seq: u64, value: ValueId) {
         self.flush_pipeline(c, seq);
         let Some(client) = self.clients.get(&c) else { return };
-        match client.values.get(&value) {
-            Some(Slot::Live { worker, buf, ty, .. }) => {
-                let (w, buf, ty) = (*worker, *buf, ty.clone());
-                if !self.workers[w].alive {
-                    let msg = format!("get: worker `{}`, which held {value}, is gone", self.workers[w].name);
-                    return self
-                        .send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::WorkerLost, msg) });
-                }
-                self.flush_worker(w, None);
-                let tag = self.next_tag;
-                self.next_tag += 1;
-                self.gets.insert(tag, PendingGet { client: c, seq, worker: w, ty, value });
-                if let Some(size) = self.send_worker(w, &WorkerCommand::Get { tag, value: buf }) {
-                    self.log_worker(EventKind::WorkerSend, w, "Get", size, || format!("tag={tag} {buf}"));
-                }
+        let (w, buf, ty) = match client.namespace.lookup(value) {
+            Ok((at, ty)) => (at.worker, at.buf, ty.clone()),
+            Err(e) => {
+                let msg = match e {
+                    Unavailable::NotComputed { seq: s, .. } => {
+                        format!("get: {value} was not computed because instruction #{s} failed")
+                    }
+                    Unavailable::Undefined { .. } => format!("get: {e}"),
+                };
+                let failure = Failure::new(FailureKind::Undefined, msg);
+                return self.send_reply(c, &Reply::Failed { seq, failure });
             }
-            Some(Slot::Failed { seq: s }) => {
-                let msg = format!("get: {value} was not computed because instruction #{s} failed");
-                self.send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::Undefined, msg) });
-            }
-            None => {
-                let msg = format!("get: value {value} is not defined (never created, or freed)");
-                self.send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::Undefined, msg) });
-            }
+        };
+        if !self.workers[w].alive {
+            let msg = format!("get: worker `{}`, which held {value}, is gone", self.workers[w].name);
+            return self.send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::WorkerLost, msg) });
+        }
+        self.flush_worker(w, None);
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        self.gets.insert(tag, PendingGet { client: c, seq, worker: w, ty, value });
+        if let Some(size) = self.send_worker(w, &WorkerCommand::Get { tag, value: buf.into() }) {
+            self.log_worker(EventKind::WorkerSend, w, "Get", size, || format!("tag={tag} {buf}"));
         }
     }
 
     fn on_sync(&mut self, c: u64, seq: u64) {
         self.flush_pipeline(c, seq);
         let Some(client) = self.clients.get(&c) else { return };
-        match client.home {
+        match client.namespace.home() {
             None => self.send_reply(c, &Reply::Synced { seq }),
             Some(w) if !self.workers[w].alive => {
                 let msg = format!("sync: worker `{}`, which held this client's values, is gone", self.workers[w].name);
@@ -824,7 +713,7 @@ impl Dispatcher {
     fn remove_client(&mut self, c: u64, why: &str) {
         let Some(client) = self.clients.remove(&c) else { return };
         self.client_ids.remove(&client.identity);
-        if let Some(h) = client.home {
+        if let Some(h) = client.namespace.home() {
             self.workers[h].clients = self.workers[h].clients.saturating_sub(1);
             // Its work still queued on the worker is skipped (what is pending here goes out
             // in later batches, which the worker skips too; the frees below still run).
@@ -833,12 +722,10 @@ impl Dispatcher {
                 self.send_worker(h, &WorkerCommand::DropClient { client: c });
             }
         }
-        let freed = client.values.len();
-        for slot in client.values.into_values() {
-            if let Slot::Live { worker, buf, .. } = slot {
-                if self.workers[worker].alive {
-                    self.push(worker, Instr::Free { src: buf }, (c, 0));
-                }
+        let freed = client.namespace.len();
+        for at in client.namespace.into_buffers() {
+            if self.workers[at.worker].alive {
+                self.push_free(at, (c, 0));
             }
         }
         tracing::info!(target: "gt::dispatcher", "client {c} {why}; freed {freed} values");
@@ -853,19 +740,7 @@ impl Dispatcher {
                 return self.bad_message(&identity, bytes, "registered twice".into());
             }
             let w = self.workers.len();
-            self.workers.push(Worker {
-                identity: identity.clone(),
-                name: name.clone(),
-                backend: backend.clone(),
-                alive: true,
-                pending: Vec::new(),
-                pending_origins: Vec::new(),
-                inflight: VecDeque::new(),
-                next_batch: 1,
-                free_bufs: Vec::new(),
-                next_buf: 0,
-                clients: 0,
-            });
+            self.workers.push(Worker::new(identity.clone(), name.clone(), backend.clone()));
             self.worker_ids.insert(identity, w);
             tracing::info!(target: "gt::dispatcher", "worker {w} registered: {name} ({backend})");
             self.log.emit(
@@ -883,79 +758,8 @@ impl Dispatcher {
         };
         match event {
             WorkerEvent::Register { .. } => unreachable!("handled above"),
-            WorkerEvent::Done { batch, failures, nanos } => {
-                let worker = &mut self.workers[w];
-                let Some(pos) = worker.inflight.iter().position(|b| b.number == batch) else {
-                    return self.bad_message(&identity, bytes, format!("Done for unknown batch {batch}"));
-                };
-                let record = worker.inflight.remove(pos).expect("position is valid");
-                self.charge(&record.charges, false);
-                // Saturating: a broken worker may report more failures than the batch had.
-                let ok = record.origins.len().saturating_sub(failures.len());
-                self.log_worker(EventKind::WorkerRecv, w, "Done", bytes, || {
-                    format!("batch={batch} ok={ok} failed={} time={:.3}ms", failures.len(), nanos as f64 / 1e6)
-                });
-                for (i, failure) in failures {
-                    let Some(&(c, seq)) = record.origins.get(i as usize) else { continue };
-                    if seq == DISPATCHER_SEQ {
-                        tracing::warn!(target: "gt::dispatcher", "worker `{}`: {failure}", self.workers[w].name);
-                        continue;
-                    }
-                    if let Some(client) = self.clients.get_mut(&c) {
-                        // Its results were never made: reads say why, a free is quiet. A
-                        // redefinition's buffer still holds the value it was to replace.
-                        for slot in client.values.values_mut() {
-                            if let Slot::Live { seq: s, worker, buf, replaced, ref ty } = *slot {
-                                if s == seq {
-                                    client.bytes = client.bytes.saturating_sub(ty.size_bytes() as u64);
-                                    if replaced {
-                                        self.workers[worker].queue(Instr::Free { src: buf }, (c, DISPATCHER_SEQ));
-                                    }
-                                    *slot = Slot::Failed { seq };
-                                }
-                            }
-                        }
-                        self.send_reply(c, &Reply::Failed { seq, failure });
-                    }
-                }
-                if let Some((c, seq)) = record.sync {
-                    self.send_reply(c, &Reply::Synced { seq });
-                }
-            }
-            WorkerEvent::Data { tag, tensor } => {
-                self.log_worker(EventKind::WorkerRecv, w, "Data", bytes, || format!("tag={tag} {}", tensor.ty));
-                let Some(g) = self.take_get(tag, w) else { return };
-                // The read went out before the worker reported that the instruction defining
-                // the value failed: its buffer holds an older value (or none), not this one.
-                let failed = self.clients.get(&g.client).and_then(|k| match k.values.get(&g.value) {
-                    Some(Slot::Failed { seq }) => Some(*seq),
-                    _ => None,
-                });
-                if let Some(s) = failed {
-                    let why = format!("get: {} was not computed because instruction #{s} failed", g.value);
-                    let failure = Failure::new(FailureKind::Undefined, why);
-                    return self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure });
-                }
-                // A worker answering with another type or length than the value has is
-                // broken or lying: the client is told, and the worker is not trusted again.
-                if tensor.ty != g.ty || tensor.data.len() != g.ty.shape.numel() {
-                    let why = format!(
-                        "get: worker `{}` answered {} with {} elements for a {} value; its answer was dropped and the worker disconnected",
-                        self.workers[w].name,
-                        tensor.ty,
-                        tensor.data.len(),
-                        g.ty
-                    );
-                    self.log_worker(EventKind::Error, w, "Data", bytes, || why.clone());
-                    self.send_reply(
-                        g.client,
-                        &Reply::Failed { seq: g.seq, failure: Failure::new(FailureKind::WorkerLost, why) },
-                    );
-                    self.worker_lost(w);
-                    return;
-                }
-                self.send_reply(g.client, &Reply::Data { seq: g.seq, tensor });
-            }
+            WorkerEvent::Done { batch, failures, nanos } => self.on_done(&identity, w, bytes, batch, failures, nanos),
+            WorkerEvent::Data { tag, tensor } => self.on_data(w, bytes, tag, tensor),
             WorkerEvent::Failed { tag, failure } => {
                 self.log_worker(EventKind::WorkerRecv, w, "Failed", bytes, || format!("tag={tag} {failure}"));
                 if let Some(g) = self.take_get(tag, w) {
@@ -970,6 +774,81 @@ impl Dispatcher {
         }
     }
 
+    /// A worker ran batch `batch`: credit goes back, failures go to their clients, a sync
+    /// waiting on the batch is answered.
+    fn on_done(
+        &mut self,
+        identity: &[u8],
+        w: usize,
+        bytes: usize,
+        batch: u64,
+        failures: Vec<(u32, Failure)>,
+        nanos: u64,
+    ) {
+        let worker = &mut self.workers[w];
+        let Some(pos) = worker.inflight.iter().position(|b| b.number == batch) else {
+            return self.bad_message(identity, bytes, format!("Done for unknown batch {batch}"));
+        };
+        let record = worker.inflight.remove(pos).expect("position is valid");
+        self.charge(&record.charges, false);
+        // Saturating: a broken worker may report more failures than the batch had.
+        let ok = record.origins.len().saturating_sub(failures.len());
+        self.log_worker(EventKind::WorkerRecv, w, "Done", bytes, || {
+            format!("batch={batch} ok={ok} failed={} time={:.3}ms", failures.len(), nanos as f64 / 1e6)
+        });
+        for (i, failure) in failures {
+            let Some(&(c, seq)) = record.origins.get(i as usize) else { continue };
+            if seq == DISPATCHER_SEQ {
+                tracing::warn!(target: "gt::dispatcher", "worker `{}`: {failure}", self.workers[w].name);
+                continue;
+            }
+            if let Some(client) = self.clients.get_mut(&c) {
+                // Its results were never made: reads say why, a free is quiet. A
+                // redefinition's buffer still holds the value it was to replace.
+                for at in client.namespace.computation_failed(seq) {
+                    self.workers[at.worker].queue_free(at.buf, (c, DISPATCHER_SEQ));
+                }
+                self.send_reply(c, &Reply::Failed { seq, failure });
+            }
+        }
+        if let Some((c, seq)) = record.sync {
+            self.send_reply(c, &Reply::Synced { seq });
+        }
+    }
+
+    /// A worker answered a read: checked against what was asked before the client sees it.
+    fn on_data(&mut self, w: usize, bytes: usize, tag: u64, tensor: HostTensor) {
+        self.log_worker(EventKind::WorkerRecv, w, "Data", bytes, || format!("tag={tag} {}", tensor.ty));
+        let Some(g) = self.take_get(tag, w) else { return };
+        // The read went out before the worker reported that the instruction defining
+        // the value failed: its buffer holds an older value (or none), not this one.
+        let failed = self.clients.get(&g.client).and_then(|k| k.namespace.failed_by(g.value));
+        if let Some(s) = failed {
+            let why = format!("get: {} was not computed because instruction #{s} failed", g.value);
+            let failure = Failure::new(FailureKind::Undefined, why);
+            return self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure });
+        }
+        // A worker answering with another type or length than the value has is
+        // broken or lying: the client is told, and the worker is not trusted again.
+        if tensor.ty != g.ty || tensor.data.len() != g.ty.shape.numel() {
+            let why = format!(
+                "get: worker `{}` answered {} with {} elements for a {} value; its answer was dropped and the worker disconnected",
+                self.workers[w].name,
+                tensor.ty,
+                tensor.data.len(),
+                g.ty
+            );
+            self.log_worker(EventKind::Error, w, "Data", bytes, || why.clone());
+            self.send_reply(
+                g.client,
+                &Reply::Failed { seq: g.seq, failure: Failure::new(FailureKind::WorkerLost, why) },
+            );
+            self.worker_lost(w);
+            return;
+        }
+        self.send_reply(g.client, &Reply::Data { seq: g.seq, tensor });
+    }
+
     /// The read `tag`, taken only when worker `w` was asked it (another cannot answer it).
     fn take_get(&mut self, tag: u64, w: usize) -> Option<PendingGet> {
         match self.gets.get(&tag) {
@@ -979,15 +858,14 @@ impl Dispatcher {
     }
 
     /// Takes (or, when a batch is done or lost, gives back) clients' credit.
-    fn charge(&mut self, charges: &HashMap<u64, (u64, u64)>, take: bool) {
-        for (c, (n, b)) in charges {
+    fn charge(&mut self, charges: &HashMap<u64, Charge>, take: bool) {
+        for (c, charge) in charges {
             if let Some(client) = self.clients.get_mut(c) {
-                let (used_n, used_b) = client.inflight;
-                client.inflight = if take {
-                    (used_n.saturating_add(*n), used_b.saturating_add(*b))
+                if take {
+                    client.namespace.take_credit(*charge);
                 } else {
-                    (used_n.saturating_sub(*n), used_b.saturating_sub(*b))
-                };
+                    client.namespace.return_credit(*charge);
+                }
             }
         }
     }
@@ -999,20 +877,12 @@ impl Dispatcher {
         if worker.pending.is_empty() && sync.is_none() {
             return;
         }
-        let instrs = std::mem::take(&mut worker.pending);
-        let origins = std::mem::take(&mut worker.pending_origins);
-        let number = worker.next_batch;
-        worker.next_batch += 1;
+        let (number, instrs, origins) = worker.take_batch();
         if !worker.alive {
             return;
         }
         let details = self.log.active().then(|| batch_details(number, &instrs));
-        let mut charges: HashMap<u64, (u64, u64)> = HashMap::new();
-        for (instr, (c, _)) in instrs.iter().zip(&origins) {
-            let literal = if let Instr::Literal { data, .. } = instr { data.len() as u64 * 4 } else { 0 };
-            let charge = charges.entry(*c).or_default();
-            *charge = (charge.0 + 1, charge.1 + literal);
-        }
+        let charges = workers::charges(&instrs, &origins);
         let owners = origins.iter().map(|(c, _)| *c).collect();
         let cmd = WorkerCommand::Exec { batch: number, instrs, owners };
         let bytes = match codec::encode(&cmd, self.config.max_message_bytes) {
@@ -1196,6 +1066,30 @@ impl Dispatcher {
         }
         while let Some((c, why)) = self.lost_clients.pop() {
             self.remove_client(c, why);
+        }
+    }
+}
+
+/// The worker a client's instruction `op` goes to: its home, chosen (the least loaded) at
+/// its first instruction.
+fn place(workers: &mut [Worker], ns: &mut Namespace, op: &str) -> Result<usize, Failure> {
+    match ns.home() {
+        Some(w) if workers[w].alive => Ok(w),
+        Some(w) => {
+            let msg = format!(
+                "{op}: worker `{}`, which held this client's values, is gone; reconnect to start over",
+                workers[w].name
+            );
+            Err(Failure::new(FailureKind::WorkerLost, msg))
+        }
+        None => {
+            let Some(w) = workers::least_loaded(workers) else {
+                let why = format!("{op}: no worker is connected to the dispatcher");
+                return Err(Failure::new(FailureKind::WorkerLost, why));
+            };
+            ns.set_home(w);
+            workers[w].clients += 1;
+            Ok(w)
         }
     }
 }
