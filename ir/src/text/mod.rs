@@ -193,11 +193,12 @@ pub enum ParseErrorKind {
     /// A `fused` kernel with no closing `}`.
     #[error("the kernel has no closing `}}`")]
     UnterminatedKernel,
-    /// A `fused` kernel whose text does not parse.
-    #[error("{message}")]
+    /// A `fused` kernel whose text does not parse (the span is the kernel's line).
+    #[error("in the kernel: {source}")]
     Kernel {
-        /// What is wrong (naming the kernel's line).
-        message: String,
+        /// What is wrong.
+        #[source]
+        source: crate::kernel::text::KernelTextError,
     },
 }
 

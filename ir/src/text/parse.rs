@@ -445,10 +445,7 @@ impl Parser {
                         let skip: usize = text.split_inclusive('\n').take(e.line - 1).map(str::len).sum();
                         let len = text[skip..].find('\n').unwrap_or(text.len() - skip);
                         let at = span.start as usize + skip;
-                        ParseError {
-                            span: Span::new(at, at + len),
-                            kind: ParseErrorKind::Kernel { message: format!("in the kernel: {}", e.message) },
-                        }
+                        ParseError { span: Span::new(at, at + len), kind: ParseErrorKind::Kernel { source: e.kind } }
                     })?,
                     (t, s) => {
                         return err(

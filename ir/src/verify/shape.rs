@@ -213,10 +213,11 @@ pub enum TypeError {
         found: usize,
     },
     /// A `fused` kernel that does not fit its operands or result.
-    #[error("the kernel does not fit: {message}")]
+    #[error("the kernel does not fit: {source}")]
     Kernel {
         /// What does not fit.
-        message: String,
+        #[from]
+        source: crate::kernel::KernelError,
     },
     /// A bad `arange`.
     #[error("{reason}")]
@@ -788,7 +789,7 @@ fn infer_any_rank(
                 lens.push(s.shape.numel());
             }
             let fits = kernel.check_bounds(&lens, t.shape.numel()).and_then(|()| kernel.check_covers(t.shape.numel()));
-            fits.map_err(|message| TypeError::Kernel { message })?;
+            fits?;
             Ok(out)
         }
         Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } | Instr::SignalStart { .. } | Instr::SignalEnd { .. } => {
