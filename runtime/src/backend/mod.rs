@@ -145,14 +145,19 @@ impl fmt::Display for BackendKind {
     }
 }
 
-impl FromStr for BackendKind {
-    type Err = String;
+/// A backend name that names no backend.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown backend `{name}` (known: {})", BackendKind::ALL.map(BackendKind::name).join(", "))]
+pub struct UnknownBackend {
+    /// The name given.
+    pub name: String,
+}
 
-    fn from_str(s: &str) -> Result<BackendKind, String> {
-        BackendKind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown backend `{s}` (known: cpu, cuda)"))
+impl FromStr for BackendKind {
+    type Err = UnknownBackend;
+
+    fn from_str(s: &str) -> Result<BackendKind, UnknownBackend> {
+        BackendKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| UnknownBackend { name: s.to_string() })
     }
 }
 
