@@ -4,7 +4,7 @@
 
 use crate::script::{load, run_any, run_local, Loaded};
 use gt_frontend::script::RunOptions;
-use gt_ir::{Executor, HostTensor, Instr, ValueId};
+use gt_ir::{Executor, HostTensor, Instr, Shape, TensorType, ValueId};
 use gt_runtime::backend::Backend;
 use gt_runtime::{Interpreter, RuntimeError};
 use std::path::Path;
@@ -52,11 +52,11 @@ pub enum MirrorError {
         /// The op.
         op: &'static str,
         /// The interpreter's outcome.
-        reference: String,
+        reference: Outcome,
         /// The other backend's name.
         backend: &'static str,
         /// Its outcome.
-        other: String,
+        other: Outcome,
     },
     /// A value read differs beyond the tolerance.
     #[error(
@@ -74,14 +74,32 @@ pub enum MirrorError {
         /// The interpreter's.
         want: f32,
         /// The value's shape.
-        shape: String,
+        shape: Shape,
+    },
+    /// A value read has another type on the backend.
+    #[error("value {value} differs: {backend} gives a {got} value, the interpreter a {want} one")]
+    TypeDiffers {
+        /// The value.
+        value: ValueId,
+        /// The backend.
+        backend: &'static str,
+        /// Its type on the backend.
+        got: TensorType,
+        /// The interpreter's.
+        want: TensorType,
     },
 }
 
-fn outcome(r: &Result<(), RuntimeError>) -> String {
-    match r {
-        Ok(()) => "succeeds".into(),
-        Err(e) => format!("fails ({e})"),
+/// How one backend did on an instruction: `succeeds`, or `fails (why)`.
+#[derive(Debug)]
+pub struct Outcome(pub Result<(), RuntimeError>);
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Ok(()) => f.write_str("succeeds"),
+            Err(e) => write!(f, "fails ({e})"),
+        }
     }
 }
 
@@ -108,7 +126,9 @@ impl Executor for Mirror {
     fn error_kind(error: &MirrorError) -> gt_ir::FailureKind {
         match error {
             MirrorError::Both(e) => e.kind(),
-            MirrorError::Disagree { .. } | MirrorError::Differs { .. } => gt_ir::FailureKind::Internal,
+            MirrorError::Disagree { .. } | MirrorError::Differs { .. } | MirrorError::TypeDiffers { .. } => {
+                gt_ir::FailureKind::Internal
+            }
         }
     }
 
@@ -120,9 +140,9 @@ impl Executor for Mirror {
             (Err(a), Err(b)) if a == b => Err(MirrorError::Both(a)),
             (want, got) => Err(MirrorError::Disagree {
                 op: instr.mnemonic(),
-                reference: outcome(&want),
+                reference: Outcome(want),
                 backend: self.other.name(),
-                other: outcome(&got),
+                other: Outcome(got),
             }),
         }
     }
@@ -136,25 +156,19 @@ impl Executor for Mirror {
             (want, got) => {
                 return Err(MirrorError::Disagree {
                     op: "get",
-                    reference: outcome(&want.map(|_| ())),
+                    reference: Outcome(want.map(|_| ())),
                     backend: self.other.name(),
-                    other: outcome(&got.map(|_| ())),
+                    other: Outcome(got.map(|_| ())),
                 })
             }
         };
-        let differs = |index: usize, got: f32, want: f32, shape: String| MirrorError::Differs {
-            value,
-            backend: self.other.name(),
-            index,
-            got,
-            want,
-            shape,
-        };
+        let backend = self.other.name();
         if got.ty != want.ty {
-            return Err(differs(0, f32::NAN, f32::NAN, format!("{} vs {}", got.ty, want.ty)));
+            return Err(MirrorError::TypeDiffers { value, backend, got: got.ty, want: want.ty });
         }
-        if let Some(i) = (0..want.data.len()).find(|&i| !self.tolerance.accepts(got.data[i], want.data[i])) {
-            return Err(differs(i, got.data[i], want.data[i], want.ty.shape.to_string()));
+        if let Some(index) = (0..want.data.len()).find(|&i| !self.tolerance.accepts(got.data[i], want.data[i])) {
+            let (got, want, shape) = (got.data[index], want.data[index], want.ty.shape.clone());
+            return Err(MirrorError::Differs { value, backend, index, got, want, shape });
         }
         self.compared.0 += 1;
         self.compared.1 += want.data.len();
@@ -164,9 +178,9 @@ impl Executor for Mirror {
     fn sync(&mut self) -> Result<(), MirrorError> {
         self.other.finish().map_err(|e| MirrorError::Disagree {
             op: "sync",
-            reference: "succeeds".into(),
+            reference: Outcome(Ok(())),
             backend: self.other.name(),
-            other: format!("fails ({e})"),
+            other: Outcome(Err(e)),
         })
     }
 }

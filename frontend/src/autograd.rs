@@ -4,7 +4,7 @@
 //! PyTorch semantics: gradients accumulate on leaves across `backward` calls until zeroed,
 //! non-leaves keep none, a graph is freed by the `backward` that used it.
 
-use crate::tensor::{creation_zeros, Arg, Context, Result, Tensor, TensorError};
+use crate::tensor::{creation_zeros, Arg, Context, Misuse, Result, Tensor, TensorError};
 use gt_ir::formula::{Algebra, Term, Var};
 use gt_ir::verify::shape;
 use gt_ir::{BinaryOp, ReduceOp, SliceItem, TensorType, UnaryOp, ValueId};
@@ -132,16 +132,13 @@ impl GradNode {
         match out {
             Some(t) if t.version() == 0 => Ok(t),
             Some(_) => Err(modified(self.name, "its result")),
-            None => Err(TensorError::invalid("backward", format!("the result of `{}` is gone", self.name))),
+            None => Err(TensorError::invalid("backward", Misuse::ResultGone { op: self.name })),
         }
     }
 }
 
-fn modified(op: &'static str, what: &str) -> TensorError {
-    TensorError::invalid(
-        "backward",
-        format!("{what} of `{op}` was modified in place after `{op}` used it; its gradient would be wrong"),
-    )
+fn modified(op: &'static str, what: &'static str) -> TensorError {
+    TensorError::invalid("backward", Misuse::ModifiedInPlace { op, what })
 }
 
 /// One recorded op, as `debug::get_tape` lists it.
@@ -164,11 +161,7 @@ impl Tensor {
         if self.numel() != 1 {
             return Err(TensorError::invalid(
                 "backward",
-                format!(
-                    "the loss must have one element, not {} ({}); use backward_with(grad) otherwise",
-                    self.numel(),
-                    self.ty()
-                ),
+                Misuse::LossNotScalar { numel: self.numel(), ty: self.ty().clone() },
             ));
         }
         self.check_requires_grad()?;
@@ -182,10 +175,7 @@ impl Tensor {
 
     fn check_requires_grad(&self) -> Result<()> {
         if !self.requires_grad() {
-            return Err(TensorError::invalid(
-                "backward",
-                "the tensor does not require grad (no input of it requires grad, or it was computed under no_grad)",
-            ));
+            return Err(TensorError::invalid("backward", Misuse::NoGrad));
         }
         Ok(())
     }
@@ -193,10 +183,8 @@ impl Tensor {
     /// As [`Tensor::backward`], starting from `grad` (this tensor's gradient, same type).
     pub fn backward_with(&self, grad: &Tensor) -> Result<()> {
         if grad.ty() != self.ty() {
-            return Err(TensorError::invalid(
-                "backward",
-                format!("the gradient has type {}, the tensor {}", grad.ty(), self.ty()),
-            ));
+            let misuse = Misuse::GradType { grad: grad.ty().clone(), tensor: self.ty().clone() };
+            return Err(TensorError::invalid("backward", misuse));
         }
         self.check_requires_grad()?;
         let ctx = self.ctx();
@@ -228,13 +216,7 @@ impl Tensor {
             let Some(g) = grads.remove(&Rc::as_ptr(node)) else { continue };
             signal.switch(node.backward_signal.as_deref())?;
             if node.released.get() {
-                return Err(TensorError::invalid(
-                    "backward",
-                    format!(
-                        "the graph through `{}` was already used by a backward and freed; run the forward again",
-                        node.name
-                    ),
-                ));
+                return Err(TensorError::invalid("backward", Misuse::GraphFreed { op: node.name }));
             }
             let inputs = node.inputs.borrow().clone();
             let wants: Vec<bool> = inputs.iter().map(|t| t.requires_grad()).collect();
@@ -439,12 +421,12 @@ impl Algebra for Formula<'_> {
     type Error = TensorError;
     fn var(&mut self, var: Var) -> Result<Val> {
         match var {
-            Var::Operand(i) => self.operands.get(i as usize).cloned().flatten().ok_or_else(|| {
-                TensorError::invalid(
-                    "backward",
-                    format!("a gradient formula of `{}` reads a missing operand", self.node.name),
-                )
-            }),
+            Var::Operand(i) => self
+                .operands
+                .get(i as usize)
+                .cloned()
+                .flatten()
+                .ok_or_else(|| TensorError::invalid("backward", Misuse::FormulaOperand { op: self.node.name })),
             Var::Result => self.node.output().map(Val::T),
             Var::Grad => Ok(Val::T(self.g.clone())),
         }

@@ -60,7 +60,7 @@ pub struct Config {
 }
 
 /// A config file that could not be read or is not a valid config.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub struct ConfigError {
     /// Where the text came from: the file name (or what the caller of [`Config::parse`] gave).
     pub origin: String,
@@ -71,8 +71,183 @@ pub struct ConfigError {
     /// The field at fault, as a path from the signal name: `forward_layer1.shard.axis`,
     /// `forward_layer1.shard.workers[2]`. `None` for errors about the file as a whole.
     pub field: Option<String>,
-    /// What is wrong.
-    pub message: String,
+    /// What is wrong (boxed: the error travels in `Result`s, and the position is most of it).
+    #[source]
+    pub problem: Box<ConfigProblem>,
+}
+
+/// What is wrong with a config file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigProblem {
+    /// The file could not be read.
+    #[error("cannot read the config file{}: {source}", named_by.map_or(String::new(), |var| format!(" (named by {var})")))]
+    Read {
+        /// The environment variable that named the file, if one did.
+        named_by: Option<&'static str>,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not YAML, as `serde_yaml` found on its own (syntax, an unknown anchor, ...).
+    #[error("invalid YAML: {yaml_message}{}", if *tabs { " (YAML does not allow tabs for indentation: use spaces)" } else { "" })]
+    Yaml {
+        /// `serde_yaml`'s own text (its position moved to the error's line and column).
+        yaml_message: String,
+        /// Whether the offending line is indented with tabs.
+        tabs: bool,
+    },
+    /// More than one YAML document.
+    #[error("the file holds more than one YAML document (separated by `---`); a config file holds one")]
+    MultipleDocuments,
+    /// A value of the wrong kind.
+    #[error("expected {expected}, found {found}")]
+    Mismatch {
+        /// What the field takes.
+        expected: Expected,
+        /// The value found, described (`integer 1`, `a list`).
+        found: String,
+    },
+    /// A number where a name is expected (a YAML name that reads as a number or boolean).
+    #[error("expected {expected}, found {found}; quote it if it is a name")]
+    NotAName {
+        /// What the field takes.
+        expected: Expected,
+        /// The value found, described.
+        found: String,
+    },
+    /// An integer beyond 128 bits.
+    #[error("integer {value} is out of range")]
+    IntegerOutOfRange {
+        /// The integer.
+        value: u128,
+    },
+    /// A signal named `""`.
+    #[error("a signal name cannot be empty")]
+    EmptySignalName,
+    /// A signal configured twice.
+    #[error("signal `{name}` is configured more than once")]
+    SignalTwice {
+        /// The signal.
+        name: String,
+    },
+    /// A key twice in one mapping.
+    #[error("duplicate key `{key}`: it appears more than once in this mapping")]
+    DuplicateKey {
+        /// The key.
+        key: String,
+    },
+    /// A key the mapping does not have.
+    #[error("unknown key `{key}`{} (the keys of {what} are {})", key_hint(key, *hint), list_keys(known))]
+    UnknownKey {
+        /// The key.
+        key: String,
+        /// A likely fix.
+        hint: Option<KeyHint>,
+        /// What the mapping is: "a signal", "`shard`".
+        what: &'static str,
+        /// Its keys.
+        known: &'static [&'static str],
+    },
+    /// An axis beyond `i64`.
+    #[error("axis {axis} is out of range")]
+    AxisOutOfRange {
+        /// The axis.
+        axis: i128,
+    },
+    /// `backward: ""`.
+    #[error("the signal name is empty")]
+    EmptyBackward,
+    /// `workers: []`.
+    #[error("the list of workers is empty (leave `workers` out to use all workers)")]
+    NoWorkers,
+    /// A negative worker index.
+    #[error("worker indices cannot be negative, found {worker}")]
+    NegativeWorker {
+        /// The index.
+        worker: i128,
+    },
+    /// A worker listed twice.
+    #[error("worker {worker} is listed more than once")]
+    WorkerTwice {
+        /// The index.
+        worker: usize,
+    },
+    /// A worker index beyond `usize`.
+    #[error("worker index {worker} is out of range")]
+    WorkerOutOfRange {
+        /// The index.
+        worker: i128,
+    },
+}
+
+/// What a field of the config takes, for "expected ..., found ..." messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    /// The whole file.
+    TopLevel,
+    /// A top-level key.
+    SignalName,
+    /// A key of a mapping with these keys.
+    Key(&'static [&'static str]),
+    /// A signal's settings.
+    SignalSettings,
+    /// `shard`'s settings.
+    ShardSettings,
+    /// `axis`.
+    Integer,
+    /// `replicated`, `compile`.
+    Boolean,
+    /// `backward`.
+    BackwardSignal,
+    /// `workers`.
+    Workers,
+    /// One of `workers`.
+    WorkerIndex,
+}
+
+impl fmt::Display for Expected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expected::TopLevel => {
+                f.write_str("a mapping from signal names to their settings (`name:` at the start of a line)")
+            }
+            Expected::SignalName => f.write_str("a signal name (a string)"),
+            Expected::Key(known) => write!(f, "a key (one of {})", list_keys(known)),
+            Expected::SignalSettings => {
+                write!(f, "the signal's settings (a mapping with keys {}) or nothing", list_keys(SIGNAL_KEYS))
+            }
+            Expected::ShardSettings => {
+                write!(f, "the shard settings (a mapping with keys {}) or nothing", list_keys(SHARD_KEYS))
+            }
+            Expected::Integer => f.write_str("an integer"),
+            Expected::Boolean => f.write_str("a boolean (`true` or `false`)"),
+            Expected::BackwardSignal => f.write_str("the name of a signal (a string)"),
+            Expected::Workers => f.write_str("a list of worker indices, like `[0, 1]`"),
+            Expected::WorkerIndex => f.write_str("a worker index (a non-negative integer)"),
+        }
+    }
+}
+
+/// A likely fix for an unknown key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyHint {
+    /// A known key this one is a typo of.
+    DidYouMean(&'static str),
+    /// `<<`, which is not supported.
+    MergeKey,
+    /// A `shard` setting written at the signal's level.
+    UnderShard,
+    /// A signal setting written under `shard`.
+    SignalLevel,
+}
+
+fn key_hint(key: &str, hint: Option<KeyHint>) -> String {
+    match hint {
+        None => String::new(),
+        Some(KeyHint::DidYouMean(near)) => format!("; did you mean `{near}`?"),
+        Some(KeyHint::MergeKey) => "; YAML merge keys are not supported".to_owned(),
+        Some(KeyHint::UnderShard) => format!("; `{key}` goes under `shard:`"),
+        Some(KeyHint::SignalLevel) => format!("; `{key}` is a setting of the signal, one level up"),
+    }
 }
 
 impl fmt::Display for ConfigError {
@@ -88,13 +263,13 @@ impl fmt::Display for ConfigError {
         if let Some(field) = &self.field {
             write!(f, "field `{field}`: ")?;
         }
-        f.write_str(&self.message)
+        write!(f, "{}", self.problem)
     }
 }
 
 impl ConfigError {
-    fn whole_file(origin: &str, message: String) -> Self {
-        ConfigError { origin: origin.to_owned(), line: None, column: None, field: None, message }
+    fn whole_file(origin: &str, problem: ConfigProblem) -> Self {
+        ConfigError { origin: origin.to_owned(), line: None, column: None, field: None, problem: Box::new(problem) }
     }
 }
 
@@ -109,9 +284,7 @@ impl Config {
                 return Err(syntax_error(text, origin, &e));
             }
             if documents.next().is_some() {
-                let message =
-                    "the file holds more than one YAML document (separated by `---`); a config file holds one";
-                let mut error = ConfigError::whole_file(origin, message.to_owned());
+                let mut error = ConfigError::whole_file(origin, ConfigProblem::MultipleDocuments);
                 error.line = second_document_line(text);
                 return Err(error);
             }
@@ -122,12 +295,12 @@ impl Config {
             Ok(signals) => Ok(Config { signals }),
             Err(e) => Err(match ctx.detail.into_inner() {
                 // An error of ours: serde_yaml gives the position, `Ctx` the rest.
-                Some(detail) if e.to_string().contains(&detail.message) => ConfigError {
+                Some(detail) if e.to_string().contains(&detail.problem.to_string()) => ConfigError {
                     origin: origin.to_owned(),
                     line: e.location().map(|l| l.line()),
                     column: e.location().map(|l| l.column()),
                     field: detail.field,
-                    message: detail.message,
+                    problem: Box::new(detail.problem),
                 },
                 _ => syntax_error(text, origin, &e),
             }),
@@ -137,16 +310,14 @@ impl Config {
     /// Reads and parses the config file at `path`. A file that cannot be read gives an error
     /// naming the path and the system's reason.
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
-        load_with_note(path.as_ref(), "")
+        load_named_by(path.as_ref(), None)
     }
 
     /// Loads the config file named by the `GT_CONFIG` environment variable: `Ok(None)` when
     /// the variable is unset or empty.
     pub fn from_env() -> Result<Option<Config>, ConfigError> {
         match std::env::var_os(CONFIG_ENV) {
-            Some(path) if !path.is_empty() => {
-                load_with_note(Path::new(&path), &format!(" (named by {CONFIG_ENV})")).map(Some)
-            }
+            Some(path) if !path.is_empty() => load_named_by(Path::new(&path), Some(CONFIG_ENV)).map(Some),
             _ => Ok(None),
         }
     }
@@ -178,10 +349,10 @@ impl Config {
     }
 }
 
-fn load_with_note(path: &Path, note: &str) -> Result<Config, ConfigError> {
+fn load_named_by(path: &Path, named_by: Option<&'static str>) -> Result<Config, ConfigError> {
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::whole_file(&origin, format!("cannot read the config file{note}: {e}")))?;
+        .map_err(|source| ConfigError::whole_file(&origin, ConfigProblem::Read { named_by, source }))?;
     Config::parse(&text, &origin)
 }
 
@@ -196,19 +367,16 @@ fn syntax_error(text: &str, origin: &str, e: &serde_yaml::Error) -> ConfigError 
             message.replace_range(at..at + suffix.len(), "");
         }
     }
-    let mut message = format!("invalid YAML: {message}");
-    if let Some(l) = &location {
+    let tabs = location.as_ref().is_some_and(|l| {
         let bad_line = text.lines().nth(l.line().saturating_sub(1)).unwrap_or("");
-        if bad_line.chars().take_while(|c| c.is_whitespace()).any(|c| c == '\t') {
-            message.push_str(" (YAML does not allow tabs for indentation: use spaces)");
-        }
-    }
+        bad_line.chars().take_while(|c| c.is_whitespace()).any(|c| c == '\t')
+    });
     ConfigError {
         origin: origin.to_owned(),
         line: location.as_ref().map(|l| l.line()),
         column: location.as_ref().map(|l| l.column()),
         field: None,
-        message,
+        problem: Box::new(ConfigProblem::Yaml { yaml_message: message, tabs }),
     }
 }
 
@@ -231,12 +399,12 @@ fn second_document_line(text: &str) -> Option<usize> {
 // ---------------------------------------------------------------------------------------
 // The checking deserializer. Every check runs inside the `Visitor` of the value it checks,
 // so that `serde_yaml` stamps the error with that value's position; the field path and the
-// message travel beside the error, in `Ctx`.
+// problem travel beside the error, in `Ctx`.
 
 const SIGNAL_KEYS: &[&str] = &["shard", "backward", "compile"];
 const SHARD_KEYS: &[&str] = &["axis", "workers", "replicated"];
 
-/// The field and message of the error being returned (set by [`Ctx::fail`]).
+/// The field and problem of the error being returned (set by [`Ctx::fail`]).
 #[derive(Default)]
 struct Ctx {
     detail: RefCell<Option<Detail>>,
@@ -244,14 +412,16 @@ struct Ctx {
 
 struct Detail {
     field: Option<String>,
-    message: String,
+    problem: ConfigProblem,
 }
 
 impl Ctx {
-    fn fail<E: de::Error>(&self, field: &str, message: String) -> E {
-        let error = E::custom(&message);
+    /// An error for `serde_yaml` to stamp with the position; the problem itself waits here
+    /// (serde's errors carry only text).
+    fn fail<E: de::Error>(&self, field: &str, problem: ConfigProblem) -> E {
+        let error = E::custom(&problem);
         let field = (!field.is_empty()).then(|| field.to_owned());
-        *self.detail.borrow_mut() = Some(Detail { field, message });
+        *self.detail.borrow_mut() = Some(Detail { field, problem });
         error
     }
 }
@@ -286,9 +456,9 @@ enum Reject {
     /// The wrong kind of value: the message says what was expected and what was found.
     Mismatch,
     /// The right kind but a bad value.
-    Invalid(String),
-    /// A bad value whose field is not the shape's own (a mapping key).
-    InvalidAt(String, String),
+    Invalid(ConfigProblem),
+    /// A bad value whose field (the path given) is not the shape's own (a mapping key).
+    InvalidAt(String, ConfigProblem),
 }
 
 /// What a value must look like, and how to build the result from it.
@@ -298,7 +468,7 @@ trait Shape<'de> {
     /// The field path, empty for the top level.
     fn field(&self) -> &str;
     /// What the value should be, for "expected ..., found ..." messages.
-    fn expected(&self) -> String;
+    fn expected(&self) -> Expected;
 
     fn scalar(&self, _raw: Raw<'_>) -> Result<Self::Out, Reject> {
         Err(Reject::Mismatch)
@@ -310,11 +480,11 @@ trait Shape<'de> {
         Err(self.mismatch("a mapping"))
     }
 
-    fn fail<E: de::Error>(&self, message: String) -> E {
-        self.ctx().fail(self.field(), message)
+    fn fail<E: de::Error>(&self, problem: ConfigProblem) -> E {
+        self.ctx().fail(self.field(), problem)
     }
     fn mismatch<E: de::Error>(&self, found: &str) -> E {
-        self.fail(format!("expected {}, found {found}", self.expected()))
+        self.fail(ConfigProblem::Mismatch { expected: self.expected(), found: found.to_owned() })
     }
 }
 
@@ -328,8 +498,8 @@ impl<S> Node<S> {
     {
         self.0.scalar(raw).map_err(|reject| match reject {
             Reject::Mismatch => self.0.mismatch(&raw.to_string()),
-            Reject::Invalid(message) => self.0.fail(message),
-            Reject::InvalidAt(field, message) => self.0.ctx().fail(&field, message),
+            Reject::Invalid(problem) => self.0.fail(problem),
+            Reject::InvalidAt(field, problem) => self.0.ctx().fail(&field, problem),
         })
     }
 }
@@ -346,7 +516,7 @@ impl<'de, S: Shape<'de>> Visitor<'de> for Node<S> {
     type Value = S::Out;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.expected())
+        write!(f, "{}", self.0.expected())
     }
     fn visit_unit<E: de::Error>(self) -> Result<S::Out, E> {
         self.scalar(Raw::Null)
@@ -369,7 +539,7 @@ impl<'de, S: Shape<'de>> Visitor<'de> for Node<S> {
     fn visit_u128<E: de::Error>(self, v: u128) -> Result<S::Out, E> {
         match i128::try_from(v) {
             Ok(v) => self.scalar(Raw::Int(v)),
-            Err(_) => Err(self.0.fail(format!("integer {v} is out of range"))),
+            Err(_) => Err(self.0.fail(ConfigProblem::IntegerOutOfRange { value: v })),
         }
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<S::Out, E> {
@@ -405,7 +575,7 @@ impl<'de> Visitor<'de> for TopSeed<'_> {
     type Value = BTreeMap<String, SignalConfig>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0 .0.expected())
+        write!(f, "{}", self.0 .0.expected())
     }
     fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
         Ok(BTreeMap::new())
@@ -428,8 +598,8 @@ impl<'de> Shape<'de> for TopShape<'_> {
     fn field(&self) -> &str {
         ""
     }
-    fn expected(&self) -> String {
-        "a mapping from signal names to their settings (`name:` at the start of a line)".to_owned()
+    fn expected(&self) -> Expected {
+        Expected::TopLevel
     }
     fn scalar(&self, raw: Raw<'_>) -> Result<Self::Out, Reject> {
         match raw {
@@ -461,19 +631,19 @@ impl<'de> Shape<'de> for SignalNameShape<'_> {
     fn field(&self) -> &str {
         ""
     }
-    fn expected(&self) -> String {
-        "a signal name (a string)".to_owned()
+    fn expected(&self) -> Expected {
+        Expected::SignalName
     }
     fn scalar(&self, raw: Raw<'_>) -> Result<String, Reject> {
         match raw {
-            Raw::Str("") => Err(Reject::Invalid("a signal name cannot be empty".to_owned())),
+            Raw::Str("") => Err(Reject::Invalid(ConfigProblem::EmptySignalName)),
             Raw::Str(name) if self.seen.contains_key(name) => {
-                Err(Reject::InvalidAt(name.to_owned(), format!("signal `{name}` is configured more than once")))
+                Err(Reject::InvalidAt(name.to_owned(), ConfigProblem::SignalTwice { name: name.to_owned() }))
             }
             Raw::Str(name) => Ok(name.to_owned()),
-            Raw::Bool(_) | Raw::Int(_) | Raw::Float(_) => Err(Reject::Invalid(format!(
-                "expected a signal name (a string), found {raw}; quote it if it is a name"
-            ))),
+            Raw::Bool(_) | Raw::Int(_) | Raw::Float(_) => {
+                Err(Reject::Invalid(ConfigProblem::NotAName { expected: self.expected(), found: raw.to_string() }))
+            }
             Raw::Null => Err(Reject::Mismatch),
         }
     }
@@ -499,31 +669,32 @@ impl<'de> Shape<'de> for KeyShape<'_> {
     fn field(&self) -> &str {
         self.parent
     }
-    fn expected(&self) -> String {
-        format!("a key (one of {})", list_keys(self.known))
+    fn expected(&self) -> Expected {
+        Expected::Key(self.known)
     }
     fn scalar(&self, raw: Raw<'_>) -> Result<&'static str, Reject> {
         let Raw::Str(key) = raw else { return Err(Reject::Mismatch) };
         let field = format!("{}.{key}", self.parent);
         match self.known.iter().find(|k| **k == key) {
-            Some(k) if self.seen.contains(k) => Err(Reject::InvalidAt(
-                field,
-                format!("duplicate key `{key}`: it appears more than once in this mapping"),
-            )),
+            Some(k) if self.seen.contains(k) => {
+                Err(Reject::InvalidAt(field, ConfigProblem::DuplicateKey { key: key.to_owned() }))
+            }
             Some(k) => Ok(k),
             None => {
-                let mut message = format!("unknown key `{key}`");
-                if let Some(near) = suggest(key, self.known) {
-                    message.push_str(&format!("; did you mean `{near}`?"));
+                let hint = if let Some(near) = suggest(key, self.known) {
+                    Some(KeyHint::DidYouMean(near))
                 } else if key == "<<" {
-                    message.push_str("; YAML merge keys are not supported");
+                    Some(KeyHint::MergeKey)
                 } else if self.known == SIGNAL_KEYS && SHARD_KEYS.contains(&key) {
-                    message.push_str(&format!("; `{key}` goes under `shard:`"));
+                    Some(KeyHint::UnderShard)
                 } else if self.known == SHARD_KEYS && SIGNAL_KEYS.contains(&key) {
-                    message.push_str(&format!("; `{key}` is a setting of the signal, one level up"));
-                }
-                message.push_str(&format!(" (the keys of {} are {})", self.what, list_keys(self.known)));
-                Err(Reject::InvalidAt(field, message))
+                    Some(KeyHint::SignalLevel)
+                } else {
+                    None
+                };
+                let problem =
+                    ConfigProblem::UnknownKey { key: key.to_owned(), hint, what: self.what, known: self.known };
+                Err(Reject::InvalidAt(field, problem))
             }
         }
     }
@@ -559,8 +730,8 @@ impl<'de> Shape<'de> for SignalShape<'_> {
     fn field(&self) -> &str {
         &self.field
     }
-    fn expected(&self) -> String {
-        format!("the signal's settings (a mapping with keys {}) or nothing", list_keys(SIGNAL_KEYS))
+    fn expected(&self) -> Expected {
+        Expected::SignalSettings
     }
     fn scalar(&self, raw: Raw<'_>) -> Result<SignalConfig, Reject> {
         match raw {
@@ -605,8 +776,8 @@ impl<'de> Shape<'de> for ShardShape<'_> {
     fn field(&self) -> &str {
         &self.field
     }
-    fn expected(&self) -> String {
-        format!("the shard settings (a mapping with keys {}) or nothing", list_keys(SHARD_KEYS))
+    fn expected(&self) -> Expected {
+        Expected::ShardSettings
     }
     fn scalar(&self, raw: Raw<'_>) -> Result<ShardConfig, Reject> {
         match raw {
@@ -651,12 +822,12 @@ impl<'de> Shape<'de> for AxisShape<'_> {
     fn field(&self) -> &str {
         &self.field
     }
-    fn expected(&self) -> String {
-        "an integer".to_owned()
+    fn expected(&self) -> Expected {
+        Expected::Integer
     }
     fn scalar(&self, raw: Raw<'_>) -> Result<i64, Reject> {
         match raw {
-            Raw::Int(v) => i64::try_from(v).map_err(|_| Reject::Invalid(format!("axis {v} is out of range"))),
+            Raw::Int(v) => i64::try_from(v).map_err(|_| Reject::Invalid(ConfigProblem::AxisOutOfRange { axis: v })),
             _ => Err(Reject::Mismatch),
         }
     }
@@ -676,8 +847,8 @@ impl<'de> Shape<'de> for BoolShape<'_> {
     fn field(&self) -> &str {
         &self.field
     }
-    fn expected(&self) -> String {
-        "a boolean (`true` or `false`)".to_owned()
+    fn expected(&self) -> Expected {
+        Expected::Boolean
     }
     fn scalar(&self, raw: Raw<'_>) -> Result<bool, Reject> {
         match raw {
@@ -702,18 +873,17 @@ impl<'de> Shape<'de> for BackwardShape<'_> {
     fn field(&self) -> &str {
         &self.field
     }
-    fn expected(&self) -> String {
-        "the name of a signal (a string)".to_owned()
+    fn expected(&self) -> Expected {
+        Expected::BackwardSignal
     }
     fn scalar(&self, raw: Raw<'_>) -> Result<Option<String>, Reject> {
         match raw {
             Raw::Null => Ok(None),
-            Raw::Str("") => Err(Reject::Invalid("the signal name is empty".to_owned())),
+            Raw::Str("") => Err(Reject::Invalid(ConfigProblem::EmptyBackward)),
             Raw::Str(name) => Ok(Some(name.to_owned())),
-            Raw::Bool(_) | Raw::Int(_) | Raw::Float(_) => Err(Reject::Invalid(format!(
-                "expected {}, found {raw}; quote it if it is a name",
-                Shape::expected(self)
-            ))),
+            Raw::Bool(_) | Raw::Int(_) | Raw::Float(_) => {
+                Err(Reject::Invalid(ConfigProblem::NotAName { expected: self.expected(), found: raw.to_string() }))
+            }
         }
     }
 }
@@ -733,8 +903,8 @@ impl<'de> Shape<'de> for WorkersShape<'_> {
     fn field(&self) -> &str {
         &self.field
     }
-    fn expected(&self) -> String {
-        "a list of worker indices, like `[0, 1]`".to_owned()
+    fn expected(&self) -> Expected {
+        Expected::Workers
     }
     fn scalar(&self, raw: Raw<'_>) -> Result<Option<Vec<usize>>, Reject> {
         match raw {
@@ -753,7 +923,7 @@ impl<'de> Shape<'de> for WorkersShape<'_> {
             }
         }
         if workers.is_empty() {
-            return Err(self.fail("the list of workers is empty (leave `workers` out to use all workers)".to_owned()));
+            return Err(self.fail(ConfigProblem::NoWorkers));
         }
         Ok(Some(workers))
     }
@@ -774,16 +944,16 @@ impl<'de> Shape<'de> for WorkerShape<'_> {
     fn field(&self) -> &str {
         &self.field
     }
-    fn expected(&self) -> String {
-        "a worker index (a non-negative integer)".to_owned()
+    fn expected(&self) -> Expected {
+        Expected::WorkerIndex
     }
     fn scalar(&self, raw: Raw<'_>) -> Result<usize, Reject> {
         match raw {
-            Raw::Int(v) if v < 0 => Err(Reject::Invalid(format!("worker indices cannot be negative, found {v}"))),
+            Raw::Int(v) if v < 0 => Err(Reject::Invalid(ConfigProblem::NegativeWorker { worker: v })),
             Raw::Int(v) => match usize::try_from(v) {
-                Ok(w) if self.seen.contains(&w) => Err(Reject::Invalid(format!("worker {w} is listed more than once"))),
+                Ok(w) if self.seen.contains(&w) => Err(Reject::Invalid(ConfigProblem::WorkerTwice { worker: w })),
                 Ok(w) => Ok(w),
-                Err(_) => Err(Reject::Invalid(format!("worker index {v} is out of range"))),
+                Err(_) => Err(Reject::Invalid(ConfigProblem::WorkerOutOfRange { worker: v })),
             },
             _ => Err(Reject::Mismatch),
         }
@@ -917,7 +1087,8 @@ params:
         check(&e, 2, Some("a.axis"), &["unknown key `axis`", "goes under `shard:`"]);
         let e = err("a:\n  zzz: 1\n");
         check(&e, 2, Some("a.zzz"), &["unknown key `zzz`", "`shard`, `backward`, `compile`"]);
-        assert!(!e.message.contains("did you mean"), "{e}");
+        assert!(matches!(&*e.problem, ConfigProblem::UnknownKey { hint: None, .. }), "{e}");
+        assert!(!e.problem.to_string().contains("did you mean"), "{e}");
         let e = err("base: &base\n  compile: true\na:\n  <<: *base\n");
         check(&e, 4, Some("a.<<"), &["merge keys are not supported"]);
         let e = err("a:\n  1: x\n");
@@ -1002,7 +1173,7 @@ params:
         let e = err("a: ~\n---\nb: ~\n");
         assert_eq!(e.line, Some(2), "{e}");
         assert!(
-            e.to_string().starts_with("config.yaml:2: ") && e.message.contains("more than one YAML document"),
+            e.to_string().starts_with("config.yaml:2: ") && matches!(*e.problem, ConfigProblem::MultipleDocuments),
             "{e}"
         );
     }
@@ -1034,14 +1205,16 @@ params:
     fn from_env() {
         let saved = std::env::var_os(CONFIG_ENV);
         std::env::remove_var(CONFIG_ENV);
-        assert_eq!(Config::from_env(), Ok(None));
+        assert!(matches!(Config::from_env(), Ok(None)));
         std::env::set_var(CONFIG_ENV, "");
-        assert_eq!(Config::from_env(), Ok(None));
+        assert!(matches!(Config::from_env(), Ok(None)));
 
         let missing = std::env::temp_dir().join(format!("gt-config-env-missing-{}.yaml", std::process::id()));
         std::env::set_var(CONFIG_ENV, &missing);
         let e = Config::from_env().unwrap_err();
-        assert!(e.to_string().contains(&missing.display().to_string()) && e.message.contains(CONFIG_ENV), "{e}");
+        assert!(e.to_string().contains(&missing.display().to_string()), "{e}");
+        assert!(matches!(*e.problem, ConfigProblem::Read { named_by: Some(CONFIG_ENV), .. }), "{e}");
+        assert!(e.to_string().contains(&format!("(named by {CONFIG_ENV})")), "{e}");
 
         let path = std::env::temp_dir().join(format!("gt-config-env-{}.yaml", std::process::id()));
         std::fs::write(&path, "params:\n  shard:\n    replicated: true\n").unwrap();

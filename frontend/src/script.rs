@@ -58,7 +58,17 @@ pub enum ScriptErrorKind {
         /// The value.
         name: String,
         /// Type given.
-        expected: String,
+        expected: TensorType,
+        /// Type found.
+        found: TensorType,
+    },
+    /// A value with another number of elements than `expect` gives values.
+    #[error("expect %{name}: value has type {found}, expected {expected} values")]
+    ExpectCount {
+        /// The value.
+        name: String,
+        /// Values given.
+        expected: usize,
         /// Type found.
         found: TensorType,
     },
@@ -177,11 +187,7 @@ impl<E: Executor> Runner<'_, E> {
                 let name = self.program.name(*src);
                 if let Some(expected) = ty {
                     if *expected != t.ty {
-                        return Err(err(ScriptErrorKind::ExpectType {
-                            name,
-                            expected: expected.to_string(),
-                            found: t.ty,
-                        }));
+                        return Err(err(ScriptErrorKind::ExpectType { name, expected: expected.clone(), found: t.ty }));
                     }
                 }
                 check_values(&name, *cmp, &t, data).map_err(err)?;
@@ -327,9 +333,9 @@ fn check_values(name: &str, cmp: Comparison, t: &HostTensor, expected: &[f32]) -
         Comparison::Close { tol } => ("~=", format!(" (tol {})", number(tol)).into_boxed_str()),
     };
     if t.data.len() != expected.len() {
-        return Err(ScriptErrorKind::ExpectType {
+        return Err(ScriptErrorKind::ExpectCount {
             name: name.to_string(),
-            expected: format!("{} values", expected.len()),
+            expected: expected.len(),
             found: t.ty.clone(),
         });
     }

@@ -8,7 +8,7 @@
 //! [`load_config`], or `GT_CONFIG` at start.
 
 use crate::config::{Config, ConfigError, SignalConfig};
-use crate::tensor::{Context, Result, Tensor, TensorError};
+use crate::tensor::{Context, Misuse, Result, Tensor, TensorError};
 use gt_ir::Instr;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -65,7 +65,7 @@ pub fn exit(name: &str) -> Result<()> {
 
 fn enter_on(ctx: &Context, name: &str, backward: Option<&str>, compile: bool) -> Result<Rc<Scope>> {
     if name.is_empty() {
-        return Err(TensorError::invalid("signal", "a signal needs a name"));
+        return Err(TensorError::invalid("signal", Misuse::UnnamedSignal));
     }
     ctx.submit(&start_marker(name, compile))?;
     let scope = Rc::new(Scope { name: name.to_string(), backward: backward.map(str::to_string) });
@@ -95,10 +95,10 @@ fn exit_on(ctx: &Context, name: &str) -> Result<()> {
             STACK.with(|s| s.borrow_mut().pop());
             ctx.submit(&Instr::SignalEnd { name: name.to_string() })
         }
-        Some(t) => {
-            Err(TensorError::invalid("signal", format!("exit({name:?}) while {t:?} is the innermost open signal")))
+        Some(innermost) => {
+            Err(TensorError::invalid("signal", Misuse::SignalNotInnermost { name: name.to_string(), innermost }))
         }
-        None => Err(TensorError::invalid("signal", format!("exit({name:?}) with no open signal"))),
+        None => Err(TensorError::invalid("signal", Misuse::NoOpenSignal { name: name.to_string() })),
     }
 }
 

@@ -4,9 +4,9 @@
 //! `GT_COMPILE`, `GT_AUTO_COMPILE`, `GT_FUSE_WINDOW`, `GT_FAST_MATH`, `GT_DEAD_WINDOW` and
 //! `GT_DUMP_PASSES`). A bad value is an error naming the variable, never a silent default.
 
-use crate::backend::BackendKind;
+use crate::backend::{BackendKind, UnknownBackend};
 use gt_ir::kernel::Precision;
-use gt_passes::{registry, HotPathConfig, PassOptions, Regions};
+use gt_passes::{registry, HotPathConfig, PassOptions, Regions, UnknownPass};
 use std::path::PathBuf;
 use thiserror::Error;
 
@@ -15,15 +15,45 @@ use thiserror::Error;
 pub const MAX_FUSE_WINDOW: usize = 4096;
 
 /// A setting with a bad value.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{var}={value:?}: {expected}")]
+#[derive(Debug, Error)]
+#[error("{var}={value:?}: {problem}")]
 pub struct ConfigError {
     /// The variable.
     pub var: &'static str,
     /// Its value.
     pub value: String,
-    /// What it should be.
-    pub expected: String,
+    /// What is wrong with it.
+    #[source]
+    pub problem: ConfigProblem,
+}
+
+/// What is wrong with a setting's value.
+#[derive(Debug, Error)]
+pub enum ConfigProblem {
+    /// Not a whole number of at least 1.
+    #[error("expected a whole number of at least 1")]
+    NotPositive,
+    /// Not a flag.
+    #[error("expected 0 or 1")]
+    NotFlag,
+    /// Not a matmul precision.
+    #[error("expected `highest` (f32) or `high` (TF32 tensor cores)")]
+    NotPrecision,
+    /// No such backend.
+    #[error(transparent)]
+    Backend(#[from] UnknownBackend),
+    /// No such pass.
+    #[error(transparent)]
+    Pass(#[from] UnknownPass),
+    /// A fuse window over [`MAX_FUSE_WINDOW`].
+    #[error("at most {max} (a region is compiled as one unit)")]
+    FuseWindow {
+        /// The limit.
+        max: usize,
+    },
+    /// A dump directory that cannot be written.
+    #[error("cannot write there: {0}")]
+    DumpDir(#[source] std::io::Error),
 }
 
 /// What the environment asks of the runtime.
@@ -121,7 +151,7 @@ impl EnvConfig {
                 None => Ok(default),
                 Some(v) => match v.trim().parse::<usize>() {
                     Ok(n) if n >= 1 => Ok(n),
-                    _ => Err(ConfigError { var, value: v, expected: "expected a whole number of at least 1".into() }),
+                    _ => Err(ConfigError { var, value: v, problem: ConfigProblem::NotPositive }),
                 },
             }
         };
@@ -137,7 +167,7 @@ impl EnvConfig {
         let flag = |var: &'static str| match get(var).as_deref().map(str::trim) {
             None | Some("" | "0" | "false") => Ok(false),
             Some("1" | "true") => Ok(true),
-            Some(v) => Err(ConfigError { var, value: v.into(), expected: "expected 0 or 1".into() }),
+            Some(v) => Err(ConfigError { var, value: v.into(), problem: ConfigProblem::NotFlag }),
         };
         c.monitor = flag("GT_MONITOR")?;
         c.jit = get("GT_JIT").is_none_or(|v| v.trim().is_empty()) || flag("GT_JIT")?;
@@ -145,15 +175,15 @@ impl EnvConfig {
             None | Some("" | "highest") => Precision::F32,
             Some("high") => Precision::Tf32,
             Some(v) => {
-                let expected = "expected `highest` (f32) or `high` (TF32 tensor cores)".into();
-                return Err(ConfigError { var: "GT_MATMUL_PRECISION", value: v.into(), expected });
+                let problem = ConfigProblem::NotPrecision;
+                return Err(ConfigError { var: "GT_MATMUL_PRECISION", value: v.into(), problem });
             }
         };
         if let Some(v) = get("GT_BACKEND").filter(|s| !s.trim().is_empty()) {
-            c.backend = v.trim().parse().map_err(|e: String| ConfigError {
+            c.backend = v.trim().parse().map_err(|e: UnknownBackend| ConfigError {
                 var: "GT_BACKEND",
                 value: v.clone(),
-                expected: e,
+                problem: e.into(),
             })?;
         }
         if let Some(list) = get("GT_PASSES") {
@@ -163,7 +193,7 @@ impl EnvConfig {
                 let known = registry::check(name).map_err(|e| ConfigError {
                     var: "GT_PASSES",
                     value: list.clone(),
-                    expected: e.to_string(),
+                    problem: e.into(),
                 })?;
                 c.enable_passes(&[known]);
             }
@@ -185,8 +215,8 @@ impl EnvConfig {
         c.pass_options.fuse.window = positive("GT_FUSE_WINDOW", c.pass_options.fuse.window)?;
         if c.pass_options.fuse.window > MAX_FUSE_WINDOW {
             let value = c.pass_options.fuse.window.to_string();
-            let expected = format!("at most {MAX_FUSE_WINDOW} (a region is compiled as one unit)");
-            return Err(ConfigError { var: "GT_FUSE_WINDOW", value, expected });
+            let problem = ConfigProblem::FuseWindow { max: MAX_FUSE_WINDOW };
+            return Err(ConfigError { var: "GT_FUSE_WINDOW", value, problem });
         }
         c.pass_options.dead.window = positive("GT_DEAD_WINDOW", c.pass_options.dead.window)?;
         let d = HotPathConfig::default();
@@ -203,11 +233,7 @@ impl EnvConfig {
                 .and_then(|_| std::fs::write(&probe, b""))
                 .and_then(|_| std::fs::remove_file(&probe));
             if let Err(e) = writable {
-                return Err(ConfigError {
-                    var: "GT_DUMP_PASSES",
-                    value: dir,
-                    expected: format!("cannot write there: {e}"),
-                });
+                return Err(ConfigError { var: "GT_DUMP_PASSES", value: dir, problem: ConfigProblem::DumpDir(e) });
             }
             c.dump_passes = Some(path);
         }

@@ -105,10 +105,10 @@ impl ClusterOptions {
 #[derive(Debug, Error)]
 pub enum ClusterError {
     /// A socket could not be made or bound.
-    #[error("cannot listen on {endpoint}: {source}")]
+    #[error("cannot listen on {}: {source}", describe(endpoints))]
     Bind {
-        /// Where.
-        endpoint: String,
+        /// Where (the endpoints of the one socket).
+        endpoints: Vec<Endpoint>,
         /// Why.
         source: zmq::Error,
     },
@@ -179,15 +179,17 @@ impl Cluster {
             ensure_runtime_dir()?;
         }
         listen.push(inproc.clone());
-        let bind_err = |endpoint: String| move |source| ClusterError::Bind { endpoint, source };
-        let router =
-            socket::router(&ctx, &listen, options.dispatcher.max_message_bytes).map_err(bind_err(describe(&listen)))?;
+        let bind_err = |endpoints: &[Endpoint]| {
+            let endpoints = endpoints.to_vec();
+            move |source| ClusterError::Bind { endpoints, source }
+        };
+        let router = socket::router(&ctx, &listen, options.dispatcher.max_message_bytes).map_err(bind_err(&listen))?;
         let stop_key = secret_key();
-        let control = stop_socket(&ctx, &inproc, &stop_key).map_err(bind_err(inproc.to_string()))?;
+        let control = stop_socket(&ctx, &inproc, &stop_key).map_err(bind_err(std::slice::from_ref(&inproc)))?;
         let monitor = if options.monitor.is_empty() {
             None
         } else {
-            Some(socket::monitor_publisher(&ctx, &options.monitor).map_err(bind_err(describe(&options.monitor)))?)
+            Some(socket::monitor_publisher(&ctx, &options.monitor).map_err(bind_err(&options.monitor))?)
         };
         for path in options.listen.iter().chain(&options.monitor).filter_map(Endpoint::ipc_file) {
             make_private(path).map_err(|source| ClusterError::Private { path: path.to_path_buf(), source })?;

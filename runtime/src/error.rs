@@ -1,6 +1,11 @@
 //! `RuntimeError`: why the interpreter could not run an instruction or answer a read.
 
+use crate::backend::cpu::jit::JitError;
+use crate::backend::cuda::ptx::PtxError;
+use gt_ir::kernel::KernelError;
 use gt_ir::{FailureKind, Shape, TypeError, ValueId};
+use std::fmt;
+use std::sync::Arc;
 use thiserror::Error;
 
 /// Why an instruction or a read failed. Each names the op (its mnemonic; `get` for reads).
@@ -55,22 +60,133 @@ pub enum RuntimeError {
         /// The shape.
         shape: Shape,
     },
-    /// The device failed the instruction (out of memory, a failed launch, a lost device).
-    #[error("{op}: {message}")]
+    /// The device failed the instruction (a failed launch, copy or sync, a lost device).
+    #[error("{op}: {step}: {driver_message}")]
     Device {
         /// The op.
         op: &'static str,
-        /// What the device or driver said, with what was asked of it.
-        message: String,
+        /// What was asked of the device.
+        step: DeviceStep,
+        /// The driver's own description of its error code: text from outside gt (the
+        /// driver's codes exist only with the `cuda` feature).
+        driver_message: String,
+    },
+    /// The device has no memory for a result.
+    #[error("{op}: cannot allocate {bytes} bytes on {device} ({driver_message}; {values} values hold {live} bytes)")]
+    DeviceMemory {
+        /// The op.
+        op: &'static str,
+        /// Bytes asked for.
+        bytes: usize,
+        /// The device's name.
+        device: String,
+        /// The driver's own description of its error code (text from outside gt, as for
+        /// [`RuntimeError::Device`]).
+        driver_message: String,
+        /// Values the backend holds.
+        values: usize,
+        /// Their bytes.
+        live: usize,
+    },
+    /// A kernel the PTX generator cannot translate (over its limits, or malformed).
+    #[error("{op}: {source}")]
+    Ptx {
+        /// The op.
+        op: &'static str,
+        /// Why.
+        #[source]
+        source: PtxError,
     },
     /// A kernel that breaks the kernel IR's rules or reaches outside its buffers.
-    #[error("{op}: malformed kernel: {message}")]
+    #[error("{op}: malformed kernel: {source}")]
     Kernel {
         /// The op.
         op: &'static str,
         /// What is wrong.
-        message: String,
+        #[source]
+        source: KernelError,
     },
+    /// The CPU JIT failed to compile a well-formed kernel (a bug in the JIT).
+    #[error("{op}: {source}")]
+    Jit {
+        /// The op.
+        op: &'static str,
+        /// Why.
+        #[source]
+        source: JitFailure,
+    },
+}
+
+/// What the CUDA backend asked of the device when the driver failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceStep {
+    /// Copying a buffer to a new one on the device.
+    CopyDeviceToDevice,
+    /// Copying host data to the device.
+    CopyToDevice,
+    /// Copying device data to the host.
+    CopyFromDevice,
+    /// Loading a generated PTX module.
+    LoadModule {
+        /// The kernel's kind ([`gt_ir::kernel::Kernel::kind`]).
+        kernel: &'static str,
+    },
+    /// Finding a module's entry point.
+    FindEntry {
+        /// The kernel's kind.
+        kernel: &'static str,
+    },
+    /// Launching a kernel.
+    Launch {
+        /// The kernel's kind.
+        kernel: &'static str,
+        /// Blocks.
+        grid: (u32, u32, u32),
+        /// Threads per block.
+        block: (u32, u32, u32),
+    },
+    /// Waiting for queued work.
+    Sync,
+}
+
+impl fmt::Display for DeviceStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceStep::CopyDeviceToDevice => f.write_str("device-to-device copy failed"),
+            DeviceStep::CopyToDevice => f.write_str("copying data to the device failed"),
+            DeviceStep::CopyFromDevice => f.write_str("copying data from the device failed"),
+            DeviceStep::LoadModule { kernel } => write!(f, "loading the PTX of a {kernel} kernel failed"),
+            DeviceStep::FindEntry { kernel } => write!(f, "the {kernel} kernel has no entry"),
+            DeviceStep::Launch { kernel, grid, block } => {
+                write!(f, "launching a {kernel} kernel (grid {grid:?}, block {block:?}) failed")
+            }
+            DeviceStep::Sync => f.write_str("the device failed queued work"),
+        }
+    }
+}
+
+/// A [`JitError`] that clones share: it holds Cranelift's errors, which are neither `Clone`
+/// nor `PartialEq`, and a [`RuntimeError`] is both (the mirror compares failures). Two are
+/// equal when they say the same; it displays as, and its source is that of, the error.
+#[derive(Debug, Clone)]
+pub struct JitFailure(pub Arc<JitError>);
+
+impl PartialEq for JitFailure {
+    fn eq(&self, other: &JitFailure) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl fmt::Display for JitFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for JitFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
 }
 
 impl RuntimeError {
@@ -81,8 +197,10 @@ impl RuntimeError {
             RuntimeError::Type { source, .. } => source.kind(),
             RuntimeError::OutOfMemory { .. } => FailureKind::OutOfMemory,
             RuntimeError::TooLarge { .. } | RuntimeError::Extent { .. } => FailureKind::Limit,
-            RuntimeError::Device { .. } => FailureKind::Device,
-            RuntimeError::Kernel { .. } => FailureKind::Kernel,
+            RuntimeError::Device { .. } | RuntimeError::DeviceMemory { .. } => FailureKind::Device,
+            // A code generator's refusal (over its limits, or a bug of its own) is a kernel
+            // failure, as a malformed kernel is.
+            RuntimeError::Kernel { .. } | RuntimeError::Ptx { .. } | RuntimeError::Jit { .. } => FailureKind::Kernel,
         }
     }
 }

@@ -81,14 +81,6 @@ pub enum WorkerError {
     /// The backend could not start (no GPU, no driver, a build without CUDA).
     #[error(transparent)]
     Backend(#[from] BackendError),
-    /// The dispatcher refused the worker.
-    #[error("the dispatcher at {endpoint} refused this worker: {message}")]
-    Refused {
-        /// Where.
-        endpoint: Endpoint,
-        /// Why.
-        message: String,
-    },
 }
 
 /// Per-op counters.

@@ -17,7 +17,7 @@ const MAGIC: [u8; 2] = *b"GT";
 const HEADER_LEN: usize = 4;
 
 /// Why a frame could not be encoded or decoded.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Debug, Error)]
 pub enum CodecError {
     /// The frame is larger than the limit.
     #[error("message of {size} bytes is over the limit of {max} bytes (GT_MAX_MESSAGE_BYTES)")]
@@ -40,7 +40,16 @@ pub enum CodecError {
     },
     /// The body is not a valid message (bad msgpack, unknown message kind, wrong fields).
     #[error("malformed message: {0}")]
-    Malformed(String),
+    Malformed(#[source] rmp_serde::decode::Error),
+    /// A valid message followed by more bytes.
+    #[error("malformed message: {extra} bytes after the message")]
+    Trailing {
+        /// The bytes left over.
+        extra: usize,
+    },
+    /// A message that serde could not write (none of gt's messages).
+    #[error("cannot encode the message: {0}")]
+    Encode(#[source] rmp_serde::encode::Error),
 }
 
 /// Encodes a message with the header. Fails only if the result would be over `max`.
@@ -49,8 +58,8 @@ pub fn encode<T: Serialize>(msg: &T, max: usize) -> Result<Vec<u8>, CodecError> 
     buf.extend_from_slice(&MAGIC);
     buf.extend_from_slice(&PROTOCOL_VERSION.to_be_bytes());
     // Writing into a Vec cannot fail for I/O reasons; serde errors (none for our types) are
-    // reported as malformed rather than unwrapped.
-    rmp_serde::encode::write(&mut buf, msg).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    // reported rather than unwrapped.
+    rmp_serde::encode::write(&mut buf, msg).map_err(CodecError::Encode)?;
     if buf.len() > max {
         return Err(CodecError::TooLarge { size: buf.len(), max });
     }
@@ -71,10 +80,10 @@ pub fn decode<T: DeserializeOwned>(frame: &[u8], max: usize) -> Result<T, CodecE
     }
     let body = &frame[HEADER_LEN..];
     let mut de = rmp_serde::Deserializer::new(body);
-    let msg = T::deserialize(&mut de).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    let msg = T::deserialize(&mut de).map_err(CodecError::Malformed)?;
     let rest = de.into_inner();
     if !rest.is_empty() {
-        return Err(CodecError::Malformed(format!("{} bytes after the message", rest.len())));
+        return Err(CodecError::Trailing { extra: rest.len() });
     }
     Ok(msg)
 }
@@ -123,9 +132,10 @@ mod tests {
     #[test]
     fn errors_are_distinct() {
         let ok = encode(&Request::Bye, 1 << 20).unwrap();
-        assert_eq!(decode::<Request>(&ok, 2), Err(CodecError::TooLarge { size: ok.len(), max: 2 }));
-        assert_eq!(decode::<Request>(b"hello world", 1 << 20), Err(CodecError::NotGt));
-        assert_eq!(decode::<Request>(b"", 1 << 20), Err(CodecError::NotGt));
+        let size = ok.len();
+        assert!(matches!(decode::<Request>(&ok, 2), Err(CodecError::TooLarge { size: s, max: 2 }) if s == size));
+        assert!(matches!(decode::<Request>(b"hello world", 1 << 20), Err(CodecError::NotGt)));
+        assert!(matches!(decode::<Request>(b"", 1 << 20), Err(CodecError::NotGt)));
         assert!(matches!(
             decode::<Request>(&frame_with_version(99, &ok[4..]), 1 << 20),
             Err(CodecError::Version { found: 99, expected: PROTOCOL_VERSION })
@@ -136,8 +146,10 @@ mod tests {
         ));
         let mut trailing = ok.clone();
         trailing.push(0);
-        assert!(matches!(decode::<Request>(&trailing, 1 << 20), Err(CodecError::Malformed(_))));
-        assert_eq!(encode(&Request::Bye, 3), Err(CodecError::TooLarge { size: ok.len(), max: 3 }));
+        let e = decode::<Request>(&trailing, 1 << 20).unwrap_err();
+        assert!(matches!(e, CodecError::Trailing { extra: 1 }), "{e}");
+        assert_eq!(e.to_string(), "malformed message: 1 bytes after the message");
+        assert!(matches!(encode(&Request::Bye, 3), Err(CodecError::TooLarge { size: s, max: 3 }) if s == size));
     }
 
     #[test]
@@ -145,7 +157,7 @@ mod tests {
         // A msgpack map naming a variant that does not exist.
         let body = rmp_serde::to_vec(&std::collections::BTreeMap::from([("Launch", 1u8)])).unwrap();
         let e = decode::<Request>(&frame_with_version(PROTOCOL_VERSION, &body), 1 << 20).unwrap_err();
-        assert!(matches!(&e, CodecError::Malformed(m) if m.contains("Launch")), "{e}");
+        assert!(matches!(&e, CodecError::Malformed(_)) && e.to_string().contains("Launch"), "{e}");
     }
 }
 

@@ -55,13 +55,19 @@ pub enum RuntimeDirError {
         /// Why.
         source: std::io::Error,
     },
-    /// It is not a directory of this user's (a link, a file, another user's).
-    #[error("gt's runtime directory {path} is {what}; remove it (another user may have planted it)")]
+    /// It is not a directory (a link, a file).
+    #[error("gt's runtime directory {path} is not a directory; remove it (another user may have planted it)")]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
+    /// It is another user's.
+    #[error("gt's runtime directory {path} is owned by user {uid}; remove it (another user may have planted it)")]
     NotOurs {
         /// The directory.
         path: PathBuf,
-        /// What it is instead.
-        what: String,
+        /// Its owner's uid.
+        uid: u32,
     },
 }
 
@@ -82,12 +88,11 @@ fn ensure_private_dir(path: PathBuf) -> Result<PathBuf, RuntimeDirError> {
         Err(e) => return Err(io(e)),
     }
     let meta = std::fs::symlink_metadata(&path).map_err(io)?;
-    let not_ours = |what: String| RuntimeDirError::NotOurs { path: path.clone(), what };
     if !meta.file_type().is_dir() {
-        return Err(not_ours("not a directory".into()));
+        return Err(RuntimeDirError::NotADirectory { path });
     }
     if meta.uid() != nix::unistd::getuid().as_raw() {
-        return Err(not_ours(format!("owned by user {}", meta.uid())));
+        return Err(RuntimeDirError::NotOurs { path, uid: meta.uid() });
     }
     if meta.mode() & 0o077 != 0 {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).map_err(io)?;

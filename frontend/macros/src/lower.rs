@@ -309,9 +309,7 @@ fn emit(l: &Lowered, st: &Statement, emitter: &mut Emitter<'_>) -> Result<TokenS
                 ::core::result::Result::Err(_) => {
                     return ::core::result::Result::Err(::core::convert::From::from(::gt::TensorError::Invalid {
                         op: #op,
-                        message: ::std::format!(
-                            "gives {} results here, but the `gt!` statement names {}", #found, #n
-                        ),
+                        misuse: ::gt::frontend::tensor::Misuse::ResultCount { found: #found, named: #n },
                     }))
                 }
             }

@@ -1,7 +1,7 @@
 //! Loss functions (means over every element or row, as PyTorch's defaults).
 
 use super::log_softmax;
-use crate::tensor::{self, Result, Tensor, TensorError};
+use crate::tensor::{self, Misuse, Result, Tensor, TensorError};
 
 /// Mean squared error.
 pub fn mse_loss(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
@@ -31,10 +31,8 @@ pub fn binary_cross_entropy_with_logits(logits: &Tensor, target: &Tensor) -> Res
 /// (one-hot rows for class labels: [`one_hot`]), through a stable log-softmax; mean over rows.
 pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
     if logits.rank() != 2 || target.shape() != logits.shape() {
-        return Err(TensorError::invalid(
-            "cross_entropy",
-            format!("expects logits [N, C] and targets of the same shape, got {} and {}", logits.ty(), target.ty()),
-        ));
+        let misuse = Misuse::CrossEntropyShapes { logits: logits.ty().clone(), target: target.ty().clone() };
+        return Err(TensorError::invalid("cross_entropy", misuse));
     }
     log_softmax(logits, -1)?.mul(target)?.sum_dims(&[-1], false)?.mean()?.neg()
 }
@@ -42,7 +40,7 @@ pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
 /// Rows of `classes` values, 1 at each label and 0 elsewhere.
 pub fn one_hot(labels: &[usize], classes: usize) -> Result<Tensor> {
     if let Some(bad) = labels.iter().find(|&&l| l >= classes) {
-        return Err(TensorError::invalid("one_hot", format!("label {bad} is not below the class count {classes}")));
+        return Err(TensorError::invalid("one_hot", Misuse::LabelOutOfRange { label: *bad, classes }));
     }
     let mut data = vec![0.0f32; labels.len() * classes];
     for (row, &l) in labels.iter().enumerate() {

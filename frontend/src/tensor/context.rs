@@ -236,7 +236,7 @@ impl std::fmt::Debug for Context {
 }
 
 fn exec_error(op: &'static str, e: ExecFailure) -> TensorError {
-    TensorError::Exec { op: e.op.unwrap_or(op), kind: e.kind, message: e.message }
+    TensorError::Exec { op: e.op.unwrap_or(op), kind: e.kind, executor_message: e.message }
 }
 
 /// Keeps a context current; restores the previous one when dropped.

@@ -3,7 +3,7 @@
 //! `grad`, `sgd`, `adam`, ...) work. Script value ids map to tensors; redefining or freeing an
 //! id drops the runner's handle (the remote value lives while autograd still needs it).
 
-use super::{apply_instr, Context, ContextGuard, Result, Tensor, TensorError};
+use super::{apply_instr, Context, ContextGuard, Misuse, Result, Tensor, TensorError};
 use crate::nn::{Adam, Optimizer, Sgd};
 use gt_ir::{Executor, HostTensor, Instr, Optimizer as OptimizerSpec, Train, ValueId};
 use std::collections::{BTreeMap, HashMap};
@@ -44,7 +44,7 @@ impl TensorExecutor {
     }
 
     fn get(&self, v: ValueId, op: &'static str) -> Result<&Tensor> {
-        self.values.get(&v).ok_or_else(|| TensorError::invalid(op, "an operand is not defined (or was freed)"))
+        self.values.get(&v).ok_or_else(|| TensorError::invalid(op, Misuse::UndefinedOperand))
     }
 
     fn tensors(&self, vs: &[ValueId], op: &'static str) -> Result<Vec<Tensor>> {
@@ -61,12 +61,7 @@ impl TensorExecutor {
             }
             Train::Backward { loss } => self.get(*loss, op)?.backward()?,
             Train::Grad { dst, of } => {
-                let g = self.get(*of, op)?.grad().ok_or_else(|| {
-                    TensorError::invalid(
-                        op,
-                        "the value has no gradient: it must be a leaf marked with requires_grad that a backward reached since it was last updated (sgd and adam clear gradients)",
-                    )
-                })?;
+                let g = self.get(*of, op)?.grad().ok_or_else(|| TensorError::invalid(op, Misuse::NoGradient))?;
                 self.values.insert(*dst, g);
             }
             Train::ZeroGrad { values } => {
@@ -77,10 +72,7 @@ impl TensorExecutor {
             Train::Step { optimizer, params } => {
                 let params = self.tensors(params, op)?;
                 if let Some(i) = params.iter().position(|p| !p.is_leaf() || !p.requires_grad()) {
-                    return Err(TensorError::invalid(
-                        op,
-                        format!("operand {} is not a parameter: mark it with requires_grad first", i + 1),
-                    ));
+                    return Err(TensorError::invalid(op, Misuse::NotParameter { operand: i + 1 }));
                 }
                 let index = *self.sites.entry(site).or_insert(self.optimizers.len());
                 if index == self.optimizers.len() {

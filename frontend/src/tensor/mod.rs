@@ -11,6 +11,7 @@
 mod context;
 mod creation;
 mod exec;
+mod misuse;
 mod operators;
 mod ops;
 
@@ -20,6 +21,7 @@ pub use context::{
 pub use creation::{arange, from_vec, full, ones, rand, rand_seeded, randn, randn_seeded, scalar, tensor, zeros};
 pub(crate) use creation::{ones_of, zeros_of as creation_zeros};
 pub use exec::TensorExecutor;
+pub use misuse::Misuse;
 pub(crate) use ops::binary;
 pub use ops::{apply_instr, cat, where_};
 
@@ -42,23 +44,25 @@ pub enum TensorError {
         source: TypeError,
     },
     /// A bad argument or use that the IR does not see (autograd, empty lists, ...).
-    #[error("{op}: {message}")]
+    #[error("{op}: {misuse}")]
     Invalid {
         /// The op or method.
         op: &'static str,
         /// What is wrong.
-        message: String,
+        #[source]
+        misuse: Misuse,
     },
     /// The dispatcher or a worker reported a failure (for late reports, `op` is the
     /// instruction that failed, which may be earlier than the call).
-    #[error("{op} failed: {message}")]
+    #[error("{op} failed: {executor_message}")]
     Exec {
         /// The op.
         op: &'static str,
         /// What kind of failure (out of memory, a lost worker, ...).
         kind: FailureKind,
-        /// Why, as the executor said.
-        message: String,
+        /// Why, as the executor said: text from a worker or dispatcher over the wire (or a
+        /// local executor's error, displayed the same way so both read alike).
+        executor_message: String,
     },
     /// No context on this thread.
     #[error("no gt runtime on this thread: start one first (gt::init(), or gt::Runtime::embedded/connect/reference)")]
@@ -81,8 +85,8 @@ impl TensorError {
         }
     }
 
-    pub(crate) fn invalid(op: &'static str, message: impl Into<String>) -> TensorError {
-        TensorError::Invalid { op, message: message.into() }
+    pub(crate) fn invalid(op: &'static str, misuse: Misuse) -> TensorError {
+        TensorError::Invalid { op, misuse }
     }
 }
 
@@ -200,7 +204,7 @@ impl Tensor {
         let host = self.ctx().fetch(self.id())?;
         // The tensor's type is known here: an answer of another type is not its value.
         if host.ty != self.0.ty {
-            let why = format!("the runtime answered a {} value for this {} tensor", host.ty, self.0.ty);
+            let why = Misuse::AnswerType { answered: host.ty, tensor: self.0.ty.clone() };
             return Err(TensorError::invalid("get", why));
         }
         Ok(host)
@@ -211,7 +215,7 @@ impl Tensor {
         if self.numel() != 1 {
             return Err(TensorError::invalid(
                 "item",
-                format!("the tensor has {} elements, not one ({})", self.numel(), self.0.ty),
+                Misuse::NotOneElement { numel: self.numel(), ty: self.0.ty.clone() },
             ));
         }
         Ok(self.to_vec()?[0])
@@ -231,10 +235,7 @@ impl Tensor {
     /// inputs (use [`Tensor::detach`] for a leaf copy).
     pub fn requires_grad_(self, on: bool) -> Result<Tensor> {
         if !self.is_leaf() {
-            return Err(TensorError::invalid(
-                "requires_grad_",
-                "only a leaf (a tensor not computed by a recorded op) can change requires_grad; detach() gives one",
-            ));
+            return Err(TensorError::invalid("requires_grad_", Misuse::NotLeaf));
         }
         self.0.requires_grad.set(on);
         Ok(self)
@@ -270,10 +271,8 @@ impl Tensor {
     /// Replaces the value with `new` (same type), counting an in-place update.
     fn replace_value(&self, op: &'static str, new: Tensor) -> Result<()> {
         if new.0.ty != self.0.ty {
-            return Err(TensorError::invalid(
-                op,
-                format!("an in-place update must keep the type {}; the update gives {}", self.0.ty, new.0.ty),
-            ));
+            let misuse = Misuse::UpdateType { tensor: self.0.ty.clone(), update: new.0.ty.clone() };
+            return Err(TensorError::invalid(op, misuse));
         }
         let value = new.0.value.borrow().clone();
         *self.0.value.borrow_mut() = value;
@@ -284,23 +283,17 @@ impl Tensor {
     /// An in-place update cannot carry a gradient: refuse a source that needs one.
     fn check_untracked_source(&self, op: &'static str, src: &Tensor) -> Result<()> {
         if src.requires_grad() && src.ctx().is_grad_enabled() {
-            return Err(TensorError::invalid(
-                op,
-                "the update requires grad, and an in-place update cannot carry a gradient: write `x = x.add(&y)?` (or update inside gt::no_grad())",
-            ));
+            return Err(TensorError::invalid(op, Misuse::UpdateRequiresGrad));
         }
         if !Rc::ptr_eq(&src.ctx(), &self.ctx()) {
-            return Err(TensorError::invalid(op, "the tensors belong to different runtimes"));
+            return Err(TensorError::invalid(op, Misuse::DifferentRuntimes));
         }
         Ok(())
     }
 
     fn check_in_place(&self, op: &'static str) -> Result<()> {
         if self.requires_grad() && self.ctx().is_grad_enabled() {
-            return Err(TensorError::invalid(
-                op,
-                "a tensor that requires grad can only be updated in place inside gt::no_grad() (as optimizers do)",
-            ));
+            return Err(TensorError::invalid(op, Misuse::InPlaceWithGrad));
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! Tensor ops: each builds one IR instruction, types it with the verifier's rules, queues it
 //! and (when gradients are on and an input requires them) records its autograd node.
 
-use super::{Arg, Result, Tensor, TensorError};
+use super::{Arg, Misuse, Result, Tensor, TensorError};
 use crate::autograd::{GradNode, GradOp, Side};
 use gt_ir::verify::shape;
 use gt_ir::{BinaryOp, Instr, Operand, ReduceOp, SliceItem, SplitSpec, TensorType, TypeError, UnaryOp, ValueId};
@@ -22,10 +22,13 @@ fn apply_multi(
 ) -> Result<Vec<Tensor>> {
     let ctx = inputs[0].ctx();
     if let Some(other) = inputs.iter().find(|t| !Rc::ptr_eq(&t.ctx(), &ctx)) {
-        return Err(TensorError::invalid(
-            "op",
-            format!("{other:?} belongs to another runtime than {:?}; tensors of two runtimes cannot meet", inputs[0]),
-        ));
+        let misuse = Misuse::OtherRuntime {
+            tensor: other.id(),
+            ty: other.ty().clone(),
+            first: inputs[0].id(),
+            first_ty: inputs[0].ty().clone(),
+        };
+        return Err(TensorError::invalid("op", misuse));
     }
     let dsts: Vec<ValueId> = (0..results).map(|_| ctx.fresh_id()).collect();
     let instr = make(dsts.clone());
@@ -244,7 +247,7 @@ pub(crate) fn binary<'a>(op: BinaryOp, lhs: Arg<'a>, rhs: Arg<'a>) -> Result<Ten
     let (l, ls) = operand(lhs, &mut inputs);
     let (r, rs) = operand(rhs, &mut inputs);
     if inputs.is_empty() {
-        return Err(TensorError::invalid(op.mnemonic(), "needs at least one tensor operand"));
+        return Err(TensorError::invalid(op.mnemonic(), Misuse::NoTensorOperand));
     }
     let grad = (!op.is_comparison()).then_some(GradOp::Binary { op, lhs: ls, rhs: rs });
     apply(&inputs, |dst| Instr::Binary { dst, op, lhs: l, rhs: r }, grad)
@@ -278,9 +281,10 @@ pub fn cat(tensors: &[&Tensor], axis: i64) -> Result<Tensor> {
 pub fn apply_instr(instr: &Instr, operands: &[&Tensor]) -> Result<Vec<Tensor>> {
     let op = instr.mnemonic();
     let get = |v: &ValueId| {
-        operands.get(v.index()).copied().ok_or_else(|| {
-            TensorError::invalid(op, format!("operand {v} is not one of the {} tensors given", operands.len()))
-        })
+        operands
+            .get(v.index())
+            .copied()
+            .ok_or_else(|| TensorError::invalid(op, Misuse::OperandNotGiven { operand: *v, given: operands.len() }))
     };
     let arg = |o: &Operand| -> Result<Arg<'_>> {
         Ok(match o {
@@ -334,9 +338,6 @@ pub fn apply_instr(instr: &Instr, operands: &[&Tensor]) -> Result<Vec<Tensor>> {
         | Instr::HotPathStart { .. }
         | Instr::HotPathEnd { .. }
         | Instr::SignalStart { .. }
-        | Instr::SignalEnd { .. } => Err(TensorError::invalid(
-            op,
-            "is not a tensor op (compiled kernels, frees, reads and markers belong to the runtime)",
-        )),
+        | Instr::SignalEnd { .. } => Err(TensorError::invalid(op, Misuse::NotATensorOp)),
     }
 }

@@ -11,9 +11,12 @@
 //! itself (its structural identity: shapes, strides and expression), and they print as text
 //! (`Display`) for dumps and snapshots.
 
+pub mod error;
 pub mod lower;
 pub mod samples;
 pub mod text;
+
+pub use error::{Buffer, KernelError};
 
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 use crate::verify::shape::{MAX_RANK, MAX_WORK};
@@ -286,41 +289,39 @@ impl Kernel {
     /// Checks that every element the kernel reads or writes lies inside buffers of these
     /// lengths (one per input, in order, and the output), so that running it can never
     /// touch memory outside them.
-    pub fn check_bounds(&self, inputs: &[usize], output: usize) -> Result<(), String> {
+    pub fn check_bounds(&self, inputs: &[usize], output: usize) -> Result<(), KernelError> {
         validate(self)?;
         if inputs.len() != self.num_inputs() {
-            return Err(format!("the kernel reads {} inputs, {} given", self.num_inputs(), inputs.len()));
+            return Err(KernelError::InputCount { expected: self.num_inputs(), given: inputs.len() });
         }
-        let inside = |what: String, a: &Access, dims: &[usize], len: usize| match a.range(dims) {
-            Some((lo, hi)) if lo < 0 || hi >= len as i128 => {
-                Err(format!("{what} reads elements {lo}..={hi} of a buffer of {len}"))
-            }
+        let inside = |buffer: Buffer, a: &Access, dims: &[usize], len: usize| match a.range(dims) {
+            Some((lo, hi)) if lo < 0 || hi >= len as i128 => Err(KernelError::OutOfBounds { buffer, lo, hi, len }),
             _ => Ok(()),
         };
         match self {
             Kernel::Map(k) => {
                 for (i, (a, &len)) in k.inputs.iter().zip(inputs).enumerate() {
-                    inside(format!("input {i}"), a, &k.shape, len)?;
+                    inside(Buffer::Input(i), a, &k.shape, len)?;
                 }
                 if k.reduce.is_none() {
-                    return inside("the output".into(), &k.output, &k.shape, output);
+                    return inside(Buffer::Output, &k.output, &k.shape, output);
                 }
                 // One value per row, written even for empty rows: the output is addressed
                 // over the shape with the row axes collapsed.
                 let kept: Vec<usize> =
                     k.shape.iter().enumerate().map(|(i, &d)| if k.rows.contains(&i) { 1 } else { d }).collect();
-                inside("the output".into(), &k.output, &kept, output)
+                inside(Buffer::Output, &k.output, &kept, output)
             }
             Kernel::MatMul(k) => {
                 let with = |r: usize, c: usize| k.batch.iter().copied().chain([r, c]).collect::<Vec<_>>();
-                inside("lhs".into(), &k.lhs, &with(k.m, k.k), inputs[0])?;
-                inside("rhs".into(), &k.rhs, &with(k.k, k.n), inputs[1])?;
+                inside(Buffer::Lhs, &k.lhs, &with(k.m, k.k), inputs[0])?;
+                inside(Buffer::Rhs, &k.rhs, &with(k.k, k.n), inputs[1])?;
                 for (i, a) in k.epilogue_inputs.iter().enumerate() {
-                    inside(format!("epilogue input {i}"), a, &with(k.m, k.n), inputs[2 + i])?;
+                    inside(Buffer::EpilogueInput(i), a, &with(k.m, k.n), inputs[2 + i])?;
                 }
-                let need = k.batch_count().saturating_mul(k.m).saturating_mul(k.n);
-                if need > output {
-                    return Err(format!("the output needs {need} elements, the buffer has {output}"));
+                let needed = k.batch_count().saturating_mul(k.m).saturating_mul(k.n);
+                if needed > output {
+                    return Err(KernelError::OutputTooSmall { needed, len: output });
                 }
                 Ok(())
             }
@@ -329,7 +330,7 @@ impl Kernel {
 
     /// Checks that the kernel writes every element of an output of `len` elements exactly
     /// once (a `fused` result has no other writer), in any order.
-    pub fn check_covers(&self, len: usize) -> Result<(), String> {
+    pub fn check_covers(&self, len: usize) -> Result<(), KernelError> {
         let written = match self {
             Kernel::Map(k) => {
                 let dims: Vec<usize> = match k.reduce {
@@ -339,7 +340,7 @@ impl Kernel {
                     }
                 };
                 if !k.output.is_permutation_of(&dims) {
-                    return Err(format!("the output {} does not write each of the {} elements once", k.output, len));
+                    return Err(KernelError::OutputNotPermutation { output: k.output.clone(), len });
                 }
                 dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
             }
@@ -347,10 +348,7 @@ impl Kernel {
         };
         match written {
             Some(n) if n == len => Ok(()),
-            n => Err(format!(
-                "the kernel writes {} elements, the result has {len}",
-                n.map_or("too many".into(), |n| n.to_string())
-            )),
+            written => Err(KernelError::WrittenCount { written, len }),
         }
     }
 
@@ -434,31 +432,31 @@ impl fmt::Display for Kernel {
 
 /// Checks what the generator relies on: operands name earlier nodes, inputs exist, strides
 /// match the rank, `acc` only in epilogues, row reductions only with row axes.
-pub fn validate(kernel: &Kernel) -> Result<(), String> {
-    let nodes_ok = |nodes: &[Node], inputs: usize, epilogue: bool, rows: bool| -> Result<(), String> {
+pub fn validate(kernel: &Kernel) -> Result<(), KernelError> {
+    let nodes_ok = |nodes: &[Node], inputs: usize, epilogue: bool, rows: bool| -> Result<(), KernelError> {
         if nodes.is_empty() && !epilogue {
-            return Err("a map kernel needs at least one node".into());
+            return Err(KernelError::NoNodes);
         }
-        for (i, n) in nodes.iter().enumerate() {
-            if n.operands().iter().any(|&o| o as usize >= i) {
-                return Err(format!("node %{i} ({n}) reads a node that is not before it"));
+        for (node, n) in nodes.iter().enumerate() {
+            if let Some(&operand) = n.operands().iter().find(|&&o| o as usize >= node) {
+                return Err(KernelError::LaterNode { node, op: *n, operand });
             }
-            match n {
-                Node::Input(x) if *x as usize >= inputs => {
-                    return Err(format!("node %{i} reads input {x} of {inputs}"))
+            match *n {
+                Node::Input(input) if input as usize >= inputs => {
+                    return Err(KernelError::InputOutOfRange { node, input, inputs })
                 }
-                Node::Acc if !epilogue => return Err(format!("node %{i}: `acc` outside a matmul epilogue")),
-                Node::Reduce(..) if !rows => return Err(format!("node %{i}: a row reduction without row axes")),
+                Node::Acc if !epilogue => return Err(KernelError::AccOutsideEpilogue { node }),
+                Node::Reduce(..) if !rows => return Err(KernelError::ReduceWithoutRows { node }),
                 _ => {}
             }
         }
         Ok(())
     };
-    let rank_ok = |what: &str, a: &Access, rank: usize| {
+    let rank_ok = |buffer: Buffer, a: &Access, rank: usize| {
         if a.strides.len() == rank {
             Ok(())
         } else {
-            Err(format!("{what} has {} strides for {rank} axes", a.strides.len()))
+            Err(KernelError::StrideCount { buffer, strides: a.strides.len(), rank })
         }
     };
     let rank = match kernel {
@@ -466,27 +464,27 @@ pub fn validate(kernel: &Kernel) -> Result<(), String> {
         Kernel::MatMul(k) => k.batch.len() + 2,
     };
     if rank > MAX_RANK {
-        return Err(format!("the kernel has {rank} axes, over the limit of {MAX_RANK}"));
+        return Err(KernelError::TooManyAxes { rank });
     }
     if kernel.work() > MAX_WORK {
-        return Err(format!("the kernel would do {} iterations, over the limit of 2^42", kernel.work()));
+        return Err(KernelError::TooMuchWork { work: kernel.work() });
     }
     match kernel {
         Kernel::Map(k) => {
             let rank = k.shape.len();
             if k.rows.iter().any(|&a| a >= rank) || k.rows.windows(2).any(|w| w[0] >= w[1]) {
-                return Err(format!("row axes {:?} are not sorted distinct axes of rank {rank}", k.rows));
+                return Err(KernelError::RowAxes { rows: k.rows.clone(), rank });
             }
             nodes_ok(&k.nodes, k.inputs.len(), false, !k.rows.is_empty())?;
-            rank_ok("the output", &k.output, rank)?;
-            k.inputs.iter().try_for_each(|a| rank_ok("an input", a, rank))
+            rank_ok(Buffer::Output, &k.output, rank)?;
+            k.inputs.iter().enumerate().try_for_each(|(i, a)| rank_ok(Buffer::Input(i), a, rank))
         }
         Kernel::MatMul(k) => {
             let rank = k.batch.len() + 2;
             nodes_ok(&k.epilogue, k.epilogue_inputs.len(), true, false)?;
-            rank_ok("lhs", &k.lhs, rank)?;
-            rank_ok("rhs", &k.rhs, rank)?;
-            k.epilogue_inputs.iter().try_for_each(|a| rank_ok("an epilogue input", a, rank))
+            rank_ok(Buffer::Lhs, &k.lhs, rank)?;
+            rank_ok(Buffer::Rhs, &k.rhs, rank)?;
+            k.epilogue_inputs.iter().enumerate().try_for_each(|(i, a)| rank_ok(Buffer::EpilogueInput(i), a, rank))
         }
     }
 }
@@ -510,12 +508,17 @@ mod tests {
     fn bounds_are_checked_for_every_buffer() {
         let k = copy(&[4, 3], Access { offset: 0, strides: vec![1, 4] }, Access::contiguous(&[4, 3]));
         assert_eq!(k.check_bounds(&[12], 12), Ok(()));
-        assert!(k.check_bounds(&[11], 12).unwrap_err().contains("input 0 reads elements 0..=11 of a buffer of 11"));
-        assert!(k.check_bounds(&[12], 11).unwrap_err().contains("the output"));
-        assert!(k.check_bounds(&[12, 5], 12).unwrap_err().contains("reads 1 inputs, 2 given"));
+        let e = k.check_bounds(&[11], 12).unwrap_err();
+        assert_eq!(e, KernelError::OutOfBounds { buffer: Buffer::Input(0), lo: 0, hi: 11, len: 11 });
+        assert_eq!(e.to_string(), "input 0 reads elements 0..=11 of a buffer of 11");
+        let e = k.check_bounds(&[12], 11).unwrap_err();
+        assert_eq!(e.to_string(), "the output writes elements 0..=11 of a buffer of 11");
+        let e = k.check_bounds(&[12, 5], 12).unwrap_err();
+        assert_eq!(e, KernelError::InputCount { expected: 1, given: 2 });
+        assert!(e.to_string().contains("reads 1 inputs, 2 given"));
         // A backwards stride below element 0.
         let k = copy(&[3], Access { offset: 1, strides: vec![-1] }, Access::contiguous(&[3]));
-        assert!(k.check_bounds(&[3], 3).unwrap_err().contains("-1..=1"));
+        assert!(matches!(k.check_bounds(&[3], 3), Err(KernelError::OutOfBounds { lo: -1, hi: 1, .. })));
         // Empty spaces touch nothing.
         let k = copy(&[0, 3], Access::contiguous(&[0, 3]), Access::contiguous(&[0, 3]));
         assert_eq!(k.check_bounds(&[0], 0), Ok(()));
@@ -531,18 +534,25 @@ mod tests {
             rows: vec![1],
             reduce: Some(crate::ReduceOp::Sum),
         });
-        assert!(k.check_bounds(&[0], 4).unwrap_err().contains("1000..=1003"));
+        let e = k.check_bounds(&[0], 4).unwrap_err();
+        assert_eq!(e, KernelError::OutOfBounds { buffer: Buffer::Output, lo: 1000, hi: 1003, len: 4 });
         // A malformed kernel is refused before any index is looked at.
         let Kernel::Map(mut bad) = k else { unreachable!() };
         bad.rows = vec![5];
-        assert!(Kernel::Map(bad).check_bounds(&[0], 4).unwrap_err().contains("row axes"));
+        let e = Kernel::Map(bad).check_bounds(&[0], 4).unwrap_err();
+        assert_eq!(e, KernelError::RowAxes { rows: vec![5], rank: 2 });
+        assert!(e.to_string().contains("row axes"));
     }
 
     #[test]
     fn matmul_bounds() {
         let k = samples::linear_relu(4, 5, 6);
         assert_eq!(k.check_bounds(&[20, 30, 6], 24), Ok(()));
-        assert!(k.check_bounds(&[20, 30, 5], 24).unwrap_err().contains("epilogue input 0"));
-        assert!(k.check_bounds(&[20, 30, 6], 23).unwrap_err().contains("needs 24"));
+        let e = k.check_bounds(&[20, 30, 5], 24).unwrap_err();
+        assert!(matches!(e, KernelError::OutOfBounds { buffer: Buffer::EpilogueInput(0), .. }), "{e}");
+        assert!(e.to_string().contains("epilogue input 0"));
+        let e = k.check_bounds(&[20, 30, 6], 23).unwrap_err();
+        assert_eq!(e, KernelError::OutputTooSmall { needed: 24, len: 23 });
+        assert!(e.to_string().contains("needs 24"));
     }
 }

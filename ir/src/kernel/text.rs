@@ -7,55 +7,160 @@ use thiserror::Error;
 
 /// Why kernel text does not parse: the 1-based line and what was expected there.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("kernel text, line {line}: {message}")]
+#[error("kernel text, line {line}: {kind}")]
 pub struct ParseKernelError {
     /// 1-based line number.
     pub line: usize,
     /// What is wrong.
-    pub message: String,
+    #[source]
+    pub kind: KernelTextError,
 }
 
-type Result<T> = std::result::Result<T, String>;
+/// What is wrong on a line of kernel text. `found` fields quote the text as written.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum KernelTextError {
+    /// No text at all.
+    #[error("empty kernel text")]
+    Empty,
+    /// A header line not ending in `{`.
+    #[error("the header ends with `{{`")]
+    HeaderBrace,
+    /// A header naming no kind of kernel.
+    #[error("expected `kernel map` or `kernel matmul`, found `{found}`")]
+    UnknownKind {
+        /// The header.
+        found: String,
+    },
+    /// Text after the kernel's closing brace.
+    #[error("unexpected `{found}` after the closing `}}`")]
+    AfterClose {
+        /// The line.
+        found: String,
+    },
+    /// The text ends before the closing brace.
+    #[error("missing the closing `}}`")]
+    Unclosed,
+    /// Something other than the syntax required here.
+    #[error("expected {expected}, found `{found}`")]
+    Expected {
+        /// What the syntax requires (quoted).
+        expected: &'static str,
+        /// What is there.
+        found: String,
+    },
+    /// A required part that is missing.
+    #[error("expected {expected}")]
+    Missing {
+        /// What the syntax requires (quoted).
+        expected: &'static str,
+    },
+    /// An access offset without its sign.
+    #[error("an offset starts with `+`")]
+    OffsetSign,
+    /// A word that should be a number.
+    #[error("`{found}` is not a number")]
+    NotANumber {
+        /// The word.
+        found: String,
+    },
+    /// Text after an access's strides.
+    #[error("unexpected `{found}` after the strides")]
+    AfterStrides {
+        /// The text.
+        found: String,
+    },
+    /// A node with the wrong number of operands.
+    #[error("expected {expected} operands, found {found}")]
+    OperandCount {
+        /// The node's operands.
+        expected: usize,
+        /// Operands written.
+        found: usize,
+    },
+    /// A node op that does not exist.
+    #[error("unknown node `{op}`")]
+    UnknownNode {
+        /// The op as written.
+        op: String,
+    },
+    /// A reduction that does not exist.
+    #[error("unknown reduction `{op}`")]
+    UnknownReduction {
+        /// The op as written.
+        op: String,
+    },
+    /// Inputs or nodes numbered out of order.
+    #[error("expected {prefix}{expected}, found {found}")]
+    Numbering {
+        /// `in` or `%`.
+        prefix: &'static str,
+        /// The next number.
+        expected: usize,
+        /// The word as written.
+        found: String,
+    },
+    /// A line that is none of the kernel's parts.
+    #[error("unexpected `{found}`")]
+    Unexpected {
+        /// The line or its first word.
+        found: String,
+    },
+}
+
+type Result<T> = std::result::Result<T, KernelTextError>;
+
+fn not_a_number(found: &str) -> KernelTextError {
+    KernelTextError::NotANumber { found: found.to_string() }
+}
+
+fn missing(expected: &'static str) -> KernelTextError {
+    KernelTextError::Missing { expected }
+}
 
 /// `[a, b, c]` at the start of `s`; returns the numbers and the rest.
 fn list<T: std::str::FromStr>(s: &str) -> Result<(Vec<T>, &str)> {
     let s = s.trim_start();
-    let body = s.strip_prefix('[').ok_or_else(|| format!("expected `[`, found `{s}`"))?;
-    let end = body.find(']').ok_or("expected `]`")?;
+    let body =
+        s.strip_prefix('[').ok_or_else(|| KernelTextError::Expected { expected: "`[`", found: s.to_string() })?;
+    let end = body.find(']').ok_or(missing("`]`"))?;
     let items = body[..end]
         .split(',')
         .map(str::trim)
         .filter(|x| !x.is_empty())
-        .map(|x| x.parse().map_err(|_| format!("`{x}` is not a number")))
+        .map(|x| x.parse().map_err(|_| not_a_number(x)))
         .collect::<Result<Vec<T>>>()?;
     Ok((items, &body[end + 1..]))
 }
 
 fn number<T: std::str::FromStr>(s: &str) -> Result<T> {
-    s.trim().parse().map_err(|_| format!("`{}` is not a number", s.trim()))
+    s.trim().parse().map_err(|_| not_a_number(s.trim()))
 }
 
 /// `+OFFSET strides [..]`.
 fn access(s: &str) -> Result<Access> {
     let s = s.trim();
-    let (offset, rest) = s.split_once(" strides ").ok_or("expected `+OFFSET strides [..]`")?;
-    let offset = number(offset.strip_prefix('+').ok_or("an offset starts with `+`")?)?;
+    let (offset, rest) = s.split_once(" strides ").ok_or(missing("`+OFFSET strides [..]`"))?;
+    let offset = number(offset.strip_prefix('+').ok_or(KernelTextError::OffsetSign)?)?;
     let (strides, rest) = list(rest)?;
     if !rest.trim().is_empty() {
-        return Err(format!("unexpected `{}` after the strides", rest.trim()));
+        return Err(KernelTextError::AfterStrides { found: rest.trim().to_string() });
     }
     Ok(Access { offset, strides })
 }
 
 /// `%N` as a node index.
 fn node_ref(s: &str) -> Result<u32> {
-    number(s.trim().strip_prefix('%').ok_or_else(|| format!("expected `%N`, found `{}`", s.trim()))?)
+    number(
+        s.trim()
+            .strip_prefix('%')
+            .ok_or_else(|| KernelTextError::Expected { expected: "`%N`", found: s.trim().to_string() })?,
+    )
 }
 
 fn refs(s: &str, n: usize) -> Result<Vec<u32>> {
     let parts: Vec<&str> = s.split(',').collect();
     if parts.len() != n {
-        return Err(format!("expected {n} operands, found {}", parts.len()));
+        return Err(KernelTextError::OperandCount { expected: n, found: parts.len() });
     }
     parts.into_iter().map(node_ref).collect()
 }
@@ -64,13 +169,13 @@ fn refs(s: &str, n: usize) -> Result<Vec<u32>> {
 fn node(s: &str) -> Result<Node> {
     let s = s.trim();
     let (op, args) = s.split_once(' ').unwrap_or((s, ""));
-    let seed = |args: &str| number::<u64>(args.trim().strip_prefix("seed=").ok_or("expected `seed=N`")?);
+    let seed = |args: &str| number::<u64>(args.trim().strip_prefix("seed=").ok_or(missing("`seed=N`"))?);
     Ok(match op {
         "acc" if args.is_empty() => Node::Acc,
-        "load" => Node::Input(number(args.trim().strip_prefix("in").ok_or("expected `load inN`")?)?),
+        "load" => Node::Input(number(args.trim().strip_prefix("in").ok_or(missing("`load inN`"))?)?),
         "const" => Node::constant(number(args)?),
         "iota" => {
-            let (start, step) = args.split_once(',').ok_or("expected `iota START, STEP`")?;
+            let (start, step) = args.split_once(',').ok_or(missing("`iota START, STEP`"))?;
             Node::Iota { start: number::<f64>(start)?.to_bits(), step: number::<f64>(step)?.to_bits() }
         }
         "rand" => Node::Rand { seed: seed(args)? },
@@ -88,7 +193,7 @@ fn node(s: &str) -> Result<Node> {
                 let r = refs(args, 2)?;
                 Node::Binary(b, r[0], r[1])
             } else {
-                return Err(format!("unknown node `{op}`"));
+                return Err(KernelTextError::UnknownNode { op: op.to_string() });
             }
         }
     })
@@ -97,20 +202,20 @@ fn node(s: &str) -> Result<Node> {
 /// Parses a kernel's text form.
 pub fn parse(text: &str) -> std::result::Result<Kernel, ParseKernelError> {
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty());
-    let fail = |line: usize| move |message: String| ParseKernelError { line, message };
-    let (first, header) = lines.next().ok_or(ParseKernelError { line: 1, message: "empty kernel text".into() })?;
-    let header = header.strip_suffix('{').ok_or_else(|| fail(first)("the header ends with `{`".into()))?.trim();
+    let fail = |line: usize| move |kind: KernelTextError| ParseKernelError { line, kind };
+    let (first, header) = lines.next().ok_or(ParseKernelError { line: 1, kind: KernelTextError::Empty })?;
+    let header = header.strip_suffix('{').ok_or_else(|| fail(first)(KernelTextError::HeaderBrace))?.trim();
     let mut kernel = if let Some(rest) = header.strip_prefix("kernel map ") {
         map_header(rest).map_err(fail(first))?
     } else if let Some(rest) = header.strip_prefix("kernel matmul") {
         matmul_header(rest).map_err(fail(first))?
     } else {
-        return Err(fail(first)(format!("expected `kernel map` or `kernel matmul`, found `{header}`")));
+        return Err(fail(first)(KernelTextError::UnknownKind { found: header.to_string() }));
     };
     let mut closed = false;
     for (line, l) in lines {
         if closed {
-            return Err(fail(line)(format!("unexpected `{l}` after the closing `}}`")));
+            return Err(fail(line)(KernelTextError::AfterClose { found: l.to_string() }));
         }
         if l == "}" {
             closed = true;
@@ -119,7 +224,7 @@ pub fn parse(text: &str) -> std::result::Result<Kernel, ParseKernelError> {
         body_line(&mut kernel, l).map_err(fail(line))?;
     }
     if !closed {
-        return Err(ParseKernelError { line: text.lines().count().max(1), message: "missing the closing `}`".into() });
+        return Err(ParseKernelError { line: text.lines().count().max(1), kind: KernelTextError::Unclosed });
     }
     Ok(kernel)
 }
@@ -135,7 +240,9 @@ fn map_header(rest: &str) -> Result<Kernel> {
     }
     let reduce = match rest {
         "" => None,
-        op => Some(ReduceOp::from_mnemonic(op).ok_or_else(|| format!("unknown reduction `{op}`"))?),
+        op => {
+            Some(ReduceOp::from_mnemonic(op).ok_or_else(|| KernelTextError::UnknownReduction { op: op.to_string() })?)
+        }
     };
     let output = Access { offset: 0, strides: vec![] };
     Ok(Kernel::Map(MapKernel { shape, inputs: vec![], nodes: vec![], output, rows, reduce }))
@@ -146,15 +253,17 @@ fn matmul_header(rest: &str) -> Result<Kernel> {
         Some(r) => (Precision::Tf32, r),
         None => (Precision::F32, rest),
     };
-    let rest = rest.trim().strip_prefix("batch ").ok_or("expected `batch [..]`")?;
+    let rest = rest.trim().strip_prefix("batch ").ok_or(missing("`batch [..]`"))?;
     let (batch, rest) = list::<usize>(rest)?;
     let mut dims = [0usize; 3];
     let words: Vec<&str> = rest.split_whitespace().collect();
     if words.len() != 3 {
-        return Err("expected `m=M n=N k=K`".into());
+        return Err(missing("`m=M n=N k=K`"));
     }
-    for (slot, (word, name)) in dims.iter_mut().zip(words.iter().zip(["m=", "n=", "k="])) {
-        *slot = number(word.strip_prefix(name).ok_or_else(|| format!("expected `{name}...`, found `{word}`"))?)?;
+    let names = [("m=", "`m=...`"), ("n=", "`n=...`"), ("k=", "`k=...`")];
+    for (slot, (word, (name, expected))) in dims.iter_mut().zip(words.iter().zip(names)) {
+        let found = || KernelTextError::Expected { expected, found: word.to_string() };
+        *slot = number(word.strip_prefix(name).ok_or_else(found)?)?;
     }
     let [m, n, k] = dims;
     let empty = Access { offset: 0, strides: vec![] };
@@ -172,27 +281,27 @@ fn matmul_header(rest: &str) -> Result<Kernel> {
 }
 
 fn body_line(kernel: &mut Kernel, l: &str) -> Result<()> {
-    let (word, rest) = l.split_once(' ').ok_or_else(|| format!("unexpected `{l}`"))?;
+    let (word, rest) = l.split_once(' ').ok_or_else(|| KernelTextError::Unexpected { found: l.to_string() })?;
     let (inputs, nodes) = match kernel {
         Kernel::Map(k) => (&mut k.inputs, &mut k.nodes),
         Kernel::MatMul(k) => (&mut k.epilogue_inputs, &mut k.epilogue),
     };
     if let Some(i) = word.strip_prefix("in") {
         if number::<usize>(i)? != inputs.len() {
-            return Err(format!("expected in{}, found {word}", inputs.len()));
+            return Err(KernelTextError::Numbering { prefix: "in", expected: inputs.len(), found: word.to_string() });
         }
         inputs.push(access(rest)?);
     } else if let Some(i) = word.strip_prefix('%') {
         if number::<usize>(i)? != nodes.len() {
-            return Err(format!("expected %{}, found {word}", nodes.len()));
+            return Err(KernelTextError::Numbering { prefix: "%", expected: nodes.len(), found: word.to_string() });
         }
-        nodes.push(node(rest.trim().strip_prefix('=').ok_or("expected `=`")?)?);
+        nodes.push(node(rest.trim().strip_prefix('=').ok_or(missing("`=`"))?)?);
     } else {
         match (kernel, word) {
             (Kernel::Map(k), "out") => k.output = access(rest)?,
             (Kernel::MatMul(k), "lhs") => k.lhs = access(rest)?,
             (Kernel::MatMul(k), "rhs") => k.rhs = access(rest)?,
-            _ => return Err(format!("unexpected `{word}`")),
+            _ => return Err(KernelTextError::Unexpected { found: word.to_string() }),
         }
     }
     Ok(())
@@ -274,7 +383,12 @@ mod tests {
         let e = parse(bad).unwrap_err();
         assert_eq!(e.line, 4, "{e}");
         assert!(e.to_string().contains("unknown node `frobnicate`"), "{e}");
-        assert!(parse("kernel map [4] {\n  %0 = acc\n").unwrap_err().message.contains("closing"));
-        assert!(parse("kernel fft [4] {\n}").unwrap_err().message.contains("kernel map"));
+        assert_eq!(e.kind, KernelTextError::UnknownNode { op: "frobnicate".into() });
+        let e = parse("kernel map [4] {\n  %0 = acc\n").unwrap_err();
+        assert_eq!(e.kind, KernelTextError::Unclosed);
+        assert!(e.to_string().contains("closing"));
+        let e = parse("kernel fft [4] {\n}").unwrap_err();
+        assert!(matches!(e.kind, KernelTextError::UnknownKind { .. }));
+        assert!(e.to_string().contains("kernel map"));
     }
 }

@@ -61,7 +61,15 @@ pub enum ParseErrorKind {
     #[error("expected {expected}, found {found}")]
     Expected {
         /// What the grammar allows.
-        expected: String,
+        expected: &'static str,
+        /// What is there (a token described, or the text as written).
+        found: String,
+    },
+    /// Something other than a whole number where one is needed.
+    #[error("expected {what} (an integer >= 0), found {found}")]
+    ExpectedUint {
+        /// What the number is.
+        what: &'static str,
         /// What is there.
         found: String,
     },
@@ -93,7 +101,7 @@ pub enum ParseErrorKind {
         /// The op.
         op: String,
         /// How many it takes.
-        expected: String,
+        expected: OperandCount,
         /// How many were given.
         found: usize,
     },
@@ -114,14 +122,14 @@ pub enum ParseErrorKind {
         index: usize,
     },
     /// An attribute the op does not take.
-    #[error("`{op}` has no attribute `{name}` (it takes: {allowed})")]
+    #[error("`{op}` has no attribute `{name}` (it takes: {})", if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") })]
     UnknownAttr {
         /// The op.
         op: String,
         /// The attribute.
         name: String,
         /// The ones it takes.
-        allowed: String,
+        allowed: Vec<&'static str>,
         /// A close attribute name.
         suggestion: Option<String>,
     },
@@ -193,12 +201,31 @@ pub enum ParseErrorKind {
     /// A `fused` kernel with no closing `}`.
     #[error("the kernel has no closing `}}`")]
     UnterminatedKernel,
-    /// A `fused` kernel whose text does not parse.
-    #[error("{message}")]
+    /// A `fused` kernel whose text does not parse (the span is the kernel's line).
+    #[error("in the kernel: {source}")]
     Kernel {
-        /// What is wrong (naming the kernel's line).
-        message: String,
+        /// What is wrong.
+        #[source]
+        source: crate::kernel::text::KernelTextError,
     },
+}
+
+/// How many operands an op takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperandCount {
+    /// Exactly this many.
+    Exactly(usize),
+    /// This many or more.
+    AtLeast(usize),
+}
+
+impl std::fmt::Display for OperandCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OperandCount::Exactly(n) => write!(f, "{n}"),
+            OperandCount::AtLeast(n) => write!(f, "at least {n}"),
+        }
+    }
 }
 
 impl ParseError {

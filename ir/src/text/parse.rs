@@ -3,7 +3,7 @@
 //! (definitions, types) is the verifier's.
 
 use super::lexer::{lex, Tok};
-use super::{ParseError, ParseErrorKind};
+use super::{OperandCount, ParseError, ParseErrorKind};
 use crate::{
     BinaryOp, Comparison, DType, Instr, Number, Operand, Optimizer, Program, ReduceOp, Shape, SliceItem, Span,
     SplitSpec, Stmt, StmtKind, TensorType, Train, UnaryOp, ValueId,
@@ -135,11 +135,11 @@ impl Parser {
         }
     }
 
-    fn expected<T>(&self, what: &str) -> PResult<T> {
-        err(self.span(), ParseErrorKind::Expected { expected: what.to_string(), found: self.peek().describe() })
+    fn expected<T>(&self, what: &'static str) -> PResult<T> {
+        err(self.span(), ParseErrorKind::Expected { expected: what, found: self.peek().describe() })
     }
 
-    fn expect(&mut self, t: Tok, what: &str) -> PResult<Span> {
+    fn expect(&mut self, t: Tok, what: &'static str) -> PResult<Span> {
         if self.peek() == &t {
             Ok(self.bump().1)
         } else {
@@ -309,7 +309,7 @@ impl Parser {
         match self.bump() {
             (Tok::Str(s), _) => Ok(s),
             (t, span) => {
-                err(span, ParseErrorKind::Expected { expected: "a signal name in quotes".into(), found: t.describe() })
+                err(span, ParseErrorKind::Expected { expected: "a signal name in quotes", found: t.describe() })
             }
         }
     }
@@ -326,9 +326,7 @@ impl Parser {
     fn constant(&mut self) -> PResult<StmtKind> {
         let (name, span) = match self.bump() {
             (Tok::Ident(n), s) => (n, s),
-            (t, s) => {
-                return err(s, ParseErrorKind::Expected { expected: "a constant name".into(), found: t.describe() })
-            }
+            (t, s) => return err(s, ParseErrorKind::Expected { expected: "a constant name", found: t.describe() }),
         };
         if self.consts.contains_key(&name) {
             return err(span, ParseErrorKind::DuplicateConst { name });
@@ -352,7 +350,7 @@ impl Parser {
     fn value_use(&mut self) -> PResult<ValueId> {
         match self.bump() {
             (Tok::Value(n), _) => Ok(self.value_id(&n)),
-            (t, s) => err(s, ParseErrorKind::Expected { expected: "a value like `%x`".into(), found: t.describe() }),
+            (t, s) => err(s, ParseErrorKind::Expected { expected: "a value like `%x`", found: t.describe() }),
         }
     }
 
@@ -364,7 +362,7 @@ impl Parser {
         self.expect(Tok::Eq, "`=` after the result names")?;
         let (op, op_span) = match self.bump() {
             (Tok::Ident(n), s) => (n, s),
-            (t, s) => return err(s, ParseErrorKind::Expected { expected: "an op name".into(), found: t.describe() }),
+            (t, s) => return err(s, ParseErrorKind::Expected { expected: "an op name", found: t.describe() }),
         };
         if op == "grad" {
             let dst = self.single(&op, op_span, &dsts)?;
@@ -445,16 +443,10 @@ impl Parser {
                         let skip: usize = text.split_inclusive('\n').take(e.line - 1).map(str::len).sum();
                         let len = text[skip..].find('\n').unwrap_or(text.len() - skip);
                         let at = span.start as usize + skip;
-                        ParseError {
-                            span: Span::new(at, at + len),
-                            kind: ParseErrorKind::Kernel { message: format!("in the kernel: {}", e.message) },
-                        }
+                        ParseError { span: Span::new(at, at + len), kind: ParseErrorKind::Kernel { source: e.kind } }
                     })?,
                     (t, s) => {
-                        return err(
-                            s,
-                            ParseErrorKind::Expected { expected: "`kernel ...`".into(), found: t.describe() },
-                        )
+                        return err(s, ParseErrorKind::Expected { expected: "`kernel ...`", found: t.describe() })
                     }
                 };
                 Attrs::new(op, self.attrs()?, op_span).finish()?;
@@ -505,7 +497,7 @@ impl Parser {
                     if operands.is_empty() {
                         return err(
                             ospan,
-                            ParseErrorKind::Arity { op: op.into(), expected: "at least 1".into(), found: 0 },
+                            ParseErrorKind::Arity { op: op.into(), expected: OperandCount::AtLeast(1), found: 0 },
                         );
                     }
                     let srcs = self.operand_values(op, &operands, ospan, operands.len())?;
@@ -636,7 +628,7 @@ impl Parser {
                     return err(span, ParseErrorKind::UnknownConst { name: w, suggestion });
                 }
             },
-            t => return err(span, ParseErrorKind::Expected { expected: "a number".into(), found: t.describe() }),
+            t => return err(span, ParseErrorKind::Expected { expected: "a number", found: t.describe() }),
         };
         let n = match (neg, n) {
             (false, n) => n,
@@ -646,14 +638,11 @@ impl Parser {
         Ok((n, span))
     }
 
-    fn uint(&mut self, what: &str) -> PResult<u64> {
+    fn uint(&mut self, what: &'static str) -> PResult<u64> {
         let (n, span) = self.number()?;
         match n {
             Number::Int(i) if u64::try_from(i).is_ok() => Ok(i as u64),
-            _ => err(
-                span,
-                ParseErrorKind::Expected { expected: format!("{what} (an integer >= 0)"), found: fmt_number(n) },
-            ),
+            _ => err(span, ParseErrorKind::ExpectedUint { what, found: fmt_number(n) }),
         }
     }
 
@@ -730,9 +719,7 @@ impl Parser {
                     name: n,
                 },
             }),
-            (t, span) => {
-                err(span, ParseErrorKind::Expected { expected: "a dtype like `f32`".into(), found: t.describe() })
-            }
+            (t, span) => err(span, ParseErrorKind::Expected { expected: "a dtype like `f32`", found: t.describe() }),
         }
     }
 
@@ -749,7 +736,7 @@ impl Parser {
                 Number::Int(i) if i >= 0 && usize::try_from(i).is_ok() => Ok(i as usize),
                 _ => err(
                     span,
-                    ParseErrorKind::Expected { expected: "a dimension (an integer >= 0)".into(), found: fmt_number(n) },
+                    ParseErrorKind::Expected { expected: "a dimension (an integer >= 0)", found: fmt_number(n) },
                 ),
             })
             .collect::<PResult<Vec<_>>>()?;
@@ -799,10 +786,7 @@ impl Parser {
                 let (n, span) = self.number()?;
                 match n {
                     Number::Int(i) if i64::try_from(i).is_ok() => Ok(Some(i as i64)),
-                    n => err(
-                        span,
-                        ParseErrorKind::Expected { expected: "a 64-bit integer".into(), found: fmt_number(n) },
-                    ),
+                    n => err(span, ParseErrorKind::Expected { expected: "a 64-bit integer", found: fmt_number(n) }),
                 }
             }
             _ => Ok(None),
@@ -814,9 +798,7 @@ impl Parser {
         let cmp = match self.bump() {
             (Tok::EqEq, _) => Comparison::Exact,
             (Tok::Approx, _) => Comparison::Close { tol: 0.0 },
-            (t, span) => {
-                return err(span, ParseErrorKind::Expected { expected: "`==` or `~=`".into(), found: t.describe() })
-            }
+            (t, span) => return err(span, ParseErrorKind::Expected { expected: "`==` or `~=`", found: t.describe() }),
         };
         let ty = if matches!(self.peek(), Tok::Ident(_)) { Some(self.tensor_type()?) } else { None };
         let data = self.f32_list()?;
@@ -839,7 +821,10 @@ fn is_op(word: &str) -> bool {
 
 fn arity(op: &str, operands: &[(Operand, Span)], span: Span, n: usize) -> PResult<()> {
     if operands.len() != n {
-        return err(span, ParseErrorKind::Arity { op: op.into(), expected: n.to_string(), found: operands.len() });
+        return err(
+            span,
+            ParseErrorKind::Arity { op: op.into(), expected: OperandCount::Exactly(n), found: operands.len() },
+        );
     }
     Ok(())
 }
@@ -1010,14 +995,13 @@ impl Attrs {
 
     fn finish(self) -> PResult<()> {
         if let Some(a) = self.attrs.first() {
-            let allowed = if self.used.is_empty() { "none".to_string() } else { self.used.join(", ") };
             return err(
                 a.span,
                 ParseErrorKind::UnknownAttr {
                     op: self.op.clone(),
                     suggestion: suggest(&a.name, &self.used),
                     name: a.name.clone(),
-                    allowed,
+                    allowed: self.used.clone(),
                 },
             );
         }

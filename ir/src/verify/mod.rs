@@ -85,13 +85,25 @@ pub enum VerifyErrorKind {
     /// A file with no instructions.
     #[error("program has no instructions")]
     Empty,
-    /// A training statement that cannot work (a loss with many elements, a bad rate).
-    #[error("{keyword}: {message}")]
-    Training {
+    /// `backward` of a loss with other than one element.
+    #[error("backward: the loss %{name} must have one element; it has type {ty}")]
+    LossShape {
+        /// The loss.
+        name: String,
+        /// Its type.
+        ty: TensorType,
+    },
+    /// An optimizer setting out of its range (`lr=0`, `beta1=1`).
+    #[error("{keyword}: {name}={value} must be {want}")]
+    Hyperparameter {
         /// The statement's keyword.
         keyword: &'static str,
-        /// What is wrong.
-        message: String,
+        /// The setting.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+        /// Its range, in words.
+        want: &'static str,
     },
 }
 
@@ -237,13 +249,12 @@ impl Checker<'_> {
         for v in t.operands() {
             ok &= self.read(v, span);
         }
-        let bad = |c: &mut Self, message: String| c.error(span, VerifyErrorKind::Training { keyword, message });
         match t {
             Train::Backward { loss } if ok => {
                 if let Some(ty) = self.types[loss.index()].clone() {
                     if ty.shape.numel() != 1 {
                         let name = self.program.name(*loss);
-                        bad(self, format!("the loss %{name} must have one element; it has type {ty}"));
+                        self.error(span, VerifyErrorKind::LossShape { name, ty });
                     }
                 }
             }
@@ -252,29 +263,25 @@ impl Checker<'_> {
                 self.define(*dst, ty, stmt);
             }
             Train::Step { optimizer, .. } => {
-                let rate =
-                    |name: &str, x: f64, ok: bool, want: &str| (!ok).then(|| format!("{name}={x} must be {want}"));
-                let problems: Vec<String> = match *optimizer {
-                    Optimizer::Sgd { lr, momentum, weight_decay } => [
-                        rate("lr", lr, lr.is_finite() && lr > 0.0, "a positive number"),
-                        rate("momentum", momentum, (0.0..1.0).contains(&momentum), "in [0, 1)"),
-                        rate("weight_decay", weight_decay, weight_decay.is_finite() && weight_decay >= 0.0, ">= 0"),
-                    ]
-                    .into_iter()
-                    .flatten()
-                    .collect(),
-                    Optimizer::Adam { lr, beta1, beta2, eps } => [
-                        rate("lr", lr, lr.is_finite() && lr > 0.0, "a positive number"),
-                        rate("beta1", beta1, (0.0..1.0).contains(&beta1), "in [0, 1)"),
-                        rate("beta2", beta2, (0.0..1.0).contains(&beta2), "in [0, 1)"),
-                        rate("eps", eps, eps.is_finite() && eps > 0.0, "a positive number"),
-                    ]
-                    .into_iter()
-                    .flatten()
-                    .collect(),
+                const POSITIVE: &str = "a positive number";
+                const UNIT: &str = "in [0, 1)";
+                let checks = match *optimizer {
+                    Optimizer::Sgd { lr, momentum, weight_decay } => vec![
+                        ("lr", lr, lr.is_finite() && lr > 0.0, POSITIVE),
+                        ("momentum", momentum, (0.0..1.0).contains(&momentum), UNIT),
+                        ("weight_decay", weight_decay, weight_decay.is_finite() && weight_decay >= 0.0, ">= 0"),
+                    ],
+                    Optimizer::Adam { lr, beta1, beta2, eps } => vec![
+                        ("lr", lr, lr.is_finite() && lr > 0.0, POSITIVE),
+                        ("beta1", beta1, (0.0..1.0).contains(&beta1), UNIT),
+                        ("beta2", beta2, (0.0..1.0).contains(&beta2), UNIT),
+                        ("eps", eps, eps.is_finite() && eps > 0.0, POSITIVE),
+                    ],
                 };
-                for p in problems {
-                    bad(self, p);
+                for (name, value, fine, want) in checks {
+                    if !fine {
+                        self.error(span, VerifyErrorKind::Hyperparameter { keyword, name, value, want });
+                    }
                 }
             }
             _ => {}

@@ -105,22 +105,22 @@ pub enum TypeError {
         axis: usize,
     },
     /// A reshape to a different element count.
-    #[error("cannot reshape {from} ({from_numel} elements) to [{to}] ({to_numel} elements)")]
+    #[error("cannot reshape {from} ({from_numel} elements) to [{}] ({to_numel} elements)", joined(to))]
     ReshapeCount {
         /// Operand shape.
         from: Shape,
         /// Operand elements.
         from_numel: usize,
         /// Target as written.
-        to: String,
+        to: Vec<i64>,
         /// Target elements.
         to_numel: usize,
     },
     /// A reshape target with a bad entry.
-    #[error("invalid reshape target [{to}]: {reason}")]
+    #[error("invalid reshape target [{}]: {reason}", joined(to))]
     ReshapeTarget {
         /// Target as written.
-        to: String,
+        to: Vec<i64>,
         /// What is wrong.
         reason: &'static str,
     },
@@ -213,10 +213,11 @@ pub enum TypeError {
         found: usize,
     },
     /// A `fused` kernel that does not fit its operands or result.
-    #[error("the kernel does not fit: {message}")]
+    #[error("the kernel does not fit: {source}")]
     Kernel {
         /// What does not fit.
-        message: String,
+        #[from]
+        source: crate::kernel::KernelError,
     },
     /// A bad `arange`.
     #[error("{reason}")]
@@ -242,7 +243,13 @@ pub enum TypeError {
     #[error("shape {shape} is too large: its dimensions (a 0 counted as 1) multiply past 2^40")]
     TooLarge {
         /// The shape.
-        shape: String,
+        shape: Shape,
+    },
+    /// A reshape target whose dimensions multiply past `usize` (see [`TypeError::TooLarge`]).
+    #[error("shape [{}] is too large: its dimensions (a 0 counted as 1) multiply past 2^40", joined(to))]
+    ReshapeTooLarge {
+        /// Target as written.
+        to: Vec<i64>,
     },
     /// A reduction that has no identity over an empty axis.
     #[error("an empty axis has no {op}imum")]
@@ -258,14 +265,20 @@ impl TypeError {
     pub fn kind(&self) -> crate::FailureKind {
         use crate::FailureKind;
         match self {
-            TypeError::RankTooLarge { .. } | TypeError::TooMuchWork { .. } | TypeError::TooLarge { .. } => {
-                FailureKind::Limit
-            }
+            TypeError::RankTooLarge { .. }
+            | TypeError::TooMuchWork { .. }
+            | TypeError::TooLarge { .. }
+            | TypeError::ReshapeTooLarge { .. } => FailureKind::Limit,
             TypeError::UnknownValue(_) => FailureKind::Undefined,
             TypeError::Kernel { .. } => FailureKind::Kernel,
             _ => FailureKind::Type,
         }
     }
+}
+
+/// `a, b, c`: a reshape target as written.
+fn joined(dims: &[i64]) -> String {
+    dims.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
 }
 
 /// Checks a dtype can execute.
@@ -283,7 +296,7 @@ pub fn check_size(shape: &Shape) -> Result<usize, TypeError> {
     let extent = shape.0.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d.max(1)));
     match extent {
         Some(n) if n <= MAX_ELEMENTS => Ok(shape.numel()),
-        _ => Err(TypeError::TooLarge { shape: shape.to_string() }),
+        _ => Err(TypeError::TooLarge { shape: shape.clone() }),
     }
 }
 
@@ -337,7 +350,7 @@ pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Result<Shape, TypeError> {
 
 /// Resolves a reshape target (one `-1` allowed) against an element count.
 pub fn resolve_reshape(from: &Shape, to: &[i64]) -> Result<Shape, TypeError> {
-    let written = || to.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+    let written = || to.to_vec();
     let mut infer = None;
     let mut known: usize = 1;
     for (i, &d) in to.iter().enumerate() {
@@ -349,9 +362,7 @@ pub fn resolve_reshape(from: &Shape, to: &[i64]) -> Result<Shape, TypeError> {
         } else if d < 0 {
             return Err(TypeError::ReshapeTarget { to: written(), reason: "dimensions must be >= 0 or -1" });
         } else {
-            known = known
-                .checked_mul(d as usize)
-                .ok_or_else(|| TypeError::TooLarge { shape: format!("[{}]", written()) })?;
+            known = known.checked_mul(d as usize).ok_or_else(|| TypeError::ReshapeTooLarge { to: written() })?;
         }
     }
     let numel = from.numel();
@@ -788,7 +799,7 @@ fn infer_any_rank(
                 lens.push(s.shape.numel());
             }
             let fits = kernel.check_bounds(&lens, t.shape.numel()).and_then(|()| kernel.check_covers(t.shape.numel()));
-            fits.map_err(|message| TypeError::Kernel { message })?;
+            fits?;
             Ok(out)
         }
         Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } | Instr::SignalStart { .. } | Instr::SignalEnd { .. } => {

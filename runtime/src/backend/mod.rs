@@ -145,14 +145,19 @@ impl fmt::Display for BackendKind {
     }
 }
 
-impl FromStr for BackendKind {
-    type Err = String;
+/// A backend name that names no backend.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown backend `{name}` (known: {})", BackendKind::ALL.map(BackendKind::name).join(", "))]
+pub struct UnknownBackend {
+    /// The name given.
+    pub name: String,
+}
 
-    fn from_str(s: &str) -> Result<BackendKind, String> {
-        BackendKind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown backend `{s}` (known: cpu, cuda)"))
+impl FromStr for BackendKind {
+    type Err = UnknownBackend;
+
+    fn from_str(s: &str) -> Result<BackendKind, UnknownBackend> {
+        BackendKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| UnknownBackend { name: s.to_string() })
     }
 }
 
@@ -164,5 +169,54 @@ pub enum BackendError {
     NotBuilt,
     /// The driver or device could not be used.
     #[error("CUDA is not available: {0}")]
-    Unavailable(String),
+    Unavailable(CudaUnavailable),
+}
+
+/// Why the CUDA driver or device could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CudaUnavailable {
+    /// A driver call failed while starting.
+    #[error("{step}: {driver_message}")]
+    Driver {
+        /// What was being done.
+        step: CudaStartStep,
+        /// The driver's own description of its error code (text from outside gt).
+        driver_message: String,
+    },
+    /// No device with that ordinal.
+    #[error("no CUDA device {ordinal} (this machine has {count})")]
+    NoDevice {
+        /// The ordinal asked for.
+        ordinal: u32,
+        /// Devices present.
+        count: u32,
+    },
+    /// A device older than the generated code needs.
+    #[error("device {ordinal} has compute capability {major}.x; gt's kernels need 8.0 (Ampere) or newer")]
+    ComputeCapability {
+        /// The device.
+        ordinal: u32,
+        /// Its major compute capability.
+        major: i32,
+    },
+}
+
+/// What the CUDA backend was doing when the driver failed it at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CudaStartStep {
+    /// `cuInit`.
+    #[error("the driver did not initialise")]
+    Init,
+    /// Counting devices.
+    #[error("counting devices failed")]
+    CountDevices,
+    /// Opening the device.
+    #[error("opening the device failed")]
+    OpenDevice,
+    /// Creating a context.
+    #[error("creating a context failed")]
+    CreateContext,
+    /// Creating a stream.
+    #[error("creating a stream failed")]
+    CreateStream,
 }

@@ -12,8 +12,9 @@
 //! a straight copy. Broadcasting, permutes and slices are strided views copied once into
 //! their result.
 
-use crate::backend::cpu::jit::Jit;
+use crate::backend::cpu::jit::{Jit, JitError};
 use crate::backend::{checks, Residency};
+use crate::error::JitFailure;
 use crate::RuntimeError;
 use gt_ir::formula::{Algebra, Term, Var};
 use gt_ir::kernel::Kernel;
@@ -24,6 +25,7 @@ use gt_ir::{BinaryOp, Executor, HostTensor, Instr, Operand, ReduceOp, Shape, Ten
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Axis, CowArray, Dimension, IxDyn, Slice, Zip};
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// A value as the interpreter stores it: row-major contiguous `f32`.
 pub(crate) type Tensor = ArrayD<f32>;
@@ -164,10 +166,13 @@ impl Interpreter {
         let mut out = Tensor::zeros(dims);
         let slice = out.as_slice_mut().unwrap_or(&mut []);
         let Some(jit) = &mut self.jit else {
-            super::kernels::run(kernel, &inputs, slice).map_err(|message| RuntimeError::Kernel { op, message })?;
+            super::kernels::run(kernel, &inputs, slice).map_err(|e| super::kernels::failed(op, e))?;
             return Ok(out);
         };
-        let took = jit.run(kernel, &inputs, slice).map_err(|e| RuntimeError::Kernel { op, message: e.to_string() })?;
+        let took = jit.run(kernel, &inputs, slice).map_err(|e| match e {
+            JitError::Invalid(source) | JitError::Bounds(source) => RuntimeError::Kernel { op, source },
+            e => RuntimeError::Jit { op, source: JitFailure(Arc::new(e)) },
+        })?;
         if !took.is_zero() {
             tracing::debug!(
                 target: "gt::compile",

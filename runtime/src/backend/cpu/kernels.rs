@@ -112,15 +112,24 @@ fn matmul_kernel(k: &MatMulKernel, inputs: &[&[f32]], out: &mut [f32]) -> Result
 }
 
 /// Runs `kernel` reading `inputs` (one buffer per kernel input) and writing into `out`.
-/// A malformed kernel, or one reaching outside its buffers, is an error, not a panic.
-pub fn run(kernel: &Kernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), String> {
+/// A malformed kernel, or one reaching outside its buffers, is an error
+/// ([`TypeError::Kernel`]), not a panic.
+pub fn run(kernel: &Kernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), TypeError> {
     let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
     kernel.check_bounds(&lens, out.len())?;
     match kernel {
         Kernel::Map(k) => map(k, inputs, out),
-        Kernel::MatMul(k) => matmul_kernel(k, inputs, out).map_err(|e| e.to_string())?,
+        Kernel::MatMul(k) => matmul_kernel(k, inputs, out)?,
     }
     Ok(())
+}
+
+/// The failure of [`run`] for `op`: a kernel failure, or the type error of its matmul.
+pub(crate) fn failed(op: &'static str, e: TypeError) -> RuntimeError {
+    match e {
+        TypeError::Kernel { source } => RuntimeError::Kernel { op, source },
+        source => RuntimeError::Type { op, source },
+    }
 }
 
 /// A backend that runs every instruction as the kernels it lowers to, on host buffers.
@@ -156,8 +165,7 @@ impl Backend for KernelBackend {
             match step {
                 Step::Launch { kernel, inputs, output } => {
                     let buffers: Vec<&[f32]> = inputs.iter().map(|v| &self.values[v].1[..]).collect();
-                    run(kernel, &buffers, &mut outputs[*output])
-                        .map_err(|message| RuntimeError::Kernel { op, message })?;
+                    run(kernel, &buffers, &mut outputs[*output]).map_err(|e| failed(op, e))?;
                 }
                 Step::Upload { output } => {
                     if let Instr::Literal { data, .. } = &*instr {
@@ -167,9 +175,8 @@ impl Backend for KernelBackend {
                 Step::TwoPass { first, inputs, partials, second, output } => {
                     let buffers: Vec<&[f32]> = inputs.iter().map(|v| &self.values[v].1[..]).collect();
                     let mut temp = vec![0.0; *partials];
-                    run(first, &buffers, &mut temp).map_err(|message| RuntimeError::Kernel { op, message })?;
-                    run(second, &[&temp], &mut outputs[*output])
-                        .map_err(|message| RuntimeError::Kernel { op, message })?;
+                    run(first, &buffers, &mut temp).map_err(|e| failed(op, e))?;
+                    run(second, &[&temp], &mut outputs[*output]).map_err(|e| failed(op, e))?;
                 }
             }
         }
@@ -209,7 +216,7 @@ impl Backend for KernelBackend {
 mod tests {
     use super::*;
     use crate::Interpreter;
-    use gt_ir::kernel::samples;
+    use gt_ir::kernel::{samples, Buffer, KernelError};
     use gt_ir::{BinaryOp, Operand, ReduceOp, UnaryOp};
 
     fn v(i: u32) -> ValueId {
@@ -301,10 +308,16 @@ mod tests {
     fn malformed_or_out_of_bounds_kernels_are_errors() {
         let k = samples::softmax(&[4, 8]);
         let mut out = vec![0.0; 32];
-        assert!(run(&k, &[&[0.0; 31]], &mut out).unwrap_err().contains("input 0"));
+        let e = run(&k, &[&[0.0; 31]], &mut out).unwrap_err();
+        let input = |e: &TypeError, buffer| matches!(e, TypeError::Kernel { source: KernelError::OutOfBounds { buffer: b, .. } } if *b == buffer);
+        assert!(input(&e, Buffer::Input(0)), "{e}");
+        assert!(e.to_string().contains("input 0"), "{e}");
         let Kernel::Map(mut bad) = k else { unreachable!() };
         bad.nodes.push(Node::Input(3));
-        assert!(run(&Kernel::Map(bad), &[&[0.0; 32]], &mut out).unwrap_err().contains("reads input 3"));
+        let e = run(&Kernel::Map(bad), &[&[0.0; 32]], &mut out).unwrap_err();
+        assert!(matches!(e, TypeError::Kernel { source: KernelError::InputOutOfRange { input: 3, .. } }), "{e}");
+        assert!(e.to_string().contains("reads input 3"), "{e}");
+        assert!(matches!(failed("fused", e), RuntimeError::Kernel { op: "fused", .. }));
     }
 
     #[test]

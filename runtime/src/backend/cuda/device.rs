@@ -9,8 +9,9 @@
 
 use super::ptx::{self, PtxKernel, ENTRY};
 use crate::backend::checks::{self, ELEMENT_BYTES};
-use crate::backend::BackendError;
 use crate::backend::{Backend, Residency};
+use crate::backend::{BackendError, CudaStartStep, CudaUnavailable};
+use crate::error::DeviceStep;
 use crate::RuntimeError;
 use cust::context::Context;
 use cust::device::{Device, DeviceAttribute};
@@ -106,32 +107,33 @@ fn check(result: cu::CUresult) -> Result<(), DriverError> {
     }
 }
 
-/// A driver error as text, with what was being done.
-fn driver(what: impl std::fmt::Display, e: impl std::fmt::Display) -> String {
-    format!("{what}: {e}")
+/// A driver failure of `op` while doing `step`.
+fn device(op: &'static str, step: DeviceStep, e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Device { op, step, driver_message: e.to_string() }
 }
 
 impl CudaBackend {
     /// Initialises the driver and makes a context and stream on device `ordinal` current on
     /// this thread.
     pub fn new(ordinal: u32, max_tensor_bytes: usize) -> Result<CudaBackend, BackendError> {
-        let unavailable = |what: &str, e: CudaError| BackendError::Unavailable(driver(what, e));
-        cust::init(cust::CudaFlags::empty()).map_err(|e| unavailable("the driver did not initialise", e))?;
-        let count = Device::num_devices().map_err(|e| unavailable("counting devices failed", e))?;
+        let unavailable = |step: CudaStartStep| {
+            move |e: CudaError| {
+                BackendError::Unavailable(CudaUnavailable::Driver { step, driver_message: e.to_string() })
+            }
+        };
+        cust::init(cust::CudaFlags::empty()).map_err(unavailable(CudaStartStep::Init))?;
+        let count = Device::num_devices().map_err(unavailable(CudaStartStep::CountDevices))?;
         if ordinal >= count {
-            return Err(BackendError::Unavailable(format!("no CUDA device {ordinal} (this machine has {count})")));
+            return Err(BackendError::Unavailable(CudaUnavailable::NoDevice { ordinal, count }));
         }
-        let device = Device::get_device(ordinal).map_err(|e| unavailable("opening the device failed", e))?;
+        let device = Device::get_device(ordinal).map_err(unavailable(CudaStartStep::OpenDevice))?;
         let major = device.get_attribute(DeviceAttribute::ComputeCapabilityMajor).unwrap_or(0);
         if major < 8 {
-            return Err(BackendError::Unavailable(format!(
-                "device {ordinal} has compute capability {major}.x; gt's kernels need 8.0 (Ampere) or newer"
-            )));
+            return Err(BackendError::Unavailable(CudaUnavailable::ComputeCapability { ordinal, major }));
         }
         let device_name = device.name().unwrap_or_else(|_| "unknown device".into());
-        let context = Context::new(device).map_err(|e| unavailable("creating a context failed", e))?;
-        let stream =
-            Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| unavailable("creating a stream failed", e))?;
+        let context = Context::new(device).map_err(unavailable(CudaStartStep::CreateContext))?;
+        let stream = Stream::new(StreamFlags::NON_BLOCKING, None).map_err(unavailable(CudaStartStep::CreateStream))?;
         Ok(CudaBackend {
             values: HashMap::new(),
             bytes: Residency::default(),
@@ -177,7 +179,7 @@ impl CudaBackend {
             .map(|v| self.values.get(v).map(|t| t.buffer).ok_or(RuntimeError::Undefined { op, value: *v }))
             .collect::<Result<Vec<_>, _>>()?;
         let lens: Vec<usize> = inputs.iter().map(|v| self.values[v].ty.shape.numel()).collect();
-        kernel.check_bounds(&lens, ty.shape.numel()).map_err(|message| RuntimeError::Kernel { op, message })?;
+        kernel.check_bounds(&lens, ty.shape.numel()).map_err(|source| RuntimeError::Kernel { op, source })?;
         let out = self.alloc(op, ty.shape.numel() * ELEMENT_BYTES)?;
         if let Err(e) = self.launch(op, kernel, out, &buffers) {
             self.release(out);
@@ -208,7 +210,7 @@ impl CudaBackend {
         if bytes > 0 {
             if let Err(e) = check(unsafe { cu::cuMemcpyDtoDAsync_v2(out.ptr, from, bytes, stream) }) {
                 self.release(out);
-                return Err(RuntimeError::Device { op, message: driver("device-to-device copy failed", e) });
+                return Err(device(op, DeviceStep::CopyDeviceToDevice, e));
             }
         }
         self.define(dst, DeviceTensor { ty, buffer: out });
@@ -241,14 +243,13 @@ impl CudaBackend {
             self.release_pool();
             result = check(unsafe { cu::cuMemAlloc_v2(&mut ptr, class) });
         }
-        result.map_err(|e| RuntimeError::Device {
+        result.map_err(|e| RuntimeError::DeviceMemory {
             op,
-            message: format!(
-                "cannot allocate {bytes} bytes on {} ({e}; {} values hold {} bytes)",
-                self.device_name,
-                self.values.len(),
-                self.live_bytes()
-            ),
+            bytes,
+            device: self.device_name.clone(),
+            driver_message: e.to_string(),
+            values: self.values.len(),
+            live: self.live_bytes(),
         })?;
         self.counters.allocations += 1;
         Ok(Buffer { ptr, class })
@@ -275,13 +276,12 @@ impl CudaBackend {
 
     fn compiled(&mut self, op: &'static str, kernel: &Kernel) -> Result<&Compiled, RuntimeError> {
         if !self.modules.contains_key(kernel) {
-            let fail = |message: String| RuntimeError::Device { op, message };
-            let launch = ptx::generate(kernel).map_err(|e| fail(e.to_string()))?;
+            let launch = ptx::generate(kernel).map_err(|source| RuntimeError::Ptx { op, source })?;
             let module = Module::from_ptx(&launch.text, &[])
-                .map_err(|e| fail(driver(format_args!("loading the PTX of a {} kernel failed", kernel.kind()), e)))?;
+                .map_err(|e| device(op, DeviceStep::LoadModule { kernel: kernel.kind() }, e))?;
             let function = module
                 .get_function(ENTRY)
-                .map_err(|e| fail(driver(format_args!("the {} kernel has no entry", kernel.kind()), e)))?
+                .map_err(|e| device(op, DeviceStep::FindEntry { kernel: kernel.kind() }, e))?
                 .to_raw();
             self.counters.compiles += 1;
             self.modules.insert(kernel.clone(), Compiled { _module: module, function, launch });
@@ -316,10 +316,7 @@ impl CudaBackend {
                 std::ptr::null_mut(),
             )
         });
-        result.map_err(|e| RuntimeError::Device {
-            op,
-            message: driver(format_args!("launching a {} kernel (grid {g:?}, block {b:?}) failed", kernel.kind()), e),
-        })?;
+        result.map_err(|e| device(op, DeviceStep::Launch { kernel: kernel.kind(), grid: g, block: b }, e))?;
         self.counters.launches += 1;
         Ok(())
     }
@@ -331,7 +328,7 @@ impl CudaBackend {
         check(unsafe {
             cu::cuMemcpyHtoDAsync_v2(dst.ptr, data.as_ptr() as *const c_void, bytes, self.stream.as_inner())
         })
-        .map_err(|e| RuntimeError::Device { op, message: driver("copying data to the device failed", e) })
+        .map_err(|e| device(op, DeviceStep::CopyToDevice, e))
     }
 
     fn type_of(&self, v: ValueId) -> Result<TensorType, TypeError> {
@@ -431,16 +428,12 @@ impl Backend for CudaBackend {
         let t = self.values.get(&value).ok_or(RuntimeError::Undefined { op: "get", value })?;
         let mut data = vec![0f32; t.ty.shape.numel()];
         let (ptr, ty) = (t.buffer.ptr, t.ty.clone());
-        let fail = |e: CudaError| RuntimeError::Device {
-            op: "get",
-            message: driver("copying data from the device failed", e),
-        };
+        let fail = |e: CudaError| device("get", DeviceStep::CopyFromDevice, e);
         if !data.is_empty() {
             let bytes = data.len() * ELEMENT_BYTES;
             let stream = self.stream.as_inner();
-            check(unsafe { cu::cuMemcpyDtoHAsync_v2(data.as_mut_ptr() as *mut c_void, ptr, bytes, stream) }).map_err(
-                |e| RuntimeError::Device { op: "get", message: driver("copying data from the device failed", e) },
-            )?;
+            check(unsafe { cu::cuMemcpyDtoHAsync_v2(data.as_mut_ptr() as *mut c_void, ptr, bytes, stream) })
+                .map_err(|e| device("get", DeviceStep::CopyFromDevice, e))?;
         }
         self.stream.synchronize().map_err(fail)?;
         Ok(HostTensor::new(ty, data))
@@ -448,7 +441,7 @@ impl Backend for CudaBackend {
 
     fn finish(&mut self) -> Result<(), RuntimeError> {
         let r: CudaResult<()> = self.stream.synchronize();
-        r.map_err(|e| RuntimeError::Device { op: "sync", message: driver("the device failed queued work", e) })
+        r.map_err(|e| device("sync", DeviceStep::Sync, e))
     }
 
     fn live_values(&self) -> usize {

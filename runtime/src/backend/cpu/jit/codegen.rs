@@ -446,7 +446,7 @@ fn mem() -> MemFlagsData {
 /// The CLIF function of a map kernel (already validated), named `name`.
 pub(super) fn map_function(k: &MapKernel, target: Target, name: UserFuncName) -> Result<Function, JitError> {
     if k.nodes.is_empty() {
-        return Err(JitError::Invalid("a map kernel needs at least one node".into()));
+        return Err(JitError::Invalid(gt_ir::kernel::KernelError::NoNodes));
     }
     let mut func = Function::with_name_signature(name, target.kernel_signature());
     let mut fctx = FunctionBuilderContext::new();

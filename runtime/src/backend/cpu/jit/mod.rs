@@ -45,7 +45,7 @@ use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module};
-use gt_ir::kernel::{validate, Kernel, MapKernel, MatMulKernel};
+use gt_ir::kernel::{validate, Kernel, KernelError, MapKernel, MatMulKernel};
 use gt_ir::random;
 use std::collections::HashMap;
 use std::fmt;
@@ -55,18 +55,53 @@ use std::time::{Duration, Instant};
 /// Why a kernel could not be compiled or run.
 #[derive(Debug, thiserror::Error)]
 pub enum JitError {
-    /// The host has no Cranelift backend, or refused its settings.
+    /// Cranelift refused one of the JIT's settings on this host.
+    #[error("jit: unsupported host: {name}={value}: {source}")]
+    Setting {
+        /// The setting.
+        name: &'static str,
+        /// Its value.
+        value: &'static str,
+        /// Why.
+        #[source]
+        source: cranelift_codegen::settings::SetError,
+    },
+    /// Cranelift has no backend for the host.
+    #[error("jit: unsupported host: {reason}")]
+    NoBackend {
+        /// Cranelift's reason (`unsupported architecture`, ...).
+        reason: &'static str,
+    },
+    /// The host's backend refused the settings.
     #[error("jit: unsupported host: {0}")]
-    Isa(String),
+    Isa(#[source] Box<cranelift_codegen::CodegenError>),
     /// A malformed kernel (see [`gt_ir::kernel::validate`]).
     #[error("jit: malformed kernel: {0}")]
-    Invalid(String),
+    Invalid(#[source] KernelError),
     /// The buffers do not fit the kernel (or the kernel is malformed).
     #[error("jit: {0}")]
-    Bounds(String),
-    /// Cranelift refused the generated code: a bug in the generator.
-    #[error("jit: code generation failed: {0}")]
-    Codegen(String),
+    Bounds(#[source] KernelError),
+    /// Cranelift refused the generated code: a bug in the generator. (`Debug`, because the
+    /// `Display` of a compilation error leaves out the verifier's findings.)
+    #[error("jit: code generation failed: {0:?}")]
+    Module(#[source] Box<cranelift_module::ModuleError>),
+    /// A runtime shim declared under another function id than the generated code imports
+    /// it by (`codegen::Shim`): a bug in the JIT.
+    #[error("jit: code generation failed: shim {symbol} got function id {id}, expected {expected}")]
+    ShimId {
+        /// The shim's symbol.
+        symbol: &'static str,
+        /// The id it got.
+        id: u32,
+        /// The id the code imports.
+        expected: u32,
+    },
+    /// A kernel just compiled is not in the cache: a bug in the JIT.
+    #[error("jit: code generation failed: the kernel left the cache")]
+    NotCached,
+    /// The cache holds another kind of code for the kernel: a bug in the JIT.
+    #[error("jit: code generation failed: cached code of another kind of kernel")]
+    CachedKind,
 }
 
 /// Most kernels kept compiled at once.
@@ -149,12 +184,12 @@ impl Jit {
             ("use_colocated_libcalls", "false"),
             ("enable_verifier", verify),
         ] {
-            flags.set(name, value).map_err(|e| JitError::Isa(format!("{name}={value}: {e}")))?;
+            flags.set(name, value).map_err(|source| JitError::Setting { name, value, source })?;
         }
         let isa = cranelift_native::builder()
-            .map_err(|e| JitError::Isa(e.to_string()))?
+            .map_err(|reason| JitError::NoBackend { reason })?
             .finish(settings::Flags::new(flags))
-            .map_err(|e| JitError::Isa(e.to_string()))?;
+            .map_err(|e| JitError::Isa(Box::new(e)))?;
         let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
         let target = Target { frontend: isa.frontend_config(), fma };
         let module = module_for(isa.clone(), target)?;
@@ -191,14 +226,14 @@ impl Jit {
             return Ok(Duration::ZERO);
         }
         let took = self.compile(kernel)?;
-        let compiled = *self.cache.get(kernel).ok_or_else(|| JitError::Codegen("the kernel left the cache".into()))?;
+        let compiled = *self.cache.get(kernel).ok_or(JitError::NotCached)?;
         match (kernel, compiled) {
             (Kernel::Map(_), Compiled::Map(f)) => {
                 let ptrs: Vec<*const f32> = inputs.iter().map(|b| b.as_ptr()).collect();
                 call(f, &ptrs, out.as_mut_ptr());
             }
             (Kernel::MatMul(k), Compiled::MatMul(epilogue)) => matmul(k, inputs, out, epilogue),
-            _ => return Err(JitError::Codegen("cached code of another kind of kernel".into())),
+            _ => return Err(JitError::CachedKind),
         }
         Ok(took)
     }
@@ -235,20 +270,24 @@ impl Jit {
     /// Compiles one map into the module and returns its entry point.
     #[allow(unsafe_code)]
     fn define(&mut self, k: &MapKernel) -> Result<KernelFn, JitError> {
-        let codegen = |e: cranelift_module::ModuleError| JitError::Codegen(format!("{e:?}"));
-        let id = self.module.declare_anonymous_function(&self.target.kernel_signature()).map_err(codegen)?;
+        let id = self.module.declare_anonymous_function(&self.target.kernel_signature()).map_err(module_error)?;
         let mut ctx = self.module.make_context();
         ctx.func = map_function(k, self.target, UserFuncName::user(0, id.as_u32()))?;
-        self.module.define_function(id, &mut ctx).map_err(codegen)?;
+        self.module.define_function(id, &mut ctx).map_err(module_error)?;
         self.stats.code_bytes += ctx.compiled_code().map_or(0, |c| c.code_buffer().len()) as u64;
         self.module.clear_context(&mut ctx);
-        self.module.finalize_definitions().map_err(codegen)?;
+        self.module.finalize_definitions().map_err(module_error)?;
         let code = self.module.get_finalized_function(id);
         // SAFETY: `code` is the finalized (executable, freed only with the module, when the
         // cache that holds this pointer is cleared) entry of a function defined with `kernel_signature`, i.e.
         // `(ptr, ptr) -> ()` in the host's default calling convention, which is `extern "C"`.
         Ok(unsafe { std::mem::transmute::<*const u8, KernelFn>(code) })
     }
+}
+
+/// Cranelift's failure, boxed (it is large, and failures are rare).
+fn module_error(e: cranelift_module::ModuleError) -> JitError {
+    JitError::Module(Box::new(e))
 }
 
 /// A module for `isa` with the shims declared first and in order, so their function ids are
@@ -262,9 +301,9 @@ fn module_for(isa: cranelift_codegen::isa::OwnedTargetIsa, target: Target) -> Re
     for shim in Shim::ALL {
         let id = module
             .declare_function(shim.symbol(), Linkage::Import, &shim.signature(target.frontend.default_call_conv))
-            .map_err(|e| JitError::Codegen(e.to_string()))?;
+            .map_err(module_error)?;
         if id.as_u32() != shim as u32 {
-            return Err(JitError::Codegen(format!("shim {} got function id {}", shim.symbol(), id.as_u32())));
+            return Err(JitError::ShimId { symbol: shim.symbol(), id: id.as_u32(), expected: shim as u32 });
         }
     }
     Ok(module)

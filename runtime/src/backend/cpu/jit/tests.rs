@@ -8,7 +8,7 @@ use crate::backend::checks;
 use crate::backend::cpu::kernels;
 use crate::Interpreter;
 use gt_ir::kernel::lower::{lower, Step};
-use gt_ir::kernel::{samples, Access, Node};
+use gt_ir::kernel::{samples, Access, Buffer, Node};
 use gt_ir::{BinaryOp, ReduceOp, TypeError, UnaryOp};
 use proptest::prelude::*;
 
@@ -548,18 +548,23 @@ fn bad_kernels_and_buffers_are_errors() {
     let mut jit = jit();
     let k = samples::softmax(&[4, 8]);
     let mut out = vec![0.0; 32];
-    assert!(matches!(jit.run(&k, &[&[0.0; 31]], &mut out), Err(JitError::Bounds(e)) if e.contains("input 0")));
-    assert!(matches!(jit.run(&k, &[&[0.0; 32]], &mut out[..31]), Err(JitError::Bounds(_))));
-    assert!(matches!(jit.run(&k, &[], &mut out), Err(JitError::Bounds(_))));
+    let e = jit.run(&k, &[&[0.0; 31]], &mut out).unwrap_err();
+    assert!(matches!(e, JitError::Bounds(KernelError::OutOfBounds { buffer: Buffer::Input(0), .. })), "{e}");
+    assert!(e.to_string().contains("input 0"), "{e}");
+    let e = jit.run(&k, &[&[0.0; 32]], &mut out[..31]).unwrap_err();
+    assert!(matches!(e, JitError::Bounds(KernelError::OutOfBounds { buffer: Buffer::Output, .. })), "{e}");
+    let e = jit.run(&k, &[], &mut out).unwrap_err();
+    assert!(matches!(e, JitError::Bounds(KernelError::InputCount { expected: 1, given: 0 })), "{e}");
     let Kernel::Map(mut bad) = k.clone() else { unreachable!() };
     bad.nodes.push(Node::Input(3));
     let bad = Kernel::Map(bad);
-    assert!(matches!(jit.run(&bad, &[&[0.0; 32]], &mut out), Err(JitError::Bounds(_))));
-    assert!(matches!(jit.compile(&bad), Err(JitError::Invalid(_))));
+    let input = |e: &KernelError| matches!(e, KernelError::InputOutOfRange { input: 3, inputs: 1, .. });
+    assert!(matches!(jit.run(&bad, &[&[0.0; 32]], &mut out), Err(JitError::Bounds(e)) if input(&e)));
+    assert!(matches!(jit.compile(&bad), Err(JitError::Invalid(e)) if input(&e)));
     assert!(clif(&bad).is_err());
     let Kernel::Map(mut empty) = k else { unreachable!() };
     empty.nodes.clear();
-    assert!(matches!(jit.compile(&Kernel::Map(empty)), Err(JitError::Invalid(_))));
+    assert!(matches!(jit.compile(&Kernel::Map(empty)), Err(JitError::Invalid(KernelError::NoNodes))));
     assert_eq!(jit.stats().compiled, 0);
     // Absurd sizes compile (or are refused) without panicking, and never run.
     let absurd = map(

@@ -101,7 +101,7 @@ pub(super) fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
     );
     let grid = (k.n.div_ceil(t.bn) as u32, k.m.div_ceil(t.bm) as u32, k.batch_count() as u32);
     if grid.1 > MAX_GRID_YZ || grid.2 > MAX_GRID_YZ {
-        return Err(PtxError::Grid { what: format!("{} row tiles x {} matrices", grid.1, grid.2) });
+        return Err(PtxError::Grid { row_tiles: grid.1, matrices: grid.2 });
     }
     Ok(PtxKernel {
         text: e.finish(&comment, &globals, 3 + k.epilogue_inputs.len()),

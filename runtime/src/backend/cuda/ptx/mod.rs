@@ -54,14 +54,18 @@ pub const MAX_ELEMENTS: usize = i32::MAX as usize;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PtxError {
     /// More blocks along grid y or z than CUDA allows (65535).
-    #[error("matmul grid too large for CUDA ({what}; at most {MAX_GRID_YZ} each)")]
+    #[error(
+        "matmul grid too large for CUDA ({row_tiles} row tiles x {matrices} matrices; at most {MAX_GRID_YZ} each)"
+    )]
     Grid {
-        /// What overflowed.
-        what: String,
+        /// Blocks along grid y: tiles of rows.
+        row_tiles: u32,
+        /// Blocks along grid z: matrices of the batch.
+        matrices: u32,
     },
     /// A kernel that breaks the kernel IR's rules (a bug in whoever built it).
     #[error("malformed kernel: {0}")]
-    Malformed(String),
+    Malformed(#[from] gt_ir::kernel::KernelError),
     /// Too many elements for 32-bit indexing.
     #[error("{elements} elements is too large for the CUDA backend's 32-bit indexing (at most {MAX_ELEMENTS})")]
     TooLarge {
@@ -84,7 +88,7 @@ pub struct PtxKernel {
 /// Generates the PTX of `kernel`. Its parameters are the output buffer's address, then one
 /// address per input (`u64` each).
 pub fn generate(kernel: &Kernel) -> Result<PtxKernel, PtxError> {
-    gt_ir::kernel::validate(kernel).map_err(PtxError::Malformed)?;
+    gt_ir::kernel::validate(kernel)?;
     match kernel {
         Kernel::Map(k) if k.is_row_kernel() => rows::rows(k),
         Kernel::Map(k) => map::map(k),
