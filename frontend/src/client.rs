@@ -53,13 +53,23 @@ pub struct Origin {
 /// A client failure.
 #[derive(Debug, Error)]
 pub enum ClientError {
-    /// No dispatcher (or no worker) answered at connect.
-    #[error("cannot connect to the dispatcher at {endpoint}: {why}")]
-    Connect {
+    /// Nothing answered the hello in time.
+    #[error(
+        "cannot connect to the dispatcher at {endpoint}: no answer within {seconds} s (is `gt server` running there?)"
+    )]
+    NoAnswer {
         /// Where.
         endpoint: String,
-        /// Why.
-        why: String,
+        /// How long the client waited (`GT_CONNECT_TIMEOUT`).
+        seconds: u64,
+    },
+    /// The dispatcher refused the hello (no worker registered in time, another version).
+    #[error("cannot connect to the dispatcher at {endpoint}: {dispatcher_message}")]
+    Refused {
+        /// Where.
+        endpoint: String,
+        /// The dispatcher's own words (text from the wire).
+        dispatcher_message: String,
     },
     /// An instruction or request failed on the dispatcher or a worker.
     #[error("{failure}{}", if *later > 0 { format!(" ({later} later instructions failed too)") } else { String::new() })]
@@ -74,16 +84,27 @@ pub enum ClientError {
         later: u64,
     },
     /// The dispatcher refused a message (another protocol version, too large, ...).
-    #[error("the dispatcher rejected a message: {0}")]
-    Rejected(String),
-    /// The dispatcher's answer does not fit the question (another kind of reply, or data whose
-    /// length is not its type's): a broken or rogue dispatcher.
+    #[error("the dispatcher rejected a message: {dispatcher_message}")]
+    Rejected {
+        /// The dispatcher's own words (text from the wire).
+        dispatcher_message: String,
+    },
+    /// The dispatcher's answer is another kind of reply than the question's: a broken or
+    /// rogue dispatcher.
     #[error("the dispatcher answered `{op}` with {got}")]
     BadReply {
         /// The request.
         op: &'static str,
-        /// What came back.
-        got: String,
+        /// The kind of reply that came back.
+        got: &'static str,
+    },
+    /// The dispatcher's data does not have its type's length: a broken or rogue dispatcher.
+    #[error("the dispatcher answered `get` with {elements} elements for a {ty} value")]
+    BadData {
+        /// Elements that came.
+        elements: usize,
+        /// The type they came with.
+        ty: gt_ir::TensorType,
     },
     /// The connection to the dispatcher broke while waiting.
     #[error("lost the connection to the dispatcher at {0}")]
@@ -181,10 +202,7 @@ impl Client {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || socket::retry(|| self.socket.poll(zmq::POLLIN, left.as_millis().max(1) as i64))? == 0 {
-                return Err(ClientError::Connect {
-                    endpoint: self.endpoint.clone(),
-                    why: format!("no answer within {} s (is `gt server` running there?)", wait.as_secs()),
-                });
+                return Err(ClientError::NoAnswer { endpoint: self.endpoint.clone(), seconds: wait.as_secs() });
             }
             match self.recv()? {
                 Reply::Welcome { client, workers, max_message_bytes } => {
@@ -197,7 +215,7 @@ impl Client {
                     return Ok(());
                 }
                 Reply::Rejected { message } => {
-                    return Err(ClientError::Connect { endpoint: self.endpoint.clone(), why: message })
+                    return Err(ClientError::Refused { endpoint: self.endpoint.clone(), dispatcher_message: message })
                 }
                 _ => {}
             }
@@ -313,7 +331,7 @@ impl Client {
     fn absorb(&mut self, reply: Reply, waiting: u64) -> Result<(), ClientError> {
         match reply {
             Reply::Failed { seq, failure } if seq != waiting => self.note_failure(seq, failure),
-            Reply::Rejected { message } => return Err(ClientError::Rejected(message)),
+            Reply::Rejected { message } => return Err(ClientError::Rejected { dispatcher_message: message }),
             _ => {}
         }
         Ok(())
@@ -379,11 +397,8 @@ impl Client {
     pub fn read(&mut self, value: ValueId) -> Result<HostTensor, ClientError> {
         match self.request(|seq| Request::Get { seq, value }, "get")? {
             Reply::Data { tensor, .. } if tensor.data.len() == tensor.ty.shape.numel() => Ok(tensor),
-            Reply::Data { tensor, .. } => Err(ClientError::BadReply {
-                op: "get",
-                got: format!("{} elements for a {} value", tensor.data.len(), tensor.ty),
-            }),
-            other => Err(ClientError::BadReply { op: "get", got: reply_kind(&other).into() }),
+            Reply::Data { tensor, .. } => Err(ClientError::BadData { elements: tensor.data.len(), ty: tensor.ty }),
+            other => Err(ClientError::BadReply { op: "get", got: reply_kind(&other) }),
         }
     }
 
@@ -391,7 +406,7 @@ impl Client {
     pub fn sync(&mut self) -> Result<(), ClientError> {
         match self.request(|seq| Request::Sync { seq }, "sync")? {
             Reply::Synced { .. } => Ok(()),
-            other => Err(ClientError::BadReply { op: "sync", got: reply_kind(&other).into() }),
+            other => Err(ClientError::BadReply { op: "sync", got: reply_kind(&other) }),
         }
     }
 
@@ -404,7 +419,7 @@ impl Client {
     pub fn stats(&mut self) -> Result<(Vec<WorkerStats>, Vec<PassStats>), ClientError> {
         match self.request(|seq| Request::Stats { seq }, "stats")? {
             Reply::Stats { workers, passes, .. } => Ok((workers, passes)),
-            other => Err(ClientError::BadReply { op: "stats", got: reply_kind(&other).into() }),
+            other => Err(ClientError::BadReply { op: "stats", got: reply_kind(&other) }),
         }
     }
 

@@ -15,7 +15,7 @@
 //!     replicated: true
 //! ```
 //!
-//! Bad files are rejected with a [`ConfigError`] naming the line, the column and the field
+//! Bad files are rejected with a [`SignalConfigError`] naming the line, the column and the field
 //! (`forward_layer1.shard.axis`). The checks run while the YAML is read (by visitors driven
 //! by `serde_yaml`), so that every error carries the position of the offending value.
 
@@ -61,7 +61,7 @@ pub struct Config {
 
 /// A config file that could not be read or is not a valid config.
 #[derive(Debug, thiserror::Error)]
-pub struct ConfigError {
+pub struct SignalConfigError {
     /// Where the text came from: the file name (or what the caller of [`Config::parse`] gave).
     pub origin: String,
     /// The 1-based line of the offending text, when known.
@@ -250,7 +250,7 @@ fn key_hint(key: &str, hint: Option<KeyHint>) -> String {
     }
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for SignalConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.origin)?;
         if let Some(line) = self.line {
@@ -267,15 +267,21 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl ConfigError {
+impl SignalConfigError {
     fn whole_file(origin: &str, problem: ConfigProblem) -> Self {
-        ConfigError { origin: origin.to_owned(), line: None, column: None, field: None, problem: Box::new(problem) }
+        SignalConfigError {
+            origin: origin.to_owned(),
+            line: None,
+            column: None,
+            field: None,
+            problem: Box::new(problem),
+        }
     }
 }
 
 impl Config {
     /// Parses the text of a config file; `origin` (the file name) prefixes error messages.
-    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    pub fn parse(text: &str, origin: &str) -> Result<Config, SignalConfigError> {
         // First the YAML syntax, for the whole text: a syntax error is reported as such even
         // where a check of the part before it would fail first.
         let mut documents = serde_yaml::Deserializer::from_str(text);
@@ -284,18 +290,18 @@ impl Config {
                 return Err(syntax_error(text, origin, &e));
             }
             if documents.next().is_some() {
-                let mut error = ConfigError::whole_file(origin, ConfigProblem::MultipleDocuments);
+                let mut error = SignalConfigError::whole_file(origin, ConfigProblem::MultipleDocuments);
                 error.line = second_document_line(text);
                 return Err(error);
             }
         }
         let ctx = Ctx::default();
-        let seed = TopSeed(Node(TopShape { ctx: &ctx }));
+        let seed = TopSeed(Drive(TopShape { ctx: &ctx }));
         match seed.deserialize(serde_yaml::Deserializer::from_str(text)) {
             Ok(signals) => Ok(Config { signals }),
             Err(e) => Err(match ctx.detail.into_inner() {
                 // An error of ours: serde_yaml gives the position, `Ctx` the rest.
-                Some(detail) if e.to_string().contains(&detail.problem.to_string()) => ConfigError {
+                Some(detail) if e.to_string().contains(&detail.problem.to_string()) => SignalConfigError {
                     origin: origin.to_owned(),
                     line: e.location().map(|l| l.line()),
                     column: e.location().map(|l| l.column()),
@@ -309,13 +315,13 @@ impl Config {
 
     /// Reads and parses the config file at `path`. A file that cannot be read gives an error
     /// naming the path and the system's reason.
-    pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, SignalConfigError> {
         load_named_by(path.as_ref(), None)
     }
 
     /// Loads the config file named by the `GT_CONFIG` environment variable: `Ok(None)` when
     /// the variable is unset or empty.
-    pub fn from_env() -> Result<Option<Config>, ConfigError> {
+    pub fn from_env() -> Result<Option<Config>, SignalConfigError> {
         match std::env::var_os(CONFIG_ENV) {
             Some(path) if !path.is_empty() => load_named_by(Path::new(&path), Some(CONFIG_ENV)).map(Some),
             _ => Ok(None),
@@ -349,16 +355,16 @@ impl Config {
     }
 }
 
-fn load_named_by(path: &Path, named_by: Option<&'static str>) -> Result<Config, ConfigError> {
+fn load_named_by(path: &Path, named_by: Option<&'static str>) -> Result<Config, SignalConfigError> {
     let origin = path.display().to_string();
     let text = std::fs::read_to_string(path)
-        .map_err(|source| ConfigError::whole_file(&origin, ConfigProblem::Read { named_by, source }))?;
+        .map_err(|source| SignalConfigError::whole_file(&origin, ConfigProblem::Read { named_by, source }))?;
     Config::parse(&text, &origin)
 }
 
 /// An error `serde_yaml` found on its own (YAML syntax, unknown anchor, ...), as a
-/// [`ConfigError`]: its position moves to `line`/`column`, out of the message.
-fn syntax_error(text: &str, origin: &str, e: &serde_yaml::Error) -> ConfigError {
+/// [`SignalConfigError`]: its position moves to `line`/`column`, out of the message.
+fn syntax_error(text: &str, origin: &str, e: &serde_yaml::Error) -> SignalConfigError {
     let location = e.location();
     let mut message = e.to_string();
     if let Some(l) = &location {
@@ -371,7 +377,7 @@ fn syntax_error(text: &str, origin: &str, e: &serde_yaml::Error) -> ConfigError 
         let bad_line = text.lines().nth(l.line().saturating_sub(1)).unwrap_or("");
         bad_line.chars().take_while(|c| c.is_whitespace()).any(|c| c == '\t')
     });
-    ConfigError {
+    SignalConfigError {
         origin: origin.to_owned(),
         line: location.as_ref().map(|l| l.line()),
         column: location.as_ref().map(|l| l.column()),
@@ -462,7 +468,7 @@ enum Reject {
 }
 
 /// What a value must look like, and how to build the result from it.
-trait Shape<'de> {
+trait Schema<'de> {
     type Out;
     fn ctx(&self) -> &Ctx;
     /// The field path, empty for the top level.
@@ -488,13 +494,13 @@ trait Shape<'de> {
     }
 }
 
-/// Drives a [`Shape`] from any YAML value.
-struct Node<S>(S);
+/// Drives a [`Schema`] from any YAML value.
+struct Drive<S>(S);
 
-impl<S> Node<S> {
+impl<S> Drive<S> {
     fn scalar<'de, E: de::Error>(&self, raw: Raw<'_>) -> Result<S::Out, E>
     where
-        S: Shape<'de>,
+        S: Schema<'de>,
     {
         self.0.scalar(raw).map_err(|reject| match reject {
             Reject::Mismatch => self.0.mismatch(&raw.to_string()),
@@ -504,7 +510,7 @@ impl<S> Node<S> {
     }
 }
 
-impl<'de, S: Shape<'de>> DeserializeSeed<'de> for Node<S> {
+impl<'de, S: Schema<'de>> DeserializeSeed<'de> for Drive<S> {
     type Value = S::Out;
 
     fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<S::Out, D::Error> {
@@ -512,7 +518,7 @@ impl<'de, S: Shape<'de>> DeserializeSeed<'de> for Node<S> {
     }
 }
 
-impl<'de, S: Shape<'de>> Visitor<'de> for Node<S> {
+impl<'de, S: Schema<'de>> Visitor<'de> for Drive<S> {
     type Value = S::Out;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -561,7 +567,7 @@ impl<'de, S: Shape<'de>> Visitor<'de> for Node<S> {
 }
 
 /// The top level: an empty document is an empty config.
-struct TopSeed<'a>(Node<TopShape<'a>>);
+struct TopSeed<'a>(Drive<TopShape<'a>>);
 
 impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
     type Value = BTreeMap<String, SignalConfig>;
@@ -589,7 +595,7 @@ struct TopShape<'a> {
     ctx: &'a Ctx,
 }
 
-impl<'de> Shape<'de> for TopShape<'_> {
+impl<'de> Schema<'de> for TopShape<'_> {
     type Out = BTreeMap<String, SignalConfig>;
 
     fn ctx(&self) -> &Ctx {
@@ -609,8 +615,8 @@ impl<'de> Shape<'de> for TopShape<'_> {
     }
     fn map<A: MapAccess<'de>>(&self, mut map: A) -> Result<Self::Out, A::Error> {
         let mut signals = BTreeMap::new();
-        while let Some(name) = map.next_key_seed(Node(SignalNameShape { ctx: self.ctx, seen: &signals }))? {
-            let config = map.next_value_seed(Node(SignalShape { ctx: self.ctx, field: name.clone() }))?;
+        while let Some(name) = map.next_key_seed(Drive(SignalNameShape { ctx: self.ctx, seen: &signals }))? {
+            let config = map.next_value_seed(Drive(SignalShape { ctx: self.ctx, field: name.clone() }))?;
             signals.insert(name, config);
         }
         Ok(signals)
@@ -622,7 +628,7 @@ struct SignalNameShape<'a> {
     seen: &'a BTreeMap<String, SignalConfig>,
 }
 
-impl<'de> Shape<'de> for SignalNameShape<'_> {
+impl<'de> Schema<'de> for SignalNameShape<'_> {
     type Out = String;
 
     fn ctx(&self) -> &Ctx {
@@ -660,7 +666,7 @@ struct KeyShape<'a> {
     seen: &'a [&'static str],
 }
 
-impl<'de> Shape<'de> for KeyShape<'_> {
+impl<'de> Schema<'de> for KeyShape<'_> {
     type Out = &'static str;
 
     fn ctx(&self) -> &Ctx {
@@ -721,7 +727,7 @@ struct SignalShape<'a> {
     field: String,
 }
 
-impl<'de> Shape<'de> for SignalShape<'_> {
+impl<'de> Schema<'de> for SignalShape<'_> {
     type Out = SignalConfig;
 
     fn ctx(&self) -> &Ctx {
@@ -743,7 +749,7 @@ impl<'de> Shape<'de> for SignalShape<'_> {
         let mut config = SignalConfig::default();
         let mut seen = Vec::new();
         let ctx = self.ctx;
-        while let Some(key) = map.next_key_seed(Node(KeyShape {
+        while let Some(key) = map.next_key_seed(Drive(KeyShape {
             ctx,
             parent: &self.field,
             what: "a signal",
@@ -753,9 +759,9 @@ impl<'de> Shape<'de> for SignalShape<'_> {
             seen.push(key);
             let field = format!("{}.{key}", self.field);
             match key {
-                "shard" => config.shard = Some(map.next_value_seed(Node(ShardShape { ctx, field }))?),
-                "backward" => config.backward = map.next_value_seed(Node(BackwardShape { ctx, field }))?,
-                _ => config.compile = map.next_value_seed(Node(BoolShape { ctx, field }))?,
+                "shard" => config.shard = Some(map.next_value_seed(Drive(ShardShape { ctx, field }))?),
+                "backward" => config.backward = map.next_value_seed(Drive(BackwardShape { ctx, field }))?,
+                _ => config.compile = map.next_value_seed(Drive(BoolShape { ctx, field }))?,
             }
         }
         Ok(config)
@@ -767,7 +773,7 @@ struct ShardShape<'a> {
     field: String,
 }
 
-impl<'de> Shape<'de> for ShardShape<'_> {
+impl<'de> Schema<'de> for ShardShape<'_> {
     type Out = ShardConfig;
 
     fn ctx(&self) -> &Ctx {
@@ -789,7 +795,7 @@ impl<'de> Shape<'de> for ShardShape<'_> {
         let mut config = ShardConfig::default();
         let mut seen = Vec::new();
         let ctx = self.ctx;
-        while let Some(key) = map.next_key_seed(Node(KeyShape {
+        while let Some(key) = map.next_key_seed(Drive(KeyShape {
             ctx,
             parent: &self.field,
             what: "`shard`",
@@ -799,9 +805,9 @@ impl<'de> Shape<'de> for ShardShape<'_> {
             seen.push(key);
             let field = format!("{}.{key}", self.field);
             match key {
-                "axis" => config.axis = map.next_value_seed(Node(AxisShape { ctx, field }))?,
-                "workers" => config.workers = map.next_value_seed(Node(WorkersShape { ctx, field }))?,
-                _ => config.replicated = map.next_value_seed(Node(BoolShape { ctx, field }))?,
+                "axis" => config.axis = map.next_value_seed(Drive(AxisShape { ctx, field }))?,
+                "workers" => config.workers = map.next_value_seed(Drive(WorkersShape { ctx, field }))?,
+                _ => config.replicated = map.next_value_seed(Drive(BoolShape { ctx, field }))?,
             }
         }
         Ok(config)
@@ -813,7 +819,7 @@ struct AxisShape<'a> {
     field: String,
 }
 
-impl<'de> Shape<'de> for AxisShape<'_> {
+impl<'de> Schema<'de> for AxisShape<'_> {
     type Out = i64;
 
     fn ctx(&self) -> &Ctx {
@@ -838,7 +844,7 @@ struct BoolShape<'a> {
     field: String,
 }
 
-impl<'de> Shape<'de> for BoolShape<'_> {
+impl<'de> Schema<'de> for BoolShape<'_> {
     type Out = bool;
 
     fn ctx(&self) -> &Ctx {
@@ -864,7 +870,7 @@ struct BackwardShape<'a> {
     field: String,
 }
 
-impl<'de> Shape<'de> for BackwardShape<'_> {
+impl<'de> Schema<'de> for BackwardShape<'_> {
     type Out = Option<String>;
 
     fn ctx(&self) -> &Ctx {
@@ -894,7 +900,7 @@ struct WorkersShape<'a> {
     field: String,
 }
 
-impl<'de> Shape<'de> for WorkersShape<'_> {
+impl<'de> Schema<'de> for WorkersShape<'_> {
     type Out = Option<Vec<usize>>;
 
     fn ctx(&self) -> &Ctx {
@@ -917,7 +923,7 @@ impl<'de> Shape<'de> for WorkersShape<'_> {
         loop {
             let field = format!("{}[{}]", self.field, workers.len());
             let shape = WorkerShape { ctx: self.ctx, field, seen: &workers };
-            match seq.next_element_seed(Node(shape))? {
+            match seq.next_element_seed(Drive(shape))? {
                 Some(worker) => workers.push(worker),
                 None => break,
             }
@@ -935,7 +941,7 @@ struct WorkerShape<'a> {
     seen: &'a [usize],
 }
 
-impl<'de> Shape<'de> for WorkerShape<'_> {
+impl<'de> Schema<'de> for WorkerShape<'_> {
     type Out = usize;
 
     fn ctx(&self) -> &Ctx {
@@ -985,7 +991,7 @@ params:
     replicated: true
 ";
 
-    fn err(text: &str) -> ConfigError {
+    fn err(text: &str) -> SignalConfigError {
         match Config::parse(text, "config.yaml") {
             Ok(config) => panic!("expected an error, parsed {config:?}"),
             Err(e) => e,
@@ -994,7 +1000,7 @@ params:
 
     /// Asserts the error is at `line`, about `field`, and its message contains each of `parts`.
     #[track_caller]
-    fn check(e: &ConfigError, line: usize, field: Option<&str>, parts: &[&str]) {
+    fn check(e: &SignalConfigError, line: usize, field: Option<&str>, parts: &[&str]) {
         let shown = e.to_string();
         assert_eq!(e.line, Some(line), "{shown}");
         assert!(e.column.is_some(), "{shown}");

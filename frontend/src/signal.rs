@@ -7,7 +7,7 @@
 //! dispatcher's fuse pass compiles the scope. Configs come from YAML ([`crate::config`]):
 //! [`load_config`], or `GT_CONFIG` at start.
 
-use crate::config::{Config, ConfigError, SignalConfig};
+use crate::config::{Config, SignalConfig, SignalConfigError};
 use crate::tensor::{Context, Misuse, Result, Tensor, TensorError};
 use gt_ir::Instr;
 use std::cell::RefCell;
@@ -148,7 +148,7 @@ pub fn tensor(t: &Tensor, name: &str) -> Result<Tensor> {
 }
 
 /// Loads a YAML signal config and makes it this thread's (replacing the previous one).
-pub fn load_config(path: impl AsRef<std::path::Path>) -> Result<Config, ConfigError> {
+pub fn load_config(path: impl AsRef<std::path::Path>) -> Result<Config, SignalConfigError> {
     let config = Config::load(path)?;
     set_config(config.clone());
     Ok(config)

@@ -50,12 +50,12 @@ impl Meta {
 pub enum PassError {
     /// An instruction came out with result types other than its own (a pass rewrote it and
     /// kept the old types, or kept another instruction's).
-    #[error("pass `{pass}` emitted `{instr}` carrying result types {carried:?}, but it types as {inferred:?}")]
+    #[error("pass `{pass}` emitted `{}` carrying result types {carried:?}, but it types as {inferred:?}", gt_ir::text::print_instr(.instr))]
     TypesChanged {
         /// The pass.
         pass: &'static str,
-        /// The instruction, printed.
-        instr: String,
+        /// The instruction.
+        instr: Box<Instr>,
         /// What it carried.
         carried: Vec<TensorType>,
         /// What it types as after the pass.
@@ -384,7 +384,7 @@ impl Pipeline {
                     if inferred.as_ref() != Ok(carried) {
                         let e = PassError::TypesChanged {
                             pass: emit.pass,
-                            instr: gt_ir::text::print_instr(instr),
+                            instr: Box::new(instr.clone()),
                             carried: carried.clone(),
                             inferred,
                         };

@@ -17,7 +17,7 @@ pub const MAX_FUSE_WINDOW: usize = 4096;
 /// A setting with a bad value.
 #[derive(Debug, Error)]
 #[error("{var}={value:?}: {problem}")]
-pub struct ConfigError {
+pub struct EnvConfigError {
     /// The variable.
     pub var: &'static str,
     /// Its value.
@@ -133,7 +133,7 @@ impl Default for EnvConfig {
 
 impl EnvConfig {
     /// Reads the process environment.
-    pub fn from_env() -> Result<EnvConfig, ConfigError> {
+    pub fn from_env() -> Result<EnvConfig, EnvConfigError> {
         EnvConfig::from_lookup(|k| std::env::var(k).ok())
     }
 
@@ -144,14 +144,14 @@ impl EnvConfig {
     }
 
     /// Reads settings through `get` (for tests).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig, ConfigError> {
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<EnvConfig, EnvConfigError> {
         let mut c = EnvConfig::default();
-        let positive = |var: &'static str, default: usize| -> Result<usize, ConfigError> {
+        let positive = |var: &'static str, default: usize| -> Result<usize, EnvConfigError> {
             match get(var) {
                 None => Ok(default),
                 Some(v) => match v.trim().parse::<usize>() {
                     Ok(n) if n >= 1 => Ok(n),
-                    _ => Err(ConfigError { var, value: v, problem: ConfigProblem::NotPositive }),
+                    _ => Err(EnvConfigError { var, value: v, problem: ConfigProblem::NotPositive }),
                 },
             }
         };
@@ -167,7 +167,7 @@ impl EnvConfig {
         let flag = |var: &'static str| match get(var).as_deref().map(str::trim) {
             None | Some("" | "0" | "false") => Ok(false),
             Some("1" | "true") => Ok(true),
-            Some(v) => Err(ConfigError { var, value: v.into(), problem: ConfigProblem::NotFlag }),
+            Some(v) => Err(EnvConfigError { var, value: v.into(), problem: ConfigProblem::NotFlag }),
         };
         c.monitor = flag("GT_MONITOR")?;
         c.jit = get("GT_JIT").is_none_or(|v| v.trim().is_empty()) || flag("GT_JIT")?;
@@ -176,11 +176,11 @@ impl EnvConfig {
             Some("high") => Precision::Tf32,
             Some(v) => {
                 let problem = ConfigProblem::NotPrecision;
-                return Err(ConfigError { var: "GT_MATMUL_PRECISION", value: v.into(), problem });
+                return Err(EnvConfigError { var: "GT_MATMUL_PRECISION", value: v.into(), problem });
             }
         };
         if let Some(v) = get("GT_BACKEND").filter(|s| !s.trim().is_empty()) {
-            c.backend = v.trim().parse().map_err(|e: UnknownBackend| ConfigError {
+            c.backend = v.trim().parse().map_err(|e: UnknownBackend| EnvConfigError {
                 var: "GT_BACKEND",
                 value: v.clone(),
                 problem: e.into(),
@@ -190,7 +190,7 @@ impl EnvConfig {
             c.passes.clear();
             let names = list.split(',').map(str::trim).filter(|n| !n.is_empty() && *n != "none");
             for name in names {
-                let known = registry::check(name).map_err(|e| ConfigError {
+                let known = registry::check(name).map_err(|e| EnvConfigError {
                     var: "GT_PASSES",
                     value: list.clone(),
                     problem: e.into(),
@@ -216,7 +216,7 @@ impl EnvConfig {
         if c.pass_options.fuse.window > MAX_FUSE_WINDOW {
             let value = c.pass_options.fuse.window.to_string();
             let problem = ConfigProblem::FuseWindow { max: MAX_FUSE_WINDOW };
-            return Err(ConfigError { var: "GT_FUSE_WINDOW", value, problem });
+            return Err(EnvConfigError { var: "GT_FUSE_WINDOW", value, problem });
         }
         c.pass_options.dead.window = positive("GT_DEAD_WINDOW", c.pass_options.dead.window)?;
         let d = HotPathConfig::default();
@@ -233,7 +233,7 @@ impl EnvConfig {
                 .and_then(|_| std::fs::write(&probe, b""))
                 .and_then(|_| std::fs::remove_file(&probe));
             if let Err(e) = writable {
-                return Err(ConfigError { var: "GT_DUMP_PASSES", value: dir, problem: ConfigProblem::DumpDir(e) });
+                return Err(EnvConfigError { var: "GT_DUMP_PASSES", value: dir, problem: ConfigProblem::DumpDir(e) });
             }
             c.dump_passes = Some(path);
         }
