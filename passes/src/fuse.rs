@@ -159,7 +159,7 @@ impl Fuse {
     /// forgets what it frees; `false` when it does not type (the dispatcher will report it).
     fn track(&mut self, instr: &Instr, typing: &Typing) -> bool {
         let results = match typing {
-            Some(Ok(results)) => results.clone(),
+            Some(Ok(results)) => results.to_vec(),
             Some(Err(_)) => return false,
             // Made by an earlier pass (hot-path markers): typed here.
             None => {

@@ -19,10 +19,12 @@ use gt_ir::verify::shape::{self, TypeError};
 use gt_ir::{Instr, TensorType, ValueId};
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// The result types of an instruction as it travels: typed at the pipeline's entry
-/// (`Some`), or not typed (`None`: made by a pass; the dispatcher types it).
-pub type Typing = Option<Result<Vec<TensorType>, TypeError>>;
+/// (`Some`), or not typed (`None`: made by a pass; the dispatcher types it). Shared, so that
+/// passes holding instructions back copy a pointer, not the types.
+pub type Typing = Option<Result<Arc<[TensorType]>, Arc<TypeError>>>;
 
 /// What an instruction in a pipeline carries.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -338,7 +340,7 @@ impl Pipeline {
             }
             _ => {}
         }
-        let types = Some(self.entry.admit(&instr));
+        let types = Some(self.entry.admit(&instr).map(Arc::from).map_err(Arc::new));
         let compile = self.signals.iter().any(|(_, c)| *c);
         self.feed(0, vec![(instr, Meta { seq, injected_by: None, types, compile })], out, None);
     }
@@ -381,11 +383,11 @@ impl Pipeline {
             for (instr, meta) in &emit.items {
                 let inferred = check.admit(instr);
                 if let Some(Ok(carried)) = &meta.types {
-                    if inferred.as_ref() != Ok(carried) {
+                    if inferred.as_deref() != Ok(&carried[..]) {
                         let e = PassError::TypesChanged {
                             pass: emit.pass,
                             instr: Box::new(instr.clone()),
-                            carried: carried.clone(),
+                            carried: carried.to_vec(),
                             inferred,
                         };
                         self.errors.push((meta.clone(), e));
@@ -458,7 +460,7 @@ mod tests {
 
     /// The meta of the client's instruction `seq`, typed at the entry as `zeros` is.
     fn client(seq: u64) -> Meta {
-        Meta { seq, injected_by: None, types: Some(Ok(vec![TensorType::f32(vec![1])])), compile: false }
+        Meta { seq, injected_by: None, types: Some(Ok(vec![TensorType::f32(vec![1])].into())), compile: false }
     }
 
     fn zeros(n: u32) -> Instr {
@@ -561,8 +563,8 @@ mod tests {
         p.run(Instr::Free { src: ValueId(7) }, 5, &mut out);
         assert!(p.signals().is_empty());
         let metas: Vec<&Meta> = out.iter().map(|(_, m)| m).collect();
-        assert_eq!(metas[1].types, Some(Ok(vec![TensorType::f32(vec![1])])));
+        assert_eq!(metas[1].types, Some(Ok(vec![TensorType::f32(vec![1])].into())));
         assert!(metas[1].compile && !metas[4].compile);
-        assert_eq!(metas[4].types, Some(Err(TypeError::UnknownValue(ValueId(7)))));
+        assert_eq!(metas[4].types, Some(Err(Arc::new(TypeError::UnknownValue(ValueId(7))))));
     }
 }

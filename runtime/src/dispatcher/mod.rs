@@ -557,6 +557,7 @@ impl Dispatcher {
             Err(e) => return self.fail(c, seq, &instr, Failure::new(FailureKind::Undefined, format!("{op}: {e}"))),
         };
         // Typed once, at the pipeline's entry; instructions a pass made are typed here.
+        let typing = typing.map(|t| t.map(|types| types.to_vec()).map_err(|e| (*e).clone()));
         let typing = typing
             .unwrap_or_else(|| shape::infer(&instr, &|v| ns.type_of(v).cloned().ok_or(TypeError::UnknownValue(v))));
         let types = match typing {
