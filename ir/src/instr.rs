@@ -125,7 +125,8 @@ pub enum Instr {
         dst: ValueId,
         /// Result type.
         ty: TensorType,
-        /// `ty.shape.numel()` values, row-major.
+        /// `ty.shape.numel()` values, row-major (on the wire: raw bytes).
+        #[serde(with = "crate::data::f32_bytes")]
         data: Vec<f32>,
     },
     /// Elementwise op of one operand.

@@ -8,7 +8,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// The protocol version this build speaks. Bump it on any change to [`crate::message`].
-pub const PROTOCOL_VERSION: u16 = 8;
+pub const PROTOCOL_VERSION: u16 = 9;
 
 /// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;
@@ -111,6 +111,27 @@ mod tests {
         let bytes = encode(&msg, DEFAULT_MAX_MESSAGE_BYTES).unwrap();
         assert_eq!(&bytes[..4], &[b'G', b'T', 0, PROTOCOL_VERSION as u8]);
         assert_eq!(decode::<Request>(&bytes, DEFAULT_MAX_MESSAGE_BYTES).unwrap(), msg);
+    }
+
+    #[test]
+    fn tensor_data_travels_as_raw_bytes_bit_for_bit() {
+        use crate::message::Reply;
+        use gt_ir::{HostTensor, TensorType};
+        let data = vec![1.5, -0.0, f32::NAN, f32::from_bits(0x7fc0_1234), f32::INFINITY, f32::MIN_POSITIVE / 8.0];
+        let n = data.len();
+        let reply = Reply::Data { seq: 1, tensor: HostTensor { ty: TensorType::f32(vec![n]), data: data.clone() } };
+        let frame = encode(&reply, 1 << 20).unwrap();
+        // Four bytes an element, and a few for the header, type and framing.
+        assert!(frame.len() < 4 * n + 32, "{} bytes for {n} floats", frame.len());
+        let Reply::Data { tensor, .. } = decode::<Reply>(&frame, 1 << 20).unwrap() else { panic!("a Data reply") };
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&tensor.data), bits(&data));
+        // A byte string whose length is not a multiple of 4 is an error, not a panic.
+        let mut body = rmp_serde::to_vec(&reply).unwrap();
+        let at = body.windows(2).position(|w| w == [0xc4, (4 * n) as u8]).expect("the data's bin header");
+        body[at + 1] -= 1;
+        body.remove(at + 2);
+        assert!(decode::<Reply>(&frame_with_version(PROTOCOL_VERSION, &body), 1 << 20).is_err());
     }
 
     #[test]
