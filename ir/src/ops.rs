@@ -119,17 +119,6 @@ macro_rules! op_table {
                 }
             }
 
-            /// Whether computing it computes the binary primitive `prim` (itself, or in its
-            /// expansion).
-            pub fn uses(self, prim: BinaryPrim) -> bool {
-                match self.def() {
-                    // Mnemonics are unique across families (tested), so this is `p == prim`
-                    // in the binary family and false in the others.
-                    OpDef::Prim(p) => p.mnemonic() == prim.mnemonic(),
-                    OpDef::Composite(t) => t.uses(prim),
-                }
-            }
-
             /// Whether it costs much more than a load and a store (transcendental functions,
             /// division, square roots): worth computing once rather than again per read.
             pub fn is_costly(self) -> bool {
@@ -359,6 +348,14 @@ op_enum! {
 }
 
 impl UnaryOp {
+    /// Whether computing it computes the binary primitive `prim` (in its expansion).
+    pub fn uses(self, prim: BinaryPrim) -> bool {
+        match self.def() {
+            OpDef::Prim(_) => false,
+            OpDef::Composite(t) => t.uses(prim),
+        }
+    }
+
     /// The gradient of the operand (see [`UnaryRow::grad`]).
     pub fn gradient(self) -> &'static Term {
         static CACHE: OnceLock<Vec<[Term; 1]>> = OnceLock::new();
@@ -378,6 +375,14 @@ impl UnaryOp {
 }
 
 impl BinaryOp {
+    /// Whether computing it computes the primitive `prim` (itself, or in its expansion).
+    pub fn uses(self, prim: BinaryPrim) -> bool {
+        match self.def() {
+            OpDef::Prim(p) => p == prim,
+            OpDef::Composite(t) => t.uses(prim),
+        }
+    }
+
     /// The gradients of both operands (see [`BinaryRow::grads`]).
     pub fn gradients(self) -> Option<&'static [Term; 2]> {
         static CACHE: OnceLock<Vec<[Term; 2]>> = OnceLock::new();

@@ -19,8 +19,7 @@
 mod build;
 mod egraph;
 
-use crate::pipeline::{Emit, Meta, StreamPass, Typing};
-use gt_ir::verify::shape;
+use crate::pipeline::{Emit, Meta, StreamPass, StreamTypes, Typing};
 use gt_ir::{Instr, TensorType, ValueId};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -114,7 +113,7 @@ fn canonical(region: &[Instr], types: &HashMap<ValueId, TensorType>) -> (Option<
 pub struct Fuse {
     config: FuseConfig,
     /// The type of every live value of the stream.
-    types: HashMap<ValueId, TensorType>,
+    types: StreamTypes,
     /// Types of the values the held region names (kept when the region frees them).
     region_types: HashMap<ValueId, TensorType>,
     region: Vec<Instr>,
@@ -132,7 +131,7 @@ impl Fuse {
     pub fn new(config: FuseConfig) -> Fuse {
         Fuse {
             config,
-            types: HashMap::new(),
+            types: StreamTypes::default(),
             region_types: HashMap::new(),
             region: Vec::new(),
             origins: Vec::new(),
@@ -158,23 +157,14 @@ impl Fuse {
     /// Records the types an instruction defines (carried from the pipeline's entry) and
     /// forgets what it frees; `false` when it does not type (the dispatcher will report it).
     fn track(&mut self, instr: &Instr, typing: &Typing) -> bool {
-        let results = match typing {
-            Some(Ok(results)) => results.to_vec(),
+        match typing {
+            Some(Ok(results)) => self.types.record(instr, results),
             Some(Err(_)) => return false,
             // Made by an earlier pass (hot-path markers): typed here.
-            None => {
-                let types = &self.types;
-                match shape::infer(instr, &|v| types.get(&v).cloned().ok_or(shape::TypeError::UnknownValue(v))) {
-                    Ok(results) => results,
-                    Err(_) => return false,
-                }
-            }
-        };
-        if let Instr::Free { src } = instr {
-            self.types.remove(src);
-        }
-        for (v, t) in instr.results().into_iter().zip(results) {
-            self.types.insert(v, t);
+            None => match self.types.infer(instr) {
+                Ok(results) => self.types.record(instr, &results),
+                Err(_) => return false,
+            },
         }
         true
     }
@@ -325,7 +315,7 @@ impl StreamPass for Fuse {
                     self.release(out);
                 }
                 for v in instr.operands() {
-                    if let Some(t) = self.types.get(&v) {
+                    if let Some(t) = self.types.get(v) {
                         self.region_types.insert(v, t.clone());
                     }
                 }
@@ -335,7 +325,7 @@ impl StreamPass for Fuse {
                     return;
                 }
                 for v in instr.results() {
-                    if let Some(t) = self.types.get(&v) {
+                    if let Some(t) = self.types.get(v) {
                         self.region_types.insert(v, t.clone());
                     }
                 }

@@ -83,17 +83,9 @@ impl StreamTypes {
     /// Types `instr` against the stream so far and records what it defines and frees; an
     /// instruction that does not type defines nothing (its results are gone).
     pub fn admit(&mut self, instr: &Instr) -> Result<Vec<TensorType>, TypeError> {
-        let types = &self.types;
-        let result = shape::infer(instr, &|v| types.get(&v).cloned().ok_or(TypeError::UnknownValue(v)));
+        let result = self.infer(instr);
         match &result {
-            Ok(results) => {
-                if let Instr::Free { src } = instr {
-                    self.types.remove(src);
-                }
-                for (v, t) in instr.results().into_iter().zip(results) {
-                    self.types.insert(v, t.clone());
-                }
-            }
+            Ok(results) => self.record(instr, results),
             Err(_) => {
                 for v in instr.results() {
                     self.types.remove(&v);
@@ -101,6 +93,21 @@ impl StreamTypes {
             }
         }
         result
+    }
+
+    /// Types `instr` against the stream so far, recording nothing.
+    pub fn infer(&self, instr: &Instr) -> Result<Vec<TensorType>, TypeError> {
+        shape::infer(instr, &|v| self.types.get(&v).cloned().ok_or(TypeError::UnknownValue(v)))
+    }
+
+    /// Records an instruction known to type as `results`: what it defines, and what it frees.
+    pub fn record(&mut self, instr: &Instr, results: &[TensorType]) {
+        if let Instr::Free { src } = instr {
+            self.types.remove(src);
+        }
+        for (v, t) in instr.results().into_iter().zip(results) {
+            self.types.insert(v, t.clone());
+        }
     }
 
     /// A value's type, if it is live.
@@ -531,6 +538,34 @@ mod tests {
                 other => out.keep(other),
             }
         }
+    }
+
+    /// Refuses every `free` it sees (a pass reporting its own failure).
+    struct NoFrees;
+    impl StreamPass for NoFrees {
+        fn name(&self) -> &'static str {
+            "nofrees"
+        }
+        fn run(&mut self, instr: Instr, out: &mut Emit) {
+            if matches!(instr, Instr::Free { .. }) {
+                out.error("frees are not taken");
+            }
+            out.keep(instr);
+        }
+    }
+
+    #[test]
+    fn a_pass_reports_errors_against_the_instruction_it_took() {
+        let mut p = Pipeline::new();
+        p.push(Box::new(NoFrees));
+        let mut out = Vec::new();
+        p.run(zeros(1), 1, &mut out);
+        p.run(Instr::Free { src: ValueId(1) }, 2, &mut out);
+        let errors = p.take_errors();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].0.seq, 2);
+        assert_eq!(errors[0].1.to_string(), "pass `nofrees`: frees are not taken");
+        assert!(p.take_errors().is_empty());
     }
 
     #[test]
