@@ -1,7 +1,9 @@
 //! The instruction-log event: one line of `GT_INSTRUCTION_LOG` and one message of the
 //! dispatcher's monitor socket. The line format is the seeds':
 //! `elapsed | #seq | EVENT | source | command | bytes | details`, e.g.
-//! `  0.004s | #0012 | WORKER_SEND  | WORKER worker-0             | Exec            |       1.2KB | batch=3 [8 ops: ...]`.
+//! `  0.004120s | #0012 | WORKER_SEND  | WORKER worker-0             | Exec            |      1.2KB | batch=3 [8 ops: ...]`,
+//! with microseconds in `elapsed` (the seeds' readers take any decimals) and, for events
+//! that last (an executed instruction), the duration as the first detail: `dur=0.000012345s`.
 //! The monitor publishes the same [`LogEvent`] in msgpack (codec header included).
 
 use serde::{Deserialize, Serialize};
@@ -28,11 +30,19 @@ pub enum EventKind {
     Inject,
     /// A message was rejected (garbage, wrong version, too large, unknown peer).
     Error,
+    /// A worker executed an instruction (a `fused` kernel is one): `elapsed` is when it
+    /// started, on the dispatcher's clock, and `duration` how long it ran. Details:
+    /// `client=C #SEQ` (the client's instruction it came from), then the instruction in
+    /// worker buffer ids. Logged when the worker reports, so not in `elapsed` order.
+    Exec,
+    /// A periodic reading of a gauge: a worker's `memory` (`live=BYTES`), a client's
+    /// `queue` (`instrs=N bytes=B`: sent to its worker and not yet run).
+    Status,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 11] = [
         EventKind::Recv,
         EventKind::Send,
         EventKind::WorkerSend,
@@ -42,6 +52,8 @@ impl EventKind {
         EventKind::Signal,
         EventKind::Inject,
         EventKind::Error,
+        EventKind::Exec,
+        EventKind::Status,
     ];
 
     /// The name in the log.
@@ -56,6 +68,8 @@ impl EventKind {
             EventKind::Signal => "SIGNAL",
             EventKind::Inject => "INJECT",
             EventKind::Error => "ERROR",
+            EventKind::Exec => "EXEC",
+            EventKind::Status => "STATUS",
         }
     }
 
@@ -80,9 +94,14 @@ pub struct LogEvent {
     pub command: String,
     /// Bytes on the wire (0: none or not applicable).
     pub bytes: u64,
+    /// How long it lasted, in seconds (an [`EventKind::Exec`]); `None` for instants.
+    pub duration: Option<f64>,
     /// Free text (`%3 = add %1, %2`, `batch=4 [8 ops: ...]`).
     pub details: String,
 }
+
+/// The detail that carries a duration.
+const DURATION: &str = "dur=";
 
 /// Formats a byte count as the log does: `117B`, `1.2KB`, `3.81MB`.
 pub fn format_bytes(bytes: u64) -> String {
@@ -117,15 +136,21 @@ impl fmt::Display for LogEvent {
         let bytes = if self.bytes == 0 { String::new() } else { format_bytes(self.bytes) };
         write!(
             f,
-            "{:>7.3}s | #{:04} | {:<12} | {:<27} | {:<15} | {:>10} | {}",
+            "{:>10.6}s | #{:04} | {:<12} | {:<27} | {:<15} | {:>10} | ",
             self.elapsed,
             self.seq,
             self.kind.name(),
             self.source,
             self.command,
             bytes,
-            self.details
-        )
+        )?;
+        if let Some(d) = self.duration {
+            write!(f, "{DURATION}{d:.9}s")?;
+            if !self.details.is_empty() {
+                f.write_str(" ")?;
+            }
+        }
+        f.write_str(&self.details)
     }
 }
 
@@ -140,8 +165,14 @@ impl LogEvent {
         let source = parts.next()?.trim().to_string();
         let command = parts.next()?.trim().to_string();
         let bytes = parse_bytes(parts.next()?)?;
-        let details = parts.next().unwrap_or("").trim_end().to_string();
-        Some(LogEvent { elapsed, seq, kind, source, command, bytes, details })
+        let mut details = parts.next().unwrap_or("").trim_end();
+        let mut duration = None;
+        if let Some(rest) = details.strip_prefix(DURATION) {
+            let (d, rest) = rest.split_once(' ').unwrap_or((rest, ""));
+            duration = Some(d.strip_suffix('s')?.parse().ok()?);
+            details = rest;
+        }
+        Some(LogEvent { elapsed, seq, kind, source, command, bytes, duration, details: details.to_string() })
     }
 }
 
@@ -151,8 +182,9 @@ pub fn log_header(started: &str) -> String {
     format!(
         "{rule}\ngt dispatcher instruction stream\nStarted: {started}\n{rule}\n\n\
          Events: RECV/SEND (client <-> dispatcher), WORKER_SEND/WORKER_RECV (dispatcher <-> worker),\n\
-         CONNECT/DISCONNECT (peers joining and leaving), SIGNAL, INJECT (added by a pass), ERROR (rejected message).\n\
-         Format: <elapsed> | #<seq> | <event> | <source> | <command> | <bytes> | <details>\n\
+         CONNECT/DISCONNECT (peers joining and leaving), SIGNAL, INJECT (added by a pass), ERROR (rejected message),\n\
+         EXEC (a worker ran an instruction: elapsed is its start, dur= its duration), STATUS (gauges: memory, queues).\n\
+         Format: <elapsed> | #<seq> | <event> | <source> | <command> | <bytes> | [dur=<seconds>s] <details>\n\
          RECV details are the instruction in the client's value ids; WORKER_* details use worker buffer ids.\n\n"
     )
 }
@@ -170,15 +202,30 @@ mod tests {
             source: "CLIENT 1".into(),
             command: "add".into(),
             bytes: 117,
+            duration: None,
             details: "%2 = add %0, %1".into(),
         };
         let line = e.to_string();
         assert_eq!(
             line,
-            "  1.608s | #0011 | RECV         | CLIENT 1                    | add             |       117B | %2 = add %0, %1"
+            "  1.608000s | #0011 | RECV         | CLIENT 1                    | add             |       117B | %2 = add %0, %1"
         );
-        assert_eq!(LogEvent::parse_line(&line), Some(e));
+        assert_eq!(LogEvent::parse_line(&line), Some(e.clone()));
         assert_eq!(LogEvent::parse_line("===="), None);
+        let exec = LogEvent {
+            kind: EventKind::Exec,
+            elapsed: 1.6081234,
+            duration: Some(0.000012345),
+            details: "client=1 #7 %b2 = add %b0, %b1".into(),
+            ..e
+        };
+        let line = exec.to_string();
+        assert!(line.ends_with("| dur=0.000012345s client=1 #7 %b2 = add %b0, %b1"), "{line}");
+        let back = LogEvent::parse_line(&line).unwrap();
+        assert_eq!((back.duration, back.details.as_str()), (exec.duration, exec.details.as_str()));
+        assert!((back.elapsed - 1.608123).abs() < 1e-9);
+        let bare = LogEvent { details: String::new(), ..exec };
+        assert_eq!(LogEvent::parse_line(&bare.to_string()).unwrap().duration, bare.duration);
     }
 
     #[test]

@@ -84,6 +84,7 @@ impl EventLog {
             source,
             command: command.to_string(),
             bytes: bytes as u64,
+            duration: None,
             details,
         };
         if let Some(f) = &mut self.file {
