@@ -95,9 +95,17 @@ impl ClusterOptions {
         }
     }
 
-    /// The monitor endpoints of a server on `port`.
-    pub fn server_monitor(port: u16) -> Vec<Endpoint> {
-        vec![Endpoint::Ipc(monitor_ipc_path(port))]
+    /// The monitor endpoints of a server on `host:port`: an IPC socket for this machine
+    /// (`gt top -p PORT` finds it), and, when the server listens beyond the loopback,
+    /// `tcp://HOST:MONITOR_PORT` for other machines (`gt top --host H -p PORT` looks at
+    /// `PORT + 1`, the default).
+    pub fn server_monitor(host: &str, port: u16, monitor_port: u16) -> Vec<Endpoint> {
+        let mut endpoints = vec![Endpoint::Ipc(monitor_ipc_path(port))];
+        if !matches!(host, "127.0.0.1" | "localhost" | "::1") {
+            let host = if matches!(host, "0.0.0.0" | "") { "*" } else { host };
+            endpoints.push(Endpoint::Tcp { host: host.to_string(), port: monitor_port });
+        }
+        endpoints
     }
 }
 

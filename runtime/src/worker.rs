@@ -9,7 +9,7 @@ use crate::backend::{Backend, BackendError, BackendKind};
 use crate::Interpreter;
 use gt_ir::kernel::Precision;
 use gt_ir::Instr;
-use gt_transport::message::{Failure, FailureKind, OpStats, WorkerCommand, WorkerEvent, WorkerStats};
+use gt_transport::message::{Failure, FailureKind, OpStats, Timing, WorkerCommand, WorkerEvent, WorkerStats};
 use gt_transport::{codec, socket, Endpoint, Inbound, InboundRef};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -140,8 +140,15 @@ pub fn run_worker(
     // happen unseen once the dispatcher knows this worker.
     let events = socket::disconnect_events(ctx, &sock, endpoint)?;
     let max = options.max_message_bytes;
-    let register =
-        Inbound::Worker(WorkerEvent::Register { name: options.name.clone(), backend: backend.name().into() });
+    // The worker's clock: timings are nanoseconds since here; the dispatcher maps them onto
+    // its own timeline from the clock readings in `Register` and each `Pong`.
+    let epoch = Instant::now();
+    let clock = || epoch.elapsed().as_nanos() as u64;
+    let register = Inbound::Worker(WorkerEvent::Register {
+        name: options.name.clone(),
+        backend: backend.name().into(),
+        clock: clock(),
+    });
     let register = codec::encode(&register, max).expect("a registration is small");
     socket::retry(|| sock.send(&register[..], gt_transport::zmq::DONTWAIT))?;
     if socket::retry(|| sock.poll(gt_transport::zmq::POLLIN, options.register_timeout.as_millis() as i64))? == 0 {
@@ -200,17 +207,20 @@ pub fn run_worker(
         match cmd {
             WorkerCommand::Welcome { worker } => {
                 tracing::info!(target: "gt::worker", "{} registered as worker {worker} at {endpoint}", options.name);
+                send(&WorkerEvent::Pong { clock: clock() })?;
             }
-            WorkerCommand::Exec { batch, instrs, owners } => {
+            WorkerCommand::Exec { batch, instrs, owners, timed } => {
                 let start = Instant::now();
                 // A departed client's instructions are skipped, its frees still run.
                 let skip = |i: usize| {
                     !matches!(instrs[i], Instr::Free { .. }) && owners.get(i).is_some_and(|o| dropped.contains(o))
                 };
-                let failures = execute_batch(backend.as_mut(), &mut stats, &instrs, &skip);
+                let mut timings = timed.then(Vec::new);
+                let failures = execute_batch(backend.as_mut(), &mut stats, &instrs, &skip, epoch, timings.as_mut());
                 let nanos = start.elapsed().as_nanos() as u64;
                 tracing::debug!(target: "gt::worker", "{}: batch {batch}: {} instructions, {} failed, {nanos} ns", options.name, instrs.len(), failures.len());
-                send(&WorkerEvent::Done { batch, failures, nanos })?;
+                let (timings, live_bytes) = (timings.unwrap_or_default(), backend.live_bytes() as u64);
+                send(&WorkerEvent::Done { batch, failures, nanos, timings, live_bytes })?;
             }
             WorkerCommand::DropClient { .. } => {}
             WorkerCommand::Get { tag, value } => {
@@ -225,20 +235,28 @@ pub fn run_worker(
                 let stats = snapshot(&options.name, &stats, backend.as_ref());
                 send(&WorkerEvent::Stats { tag, stats })?;
             }
-            WorkerCommand::Ping => {}
+            WorkerCommand::Ping => send(&WorkerEvent::Pong { clock: clock() })?,
             WorkerCommand::Shutdown => return Ok(()),
         }
     }
 }
 
+/// Runs a batch; with `timings`, records when each instruction run started (on the clock
+/// that started at `epoch`) and how long it ran: the backend's own device times when it
+/// keeps them ([`Backend::take_timings`]), else the host's.
 fn execute_batch(
     backend: &mut dyn Backend,
     stats: &mut Stats,
     instrs: &[Instr],
     skip: &dyn Fn(usize) -> bool,
+    epoch: Instant,
+    mut timings: Option<&mut Vec<Timing>>,
 ) -> Vec<(u32, Failure)> {
     stats.batches += 1;
     let mut failures = Vec::new();
+    if timings.is_some() {
+        backend.start_timing(epoch);
+    }
     for (i, instr) in instrs.iter().enumerate() {
         if skip(i) {
             stats.skipped += 1;
@@ -250,6 +268,10 @@ fn execute_batch(
         // not take the worker (and every client's values) down with it.
         let result = catch_unwind(AssertUnwindSafe(|| backend.execute(instr)));
         let dt = t0.elapsed().as_nanos() as u64;
+        if let Some(t) = timings.as_deref_mut() {
+            let start = t0.saturating_duration_since(epoch).as_nanos() as u64;
+            t.push(Timing { index: i as u32, start, nanos: dt });
+        }
         let entry = stats.ops.entry(op).or_default();
         entry.0 += 1;
         entry.1 += dt;
@@ -275,6 +297,15 @@ fn execute_batch(
         failures.retain(|(i, _)| *i != last);
         let message = format!("{e} (while running this batch, up to this instruction)");
         failures.push((last, Failure::new(e.kind(), message)));
+    }
+    if let Some(t) = timings {
+        if let Some(device) = backend.take_timings() {
+            // The device's times for the instructions it ran (in order), host times for the rest.
+            let mut device = device.into_iter();
+            for (timing, d) in t.iter_mut().zip(&mut device) {
+                *timing = Timing { index: timing.index, ..d };
+            }
+        }
     }
     failures
 }

@@ -31,6 +31,10 @@ enum Command {
         /// Worker threads to start inside the server too.
         #[arg(long, default_value_t = 0)]
         workers: usize,
+        /// TCP port of the monitor socket (`gt top`, `gt trace`) when listening beyond this
+        /// machine (default: PORT + 1); this machine's tools use an IPC socket.
+        #[arg(long)]
+        monitor_port: Option<u16>,
     },
     /// Run a worker for the dispatcher at HOST:PORT.
     Worker {
@@ -68,18 +72,24 @@ fn main() -> ExitCode {
         }
     };
     match args.command {
-        Command::Server { port, host, workers } => server(port, &host, workers, &env),
+        Command::Server { port, host, workers, monitor_port } => {
+            let Some(monitor_port) = monitor_port.or(port.checked_add(1)) else {
+                eprintln!("error: port {port} has no PORT + 1 for the monitor; pass --monitor-port");
+                return ExitCode::from(2);
+            };
+            server((port, monitor_port), &host, workers, &env)
+        }
         Command::Worker { host, port, name, backend, wait, reconnect } => {
             worker(&host, port, name, backend, (wait, reconnect), &env)
         }
     }
 }
 
-fn server(port: u16, host: &str, workers: usize, env: &EnvConfig) -> ExitCode {
+fn server((port, monitor_port): (u16, u16), host: &str, workers: usize, env: &EnvConfig) -> ExitCode {
     let mut options = ClusterOptions::embedded(workers);
     options.apply(env);
     options.listen = Endpoint::for_server(host, port);
-    options.monitor = ClusterOptions::server_monitor(port);
+    options.monitor = ClusterOptions::server_monitor(host, port, monitor_port);
     options.discovery_name = Some(port.to_string());
     let cluster = match Cluster::start(options) {
         Ok(c) => c,

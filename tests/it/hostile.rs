@@ -307,13 +307,13 @@ fn rogue_worker(ctx: &gt::transport::zmq::Context, endpoint: &gt::transport::End
     let send = move |sock: &zmq::Socket, e: WorkerEvent| {
         sock.send(codec::encode(&Inbound::Worker(e), 1 << 20).unwrap(), 0).unwrap();
     };
-    send(&sock, WorkerEvent::Register { name: "rogue".into(), backend: "cpu".into() });
+    send(&sock, WorkerEvent::Register { name: "rogue".into(), backend: "cpu".into(), clock: 0 });
     std::thread::spawn(move || {
         while sock.poll(zmq::POLLIN, 5000).unwrap_or(0) > 0 {
             let Ok(bytes) = sock.recv_bytes(0) else { return };
             match codec::decode::<WorkerCommand>(&bytes, 1 << 30) {
                 Ok(WorkerCommand::Exec { batch, .. }) => {
-                    send(&sock, WorkerEvent::Done { batch, failures: vec![], nanos: 0 })
+                    send(&sock, WorkerEvent::Done { batch, failures: vec![], nanos: 0, timings: vec![], live_bytes: 0 })
                 }
                 Ok(WorkerCommand::Get { tag, .. }) => {
                     let tensor = gt::ir::HostTensor { ty: gt::ir::TensorType::f32(vec![1]), data: vec![666.0] };

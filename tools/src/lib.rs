@@ -1,4 +1,5 @@
 //! gt's observability tools, the readers of the events the runtime emits: the instruction
 //! log ([`tape`]), and what the `gt` subcommands draw from it.
 
+pub mod perfetto;
 pub mod tape;

@@ -1,8 +1,8 @@
 //! The instruction-log event: one line of `GT_INSTRUCTION_LOG` and one message of the
 //! dispatcher's monitor socket. The line format is the seeds':
 //! `elapsed | #seq | EVENT | source | command | bytes | details`, e.g.
-//! `  0.004120s | #0012 | WORKER_SEND  | WORKER worker-0             | Exec            |      1.2KB | batch=3 [8 ops: ...]`,
-//! with microseconds in `elapsed` (the seeds' readers take any decimals) and, for events
+//! `  0.004120311s | #0012 | WORKER_SEND  | WORKER worker-0             | Exec            |      1.2KB | batch=3 [8 ops: ...]`,
+//! with nanoseconds in `elapsed` (the seeds' readers take any decimals) and, for events
 //! that last (an executed instruction), the duration as the first detail: `dur=0.000012345s`.
 //! The monitor publishes the same [`LogEvent`] in msgpack (codec header included).
 
@@ -136,7 +136,7 @@ impl fmt::Display for LogEvent {
         let bytes = if self.bytes == 0 { String::new() } else { format_bytes(self.bytes) };
         write!(
             f,
-            "{:>10.6}s | #{:04} | {:<12} | {:<27} | {:<15} | {:>10} | ",
+            "{:>13.9}s | #{:04} | {:<12} | {:<27} | {:<15} | {:>10} | ",
             self.elapsed,
             self.seq,
             self.kind.name(),
@@ -208,7 +208,7 @@ mod tests {
         let line = e.to_string();
         assert_eq!(
             line,
-            "  1.608000s | #0011 | RECV         | CLIENT 1                    | add             |       117B | %2 = add %0, %1"
+            "  1.608000000s | #0011 | RECV         | CLIENT 1                    | add             |       117B | %2 = add %0, %1"
         );
         assert_eq!(LogEvent::parse_line(&line), Some(e.clone()));
         assert_eq!(LogEvent::parse_line("===="), None);
@@ -223,7 +223,7 @@ mod tests {
         assert!(line.ends_with("| dur=0.000012345s client=1 #7 %b2 = add %b0, %b1"), "{line}");
         let back = LogEvent::parse_line(&line).unwrap();
         assert_eq!((back.duration, back.details.as_str()), (exec.duration, exec.details.as_str()));
-        assert!((back.elapsed - 1.608123).abs() < 1e-9);
+        assert!((back.elapsed - 1.608123400).abs() < 1e-12);
         let bare = LogEvent { details: String::new(), ..exec };
         assert_eq!(LogEvent::parse_line(&bare.to_string()).unwrap().duration, bare.duration);
     }

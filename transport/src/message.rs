@@ -144,7 +144,8 @@ pub enum Reply {
 /// Dispatcher -> worker. Worker value ids are the dispatcher's buffer ids, never a client's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum WorkerCommand {
-    /// The answer to [`WorkerEvent::Register`].
+    /// The answer to [`WorkerEvent::Register`]; the worker answers it with a
+    /// [`WorkerEvent::Pong`], as a ping.
     Welcome {
         /// The worker's index.
         worker: u32,
@@ -158,6 +159,9 @@ pub enum WorkerCommand {
         /// The client each instruction came from (as many as `instrs`; empty: none known),
         /// so that the work of a client that left can be skipped ([`WorkerCommand::DropClient`]).
         owners: Vec<u64>,
+        /// Whether to report when each instruction started and how long it ran
+        /// ([`WorkerEvent::Done`]'s `timings`): asked only while someone reads the log.
+        timed: bool,
     },
     /// The client left: skip its instructions still queued here (except frees). Sent to
     /// the worker holding its values, ahead of the frees of those values.
@@ -177,7 +181,8 @@ pub enum WorkerCommand {
         /// The dispatcher's tag for the answer.
         tag: u64,
     },
-    /// A liveness probe; workers ignore it.
+    /// A liveness probe, answered by [`WorkerEvent::Pong`] (which also keeps the
+    /// dispatcher's estimate of the worker's clock current).
     Ping,
     /// Stop the worker loop.
     Shutdown,
@@ -192,6 +197,13 @@ pub enum WorkerEvent {
         name: String,
         /// Its backend (`cpu`).
         backend: String,
+        /// Its clock when it sent this: nanoseconds since it started (timings are on it).
+        clock: u64,
+    },
+    /// The answer to [`WorkerCommand::Ping`] and [`WorkerCommand::Welcome`].
+    Pong {
+        /// The worker's clock when it answered.
+        clock: u64,
     },
     /// A batch ran.
     Done {
@@ -201,6 +213,10 @@ pub enum WorkerEvent {
         failures: Vec<(u32, Failure)>,
         /// Time spent executing the batch, in nanoseconds.
         nanos: u64,
+        /// For a timed batch, each instruction run: when it started and how long it ran.
+        timings: Vec<Timing>,
+        /// The bytes its values hold after the batch.
+        live_bytes: u64,
     },
     /// The answer to [`WorkerCommand::Get`].
     Data {
@@ -223,6 +239,18 @@ pub enum WorkerEvent {
         /// The statistics.
         stats: WorkerStats,
     },
+}
+
+/// When one instruction of a batch ran, on the worker's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timing {
+    /// Its index in the batch.
+    pub index: u32,
+    /// When it started: nanoseconds since the worker started. For a GPU, when the device
+    /// started it (CUDA events), not when it was queued.
+    pub start: u64,
+    /// How long it ran, in nanoseconds.
+    pub nanos: u64,
 }
 
 /// A registered worker, as clients see it.

@@ -24,6 +24,17 @@ pub trait Backend {
     fn finish(&mut self) -> Result<(), RuntimeError> {
         Ok(())
     }
+    /// Asks the backend to time the instructions it runs from now on with its own clock
+    /// (a GPU's events: when the device ran them, not when they were queued), reported in
+    /// nanoseconds since `epoch` by [`Backend::take_timings`]. Host backends keep no times
+    /// of their own: the worker's clock around `execute` is theirs.
+    fn start_timing(&mut self, _epoch: std::time::Instant) {}
+    /// After [`Backend::finish`]: the device times of the instructions run since
+    /// [`Backend::start_timing`], in order (their `index` is filled in by the caller);
+    /// `None` when the backend keeps none.
+    fn take_timings(&mut self) -> Option<Vec<gt_transport::message::Timing>> {
+        None
+    }
     /// Values defined and not freed.
     fn live_values(&self) -> usize;
     /// Bytes of data the live values hold.

@@ -71,20 +71,54 @@ impl EventLog {
         }
     }
 
-    /// Records one event.
+    /// Nanoseconds since the dispatcher started: the log's clock.
+    pub fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Records one event, now.
     pub fn emit(&mut self, kind: EventKind, source: String, command: &str, bytes: usize, details: String) {
-        if !self.active() {
-            return;
+        if self.active() {
+            let elapsed = self.start.elapsed().as_secs_f64();
+            self.record(kind, source, command, bytes, (elapsed, None), details);
         }
+    }
+
+    /// Records an event that happened at `start` (ns on the log's clock) and lasted
+    /// `nanos` (`None`: an instant).
+    pub fn emit_at(
+        &mut self,
+        kind: EventKind,
+        source: String,
+        command: &str,
+        bytes: u64,
+        (start, nanos): (u64, Option<u64>),
+        details: String,
+    ) {
+        if self.active() {
+            let when = (start as f64 * 1e-9, nanos.map(|n| n as f64 * 1e-9));
+            self.record(kind, source, command, bytes as usize, when, details);
+        }
+    }
+
+    fn record(
+        &mut self,
+        kind: EventKind,
+        source: String,
+        command: &str,
+        bytes: usize,
+        (elapsed, duration): (f64, Option<f64>),
+        details: String,
+    ) {
         self.seq += 1;
         let event = LogEvent {
-            elapsed: self.start.elapsed().as_secs_f64(),
+            elapsed,
             seq: self.seq,
             kind,
             source,
             command: command.to_string(),
             bytes: bytes as u64,
-            duration: None,
+            duration,
             details,
         };
         if let Some(f) = &mut self.file {

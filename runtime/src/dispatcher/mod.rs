@@ -26,7 +26,7 @@ use gt_ir::verify::shape;
 use gt_ir::{HostTensor, Instr, TensorType, TypeError, ValueId};
 use gt_passes::{Pipeline, Typing};
 use gt_transport::message::{
-    Failure, FailureKind, PassStats, Reply, Request, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats,
+    Failure, FailureKind, PassStats, Reply, Request, Timing, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats,
 };
 use gt_transport::{codec, socket, zmq, EventKind, Inbound};
 use log::EventLog;
@@ -35,7 +35,7 @@ use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use workers::{Batch, Worker};
+use workers::{Batch, Clock, ExecNote, Worker};
 
 /// Makes the pass pipeline of each new client stream (given the client's number).
 pub type PipelineFactory = Arc<dyn Fn(u64) -> Pipeline + Send + Sync>;
@@ -570,6 +570,7 @@ impl Dispatcher {
         };
         debug_assert!(operands.iter().all(|at| at.worker == w), "one home worker per client");
         let results = instr.results();
+        let bytes = types.iter().fold(0u64, |n, t| n.saturating_add(t.size_bytes() as u64));
         if let Err(refusal) = ns.admit(&results, &types, &limits) {
             let kind = match refusal {
                 Refusal::Memory { .. } => FailureKind::OutOfMemory,
@@ -586,7 +587,7 @@ impl Dispatcher {
         // Renamed for the wire: worker buffers become the instruction's value ids.
         let mut next = defined.bufs.into_iter().chain(operands.iter().map(|at| at.buf));
         instr.visit_values_mut(&mut |v| *v = next.next().expect("visit order: results, then operands").into());
-        self.push(w, instr, (c, seq));
+        self.push(w, instr, (c, seq), bytes);
     }
 
     fn limits(&self) -> Limits {
@@ -608,8 +609,8 @@ impl Dispatcher {
     }
 
     /// Queues an instruction for worker `w`; a full batch leaves at once.
-    fn push(&mut self, w: usize, instr: Instr, origin: (u64, u64)) {
-        self.workers[w].queue(instr, origin);
+    fn push(&mut self, w: usize, instr: Instr, origin: (u64, u64), bytes: u64) {
+        self.workers[w].queue(instr, origin, bytes);
         self.flush_if_full(w);
     }
 
@@ -736,12 +737,13 @@ impl Dispatcher {
     // ---- workers -----------------------------------------------------------------------
 
     fn on_worker_event(&mut self, identity: Vec<u8>, event: WorkerEvent, bytes: usize) {
-        if let WorkerEvent::Register { name, backend } = event {
+        if let WorkerEvent::Register { name, backend, clock } = event {
             if self.worker_ids.contains_key(&identity) || self.client_ids.contains_key(&identity) {
                 return self.bad_message(&identity, bytes, "registered twice".into());
             }
             let w = self.workers.len();
-            self.workers.push(Worker::new(identity.clone(), name.clone(), backend.clone()));
+            let clock = Clock::registered(clock, self.log.now());
+            self.workers.push(Worker::new(identity.clone(), name.clone(), backend.clone(), clock));
             self.worker_ids.insert(identity, w);
             tracing::info!(target: "gt::dispatcher", "worker {w} registered: {name} ({backend})");
             self.log.emit(
@@ -751,7 +753,12 @@ impl Dispatcher {
                 bytes,
                 format!("worker={w} backend={backend}"),
             );
-            self.send_worker(w, &WorkerCommand::Welcome { worker: w as u32 });
+            // The welcome is also the first ping (the worker answers it with a `Pong`), so its
+            // clock is known to a round trip's precision from the start.
+            if self.send_worker(w, &WorkerCommand::Welcome { worker: w as u32 }).is_some() {
+                let sent = self.log.now();
+                self.workers[w].clock.pinged(sent);
+            }
             return;
         }
         let Some(&w) = self.worker_ids.get(&identity) else {
@@ -759,7 +766,13 @@ impl Dispatcher {
         };
         match event {
             WorkerEvent::Register { .. } => unreachable!("handled above"),
-            WorkerEvent::Done { batch, failures, nanos } => self.on_done(&identity, w, bytes, batch, failures, nanos),
+            WorkerEvent::Done { batch, failures, nanos, timings, live_bytes } => {
+                self.on_done(&identity, w, bytes, (batch, nanos), failures, (timings, live_bytes))
+            }
+            WorkerEvent::Pong { clock } => {
+                let now = self.log.now();
+                self.workers[w].clock.ponged(clock, now);
+            }
             WorkerEvent::Data { tag, tensor } => self.on_data(w, bytes, tag, tensor),
             WorkerEvent::Failed { tag, failure } => {
                 self.log_worker(EventKind::WorkerRecv, w, "Failed", bytes, || format!("tag={tag} {failure}"));
@@ -782,21 +795,26 @@ impl Dispatcher {
         identity: &[u8],
         w: usize,
         bytes: usize,
-        batch: u64,
+        (batch, nanos): (u64, u64),
         failures: Vec<(u32, Failure)>,
-        nanos: u64,
+        (timings, live_bytes): (Vec<Timing>, u64),
     ) {
         let worker = &mut self.workers[w];
         let Some(pos) = worker.inflight.iter().position(|b| b.number == batch) else {
             return self.bad_message(identity, bytes, format!("Done for unknown batch {batch}"));
         };
-        let record = worker.inflight.remove(pos).expect("position is valid");
+        let mut record = worker.inflight.remove(pos).expect("position is valid");
         self.charge(&record.charges, false);
         // Saturating: a broken worker may report more failures than the batch had.
         let ok = record.origins.len().saturating_sub(failures.len());
         self.log_worker(EventKind::WorkerRecv, w, "Done", bytes, || {
             format!("batch={batch} ok={ok} failed={} time={:.3}ms", failures.len(), nanos as f64 / 1e6)
         });
+        if let Some(notes) = record.notes.take() {
+            self.log_executed(w, &record, &notes, &timings);
+            let source = format!("WORKER {}", self.workers[w].name);
+            self.log.emit(EventKind::Status, source, "memory", 0, format!("live={live_bytes}"));
+        }
         for (i, failure) in failures {
             let Some(&(c, seq)) = record.origins.get(i as usize) else { continue };
             if seq == DISPATCHER_SEQ {
@@ -814,6 +832,22 @@ impl Dispatcher {
         }
         if let Some((c, seq)) = record.sync {
             self.send_reply(c, &Reply::Synced { seq });
+        }
+    }
+
+    /// One EXEC event per instruction of a timed batch that ran, on the dispatcher's clock.
+    /// What the worker says is not trusted: indices outside the batch are skipped.
+    fn log_executed(&mut self, w: usize, record: &Batch, notes: &[ExecNote], timings: &[Timing]) {
+        let source = format!("WORKER {}", self.workers[w].name);
+        let clock = self.workers[w].clock;
+        for t in timings {
+            let i = t.index as usize;
+            let (Some(&(c, seq)), Some(ExecNote { op, bytes, text })) = (record.origins.get(i), notes.get(i)) else {
+                continue;
+            };
+            let origin = if seq == DISPATCHER_SEQ { "dispatcher".to_string() } else { format!("client={c} #{seq}") };
+            let span = (clock.to_dispatcher(t.start), Some(t.nanos));
+            self.log.emit_at(EventKind::Exec, source.clone(), op, *bytes, span, format!("{origin} {text}"));
         }
     }
 
@@ -878,14 +912,19 @@ impl Dispatcher {
         if worker.pending.is_empty() && sync.is_none() {
             return;
         }
-        let (number, instrs, origins) = worker.take_batch();
+        let (number, instrs, origins, result_bytes) = worker.take_batch();
         if !worker.alive {
             return;
         }
-        let details = self.log.active().then(|| batch_details(number, &instrs));
+        let timed = self.log.active();
+        let details = timed.then(|| batch_details(number, &instrs));
+        let notes = timed.then(|| {
+            let notes = instrs.iter().zip(result_bytes);
+            notes.map(|(i, bytes)| ExecNote { op: i.mnemonic(), bytes, text: print_instr(i) }).collect()
+        });
         let charges = workers::charges(&instrs, &origins);
         let owners = origins.iter().map(|(c, _)| *c).collect();
-        let cmd = WorkerCommand::Exec { batch: number, instrs, owners };
+        let cmd = WorkerCommand::Exec { batch: number, instrs, owners, timed };
         let bytes = match codec::encode(&cmd, self.config.max_message_bytes) {
             Ok(b) => b,
             Err(e) => {
@@ -903,10 +942,13 @@ impl Dispatcher {
         };
         let size = bytes.len();
         self.charge(&charges, true);
-        self.workers[w].inflight.push_back(Batch { number, origins, charges, sync });
+        self.workers[w].inflight.push_back(Batch { number, origins, charges, sync, notes });
+        // Stamped before sending: the worker may start on it before the send returns.
+        let sent = self.log.now();
         if self.send_worker_bytes(w, bytes) {
             if let Some(details) = details {
-                self.log_worker(EventKind::WorkerSend, w, "Exec", size, || details);
+                let source = format!("WORKER {}", self.workers[w].name);
+                self.log.emit_at(EventKind::WorkerSend, source, "Exec", size as u64, (sent, None), details);
             }
         }
     }
@@ -949,8 +991,7 @@ impl Dispatcher {
         let mut owed: Vec<(u64, u64)> = Vec::new();
         let mut syncs: Vec<(u64, u64)> = Vec::new();
         let batches: Vec<Batch> = worker.inflight.drain(..).collect();
-        let pending = std::mem::take(&mut worker.pending_origins);
-        worker.pending.clear();
+        let pending = worker.clear_pending();
         for b in &batches {
             self.charge(&b.charges, false);
         }
@@ -1042,10 +1083,12 @@ impl Dispatcher {
         if now.duration_since(self.last_probe) >= self.config.probe_interval {
             self.last_probe = now;
             for w in 0..self.workers.len() {
-                if self.workers[w].alive {
-                    self.send_worker(w, &WorkerCommand::Ping);
+                if self.workers[w].alive && self.send_worker(w, &WorkerCommand::Ping).is_some() {
+                    let sent = self.log.now();
+                    self.workers[w].clock.pinged(sent);
                 }
             }
+            self.log_queues();
         }
         if now.duration_since(self.last_client_probe) >= self.config.probe_interval * 10 {
             self.last_client_probe = now;
@@ -1057,6 +1100,19 @@ impl Dispatcher {
                     self.lost_clients.push((c, "is gone (its process ended or the connection broke)"));
                 }
             }
+        }
+    }
+
+    /// STATUS events for each client's queue: what it sent to its worker that has not run.
+    fn log_queues(&mut self) {
+        if !self.log.active() {
+            return;
+        }
+        let mut queues: Vec<(u64, Charge)> = self.clients.iter().map(|(c, k)| (*c, k.namespace.inflight())).collect();
+        queues.sort_by_key(|(c, _)| *c);
+        for (c, q) in queues {
+            let details = format!("instrs={} bytes={}", q.instrs, q.bytes);
+            self.log.emit(EventKind::Status, format!("CLIENT {c}"), "queue", 0, details);
         }
     }
 

@@ -140,8 +140,7 @@ impl Namespace {
         self.bytes
     }
 
-    /// Its credit used.
-    #[cfg(test)]
+    /// Its credit used: what it sent to its worker that has not run yet.
     pub fn inflight(&self) -> Charge {
         self.inflight
     }

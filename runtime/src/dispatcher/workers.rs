@@ -1,5 +1,6 @@
 //! The dispatcher's bookkeeping of each worker: the instructions queued for its next batch,
-//! the batches it has not answered, and its buffer ids (allocated and recycled here). No I/O.
+//! the batches it has not answered, its buffer ids (allocated and recycled here) and its
+//! clock as seen from the dispatcher's ([`Clock`]). No I/O.
 
 use super::namespace::{Buffer, Charge};
 use gt_ir::Instr;
@@ -15,6 +16,18 @@ pub(super) struct Batch {
     pub charges: HashMap<u64, Charge>,
     /// A `Sync` to answer when the batch is done.
     pub sync: Option<(u64, u64)>,
+    /// For a timed batch (someone reads the log), what its EXEC events say of each
+    /// instruction.
+    pub notes: Option<Vec<ExecNote>>,
+}
+
+/// What an EXEC event says of an instruction besides its timing.
+pub(super) struct ExecNote {
+    pub op: &'static str,
+    /// The bytes its results hold.
+    pub bytes: u64,
+    /// Its text, in buffer ids.
+    pub text: String,
 }
 
 pub(super) struct Worker {
@@ -24,16 +37,20 @@ pub(super) struct Worker {
     pub alive: bool,
     pub pending: Vec<Instr>,
     pub pending_origins: Vec<(u64, u64)>,
+    /// The bytes each pending instruction's results hold.
+    pub pending_bytes: Vec<u64>,
     pub inflight: VecDeque<Batch>,
     next_batch: u64,
     free_bufs: Vec<Buffer>,
     next_buf: u32,
     /// Clients whose home it is.
     pub clients: usize,
+    /// Its clock, for putting its timings on the dispatcher's timeline.
+    pub clock: Clock,
 }
 
 impl Worker {
-    pub fn new(identity: Vec<u8>, name: String, backend: String) -> Worker {
+    pub fn new(identity: Vec<u8>, name: String, backend: String, clock: Clock) -> Worker {
         Worker {
             identity,
             name,
@@ -41,19 +58,22 @@ impl Worker {
             alive: true,
             pending: Vec::new(),
             pending_origins: Vec::new(),
+            pending_bytes: Vec::new(),
             inflight: VecDeque::new(),
             next_batch: 1,
             free_bufs: Vec::new(),
             next_buf: 0,
             clients: 0,
+            clock,
         }
     }
 
     /// Queues an instruction (already in this worker's buffer ids) for the next batch.
-    pub fn queue(&mut self, instr: Instr, origin: (u64, u64)) {
+    pub fn queue(&mut self, instr: Instr, origin: (u64, u64), bytes: u64) {
         debug_assert!(!matches!(instr, Instr::Free { .. }), "frees go through queue_free");
         self.pending.push(instr);
         self.pending_origins.push(origin);
+        self.pending_bytes.push(bytes);
     }
 
     /// Queues freeing `buf` and gives it back for reuse (safe at once: the worker runs its
@@ -62,6 +82,7 @@ impl Worker {
         self.free_bufs.push(buf);
         self.pending.push(Instr::Free { src: buf.into() });
         self.pending_origins.push(origin);
+        self.pending_bytes.push(0);
     }
 
     pub fn alloc(&mut self) -> Buffer {
@@ -73,11 +94,68 @@ impl Worker {
         })
     }
 
-    /// Takes what is queued as the next batch: its number, instructions and origins.
-    pub fn take_batch(&mut self) -> (u64, Vec<Instr>, Vec<(u64, u64)>) {
+    /// Takes what is queued as the next batch: its number, instructions, origins and
+    /// result bytes.
+    pub fn take_batch(&mut self) -> (u64, Vec<Instr>, Vec<(u64, u64)>, Vec<u64>) {
         let number = self.next_batch;
         self.next_batch += 1;
-        (number, std::mem::take(&mut self.pending), std::mem::take(&mut self.pending_origins))
+        let (instrs, origins) = (std::mem::take(&mut self.pending), std::mem::take(&mut self.pending_origins));
+        (number, instrs, origins, std::mem::take(&mut self.pending_bytes))
+    }
+
+    /// Forgets what is queued (the worker is gone).
+    pub fn clear_pending(&mut self) -> Vec<(u64, u64)> {
+        self.pending.clear();
+        self.pending_bytes.clear();
+        std::mem::take(&mut self.pending_origins)
+    }
+}
+
+/// A worker's clock as seen from the dispatcher's: the offset to add to a worker time
+/// (nanoseconds since the worker started) to get dispatcher time (nanoseconds since the
+/// dispatcher started). Estimated as NTP does from each ping's round trip (the worker's
+/// reading is taken to be halfway), keeping the sample with the shortest round trip, whose
+/// error bound is smallest, unless it is old (clocks drift; a worker busy with a long batch
+/// answers late, so its slow samples are passed over). The first estimate comes from the
+/// registration, whose one-way delay is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Clock {
+    offset: i128,
+    /// The round trip of the sample in use (`u64::MAX`: only the registration's).
+    rtt: u64,
+    /// When (dispatcher time) that sample was taken.
+    at: u64,
+    /// When the unanswered ping went out.
+    ping: Option<u64>,
+}
+
+impl Clock {
+    /// A sample older than this (ns) is replaced by the next one, however slow.
+    const STALE: u64 = 10_000_000_000;
+
+    /// The estimate from a registration: sent at `worker` time, received at `now`.
+    pub fn registered(worker: u64, now: u64) -> Clock {
+        Clock { offset: now as i128 - worker as i128, rtt: u64::MAX, at: now, ping: None }
+    }
+
+    /// A ping went out at `now`.
+    pub fn pinged(&mut self, now: u64) {
+        self.ping.get_or_insert(now);
+    }
+
+    /// The answer to the last ping, read at `worker` time, arrived at `now`.
+    pub fn ponged(&mut self, worker: u64, now: u64) {
+        let Some(sent) = self.ping.take() else { return };
+        let rtt = now.saturating_sub(sent);
+        if rtt <= self.rtt || now.saturating_sub(self.at) > Clock::STALE {
+            let midpoint = sent as i128 + rtt as i128 / 2;
+            *self = Clock { offset: midpoint - worker as i128, rtt, at: now, ping: None };
+        }
+    }
+
+    /// A worker time on the dispatcher's clock, in nanoseconds (0 at the earliest).
+    pub fn to_dispatcher(&self, worker: u64) -> u64 {
+        (worker as i128 + self.offset).clamp(0, u64::MAX as i128) as u64
     }
 }
 
@@ -96,4 +174,35 @@ pub(super) fn charges(instrs: &[Instr], origins: &[(u64, u64)]) -> HashMap<u64, 
         charge.bytes += literal;
     }
     charges
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Clock;
+
+    #[test]
+    fn the_clock_keeps_the_sample_with_the_shortest_round_trip() {
+        // The worker started 5 ms after the dispatcher: worker t = dispatcher t - 5 ms.
+        let truth = |worker: u64| worker + 5_000_000;
+        // Registration: one-way delay of 300 us, counted as offset error.
+        let mut c = Clock::registered(1_000_000, 6_300_000);
+        assert_eq!(c.to_dispatcher(1_000_000), 6_300_000);
+        // A ping answered in 100 us, the worker reading taken halfway: exact.
+        c.pinged(10_000_000);
+        c.ponged(5_050_000, 10_100_000);
+        assert_eq!(c.to_dispatcher(2_000_000), truth(2_000_000));
+        // A slow answer (a busy worker: it read its clock 4 ms after the ping came) is not used.
+        c.pinged(20_000_000);
+        c.ponged(19_000_000, 24_000_000);
+        assert_eq!(c.to_dispatcher(2_000_000), truth(2_000_000));
+        // An answer with no ping out is ignored; so is a second answer.
+        c.ponged(0, 30_000_000);
+        assert_eq!(c.to_dispatcher(2_000_000), truth(2_000_000));
+        // Once the sample is stale, the next one replaces it even if slower.
+        c.pinged(20_000_000_000);
+        c.ponged(19_995_100_000, 20_000_400_000);
+        assert_eq!(c.to_dispatcher(0), 5_100_000);
+        // Times before the dispatcher started clamp to 0.
+        assert_eq!(Clock::registered(10, 0).to_dispatcher(0), 0);
+    }
 }
