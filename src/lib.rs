@@ -17,6 +17,7 @@ pub use gt_frontend as frontend;
 pub use gt_ir as ir;
 pub use gt_passes as passes;
 pub use gt_runtime as runtime;
+pub use gt_tools as tools;
 pub use gt_transport as transport;
 
 pub use gt_frontend::tensor::{

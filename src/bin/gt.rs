@@ -1,6 +1,8 @@
-//! `gt`: the distributed runtime's processes. `gt server -p PORT` runs a dispatcher that
-//! clients (`gt-run --connect HOST:PORT`) and workers (`gt worker --host HOST -p PORT`) join.
-//! Exit codes: 0 clean stop, 1 runtime failure, 2 usage error or nothing to run on.
+//! `gt`: the distributed runtime's processes and the tools that watch them. `gt server -p
+//! PORT` runs a dispatcher that clients (`gt-run --connect HOST:PORT`) and workers (`gt worker
+//! --host HOST -p PORT`) join; `gt visualize`, `gt perfetto`, `gt top` and `gt trace` read its
+//! events (`gt_tools`; each subcommand here only parses arguments and reports).
+//! Exit codes: 0 clean stop, 1 runtime failure, 2 usage error, bad input or nothing to run on.
 
 use clap::{Parser, Subcommand};
 use gt::runtime::backend::BackendKind;
@@ -59,6 +61,15 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         reconnect: u64,
     },
+    /// Convert an instruction log (gt's, or the Python GT's) to a Chrome trace-event JSON file
+    /// that Perfetto (ui.perfetto.dev) and chrome://tracing open.
+    Perfetto {
+        /// The log (`GT_INSTRUCTION_LOG`, or a `gt trace` capture).
+        log: std::path::PathBuf,
+        /// The JSON file to write.
+        #[arg(short, long, default_value = "trace.json")]
+        output: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -82,7 +93,47 @@ fn main() -> ExitCode {
         Command::Worker { host, port, name, backend, wait, reconnect } => {
             worker(&host, port, name, backend, (wait, reconnect), &env)
         }
+        Command::Perfetto { log, output } => report(perfetto(&log, &output)),
     }
+}
+
+/// A tool's outcome: its error on one line, exit code 2 (bad input).
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // The chain, each cause once (library errors already name their source).
+            let mut message = String::new();
+            for cause in e.chain().map(|c| c.to_string()) {
+                if !message.contains(&cause) {
+                    message += if message.is_empty() { "" } else { ": " };
+                    message += &cause;
+                }
+            }
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn perfetto(log: &std::path::Path, output: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let tape = gt::tools::tape::Tape::read(log)?;
+    let file = std::fs::File::create(output).with_context(|| format!("cannot write {}", output.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    let counts =
+        gt::tools::perfetto::write(&tape, &mut out).with_context(|| format!("cannot write {}", output.display()))?;
+    std::io::Write::flush(&mut out).with_context(|| format!("cannot write {}", output.display()))?;
+    println!("✓ Trace saved to: {} (open it in ui.perfetto.dev or chrome://tracing)", output.display());
+    println!("  Events: {} ({} log)", tape.events.len(), tape.format.name());
+    println!(
+        "  Executed: {} slices, {} flows, {} signal scopes, {} counter samples",
+        counts.slices, counts.flows, counts.signals, counts.counters
+    );
+    if tape.skipped > 0 {
+        println!("  Skipped: {} lines that were not events", tape.skipped);
+    }
+    Ok(())
 }
 
 fn server((port, monitor_port): (u16, u16), host: &str, workers: usize, env: &EnvConfig) -> ExitCode {

@@ -14,4 +14,5 @@ mod ptx;
 mod signals;
 mod tensor_api;
 mod tidy;
+mod tools;
 mod training;

@@ -145,7 +145,9 @@ pub fn trace(tape: &Tape) -> (Value, TraceCounts) {
                     counts.signals += 1;
                 } else if stack.last() == Some(&name) {
                     stack.pop();
-                    events.push(json!({ "name": name, "cat": "signal", "ph": "E", "ts": ts, "pid": pid, "tid": SIGNALS }));
+                    events.push(
+                        json!({ "name": name, "cat": "signal", "ph": "E", "ts": ts, "pid": pid, "tid": SIGNALS }),
+                    );
                 }
             }
             (EventKind::Status, _) => {
@@ -296,9 +298,10 @@ pub fn violations(trace: &Value) -> Vec<Violation> {
                 }
             }
             "C" => {
-                let numeric = e.get("args").and_then(Value::as_object).is_some_and(|a| {
-                    !a.is_empty() && a.values().all(|v| v.as_f64().is_some_and(f64::is_finite))
-                });
+                let numeric = e
+                    .get("args")
+                    .and_then(Value::as_object)
+                    .is_some_and(|a| !a.is_empty() && a.values().all(|v| v.as_f64().is_some_and(f64::is_finite)));
                 if !numeric {
                     bad(i, "a counter's args are named numbers");
                 }
@@ -358,7 +361,10 @@ pub fn violations(trace: &Value) -> Vec<Violation> {
     for list in flows.values() {
         let phases: Vec<&str> = list.iter().map(|(_, e)| e["ph"].as_str().unwrap_or("")).collect();
         let (first, e0) = list[0];
-        if phases.first() != Some(&"s") || phases.last() != Some(&"f") || phases.iter().filter(|p| **p == "s").count() != 1 {
+        if phases.first() != Some(&"s")
+            || phases.last() != Some(&"f")
+            || phases.iter().filter(|p| **p == "s").count() != 1
+        {
             bad(first, "a flow id has one s, then any t, then one f");
             continue;
         }
@@ -383,7 +389,14 @@ mod tests {
     use gt_transport::LogEvent;
     use std::path::Path;
 
-    fn event(elapsed: f64, kind: EventKind, source: &str, command: &str, duration: Option<f64>, details: &str) -> LogEvent {
+    fn event(
+        elapsed: f64,
+        kind: EventKind,
+        source: &str,
+        command: &str,
+        duration: Option<f64>,
+        details: &str,
+    ) -> LogEvent {
         LogEvent {
             elapsed,
             seq: 0,
@@ -397,7 +410,11 @@ mod tests {
     }
 
     fn tape(events: Vec<LogEvent>) -> Tape {
-        let text: String = events.iter().enumerate().map(|(i, e)| format!("{}\n", LogEvent { seq: i as u64 + 1, ..e.clone() })).collect();
+        let text: String = events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| format!("{}\n", LogEvent { seq: i as u64 + 1, ..e.clone() }))
+            .collect();
         let mut t = Tape::from_reader(text.as_bytes(), Path::new("t.log")).unwrap();
         t.sort();
         t
@@ -434,10 +451,15 @@ mod tests {
         assert_eq!((relu["ts"].as_f64(), relu["dur"].as_f64()), (Some(3320.0), Some(10.0)));
         assert_eq!((relu["args"]["client"].as_str(), relu["args"]["seq"].as_u64()), (Some("1"), Some(2)));
         assert_eq!(relu["args"]["signal"], "fwd");
-        let names: Vec<&str> = events.iter().filter(|e| e["name"] == "process_name").map(|e| e["args"]["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = events
+            .iter()
+            .filter(|e| e["name"] == "process_name")
+            .map(|e| e["args"]["name"].as_str().unwrap())
+            .collect();
         assert_eq!(names, ["client 1", "dispatcher", "worker-0"]);
         // Two instructions received at the same time: zero-length slices, not overlapping.
-        let recvs: Vec<f64> = events.iter().filter(|e| e["ph"] == "X" && e["pid"] == 1).map(|e| e["dur"].as_f64().unwrap()).collect();
+        let recvs: Vec<f64> =
+            events.iter().filter(|e| e["ph"] == "X" && e["pid"] == 1).map(|e| e["dur"].as_f64().unwrap()).collect();
         assert_eq!(recvs, [0.0, 1.0]);
     }
 
@@ -449,7 +471,8 @@ mod tests {
             edit(t["traceEvents"].as_array_mut().unwrap());
             violations(&t).into_iter().map(|v| v.rule).collect::<Vec<_>>()
         };
-        let rules = broken(&|e| e.push(json!({ "name": "x", "ph": "X", "ts": 3325.0, "dur": 100.0, "pid": 3, "tid": 0 })));
+        let rules =
+            broken(&|e| e.push(json!({ "name": "x", "ph": "X", "ts": 3325.0, "dur": 100.0, "pid": 3, "tid": 0 })));
         assert!(rules.iter().any(|r| r.contains("nest")), "{rules:?}");
         let rules = broken(&|e| e.push(json!({ "ph": "E", "ts": 1.0, "pid": 9, "tid": 0 })));
         assert!(rules.iter().any(|r| r.contains("B open")), "{rules:?}");
@@ -457,7 +480,8 @@ mod tests {
         assert!(rules.iter().any(|r| r.contains("one s")), "{rules:?}");
         let rules = broken(&|e| e.push(json!({ "name": "x", "ph": "X", "ts": -1.0, "dur": 1.0, "pid": 3, "tid": 0 })));
         assert!(rules.iter().any(|r| r.contains("non-negative")), "{rules:?}");
-        let rules = broken(&|e| e.push(json!({ "name": "c", "ph": "C", "ts": 1.0, "pid": 3, "tid": 0, "args": { "a": "x" } })));
+        let rules =
+            broken(&|e| e.push(json!({ "name": "c", "ph": "C", "ts": 1.0, "pid": 3, "tid": 0, "args": { "a": "x" } })));
         assert!(rules.iter().any(|r| r.contains("counter")), "{rules:?}");
         let rules = broken(&|e| {
             for ev in e.iter_mut().filter(|ev| ev["ph"] == "f") {

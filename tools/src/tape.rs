@@ -99,6 +99,7 @@ impl Tape {
         let mut events = Vec::new();
         let mut format = None;
         let (mut skipped, mut lines, mut first_foreign) = (0, 0, None);
+        let (mut in_header, mut titled) = (false, false);
         let mut buf = Vec::new();
         loop {
             buf.clear();
@@ -116,15 +117,21 @@ impl Tape {
             }
             let line = String::from_utf8_lossy(&buf);
             let line = line.trim_end_matches(['\n', '\r']);
-            if line.contains("GT2 Dispatcher Instruction Stream") {
-                format.get_or_insert(LogFormat::PythonSeq);
+            if line.to_ascii_lowercase().contains("dispatcher instruction stream") {
+                // A header: what follows up to the first event describes the format.
+                (in_header, titled) = (true, true);
+                if line.contains("GT2 Dispatcher Instruction Stream") {
+                    format.get_or_insert(LogFormat::PythonSeq);
+                }
+                continue;
             }
             match parse_any(line, format) {
                 Some((e, f)) => {
                     format.get_or_insert(f);
                     events.push(e);
+                    in_header = false;
                 }
-                None if is_header(line) => {}
+                None if in_header || line.trim().is_empty() || line.starts_with("====") => {}
                 None => {
                     skipped += 1;
                     first_foreign.get_or_insert_with(|| (lines, clip(line)));
@@ -134,12 +141,13 @@ impl Tape {
         if lines == 0 {
             return Err(TapeError::Empty { path: path.to_path_buf() });
         }
-        let Some(format) = format else {
+        if events.is_empty() {
             return Err(match first_foreign {
-                Some((line, text)) => TapeError::Foreign { path: path.to_path_buf(), line, text },
-                None => TapeError::NoEvents { path: path.to_path_buf() },
+                Some((line, text)) if !titled => TapeError::Foreign { path: path.to_path_buf(), line, text },
+                _ => TapeError::NoEvents { path: path.to_path_buf() },
             });
-        };
+        }
+        let format = format.unwrap_or(LogFormat::Gt);
         Ok(Tape { events, format, skipped })
     }
 
@@ -376,22 +384,6 @@ pub fn recv_seq(e: &LogEvent) -> Option<u64> {
     e.details.split_whitespace().next()?.strip_prefix('#')?.parse().ok()
 }
 
-fn is_header(line: &str) -> bool {
-    let t = line.trim();
-    t.is_empty()
-        || t.starts_with("====")
-        || t.starts_with("Started:")
-        || t.starts_with("Format:")
-        || t.starts_with("Events:")
-        || !t.contains(" | ") && !t.starts_with("[TAPE")
-        || t.starts_with("RECV details")
-        || t.starts_with("CONNECT/")
-        || t.starts_with("EXEC (")
-        // The Python GT's header block.
-        || t.starts_with("- ")
-        || t.ends_with(':')
-}
-
 fn clip(line: &str) -> String {
     line.chars().take(80).collect()
 }
@@ -429,7 +421,8 @@ fn python_source(kind: EventKind, raw: &str) -> String {
             id = rest.trim_start();
         }
     }
-    let worker = matches!(kind, EventKind::WorkerSend | EventKind::WorkerRecv) || raw.trim_start().starts_with("WORKER");
+    let worker =
+        matches!(kind, EventKind::WorkerSend | EventKind::WorkerRecv) || raw.trim_start().starts_with("WORKER");
     format!("{} {id}", if worker { "WORKER" } else { "CLIENT" })
 }
 
@@ -544,7 +537,10 @@ Started: 2025-11-02 10:00:00
         let e = &t.events[0];
         assert_eq!((e.source.as_str(), e.command.as_str(), e.bytes), ("CLIENT 006b8b4568", "BinaryOp", 123 * 1024));
         assert_eq!(OpFamily::of(&e.command, &e.details), OpFamily::Binary);
-        assert_eq!((t.events[1].source.as_str(), t.events[1].details.as_str()), ("WORKER auto_worker", "[1 cmds: WorkerBinaryOp]"));
+        assert_eq!(
+            (t.events[1].source.as_str(), t.events[1].details.as_str()),
+            ("WORKER auto_worker", "[1 cmds: WorkerBinaryOp]")
+        );
         assert_eq!(t.events[2].kind, EventKind::Inject);
         let old = "[TAPE 0.003s] WORKER_SEND  | auto_worker     | WorkerOp  | op=matmul result=127.0.0.1:59712_2\n\
                    [TAPE 0.001s] RECV         | 127.0.0.1:59712 | UnaryOp   | result=1 op=relu input=0\n";
@@ -561,6 +557,7 @@ Started: 2025-11-02 10:00:00
         let err = |text: &str| tape(text).unwrap_err().to_string();
         assert!(err("").contains("is empty"), "{}", err(""));
         assert!(err("fn main() { println!(\"a | b\"); }\n").contains("not an instruction log"));
+        assert!(err("[package]\nname = \"gt\"\n").contains("not an instruction log: no line is a log event (line 1"));
         let header = gt_transport::event::log_header("2026-11-24T20:00:00Z");
         assert!(err(&header).contains("no events"), "{}", err(&header));
         // A truncated last line is skipped and counted.
@@ -573,7 +570,18 @@ Started: 2025-11-02 10:00:00
     fn families_follow_the_op_table() {
         let f = |c| OpFamily::of(c, "");
         assert_eq!(
-            [f("matmul"), f("add"), f("exp"), f("relu"), f("sum"), f("mean"), f("max"), f("get"), f("free"), f("fused")],
+            [
+                f("matmul"),
+                f("add"),
+                f("exp"),
+                f("relu"),
+                f("sum"),
+                f("mean"),
+                f("max"),
+                f("get"),
+                f("free"),
+                f("fused")
+            ],
             [
                 OpFamily::MatMul,
                 OpFamily::Binary,

@@ -839,6 +839,13 @@ impl Dispatcher {
     /// What the worker says is not trusted: indices outside the batch are skipped.
     fn log_executed(&mut self, w: usize, record: &Batch, notes: &[ExecNote], timings: &[Timing]) {
         let source = format!("WORKER {}", self.workers[w].name);
+        let span = |t: &Timing| (t.start, t.start.saturating_add(t.nanos));
+        if let (Some(first), Some(last)) =
+            (timings.iter().map(span).min(), timings.iter().map(span).max_by_key(|s| s.1))
+        {
+            let done = self.log.now();
+            self.workers[w].clock.bound((record.sent, done), (first.0, last.1));
+        }
         let clock = self.workers[w].clock;
         for t in timings {
             let i = t.index as usize;
@@ -942,9 +949,9 @@ impl Dispatcher {
         };
         let size = bytes.len();
         self.charge(&charges, true);
-        self.workers[w].inflight.push_back(Batch { number, origins, charges, sync, notes });
         // Stamped before sending: the worker may start on it before the send returns.
         let sent = self.log.now();
+        self.workers[w].inflight.push_back(Batch { number, origins, charges, sync, notes, sent });
         if self.send_worker_bytes(w, bytes) {
             if let Some(details) = details {
                 let source = format!("WORKER {}", self.workers[w].name);

@@ -19,6 +19,8 @@ pub(super) struct Batch {
     /// For a timed batch (someone reads the log), what its EXEC events say of each
     /// instruction.
     pub notes: Option<Vec<ExecNote>>,
+    /// When it was sent (the log's clock).
+    pub sent: u64,
 }
 
 /// What an EXEC event says of an instruction besides its timing.
@@ -153,6 +155,20 @@ impl Clock {
         }
     }
 
+    /// A batch sent at `sent` and answered at `done` (dispatcher times) ran from `first`
+    /// to `last` (worker times): the worker's clock cannot be so far off that it ran before
+    /// it was sent or ended after its answer came. The estimate moves (least) into those
+    /// bounds, so the log never shows an instruction outside its batch.
+    pub fn bound(&mut self, (sent, done): (u64, u64), (first, last): (u64, u64)) {
+        let lowest = sent as i128 - first as i128;
+        let highest = done as i128 - last as i128;
+        if self.offset < lowest {
+            self.offset = lowest;
+        } else if self.offset > highest && highest >= lowest {
+            self.offset = highest;
+        }
+    }
+
     /// A worker time on the dispatcher's clock, in nanoseconds (0 at the earliest).
     pub fn to_dispatcher(&self, worker: u64) -> u64 {
         (worker as i128 + self.offset).clamp(0, u64::MAX as i128) as u64
@@ -202,6 +218,18 @@ mod tests {
         c.pinged(20_000_000_000);
         c.ponged(19_995_100_000, 20_000_400_000);
         assert_eq!(c.to_dispatcher(0), 5_100_000);
+        // A batch sent at 30 ms that the worker says began at 24.9 ms: the clock is 0.1 ms
+        // behind at least.
+        let mut c = Clock::registered(0, 5_000_000);
+        c.bound((30_000_000, 31_000_000), (24_900_000, 25_000_000));
+        assert_eq!(c.to_dispatcher(24_900_000), 30_000_000);
+        // Inside the bounds: unchanged.
+        c.bound((0, 100_000_000), (1_000, 2_000));
+        assert_eq!(c.to_dispatcher(24_900_000), 30_000_000);
+        // A clock estimated 1 ms ahead: a batch answered at 41 ms that ended at 35.5 ms.
+        let mut c = Clock::registered(0, 6_500_000);
+        c.bound((40_000_000, 41_000_000), (34_500_000, 35_500_000));
+        assert_eq!(c.to_dispatcher(35_500_000), 41_000_000);
         // Times before the dispatcher started clamp to 0.
         assert_eq!(Clock::registered(10, 0).to_dispatcher(0), 0);
     }
