@@ -35,7 +35,7 @@ use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use workers::{Batch, Clock, ExecNote, Worker};
+use workers::{Batch, Clock, ExecNote, Queued, Worker};
 
 /// Makes the pass pipeline of each new client stream (given the client's number).
 pub type PipelineFactory = Arc<dyn Fn(u64) -> Pipeline + Send + Sync>;
@@ -919,7 +919,7 @@ impl Dispatcher {
         if worker.pending.is_empty() && sync.is_none() {
             return;
         }
-        let (number, instrs, origins, result_bytes) = worker.take_batch();
+        let (number, Queued { instrs, origins, bytes: result_bytes }) = worker.take_batch();
         if !worker.alive {
             return;
         }

@@ -23,6 +23,14 @@ pub(super) struct Batch {
     pub sent: u64,
 }
 
+/// The instructions of a batch, in the worker's buffer ids, with the (client, seq) each
+/// came from and the bytes its results hold.
+pub(super) struct Queued {
+    pub instrs: Vec<Instr>,
+    pub origins: Vec<(u64, u64)>,
+    pub bytes: Vec<u64>,
+}
+
 /// What an EXEC event says of an instruction besides its timing.
 pub(super) struct ExecNote {
     pub op: &'static str,
@@ -96,13 +104,16 @@ impl Worker {
         })
     }
 
-    /// Takes what is queued as the next batch: its number, instructions, origins and
-    /// result bytes.
-    pub fn take_batch(&mut self) -> (u64, Vec<Instr>, Vec<(u64, u64)>, Vec<u64>) {
+    /// Takes what is queued as the next batch, with its number.
+    pub fn take_batch(&mut self) -> (u64, Queued) {
         let number = self.next_batch;
         self.next_batch += 1;
-        let (instrs, origins) = (std::mem::take(&mut self.pending), std::mem::take(&mut self.pending_origins));
-        (number, instrs, origins, std::mem::take(&mut self.pending_bytes))
+        let queued = Queued {
+            instrs: std::mem::take(&mut self.pending),
+            origins: std::mem::take(&mut self.pending_origins),
+            bytes: std::mem::take(&mut self.pending_bytes),
+        };
+        (number, queued)
     }
 
     /// Forgets what is queued (the worker is gone).
@@ -170,7 +181,7 @@ impl Clock {
     }
 
     /// A worker time on the dispatcher's clock, in nanoseconds (0 at the earliest).
-    pub fn to_dispatcher(&self, worker: u64) -> u64 {
+    pub fn to_dispatcher(self, worker: u64) -> u64 {
         (worker as i128 + self.offset).clamp(0, u64::MAX as i128) as u64
     }
 }

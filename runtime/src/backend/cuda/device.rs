@@ -2,7 +2,9 @@
 //! (freed buffers go back to per-size pools, so a steady loop never calls `cuMemAlloc`),
 //! modules cached by their kernel (the kernel IR value is the cache key), and launches and
 //! copies queued on the stream. [`CudaBackend::finish`] waits for the stream, so errors from
-//! queued work surface there.
+//! queued work surface there. Timed batches record a pair of CUDA events around each
+//! instruction's work ([`Timer`]), so the log shows when the device ran it, not when it
+//! was queued.
 // The driver API is C: launches take arrays of argument pointers and memory is raw device
 // addresses. Every unsafe block below is one driver call with arguments this file owns.
 #![allow(unsafe_code)]
@@ -71,6 +73,9 @@ pub struct CudaBackend {
     counters: DeviceCounters,
     device_name: String,
     stream: Stream,
+    timer: Option<Timer>,
+    /// Events kept for reuse by later timed batches.
+    spare_events: Vec<cu::CUevent>,
     // Dropped last: everything above lives in this context.
     _context: Context,
 }
@@ -144,6 +149,8 @@ impl CudaBackend {
             counters: DeviceCounters::default(),
             device_name,
             stream,
+            timer: None,
+            spare_events: Vec::new(),
             _context: context,
         })
     }
@@ -369,12 +376,54 @@ impl CudaBackend {
     }
 }
 
-impl Backend for CudaBackend {
-    fn name(&self) -> &'static str {
-        "cuda"
+/// The device times of a timed batch: an anchor event recorded on the idle stream when the
+/// batch began (taken to run at the host time read just before), and a start and end event
+/// around each instruction's work; read once the stream is done.
+struct Timer {
+    anchor: cu::CUevent,
+    /// Nanoseconds since `epoch` when the anchor was recorded.
+    anchor_host: u64,
+    marks: Vec<(cu::CUevent, cu::CUevent)>,
+}
+
+impl CudaBackend {
+    fn event(&mut self) -> Option<cu::CUevent> {
+        if let Some(e) = self.spare_events.pop() {
+            return Some(e);
+        }
+        let mut e: cu::CUevent = std::ptr::null_mut();
+        let flags = cu::CUevent_flags::CU_EVENT_DEFAULT as std::os::raw::c_uint;
+        check(unsafe { cu::cuEventCreate(&mut e, flags) }).ok().map(|()| e)
     }
 
-    fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
+    /// Records `e` on the stream; `false` if the driver refused.
+    fn record(&self, e: cu::CUevent) -> bool {
+        check(unsafe { cu::cuEventRecord(e, self.stream.as_inner()) }).is_ok()
+    }
+
+    /// Records an event on the stream for the running timer (`None` when not timing, or the
+    /// driver refused: that batch then reports host times).
+    fn mark(&mut self) -> Option<cu::CUevent> {
+        self.timer.as_ref()?;
+        let e = self.event()?;
+        if self.record(e) {
+            Some(e)
+        } else {
+            self.spare_events.push(e);
+            self.timer = None;
+            None
+        }
+    }
+
+    /// Stops timing; the events are kept for the next timed batch.
+    fn end_timing(&mut self) {
+        if let Some(t) = self.timer.take() {
+            self.spare_events.push(t.anchor);
+            self.spare_events.extend(t.marks.into_iter().flat_map(|(a, b)| [a, b]));
+        }
+    }
+
+    fn execute_instr(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         let op = instr.mnemonic();
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
         let mut steps = lower(&instr, &|v| self.values[&v].ty.clone(), &types);
@@ -423,6 +472,56 @@ impl Backend for CudaBackend {
         }
         Ok(())
     }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
+        let start = self.mark();
+        let result = self.execute_instr(instr);
+        // Every instruction gets its pair, failed ones too, so marks line up with the batch.
+        if let Some(start) = start {
+            match self.mark() {
+                Some(end) => self.timer.as_mut().expect("marked").marks.push((start, end)),
+                None => self.spare_events.push(start),
+            }
+        }
+        result
+    }
+
+    fn start_timing(&mut self, epoch: std::time::Instant) {
+        self.end_timing();
+        let Some(anchor) = self.event() else { return };
+        // The stream is idle between batches (each ends with `finish`): the anchor runs at
+        // once, at about the host time read here.
+        let anchor_host = epoch.elapsed().as_nanos() as u64;
+        if self.record(anchor) {
+            self.timer = Some(Timer { anchor, anchor_host, marks: Vec::new() });
+        } else {
+            self.spare_events.push(anchor);
+        }
+    }
+
+    fn take_timings(&mut self) -> Option<Vec<gt_transport::message::Timing>> {
+        let timer = self.timer.as_ref()?;
+        let elapsed = |from: cu::CUevent, to: cu::CUevent| {
+            let mut ms = 0f32;
+            check(unsafe { cu::cuEventElapsedTime(&mut ms, from, to) }).ok().map(|()| (ms as f64 * 1e6) as u64)
+        };
+        let timings: Option<Vec<_>> = timer
+            .marks
+            .iter()
+            .map(|&(start, end)| {
+                let at = timer.anchor_host + elapsed(timer.anchor, start)?;
+                Some(gt_transport::message::Timing { index: 0, start: at, nanos: elapsed(start, end)? })
+            })
+            .collect();
+        self.end_timing();
+        timings
+    }
 
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
         let t = self.values.get(&value).ok_or(RuntimeError::Undefined { op: "get", value })?;
@@ -462,5 +561,9 @@ impl Drop for CudaBackend {
         let buffers: Vec<Buffer> = self.values.drain().map(|(_, t)| t.buffer).collect();
         buffers.into_iter().for_each(|b| self.release(b));
         self.release_pool();
+        self.end_timing();
+        for e in self.spare_events.drain(..) {
+            unsafe { cu::cuEventDestroy_v2(e) };
+        }
     }
 }
