@@ -61,6 +61,41 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         reconnect: u64,
     },
+    /// Watch a running dispatcher live: per worker its activity by op, idle share,
+    /// instructions/s, bytes/s and memory; per client its queue (`q` quits).
+    Top {
+        /// The dispatcher's host (another machine: its monitor at PORT + 1 over TCP).
+        #[arg(long, default_value = "localhost")]
+        host: String,
+        /// The dispatcher's port (default: the newest dispatcher running on this machine).
+        #[arg(short, long)]
+        port: Option<u16>,
+        /// Smoothing of the activity bars (0 < alpha <= 1; higher follows faster).
+        #[arg(long, default_value_t = 0.15)]
+        ema_alpha: f64,
+    },
+    /// Capture a running dispatcher's events into a log that `gt visualize` and
+    /// `gt perfetto` read.
+    Trace {
+        /// How long to listen, in seconds.
+        #[arg(short, long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Stop after this many events.
+        #[arg(short = 'n', long)]
+        max_events: Option<usize>,
+        /// The dispatcher's host (another machine: its monitor at PORT + 1 over TCP).
+        #[arg(long, default_value = "localhost")]
+        host: String,
+        /// The dispatcher's port (default: the newest dispatcher running on this machine).
+        #[arg(short, long)]
+        port: Option<u16>,
+        /// The directory for the log (created if missing).
+        #[arg(long, default_value = ".")]
+        dir: std::path::PathBuf,
+        /// The log's file name (default: trace_YYYYMMDD_HHMMSS.log).
+        #[arg(short, long)]
+        output: Option<std::path::PathBuf>,
+    },
     /// Convert an instruction log (gt's, or the Python GT's) to a Chrome trace-event JSON file
     /// that Perfetto (ui.perfetto.dev) and chrome://tracing open.
     Perfetto {
@@ -94,6 +129,19 @@ fn main() -> ExitCode {
             worker(&host, port, name, backend, (wait, reconnect), &env)
         }
         Command::Perfetto { log, output } => report(perfetto(&log, &output)),
+        Command::Top { host, port, ema_alpha } => {
+            let options = gt::tools::top::TopOptions { host, port, ema_alpha, ..Default::default() };
+            match gt::tools::top::run(&options) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Trace { seconds, max_events, host, port, dir, output } => {
+            report(trace((seconds, max_events), (&host, port), &dir, output))
+        }
     }
 }
 
@@ -114,6 +162,52 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn trace(
+    (seconds, max_events): (f64, Option<usize>),
+    (host, port): (&str, Option<u16>),
+    dir: &std::path::Path,
+    output: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
+    use anyhow::{bail, Context};
+    use gt::tools::discover;
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 7.0 * 86400.0) {
+        bail!("--seconds {seconds}: give a positive number of seconds (at most a week)");
+    }
+    let local = matches!(host, "localhost" | "127.0.0.1" | "::1");
+    let monitor = match (port, local) {
+        (Some(p), true) => discover::local_monitor(p)
+            .with_context(|| format!("no dispatcher on port {p} on this machine (is `gt server -p {p}` running?)"))?,
+        (Some(p), false) => discover::remote_monitor(host, p).with_context(|| format!("port {p} has no PORT + 1"))?,
+        (None, true) => discover::discover_monitors().into_iter().next().context(
+            "no running dispatcher found on this machine (start `gt server`, or a run with GT_MONITOR=1; or pass -p PORT)",
+        )?,
+        (None, false) => bail!("give the port of the dispatcher on {host} with -p PORT"),
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let output = match output {
+        Some(name) => dir.join(name),
+        None => gt::tools::capture::default_output(dir),
+    };
+    let limit = max_events.map(|n| format!(" or {n} events")).unwrap_or_default();
+    println!("Capturing {} for {seconds} s{limit} into {}", monitor.endpoint, output.display());
+    let options = gt::tools::capture::CaptureOptions {
+        monitor,
+        duration: std::time::Duration::from_secs_f64(seconds),
+        max_events,
+        output: output.clone(),
+    };
+    let got = gt::tools::capture::capture(&options)?;
+    println!("✓ Captured {} events into {}", got.events, output.display());
+    if got.rejected > 0 {
+        println!("  Skipped: {} messages that were not events (another gt version?)", got.rejected);
+    }
+    if got.dispatcher_gone {
+        println!("  The dispatcher stopped during the capture.");
+    }
+    println!("  Draw it: gt visualize {} | gt perfetto {}", output.display(), output.display());
+    Ok(())
 }
 
 fn perfetto(log: &std::path::Path, output: &std::path::Path) -> anyhow::Result<()> {

@@ -3,6 +3,7 @@
 //! seconds or events. The dispatcher publishes only while someone subscribes, so a capture
 //! costs a run nothing before and after.
 
+use crate::discover::MonitorInfo;
 use gt_transport::event::log_header;
 use gt_transport::{codec, zmq, LogEvent};
 use std::io::{BufWriter, Write};
@@ -13,17 +14,14 @@ use thiserror::Error;
 /// What to capture.
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
-    /// The monitor socket (`ipc://...`, `tcp://HOST:PORT`).
-    pub monitor: String,
+    /// The dispatcher's monitor socket.
+    pub monitor: MonitorInfo,
     /// How long to listen.
     pub duration: Duration,
     /// Stop after this many events.
     pub max_events: Option<usize>,
     /// The log file to write.
     pub output: PathBuf,
-    /// Whether the dispatcher is still there (a check of its pid or socket file): a capture
-    /// of a dispatcher that stopped ends early instead of waiting out its time.
-    pub alive: fn(&str) -> bool,
 }
 
 /// What a capture got.
@@ -78,17 +76,19 @@ pub fn capture(options: &CaptureOptions) -> Result<Captured, CaptureError> {
     };
     let header = log_header(&started).replace(
         "gt dispatcher instruction stream\n",
-        &format!("gt dispatcher instruction stream (trace capture of {})\nLimit: {limit}\n", options.monitor),
+        &format!("gt dispatcher instruction stream (trace capture of {})\nLimit: {limit}\n", options.monitor.endpoint),
     );
     out.write_all(header.as_bytes()).map_err(write_err)?;
     let ctx = zmq::Context::new();
-    let connect_err = |source| CaptureError::Connect { endpoint: options.monitor.clone(), source };
+    let endpoint = &options.monitor.endpoint;
+    let connect_err = |source| CaptureError::Connect { endpoint: endpoint.clone(), source };
     let sub = ctx.socket(zmq::SUB).map_err(connect_err)?;
     sub.set_linger(0).map_err(connect_err)?;
     sub.set_rcvhwm(0).map_err(connect_err)?;
     sub.set_subscribe(b"").map_err(connect_err)?;
-    sub.connect(&options.monitor).map_err(connect_err)?;
-    let recv_err = |source| CaptureError::Receive { endpoint: options.monitor.clone(), source };
+    sub.set_ipv6(true).map_err(connect_err)?;
+    sub.connect(endpoint).map_err(connect_err)?;
+    let recv_err = |source| CaptureError::Receive { endpoint: endpoint.clone(), source };
     let deadline = Instant::now() + options.duration;
     let mut got = Captured::default();
     let mut last_check = Instant::now();
@@ -104,7 +104,8 @@ pub fn capture(options: &CaptureOptions) -> Result<Captured, CaptureError> {
         if ready == 0 {
             if last_check.elapsed() > Duration::from_millis(500) {
                 last_check = Instant::now();
-                if !(options.alive)(&options.monitor) {
+                // A dispatcher that stopped ends the capture instead of waiting out its time.
+                if !options.monitor.is_alive() {
                     got.dispatcher_gone = true;
                     break;
                 }
@@ -161,6 +162,10 @@ mod tests {
     use crate::tape::Tape;
     use gt_transport::EventKind;
 
+    fn monitor(endpoint: String) -> MonitorInfo {
+        MonitorInfo { endpoint, pid: None, name: "test".into(), dispatcher: None, file: None, written: None }
+    }
+
     fn event(seq: u64) -> LogEvent {
         LogEvent {
             elapsed: seq as f64 * 0.001,
@@ -184,11 +189,10 @@ mod tests {
         publisher.bind(&endpoint).unwrap();
         let output = dir.join("out.log");
         let options = CaptureOptions {
-            monitor: endpoint,
+            monitor: monitor(endpoint),
             duration: Duration::from_secs(20),
             max_events: Some(5),
             output: output.clone(),
-            alive: |_| true,
         };
         let capture = std::thread::spawn(move || capture(&options));
         // Publish once someone subscribed (the XPUB hears the subscription), with garbage
@@ -210,11 +214,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("gt-capture-gone-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let options = CaptureOptions {
-            monitor: format!("ipc://{}", dir.join("nobody.ipc").display()),
+            monitor: monitor(format!("ipc://{}", dir.join("nobody.ipc").display())),
             duration: Duration::from_secs(600),
             max_events: None,
             output: dir.join("out.log"),
-            alive: |_| false,
         };
         let got = capture(&options).unwrap();
         assert_eq!(got, Captured { events: 0, rejected: 0, dispatcher_gone: true });
