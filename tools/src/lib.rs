@@ -2,3 +2,4 @@
 //! log ([`tape`]), and what the `gt` subcommands draw from it.
 
 pub mod tape;
+pub mod visualize;
