@@ -96,6 +96,22 @@ enum Command {
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
     },
+    /// Draw an instruction log (gt's, or the Python GT's) as a timeline picture: lanes for
+    /// clients, the dispatcher and workers; executed instructions as bars; signals as red lines.
+    Visualize {
+        /// The log (`GT_INSTRUCTION_LOG`, or a `gt trace` capture).
+        log: std::path::PathBuf,
+        /// The picture to write.
+        #[arg(short, long, default_value = "tape_timeline.png")]
+        output: std::path::PathBuf,
+        /// Resolution in dots per inch.
+        #[arg(long, default_value_t = 150)]
+        dpi: u32,
+        /// png, svg, or perfetto (Chrome trace-event JSON, as `gt perfetto`); default: from
+        /// the output's extension, else png.
+        #[arg(long)]
+        format: Option<VisualFormat>,
+    },
     /// Convert an instruction log (gt's, or the Python GT's) to a Chrome trace-event JSON file
     /// that Perfetto (ui.perfetto.dev) and chrome://tracing open.
     Perfetto {
@@ -129,6 +145,7 @@ fn main() -> ExitCode {
             worker(&host, port, name, backend, (wait, reconnect), &env)
         }
         Command::Perfetto { log, output } => report(perfetto(&log, &output)),
+        Command::Visualize { log, output, dpi, format } => report(visualize(&log, output, dpi, format)),
         Command::Top { host, port, ema_alpha } => {
             let options = gt::tools::top::TopOptions { host, port, ema_alpha, ..Default::default() };
             match gt::tools::top::run(&options) {
@@ -207,6 +224,40 @@ fn trace(
         println!("  The dispatcher stopped during the capture.");
     }
     println!("  Draw it: gt visualize {} | gt perfetto {}", output.display(), output.display());
+    Ok(())
+}
+
+/// What `gt visualize` writes.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum VisualFormat {
+    Png,
+    Svg,
+    Perfetto,
+}
+
+fn visualize(
+    log: &std::path::Path,
+    output: std::path::PathBuf,
+    dpi: u32,
+    format: Option<VisualFormat>,
+) -> anyhow::Result<()> {
+    use gt::tools::visualize::{render, ImageFormat, VisualizeOptions};
+    let format = format.unwrap_or(match ImageFormat::from_path(&output) {
+        Some(ImageFormat::Svg) => VisualFormat::Svg,
+        _ if output.extension().is_some_and(|e| e == "json") => VisualFormat::Perfetto,
+        _ => VisualFormat::Png,
+    });
+    let image = match format {
+        VisualFormat::Perfetto => return perfetto(log, &output),
+        VisualFormat::Png => ImageFormat::Png,
+        VisualFormat::Svg => ImageFormat::Svg,
+    };
+    let tape = gt::tools::tape::Tape::read(log)?;
+    let summary = render(&tape, &VisualizeOptions { output, dpi, format: image })?;
+    println!("{summary}");
+    if tape.skipped > 0 {
+        println!("  Skipped: {} lines that were not events", tape.skipped);
+    }
     Ok(())
 }
 

@@ -18,7 +18,7 @@ fn root() -> &'static Path {
 }
 
 /// A child process killed when dropped.
-struct Proc(Child);
+pub(crate) struct Proc(pub(crate) Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -27,14 +27,18 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Starts `gt server` and waits for its "listening" line; returns it and its stdout lines.
-fn server(port: u16, host: &str, env: &[(&str, &str)]) -> (Proc, Vec<String>) {
+pub(crate) fn server(port: u16, host: &str, env: &[(&str, &str)]) -> (Proc, Vec<String>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gt"));
     cmd.args(["server", "-p", &port.to_string(), "--host", host]).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    if host != "127.0.0.1" {
+        // Its TCP monitor: a port known to be free rather than PORT + 1.
+        cmd.args(["--monitor-port", &free_port().to_string()]);
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -50,7 +54,7 @@ fn server(port: u16, host: &str, env: &[(&str, &str)]) -> (Proc, Vec<String>) {
     (Proc(child), lines)
 }
 
-fn worker(port: u16) -> Proc {
+pub(crate) fn worker(port: u16) -> Proc {
     Proc(
         Command::new(env!("CARGO_BIN_EXE_gt"))
             .args(["worker", "--host", "127.0.0.1", "-p", &port.to_string(), "--name", "w-test"])
@@ -59,7 +63,7 @@ fn worker(port: u16) -> Proc {
     )
 }
 
-fn gt_run(args: &[&str]) -> Output {
+pub(crate) fn gt_run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gt-run")).args(args).current_dir(root()).output().unwrap()
 }
 

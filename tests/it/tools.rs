@@ -1,13 +1,17 @@
 //! The observability tools on real runs: an embedded cluster with two workers logs one EXEC
-//! event per executed instruction, and `gt perfetto`'s trace of that log follows the Trace
-//! Event Format with one slice per instruction and the workers' own time in them.
+//! event per executed instruction; `gt perfetto`'s trace of that log follows the Trace Event
+//! Format with one slice per instruction and the workers' own time in them; `gt visualize`
+//! draws every lane that had events; `gt trace` captures a script run on `gt server`;
+//! bad logs are one clear line and exit code 2.
 
 use gt::frontend::{run_script, Client, ClientOptions};
 use gt::runtime::{Cluster, ClusterOptions};
 use gt::tools::perfetto;
 use gt::tools::tape::{Lane, Tape};
 use gt::transport::EventKind;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The seed's example workload, in a signal scope.
@@ -105,6 +109,121 @@ fn an_embedded_run_on_two_workers_becomes_a_valid_trace_with_a_slice_per_instruc
     assert_eq!(matmul["args"]["signal"], "forward", "{matmul}");
     drop(clients);
     drop(cluster);
+    picture_has_every_lane(&log, &dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `gt visualize` on the run's log: the PNG decodes, has the size printed, and each lane's
+/// band holds drawn (coloured or dark) pixels.
+fn picture_has_every_lane(log: &Path, dir: &Path) {
+    let out = dir.join("timeline.png");
+    let o = Command::new(env!("CARGO_BIN_EXE_gt"))
+        .args(["visualize", log.to_str().unwrap(), "-o", out.to_str().unwrap(), "--dpi", "100"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.starts_with("✓ Visualization saved to: ") && stdout.contains("Workers: 2"), "{stdout}");
+    let decoder = png::Decoder::new(std::fs::File::open(&out).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    assert!(stdout.contains(&format!("Resolution: {} x {} pixels", info.width, info.height)), "{stdout}");
+    let channels = info.color_type.samples();
+    // The bands as drawn: the library reports them (same tape, same options).
+    let tape = Tape::read(log).unwrap();
+    let options = gt::tools::visualize::VisualizeOptions {
+        dpi: 100,
+        ..gt::tools::visualize::VisualizeOptions::new(dir.join("again.png"))
+    };
+    let summary = gt::tools::visualize::render(&tape, &options).unwrap();
+    assert_eq!((summary.width, summary.height), (info.width, info.height));
+    assert_eq!(summary.lanes.len(), 5, "two clients, the dispatcher, two workers: {:?}", summary.lanes);
+    for band in &summary.lanes {
+        let drawn = (band.top..band.bottom).any(|y| {
+            (band.left..band.right).any(|x| {
+                let at = (y as usize * info.width as usize + x as usize) * channels;
+                let (r, g, b) = (pixels[at] as i32, pixels[at + 1] as i32, pixels[at + 2] as i32);
+                r.max(g).max(b) - r.min(g).min(b) > 60 || r + g + b < 300
+            })
+        });
+        assert!(drawn, "nothing drawn in the band of {}", band.label);
+    }
+}
+
+#[test]
+fn gt_trace_captures_a_script_run_on_a_server() {
+    use crate::distributed::{free_port, gt_run, server, worker, Proc};
+    let port = free_port();
+    let (_server, _) = server(port, "127.0.0.1", &[]);
+    let _worker = worker(port);
+    let dir = temp_dir("trace");
+    let mut trace = Command::new(env!("CARGO_BIN_EXE_gt"));
+    trace.args(["trace", "-p", &port.to_string(), "-s", "4", "--dir", dir.to_str().unwrap(), "-o", "run.log"]);
+    let mut trace = Proc(trace.stdout(Stdio::piped()).spawn().unwrap());
+    let mut out = BufReader::new(trace.0.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("Capturing ipc://"), "{line}");
+    // The subscription reaches the dispatcher within its next housekeeping; run the script
+    // until the capture ends.
+    let mut runs = 0;
+    while trace.0.try_wait().unwrap().is_none() {
+        let o = gt_run(&["--connect", &format!("127.0.0.1:{port}"), "examples/timeline.gtir"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        runs += 1;
+    }
+    assert!(trace.0.wait().unwrap().success());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(rest.contains("✓ Captured") && rest.contains("gt visualize"), "{rest}");
+    let tape = Tape::read(&dir.join("run.log")).unwrap();
+    let has = |kind: EventKind, command: &str| tape.events.iter().any(|e| e.kind == kind && e.command == command);
+    assert!(
+        has(EventKind::Recv, "matmul") && has(EventKind::Exec, "matmul") && has(EventKind::Signal, "enter"),
+        "{runs} runs: {:?}",
+        tape.events.len()
+    );
+    let (trace_json, counts) = perfetto::trace(&tape);
+    assert_eq!(perfetto::violations(&trace_json), vec![]);
+    assert!(counts.slices > 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_logs_are_one_clear_line_and_exit_code_2() {
+    let dir = temp_dir("bad");
+    let empty = dir.join("empty.log");
+    std::fs::write(&empty, "").unwrap();
+    let truncated = dir.join("truncated.log");
+    std::fs::write(&truncated, gt::transport::event::log_header("2026-11-24T00:00:00Z") + "  0.00012").unwrap();
+    let foreign = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let missing = dir.join("missing.log");
+    let cases: [(&Path, &str); 4] = [
+        (&empty, "is empty"),
+        (&truncated, "holds no events"),
+        (&foreign, "is not an instruction log"),
+        (&missing, "cannot read"),
+    ];
+    for (log, why) in cases {
+        for tool in ["visualize", "perfetto"] {
+            let o = Command::new(env!("CARGO_BIN_EXE_gt"))
+                .args([tool, log.to_str().unwrap(), "-o", dir.join("out").to_str().unwrap()])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{tool} {}: {stderr}", log.display());
+            assert!(
+                stderr.starts_with("error: ") && stderr.contains(why) && stderr.lines().count() == 1,
+                "{tool}: {stderr}"
+            );
+        }
+    }
+    // No dispatcher to attach to.
+    let o = Command::new(env!("CARGO_BIN_EXE_gt")).args(["trace", "-p", "1", "-s", "1"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no dispatcher on port 1"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

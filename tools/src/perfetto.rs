@@ -40,9 +40,44 @@ pub struct TraceCounts {
 
 /// The trace of `tape`, as JSON, and what it holds.
 pub fn trace(tape: &Tape) -> (Value, TraceCounts) {
+    let mut events: Vec<Value> = Vec::new();
+    let counts = each_event(tape, &mut |e| {
+        events.push(e);
+        Ok(())
+    })
+    .expect("collecting cannot fail");
+    (json!({ "traceEvents": events, "displayTimeUnit": "ms", "otherData": other_data(tape) }), counts)
+}
+
+/// Writes the trace of `tape` to `out`, one event at a time (a log of 10^6 events never
+/// becomes one JSON value in memory).
+pub fn write(tape: &Tape, mut out: impl Write) -> Result<TraceCounts, serde_json::Error> {
+    out.write_all(b"{\"traceEvents\":[\n").map_err(serde_json::Error::io)?;
+    let mut first = true;
+    let counts = each_event(tape, &mut |e| {
+        if !std::mem::take(&mut first) {
+            out.write_all(b",\n").map_err(serde_json::Error::io)?;
+        }
+        serde_json::to_writer(&mut out, &e)
+    })?;
+    out.write_all(b"\n],\"displayTimeUnit\":\"ms\",\"otherData\":").map_err(serde_json::Error::io)?;
+    serde_json::to_writer(&mut out, &other_data(tape))?;
+    out.write_all(b"}\n").map_err(serde_json::Error::io)?;
+    Ok(counts)
+}
+
+fn other_data(tape: &Tape) -> Value {
+    json!({ "producer": "gt perfetto", "format": tape.format.name() })
+}
+
+/// Makes the trace's events in order, handing each to `sink`.
+fn each_event(
+    tape: &Tape,
+    sink: &mut dyn FnMut(Value) -> Result<(), serde_json::Error>,
+) -> Result<TraceCounts, serde_json::Error> {
     let lanes = tape.lanes();
     let pid_of: HashMap<&Lane, u32> = lanes.iter().enumerate().map(|(i, l)| (l, i as u32 + 1)).collect();
-    let mut events: Vec<Value> = Vec::new();
+    let mut events = Sink { sink, failed: None };
     let mut counts = TraceCounts::default();
     for (lane, &pid) in lanes.iter().map(|l| (l, &pid_of[l])) {
         events.push(meta("process_name", pid, None, json!({ "name": lane.label() })));
@@ -182,19 +217,26 @@ pub fn trace(tape: &Tape) -> (Value, TraceCounts) {
             events.push(json!({ "name": name, "cat": "signal", "ph": "E", "ts": end, "pid": pid, "tid": SIGNALS }));
         }
     }
-    let trace = json!({
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": { "producer": "gt perfetto", "format": tape.format.name() },
-    });
-    (trace, counts)
+    events.finish().map(|()| counts)
 }
 
-/// Writes the trace of `tape` to `out`.
-pub fn write(tape: &Tape, out: impl Write) -> Result<TraceCounts, serde_json::Error> {
-    let (trace, counts) = trace(tape);
-    serde_json::to_writer(out, &trace)?;
-    Ok(counts)
+/// Where events go: after a failed write the rest are dropped and the error is returned at
+/// the end.
+struct Sink<'a> {
+    sink: &'a mut dyn FnMut(Value) -> Result<(), serde_json::Error>,
+    failed: Option<serde_json::Error>,
+}
+
+impl Sink<'_> {
+    fn push(&mut self, event: Value) {
+        if self.failed.is_none() {
+            self.failed = (self.sink)(event).err();
+        }
+    }
+
+    fn finish(self) -> Result<(), serde_json::Error> {
+        self.failed.map_or(Ok(()), Err)
+    }
 }
 
 fn us(seconds: f64) -> f64 {
@@ -461,6 +503,15 @@ mod tests {
         let recvs: Vec<f64> =
             events.iter().filter(|e| e["ph"] == "X" && e["pid"] == 1).map(|e| e["dur"].as_f64().unwrap()).collect();
         assert_eq!(recvs, [0.0, 1.0]);
+    }
+
+    #[test]
+    fn the_streamed_file_is_the_trace() {
+        let mut out = Vec::new();
+        let counts = write(&run(), &mut out).unwrap();
+        let (trace, expected) = trace(&run());
+        assert_eq!(counts, expected);
+        assert_eq!(serde_json::from_slice::<Value>(&out).unwrap(), trace);
     }
 
     #[test]
