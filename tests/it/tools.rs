@@ -231,3 +231,41 @@ fn bad_logs_are_one_clear_line_and_exit_code_2() {
 fn frees(tape: &Tape) -> u64 {
     tape.events.iter().filter(|e| e.kind == EventKind::Exec && e.details.starts_with("dispatcher")).count() as u64
 }
+
+/// `gt top` for real, in a tmux terminal, watching `gt server` run a script: it shows the
+/// worker with the ops it ran, and `q` quits it. Skipped (with a line saying so) where tmux
+/// is not installed; CI installs it.
+#[test]
+fn gt_top_watches_a_server_in_a_real_terminal() {
+    use crate::distributed::{free_port, gt_run, server, worker};
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let port = free_port();
+    let (_server, _) = server(port, "127.0.0.1", &[]);
+    let _worker = worker(port);
+    let session = format!("gt-top-test-{}", std::process::id());
+    let tmux = |args: &[&str]| Command::new("tmux").args(["-L", &session]).args(args).output().unwrap();
+    let top = format!("{} top -p {port}; echo top-exited-$?; sleep 30", env!("CARGO_BIN_EXE_gt"));
+    let o = tmux(&["new-session", "-d", "-s", &session, "-x", "120", "-y", "30", &top]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let screen = || String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &session]).stdout).into_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = String::new();
+    // Run the example until top has seen its matmul on the worker.
+    while !(last.contains("w-test") && last.contains("matmul")) {
+        assert!(Instant::now() < deadline, "gt top never showed the worker's matmul:\n{last}");
+        let o = gt_run(&["--connect", &format!("127.0.0.1:{port}"), "examples/timeline.gtir"]);
+        assert!(o.status.success());
+        last = screen();
+    }
+    assert!(last.contains("gt top") && last.contains("q  quit"), "{last}");
+    tmux(&["send-keys", "-t", &session, "q"]);
+    while !last.contains("top-exited-0") {
+        assert!(Instant::now() < deadline, "q did not quit gt top:\n{last}");
+        std::thread::sleep(Duration::from_millis(50));
+        last = screen();
+    }
+    tmux(&["kill-server"]);
+}

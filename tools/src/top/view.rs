@@ -260,9 +260,11 @@ fn draw_clients(frame: &mut Frame, area: Rect, state: &TopState) {
     let right = |s: &'static str| Cell::from(Line::from(s).alignment(Alignment::Right));
     let header = Row::new(vec![Cell::from("client"), right("queued instrs"), right("queued bytes"), right("instr/s")])
         .style(HEADING);
-    let mut rows: Vec<Row> = state
-        .clients()
-        .iter()
+    // Live clients first, then those that left; each by number (client ids are numbers).
+    let mut clients: Vec<_> = state.clients().iter().collect();
+    clients.sort_by_key(|(name, c)| (c.gone_since.is_some(), name.parse::<u64>().ok(), name.to_string()));
+    let mut rows: Vec<Row> = clients
+        .into_iter()
         .map(|(name, c)| {
             let gone = c.gone_since.is_some();
             let right = |s: String| Cell::from(Line::from(s).alignment(Alignment::Right));
