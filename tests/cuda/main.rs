@@ -381,3 +381,41 @@ fn script_on_the_gpu_directly() {
     let mut m = Mirror::new(Box::new(gpu), Tolerance::default());
     run_on(&loaded, &mut m, &mut std::io::sink(), RunOptions::default()).unwrap();
 }
+
+/// Timed batches report device times from CUDA events: one per instruction run, in order,
+/// not overlapping (one stream), within the batch's wall time, the matmul the longest.
+#[test]
+fn timed_batches_report_device_times() {
+    let Some(mut gpu) = gpu() else { return };
+    let epoch = std::time::Instant::now();
+    let n = 1024;
+    let instrs = [
+        Instr::Randn { dst: v(0), ty: TensorType::f32(vec![n, n]), seed: 1 },
+        Instr::Randn { dst: v(1), ty: TensorType::f32(vec![n, n]), seed: 2 },
+        Instr::MatMul { dst: v(2), lhs: v(0), rhs: v(1) },
+        Instr::Unary { dst: v(3), op: UnaryOp::Relu, src: v(2) },
+    ];
+    // Warm up (module loads are not what is timed).
+    for i in &instrs {
+        gpu.execute(i).unwrap();
+    }
+    gpu.finish().unwrap();
+    let before = epoch.elapsed().as_nanos() as u64;
+    gpu.start_timing(epoch);
+    for i in &instrs {
+        gpu.execute(i).unwrap();
+    }
+    gpu.finish().unwrap();
+    let after = epoch.elapsed().as_nanos() as u64;
+    let t = gpu.take_timings().expect("device times");
+    assert_eq!(t.len(), instrs.len());
+    for w in t.windows(2) {
+        assert!(w[0].start + w[0].nanos <= w[1].start + 1_000, "in order, one at a time: {t:?}");
+    }
+    assert!(t[0].start >= before && t[3].start + t[3].nanos <= after + 1_000_000, "{before} {t:?} {after}");
+    assert!(t[2].nanos > t[3].nanos && t[2].nanos > 0, "the matmul takes longest: {t:?}");
+    // Untimed again: nothing reported.
+    gpu.execute(&instrs[3]).unwrap();
+    gpu.finish().unwrap();
+    assert_eq!(gpu.take_timings(), None);
+}
