@@ -207,13 +207,13 @@ pub struct BinaryRow {
 /// A kernel over a unary scalar function, for [`UnaryPrim::specialize`].
 pub trait UnaryKernel<R> {
     /// Runs the kernel with the op's function.
-    fn call<F: Fn(f32) -> f32 + Copy>(self, f: F) -> R;
+    fn call<F: Fn(f32) -> f32 + Copy + Send + Sync>(self, f: F) -> R;
 }
 
 /// A kernel over a binary scalar function, for [`BinaryPrim::specialize`].
 pub trait BinaryKernel<R> {
     /// Runs the kernel with the op's function.
-    fn call<F: Fn(f32, f32) -> f32 + Copy>(self, f: F) -> R;
+    fn call<F: Fn(f32, f32) -> f32 + Copy + Send + Sync>(self, f: F) -> R;
 }
 
 /// A formula of the table, parsed (rows are ours, and a test parses every one).
@@ -566,7 +566,7 @@ mod tests {
     fn specialize_calls_the_op() {
         struct At(f32, f32);
         impl BinaryKernel<f32> for At {
-            fn call<F: Fn(f32, f32) -> f32 + Copy>(self, f: F) -> f32 {
+            fn call<F: Fn(f32, f32) -> f32 + Copy + Send + Sync>(self, f: F) -> f32 {
                 f(self.0, self.1)
             }
         }

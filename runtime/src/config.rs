@@ -54,6 +54,22 @@ pub enum ConfigProblem {
     /// A dump directory that cannot be written.
     #[error("cannot write there: {0}")]
     DumpDir(#[source] std::io::Error),
+    /// More compute threads than the machine has cores.
+    #[error("this machine has {cores} cores; more threads than cores only slows the work down")]
+    TooManyThreads {
+        /// The machine's cores.
+        cores: usize,
+    },
+}
+
+/// This machine's cores (as the process may use them).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Each of `workers` workers' share of this machine's cores (at least 1).
+pub fn cores_per_worker(workers: usize) -> usize {
+    (cores() / workers.max(1)).max(1)
 }
 
 /// What the environment asks of the runtime.
@@ -98,6 +114,9 @@ pub struct EnvConfig {
     /// Instructions one client may have in flight to workers (`GT_CLIENT_CREDIT`, default
     /// 2^20).
     pub client_credit: u64,
+    /// Compute threads per CPU worker (`GT_THREADS`; default `None`: the worker's share of
+    /// the cores, [`cores_per_worker`]); at most the machine's cores.
+    pub threads: Option<usize>,
 }
 
 /// Four fifths of this machine's memory (`MemTotal` in `/proc/meminfo`), or no limit where
@@ -127,6 +146,7 @@ impl Default for EnvConfig {
             backend: BackendKind::Cpu,
             matmul_precision: Precision::F32,
             jit: true,
+            threads: None,
         }
     }
 }
@@ -160,6 +180,19 @@ impl EnvConfig {
         c.max_message_bytes = positive("GT_MAX_MESSAGE_BYTES", c.max_message_bytes)?;
         c.worker_memory = positive("GT_WORKER_MEMORY", c.worker_memory)?;
         c.client_credit = positive("GT_CLIENT_CREDIT", c.client_credit as usize)? as u64;
+        if get("GT_THREADS").is_some() {
+            let threads = positive("GT_THREADS", 1)?;
+            let cores = cores();
+            if threads > cores {
+                let value = get("GT_THREADS").unwrap_or_default();
+                return Err(EnvConfigError {
+                    var: "GT_THREADS",
+                    value,
+                    problem: ConfigProblem::TooManyThreads { cores },
+                });
+            }
+            c.threads = Some(threads);
+        }
         if get("GT_CLIENT_MEMORY").is_some() {
             c.client_memory = positive("GT_CLIENT_MEMORY", 0)? as u64;
         }
@@ -287,6 +320,8 @@ mod tests {
             ("GT_FUSE_WINDOW", "4097"),
             ("GT_BACKEND", "tpu"),
             ("GT_MATMUL_PRECISION", "medium"),
+            ("GT_THREADS", "0"),
+            ("GT_THREADS", "100000"),
         ] {
             let e = EnvConfig::from_lookup(env(&[(k, v), ("GT_HOTPATH", "1")])).unwrap_err();
             assert!(e.to_string().starts_with(&format!("{k}=")), "{e}");

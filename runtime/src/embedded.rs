@@ -40,6 +40,9 @@ pub struct ClusterOptions {
     pub jit: bool,
     /// Each in-process worker's memory budget (`GT_WORKER_MEMORY`).
     pub worker_memory: usize,
+    /// Each in-process worker's compute threads (`GT_THREADS`; `None`: its share of the
+    /// cores).
+    pub threads: Option<usize>,
 }
 
 impl ClusterOptions {
@@ -56,6 +59,7 @@ impl ClusterOptions {
             matmul_precision: Precision::F32,
             jit: true,
             worker_memory: crate::config::default_worker_memory(),
+            threads: None,
         }
     }
 
@@ -83,6 +87,7 @@ impl ClusterOptions {
         self.matmul_precision = env.matmul_precision;
         self.jit = env.jit;
         self.worker_memory = env.worker_memory;
+        self.threads = env.threads;
         let (passes, options, dump) = (env.passes.clone(), env.pass_options, env.dump_passes.clone());
         if !passes.is_empty() {
             self.dispatcher.pipeline = std::sync::Arc::new(move |client| {
@@ -240,6 +245,7 @@ impl Cluster {
             wo.matmul_precision = options.matmul_precision;
             wo.jit = options.jit;
             wo.memory_budget = options.worker_memory;
+            wo.threads = options.threads.unwrap_or_else(|| crate::config::cores_per_worker(options.workers));
             let h = std::thread::Builder::new()
                 .name(format!("gt-worker-{i}"))
                 .spawn(move || {

@@ -35,6 +35,8 @@ pub struct WorkerOptions {
     pub jit: bool,
     /// The most bytes its values may hold at once (`GT_WORKER_MEMORY`).
     pub memory_budget: usize,
+    /// Compute threads for large work on a CPU worker (`GT_THREADS`, `--threads`).
+    pub threads: usize,
 }
 
 impl WorkerOptions {
@@ -49,6 +51,7 @@ impl WorkerOptions {
             matmul_precision: Precision::F32,
             jit: true,
             memory_budget: crate::config::default_worker_memory(),
+            threads: crate::config::cores(),
         }
     }
 }
@@ -81,6 +84,9 @@ pub enum WorkerError {
     /// The backend could not start (no GPU, no driver, a build without CUDA).
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// Its compute threads could not start.
+    #[error(transparent)]
+    Threads(#[from] crate::backend::cpu::threads::ThreadsError),
 }
 
 /// Per-op counters.
@@ -129,6 +135,7 @@ pub fn run_worker(
     options: &WorkerOptions,
 ) -> Result<(), WorkerError> {
     // The backend first: a worker that cannot execute should not register.
+    crate::backend::cpu::threads::use_threads(options.threads)?;
     let mut backend = options.backend.start(
         options.max_tensor_bytes,
         options.memory_budget,

@@ -13,6 +13,7 @@
 //! their result.
 
 use crate::backend::cpu::jit::{Jit, JitError};
+use crate::backend::cpu::threads::{self, Sgemm};
 use crate::backend::{checks, Residency};
 use crate::error::JitFailure;
 use crate::RuntimeError;
@@ -342,8 +343,9 @@ fn arange(start: f64, step: f64, dims: &[usize]) -> Tensor {
 pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Tensor {
     struct Map<'a>(&'a Tensor);
     impl UnaryKernel<Tensor> for Map<'_> {
-        fn call<F: Fn(f32) -> f32 + Copy>(self, f: F) -> Tensor {
-            self.0.mapv(f)
+        fn call<F: Fn(f32) -> f32 + Copy + Send + Sync>(self, f: F) -> Tensor {
+            let a = self.0;
+            threads::elementwise(a.len(), || Zip::from(a).par_map_collect(|&x| f(x)), || a.mapv(f))
         }
     }
     match op.def() {
@@ -356,9 +358,11 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Tensor {
 pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: &[usize]) -> Tensor {
     struct Zipped<'a, 'b, 'c>(&'a ArrayViewD<'b, f32>, &'a ArrayViewD<'c, f32>, &'a [usize]);
     impl BinaryKernel<Tensor> for Zipped<'_, '_, '_> {
-        fn call<F: Fn(f32, f32) -> f32 + Copy>(self, f: F) -> Tensor {
+        fn call<F: Fn(f32, f32) -> f32 + Copy + Send + Sync>(self, f: F) -> Tensor {
             let Zipped(a, b, dims) = self;
-            Zip::from(&broadcast(a, dims)).and(&broadcast(b, dims)).map_collect(|&x, &y| f(x, y))
+            let zip = || Zip::from(broadcast(a, dims)).and(broadcast(b, dims));
+            let n = dims.iter().product();
+            threads::elementwise(n, || zip().par_map_collect(|&x, &y| f(x, y)), || zip().map_collect(|&x, &y| f(x, y)))
         }
     }
     match op.def() {
@@ -456,27 +460,20 @@ fn gemm(a: ArrayViewD<'_, f32>, b: ArrayViewD<'_, f32>, mut c: ArrayViewMutD<'_,
     let (m, k, n) = (a.shape()[0], a.shape()[1], b.shape()[1]);
     debug_assert_eq!((b.shape()[0], c.shape()), (k, &[m, n][..]));
     let (sa, sb, sc) = (a.strides(), b.strides(), c.strides().to_vec());
-    // SAFETY: the pointers and strides come from live views of exactly these shapes
+    // SAFETY (`Sgemm::run`): the pointers and strides come from live views of exactly these shapes
     // (m x k, k x n, m x n), so every element sgemm reads or writes is inside its array.
     // `c` is a view into a freshly allocated row-major array, so its strides do not alias
     // two elements, and it is borrowed mutably while `a` and `b` are only read.
     unsafe {
-        matrixmultiply::sgemm(
+        Sgemm {
             m,
             k,
             n,
-            1.0,
-            a.as_ptr(),
-            sa[0],
-            sa[1],
-            b.as_ptr(),
-            sb[0],
-            sb[1],
-            0.0,
-            c.as_mut_ptr(),
-            sc[0],
-            sc[1],
-        );
+            a: (a.as_ptr(), sa[0], sa[1]),
+            b: (b.as_ptr(), sb[0], sb[1]),
+            c: (c.as_mut_ptr(), sc[0], sc[1]),
+        }
+        .run();
     }
 }
 

@@ -1,7 +1,8 @@
 //! The CPU backend: the reference interpreter, the kernel oracle and the Cranelift JIT that
-//! compiles kernels to machine code. The counter-based RNG they share with every backend is
+//! compiles kernels to machine code, and the worker's compute threads. The counter-based RNG they share with every backend is
 //! `gt_ir::random`.
 
 pub mod interp;
 pub mod jit;
 pub mod kernels;
+pub mod threads;

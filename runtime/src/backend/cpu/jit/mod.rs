@@ -39,6 +39,7 @@ mod math;
 #[cfg(test)]
 mod tests;
 
+use super::threads::Sgemm;
 use codegen::{epilogue_map, map_function, Shim, Target};
 use cranelift_codegen::ir::UserFuncName;
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
@@ -362,22 +363,15 @@ fn matmul(k: &MatMulKernel, inputs: &[&[f32]], out: &mut [f32], epilogue: Option
             // what sgemm reads from these base pointers and strides; `c` is an exclusive m x n
             // row-major block, fully written (beta = 0 does not read it).
             unsafe {
-                matrixmultiply::sgemm(
-                    k.m,
-                    k.k,
-                    k.n,
-                    1.0,
-                    lhs,
-                    ls[0] as isize,
-                    ls[1] as isize,
-                    rhs,
-                    rs[0] as isize,
-                    rs[1] as isize,
-                    0.0,
-                    c.as_mut_ptr(),
-                    k.n as isize,
-                    1,
-                );
+                Sgemm {
+                    m: k.m,
+                    k: k.k,
+                    n: k.n,
+                    a: (lhs, ls[0] as isize, ls[1] as isize),
+                    b: (rhs, rs[0] as isize, rs[1] as isize),
+                    c: (c.as_mut_ptr(), k.n as isize, 1),
+                }
+                .run();
             }
         }
     }
