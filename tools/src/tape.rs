@@ -521,19 +521,10 @@ mod tests {
 
     #[test]
     fn reads_the_python_gts_formats() {
-        let seq = "\
-====================================================================================================
-GT2 Dispatcher Instruction Stream
-Started: 2025-11-02 10:00:00
-====================================================================================================
-
-  0.123s | #0042 | RECV         | CLIENT CLIENT 006b8b4568 | BinaryOp        |      123KB | result=42 op=add left=1 right=2
-  0.124s | #0043 | WORKER_SEND  | WORKER auto_worker   | WorkerBatch     | [1 cmds: WorkerBinaryOp]
-  0.125s | #0044 | MODIFIER_INJECT | CLIENT CLIENT 006b8b4568 | BinaryOp | result=42 op=add
-";
+        let seq = include_str!("../tests/data/python-gt.log");
         let t = tape(seq).unwrap();
         assert_eq!(t.format, LogFormat::PythonSeq);
-        assert_eq!(t.events.len(), 3);
+        assert_eq!(t.events.len(), 4);
         let e = &t.events[0];
         assert_eq!((e.source.as_str(), e.command.as_str(), e.bytes), ("CLIENT 006b8b4568", "BinaryOp", 123 * 1024));
         assert_eq!(OpFamily::of(&e.command, &e.details), OpFamily::Binary);
