@@ -22,8 +22,12 @@ pub mod f32_bytes {
     use serde::{Deserializer, Serializer};
     use std::fmt;
 
-    /// Writes `data` as its little-endian bytes.
+    /// Writes `data` as its little-endian bytes (on a little-endian machine, the memory
+    /// itself: no copy).
     pub fn serialize<S: Serializer>(data: &[f32], s: S) -> Result<S::Ok, S::Error> {
+        if cfg!(target_endian = "little") {
+            return s.serialize_bytes(bytemuck::cast_slice(data));
+        }
         let mut bytes = Vec::with_capacity(data.len() * 4);
         for x in data {
             bytes.extend_from_slice(&x.to_le_bytes());
@@ -42,6 +46,12 @@ pub mod f32_bytes {
             fn visit_bytes<E: de::Error>(self, b: &[u8]) -> Result<Vec<f32>, E> {
                 if !b.len().is_multiple_of(4) {
                     return Err(E::invalid_length(b.len(), &self));
+                }
+                if cfg!(target_endian = "little") {
+                    // One copy into aligned memory (the bytes may sit at any address).
+                    let mut out = vec![0f32; b.len() / 4];
+                    bytemuck::cast_slice_mut::<f32, u8>(&mut out).copy_from_slice(b);
+                    return Ok(out);
                 }
                 Ok(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
             }

@@ -60,6 +60,10 @@ enum Command {
         /// restarted, or paused past the heartbeat timeout); 0: exit at once.
         #[arg(long, default_value_t = 30)]
         reconnect: u64,
+        /// Compute threads for large work (matrix products) on a CPU worker (default:
+        /// GT_THREADS, else every core).
+        #[arg(long)]
+        threads: Option<usize>,
     },
     /// Watch a running dispatcher live: per worker its activity by op, idle share,
     /// instructions/s, bytes/s and memory; per client its queue (`q` quits).
@@ -141,8 +145,16 @@ fn main() -> ExitCode {
             };
             server((port, monitor_port), &host, workers, &env)
         }
-        Command::Worker { host, port, name, backend, wait, reconnect } => {
-            worker(&host, port, name, backend, (wait, reconnect), &env)
+        Command::Worker { host, port, name, backend, wait, reconnect, threads } => {
+            let cores = gt::runtime::config::cores();
+            let threads = match threads.or(env.threads).unwrap_or(cores) {
+                t if (1..=cores).contains(&t) => t,
+                t => {
+                    eprintln!("error: --threads {t}: give 1 to {cores} (this machine's cores)");
+                    return ExitCode::from(2);
+                }
+            };
+            worker(&host, port, name, (backend, threads), (wait, reconnect), &env)
         }
         Command::Perfetto { log, output } => report(perfetto(&log, &output)),
         Command::Visualize { log, output, dpi, format } => report(visualize(&log, output, dpi, format)),
@@ -312,7 +324,7 @@ fn worker(
     host: &str,
     port: u16,
     name: Option<String>,
-    backend: BackendKind,
+    (backend, threads): (BackendKind, usize),
     (wait, reconnect): (u64, u64),
     env: &EnvConfig,
 ) -> ExitCode {
@@ -325,6 +337,7 @@ fn worker(
     options.matmul_precision = env.matmul_precision;
     options.jit = env.jit;
     options.memory_budget = env.worker_memory;
+    options.threads = threads;
     let ctx = gt::transport::zmq::Context::new();
     let reconnect = std::time::Duration::from_secs(reconnect);
     match run_worker_reconnecting(&ctx, &endpoint, &options, reconnect) {

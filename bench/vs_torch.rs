@@ -1,0 +1,583 @@
+//! gt against PyTorch eager on the CPU, side by side in one run: issue 16's list of
+//! workloads (MLP training step, matmul 1000² and 4096², a linear layer read back, MSE loss,
+//! relu/sigmoid/tanh on 10k elements with and without a read, the 8-op elementwise chain
+//! on 16M f32, reads of 4 MB and 64 MB, tiny ops), gt through the Tensor API on an embedded
+//! cluster (as a Rust user runs it; `GT_COMPILE=1` for the compiled rows) and PyTorch through
+//! `bench/vs_torch.py`, started once after gt's rows with the same list. Both sides run on
+//! the same inputs (`pattern`), and each row's result is checked against PyTorch's (a loss or
+//! the mean |value| of the result). Prints the median time per row, `gt ÷ PyTorch`, and the
+//! issue's goal where there is one; no timing is asserted.
+//! Run: `cargo bench --bench vs_torch` (`GT_BENCH_QUICK=1`: fewer repetitions, same sizes;
+//! `GT_BENCH_SAVE=1` writes `bench/results/vs-torch-vm.txt`).
+
+use anyhow::{anyhow, Context as _, Result};
+use gt::nn::{self, Optimizer};
+use gt::{Runtime, Tensor};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One workload as both sides run it; serialised to JSON for `vs_torch.py`.
+struct Spec {
+    /// Key of the workload in both sides' results.
+    name: &'static str,
+    /// Which function runs it (`run_gt` here, `RUN` in the script).
+    kind: &'static str,
+    /// What the row says.
+    label: &'static str,
+    /// Elements or matrix side, where the kind has a size.
+    n: usize,
+    /// The unary op (`relu`, `sigmoid`, `tanh`) or the tiny-op mode (`issue`, `sync`, `item`).
+    op: &'static str,
+    /// Whether the result is read back to the host.
+    read: bool,
+    reps: usize,
+    warmup: usize,
+    /// Ops per repetition (times are per op); 1 for all but the tiny ops.
+    batch: usize,
+    /// The issue's goal for `gt ÷ PyTorch` of the eager row.
+    goal: Option<f64>,
+    /// Also run with `GT_COMPILE=1`, with this goal (`Some(None)`: a row without a goal).
+    compiled: Option<Option<f64>>,
+}
+
+impl Spec {
+    fn json(&self) -> String {
+        format!(
+            r#"{{"name":"{}","kind":"{}","n":{},"op":"{}","read":{},"reps":{},"warmup":{},"batch":{}}}"#,
+            self.name, self.kind, self.n, self.op, self.read, self.reps, self.warmup, self.batch
+        )
+    }
+}
+
+/// Issue 16's workloads; `quick` cuts repetitions, never sizes.
+fn specs(quick: bool) -> Vec<Spec> {
+    // Repetitions and warm-up runs, full or quick.
+    let r = |full: (usize, usize), fast: (usize, usize)| if quick { fast } else { full };
+    let spec = |name, kind, label, n, (reps, warmup): (usize, usize)| Spec {
+        name,
+        kind,
+        label,
+        n,
+        op: "",
+        read: false,
+        reps,
+        warmup,
+        batch: 1,
+        goal: None,
+        compiled: None,
+    };
+    let mut list = vec![
+        Spec {
+            goal: Some(0.8),
+            compiled: Some(Some(0.8)),
+            ..spec("mlp", "mlp", "MLP step 64x784→256→10, loss.item()", 0, r((1001, 100), (31, 5)))
+        },
+        Spec {
+            goal: Some(1.1),
+            ..spec("matmul1000", "matmul", "matmul 1000² (sync, no read)", 1000, r((51, 5), (5, 1)))
+        },
+        spec("matmul4096", "matmul", "matmul 4096² (sync, no read)", 4096, r((7, 1), (1, 1))),
+        spec("linear", "linear", "linear 128x512→256 (x@w+b), read", 0, r((501, 50), (31, 5))),
+        spec("mse", "mse", "MSE loss 10k + item()", 10_000, r((1001, 100), (51, 10))),
+    ];
+    for op in ["relu", "sigmoid", "tanh"] {
+        for read in [true, false] {
+            let (name, label) = match (op, read) {
+                ("relu", true) => ("relu_read", "relu 10k, read"),
+                ("relu", false) => ("relu", "relu 10k, sync only"),
+                ("sigmoid", true) => ("sigmoid_read", "sigmoid 10k, read"),
+                ("sigmoid", false) => ("sigmoid", "sigmoid 10k, sync only"),
+                (_, true) => ("tanh_read", "tanh 10k, read"),
+                (_, false) => ("tanh", "tanh 10k, sync only"),
+            };
+            list.push(Spec {
+                op,
+                read,
+                goal: read.then_some(10.0),
+                ..spec(name, "unary", label, 10_000, r((1001, 100), (51, 10)))
+            });
+        }
+    }
+    list.extend([
+        Spec {
+            compiled: Some(Some(0.3)),
+            ..spec("chain", "chain", "8-op chain, 16M f32 (sync, no read)", 1 << 24, r((11, 2), (1, 1)))
+        },
+        Spec { read: true, ..spec("read4", "read", "read 4 MB result", 1 << 20, r((51, 5), (5, 1))) },
+        Spec { read: true, ..spec("read64", "read", "read 64 MB result", 1 << 24, r((11, 2), (1, 1))) },
+        Spec {
+            op: "issue",
+            batch: if quick { 2000 } else { 20_000 },
+            ..spec("tiny", "tiny", "tiny op issued (sync at the end)", 1, r((21, 2), (3, 1)))
+        },
+        Spec {
+            op: "sync",
+            batch: if quick { 200 } else { 2000 },
+            ..spec("tiny_sync", "tiny", "tiny op + sync round trip", 1, r((21, 2), (3, 1)))
+        },
+        Spec {
+            op: "item",
+            batch: if quick { 200 } else { 2000 },
+            ..spec("tiny_item", "tiny", "tiny op + item() round trip", 1, r((21, 2), (3, 1)))
+        },
+    ]);
+    list
+}
+
+// ---- inputs and helpers --------------------------------------------------------------------
+
+/// `n` values in `[-scale, scale)`: murmur3's 32-bit finaliser of `i + seed * 0x9E3779B9`
+/// (mod 2^32) over 2^32, times 2, minus 1, times `scale`, in f64 rounded to f32; `pattern` in
+/// vs_torch.py gives the same bits.
+fn pattern(n: usize, seed: u64, scale: f64) -> Vec<f32> {
+    const M: u64 = 0xFFFF_FFFF;
+    (0..n as u64)
+        .map(|i| {
+            let mut h = (i + seed * 0x9E37_79B9) & M;
+            h ^= h >> 16;
+            h = (h * 0x85EB_CA6B) & M;
+            h ^= h >> 13;
+            h = (h * 0xC2B2_AE35) & M;
+            h ^= h >> 16;
+            ((h as f64 / 4_294_967_296.0 * 2.0 - 1.0) * scale) as f32
+        })
+        .collect()
+}
+
+fn upload(shape: &[usize], seed: u64, scale: f64) -> Result<Tensor> {
+    Ok(gt::from_vec(pattern(shape.iter().product(), seed, scale), shape)?)
+}
+
+fn mean_abs(v: &[f32]) -> f64 {
+    v.iter().map(|x| x.abs() as f64).sum::<f64>() / v.len().max(1) as f64
+}
+
+fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let mid = xs.len() / 2;
+    if xs.len() % 2 == 1 {
+        xs[mid]
+    } else {
+        (xs[mid - 1] + xs[mid]) / 2.0
+    }
+}
+
+/// Median ms per op of `reps` timed calls of `f` (each doing `batch` ops) after `warmup`
+/// untimed calls; as `timed` in vs_torch.py.
+fn timed(s: &Spec, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..s.warmup {
+        f()?;
+    }
+    let mut times = Vec::with_capacity(s.reps);
+    for _ in 0..s.reps {
+        let start = Instant::now();
+        f()?;
+        times.push(start.elapsed().as_secs_f64() * 1e3 / s.batch as f64);
+    }
+    Ok(median(&mut times))
+}
+
+/// Keeps a result from being optimised away (a read's vector, a loss).
+fn keep<T>(x: T) -> Result<()> {
+    black_box(x);
+    Ok(())
+}
+
+/// What the run is doing, for the watchdog's message.
+static PHASE: Mutex<String> = Mutex::new(String::new());
+
+fn phase(text: impl Into<String>) {
+    *PHASE.lock().unwrap_or_else(|e| e.into_inner()) = text.into();
+}
+
+// ---- gt's side -----------------------------------------------------------------------------
+
+/// The MLP of bench/mlp.rs on the shared inputs.
+struct Mlp {
+    x: Tensor,
+    y: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    opt: nn::Sgd,
+}
+
+impl Mlp {
+    fn new() -> Result<Mlp> {
+        let x = upload(&[64, 784], 1, 1.0)?;
+        let y = upload(&[64, 10], 2, 1.0)?;
+        let w1 = upload(&[784, 256], 3, 0.05)?.requires_grad_(true)?;
+        let w2 = upload(&[256, 10], 4, 0.05)?.requires_grad_(true)?;
+        let opt = nn::Sgd::new(vec![w1.clone(), w2.clone()], 0.01);
+        Ok(Mlp { x, y, w1, w2, opt })
+    }
+
+    fn step(&mut self) -> Result<f32> {
+        let h = self.x.matmul(&self.w1)?.relu()?;
+        let loss = nn::mse_loss(&h.matmul(&self.w2)?, &self.y)?;
+        self.opt.zero_grad();
+        loss.backward()?;
+        self.opt.step()?;
+        Ok(loss.item()?)
+    }
+}
+
+/// The chain of bench/fusion.rs: `relu(exp(tanh(x * 0.5 + 1) * y) - x) + y`, 8 ops.
+fn chain(x: &Tensor, y: &Tensor) -> Result<Tensor> {
+    Ok(x.mul(0.5)?.add(1.0)?.tanh()?.mul(y)?.exp()?.sub(x)?.relu()?.add(y)?)
+}
+
+fn unary(x: &Tensor, op: &str) -> Result<Tensor> {
+    Ok(match op {
+        "relu" => x.relu()?,
+        "sigmoid" => x.sigmoid()?,
+        "tanh" => x.tanh()?,
+        _ => return Err(anyhow!("unknown unary op {op}")),
+    })
+}
+
+/// One workload on gt: (median ms per op, check value).
+fn run_gt(gt: &Runtime, s: &Spec) -> Result<(f64, f64)> {
+    match s.kind {
+        "mlp" => {
+            // The check: the loss of the third step of a fresh model.
+            let mut check = Mlp::new()?;
+            let mut loss = 0.0;
+            for _ in 0..3 {
+                loss = check.step()?;
+            }
+            drop(check);
+            let mut m = Mlp::new()?;
+            Ok((timed(s, || m.step().map(drop))?, loss as f64))
+        }
+        "matmul" => {
+            let (a, b) = (upload(&[s.n, s.n], 5, 1.0)?, upload(&[s.n, s.n], 6, 1.0)?);
+            let ms = timed(s, || {
+                let _c = a.matmul(&b)?;
+                Ok(gt.sync()?)
+            })?;
+            Ok((ms, mean_abs(&a.matmul(&b)?.to_vec()?)))
+        }
+        "linear" => {
+            let (x, w, b) = (upload(&[128, 512], 7, 1.0)?, upload(&[512, 256], 8, 0.05)?, upload(&[256], 9, 1.0)?);
+            let ms = timed(s, || keep(x.matmul(&w)?.add(&b)?.to_vec()?))?;
+            Ok((ms, mean_abs(&x.matmul(&w)?.add(&b)?.to_vec()?)))
+        }
+        "mse" => {
+            let (p, t) = (upload(&[s.n], 10, 1.0)?, upload(&[s.n], 11, 1.0)?);
+            let ms = timed(s, || keep(nn::mse_loss(&p, &t)?.item()?))?;
+            Ok((ms, nn::mse_loss(&p, &t)?.item()? as f64))
+        }
+        "unary" => {
+            let x = upload(&[s.n], 12, 4.0)?;
+            let ms = if s.read {
+                timed(s, || keep(unary(&x, s.op)?.to_vec()?))?
+            } else {
+                timed(s, || {
+                    let _r = unary(&x, s.op)?;
+                    Ok(gt.sync()?)
+                })?
+            };
+            Ok((ms, mean_abs(&unary(&x, s.op)?.to_vec()?)))
+        }
+        "chain" => {
+            let (x, y) = (upload(&[s.n], 13, 1.0)?, upload(&[s.n], 14, 1.0)?);
+            let ms = timed(s, || {
+                let _r = chain(&x, &y)?;
+                Ok(gt.sync()?)
+            })?;
+            Ok((ms, mean_abs(&chain(&x, &y)?.to_vec()?)))
+        }
+        "read" => {
+            let t = upload(&[s.n], 15, 1.0)?;
+            gt.sync()?;
+            let ms = timed(s, || keep(t.to_vec()?))?;
+            Ok((ms, mean_abs(&t.to_vec()?)))
+        }
+        "tiny" => {
+            let t = gt::ones(&[1])?;
+            gt.sync()?;
+            let ms = match s.op {
+                "issue" => timed(s, || {
+                    for _ in 0..s.batch {
+                        let _r = t.neg()?;
+                    }
+                    Ok(gt.sync()?)
+                })?,
+                "sync" => timed(s, || {
+                    for _ in 0..s.batch {
+                        let _r = t.neg()?;
+                        gt.sync()?;
+                    }
+                    Ok(())
+                })?,
+                _ => timed(s, || {
+                    for _ in 0..s.batch {
+                        black_box(t.neg()?.item()?);
+                    }
+                    Ok(())
+                })?,
+            };
+            Ok((ms, t.neg()?.item()? as f64))
+        }
+        other => Err(anyhow!("unknown workload kind {other}")),
+    }
+}
+
+/// A workload's (median ms per op, check value), or why gt failed it.
+type Outcome = Result<(f64, f64), String>;
+
+/// Runs `specs` on one embedded cluster with `vars` set while it starts; a workload's error
+/// is its result, the others still run.
+fn gt_side(specs: &[&Spec], workers: usize, vars: &[(&str, &str)]) -> Result<Vec<(&'static str, Outcome)>> {
+    for (k, v) in vars {
+        std::env::set_var(k, v);
+    }
+    let gt = Runtime::embedded(workers);
+    for (k, _) in vars {
+        std::env::remove_var(k);
+    }
+    let gt = gt.context("an embedded cluster starts")?;
+    let mut out = Vec::new();
+    for s in specs {
+        phase(format!("gt {} {vars:?}", s.name));
+        let result = run_gt(&gt, s).map_err(|e| format!("{e:#}"));
+        if let Err(e) = &result {
+            eprintln!("gt {}: {e}", s.name);
+        }
+        out.push((s.name, result));
+    }
+    Ok(out)
+}
+
+// ---- PyTorch's side ------------------------------------------------------------------------
+
+/// The fields of one flat JSON object of strings, numbers and booleans (what vs_torch.py
+/// prints), values as their text (strings without quotes).
+fn parse_line(line: &str) -> Option<HashMap<String, String>> {
+    let body = line.trim().strip_prefix('{')?.strip_suffix('}')?;
+    let mut fields = HashMap::new();
+    let mut chars = body.chars().peekable();
+    let string = |chars: &mut std::iter::Peekable<std::str::Chars>| -> Option<String> {
+        let mut s = String::new();
+        loop {
+            match chars.next()? {
+                '"' => return Some(s),
+                '\\' => s.push(chars.next()?),
+                c => s.push(c),
+            }
+        }
+    };
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace() || *c == ',') {
+            chars.next();
+        }
+        match chars.next() {
+            None => return Some(fields),
+            Some('"') => {}
+            Some(_) => return None,
+        }
+        let key = string(&mut chars)?;
+        while chars.peek().is_some_and(|c| c.is_whitespace() || *c == ':') {
+            chars.next();
+        }
+        let value = if chars.peek() == Some(&'"') {
+            chars.next();
+            string(&mut chars)?
+        } else {
+            let mut v = String::new();
+            while let Some(c) = chars.next_if(|c| *c != ',') {
+                v.push(c);
+            }
+            v.trim().to_string()
+        };
+        fields.insert(key, value);
+    }
+}
+
+/// PyTorch's results by workload name (`ms`, `check`, and `_info`'s fields), or why there
+/// are none.
+fn torch_side(specs: &[Spec]) -> Result<HashMap<String, HashMap<String, String>>, String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/vs_torch.py");
+    let list = format!("[{}]", specs.iter().map(Spec::json).collect::<Vec<_>>().join(","));
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(list)
+        .output()
+        .map_err(|e| format!("python3 not runnable: {e}"))?;
+    if out.status.code() == Some(3) {
+        return Err("torch is not installed (python3 -c 'import torch' fails)".into());
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows: HashMap<_, _> =
+        stdout.lines().filter_map(parse_line).filter_map(|f| Some((f.get("name")?.clone(), f))).collect();
+    if !out.status.success() {
+        // Keep what it printed before it failed; say why the rest is missing.
+        eprintln!("vs_torch.py failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        if rows.is_empty() {
+            return Err(format!("vs_torch.py failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+    }
+    Ok(rows)
+}
+
+// ---- report --------------------------------------------------------------------------------
+
+/// A time in the unit that suits it.
+fn time(ms: f64) -> String {
+    if ms < 1.0 {
+        format!("{:.2} µs", ms * 1e3)
+    } else if ms < 1000.0 {
+        format!("{ms:.2} ms")
+    } else {
+        format!("{:.3} s", ms / 1e3)
+    }
+}
+
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_string()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    format!("{cores} cores, {model}")
+}
+
+/// Relative difference of the checks; within 1e-3 counts as the same result.
+fn check_text(gt: f64, torch: f64) -> String {
+    let rel = (gt - torch).abs() / torch.abs().max(1e-12);
+    format!("{} (rel {rel:.1e})", if rel <= 1e-3 { "same" } else { "DIFFERS" })
+}
+
+fn main() -> Result<()> {
+    let quick = std::env::var("GT_BENCH_QUICK").is_ok_and(|v| v == "1") || !std::env::args().any(|a| a == "--bench");
+    let limit = Duration::from_secs(if quick { 300 } else { 900 });
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        let phase = PHASE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        eprintln!("vs_torch bench: no result after {} s; stuck in: {phase}", limit.as_secs());
+        std::process::exit(2);
+    });
+    let started = Instant::now();
+    let specs = specs(quick);
+    let workers: usize = std::env::var("GT_WORKERS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1);
+
+    let all: Vec<&Spec> = specs.iter().collect();
+    let eager = gt_side(&all, workers, &[])?;
+    let to_compile: Vec<&Spec> = specs.iter().filter(|s| s.compiled.is_some()).collect();
+    let compiled = gt_side(&to_compile, workers, &[("GT_COMPILE", "1")])?;
+    let gt_s = started.elapsed().as_secs_f64();
+    phase("PyTorch (vs_torch.py)");
+    let torch = torch_side(&specs);
+    let torch_s = started.elapsed().as_secs_f64() - gt_s;
+
+    let mut report = String::new();
+    let _ = writeln!(
+        report,
+        "gt vs PyTorch eager, CPU, one run ({} mode; gt's side {gt_s:.0} s, PyTorch's {torch_s:.0} s)",
+        if quick { "quick" } else { "full" },
+    );
+    let _ = writeln!(report, "machine: {}", machine());
+    let gt_vars: Vec<String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("GT_") && !k.starts_with("GT_BENCH_"))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let _ = writeln!(
+        report,
+        "gt: Tensor API on an embedded cluster, {workers} worker(s), GT_THREADS {}; environment: {}; compiled rows add GT_COMPILE=1",
+        std::env::var("GT_THREADS").unwrap_or_else(|_| "unset".into()),
+        if gt_vars.is_empty() { "no GT_* set".to_string() } else { gt_vars.join(" ") }
+    );
+    match &torch {
+        Ok(rows) => {
+            let info = rows.get("_info");
+            let field = |k: &str| info.and_then(|i| i.get(k)).cloned().unwrap_or_else(|| "?".into());
+            let _ = writeln!(
+                report,
+                "PyTorch {}, {} threads (torch.get_num_threads()), eager; numpy {}",
+                field("torch"),
+                field("threads"),
+                field("numpy")
+            );
+        }
+        Err(why) => {
+            let _ = writeln!(report, "PyTorch: skipped: {why}");
+        }
+    }
+    let _ =
+        writeln!(report, "times: median per repetition (per op for tiny ops) of `reps` after `warm-up` untimed ones");
+    let _ =
+        writeln!(report, "read: gt Tensor::to_vec / item() (an owned host copy); PyTorch .numpy().copy() / .item()");
+    let _ = writeln!(
+        report,
+        "sync: gt issues the op(s) and waits with Runtime::sync; PyTorch runs the op (an eager CPU op has run when it returns)"
+    );
+    let _ = writeln!(report, "tiny op: neg of a 1-element tensor; gt drops each result, so its free is issued too");
+    let _ = writeln!(report, "check: gt's result against PyTorch's on the same inputs (a loss, or the mean |value|)\n");
+    let _ = writeln!(
+        report,
+        "{:<50} {:>11} {:>11} {:>11}  {:<13} {:>12}  check",
+        "workload", "gt", "PyTorch", "gt÷PyTorch", "goal", "reps+warm-up"
+    );
+    let eager: HashMap<_, _> = eager.into_iter().collect();
+    let compiled: HashMap<_, _> = compiled.into_iter().collect();
+    let mut checks = String::new();
+    for s in &specs {
+        let variants = [(s.label.to_string(), eager.get(s.name), s.goal)]
+            .into_iter()
+            .chain(s.compiled.map(|goal| (format!("{}, GT_COMPILE=1", s.label), compiled.get(s.name), goal)));
+        for (label, gt, goal) in variants {
+            let t = torch.as_ref().ok().and_then(|rows| rows.get(s.name));
+            let t_ms = t.and_then(|f| f.get("ms")?.parse::<f64>().ok());
+            let t_check = t.and_then(|f| f.get("check")?.parse::<f64>().ok());
+            let (gt_text, ratio, check) = match gt {
+                Some(Ok((ms, check))) => (time(*ms), t_ms.map(|t| ms / t), Some(*check)),
+                Some(Err(_)) => ("error".into(), None, None),
+                None => ("-".into(), None, None),
+            };
+            let goal_text = match (goal, ratio) {
+                (Some(g), Some(r)) => format!("≤ {g} {}", if r <= g { "met" } else { "not met" }),
+                (Some(g), None) => format!("≤ {g}"),
+                (None, _) => String::new(),
+            };
+            let reps = if s.batch > 1 {
+                format!("{}x{}+{}", s.reps, s.batch, s.warmup)
+            } else {
+                format!("{}+{}", s.reps, s.warmup)
+            };
+            let check_cell = match (check, t_check) {
+                (Some(g), Some(t)) => check_text(g, t),
+                _ => "-".into(),
+            };
+            let _ = writeln!(
+                report,
+                "{label:<50} {gt_text:>11} {:>11} {:>11}  {goal_text:<13} {reps:>12}  {check_cell}",
+                t_ms.map(time).unwrap_or_else(|| "-".into()),
+                ratio.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into()),
+            );
+            match (gt, t_check) {
+                (Some(Ok((_, g))), Some(t)) => {
+                    let _ = writeln!(checks, "  {label}: gt {g:.7} PyTorch {t:.7}");
+                }
+                (Some(Ok((_, g))), None) => {
+                    let _ = writeln!(checks, "  {label}: gt {g:.7} (no PyTorch value)");
+                }
+                (Some(Err(e)), _) => {
+                    let _ = writeln!(checks, "  {label}: gt failed: {e}");
+                }
+                _ => {}
+            }
+        }
+    }
+    let _ = writeln!(report, "\nchecks (gt vs PyTorch, same inputs):\n{checks}");
+    print!("{report}");
+    if std::env::var("GT_BENCH_SAVE").is_ok_and(|v| v == "1") {
+        let path = format!("{}/bench/results/vs-torch-vm.txt", env!("CARGO_MANIFEST_DIR"));
+        std::fs::write(&path, &report).with_context(|| format!("writing {path}"))?;
+        println!("saved to {path}");
+    }
+    Ok(())
+}
