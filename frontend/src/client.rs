@@ -99,10 +99,10 @@ pub enum ClientError {
         got: &'static str,
     },
     /// The dispatcher's data does not have its type's length: a broken or rogue dispatcher.
-    #[error("the dispatcher answered `get` with {elements} elements for a {ty} value")]
+    #[error("the dispatcher answered `get` with {bytes} bytes of data for a {ty} value")]
     BadData {
-        /// Elements that came.
-        elements: usize,
+        /// Bytes that came.
+        bytes: usize,
         /// The type they came with.
         ty: gt_ir::TensorType,
     },
@@ -160,6 +160,9 @@ pub struct Client {
     first_error: Option<(u64, Failure)>,
     later_errors: u64,
     closed: bool,
+    /// The data frame of the last `Data` reply received (its bytes when they were not the
+    /// type's length).
+    data: Option<Result<Vec<f32>, usize>>,
 }
 
 impl Client {
@@ -188,6 +191,7 @@ impl Client {
             first_error: None,
             later_errors: 0,
             closed: false,
+            data: None,
         };
         client.hello()?;
         Ok(client)
@@ -396,8 +400,11 @@ impl Client {
     /// A value's data (a sync point).
     pub fn read(&mut self, value: ValueId) -> Result<HostTensor, ClientError> {
         match self.request(|seq| Request::Get { seq, value }, "get")? {
-            Reply::Data { tensor, .. } if tensor.data.len() == tensor.ty.shape.numel() => Ok(tensor),
-            Reply::Data { tensor, .. } => Err(ClientError::BadData { elements: tensor.data.len(), ty: tensor.ty }),
+            Reply::Data { ty, .. } => match self.data.take() {
+                Some(Ok(data)) => Ok(HostTensor { ty, data }),
+                Some(Err(bytes)) => Err(ClientError::BadData { bytes, ty }),
+                None => Err(ClientError::BadData { bytes: 0, ty }),
+            },
             other => Err(ClientError::BadReply { op: "get", got: reply_kind(&other) }),
         }
     }
@@ -434,9 +441,15 @@ impl Client {
         }
     }
 
-    fn recv(&self) -> Result<Reply, ClientError> {
-        let frame = socket::retry(|| self.socket.recv_bytes(0))?;
-        Ok(codec::decode(&frame, self.options.max_message_bytes)?)
+    /// Receives one reply; a `Data` reply's data frame is kept for [`Client::read`].
+    fn recv(&mut self) -> Result<Reply, ClientError> {
+        let frames = socket::recv_frames(&self.socket, 0)?;
+        let reply = codec::decode(&frames[0], self.options.max_message_bytes)?;
+        if let Reply::Data { ty, .. } = &reply {
+            let frame = frames.get(1).map_or(&[][..], |f| &f[..]);
+            self.data = Some(codec::data_of(frame, ty).map_err(|_| frame.len()));
+        }
+        Ok(reply)
     }
 }
 

@@ -171,16 +171,33 @@ pub fn run_worker(
         r => r.map_err(WorkerError::from),
     };
     let send = |event: &WorkerEvent| -> Result<(), WorkerError> {
-        match codec::encode(&InboundRef::Worker(event), max) {
-            Ok(bytes) => send_bytes(bytes),
-            Err(e) => {
-                // Only data can be this large: tell the dispatcher instead.
-                let WorkerEvent::Data { tag, .. } = event else { return Ok(()) };
-                let failed =
-                    WorkerEvent::Failed { tag: *tag, failure: Failure::new(FailureKind::Limit, format!("get: {e}")) };
-                send_bytes(codec::encode(&Inbound::Worker(failed), max).expect("small"))
-            }
+        // Every message but `Data` (sent below) is small.
+        send_bytes(codec::encode(&InboundRef::Worker(event), max).expect("small"))
+    };
+    // A read's answer: its type, then its data as a frame of raw bytes (one copy, no
+    // encoding); a value over the message limit is a failure named to the client.
+    let send_data = |tag: u64, tensor: gt_ir::HostTensor| -> Result<(), WorkerError> {
+        let size = tensor.ty.size_bytes();
+        if size > max {
+            let why =
+                format!("get: {} is {size} bytes, over the message limit of {max} (GT_MAX_MESSAGE_BYTES)", tensor.ty);
+            return send(&WorkerEvent::Failed { tag, failure: Failure::new(FailureKind::Limit, why) });
         }
+        let gt_ir::HostTensor { ty, data } = tensor;
+        let head = codec::encode(&InboundRef::Worker(&WorkerEvent::Data { tag, ty }), max).expect("small");
+        let mut frame = Some(codec::data_frame(&data));
+        drop(data);
+        match socket::retry(|| sock.send(&head[..], gt_transport::zmq::SNDMORE | gt_transport::zmq::DONTWAIT)) {
+            Err(gt_transport::zmq::Error::EAGAIN) => return Err(gone()),
+            r => r?,
+        }
+        // The second frame of a message already started is queued at once (never EAGAIN);
+        // taken out of the Option so that a retried call after EINTR has nothing to resend.
+        socket::retry(|| match frame.take() {
+            Some(d) => sock.send(d, gt_transport::zmq::DONTWAIT),
+            None => Ok(()),
+        })?;
+        Ok(())
     };
     // Commands read but not yet run, and the clients that left: everything already here is
     // read before each command runs, so the work a departed client queued is skipped.
@@ -232,11 +249,10 @@ pub fn run_worker(
             WorkerCommand::DropClient { .. } => {}
             WorkerCommand::Get { tag, value } => {
                 stats.reads += 1;
-                let event = match backend.read(value) {
-                    Ok(tensor) => WorkerEvent::Data { tag, tensor },
-                    Err(e) => WorkerEvent::Failed { tag, failure: Failure::new(e.kind(), e.to_string()) },
-                };
-                send(&event)?;
+                match backend.read(value) {
+                    Ok(tensor) => send_data(tag, tensor)?,
+                    Err(e) => send(&WorkerEvent::Failed { tag, failure: Failure::new(e.kind(), e.to_string()) })?,
+                }
             }
             WorkerCommand::Stats { tag } => {
                 let stats = snapshot(&options.name, &stats, backend.as_ref());

@@ -153,7 +153,10 @@ fn garbage_is_rejected_and_everyone_else_is_still_served() {
     rejected(raw_exchange(&raw, &[&codec::frame_with_version(99, b"\x80")]), "protocol version 99");
     let unknown = rmp_serde::to_vec(&std::collections::BTreeMap::from([("Launch", 1u8)])).unwrap();
     rejected(raw_exchange(&raw, &[&codec::frame_with_version(codec::PROTOCOL_VERSION, &unknown)]), "malformed");
-    rejected(raw_exchange(&raw, &[b"a", b"b"]), "one frame per message");
+    rejected(raw_exchange(&raw, &[b"a", b"b", b"c"]), "more than two frames");
+    // Only a worker's `Data` carries a second frame.
+    let sync = codec::encode(&gt::transport::Inbound::Client(Request::Sync { seq: 1 }), 1 << 10).unwrap();
+    rejected(raw_exchange(&raw, &[&sync, b"data"]), "a data frame after a message that has none");
     rejected(raw_exchange(&raw, &[&vec![0u8; 100_000]]), "over the limit");
     // Far over the limit (a huge declared frame): cut off at the header, never buffered.
     let huge = ctx.socket(zmq::DEALER).unwrap();

@@ -316,8 +316,12 @@ fn rogue_worker(ctx: &gt::transport::zmq::Context, endpoint: &gt::transport::End
                     send(&sock, WorkerEvent::Done { batch, failures: vec![], nanos: 0, timings: vec![], live_bytes: 0 })
                 }
                 Ok(WorkerCommand::Get { tag, .. }) => {
-                    let tensor = gt::ir::HostTensor { ty: gt::ir::TensorType::f32(vec![1]), data: vec![666.0] };
-                    send(&sock, WorkerEvent::Data { tag, tensor })
+                    let head = codec::encode(
+                        &Inbound::Worker(WorkerEvent::Data { tag, ty: gt::ir::TensorType::f32(vec![1]) }),
+                        1 << 20,
+                    );
+                    sock.send(head.unwrap(), zmq::SNDMORE).unwrap();
+                    sock.send(codec::data_frame(&[666.0]), 0).unwrap();
                 }
                 Ok(WorkerCommand::Shutdown) => return,
                 _ => {}
@@ -337,7 +341,7 @@ fn a_worker_answering_the_wrong_type_is_caught() {
         a.submit(i, origin()).unwrap();
     }
     let e = a.read(ValueId(0)).unwrap_err().to_string();
-    assert!(e.contains("worker `rogue` answered f32[1] with 1 elements for a f32[4] value"), "{e}");
+    assert!(e.contains("worker `rogue` answered f32[1] with 4 bytes of data for a f32[4] value"), "{e}");
 }
 
 /// A rogue dispatcher cannot panic a client or fool it with data of another length: the
@@ -356,28 +360,31 @@ fn a_client_checks_the_dispatchers_answers() {
             let frames = router.recv_multipart(0).unwrap();
             let reply = match codec::decode::<Inbound>(&frames[1], 1 << 20) {
                 Ok(Inbound::Client(Request::Hello { .. })) => {
-                    Reply::Welcome { client: 1, workers: vec![], max_message_bytes: 1 << 20 }
+                    (Reply::Welcome { client: 1, workers: vec![], max_message_bytes: 1 << 20 }, None)
                 }
                 // Four elements promised, one sent.
-                Ok(Inbound::Client(Request::Get { seq, .. })) => Reply::Data {
-                    seq,
-                    tensor: gt::ir::HostTensor { ty: gt::ir::TensorType::f32(vec![4]), data: vec![666.0] },
-                },
+                Ok(Inbound::Client(Request::Get { seq, .. })) => {
+                    (Reply::Data { seq, ty: gt::ir::TensorType::f32(vec![4]) }, Some(vec![666.0]))
+                }
                 // Data where statistics were asked for.
-                Ok(Inbound::Client(Request::Stats { seq })) => Reply::Data {
-                    seq,
-                    tensor: gt::ir::HostTensor { ty: gt::ir::TensorType::f32(vec![1]), data: vec![1.0] },
-                },
+                Ok(Inbound::Client(Request::Stats { seq })) => {
+                    (Reply::Data { seq, ty: gt::ir::TensorType::f32(vec![1]) }, Some(vec![1.0]))
+                }
                 _ => continue,
             };
             answered += 1;
+            let (reply, data) = reply;
             let bytes = codec::encode(&reply, 1 << 20).unwrap();
-            router.send_multipart([frames[0].as_slice(), bytes.as_slice()], 0).unwrap();
+            let more = if data.is_some() { zmq::SNDMORE } else { 0 };
+            router.send_multipart([frames[0].as_slice(), bytes.as_slice()], more).unwrap();
+            if let Some(data) = data {
+                router.send(codec::data_frame(&data), 0).unwrap();
+            }
         }
     });
     let mut a = Client::connect_in(&ctx, &endpoint, ClientOptions::default()).unwrap();
     let e = a.read(ValueId(0)).unwrap_err().to_string();
-    assert_eq!(e, "the dispatcher answered `get` with 1 elements for a f32[4] value");
+    assert_eq!(e, "the dispatcher answered `get` with 4 bytes of data for a f32[4] value");
     let e = a.stats().unwrap_err().to_string();
     assert_eq!(e, "the dispatcher answered `stats` with Data");
     fake.join().unwrap();

@@ -47,6 +47,19 @@ pub enum CodecError {
         /// The bytes left over.
         extra: usize,
     },
+    /// A data frame whose length is not the value's.
+    #[error("a data frame of {got} bytes for a {ty} value ({expected} bytes)")]
+    DataLength {
+        /// The value's type.
+        ty: gt_ir::TensorType,
+        /// Its bytes.
+        expected: usize,
+        /// The frame's.
+        got: usize,
+    },
+    /// A `Data` message without its data frame, or another message with one.
+    #[error("malformed message: {0}")]
+    Frames(&'static str),
     /// A message that serde could not write (none of gt's messages).
     #[error("cannot encode the message: {0}")]
     Encode(#[source] rmp_serde::encode::Error),
@@ -88,6 +101,35 @@ pub fn decode<T: DeserializeOwned>(frame: &[u8], max: usize) -> Result<T, CodecE
     Ok(msg)
 }
 
+/// The data frame of a `Data` message: the elements' little-endian bytes (on a
+/// little-endian machine, one copy of their memory), handed to ZeroMQ without another copy.
+pub fn data_frame(data: &[f32]) -> zmq::Message {
+    let bytes: Vec<u8> = if cfg!(target_endian = "little") {
+        bytemuck::cast_slice(data).to_vec()
+    } else {
+        data.iter().flat_map(|x| x.to_le_bytes()).collect()
+    };
+    zmq::Message::from(bytes)
+}
+
+/// The elements of a `ty` value's data frame; a frame of another length is an error.
+pub fn data_of(frame: &[u8], ty: &gt_ir::TensorType) -> Result<Vec<f32>, CodecError> {
+    let expected = ty.size_bytes();
+    if frame.len() != expected {
+        return Err(CodecError::DataLength { ty: ty.clone(), expected, got: frame.len() });
+    }
+    let mut out = vec![0f32; frame.len() / 4];
+    if cfg!(target_endian = "little") {
+        // One copy into aligned memory (the frame may sit at any address).
+        bytemuck::cast_slice_mut::<f32, u8>(&mut out).copy_from_slice(frame);
+    } else {
+        for (x, c) in out.iter_mut().zip(frame.chunks_exact(4)) {
+            *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        }
+    }
+    Ok(out)
+}
+
 /// A frame with a valid header but another version, for tests of version handling.
 pub fn frame_with_version(version: u16, body: &[u8]) -> Vec<u8> {
     let mut buf = MAGIC.to_vec();
@@ -115,23 +157,16 @@ mod tests {
 
     #[test]
     fn tensor_data_travels_as_raw_bytes_bit_for_bit() {
-        use crate::message::Reply;
-        use gt_ir::{HostTensor, TensorType};
         let data = vec![1.5, -0.0, f32::NAN, f32::from_bits(0x7fc0_1234), f32::INFINITY, f32::MIN_POSITIVE / 8.0];
-        let n = data.len();
-        let reply = Reply::Data { seq: 1, tensor: HostTensor { ty: TensorType::f32(vec![n]), data: data.clone() } };
-        let frame = encode(&reply, 1 << 20).unwrap();
-        // Four bytes an element, and a few for the header, type and framing.
-        assert!(frame.len() < 4 * n + 32, "{} bytes for {n} floats", frame.len());
-        let Reply::Data { tensor, .. } = decode::<Reply>(&frame, 1 << 20).unwrap() else { panic!("a Data reply") };
+        let ty = TensorType::f32(vec![data.len()]);
+        let frame = data_frame(&data);
+        assert_eq!(frame.len(), 4 * data.len());
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&tensor.data), bits(&data));
-        // A byte string whose length is not a multiple of 4 is an error, not a panic.
-        let mut body = rmp_serde::to_vec(&reply).unwrap();
-        let at = body.windows(2).position(|w| w == [0xc4, (4 * n) as u8]).expect("the data's bin header");
-        body[at + 1] -= 1;
-        body.remove(at + 2);
-        assert!(decode::<Reply>(&frame_with_version(PROTOCOL_VERSION, &body), 1 << 20).is_err());
+        assert_eq!(bits(&data_of(&frame, &ty).unwrap()), bits(&data));
+        // A frame of another length is an error naming both, not a panic.
+        let e = data_of(&frame[1..], &ty).unwrap_err();
+        assert_eq!(e.to_string(), "a data frame of 23 bytes for a f32[6] value (24 bytes)");
+        assert!(data_of(&[], &TensorType::f32(vec![0])).unwrap().is_empty());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! reads replies in order sees an async op's failure before the answer of its next wait.
 
 pub use gt_ir::FailureKind;
-use gt_ir::{HostTensor, Instr, ValueId};
+use gt_ir::{Instr, TensorType, ValueId};
 use serde::{Deserialize, Serialize};
 
 /// Why an instruction or request failed, as it travels to the client: a kind a caller can
@@ -110,12 +110,14 @@ pub enum Reply {
         /// Why, naming the op.
         failure: Failure,
     },
-    /// The answer to [`Request::Get`].
+    /// The answer to [`Request::Get`]: the value's type, and in the next frame of the same
+    /// ZeroMQ message its data as raw little-endian bytes (`codec::data_frame`), never
+    /// through msgpack: the dispatcher passes the worker's frame on untouched.
     Data {
         /// The request's seq.
         seq: u64,
-        /// The value.
-        tensor: HostTensor,
+        /// The value's type.
+        ty: TensorType,
     },
     /// The answer to [`Request::Sync`].
     Synced {
@@ -218,12 +220,13 @@ pub enum WorkerEvent {
         /// The bytes its values hold after the batch.
         live_bytes: u64,
     },
-    /// The answer to [`WorkerCommand::Get`].
+    /// The answer to [`WorkerCommand::Get`]: the value's type, its data in the next frame
+    /// (as [`Reply::Data`]).
     Data {
         /// The tag.
         tag: u64,
-        /// The value.
-        tensor: HostTensor,
+        /// The value's type.
+        ty: TensorType,
     },
     /// A [`WorkerCommand::Get`] that failed.
     Failed {

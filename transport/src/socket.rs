@@ -89,3 +89,21 @@ pub fn disconnect_events(ctx: &Context, sock: &Socket, endpoint: &Endpoint) -> z
     pair.connect(&name)?;
     Ok(Some(pair))
 }
+
+/// The most frames of one message kept by [`recv_frames`] (a routing id, a message and a
+/// data frame, and one more so that an extra frame is seen); the rest are read and dropped.
+pub const MAX_FRAMES: usize = 4;
+
+/// Receives one whole message (all its frames, as ZeroMQ messages: a data frame can be sent
+/// on without a copy). `flags` apply to the first frame (`DONTWAIT`); the rest are already
+/// there. Frames past [`MAX_FRAMES`] are dropped.
+pub fn recv_frames(sock: &Socket, flags: i32) -> zmq::Result<Vec<zmq::Message>> {
+    let mut frames = vec![retry(|| sock.recv_msg(flags))?];
+    while retry(|| sock.get_rcvmore())? {
+        let frame = retry(|| sock.recv_msg(0))?;
+        if frames.len() < MAX_FRAMES {
+            frames.push(frame);
+        }
+    }
+    Ok(frames)
+}

@@ -23,7 +23,7 @@ mod workers;
 
 use gt_ir::text::print::print_instr;
 use gt_ir::verify::shape;
-use gt_ir::{HostTensor, Instr, TensorType, TypeError, ValueId};
+use gt_ir::{Instr, TensorType, TypeError, ValueId};
 use gt_passes::{Pipeline, Typing};
 use gt_transport::message::{
     Failure, FailureKind, PassStats, Reply, Request, Timing, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats,
@@ -198,7 +198,7 @@ impl Dispatcher {
             if socket::retry(|| self.router.poll(zmq::POLLIN, timeout))? > 0 {
                 drained = false;
                 for _ in 0..4096 {
-                    match socket::retry(|| self.router.recv_multipart(zmq::DONTWAIT)) {
+                    match socket::recv_frames(&self.router, zmq::DONTWAIT) {
                         Ok(frames) => self.on_frames(frames),
                         Err(zmq::Error::EAGAIN) => {
                             drained = true;
@@ -240,7 +240,7 @@ impl Dispatcher {
     fn drain_workers(&mut self, limit: Duration) -> Result<(), DispatcherError> {
         let deadline = Instant::now() + limit;
         // What arrived before the stop (a client's goodbye, say) is still handled.
-        while let Ok(frames) = self.router.recv_multipart(zmq::DONTWAIT) {
+        while let Ok(frames) = socket::recv_frames(&self.router, zmq::DONTWAIT) {
             self.on_frames(frames);
             self.reap();
         }
@@ -252,7 +252,7 @@ impl Dispatcher {
             if left.is_zero() || socket::retry(|| self.router.poll(zmq::POLLIN, left.as_millis().max(1) as i64))? == 0 {
                 break;
             }
-            while let Ok(frames) = self.router.recv_multipart(zmq::DONTWAIT) {
+            while let Ok(frames) = socket::recv_frames(&self.router, zmq::DONTWAIT) {
                 self.on_frames(frames);
                 self.reap();
             }
@@ -262,27 +262,37 @@ impl Dispatcher {
 
     // ---- frames ------------------------------------------------------------------------
 
-    fn on_frames(&mut self, frames: Vec<Vec<u8>>) {
+    /// One message: the peer's routing id, the message, and for a worker's `Data` its data
+    /// frame (passed on to the client as it is).
+    fn on_frames(&mut self, frames: Vec<zmq::Message>) {
         if frames.first().is_some_and(|id| id.starts_with(&self.stop_key)) {
             self.stopping = true;
             return;
         }
         let max = self.config.max_message_bytes;
-        let [identity, payload]: [Vec<u8>; 2] = match frames.try_into() {
-            Ok(pair) => pair,
-            Err(frames) => {
-                let n = frames.len();
-                self.bad_message(&frames[0], 0, format!("expected one frame per message, got {}", n - 1));
-                return;
-            }
+        let mut frames = frames.into_iter();
+        let identity = frames.next().map(|f| f.to_vec()).unwrap_or_default();
+        let Some(payload) = frames.next() else {
+            return self.bad_message(&identity, 0, "expected a message after the routing id, got none".into());
         };
+        let data = frames.next();
+        if frames.next().is_some() {
+            return self.bad_message(&identity, payload.len(), "a message of more than two frames".into());
+        }
         // Handling a message cannot panic by design; should a bug make it, the peer that sent
         // the message loses its session and everyone else carries on.
-        let (len, peer) = (payload.len(), identity.clone());
-        let handled = catch_unwind(AssertUnwindSafe(|| match codec::decode::<Inbound>(&payload, max) {
-            Ok(Inbound::Client(req)) => self.on_request(identity, req, len),
-            Ok(Inbound::Worker(event)) => self.on_worker_event(identity, event, len),
-            Err(e) => self.bad_message(&identity, len, e.to_string()),
+        let (len, peer) = (payload.len() + data.as_ref().map_or(0, |d| d.len()), identity.clone());
+        let handled = catch_unwind(AssertUnwindSafe(|| match (codec::decode::<Inbound>(&payload, max), data) {
+            (Ok(Inbound::Worker(WorkerEvent::Data { tag, ty })), Some(data)) => {
+                self.on_worker_data(identity, (tag, ty), data, len)
+            }
+            (Ok(Inbound::Worker(WorkerEvent::Data { .. })), None) => {
+                self.bad_message(&identity, len, "a Data message without its data frame".into())
+            }
+            (Ok(_), Some(_)) => self.bad_message(&identity, len, "a data frame after a message that has none".into()),
+            (Ok(Inbound::Client(req)), None) => self.on_request(identity, req, len),
+            (Ok(Inbound::Worker(event)), None) => self.on_worker_event(identity, event, len),
+            (Err(e), _) => self.bad_message(&identity, len, e.to_string()),
         }));
         if let Err(panic) = handled {
             self.peer_panicked(&peer, len, panic_message(panic.as_ref()));
@@ -773,7 +783,10 @@ impl Dispatcher {
                 let now = self.log.now();
                 self.workers[w].clock.ponged(clock, now);
             }
-            WorkerEvent::Data { tag, tensor } => self.on_data(w, bytes, tag, tensor),
+            // (A `Data` with its frame goes to `on_worker_data`.)
+            WorkerEvent::Data { .. } => {
+                self.bad_message(&identity, bytes, "a Data message without its data frame".into())
+            }
             WorkerEvent::Failed { tag, failure } => {
                 self.log_worker(EventKind::WorkerRecv, w, "Failed", bytes, || format!("tag={tag} {failure}"));
                 if let Some(g) = self.take_get(tag, w) {
@@ -858,9 +871,13 @@ impl Dispatcher {
         }
     }
 
-    /// A worker answered a read: checked against what was asked before the client sees it.
-    fn on_data(&mut self, w: usize, bytes: usize, tag: u64, tensor: HostTensor) {
-        self.log_worker(EventKind::WorkerRecv, w, "Data", bytes, || format!("tag={tag} {}", tensor.ty));
+    /// A worker answered a read: its type and data length are checked against what was asked
+    /// before the client gets the data frame, untouched.
+    fn on_worker_data(&mut self, identity: Vec<u8>, (tag, ty): (u64, TensorType), data: zmq::Message, bytes: usize) {
+        let Some(&w) = self.worker_ids.get(&identity) else {
+            return self.bad_message(&identity, bytes, "a worker must register before anything else".into());
+        };
+        self.log_worker(EventKind::WorkerRecv, w, "Data", bytes, || format!("tag={tag} {ty}"));
         let Some(g) = self.take_get(tag, w) else { return };
         // The read went out before the worker reported that the instruction defining
         // the value failed: its buffer holds an older value (or none), not this one.
@@ -872,12 +889,11 @@ impl Dispatcher {
         }
         // A worker answering with another type or length than the value has is
         // broken or lying: the client is told, and the worker is not trusted again.
-        if tensor.ty != g.ty || tensor.data.len() != g.ty.shape.numel() {
+        if ty != g.ty || data.len() != g.ty.size_bytes() {
             let why = format!(
-                "get: worker `{}` answered {} with {} elements for a {} value; its answer was dropped and the worker disconnected",
+                "get: worker `{}` answered {ty} with {} bytes of data for a {} value; its answer was dropped and the worker disconnected",
                 self.workers[w].name,
-                tensor.ty,
-                tensor.data.len(),
+                data.len(),
                 g.ty
             );
             self.log_worker(EventKind::Error, w, "Data", bytes, || why.clone());
@@ -888,7 +904,44 @@ impl Dispatcher {
             self.worker_lost(w);
             return;
         }
-        self.send_reply(g.client, &Reply::Data { seq: g.seq, tensor });
+        self.send_data_reply(g.client, g.seq, ty, data);
+    }
+
+    /// Answers a read: the type, then the worker's data frame as it came (no copy).
+    fn send_data_reply(&mut self, c: u64, seq: u64, ty: TensorType, data: zmq::Message) {
+        let Some(client) = self.clients.get(&c) else { return };
+        let identity = client.identity.clone();
+        if data.len() > self.config.max_message_bytes {
+            let why = format!(
+                "get: the answer cannot be sent: {ty} is {} bytes, over the limit of {} bytes (GT_MAX_MESSAGE_BYTES)",
+                data.len(),
+                self.config.max_message_bytes
+            );
+            return self.send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::Limit, why) });
+        }
+        let head = codec::encode(&Reply::Data { seq, ty: ty.clone() }, usize::MAX).expect("small");
+        if self.log.active() {
+            self.log.emit(
+                EventKind::Send,
+                format!("CLIENT {c}"),
+                "Data",
+                head.len() + data.len(),
+                format!("#{seq} {ty}"),
+            );
+        }
+        let mut data = Some(data);
+        let sent = socket::retry(|| self.router.send(identity.as_slice(), zmq::SNDMORE | zmq::DONTWAIT))
+            .and_then(|()| socket::retry(|| self.router.send(&head[..], zmq::SNDMORE | zmq::DONTWAIT)))
+            // Once a message is started its frames queue at once; the data frame is moved.
+            .and_then(|()| {
+                socket::retry(|| match data.take() {
+                    Some(d) => self.router.send(d, zmq::DONTWAIT),
+                    None => Ok(()),
+                })
+            });
+        if sent.is_err() {
+            self.lost_clients.push((c, "is gone (its process ended or the connection broke)"));
+        }
     }
 
     /// The read `tag`, taken only when worker `w` was asked it (another cannot answer it).
@@ -1044,7 +1097,7 @@ impl Dispatcher {
             Ok(b) => b,
             Err(e) => {
                 let seq = match reply {
-                    Reply::Data { seq, .. } | Reply::Stats { seq, .. } => *seq,
+                    Reply::Stats { seq, .. } => *seq,
                     _ => 0,
                 };
                 let why = format!("get: the answer cannot be sent: {e}");
@@ -1182,7 +1235,7 @@ fn reply_summary(reply: &Reply) -> (&'static str, String) {
     match reply {
         Reply::Welcome { client, workers, .. } => ("Welcome", format!("client={client} workers={}", workers.len())),
         Reply::Failed { seq, failure } => ("Failed", format!("#{seq} {failure}")),
-        Reply::Data { seq, tensor } => ("Data", format!("#{seq} {}", tensor.ty)),
+        Reply::Data { seq, ty } => ("Data", format!("#{seq} {ty}")),
         Reply::Synced { seq } => ("Synced", format!("#{seq}")),
         Reply::Stats { seq, workers, .. } => ("Stats", format!("#{seq} workers={}", workers.len())),
         Reply::Rejected { message } => ("Rejected", message.clone()),
