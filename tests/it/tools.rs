@@ -107,6 +107,7 @@ fn an_embedded_run_on_two_workers_becomes_a_valid_trace_with_a_slice_per_instruc
     assert!(slice_us > 0.0);
     let matmul = events.iter().find(|e| e["ph"] == "X" && e["name"] == "matmul" && e["args"]["seq"].is_u64()).unwrap();
     assert_eq!(matmul["args"]["signal"], "forward", "{matmul}");
+    assert_eq!(matmul["args"]["result"], "f32[100,100]", "{matmul}");
     drop(clients);
     drop(cluster);
     picture_has_every_lane(&log, &dir);

@@ -2,7 +2,7 @@
 //! (ui.perfetto.dev) and Chrome's `about:tracing` open. One process per client, the
 //! dispatcher and each worker (in the tape's lane order); on a worker, one complete (`X`)
 //! slice per executed instruction (name = op, args = the instruction, its client and
-//! sequence number, bytes, signal); on a client, a short slice per instruction received,
+//! sequence number, result types, bytes, signal); on a client, a short slice per instruction received,
 //! with a flow arrow to the slice that executed it, and its signal scopes as `B`/`E` slices on
 //! a thread of their own; counter tracks for each worker's live bytes and each client's
 //! queue; everything else (batches, replies, passes' injections, errors) as instant events.
@@ -128,6 +128,9 @@ fn each_event(
                 }
                 if let Some(s) = scope {
                     args["signal"] = json!(s);
+                }
+                if let Some(r) = crate::tape::detail(&e.details, "result") {
+                    args["result"] = json!(r);
                 }
                 let dur = us(e.duration.unwrap_or(0.0).max(0.0));
                 events.push(json!({
@@ -473,7 +476,7 @@ mod tests {
             event(0.0031, Signal, "CLIENT 1", "exit", None, "#3 fwd depth=0"),
             event(0.0032, WorkerSend, "WORKER worker-0", "Exec", None, "batch=1 [2 ops: randn, relu]"),
             event(0.0033, Exec, "WORKER worker-0", "randn", Some(0.00002), "client=1 #1 %b0 = randn f32[4] seed=1"),
-            event(0.00332, Exec, "WORKER worker-0", "relu", Some(0.00001), "client=1 #2 %b1 = relu %b0"),
+            event(0.00332, Exec, "WORKER worker-0", "relu", Some(0.00001), "client=1 #2 result=f32[4] %b1 = relu %b0"),
             event(0.0034, WorkerRecv, "WORKER worker-0", "Done", None, "batch=1 ok=2 failed=0"),
             event(0.0034, Status, "WORKER worker-0", "memory", None, "live=32"),
             event(0.0035, Status, "CLIENT 1", "queue", None, "instrs=0 bytes=0"),
@@ -492,7 +495,7 @@ mod tests {
         let relu = events.iter().find(|e| e["ph"] == "X" && e["name"] == "relu" && e["pid"] == 3).unwrap();
         assert_eq!((relu["ts"].as_f64(), relu["dur"].as_f64()), (Some(3320.0), Some(10.0)));
         assert_eq!((relu["args"]["client"].as_str(), relu["args"]["seq"].as_u64()), (Some("1"), Some(2)));
-        assert_eq!(relu["args"]["signal"], "fwd");
+        assert_eq!((&relu["args"]["signal"], &relu["args"]["result"]), (&json!("fwd"), &json!("f32[4]")));
         let names: Vec<&str> = events
             .iter()
             .filter(|e| e["name"] == "process_name")

@@ -32,8 +32,9 @@ pub enum EventKind {
     Error,
     /// A worker executed an instruction (a `fused` kernel is one): `elapsed` is when it
     /// started, on the dispatcher's clock, and `duration` how long it ran. Details:
-    /// `client=C #SEQ` (the client's instruction it came from), then the instruction in
-    /// worker buffer ids. Logged when the worker reports, so not in `elapsed` order.
+    /// `client=C #SEQ` (the client's instruction it came from), `result=f32[2,3]` (its
+    /// result types, when it has results), then the instruction in worker buffer ids.
+    /// Logged when the worker reports, so not in `elapsed` order.
     Exec,
     /// A periodic reading of a gauge: a worker's `memory` (`live=BYTES`), a client's
     /// `queue` (`instrs=N bytes=B`: sent to its worker and not yet run).

@@ -581,6 +581,7 @@ impl Dispatcher {
         debug_assert!(operands.iter().all(|at| at.worker == w), "one home worker per client");
         let results = instr.results();
         let bytes = types.iter().fold(0u64, |n, t| n.saturating_add(t.size_bytes() as u64));
+        let logged_types = if self.log.active() { types.clone() } else { Vec::new() };
         if let Err(refusal) = ns.admit(&results, &types, &limits) {
             let kind = match refusal {
                 Refusal::Memory { .. } => FailureKind::OutOfMemory,
@@ -597,7 +598,7 @@ impl Dispatcher {
         // Renamed for the wire: worker buffers become the instruction's value ids.
         let mut next = defined.bufs.into_iter().chain(operands.iter().map(|at| at.buf));
         instr.visit_values_mut(&mut |v| *v = next.next().expect("visit order: results, then operands").into());
-        self.push(w, instr, (c, seq), bytes);
+        self.push(w, instr, (c, seq), (bytes, logged_types));
     }
 
     fn limits(&self) -> Limits {
@@ -619,8 +620,8 @@ impl Dispatcher {
     }
 
     /// Queues an instruction for worker `w`; a full batch leaves at once.
-    fn push(&mut self, w: usize, instr: Instr, origin: (u64, u64), bytes: u64) {
-        self.workers[w].queue(instr, origin, bytes);
+    fn push(&mut self, w: usize, instr: Instr, origin: (u64, u64), results: (u64, Vec<TensorType>)) {
+        self.workers[w].queue(instr, origin, results);
         self.flush_if_full(w);
     }
 
@@ -862,12 +863,16 @@ impl Dispatcher {
         let clock = self.workers[w].clock;
         for t in timings {
             let i = t.index as usize;
-            let (Some(&(c, seq)), Some(ExecNote { op, bytes, text })) = (record.origins.get(i), notes.get(i)) else {
+            let (Some(&(c, seq)), Some(ExecNote { op, bytes, types, text })) = (record.origins.get(i), notes.get(i))
+            else {
                 continue;
             };
             let origin = if seq == DISPATCHER_SEQ { "dispatcher".to_string() } else { format!("client={c} #{seq}") };
             let span = (clock.to_dispatcher(t.start), Some(t.nanos));
-            self.log.emit_at(EventKind::Exec, source.clone(), op, *bytes, span, format!("{origin} {text}"));
+            // The result types without spaces, so that `result=` reads as one detail.
+            let result = types.iter().map(|t| t.to_string().replace(' ', "")).collect::<Vec<_>>().join(",");
+            let result = if result.is_empty() { String::new() } else { format!(" result={result}") };
+            self.log.emit_at(EventKind::Exec, source.clone(), op, *bytes, span, format!("{origin}{result} {text}"));
         }
     }
 
@@ -972,15 +977,15 @@ impl Dispatcher {
         if worker.pending.is_empty() && sync.is_none() {
             return;
         }
-        let (number, Queued { instrs, origins, bytes: result_bytes }) = worker.take_batch();
+        let (number, Queued { instrs, origins, bytes: result_bytes, types }) = worker.take_batch();
         if !worker.alive {
             return;
         }
         let timed = self.log.active();
         let details = timed.then(|| batch_details(number, &instrs));
         let notes = timed.then(|| {
-            let notes = instrs.iter().zip(result_bytes);
-            notes.map(|(i, bytes)| ExecNote { op: i.mnemonic(), bytes, text: print_instr(i) }).collect()
+            let notes = instrs.iter().zip(result_bytes).zip(types);
+            notes.map(|((i, bytes), types)| ExecNote { op: i.mnemonic(), bytes, types, text: print_instr(i) }).collect()
         });
         let charges = workers::charges(&instrs, &origins);
         let owners = origins.iter().map(|(c, _)| *c).collect();

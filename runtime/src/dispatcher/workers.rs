@@ -3,7 +3,7 @@
 //! clock as seen from the dispatcher's ([`Clock`]). No I/O.
 
 use super::namespace::{Buffer, Charge};
-use gt_ir::Instr;
+use gt_ir::{Instr, TensorType};
 use std::collections::{HashMap, VecDeque};
 
 /// A batch sent to a worker and not yet answered.
@@ -29,6 +29,8 @@ pub(super) struct Queued {
     pub instrs: Vec<Instr>,
     pub origins: Vec<(u64, u64)>,
     pub bytes: Vec<u64>,
+    /// Their result types, kept only while someone reads the log (else empty).
+    pub types: Vec<Vec<TensorType>>,
 }
 
 /// What an EXEC event says of an instruction besides its timing.
@@ -36,6 +38,8 @@ pub(super) struct ExecNote {
     pub op: &'static str,
     /// The bytes its results hold.
     pub bytes: u64,
+    /// Its result types (none for a free).
+    pub types: Vec<TensorType>,
     /// Its text, in buffer ids.
     pub text: String,
 }
@@ -49,6 +53,8 @@ pub(super) struct Worker {
     pub pending_origins: Vec<(u64, u64)>,
     /// The bytes each pending instruction's results hold.
     pub pending_bytes: Vec<u64>,
+    /// Their result types, while someone reads the log.
+    pub pending_types: Vec<Vec<TensorType>>,
     pub inflight: VecDeque<Batch>,
     next_batch: u64,
     free_bufs: Vec<Buffer>,
@@ -69,6 +75,7 @@ impl Worker {
             pending: Vec::new(),
             pending_origins: Vec::new(),
             pending_bytes: Vec::new(),
+            pending_types: Vec::new(),
             inflight: VecDeque::new(),
             next_batch: 1,
             free_bufs: Vec::new(),
@@ -79,11 +86,12 @@ impl Worker {
     }
 
     /// Queues an instruction (already in this worker's buffer ids) for the next batch.
-    pub fn queue(&mut self, instr: Instr, origin: (u64, u64), bytes: u64) {
+    pub fn queue(&mut self, instr: Instr, origin: (u64, u64), (bytes, types): (u64, Vec<TensorType>)) {
         debug_assert!(!matches!(instr, Instr::Free { .. }), "frees go through queue_free");
         self.pending.push(instr);
         self.pending_origins.push(origin);
         self.pending_bytes.push(bytes);
+        self.pending_types.push(types);
     }
 
     /// Queues freeing `buf` and gives it back for reuse (safe at once: the worker runs its
@@ -93,6 +101,7 @@ impl Worker {
         self.pending.push(Instr::Free { src: buf.into() });
         self.pending_origins.push(origin);
         self.pending_bytes.push(0);
+        self.pending_types.push(Vec::new());
     }
 
     pub fn alloc(&mut self) -> Buffer {
@@ -112,6 +121,7 @@ impl Worker {
             instrs: std::mem::take(&mut self.pending),
             origins: std::mem::take(&mut self.pending_origins),
             bytes: std::mem::take(&mut self.pending_bytes),
+            types: std::mem::take(&mut self.pending_types),
         };
         (number, queued)
     }
@@ -120,6 +130,7 @@ impl Worker {
     pub fn clear_pending(&mut self) -> Vec<(u64, u64)> {
         self.pending.clear();
         self.pending_bytes.clear();
+        self.pending_types.clear();
         std::mem::take(&mut self.pending_origins)
     }
 }
