@@ -1,7 +1,8 @@
 //! The CPU worker's threads: a `rayon` pool per worker thread (embedded workers each get
 //! their share of the machine's cores), used to split large work: the matrix product
-//! (`sgemm`: rows or columns of the result per thread) and the interpreter's elementwise
-//! loops (chunks, through `ndarray`'s parallel `Zip`). Small work stays on the calling
+//! (`sgemm`: rows or columns of the result per thread), the interpreter's elementwise
+//! loops (chunks, through `ndarray`'s parallel `Zip`) and the JIT's map kernels (ranges of
+//! their outer axis, [`run_parts`]). Small work stays on the calling
 //! thread: waking the pool costs more than it saves below [`PARALLEL_MIN_FLOPS`] and
 //! [`PARALLEL_MIN_ELEMENTS`].
 
@@ -62,6 +63,33 @@ pub fn elementwise<R: Send>(elements: usize, parallel: impl FnOnce() -> R + Send
     match pool {
         Some(pool) if elements >= PARALLEL_MIN_ELEMENTS => pool.install(parallel),
         _ => serial(),
+    }
+}
+
+/// Into how many parts to split a loop of `extent` outer iterations over `elements`
+/// elements in all: one per thread of the calling thread's pool when it is large enough to
+/// pay, else 1.
+pub fn loop_parts(extent: usize, elements: usize) -> usize {
+    let threads = threads();
+    if threads <= 1 || elements < PARALLEL_MIN_ELEMENTS {
+        1
+    } else {
+        threads.min(extent).max(1)
+    }
+}
+
+/// Runs `part(0..parts)` on the calling thread's pool (here, in order, without one) and
+/// returns when all are done.
+pub fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
+    let pool = POOL.with(|p| p.borrow().clone());
+    match pool {
+        Some(pool) if parts > 1 => pool.scope(|s| {
+            for i in 0..parts {
+                let part = &part;
+                s.spawn(move |_| part(i));
+            }
+        }),
+        _ => (0..parts).for_each(part),
     }
 }
 

@@ -46,7 +46,7 @@ use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module};
-use gt_ir::kernel::{validate, Kernel, KernelError, MapKernel, MatMulKernel};
+use gt_ir::kernel::{validate, Kernel, KernelError, MapKernel, MatMulKernel, Node};
 use gt_ir::random;
 use std::collections::HashMap;
 use std::fmt;
@@ -226,6 +226,14 @@ impl Jit {
         if out.is_empty() {
             return Ok(Duration::ZERO);
         }
+        if let Kernel::Map(m) = kernel {
+            let parts = split_outer(m);
+            if parts.len() > 1 {
+                if let Some(took) = self.run_parts(&parts, inputs, out)? {
+                    return Ok(took);
+                }
+            }
+        }
         let took = self.compile(kernel)?;
         let compiled = *self.cache.get(kernel).ok_or(JitError::NotCached)?;
         match (kernel, compiled) {
@@ -237,6 +245,44 @@ impl Jit {
             _ => return Err(JitError::CachedKind),
         }
         Ok(took)
+    }
+
+    /// Runs a map kernel as `parts` (ranges of its outer axis, [`split_outer`]) on the
+    /// worker's threads, each compiled (and cached) as a kernel of its own and checked
+    /// against the buffers; `None` if they could not all stay cached at once (the caller
+    /// then runs the whole kernel).
+    #[allow(unsafe_code)]
+    fn run_parts(
+        &mut self,
+        parts: &[Kernel],
+        inputs: &[&[f32]],
+        out: &mut [f32],
+    ) -> Result<Option<Duration>, JitError> {
+        let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
+        let mut took = Duration::ZERO;
+        for p in parts {
+            p.check_bounds(&lens, out.len()).map_err(JitError::Bounds)?;
+            took += self.compile(p)?;
+        }
+        // A full cache is emptied by a compile: the parts compiled before it are gone.
+        let fns: Option<Vec<KernelFn>> = parts
+            .iter()
+            .map(|p| match self.cache.get(p) {
+                Some(Compiled::Map(f)) => Some(*f),
+                _ => None,
+            })
+            .collect();
+        let Some(fns) = fns else { return Ok(None) };
+        // Raw pointers are not `Send`; the parts write disjoint elements of `out` (its
+        // access is a permutation, checked by `validate`, and the parts take disjoint ranges
+        // of the outer axis) and only read the inputs.
+        let ptrs: Vec<usize> = inputs.iter().map(|b| b.as_ptr() as usize).collect();
+        let out = out.as_mut_ptr() as usize;
+        super::threads::run_parts(fns.len(), |i| {
+            let ptrs: Vec<*const f32> = ptrs.iter().map(|&p| p as *const f32).collect();
+            call(fns[i], &ptrs, out as *mut f32);
+        });
+        Ok(Some(took))
     }
 
     /// Compiles `kernel` into the cache without running it; the compile time (zero when it
@@ -328,6 +374,32 @@ fn call(f: KernelFn, inputs: &[*const f32], out: *mut f32) {
     // pointer is its slice's start, `out` the exclusive output slice's start), and the code
     // reads and writes only elements inside those bounds; it keeps no pointer after returning.
     unsafe { f(inputs.as_ptr(), out) }
+}
+
+/// A large map kernel split into ranges of its outer axis, one per compute thread: the same
+/// kernel over fewer outer iterations, every access moved to the range's start. Not split
+/// (one part, the kernel itself): small kernels, an outer axis inside each row, and kernels
+/// computing from their linear output index (`arange`, `rand`, `randn`), which would
+/// restart at each part.
+fn split_outer(k: &MapKernel) -> Vec<Kernel> {
+    let Some(&extent) = k.shape.first() else { return vec![Kernel::Map(k.clone())] };
+    let indexed = k.nodes.iter().any(|n| matches!(n, Node::Iota { .. } | Node::Rand { .. } | Node::Randn { .. }));
+    let parts = super::threads::loop_parts(extent, k.numel());
+    if parts <= 1 || indexed || k.rows.contains(&0) {
+        return vec![Kernel::Map(k.clone())];
+    }
+    let step = extent.div_ceil(parts);
+    (0..extent)
+        .step_by(step)
+        .map(|lo| {
+            let mut part = k.clone();
+            part.shape[0] = step.min(extent - lo);
+            for a in part.inputs.iter_mut().chain([&mut part.output]) {
+                a.offset += lo as i64 * a.strides[0];
+            }
+            Kernel::Map(part)
+        })
+        .collect()
 }
 
 /// A matmul kernel (bounds already checked): `sgemm` per batch index, then the epilogue.

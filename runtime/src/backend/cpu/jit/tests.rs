@@ -875,3 +875,36 @@ fn the_compile_cache_is_bounded() {
     assert_eq!(s.cached, 10);
     assert!(s.code_bytes > 0 && (s.code_bytes as usize) < super::MAX_CODE_BYTES, "{s:?}");
 }
+
+/// On a worker with compute threads, a large map kernel runs as ranges of its outer axis
+/// in parallel; elementwise, row (softmax, layer norm) and reduction kernels give the same
+/// bits as run whole, and kernels numbering their elements (randn) are not split.
+#[test]
+fn kernels_split_over_threads_give_the_same_bits() {
+    use crate::backend::cpu::threads::use_threads;
+    let dims = [700, 300];
+    let n = dims[0] * dims[1];
+    let x = values(7, n, -4.0, 4.0);
+    let kernels = [
+        samples::gelu(&dims),
+        samples::softmax(&dims),
+        samples::layer_norm(&dims, 1e-5),
+        map(&dims, vec![], vec![Node::Randn { seed: 3 }], Access::contiguous(&dims)),
+    ];
+    for k in &kernels {
+        let Kernel::Map(m) = k else { unreachable!("samples are maps") };
+        let inputs: Vec<&[f32]> = m.inputs.iter().map(|_| &x[..]).collect();
+        let run = |threads| {
+            use_threads(threads).unwrap();
+            let mut out = vec![0f32; n];
+            jit().run(k, &inputs, &mut out).unwrap();
+            out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        let (alone, split) = (run(1), run(2));
+        assert!(alone == split, "{}", k.kind());
+        let randn = m.nodes.iter().any(|n| matches!(n, Node::Randn { .. }));
+        use_threads(2).unwrap();
+        assert_eq!(super::split_outer(m).len(), if randn { 1 } else { 2 }, "{}", k.kind());
+        use_threads(1).unwrap();
+    }
+}
