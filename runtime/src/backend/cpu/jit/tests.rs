@@ -882,7 +882,7 @@ fn the_compile_cache_is_bounded() {
 #[test]
 fn kernels_split_over_threads_give_the_same_bits() {
     use crate::backend::cpu::threads::use_threads;
-    let dims = [700, 300];
+    let dims = [1500, 700];
     let n = dims[0] * dims[1];
     let x = values(7, n, -4.0, 4.0);
     let kernels = [
