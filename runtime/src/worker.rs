@@ -185,19 +185,12 @@ pub fn run_worker(
         }
         let gt_ir::HostTensor { ty, data } = tensor;
         let head = codec::encode(&InboundRef::Worker(&WorkerEvent::Data { tag, ty }), max).expect("small");
-        let mut frame = Some(codec::data_frame(&data));
+        let frame = codec::data_frame(&data);
         drop(data);
-        match socket::retry(|| sock.send(&head[..], gt_transport::zmq::SNDMORE | gt_transport::zmq::DONTWAIT)) {
-            Err(gt_transport::zmq::Error::EAGAIN) => return Err(gone()),
-            r => r?,
+        match socket::send_with_data(&sock, &[&head], frame) {
+            Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),
+            r => Ok(r?),
         }
-        // The second frame of a message already started is queued at once (never EAGAIN);
-        // taken out of the Option so that a retried call after EINTR has nothing to resend.
-        socket::retry(|| match frame.take() {
-            Some(d) => sock.send(d, gt_transport::zmq::DONTWAIT),
-            None => Ok(()),
-        })?;
-        Ok(())
     };
     // Commands read but not yet run, and the clients that left: everything already here is
     // read before each command runs, so the work a departed client queued is skipped.

@@ -200,20 +200,20 @@ fn trace(
     output: Option<std::path::PathBuf>,
 ) -> anyhow::Result<()> {
     use anyhow::{bail, Context};
-    use gt::tools::discover;
     if !(seconds.is_finite() && seconds > 0.0 && seconds <= 7.0 * 86400.0) {
         bail!("--seconds {seconds}: give a positive number of seconds (at most a week)");
     }
-    let local = matches!(host, "localhost" | "127.0.0.1" | "::1");
-    let monitor = match (port, local) {
-        (Some(p), true) => discover::local_monitor(p)
-            .with_context(|| format!("no dispatcher on port {p} on this machine (is `gt server -p {p}` running?)"))?,
-        (Some(p), false) => discover::remote_monitor(host, p).with_context(|| format!("port {p} has no PORT + 1"))?,
-        (None, true) => discover::discover_monitors().into_iter().next().context(
-            "no running dispatcher found on this machine (start `gt server`, or a run with GT_MONITOR=1; or pass -p PORT)",
-        )?,
-        (None, false) => bail!("give the port of the dispatcher on {host} with -p PORT"),
-    };
+    use gt::tools::discover::MonitorTarget;
+    if port.is_none() && !gt::transport::endpoint::is_local(host) {
+        bail!("give the port of the dispatcher on {host} with -p PORT");
+    }
+    let target = MonitorTarget::new(host, port)
+        .with_context(|| format!("port {} has no PORT + 1 for its monitor", port.unwrap_or(0)))?;
+    let monitor = target.find().with_context(|| match port {
+        Some(p) => format!("no dispatcher on port {p} on this machine (is `gt server -p {p}` running?)"),
+        None => "no running dispatcher found on this machine (start `gt server`, or a run with GT_MONITOR=1; or pass -p PORT)"
+            .to_string(),
+    })?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let output = match output {
         Some(name) => dir.join(name),

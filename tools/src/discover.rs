@@ -4,7 +4,7 @@
 //! lines `pid=N`, `endpoint=...` and `monitor=...`. A killed dispatcher leaves its file
 //! behind, so a file counts only while its process lives and its socket file is there.
 
-use gt_transport::endpoint::{discovery_path, monitor_ipc_path, runtime_dir};
+use gt_transport::endpoint::{discovery_path, is_local, monitor_ipc_path, runtime_dir};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -166,6 +166,55 @@ pub fn remote_monitor(host: &str, port: u16) -> Option<MonitorInfo> {
         file: None,
         written: None,
     })
+}
+
+/// Where a tool looks for a dispatcher: `gt top` and `gt trace`'s `--host`/`-p`.
+#[derive(Debug, Clone)]
+pub enum MonitorTarget {
+    /// The newest dispatcher with a live discovery file on this machine.
+    Newest,
+    /// The server on this port on this machine.
+    Local(u16),
+    /// A server on another machine.
+    Remote(MonitorInfo),
+}
+
+impl MonitorTarget {
+    /// The dispatcher at `host` on `port` (no port: the newest on this machine); `None` for
+    /// a remote server on port 65535, which has no next port for its monitor.
+    pub fn new(host: &str, port: Option<u16>) -> Option<MonitorTarget> {
+        Some(match port {
+            None => MonitorTarget::Newest,
+            Some(port) if is_local(host) => MonitorTarget::Local(port),
+            Some(port) => MonitorTarget::Remote(remote_monitor(host, port)?),
+        })
+    }
+
+    /// The monitor to watch now, if one is there.
+    pub fn find(&self) -> Option<MonitorInfo> {
+        match self {
+            MonitorTarget::Newest => discover_monitors().into_iter().next(),
+            MonitorTarget::Local(port) => local_monitor(*port).filter(|m| {
+                // Without a discovery file there is no pid to check, and a killed server
+                // leaves its socket file: take it only if something listens there.
+                m.pid.is_some() || m.ipc_file().is_none_or(socket_listening)
+            }),
+            MonitorTarget::Remote(info) => Some(info.clone()),
+        }
+    }
+
+    /// What the waiting screen says is looked for.
+    pub fn looking(&self) -> String {
+        match self {
+            MonitorTarget::Newest => {
+                format!("looking for dispatchers (*.dispatcher files) in {}", runtime_dir().display())
+            }
+            MonitorTarget::Local(port) => {
+                format!("looking for the server on port {port} ({})", discovery_path(&port.to_string()).display())
+            }
+            MonitorTarget::Remote(info) => format!("connecting to {}", info.endpoint),
+        }
+    }
 }
 
 #[cfg(test)]

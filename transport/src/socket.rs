@@ -107,3 +107,18 @@ pub fn recv_frames(sock: &Socket, flags: i32) -> zmq::Result<Vec<zmq::Message>> 
     }
     Ok(frames)
 }
+
+/// Sends one message: `frames` (a routing id and a message, or a message alone) and then a
+/// `data` frame, moved to ZeroMQ without a copy, none of it blocking. `EAGAIN` (the peer
+/// cannot be sent to) comes from the first frame; once a message is started its frames queue
+/// at once, and a call a signal interrupted is made again without sending anything twice.
+pub fn send_with_data(sock: &Socket, frames: &[&[u8]], data: zmq::Message) -> zmq::Result<()> {
+    for frame in frames {
+        retry(|| sock.send(*frame, zmq::SNDMORE | zmq::DONTWAIT))?;
+    }
+    let mut data = Some(data);
+    retry(|| match data.take() {
+        Some(d) => sock.send(d, zmq::DONTWAIT),
+        None => Ok(()),
+    })
+}

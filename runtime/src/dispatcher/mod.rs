@@ -580,7 +580,6 @@ impl Dispatcher {
         };
         debug_assert!(operands.iter().all(|at| at.worker == w), "one home worker per client");
         let results = instr.results();
-        let bytes = types.iter().fold(0u64, |n, t| n.saturating_add(t.size_bytes() as u64));
         let logged_types = if self.log.active() { types.clone() } else { Vec::new() };
         if let Err(refusal) = ns.admit(&results, &types, &limits) {
             let kind = match refusal {
@@ -598,7 +597,7 @@ impl Dispatcher {
         // Renamed for the wire: worker buffers become the instruction's value ids.
         let mut next = defined.bufs.into_iter().chain(operands.iter().map(|at| at.buf));
         instr.visit_values_mut(&mut |v| *v = next.next().expect("visit order: results, then operands").into());
-        self.push(w, instr, (c, seq), (bytes, logged_types));
+        self.push(w, instr, (c, seq), logged_types);
     }
 
     fn limits(&self) -> Limits {
@@ -620,8 +619,8 @@ impl Dispatcher {
     }
 
     /// Queues an instruction for worker `w`; a full batch leaves at once.
-    fn push(&mut self, w: usize, instr: Instr, origin: (u64, u64), results: (u64, Vec<TensorType>)) {
-        self.workers[w].queue(instr, origin, results);
+    fn push(&mut self, w: usize, instr: Instr, origin: (u64, u64), types: Vec<TensorType>) {
+        self.workers[w].queue(instr, origin, types);
         self.flush_if_full(w);
     }
 
@@ -632,7 +631,7 @@ impl Dispatcher {
     }
 
     fn flush_if_full(&mut self, w: usize) {
-        if self.workers[w].pending.len() >= self.config.worker_batch_size {
+        if self.workers[w].pending.instrs.len() >= self.config.worker_batch_size {
             self.flush_worker(w, None);
         }
     }
@@ -863,8 +862,7 @@ impl Dispatcher {
         let clock = self.workers[w].clock;
         for t in timings {
             let i = t.index as usize;
-            let (Some(&(c, seq)), Some(ExecNote { op, bytes, types, text })) = (record.origins.get(i), notes.get(i))
-            else {
+            let (Some(&(c, seq)), Some(ExecNote { op, types, text })) = (record.origins.get(i), notes.get(i)) else {
                 continue;
             };
             let origin = if seq == DISPATCHER_SEQ { "dispatcher".to_string() } else { format!("client={c} #{seq}") };
@@ -872,7 +870,8 @@ impl Dispatcher {
             // The result types without spaces, so that `result=` reads as one detail.
             let result = types.iter().map(|t| t.to_string().replace(' ', "")).collect::<Vec<_>>().join(",");
             let result = if result.is_empty() { String::new() } else { format!(" result={result}") };
-            self.log.emit_at(EventKind::Exec, source.clone(), op, *bytes, span, format!("{origin}{result} {text}"));
+            let bytes = types.iter().fold(0u64, |n, t| n.saturating_add(t.size_bytes() as u64));
+            self.log.emit_at(EventKind::Exec, source.clone(), op, bytes, span, format!("{origin}{result} {text}"));
         }
     }
 
@@ -934,16 +933,7 @@ impl Dispatcher {
                 format!("#{seq} {ty}"),
             );
         }
-        let mut data = Some(data);
-        let sent = socket::retry(|| self.router.send(identity.as_slice(), zmq::SNDMORE | zmq::DONTWAIT))
-            .and_then(|()| socket::retry(|| self.router.send(&head[..], zmq::SNDMORE | zmq::DONTWAIT)))
-            // Once a message is started its frames queue at once; the data frame is moved.
-            .and_then(|()| {
-                socket::retry(|| match data.take() {
-                    Some(d) => self.router.send(d, zmq::DONTWAIT),
-                    None => Ok(()),
-                })
-            });
+        let sent = socket::send_with_data(&self.router, &[&identity, &head], data);
         if sent.is_err() {
             self.lost_clients.push((c, "is gone (its process ended or the connection broke)"));
         }
@@ -974,18 +964,18 @@ impl Dispatcher {
     /// answers it).
     fn flush_worker(&mut self, w: usize, sync: Option<(u64, u64)>) {
         let worker = &mut self.workers[w];
-        if worker.pending.is_empty() && sync.is_none() {
+        if worker.pending.instrs.is_empty() && sync.is_none() {
             return;
         }
-        let (number, Queued { instrs, origins, bytes: result_bytes, types }) = worker.take_batch();
+        let (number, Queued { instrs, origins, types }) = worker.take_batch();
         if !worker.alive {
             return;
         }
         let timed = self.log.active();
         let details = timed.then(|| batch_details(number, &instrs));
         let notes = timed.then(|| {
-            let notes = instrs.iter().zip(result_bytes).zip(types);
-            notes.map(|((i, bytes), types)| ExecNote { op: i.mnemonic(), bytes, types, text: print_instr(i) }).collect()
+            let notes = instrs.iter().zip(types);
+            notes.map(|(i, types)| ExecNote { op: i.mnemonic(), types, text: print_instr(i) }).collect()
         });
         let charges = workers::charges(&instrs, &origins);
         let owners = origins.iter().map(|(c, _)| *c).collect();
@@ -1056,7 +1046,7 @@ impl Dispatcher {
         let mut owed: Vec<(u64, u64)> = Vec::new();
         let mut syncs: Vec<(u64, u64)> = Vec::new();
         let batches: Vec<Batch> = worker.inflight.drain(..).collect();
-        let pending = worker.clear_pending();
+        let pending = std::mem::take(&mut worker.pending).origins;
         for b in &batches {
             self.charge(&b.charges, false);
         }

@@ -23,21 +23,19 @@ pub(super) struct Batch {
     pub sent: u64,
 }
 
-/// The instructions of a batch, in the worker's buffer ids, with the (client, seq) each
-/// came from and the bytes its results hold.
+/// Instructions for a worker, in its buffer ids, with the (client, seq) each came from and,
+/// while someone reads the log, its result types (else none): a worker's queue, and a batch
+/// taken from it.
+#[derive(Default)]
 pub(super) struct Queued {
     pub instrs: Vec<Instr>,
     pub origins: Vec<(u64, u64)>,
-    pub bytes: Vec<u64>,
-    /// Their result types, kept only while someone reads the log (else empty).
     pub types: Vec<Vec<TensorType>>,
 }
 
 /// What an EXEC event says of an instruction besides its timing.
 pub(super) struct ExecNote {
     pub op: &'static str,
-    /// The bytes its results hold.
-    pub bytes: u64,
     /// Its result types (none for a free).
     pub types: Vec<TensorType>,
     /// Its text, in buffer ids.
@@ -49,12 +47,8 @@ pub(super) struct Worker {
     pub name: String,
     pub backend: String,
     pub alive: bool,
-    pub pending: Vec<Instr>,
-    pub pending_origins: Vec<(u64, u64)>,
-    /// The bytes each pending instruction's results hold.
-    pub pending_bytes: Vec<u64>,
-    /// Their result types, while someone reads the log.
-    pub pending_types: Vec<Vec<TensorType>>,
+    /// What goes in its next batch.
+    pub pending: Queued,
     pub inflight: VecDeque<Batch>,
     next_batch: u64,
     free_bufs: Vec<Buffer>,
@@ -72,10 +66,7 @@ impl Worker {
             name,
             backend,
             alive: true,
-            pending: Vec::new(),
-            pending_origins: Vec::new(),
-            pending_bytes: Vec::new(),
-            pending_types: Vec::new(),
+            pending: Queued::default(),
             inflight: VecDeque::new(),
             next_batch: 1,
             free_bufs: Vec::new(),
@@ -86,22 +77,20 @@ impl Worker {
     }
 
     /// Queues an instruction (already in this worker's buffer ids) for the next batch.
-    pub fn queue(&mut self, instr: Instr, origin: (u64, u64), (bytes, types): (u64, Vec<TensorType>)) {
+    pub fn queue(&mut self, instr: Instr, origin: (u64, u64), types: Vec<TensorType>) {
         debug_assert!(!matches!(instr, Instr::Free { .. }), "frees go through queue_free");
-        self.pending.push(instr);
-        self.pending_origins.push(origin);
-        self.pending_bytes.push(bytes);
-        self.pending_types.push(types);
+        self.pending.instrs.push(instr);
+        self.pending.origins.push(origin);
+        self.pending.types.push(types);
     }
 
     /// Queues freeing `buf` and gives it back for reuse (safe at once: the worker runs its
     /// stream in order).
     pub fn queue_free(&mut self, buf: Buffer, origin: (u64, u64)) {
         self.free_bufs.push(buf);
-        self.pending.push(Instr::Free { src: buf.into() });
-        self.pending_origins.push(origin);
-        self.pending_bytes.push(0);
-        self.pending_types.push(Vec::new());
+        self.pending.instrs.push(Instr::Free { src: buf.into() });
+        self.pending.origins.push(origin);
+        self.pending.types.push(Vec::new());
     }
 
     pub fn alloc(&mut self) -> Buffer {
@@ -117,21 +106,7 @@ impl Worker {
     pub fn take_batch(&mut self) -> (u64, Queued) {
         let number = self.next_batch;
         self.next_batch += 1;
-        let queued = Queued {
-            instrs: std::mem::take(&mut self.pending),
-            origins: std::mem::take(&mut self.pending_origins),
-            bytes: std::mem::take(&mut self.pending_bytes),
-            types: std::mem::take(&mut self.pending_types),
-        };
-        (number, queued)
-    }
-
-    /// Forgets what is queued (the worker is gone).
-    pub fn clear_pending(&mut self) -> Vec<(u64, u64)> {
-        self.pending.clear();
-        self.pending_bytes.clear();
-        self.pending_types.clear();
-        std::mem::take(&mut self.pending_origins)
+        (number, std::mem::take(&mut self.pending))
     }
 }
 

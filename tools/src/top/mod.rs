@@ -22,9 +22,8 @@ mod view;
 pub use state::{Client, Link, OpShare, TopState, Worker, GONE_SECONDS, MAX_LAG, MIN_LAG};
 pub use view::draw;
 
-use crate::discover::{self, MonitorInfo};
+use crate::discover::{self, MonitorInfo, MonitorTarget};
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use gt_transport::endpoint::{discovery_path, is_local, runtime_dir};
 use gt_transport::{codec, zmq, LogEvent};
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -98,51 +97,9 @@ const FRAMES_PER_TURN: usize = 20_000;
 /// The shortest refresh period honoured.
 const MIN_REFRESH: Duration = Duration::from_millis(20);
 
-/// Where the dispatcher is looked for.
-#[derive(Debug, Clone)]
-enum Target {
-    /// The newest dispatcher with a live discovery file on this machine.
-    Newest,
-    /// The server on this port on this machine.
-    Local(u16),
-    /// A server on another machine.
-    Remote(MonitorInfo),
-}
-
-impl Target {
-    fn new(options: &TopOptions) -> Result<Target, TopError> {
-        Ok(match options.port {
-            None => Target::Newest,
-            Some(port) if is_local(&options.host) => Target::Local(port),
-            Some(port) => {
-                Target::Remote(discover::remote_monitor(&options.host, port).ok_or(TopError::NoMonitorPort { port })?)
-            }
-        })
-    }
-
-    /// The monitor to watch now, if one is there.
-    fn find(&self) -> Option<MonitorInfo> {
-        match self {
-            Target::Newest => discover::discover_monitors().into_iter().next(),
-            Target::Local(port) => discover::local_monitor(*port).filter(|m| {
-                // Without a discovery file there is no pid to check, and a killed server
-                // leaves its socket file: take it only if something listens there.
-                m.pid.is_some() || m.ipc_file().is_none_or(discover::socket_listening)
-            }),
-            Target::Remote(info) => Some(info.clone()),
-        }
-    }
-
-    /// What the waiting screen says is looked for.
-    fn looking(&self) -> String {
-        match self {
-            Target::Newest => format!("looking for dispatchers (*.dispatcher files) in {}", runtime_dir().display()),
-            Target::Local(port) => {
-                format!("looking for the server on port {port} ({})", discovery_path(&port.to_string()).display())
-            }
-            Target::Remote(info) => format!("connecting to {}", info.endpoint),
-        }
-    }
+/// Where `options` say the dispatcher is.
+fn target(options: &TopOptions) -> Result<MonitorTarget, TopError> {
+    MonitorTarget::new(&options.host, options.port).ok_or(TopError::NoMonitorPort { port: options.port.unwrap_or(0) })
 }
 
 /// A subscription to one dispatcher's monitor.
@@ -209,7 +166,7 @@ pub fn run(options: &TopOptions) -> Result<(), TopError> {
     if !(options.ema_alpha > 0.0 && options.ema_alpha <= 1.0) {
         return Err(TopError::BadAlpha { alpha: options.ema_alpha });
     }
-    let target = Target::new(options)?;
+    let target = target(options)?;
     // Also installs a panic hook that restores the terminal before the message is printed.
     let mut terminal = ratatui::try_init().map_err(TopError::Terminal)?;
     let result = watch(&mut terminal, &target, options);
@@ -217,7 +174,11 @@ pub fn run(options: &TopOptions) -> Result<(), TopError> {
     result.and(restored)
 }
 
-fn watch(terminal: &mut ratatui::DefaultTerminal, target: &Target, options: &TopOptions) -> Result<(), TopError> {
+fn watch(
+    terminal: &mut ratatui::DefaultTerminal,
+    target: &MonitorTarget,
+    options: &TopOptions,
+) -> Result<(), TopError> {
     let ctx = zmq::Context::new();
     let refresh = options.refresh.max(MIN_REFRESH).as_secs_f64();
     let started = Instant::now();
@@ -245,7 +206,7 @@ fn watch(terminal: &mut ratatui::DefaultTerminal, target: &Target, options: &Top
                             }
                             // Only an address the user gave is theirs to fix; a bad
                             // discovery file is passed over until it changes.
-                            Err(e) if matches!(target, Target::Remote(_)) => return Err(e),
+                            Err(e) if matches!(target, MonitorTarget::Remote(_)) => return Err(e),
                             Err(e) => state.waiting(&format!("{} (skipping {endpoint}: {e})", target.looking())),
                         }
                     }

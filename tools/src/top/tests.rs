@@ -454,11 +454,11 @@ fn run_refuses_without_a_terminal() {
 #[test]
 fn targets() {
     let opts = |host: &str, port| TopOptions { host: host.into(), port, ..TopOptions::default() };
-    assert!(matches!(Target::new(&opts("localhost", None)).unwrap(), Target::Newest));
-    assert!(matches!(Target::new(&opts("127.0.0.1", Some(9000))).unwrap(), Target::Local(9000)));
-    match Target::new(&opts("gpu-box", Some(9000))).unwrap() {
-        Target::Remote(m) => assert_eq!(m.endpoint, "tcp://gpu-box:9001"),
+    assert!(matches!(target(&opts("localhost", None)).unwrap(), MonitorTarget::Newest));
+    assert!(matches!(target(&opts("127.0.0.1", Some(9000))).unwrap(), MonitorTarget::Local(9000)));
+    match target(&opts("gpu-box", Some(9000))).unwrap() {
+        MonitorTarget::Remote(m) => assert_eq!(m.endpoint, "tcp://gpu-box:9001"),
         t => panic!("{t:?}"),
     }
-    assert!(matches!(Target::new(&opts("gpu-box", Some(65535))), Err(TopError::NoMonitorPort { port: 65535 })));
+    assert!(matches!(target(&opts("gpu-box", Some(65535))), Err(TopError::NoMonitorPort { port: 65535 })));
 }

@@ -143,26 +143,16 @@ impl Sgemm {
     /// not overlap `a` or `b`.
     pub unsafe fn run(&self) {
         let flops = self.m.saturating_mul(self.n).saturating_mul(self.k);
-        let pool = POOL.with(|p| p.borrow().clone());
         let by_rows = self.m >= self.n;
         let extent = if by_rows { self.m } else { self.n };
-        let parts = parts(extent, flops, pool.as_ref().map_or(1, |p| p.current_num_threads()));
-        let Some(pool) = pool.filter(|_| parts > 1) else {
-            // SAFETY: the whole product, as the caller vouched.
-            return unsafe { self.block((0, self.m), (0, self.n)) };
-        };
+        let parts = parts(extent, flops, threads());
         let step = extent.div_ceil(parts);
-        pool.scope(|s| {
-            for p in 0..parts {
-                let (lo, hi) = (p * step, ((p + 1) * step).min(extent));
-                let me = *self;
-                s.spawn(move |_| {
-                    let (rows, cols) = if by_rows { ((lo, hi), (0, me.n)) } else { ((0, me.m), (lo, hi)) };
-                    // SAFETY: a block of the caller's product; the parts' blocks of `c` are
-                    // disjoint, and `scope` returns only once every part is done.
-                    unsafe { me.block(rows, cols) }
-                });
-            }
+        run_parts(parts, |p| {
+            let range = (p * step, ((p + 1) * step).min(extent));
+            let (rows, cols) = if by_rows { (range, (0, self.n)) } else { ((0, self.m), range) };
+            // SAFETY: a block of the caller's product; the parts' blocks of `c` are disjoint,
+            // and `run_parts` returns only once every part is done.
+            unsafe { self.block(rows, cols) }
         });
     }
 
