@@ -127,6 +127,15 @@ enum Command {
     },
 }
 
+/// A line on stdout. A closed stdout (`gt server | head -1`) is no reason to stop a server
+/// or fail a tool whose work is done, as `println!`'s panic would.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     gt::logging::init("warn");
@@ -220,7 +229,7 @@ fn trace(
         None => gt::tools::capture::default_output(dir),
     };
     let limit = max_events.map(|n| format!(" or {n} events")).unwrap_or_default();
-    println!("Capturing {} for {seconds} s{limit} into {}", monitor.endpoint, output.display());
+    say!("Capturing {} for {seconds} s{limit} into {}", monitor.endpoint, output.display());
     let options = gt::tools::capture::CaptureOptions {
         monitor,
         duration: std::time::Duration::from_secs_f64(seconds),
@@ -228,14 +237,14 @@ fn trace(
         output: output.clone(),
     };
     let got = gt::tools::capture::capture(&options)?;
-    println!("✓ Captured {} events into {}", got.events, output.display());
+    say!("✓ Captured {} events into {}", got.events, output.display());
     if got.rejected > 0 {
-        println!("  Skipped: {} messages that were not events (another gt version?)", got.rejected);
+        say!("  Skipped: {} messages that were not events (another gt version?)", got.rejected);
     }
     if got.dispatcher_gone {
-        println!("  The dispatcher stopped during the capture.");
+        say!("  The dispatcher stopped during the capture.");
     }
-    println!("  Draw it: gt visualize {} | gt perfetto {}", output.display(), output.display());
+    say!("  Draw it: gt visualize {} | gt perfetto {}", output.display(), output.display());
     Ok(())
 }
 
@@ -266,9 +275,9 @@ fn visualize(
     };
     let tape = gt::tools::tape::Tape::read(log)?;
     let summary = render(&tape, &VisualizeOptions { output, dpi, format: image })?;
-    println!("{summary}");
+    say!("{summary}");
     if tape.skipped > 0 {
-        println!("  Skipped: {} lines that were not events", tape.skipped);
+        say!("  Skipped: {} lines that were not events", tape.skipped);
     }
     Ok(())
 }
@@ -281,14 +290,17 @@ fn perfetto(log: &std::path::Path, output: &std::path::Path) -> anyhow::Result<(
     let counts =
         gt::tools::perfetto::write(&tape, &mut out).with_context(|| format!("cannot write {}", output.display()))?;
     std::io::Write::flush(&mut out).with_context(|| format!("cannot write {}", output.display()))?;
-    println!("✓ Trace saved to: {} (open it in ui.perfetto.dev or chrome://tracing)", output.display());
-    println!("  Events: {} ({} log)", tape.events.len(), tape.format.name());
-    println!(
+    say!("✓ Trace saved to: {} (open it in ui.perfetto.dev or chrome://tracing)", output.display());
+    say!("  Events: {} ({} log)", tape.events.len(), tape.format.name());
+    say!(
         "  Executed: {} slices, {} flows, {} signal scopes, {} counter samples",
-        counts.slices, counts.flows, counts.signals, counts.counters
+        counts.slices,
+        counts.flows,
+        counts.signals,
+        counts.counters
     );
     if tape.skipped > 0 {
-        println!("  Skipped: {} lines that were not events", tape.skipped);
+        say!("  Skipped: {} lines that were not events", tape.skipped);
     }
     Ok(())
 }
@@ -307,11 +319,11 @@ fn server((port, monitor_port): (u16, u16), host: &str, workers: usize, env: &En
         }
     };
     let listen: Vec<String> = cluster.listen().iter().map(|e| e.to_string()).collect();
-    println!("gt server listening on {}", listen.join(" and "));
+    say!("gt server listening on {}", listen.join(" and "));
     for m in cluster.monitor() {
-        println!("gt server monitor on {m}");
+        say!("gt server monitor on {m}");
     }
-    println!("workers join with: gt worker --host {} -p {port}", if host == "0.0.0.0" { "HOST" } else { host });
+    say!("workers join with: gt worker --host {} -p {port}", if host == "0.0.0.0" { "HOST" } else { host });
     let stopper = cluster.stopper();
     if let Err(e) = ctrlc::set_handler(move || stopper.stop()) {
         eprintln!("warning: cannot catch Ctrl-C ({e}); stop the server with SIGKILL");

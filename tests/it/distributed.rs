@@ -44,10 +44,11 @@ pub(crate) fn server(port: u16, host: &str, env: &[(&str, &str)]) -> (Proc, Vec<
     }
     let mut child = cmd.spawn().unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut lines = Vec::new();
-    for _ in 0..3 {
+    // Every start-up line, up to the last (one monitor line per monitor endpoint).
+    let mut lines: Vec<String> = Vec::new();
+    while !lines.last().is_some_and(|l| l.starts_with("workers join with")) {
         let mut line = String::new();
-        out.read_line(&mut line).unwrap();
+        assert!(out.read_line(&mut line).unwrap() > 0, "gt server stopped before it was ready: {lines:?}");
         lines.push(line.trim_end().to_string());
     }
     assert!(lines[0].starts_with("gt server listening on"), "{lines:?}");
@@ -425,4 +426,28 @@ fn a_worker_comes_back_to_a_restarted_dispatcher() {
     assert_eq!(served, vec![4.0, 4.0]);
     let _ = w.kill();
     let _ = w.wait();
+}
+
+/// A server whose stdout was closed (`gt server | head -1`) keeps serving: its start-up
+/// lines are not worth dying for (it panicked on the broken pipe).
+#[test]
+fn a_server_with_its_stdout_closed_keeps_serving() {
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gt"))
+        .args(["server", "-p", &port.to_string(), "--workers", "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let server = Proc(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let o = loop {
+        let o = gt_run(&["--connect", &format!("127.0.0.1:{port}"), "examples/tour.gtir"]);
+        if o.status.success() || Instant::now() > deadline {
+            break o;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    drop(server);
 }
