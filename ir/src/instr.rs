@@ -60,6 +60,49 @@ pub enum SplitSpec {
     Chunks(usize),
 }
 
+/// What a collective computes. Collectives are location-free in the IR: their results do
+/// not depend on where the operands live. Where they live is the dispatcher's business
+/// (the shard pass places them): participant `i` holds `srcs[i]` and receives `dsts[i]`
+/// (`broadcast` and `move` read one value and write every result).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CollectiveOp {
+    /// Every result is the elementwise reduction of all operands (same type).
+    AllReduce(ReduceOp),
+    /// Every result is the operands joined along `axis`.
+    AllGather {
+        /// The axis.
+        axis: i64,
+    },
+    /// Result `i` is piece `i` of the operands' elementwise reduction, split along `axis`
+    /// as `numpy.array_split` does (so uneven sizes work).
+    ReduceScatter {
+        /// The reduction.
+        op: ReduceOp,
+        /// The axis.
+        axis: i64,
+    },
+    /// Every result is a copy of the one operand.
+    Broadcast,
+    /// The one result is the one operand, moved (point to point).
+    Move,
+}
+
+impl CollectiveOp {
+    /// The text mnemonic.
+    pub fn mnemonic(self) -> &'static str {
+        match self {
+            CollectiveOp::AllReduce(_) => "all_reduce",
+            CollectiveOp::AllGather { .. } => "all_gather",
+            CollectiveOp::ReduceScatter { .. } => "reduce_scatter",
+            CollectiveOp::Broadcast => "broadcast",
+            CollectiveOp::Move => "move",
+        }
+    }
+
+    /// Every collective mnemonic.
+    pub const MNEMONICS: &'static [&'static str] = &["all_reduce", "all_gather", "reduce_scatter", "broadcast", "move"];
+}
+
 /// Every operation of the IR. Each defines at most its `dst` values (SSA: once each) and
 /// reads the values named by its operands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -282,6 +325,18 @@ pub enum Instr {
         /// What it computes.
         kernel: Box<Kernel>,
     },
+    /// A collective over values that may live on different workers (see [`CollectiveOp`]):
+    /// `%b0, %b1 = all_reduce sum %a0, %a1`, `%g0, %g1 = all_gather %a0, %a1 axis=0`,
+    /// `%r0, %r1 = reduce_scatter sum %a0, %a1 axis=0`, `%c0, %c1 = broadcast %a`,
+    /// `%b = move %a`.
+    Collective {
+        /// Results, one per participant.
+        dsts: Vec<ValueId>,
+        /// What it computes.
+        op: CollectiveOp,
+        /// Operands, one per participant (`broadcast`, `move`: one).
+        srcs: Vec<ValueId>,
+    },
     /// Releases a value; later reads are errors.
     Free {
         /// The value.
@@ -369,6 +424,14 @@ macro_rules! for_each_value {
                 }
                 $f(src, false);
             }
+            Instr::Collective { dsts, srcs, .. } => {
+                for d in dsts {
+                    $f(d, true);
+                }
+                for s in srcs {
+                    $f(s, false);
+                }
+            }
             Instr::Unary { dst, src, .. }
             | Instr::Reduce { dst, src, .. }
             | Instr::Transpose { dst, src, .. }
@@ -417,6 +480,7 @@ impl Instr {
             Instr::Split { spec: SplitSpec::Chunks(_), .. } => "chunk",
             Instr::Split { .. } => "split",
             Instr::Fused { .. } => "fused",
+            Instr::Collective { op, .. } => op.mnemonic(),
             Instr::Free { .. } => "free",
             Instr::GetData { .. } => "get",
             Instr::HotPathStart { .. } => "hotpath_start",

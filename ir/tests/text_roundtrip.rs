@@ -109,6 +109,24 @@ fn instr() -> impl Strategy<Value = Instr> {
             ]
         )
             .prop_map(|(dsts, src, axis, spec)| Instr::Split { dsts, src, axis, spec }),
+        (
+            prop::collection::vec(value(), 1..4),
+            prop::collection::vec(value(), 1..4),
+            prop_oneof![
+                prop::sample::select(ReduceOp::ALL).prop_map(CollectiveOp::AllReduce),
+                any::<i64>().prop_map(|axis| CollectiveOp::AllGather { axis }),
+                (prop::sample::select(ReduceOp::ALL), any::<i64>())
+                    .prop_map(|(op, axis)| CollectiveOp::ReduceScatter { op, axis }),
+                Just(CollectiveOp::Broadcast),
+                Just(CollectiveOp::Move),
+            ]
+        )
+            .prop_map(|(dsts, mut srcs, op)| {
+                if matches!(op, CollectiveOp::Broadcast | CollectiveOp::Move) {
+                    srcs.truncate(1);
+                }
+                Instr::Collective { dsts, op, srcs }
+            }),
         value().prop_map(|src| Instr::Free { src }),
         value().prop_map(|src| Instr::GetData { src }),
         any::<u64>().prop_map(|id| Instr::HotPathStart { id }),

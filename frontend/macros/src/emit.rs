@@ -2,7 +2,7 @@
 //! the numbers that are `{expr}` holes replaced by the holes' run-time values.
 
 use crate::text::{hole_of, Hole};
-use gt_ir::{DType, Instr, Operand, Shape, SliceItem, SplitSpec, TensorType, ValueId};
+use gt_ir::{CollectiveOp, DType, Instr, Operand, Shape, SliceItem, SplitSpec, TensorType, ValueId};
 use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 
@@ -321,6 +321,26 @@ impl<'a> Emitter<'a> {
                         ::gt::ir::kernel::text::parse(#text).expect("a printed kernel parses back")
                     ),
                 })
+            }
+            Instr::Collective { dsts, op, srcs } => {
+                let (dsts, srcs) = (values(dsts), values(srcs));
+                let op = match op {
+                    CollectiveOp::AllReduce(r) => {
+                        let r = variant(r);
+                        quote!(::gt::ir::CollectiveOp::AllReduce(::gt::ir::ReduceOp::#r))
+                    }
+                    CollectiveOp::AllGather { axis } => {
+                        let axis = self.i64(*axis);
+                        quote!(::gt::ir::CollectiveOp::AllGather { axis: #axis })
+                    }
+                    CollectiveOp::ReduceScatter { op, axis } => {
+                        let (r, axis) = (variant(op), self.i64(*axis));
+                        quote!(::gt::ir::CollectiveOp::ReduceScatter { op: ::gt::ir::ReduceOp::#r, axis: #axis })
+                    }
+                    CollectiveOp::Broadcast => quote!(::gt::ir::CollectiveOp::Broadcast),
+                    CollectiveOp::Move => quote!(::gt::ir::CollectiveOp::Move),
+                };
+                quote!(::gt::ir::Instr::Collective { dsts: #dsts, op: #op, srcs: #srcs })
             }
             Instr::Free { src } => {
                 let src = value(*src);

@@ -332,6 +332,13 @@ pub fn apply_instr(instr: &Instr, operands: &[&Tensor]) -> Result<Vec<Tensor>> {
         }
         Instr::Slice { src, index, .. } => one(get(src)?.slice(index)),
         Instr::Split { src, axis, spec, .. } => get(src)?.split_by(spec.clone(), *axis),
+        Instr::Collective { dsts, op: collective, srcs } => {
+            // Collectives are what the shard pass emits; a script that writes them gets their
+            // values (the stream says where they run), not gradients through them.
+            let ts = srcs.iter().map(get).collect::<Result<Vec<_>>>()?;
+            let (collective, ids) = (*collective, ts.iter().map(|t| t.id()).collect());
+            apply_multi(&ts, dsts.len(), |dsts| Instr::Collective { dsts, op: collective, srcs: ids }, |_, _| None)
+        }
         Instr::Fused { .. }
         | Instr::Free { .. }
         | Instr::GetData { .. }

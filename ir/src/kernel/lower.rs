@@ -5,7 +5,7 @@
 
 use super::{row_major_strides, Access, Kernel, MapKernel, MatMulKernel, Node};
 use crate::verify::shape::{normalize_axes, normalize_axis, resolve_slice};
-use crate::{Instr, Operand, TensorType, ValueId};
+use crate::{BinaryOp, CollectiveOp, Instr, Operand, ReduceOp, TensorType, ValueId};
 
 /// One thing a backend does to execute an instruction.
 #[derive(Debug, Clone, PartialEq)]
@@ -242,6 +242,15 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
                 }
             }
         }
+        Instr::Collective { op, srcs, .. } => {
+            for (i, result) in results.iter().enumerate() {
+                for (kernel, inputs) in collective(*op, srcs, ty, i, results.len(), &result.shape.0) {
+                    if kernel.numel() > 0 {
+                        steps.push(Step::Launch { kernel: Kernel::Map(kernel), inputs, output: i });
+                    }
+                }
+            }
+        }
         Instr::Free { .. }
         | Instr::GetData { .. }
         | Instr::HotPathStart { .. }
@@ -250,6 +259,78 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
         | Instr::SignalEnd { .. } => {}
     }
     steps
+}
+
+/// The map kernels (with their inputs) writing result `i` of `n` (dims `out`) of a
+/// collective: a copy (`broadcast`, `move`), one strided write per operand (`all_gather`),
+/// or the operands folded left to right, over the whole value (`all_reduce`) or over piece
+/// `i` (`reduce_scatter`); a mean divides the sum by the operand count.
+fn collective(
+    op: CollectiveOp,
+    srcs: &[ValueId],
+    ty: &dyn Fn(ValueId) -> TensorType,
+    i: usize,
+    n: usize,
+    out: &[usize],
+) -> Vec<(MapKernel, Vec<ValueId>)> {
+    let copy = |dims: Vec<usize>, input: Access, output: Access| MapKernel {
+        shape: dims,
+        inputs: vec![input],
+        nodes: vec![Node::Input(0)],
+        output,
+        rows: vec![],
+        reduce: None,
+    };
+    let fold = |reduce: ReduceOp, dims: Vec<usize>, input: Access| {
+        let mut nodes: Vec<Node> = (0..srcs.len() as u32).map(Node::Input).collect();
+        let combine = match reduce {
+            ReduceOp::Max => BinaryOp::Maximum,
+            ReduceOp::Min => BinaryOp::Minimum,
+            ReduceOp::Sum | ReduceOp::Mean => BinaryOp::Add,
+        };
+        let mut acc = 0u32;
+        for k in 1..srcs.len() as u32 {
+            nodes.push(Node::Binary(combine, acc, k));
+            acc = nodes.len() as u32 - 1;
+        }
+        if reduce == ReduceOp::Mean {
+            nodes.push(Node::constant(srcs.len() as f32));
+            let count = nodes.len() as u32 - 1;
+            nodes.push(Node::Binary(BinaryOp::Div, acc, count));
+        }
+        let output = Access::contiguous(&dims);
+        let kernel =
+            MapKernel { shape: dims, inputs: vec![input; srcs.len()], nodes, output, rows: vec![], reduce: None };
+        vec![(kernel, srcs.to_vec())]
+    };
+    match op {
+        CollectiveOp::Broadcast | CollectiveOp::Move => {
+            let dims = out.to_vec();
+            let access = Access::contiguous(&dims);
+            vec![(copy(dims, access.clone(), access), vec![srcs[0]])]
+        }
+        CollectiveOp::AllReduce(reduce) => fold(reduce, out.to_vec(), Access::contiguous(out)),
+        CollectiveOp::ReduceScatter { op: reduce, axis } => {
+            let src_dims = ty(srcs[0]).shape.0;
+            let axis = normalize_axis(axis, src_dims.len()).unwrap_or(0);
+            let start: usize = crate::verify::shape::array_split(src_dims[axis], n)[..i].iter().sum();
+            let strides = row_major_strides(&src_dims);
+            fold(reduce, out.to_vec(), Access { offset: start as i64 * strides[axis], strides })
+        }
+        CollectiveOp::AllGather { axis } => {
+            let axis = normalize_axis(axis, out.len()).unwrap_or(0);
+            let out_strides = row_major_strides(out);
+            let mut start = 0i64;
+            srcs.iter()
+                .map(|&src| {
+                    let piece = ty(src).shape.0;
+                    let output = Access { offset: start * out_strides[axis], strides: out_strides.clone() };
+                    start += piece.get(axis).copied().unwrap_or(0) as i64;
+                    (copy(piece.clone(), Access::contiguous(&piece), output), vec![src])
+                })
+                .collect()
+        }
+    }
 }
 
 /// A map kernel under construction: inputs still named by value.

@@ -5,8 +5,8 @@
 use super::lexer::{lex, Tok};
 use super::{OperandCount, ParseError, ParseErrorKind};
 use crate::{
-    BinaryOp, Comparison, DType, Instr, Number, Operand, Optimizer, Program, ReduceOp, Shape, SliceItem, Span,
-    SplitSpec, Stmt, StmtKind, TensorType, Train, UnaryOp, ValueId,
+    BinaryOp, CollectiveOp, Comparison, DType, Instr, Number, Operand, Optimizer, Program, ReduceOp, Shape, SliceItem,
+    Span, SplitSpec, Stmt, StmtKind, TensorType, Train, UnaryOp, ValueId,
 };
 use std::collections::HashMap;
 
@@ -57,6 +57,7 @@ pub fn mnemonics() -> Vec<&'static str> {
         "chunk",
         "fused",
     ];
+    v.extend(CollectiveOp::MNEMONICS);
     v.extend(UnaryOp::ALL.iter().map(|o| o.mnemonic()));
     v.extend(BinaryOp::ALL.iter().map(|o| o.mnemonic()));
     v.extend(ReduceOp::ALL.iter().map(|o| o.mnemonic()));
@@ -372,6 +373,51 @@ impl Parser {
         Ok(StmtKind::Instr(instr))
     }
 
+    /// `all_reduce sum %a, %b`, `all_gather %a, %b axis=0`, `reduce_scatter sum %a, %b axis=0`,
+    /// `broadcast %a`, `move %a`.
+    fn collective(&mut self, op: &str, op_span: Span, dsts: &[ValueId]) -> PResult<Instr> {
+        let reduction = if matches!(op, "all_reduce" | "reduce_scatter") {
+            match self.bump() {
+                (Tok::Ident(w), s) => match ReduceOp::from_mnemonic(&w) {
+                    Some(r) => Some(r),
+                    None => {
+                        return err(
+                            s,
+                            ParseErrorKind::Expected {
+                                expected: "a reduction (`sum`, `mean`, `max`, `min`)",
+                                found: format!("`{w}`"),
+                            },
+                        )
+                    }
+                },
+                (t, s) => {
+                    return err(
+                        s,
+                        ParseErrorKind::Expected {
+                            expected: "a reduction (`sum`, `mean`, `max`, `min`)",
+                            found: t.describe(),
+                        },
+                    )
+                }
+            }
+        } else {
+            None
+        };
+        let (operands, ospan) = self.operands()?;
+        let count = if matches!(op, "broadcast" | "move") { 1 } else { operands.len().max(1) };
+        let srcs = self.operand_values(op, &operands, ospan, count)?;
+        let mut a = Attrs::new(op, self.attrs()?, op_span);
+        let op = match (op, reduction) {
+            ("all_reduce", Some(r)) => CollectiveOp::AllReduce(r),
+            ("all_gather", _) => CollectiveOp::AllGather { axis: a.int_or("axis", 0)? },
+            ("reduce_scatter", Some(r)) => CollectiveOp::ReduceScatter { op: r, axis: a.int_or("axis", 0)? },
+            ("broadcast", _) => CollectiveOp::Broadcast,
+            _ => CollectiveOp::Move,
+        };
+        a.finish()?;
+        Ok(Instr::Collective { dsts: dsts.to_vec(), op, srcs })
+    }
+
     fn single(&self, op: &str, span: Span, dsts: &[ValueId]) -> PResult<ValueId> {
         if dsts.len() != 1 {
             return err(span, ParseErrorKind::ResultCount { op: op.to_string(), found: dsts.len() });
@@ -402,6 +448,9 @@ impl Parser {
             };
             a.finish()?;
             return Ok(Instr::Split { dsts: dsts.to_vec(), src, axis, spec });
+        }
+        if CollectiveOp::MNEMONICS.contains(&op) {
+            return self.collective(op, op_span, dsts);
         }
         let dst = self.single(op, op_span, dsts)?;
         // Creation ops take a type first.

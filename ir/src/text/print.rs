@@ -2,8 +2,8 @@
 //! the same thing. Floats print in Rust's shortest round-trip form.
 
 use crate::{
-    Comparison, Instr, Number, Operand, Optimizer, Program, SliceItem, SplitSpec, Stmt, StmtKind, TensorType, Train,
-    Types, ValueId,
+    CollectiveOp, Comparison, Instr, Number, Operand, Optimizer, Program, SliceItem, SplitSpec, Stmt, StmtKind,
+    TensorType, Train, Types, ValueId,
 };
 use std::fmt::Write;
 
@@ -277,6 +277,21 @@ fn write_instr(out: &mut String, instr: &Instr, name: &dyn Fn(ValueId) -> String
             let names: Vec<String> = srcs.iter().map(|s| v(*s)).collect();
             let sep = if names.is_empty() { "" } else { " " };
             write!(out, "{m}{sep}{} : {ty} {kernel}", names.join(", "))
+        }
+        Instr::Collective { op, srcs, .. } => {
+            let names: Vec<String> = srcs.iter().map(|s| v(*s)).collect();
+            let _ = match op {
+                CollectiveOp::AllReduce(r) | CollectiveOp::ReduceScatter { op: r, .. } => {
+                    write!(out, "{m} {} {}", r.mnemonic(), names.join(", "))
+                }
+                _ => write!(out, "{m} {}", names.join(", ")),
+            };
+            match op {
+                CollectiveOp::AllGather { axis } | CollectiveOp::ReduceScatter { axis, .. } => {
+                    write!(out, " axis={axis}")
+                }
+                _ => Ok(()),
+            }
         }
         Instr::Free { src } | Instr::GetData { src } => write!(out, "{m} {}", v(*src)),
         Instr::HotPathStart { id } | Instr::HotPathEnd { id } => write!(out, "{m} {id}"),

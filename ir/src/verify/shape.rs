@@ -3,7 +3,7 @@
 //! that execution and verification can never disagree.
 
 use crate::ops::Domain;
-use crate::{DType, Instr, Operand, Shape, SliceItem, SplitSpec, TensorType, ValueId};
+use crate::{CollectiveOp, DType, Instr, Operand, Shape, SliceItem, SplitSpec, TensorType, ValueId};
 use thiserror::Error;
 
 /// The most elements one tensor may have (2^40); beyond this a shape is a mistake.
@@ -194,6 +194,28 @@ pub enum TypeError {
     /// A split size or chunk count of 0.
     #[error("split size and chunk count must be at least 1")]
     SplitZero,
+    /// A collective with the wrong number of operands or results.
+    #[error("takes {expected} and names {results}; found {srcs} operands and {dsts} results")]
+    CollectiveArity {
+        /// What it takes.
+        expected: &'static str,
+        /// What results it names.
+        results: &'static str,
+        /// Operands given.
+        srcs: usize,
+        /// Results named.
+        dsts: usize,
+    },
+    /// Collective operands that must have one type and do not.
+    #[error("operand {index} has type {found}, but operand 0 has type {expected} (every participant contributes the same type)")]
+    CollectiveMismatch {
+        /// Operand position.
+        index: usize,
+        /// Operand 0's type.
+        expected: TensorType,
+        /// This operand's type.
+        found: TensorType,
+    },
     /// A split with a different number of results than pieces.
     #[error("split gives {pieces} pieces here, but {results} results are named")]
     SplitResults {
@@ -304,6 +326,79 @@ pub fn check_size(shape: &Shape) -> Result<usize, TypeError> {
 /// most), saturating.
 pub fn extent(shape: &Shape) -> u128 {
     shape.0.iter().fold(1u128, |n, &d| n.saturating_mul(d.max(1) as u128))
+}
+
+/// The piece lengths of an axis of `len` cut into `n` pieces as `numpy.array_split` does:
+/// the first `len % n` pieces one longer. `n` must be at least 1.
+pub fn array_split(len: usize, n: usize) -> Vec<usize> {
+    let n = n.max(1);
+    (0..n).map(|i| len / n + usize::from(i < len % n)).collect()
+}
+
+/// The result types of a collective over operands `srcs` naming `dsts` results.
+fn collective(
+    op: CollectiveOp,
+    dsts: usize,
+    srcs: &[ValueId],
+    ty: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
+) -> Result<Vec<TensorType>, TypeError> {
+    let (expected, results, fits) = match op {
+        CollectiveOp::Broadcast => ("one operand", "one result per participant", srcs.len() == 1 && dsts >= 1),
+        CollectiveOp::Move => ("one operand", "one result", srcs.len() == 1 && dsts == 1),
+        _ => ("one operand per participant", "one result per participant", !srcs.is_empty() && dsts == srcs.len()),
+    };
+    if !fits {
+        return Err(TypeError::CollectiveArity { expected, results, srcs: srcs.len(), dsts });
+    }
+    let first = ty(srcs[0])?;
+    check_dtype(first.dtype)?;
+    let same = |index: usize, t: TensorType| {
+        if t == first {
+            Ok(())
+        } else {
+            Err(TypeError::CollectiveMismatch { index, expected: first.clone(), found: t })
+        }
+    };
+    match op {
+        CollectiveOp::Broadcast | CollectiveOp::Move => Ok(vec![first.clone(); dsts]),
+        CollectiveOp::AllReduce(_) => {
+            for (index, &v) in srcs.iter().enumerate().skip(1) {
+                same(index, ty(v)?)?;
+            }
+            Ok(vec![first.clone(); dsts])
+        }
+        CollectiveOp::ReduceScatter { axis, .. } => {
+            for (index, &v) in srcs.iter().enumerate().skip(1) {
+                same(index, ty(v)?)?;
+            }
+            let a = normalize_axis(axis, first.shape.rank())?;
+            Ok(array_split(first.shape.0[a], dsts)
+                .into_iter()
+                .map(|n| {
+                    let mut dims = first.shape.0.clone();
+                    dims[a] = n;
+                    TensorType { dtype: first.dtype, shape: Shape(dims) }
+                })
+                .collect())
+        }
+        CollectiveOp::AllGather { axis } => {
+            let a = normalize_axis(axis, first.shape.rank())?;
+            let mut dims = first.shape.0.clone();
+            for (index, &v) in srcs.iter().enumerate().skip(1) {
+                let t = ty(v)?;
+                let fits = t.dtype == first.dtype
+                    && t.shape.rank() == first.shape.rank()
+                    && (0..dims.len()).all(|i| i == a || t.shape.0[i] == first.shape.0[i]);
+                if !fits {
+                    return Err(TypeError::ConcatMismatch { index, expected: first.clone(), found: t, axis: a });
+                }
+                dims[a] = dims[a].saturating_add(t.shape.0[a]);
+            }
+            let shape = Shape(dims);
+            check_size(&shape)?;
+            Ok(vec![TensorType { dtype: first.dtype, shape }; dsts])
+        }
+    }
 }
 
 /// Turns a possibly negative axis into an index below `rank`.
@@ -786,6 +881,7 @@ fn infer_any_rank(
                 })
                 .collect())
         }
+        Instr::Collective { dsts, op, srcs } => collective(*op, dsts.len(), srcs, ty),
         Instr::Free { src } | Instr::GetData { src } => {
             ty(*src)?;
             Ok(Vec::new())

@@ -22,7 +22,10 @@ use gt_ir::kernel::Kernel;
 use gt_ir::ops::{nan_max, nan_min, BinaryKernel, OpDef, UnaryKernel};
 use gt_ir::random;
 use gt_ir::verify::shape::{self, ResolvedSlice};
-use gt_ir::{BinaryOp, Executor, HostTensor, Instr, Operand, ReduceOp, Shape, TensorType, TypeError, UnaryOp, ValueId};
+use gt_ir::{
+    BinaryOp, CollectiveOp, Executor, HostTensor, Instr, Operand, ReduceOp, Shape, TensorType, TypeError, UnaryOp,
+    ValueId,
+};
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Axis, CowArray, Dimension, IxDyn, Slice, Zip};
 use std::collections::HashMap;
 use std::fmt;
@@ -186,6 +189,53 @@ impl Interpreter {
         Ok(out)
     }
 
+    /// A collective's results, every participant's operand being here: the operands folded
+    /// left to right (a mean divides the sum by their count), joined, or copied.
+    fn collective(
+        &self,
+        collective: CollectiveOp,
+        srcs: &[ValueId],
+        types: &[TensorType],
+    ) -> Result<Vec<Tensor>, RuntimeError> {
+        let op = collective.mnemonic();
+        let type_error = |source| RuntimeError::Type { op, source };
+        let fold = |reduce: ReduceOp| -> Result<Tensor, RuntimeError> {
+            let first = self.get(op, srcs[0])?;
+            let dims = first.shape().to_vec();
+            let combine = match reduce {
+                ReduceOp::Max => BinaryOp::Maximum,
+                ReduceOp::Min => BinaryOp::Minimum,
+                ReduceOp::Sum | ReduceOp::Mean => BinaryOp::Add,
+            };
+            let mut acc = first.clone();
+            for &v in &srcs[1..] {
+                acc = binary(combine, &acc.view(), &self.get(op, v)?.view(), &dims);
+            }
+            if reduce == ReduceOp::Mean {
+                let count = Tensor::from_elem(IxDyn(&[]), srcs.len() as f32);
+                acc = binary(BinaryOp::Div, &acc.view(), &count.view(), &dims);
+            }
+            Ok(acc)
+        };
+        Ok(match collective {
+            CollectiveOp::Broadcast | CollectiveOp::Move => vec![self.get(op, srcs[0])?.clone(); types.len()],
+            CollectiveOp::AllReduce(reduce) => vec![fold(reduce)?; types.len()],
+            CollectiveOp::AllGather { axis } => {
+                let views =
+                    srcs.iter().map(|&v| Ok(self.get(op, v)?.view())).collect::<Result<Vec<_>, RuntimeError>>()?;
+                let rank = views.first().map_or(0, |v| v.ndim());
+                let axis = shape::normalize_axis(axis, rank).map_err(type_error)?;
+                let dims = types.first().map_or(&[][..], |t| t.shape.dims());
+                vec![concat(&views, axis, dims); types.len()]
+            }
+            CollectiveOp::ReduceScatter { op: reduce, axis } => {
+                let whole = fold(reduce)?;
+                let axis = shape::normalize_axis(axis, whole.ndim()).map_err(type_error)?;
+                split(&whole, axis, types)
+            }
+        })
+    }
+
     /// Computes the results of an instruction whose result `types` the type rule gave.
     fn compute(&mut self, instr: &Instr, types: &[TensorType]) -> Result<Vec<Tensor>, RuntimeError> {
         let op = instr.mnemonic();
@@ -260,6 +310,7 @@ impl Interpreter {
                 let dims = dims().to_vec();
                 self.fused(srcs, kernel, &dims)?
             }
+            Instr::Collective { op: collective, srcs, .. } => return self.collective(*collective, srcs, types),
             Instr::Free { .. }
             | Instr::GetData { .. }
             | Instr::HotPathStart { .. }
