@@ -32,7 +32,7 @@ pub fn streams(bytes: &[u8], clients: usize) -> Vec<Vec<Step>> {
     // every setting.
     for stream in &mut out {
         if g.chance(128) {
-            stream.push(Step::Instr(Instr::SignalStart { name: "s".into(), compile: true }));
+            stream.push(Step::Instr(Instr::SignalStart { name: "s".into(), compile: true, place: None }));
         }
     }
     while g.at < g.bytes.len() {
@@ -224,7 +224,7 @@ impl Gen<'_> {
             },
             23 => Instr::Free { src },
             24 => match self.below(4) {
-                0 => Instr::SignalStart { name: "s".into(), compile: self.chance(192) },
+                0 => Instr::SignalStart { name: "s".into(), compile: self.chance(192), place: None },
                 1 => Instr::SignalEnd { name: if self.chance(32) { "t".into() } else { "s".into() } },
                 2 => Instr::HotPathStart { id: self.below(3) as u64 },
                 _ => Instr::HotPathEnd { id: self.below(3) as u64 },

@@ -268,7 +268,7 @@ impl BackwardSignal<'_> {
             self.ctx.submit(&gt_ir::Instr::SignalEnd { name })?;
         }
         if let Some(name) = to {
-            self.ctx.submit(&crate::signal::start_marker(name, false))?;
+            self.ctx.submit(&crate::signal::start_marker(name, false, None))?;
             self.open = Some(name.to_string());
         }
         Ok(())

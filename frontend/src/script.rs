@@ -167,8 +167,8 @@ impl<E: Executor> Runner<'_, E> {
                 // A written `signal_start` takes the config's directives, as a `signal` block.
                 let marked;
                 let instr = match instr {
-                    Instr::SignalStart { name, compile } => {
-                        marked = crate::signal::start_marker(name, *compile);
+                    Instr::SignalStart { name, compile, place } => {
+                        marked = crate::signal::start_marker(name, *compile, place.as_ref());
                         &marked
                     }
                     i => i,
@@ -199,7 +199,7 @@ impl<E: Executor> Runner<'_, E> {
                 }
             }
             StmtKind::Signal { name, body } => {
-                let start = crate::signal::start_marker(name, false);
+                let start = crate::signal::start_marker(name, false, None);
                 self.exec.execute_at(&start, Some(span)).map_err(Self::fail(span, "signal"))?;
                 self.block(body)?;
                 let end = Instr::SignalEnd { name: name.clone() };

@@ -9,7 +9,7 @@
 
 use crate::config::{Config, SignalConfig, SignalConfigError};
 use crate::tensor::{Context, Misuse, Result, Tensor, TensorError};
-use gt_ir::Instr;
+use gt_ir::{Instr, Placement};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -43,19 +43,34 @@ pub fn context_with_backward(name: &str, backward: Option<&str>) -> Result<Signa
 
 /// Opens a scope without a guard; close it with [`exit`] (innermost first).
 pub fn enter(name: &str) -> Result<()> {
-    enter_compiled(name, false)
+    enter_compiled(name, false, None)
 }
 
 /// [`enter`], compiling the scope also when `compile` (a script's `signal_start "x" compile`).
-pub(crate) fn enter_compiled(name: &str, compile: bool) -> Result<()> {
+/// `place`: a placement the script wrote, which wins over the config's.
+pub(crate) fn enter_compiled(name: &str, compile: bool, place: Option<&Placement>) -> Result<()> {
     let backward = config(name).and_then(|c| c.backward);
-    enter_on(&*Context::current()?, name, backward.as_deref(), compile).map(|_| ())
+    let ctx = Context::current()?;
+    enter_marked(&ctx, start_marker(name, compile, place), name, backward.as_deref()).map(|_| ())
 }
 
 /// The marker that opens signal `name`: compiled when `compile` (a script wrote
-/// `signal_start "x" compile`) or when the thread's config says `compile: true` for it.
-pub fn start_marker(name: &str, compile: bool) -> Instr {
-    Instr::SignalStart { name: name.to_string(), compile: compile || config(name).is_some_and(|c| c.compile) }
+/// `signal_start "x" compile`) or when the thread's config says `compile: true` for it;
+/// placed as `place` says (a script wrote it) or else as the config's `shard:` says.
+pub fn start_marker(name: &str, compile: bool, place: Option<&Placement>) -> Instr {
+    let config = config(name);
+    let place = place.cloned().or_else(|| config.as_ref().and_then(|c| c.shard.as_ref()).map(placement));
+    Instr::SignalStart { name: name.to_string(), compile: compile || config.is_some_and(|c| c.compile), place }
+}
+
+/// A config's `shard:` as the placement its signal's marker carries.
+pub fn placement(shard: &crate::config::ShardConfig) -> Placement {
+    let workers = shard.workers.iter().flatten().map(|&w| u32::try_from(w).unwrap_or(u32::MAX)).collect();
+    if shard.replicated {
+        Placement::Replicated { workers }
+    } else {
+        Placement::Split { axis: shard.axis, workers }
+    }
 }
 
 /// Closes the innermost scope, which must be `name`.
@@ -64,10 +79,14 @@ pub fn exit(name: &str) -> Result<()> {
 }
 
 fn enter_on(ctx: &Context, name: &str, backward: Option<&str>, compile: bool) -> Result<Rc<Scope>> {
+    enter_marked(ctx, start_marker(name, compile, None), name, backward)
+}
+
+fn enter_marked(ctx: &Context, marker: Instr, name: &str, backward: Option<&str>) -> Result<Rc<Scope>> {
     if name.is_empty() {
         return Err(TensorError::invalid("signal", Misuse::UnnamedSignal));
     }
-    ctx.submit(&start_marker(name, compile))?;
+    ctx.submit(&marker)?;
     let scope = Rc::new(Scope { name: name.to_string(), backward: backward.map(str::to_string) });
     STACK.with(|s| s.borrow_mut().push(scope.clone()));
     Ok(scope)

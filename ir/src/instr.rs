@@ -103,6 +103,27 @@ impl CollectiveOp {
     pub const MNEMONICS: &'static [&'static str] = &["all_reduce", "all_gather", "reduce_scatter", "broadcast", "move"];
 }
 
+/// Where the values of a signal's scope go (its config's `shard:`), carried by the scope's
+/// start marker for the shard pass. Workers are the dispatcher's indices, in order; an empty
+/// list means every worker.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Placement {
+    /// Split along `axis` (negative counts from the end), piece `i` on `workers[i]`, sizes
+    /// as `numpy.array_split` gives them. One worker: the values live there (a pipeline
+    /// stage).
+    Split {
+        /// The axis.
+        axis: i64,
+        /// The workers, in order.
+        workers: Vec<u32>,
+    },
+    /// A copy on each of `workers`.
+    Replicated {
+        /// The workers.
+        workers: Vec<u32>,
+    },
+}
+
 /// Every operation of the IR. Each defines at most its `dst` values (SSA: once each) and
 /// reads the values named by its operands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -369,6 +390,9 @@ pub enum Instr {
         /// scope's instructions (text: `signal_start "name" compile`). The client sends it
         /// because the client holds the config.
         compile: bool,
+        /// Where the scope's values go (text: `shard axis=0 workers=[0, 1]` or
+        /// `replicated workers=[0, 1]` after the name), from the client's config.
+        place: Option<Placement>,
     },
     /// Ends the innermost signal scope, which [`Instr::SignalStart`] with `name` began.
     SignalEnd {

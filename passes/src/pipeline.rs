@@ -340,7 +340,7 @@ impl Pipeline {
     /// comes out is pushed onto `out`, in order.
     pub fn run(&mut self, instr: Instr, seq: u64, out: &mut Vec<Emitted>) {
         match &instr {
-            Instr::SignalStart { name, compile } => self.signals.push((name.clone(), *compile)),
+            Instr::SignalStart { name, compile, .. } => self.signals.push((name.clone(), *compile)),
             // An end that does not close the innermost scope closes nothing.
             Instr::SignalEnd { name } if self.signals.last().is_some_and(|(open, _)| open == name) => {
                 self.signals.pop();
@@ -590,7 +590,7 @@ mod tests {
     fn the_entry_types_each_instruction_once_and_tracks_compile_scopes() {
         let mut p = Pipeline::new();
         let mut out = Vec::new();
-        p.run(Instr::SignalStart { name: "a".into(), compile: true }, 1, &mut out);
+        p.run(Instr::SignalStart { name: "a".into(), compile: true, place: None }, 1, &mut out);
         p.run(zeros(1), 2, &mut out);
         p.run(Instr::SignalEnd { name: "b".into() }, 3, &mut out);
         assert_eq!(p.signals(), [("a".to_string(), true)]);

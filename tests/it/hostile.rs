@@ -137,7 +137,7 @@ fn a_million_deep_chain_goes_through_every_pass_and_the_text_format() {
         let (mut out, mut released) = (Vec::new(), 0);
         // In compile-signal mode the whole chain is one signal's scope.
         if regions == Regions::Signals {
-            p.run(Instr::SignalStart { name: "deep".into(), compile: true }, 0, &mut out);
+            p.run(Instr::SignalStart { name: "deep".into(), compile: true, place: None }, 0, &mut out);
         }
         for (seq, i) in stream.iter().enumerate() {
             p.run(i.clone(), seq as u64, &mut out);

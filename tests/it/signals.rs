@@ -44,7 +44,9 @@ fn ops(stream: &[Instr]) -> Vec<String> {
         .iter()
         .filter(|i| !matches!(i, Instr::Free { .. }))
         .map(|i| match i {
-            Instr::SignalStart { name, compile } => format!("start {name}{}", if *compile { " compile" } else { "" }),
+            Instr::SignalStart { name, compile, .. } => {
+                format!("start {name}{}", if *compile { " compile" } else { "" })
+            }
             Instr::SignalEnd { name } => format!("end {name}"),
             i => i.mnemonic().to_string(),
         })

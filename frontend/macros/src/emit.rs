@@ -2,7 +2,7 @@
 //! the numbers that are `{expr}` holes replaced by the holes' run-time values.
 
 use crate::text::{hole_of, Hole};
-use gt_ir::{CollectiveOp, DType, Instr, Operand, Shape, SliceItem, SplitSpec, TensorType, ValueId};
+use gt_ir::{CollectiveOp, DType, Instr, Operand, Placement, Shape, SliceItem, SplitSpec, TensorType, ValueId};
 use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 
@@ -358,8 +358,20 @@ impl<'a> Emitter<'a> {
                 let id = Literal::u64_suffixed(*id);
                 quote!(::gt::ir::Instr::HotPathEnd { id: #id })
             }
-            Instr::SignalStart { name, compile } => {
-                quote!(::gt::ir::Instr::SignalStart { name: ::std::string::String::from(#name), compile: #compile })
+            Instr::SignalStart { name, compile, place } => {
+                let place = match place {
+                    None => quote!(::std::option::Option::None),
+                    Some(Placement::Split { axis, workers }) => {
+                        let axis = self.i64(*axis);
+                        quote!(::std::option::Option::Some(::gt::ir::Placement::Split { axis: #axis, workers: ::std::vec![#(#workers),*] }))
+                    }
+                    Some(Placement::Replicated { workers }) => {
+                        quote!(::std::option::Option::Some(::gt::ir::Placement::Replicated {
+                            workers: ::std::vec![#(#workers),*]
+                        }))
+                    }
+                };
+                quote!(::gt::ir::Instr::SignalStart { name: ::std::string::String::from(#name), compile: #compile, place: #place })
             }
             Instr::SignalEnd { name } => {
                 quote!(::gt::ir::Instr::SignalEnd { name: ::std::string::String::from(#name) })

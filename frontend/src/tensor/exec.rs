@@ -128,7 +128,9 @@ impl Executor for TensorExecutor {
             Instr::GetData { src } => self.read(*src).map(|_| ()),
             // Through the signal API, so a config's backward signal applies to what the
             // block computes, as it does for `gt::signal::context`.
-            Instr::SignalStart { name, compile } => crate::signal::enter_compiled(name, *compile),
+            Instr::SignalStart { name, compile, place } => {
+                crate::signal::enter_compiled(name, *compile, place.as_ref())
+            }
             Instr::SignalEnd { name } => crate::signal::exit(name),
             i if i.is_marker() => self.ctx.submit(instr),
             _ => {

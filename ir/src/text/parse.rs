@@ -5,8 +5,8 @@
 use super::lexer::{lex, Tok};
 use super::{OperandCount, ParseError, ParseErrorKind};
 use crate::{
-    BinaryOp, CollectiveOp, Comparison, DType, Instr, Number, Operand, Optimizer, Program, ReduceOp, Shape, SliceItem,
-    Span, SplitSpec, Stmt, StmtKind, TensorType, Train, UnaryOp, ValueId,
+    BinaryOp, CollectiveOp, Comparison, DType, Instr, Number, Operand, Optimizer, Placement, Program, ReduceOp, Shape,
+    SliceItem, Span, SplitSpec, Stmt, StmtKind, TensorType, Train, UnaryOp, ValueId,
 };
 use std::collections::HashMap;
 
@@ -258,7 +258,8 @@ impl Parser {
                             if compile {
                                 self.bump();
                             }
-                            Instr::SignalStart { name, compile }
+                            let place = self.placement()?;
+                            Instr::SignalStart { name, compile, place }
                         } else {
                             Instr::SignalEnd { name }
                         }))
@@ -371,6 +372,36 @@ impl Parser {
         }
         let instr = self.op(&op, op_span, &dsts)?;
         Ok(StmtKind::Instr(instr))
+    }
+
+    /// A signal marker's placement: `shard [axis=N] [workers=[..]]`, `replicated
+    /// [workers=[..]]`, or nothing.
+    fn placement(&mut self) -> PResult<Option<Placement>> {
+        let (kind, span) = match self.peek() {
+            Tok::Ident(w) if w == "shard" || w == "replicated" => {
+                let kind = w.clone();
+                (kind, self.bump().1)
+            }
+            _ => return Ok(None),
+        };
+        let mut a = Attrs::new(&kind, self.attrs()?, span);
+        let workers = a.uint_list("workers")?.unwrap_or_default();
+        let workers = workers
+            .into_iter()
+            .map(|w| {
+                u32::try_from(w).map_err(|_| ParseError {
+                    span,
+                    kind: ParseErrorKind::Expected { expected: "a worker index below 2^32", found: w.to_string() },
+                })
+            })
+            .collect::<PResult<Vec<u32>>>()?;
+        let place = if kind == "shard" {
+            Placement::Split { axis: a.int_or("axis", 0)?, workers }
+        } else {
+            Placement::Replicated { workers }
+        };
+        a.finish()?;
+        Ok(Some(place))
     }
 
     /// `all_reduce sum %a, %b`, `all_gather %a, %b axis=0`, `reduce_scatter sum %a, %b axis=0`,

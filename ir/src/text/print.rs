@@ -2,8 +2,8 @@
 //! the same thing. Floats print in Rust's shortest round-trip form.
 
 use crate::{
-    CollectiveOp, Comparison, Instr, Number, Operand, Optimizer, Program, SliceItem, SplitSpec, Stmt, StmtKind,
-    TensorType, Train, Types, ValueId,
+    CollectiveOp, Comparison, Instr, Number, Operand, Optimizer, Placement, Program, SliceItem, SplitSpec, Stmt,
+    StmtKind, TensorType, Train, Types, ValueId,
 };
 use std::fmt::Write;
 
@@ -295,8 +295,26 @@ fn write_instr(out: &mut String, instr: &Instr, name: &dyn Fn(ValueId) -> String
         }
         Instr::Free { src } | Instr::GetData { src } => write!(out, "{m} {}", v(*src)),
         Instr::HotPathStart { id } | Instr::HotPathEnd { id } => write!(out, "{m} {id}"),
-        Instr::SignalStart { name, compile } => {
-            write!(out, "{m} {}{}", quote(name), if *compile { " compile" } else { "" })
+        Instr::SignalStart { name, compile, place } => {
+            let _ = write!(out, "{m} {}{}", quote(name), if *compile { " compile" } else { "" });
+            let workers = |out: &mut String, w: &[u32]| {
+                if !w.is_empty() {
+                    out.push_str(" workers=");
+                    write_list(out, w);
+                }
+            };
+            match place {
+                Some(Placement::Split { axis, workers: w }) => {
+                    let _ = write!(out, " shard axis={axis}");
+                    workers(out, w);
+                }
+                Some(Placement::Replicated { workers: w }) => {
+                    out.push_str(" replicated");
+                    workers(out, w);
+                }
+                None => {}
+            }
+            Ok(())
         }
         Instr::SignalEnd { name } => write!(out, "{m} {}", quote(name)),
     };

@@ -1,0 +1,1038 @@
+//! Worker-to-worker collectives: the [`Collectives`] trait a worker calls to run its part of an
+//! all-reduce, all-gather, reduce-scatter, broadcast or point-to-point transfer, and
+//! [`ZmqCollectives`], which runs them over ZeroMQ with ring algorithms (one ROUTER per worker
+//! receives, one DEALER per peer sends). Which workers take part and in what order collectives
+//! run is the dispatcher's business; this file only moves and reduces the bytes.
+//!
+//! # Wire
+//! A message is three frames at the receiving ROUTER: the routing id (unused: the sender's rank
+//! is in the header), a 17-byte little-endian header (collective id u64, step u32, sender rank
+//! u32, kind u8: 0 data, 1 abort) and the payload (raw bytes; `f32` data little-endian). A
+//! message is keyed by (id, step, sender), which each algorithm makes unique per receiver, so a
+//! message for a later collective or step (a peer ran ahead) is stashed until it is asked for.
+//! Frames that do not parse cannot be attributed to a rank: they are dropped with a warning and
+//! the collective goes on. A well-formed message of the wrong length fails the collective,
+//! naming the peer.
+
+use gt_ir::ops::{nan_max, nan_min, ReduceOp};
+use gt_transport::endpoint::{ensure_runtime_dir, is_local, make_private, RuntimeDirError};
+use gt_transport::socket::{recv_frames, retry, send_with_data};
+use gt_transport::{zmq, Endpoint};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// One collective's participants as this worker sees them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// The collective's id, unique for the life of the workers: messages for an id this rank has
+    /// finished (or given up on) are dropped.
+    pub id: u64,
+    /// This worker's rank: its index in `peers`.
+    pub rank: usize,
+    /// Every rank's peer socket address ([`ZmqCollectives::address`]), in rank order, own included.
+    pub peers: Vec<String>,
+}
+
+impl Group {
+    fn n(&self) -> usize {
+        self.peers.len()
+    }
+}
+
+/// The operations a worker runs its part of. Every rank of a group calls the same operation with
+/// the same `Group::id`; a rank's collectives run in one global order, but a peer may be ahead.
+/// On an error other than [`CollectiveError::Aborted`], [`ZmqCollectives`] has already told the
+/// other ranks (as [`Collectives::abort`] does); telling them again is harmless.
+pub trait Collectives {
+    /// Elementwise reduction of every rank's `data` (same length everywhere), result in place on
+    /// every rank, bit-identical everywhere. Mean = sum / n.
+    fn all_reduce(&mut self, g: &Group, op: ReduceOp, data: &mut [f32]) -> Result<(), CollectiveError>;
+    /// Every rank's bytes (lengths may differ per rank), in rank order, on every rank.
+    fn all_gather(&mut self, g: &Group, mine: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError>;
+    /// Reduces every rank's `data` (same length) and returns this rank's chunk only: chunk `r` has
+    /// `counts[r]` elements, starting after the chunks of lower ranks (`counts` sum to
+    /// `data.len()`; uneven and zero counts are fine).
+    fn reduce_scatter(
+        &mut self,
+        g: &Group,
+        op: ReduceOp,
+        data: &[f32],
+        counts: &[usize],
+    ) -> Result<Vec<f32>, CollectiveError>;
+    /// `root`'s bytes on every rank (`data` is read on the root only, where it must be `Some`).
+    fn broadcast(&mut self, g: &Group, root: usize, data: Option<&[u8]>) -> Result<Vec<u8>, CollectiveError>;
+    /// Rank `from` sends `data` (`Some` there) to rank `to`: `Some(bytes)` on `to`, `None` on
+    /// every other rank.
+    fn transfer(
+        &mut self,
+        g: &Group,
+        from: usize,
+        to: usize,
+        data: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, CollectiveError>;
+    /// Tells every other rank of `g` that this rank gives up on it (it failed or was told to skip
+    /// it), so they fail at once instead of waiting out the timeout.
+    fn abort(&mut self, g: &Group);
+}
+
+/// Why a collective failed. Errors caused by a peer name it by rank and address.
+#[derive(Debug, Error)]
+pub enum CollectiveError {
+    /// A peer sent nothing for this step in time.
+    #[error("collective {id}: nothing from rank {peer_rank} ({peer}) within {waited:?}")]
+    Timeout {
+        /// The collective.
+        id: u64,
+        /// The rank waited for.
+        peer_rank: usize,
+        /// Its address.
+        peer: String,
+        /// How long.
+        waited: Duration,
+    },
+    /// A peer gave up on the collective.
+    #[error("collective {id}: rank {peer_rank} ({peer}) gave up on it")]
+    Aborted {
+        /// The collective.
+        id: u64,
+        /// The rank that gave up.
+        peer_rank: usize,
+        /// Its address (empty when the rank is not in the group).
+        peer: String,
+    },
+    /// A peer's payload cannot be what the step carries.
+    #[error("collective {id}: malformed message from rank {peer_rank} ({peer}): {why}")]
+    Malformed {
+        /// The collective.
+        id: u64,
+        /// The sender.
+        peer_rank: usize,
+        /// Its address.
+        peer: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// A peer's chunk has the wrong size.
+    #[error("collective {id}: rank {peer_rank} ({peer}) sent {got} bytes where {expected} were expected")]
+    LengthMismatch {
+        /// The collective.
+        id: u64,
+        /// The sender.
+        peer_rank: usize,
+        /// Its address.
+        peer: String,
+        /// Bytes expected.
+        expected: usize,
+        /// Bytes received.
+        got: usize,
+    },
+    /// A message to a peer is over the message limit (the peer's socket would drop it).
+    #[error("collective {id}: {bytes} bytes for rank {peer_rank} ({peer}) exceed the {limit}-byte message limit")]
+    TooLarge {
+        /// The collective.
+        id: u64,
+        /// The receiver.
+        peer_rank: usize,
+        /// Its address.
+        peer: String,
+        /// The payload's size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The call itself is wrong (a bug in the caller, not a peer's doing).
+    #[error("collective {id}: {why}")]
+    InvalidCall {
+        /// The collective.
+        id: u64,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// A peer's address cannot be connected to.
+    #[error("cannot connect to peer {peer}: {source}")]
+    Connect {
+        /// The address.
+        peer: String,
+        /// Why.
+        source: zmq::Error,
+    },
+    /// This worker's peer socket cannot be bound.
+    #[error("cannot bind the peer socket on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: String,
+        /// Why.
+        source: zmq::Error,
+    },
+    /// The IPC socket file cannot be made private.
+    #[error("cannot make the peer socket {path} private: {source}")]
+    Private {
+        /// The socket file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// ZeroMQ bound a TCP port but does not say which.
+    #[error("the peer socket's TCP port is unknown (zmq reported {endpoint:?})")]
+    UnknownPort {
+        /// What zmq reported as the bound endpoint.
+        endpoint: String,
+    },
+    /// No host name to advertise for a TCP peer socket.
+    #[error("no host name to advertise for the peer socket; set GT_PEER_HOST")]
+    NoHostName,
+    /// The runtime directory for IPC socket files.
+    #[error(transparent)]
+    RuntimeDir(#[from] RuntimeDirError),
+    /// A socket call failed.
+    #[error("peer socket: {0}")]
+    Zmq(#[from] zmq::Error),
+}
+
+const HEADER_LEN: usize = 17;
+const KIND_DATA: u8 = 0;
+const KIND_ABORT: u8 = 1;
+/// Bounds steps (`2n - 2` for all-reduce) and ranks to what the header's u32 fields can number.
+const MAX_RANKS: usize = (u32::MAX / 2) as usize;
+/// How many finished ids are remembered, so their late messages are dropped, not stashed forever.
+const FINISHED_MEMORY: usize = 4096;
+/// A closing DEALER gets this long to deliver what it queued: the ring's last message is often
+/// still queued when a rank finishes, and its peer needs it. (Linger 0 would discard it.)
+const DEALER_LINGER_MS: i32 = 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Header {
+    id: u64,
+    step: u32,
+    sender: u32,
+    kind: u8,
+}
+
+impl Header {
+    fn encode(self) -> [u8; HEADER_LEN] {
+        let mut b = [0; HEADER_LEN];
+        b[..8].copy_from_slice(&self.id.to_le_bytes());
+        b[8..12].copy_from_slice(&self.step.to_le_bytes());
+        b[12..16].copy_from_slice(&self.sender.to_le_bytes());
+        b[16] = self.kind;
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Header> {
+        let b: &[u8; HEADER_LEN] = b.try_into().ok()?;
+        let kind = b[16];
+        if kind != KIND_DATA && kind != KIND_ABORT {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut id = [0; 8];
+        id.copy_from_slice(&b[..8]);
+        Some(Header { id: u64::from_le_bytes(id), step: u32_at(8), sender: u32_at(12), kind })
+    }
+}
+
+/// One element of `op`'s fold: `acc` holds the ranks folded so far (Mean sums; the division
+/// comes once at the end).
+fn combine(op: ReduceOp, acc: f32, x: f32) -> f32 {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => acc + x,
+        ReduceOp::Max => nan_max(acc, x),
+        ReduceOp::Min => nan_min(acc, x),
+    }
+}
+
+/// `len` elements split in `n` chunks as evenly as possible, the larger ones first.
+pub fn even_counts(len: usize, n: usize) -> Vec<usize> {
+    (0..n).map(|c| len / n + usize::from(c < len % n)).collect()
+}
+
+fn offsets(counts: &[usize]) -> Vec<usize> {
+    let mut at = vec![0];
+    at.extend(counts.iter().scan(0, |sum, c| {
+        *sum += c;
+        Some(*sum)
+    }));
+    at
+}
+
+/// What [`ZmqCollectives::reduce_scatter`] gives each rank, computed serially and bit for bit:
+/// chunk `c` is folded in ring order, from rank `c + 1` round to rank `c` (the order the ring
+/// accumulates it in), then divided by n for Mean. `inputs[r]` is rank r's data.
+pub fn reference_reduce_scatter(op: ReduceOp, inputs: &[&[f32]], counts: &[usize]) -> Vec<Vec<f32>> {
+    let n = inputs.len();
+    let at = offsets(counts);
+    (0..n)
+        .map(|c| {
+            let chunk = |r: usize| &inputs[(c + r) % n][at[c]..at[c + 1]];
+            let mut acc = chunk(1).to_vec();
+            for k in 2..=n {
+                acc.iter_mut().zip(chunk(k)).for_each(|(a, &x)| *a = combine(op, *a, x));
+            }
+            if op == ReduceOp::Mean {
+                acc.iter_mut().for_each(|a| *a /= n as f32);
+            }
+            acc
+        })
+        .collect()
+}
+
+/// What [`ZmqCollectives::all_reduce`] gives every rank, computed serially and bit for bit: the
+/// [`reference_reduce_scatter`] of the [`even_counts`] split, concatenated.
+pub fn reference_all_reduce(op: ReduceOp, inputs: &[&[f32]]) -> Vec<f32> {
+    let len = inputs.first().map_or(0, |d| d.len());
+    reference_reduce_scatter(op, inputs, &even_counts(len, inputs.len())).concat()
+}
+
+fn f32_bytes(data: &[f32]) -> zmq::Message {
+    zmq::Message::from(data.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+}
+
+fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// [`Collectives`] over ZeroMQ. Receives on one ROUTER (bound by [`ZmqCollectives::bind`]);
+/// sends through one DEALER per peer address, connected on first use and kept.
+pub struct ZmqCollectives {
+    ctx: zmq::Context,
+    router: zmq::Socket,
+    address: String,
+    ipc_file: Option<PathBuf>,
+    timeout: Duration,
+    max_message_bytes: usize,
+    dealers: HashMap<String, zmq::Socket>,
+    /// Data that arrived before it was asked for, by (id, step, sender); a queue so that even a
+    /// duplicate is kept rather than lost.
+    stash: HashMap<(u64, u32, u32), VecDeque<zmq::Message>>,
+    /// Collectives a peer gave up on (id → the first rank that did), until this rank finishes them.
+    aborted: HashMap<u64, usize>,
+    finished: HashSet<u64>,
+    finished_order: VecDeque<u64>,
+}
+
+impl ZmqCollectives {
+    /// Binds this worker's peer socket on a transport like `like` (the dispatcher's): `inproc://`
+    /// (same `ctx` needed), an `.ipc` file (mode 0600) in gt's runtime directory, or an ephemeral
+    /// TCP port, advertised on 127.0.0.1 when `like`'s host is loopback, else on `GT_PEER_HOST`,
+    /// else on this machine's host name. Each receive waits at most `timeout`; a message over
+    /// `max_message_bytes` is refused by the sender and dropped by the receiving socket.
+    pub fn bind(
+        ctx: &zmq::Context,
+        like: &Endpoint,
+        name: &str,
+        timeout: Duration,
+        max_message_bytes: usize,
+    ) -> Result<ZmqCollectives, CollectiveError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        // The name ends up in a path and an address: keep it to characters safe in both.
+        let name: String =
+            name.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').take(40).collect();
+        let tag = format!("{}-{name}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let router = ctx.socket(zmq::ROUTER)?;
+        router.set_rcvhwm(0)?;
+        router.set_maxmsgsize(i64::try_from(max_message_bytes.max(HEADER_LEN)).unwrap_or(i64::MAX))?;
+        router.set_linger(0)?;
+        let bind = |address: &str| {
+            router.bind(address).map_err(|source| CollectiveError::Bind { address: address.to_string(), source })
+        };
+        let (address, ipc_file) = match like {
+            Endpoint::Inproc(_) => {
+                let address = format!("inproc://gt-peer-{tag}");
+                bind(&address)?;
+                (address, None)
+            }
+            Endpoint::Ipc(_) => {
+                let path = ensure_runtime_dir()?.join(format!("peer-{tag}.ipc"));
+                let address = format!("ipc://{}", path.display());
+                bind(&address)?;
+                // The directory is already 0700; this keeps the file private if it is moved.
+                make_private(&path).map_err(|source| CollectiveError::Private { path: path.clone(), source })?;
+                (address, Some(path))
+            }
+            Endpoint::Tcp { host, .. } => {
+                let (on, advertised) =
+                    if is_local(host) { ("127.0.0.1", "127.0.0.1".to_string()) } else { ("0.0.0.0", peer_host()?) };
+                bind(&format!("tcp://{on}:*"))?;
+                let endpoint = router.get_last_endpoint()?.unwrap_or_default();
+                let port = endpoint.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+                let port = port.ok_or(CollectiveError::UnknownPort { endpoint })?;
+                (format!("tcp://{advertised}:{port}"), None)
+            }
+        };
+        Ok(ZmqCollectives {
+            ctx: ctx.clone(),
+            router,
+            address,
+            ipc_file,
+            timeout,
+            max_message_bytes,
+            dealers: HashMap::new(),
+            stash: HashMap::new(),
+            aborted: HashMap::new(),
+            finished: HashSet::new(),
+            finished_order: VecDeque::new(),
+        })
+    }
+
+    /// The address peers reach this worker at (what goes in [`Group::peers`]).
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// How long one receive waits for a peer.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Sets how long one receive waits for a peer.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// Runs `body` for `g`, then forgets `g`'s messages; on a failure of this rank's own (anything
+    /// but a peer's abort) tells the other ranks first, so that none waits out its timeout.
+    fn guarded<T>(
+        &mut self,
+        g: &Group,
+        body: impl FnOnce(&mut Self) -> Result<T, CollectiveError>,
+    ) -> Result<T, CollectiveError> {
+        let invalid = |why| Err(CollectiveError::InvalidCall { id: g.id, why });
+        let out = if g.peers.is_empty() {
+            invalid("a group without ranks")
+        } else if g.rank >= g.n() {
+            invalid("this rank is not in the group")
+        } else if g.n() > MAX_RANKS {
+            invalid("more ranks than a message header can number")
+        } else {
+            body(self)
+        };
+        match out {
+            Ok(_) | Err(CollectiveError::Aborted { .. }) => self.finish(g.id),
+            Err(_) => self.abort(g),
+        }
+        out
+    }
+
+    fn finish(&mut self, id: u64) {
+        self.stash.retain(|key, _| key.0 != id);
+        self.aborted.remove(&id);
+        if self.finished.insert(id) {
+            self.finished_order.push_back(id);
+            if self.finished_order.len() > FINISHED_MEMORY {
+                if let Some(old) = self.finished_order.pop_front() {
+                    self.finished.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn send(
+        &mut self,
+        g: &Group,
+        to: usize,
+        step: u32,
+        kind: u8,
+        payload: zmq::Message,
+    ) -> Result<(), CollectiveError> {
+        let peer = &g.peers[to];
+        if payload.len() > self.max_message_bytes {
+            let (bytes, limit) = (payload.len(), self.max_message_bytes);
+            return Err(CollectiveError::TooLarge { id: g.id, peer_rank: to, peer: peer.clone(), bytes, limit });
+        }
+        if !self.dealers.contains_key(peer) {
+            let sock = self.ctx.socket(zmq::DEALER)?;
+            // No high-water mark: a slow peer makes the queue grow, never a message vanish.
+            sock.set_sndhwm(0)?;
+            sock.set_linger(DEALER_LINGER_MS)?;
+            sock.connect(peer).map_err(|source| CollectiveError::Connect { peer: peer.clone(), source })?;
+            self.dealers.insert(peer.clone(), sock);
+        }
+        let header = Header { id: g.id, step, sender: g.rank as u32, kind }.encode();
+        send_with_data(&self.dealers[peer], &[&header], payload)?;
+        Ok(())
+    }
+
+    /// Waits for the data of (`g.id`, `step`) from rank `from`, stashing whatever else arrives.
+    fn recv(&mut self, g: &Group, from: usize, step: u32) -> Result<zmq::Message, CollectiveError> {
+        let key = (g.id, step, from as u32);
+        let start = Instant::now();
+        loop {
+            if let Some(queue) = self.stash.get_mut(&key) {
+                if let Some(msg) = queue.pop_front() {
+                    if queue.is_empty() {
+                        self.stash.remove(&key);
+                    }
+                    return Ok(msg);
+                }
+            }
+            if let Some(&peer_rank) = self.aborted.get(&g.id) {
+                let peer = g.peers.get(peer_rank).cloned().unwrap_or_default();
+                return Err(CollectiveError::Aborted { id: g.id, peer_rank, peer });
+            }
+            let waited = start.elapsed();
+            if waited >= self.timeout {
+                return Err(CollectiveError::Timeout {
+                    id: g.id,
+                    peer_rank: from,
+                    peer: g.peers[from].clone(),
+                    waited,
+                });
+            }
+            let left_ms = (self.timeout - waited).as_micros().div_ceil(1000);
+            if retry(|| self.router.poll(zmq::POLLIN, i64::try_from(left_ms).unwrap_or(i64::MAX)))? > 0 {
+                self.drain()?;
+            }
+        }
+    }
+
+    /// Takes every message waiting on the ROUTER into the stash (or the aborted set).
+    fn drain(&mut self) -> Result<(), CollectiveError> {
+        loop {
+            let mut frames = match recv_frames(&self.router, zmq::DONTWAIT) {
+                Ok(frames) => frames,
+                Err(zmq::Error::EAGAIN) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            };
+            let header = if frames.len() == 3 { Header::decode(&frames[1]) } else { None };
+            let Some(h) = header else {
+                // Nothing says which rank (if any) sent it, so no collective can be failed for it.
+                tracing::warn!(frames = frames.len(), "dropped a malformed message on the peer socket");
+                continue;
+            };
+            if self.finished.contains(&h.id) {
+                tracing::debug!(id = h.id, sender = h.sender, "dropped a late message for a finished collective");
+            } else if h.kind == KIND_ABORT {
+                self.aborted.entry(h.id).or_insert(h.sender as usize);
+            } else if let Some(payload) = frames.pop() {
+                self.stash.entry((h.id, h.step, h.sender)).or_default().push_back(payload);
+            }
+        }
+    }
+
+    fn recv_f32(&mut self, g: &Group, from: usize, step: u32, len: usize) -> Result<zmq::Message, CollectiveError> {
+        let msg = self.recv(g, from, step)?;
+        let peer = || g.peers[from].clone();
+        if msg.len() % 4 != 0 {
+            let why = "f32 data of a length that is not a multiple of 4";
+            return Err(CollectiveError::Malformed { id: g.id, peer_rank: from, peer: peer(), why });
+        }
+        if msg.len() != len * 4 {
+            let (expected, got) = (len * 4, msg.len());
+            return Err(CollectiveError::LengthMismatch { id: g.id, peer_rank: from, peer: peer(), expected, got });
+        }
+        Ok(msg)
+    }
+
+    /// Ring reduce-scatter over the chunks `at[c]..at[c + 1]` of `data`: at step s rank r sends
+    /// chunk r - s - 1 to r + 1 and folds chunk r - s - 2 from r - 1 into its own copy, so chunk c
+    /// is folded from rank c + 1 round to rank c, which ends with it whole. Steps 0..n-1.
+    fn ring_reduce_scatter(
+        &mut self,
+        g: &Group,
+        op: ReduceOp,
+        data: &mut [f32],
+        at: &[usize],
+    ) -> Result<(), CollectiveError> {
+        let (n, r) = (g.n(), g.rank);
+        for s in 0..n - 1 {
+            let (out, inc) = ((r + 2 * n - s - 1) % n, (r + 2 * n - s - 2) % n);
+            self.send(g, (r + 1) % n, s as u32, KIND_DATA, f32_bytes(&data[at[out]..at[out + 1]]))?;
+            let chunk = &mut data[at[inc]..at[inc + 1]];
+            let msg = self.recv_f32(g, (r + n - 1) % n, s as u32, chunk.len())?;
+            // The received partial fold goes on the left: the order reference_reduce_scatter uses.
+            chunk.iter_mut().zip(f32s(&msg)).for_each(|(x, acc)| *x = combine(op, acc, *x));
+        }
+        Ok(())
+    }
+
+    /// Ring all-gather of the chunks of `data` (rank r holds chunk r): at step s rank r sends
+    /// chunk r - s and receives chunk r - s - 1. Steps `first..first + n - 1`.
+    fn ring_all_gather_f32(
+        &mut self,
+        g: &Group,
+        data: &mut [f32],
+        at: &[usize],
+        first: u32,
+    ) -> Result<(), CollectiveError> {
+        let (n, r) = (g.n(), g.rank);
+        for s in 0..n - 1 {
+            let (out, inc) = ((r + n - s) % n, (r + 2 * n - s - 1) % n);
+            let step = first + s as u32;
+            self.send(g, (r + 1) % n, step, KIND_DATA, f32_bytes(&data[at[out]..at[out + 1]]))?;
+            let chunk = &mut data[at[inc]..at[inc + 1]];
+            let msg = self.recv_f32(g, (r + n - 1) % n, step, chunk.len())?;
+            chunk.iter_mut().zip(f32s(&msg)).for_each(|(x, v)| *x = v);
+        }
+        Ok(())
+    }
+}
+
+impl Collectives for ZmqCollectives {
+    fn all_reduce(&mut self, g: &Group, op: ReduceOp, data: &mut [f32]) -> Result<(), CollectiveError> {
+        self.guarded(g, |me| {
+            let n = g.n();
+            let at = offsets(&even_counts(data.len(), n));
+            me.ring_reduce_scatter(g, op, data, &at)?;
+            if op == ReduceOp::Mean {
+                // Divided once, by the owner, before it is copied: every rank gets the same bits.
+                data[at[g.rank]..at[g.rank + 1]].iter_mut().for_each(|x| *x /= n as f32);
+            }
+            me.ring_all_gather_f32(g, data, &at, (n - 1) as u32)
+        })
+    }
+
+    fn all_gather(&mut self, g: &Group, mine: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
+        self.guarded(g, |me| {
+            let (n, r) = (g.n(), g.rank);
+            let mut pieces = vec![Vec::new(); n];
+            pieces[r] = mine.to_vec();
+            for s in 0..n - 1 {
+                let (out, inc) = ((r + n - s) % n, (r + 2 * n - s - 1) % n);
+                me.send(g, (r + 1) % n, s as u32, KIND_DATA, zmq::Message::from(&pieces[out][..]))?;
+                pieces[inc] = me.recv(g, (r + n - 1) % n, s as u32)?.to_vec();
+            }
+            Ok(pieces)
+        })
+    }
+
+    fn reduce_scatter(
+        &mut self,
+        g: &Group,
+        op: ReduceOp,
+        data: &[f32],
+        counts: &[usize],
+    ) -> Result<Vec<f32>, CollectiveError> {
+        self.guarded(g, |me| {
+            let invalid = |why| Err(CollectiveError::InvalidCall { id: g.id, why });
+            if counts.len() != g.n() {
+                return invalid("reduce-scatter counts are not one per rank");
+            }
+            let at = offsets(counts);
+            if at.last() != Some(&data.len()) {
+                return invalid("reduce-scatter counts do not sum to the data's length");
+            }
+            let mut data = data.to_vec();
+            me.ring_reduce_scatter(g, op, &mut data, &at)?;
+            let mut mine = data[at[g.rank]..at[g.rank + 1]].to_vec();
+            if op == ReduceOp::Mean {
+                mine.iter_mut().for_each(|x| *x /= g.n() as f32);
+            }
+            Ok(mine)
+        })
+    }
+
+    /// A binomial tree rooted at `root`: every link carries the data once, in log2(n) rounds.
+    fn broadcast(&mut self, g: &Group, root: usize, data: Option<&[u8]>) -> Result<Vec<u8>, CollectiveError> {
+        self.guarded(g, |me| {
+            let n = g.n();
+            if root >= n {
+                return Err(CollectiveError::InvalidCall { id: g.id, why: "broadcast root is not in the group" });
+            }
+            // Ranks relative to the root: v's parent is v without its highest bit; its children
+            // are v + m for the powers of two m above that bit.
+            let v = (g.rank + n - root) % n;
+            let top = if v == 0 { 0 } else { 1 << (usize::BITS - 1 - v.leading_zeros()) };
+            let bytes = if v == 0 {
+                let why = "broadcast without data on the root";
+                data.ok_or(CollectiveError::InvalidCall { id: g.id, why })?.to_vec()
+            } else {
+                me.recv(g, (v - top + root) % n, 0)?.to_vec()
+            };
+            let mut m = if v == 0 { 1 } else { top << 1 };
+            while v + m < n {
+                me.send(g, (v + m + root) % n, 0, KIND_DATA, zmq::Message::from(&bytes[..]))?;
+                m <<= 1;
+            }
+            Ok(bytes)
+        })
+    }
+
+    fn transfer(
+        &mut self,
+        g: &Group,
+        from: usize,
+        to: usize,
+        data: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, CollectiveError> {
+        self.guarded(g, |me| {
+            let invalid = |why| Err(CollectiveError::InvalidCall { id: g.id, why });
+            if from >= g.n() || to >= g.n() {
+                return invalid("transfer between ranks not in the group");
+            }
+            let data = if g.rank == from {
+                match data {
+                    Some(d) => d,
+                    None => return invalid("transfer without data on the sending rank"),
+                }
+            } else {
+                &[]
+            };
+            if g.rank == from && g.rank == to {
+                Ok(Some(data.to_vec()))
+            } else if g.rank == from {
+                me.send(g, to, 0, KIND_DATA, zmq::Message::from(data)).map(|()| None)
+            } else if g.rank == to {
+                Ok(Some(me.recv(g, from, 0)?.to_vec()))
+            } else {
+                Ok(None)
+            }
+        })
+    }
+
+    fn abort(&mut self, g: &Group) {
+        for to in (0..g.n()).filter(|&to| to != g.rank) {
+            if let Err(e) = self.send(g, to, 0, KIND_ABORT, zmq::Message::new()) {
+                // The peer then learns by its timeout instead.
+                tracing::warn!(id = g.id, peer = %g.peers[to], "cannot tell a peer of an abort: {e}");
+            }
+        }
+        self.finish(g.id);
+    }
+}
+
+impl Drop for ZmqCollectives {
+    fn drop(&mut self) {
+        if let Some(path) = &self.ipc_file {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The host other machines reach this one at: `GT_PEER_HOST`, else the kernel's host name.
+fn peer_host() -> Result<String, CollectiveError> {
+    let set = |h: String| Some(h.trim().to_string()).filter(|h| !h.is_empty());
+    std::env::var("GT_PEER_HOST")
+        .ok()
+        .and_then(set)
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().and_then(set))
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().and_then(set))
+        .or_else(|| std::env::var("HOSTNAME").ok().and_then(set))
+        .ok_or(CollectiveError::NoHostName)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OPS: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min];
+    const LONG: Duration = Duration::from_secs(20);
+    // A worker moves its collectives into its own thread.
+    const _: fn() = || {
+        fn is_send<T: Send>() {}
+        is_send::<ZmqCollectives>();
+    };
+
+    fn cluster(n: usize, like: &Endpoint, timeout: Duration) -> (Vec<ZmqCollectives>, Vec<String>) {
+        let ctx = zmq::Context::new();
+        let colls: Vec<_> =
+            (0..n).map(|r| ZmqCollectives::bind(&ctx, like, &format!("t{r}"), timeout, 1 << 20).unwrap()).collect();
+        let peers = colls.iter().map(|c| c.address().to_string()).collect();
+        (colls, peers)
+    }
+
+    fn inproc(n: usize) -> (Vec<ZmqCollectives>, Vec<String>) {
+        cluster(n, &Endpoint::Inproc("d".into()), LONG)
+    }
+
+    fn group(id: u64, rank: usize, peers: &[String]) -> Group {
+        Group { id, rank, peers: peers.to_vec() }
+    }
+
+    /// Runs `f(rank, collectives)` on a thread per rank; the sockets outlive every thread.
+    fn on_every_rank<T: Send>(
+        colls: &mut [ZmqCollectives],
+        f: impl Fn(usize, &mut ZmqCollectives) -> T + Sync,
+    ) -> Vec<T> {
+        std::thread::scope(|s| {
+            let f = &f;
+            let threads: Vec<_> = colls.iter_mut().enumerate().map(|(r, c)| s.spawn(move || f(r, c))).collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        })
+    }
+
+    /// Values with fractions and both signs, so that the order of a sum shows in its bits.
+    fn input(case: usize, rank: usize, len: usize) -> Vec<f32> {
+        let mut x = (case as u64 * 7919 + rank as u64 * 104_729) | 1;
+        (0..len)
+            .map(|_| {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 200.0
+            })
+            .collect()
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn all_reduce_gives_every_rank_the_reference_bits() {
+        for n in 1..=5 {
+            let (mut colls, peers) = inproc(n);
+            let cases: Vec<(ReduceOp, usize)> =
+                OPS.iter().flat_map(|&op| [0, 1, n - 1, n, 7, 100].map(|len| (op, len))).collect();
+            let got = on_every_rank(&mut colls, |r, c| {
+                let run = |(i, &(op, len)): (usize, &(ReduceOp, usize))| {
+                    let mut data = input(i, r, len);
+                    c.all_reduce(&group(i as u64, r, &peers), op, &mut data).unwrap();
+                    data
+                };
+                cases.iter().enumerate().map(run).collect::<Vec<_>>()
+            });
+            for (i, &(op, len)) in cases.iter().enumerate() {
+                let inputs: Vec<_> = (0..n).map(|r| input(i, r, len)).collect();
+                let refs: Vec<&[f32]> = inputs.iter().map(|v| &v[..]).collect();
+                let want = reference_all_reduce(op, &refs);
+                for (r, per_rank) in got.iter().enumerate() {
+                    assert_eq!(bits(&per_rank[i]), bits(&want), "n {n} {op:?} len {len} rank {r}");
+                }
+                // The reference is the plain serial reduction, up to rounding.
+                for (e, w) in want.iter().enumerate() {
+                    let column = inputs.iter().map(|v| v[e]);
+                    let serial = match op {
+                        ReduceOp::Sum => column.sum(),
+                        ReduceOp::Mean => column.sum::<f32>() / n as f32,
+                        ReduceOp::Max => column.fold(f32::NEG_INFINITY, f32::max),
+                        ReduceOp::Min => column.fold(f32::INFINITY, f32::min),
+                    };
+                    assert!((serial - w).abs() <= 1e-3, "n {n} {op:?} element {e}: {w} vs {serial}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn all_gather_collects_pieces_of_every_size() {
+        for n in 1..=5 {
+            let (mut colls, peers) = inproc(n);
+            let piece = |r: usize| vec![r as u8 + 1; r * r * 37];
+            let got = on_every_rank(&mut colls, |r, c| c.all_gather(&group(1, r, &peers), &piece(r)).unwrap());
+            let want: Vec<_> = (0..n).map(piece).collect();
+            assert!(got.iter().all(|g| *g == want), "n {n}");
+        }
+    }
+
+    #[test]
+    fn reduce_scatter_with_uneven_and_zero_counts() {
+        for n in 1..=5 {
+            let (mut colls, peers) = inproc(n);
+            let counts: Vec<usize> = (0..n).map(|r| (r * 3 + 2) % 5).collect();
+            let len = counts.iter().sum();
+            for (i, op) in OPS.into_iter().enumerate() {
+                let got = on_every_rank(&mut colls, |r, c| {
+                    c.reduce_scatter(&group(i as u64, r, &peers), op, &input(i, r, len), &counts).unwrap()
+                });
+                let inputs: Vec<_> = (0..n).map(|r| input(i, r, len)).collect();
+                let refs: Vec<&[f32]> = inputs.iter().map(|v| &v[..]).collect();
+                let want = reference_reduce_scatter(op, &refs, &counts);
+                for r in 0..n {
+                    assert_eq!(got[r].len(), counts[r]);
+                    assert_eq!(bits(&got[r]), bits(&want[r]), "n {n} {op:?} rank {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn broadcast_from_the_first_and_a_middle_rank() {
+        for n in 1..=5 {
+            let (mut colls, peers) = inproc(n);
+            for (id, root) in [(0, 0), (1, n / 2), (2, n - 1)] {
+                let bytes: Vec<u8> = (0..1000 + id).map(|i| (i * 31 + root) as u8).collect();
+                let got = on_every_rank(&mut colls, |r, c| {
+                    c.broadcast(&group(id as u64, r, &peers), root, (r == root).then_some(&bytes[..])).unwrap()
+                });
+                assert!(got.iter().all(|g| *g == bytes), "n {n} root {root}");
+            }
+        }
+    }
+
+    #[test]
+    fn transfer_reaches_only_the_receiver() {
+        let (mut colls, peers) = inproc(3);
+        let got = on_every_rank(&mut colls, |r, c| {
+            let a = c.transfer(&group(1, r, &peers), 2, 0, (r == 2).then_some(&b"hello"[..])).unwrap();
+            let b = c.transfer(&group(2, r, &peers), 1, 1, (r == 1).then_some(&b"self"[..])).unwrap();
+            (a, b)
+        });
+        assert_eq!(got[0], (Some(b"hello".to_vec()), None));
+        assert_eq!(got[1], (None, Some(b"self".to_vec())));
+        assert_eq!(got[2], (None, None));
+    }
+
+    #[test]
+    fn a_rank_running_ahead_loses_nothing() {
+        let (mut colls, peers) = inproc(3);
+        let got = on_every_rank(&mut colls, |r, c| {
+            (0..10u64)
+                .map(|id| {
+                    // Rank 0 goes at once; the others lag, so its messages for later ids wait.
+                    std::thread::sleep(Duration::from_millis(3 * r as u64));
+                    let g = group(id, r, &peers);
+                    let mut data = vec![(r + 1) as f32 * id as f32; 5];
+                    c.all_reduce(&g, ReduceOp::Sum, &mut data).unwrap();
+                    let all = c.all_gather(&g_next(&g), &[r as u8; 3]).unwrap();
+                    (data, all)
+                })
+                .collect::<Vec<_>>()
+        });
+        for per_rank in &got {
+            for (id, (data, all)) in per_rank.iter().enumerate() {
+                assert_eq!(*data, vec![6.0 * id as f32; 5]);
+                assert_eq!(*all, vec![vec![0; 3], vec![1; 3], vec![2; 3]]);
+            }
+        }
+        // A root finishes every broadcast before its peer starts the first.
+        let (mut colls, peers) = inproc(2);
+        let got = on_every_rank(&mut colls, |r, c| {
+            if r == 1 {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let each = |id: u64| c.broadcast(&group(id, r, &peers), 0, Some(&[id as u8; 4])).unwrap();
+            (0..10).map(each).collect::<Vec<_>>()
+        });
+        assert_eq!(got[0], got[1]);
+    }
+
+    fn g_next(g: &Group) -> Group {
+        Group { id: g.id + 1000, ..g.clone() }
+    }
+
+    #[test]
+    fn a_silent_peer_times_out_by_name_and_hears_of_it() {
+        let (mut colls, peers) = cluster(2, &Endpoint::Inproc("d".into()), Duration::from_millis(200));
+        let start = Instant::now();
+        let err = colls[0].all_reduce(&group(7, 0, &peers), ReduceOp::Sum, &mut [1.0; 4]).unwrap_err();
+        match &err {
+            CollectiveError::Timeout { id: 7, peer_rank: 1, peer, waited } => {
+                assert_eq!(*peer, peers[1]);
+                assert!(*waited >= Duration::from_millis(200) && start.elapsed() < Duration::from_secs(5));
+            }
+            other => panic!("not a timeout: {other}"),
+        }
+        assert!(err.to_string().contains(&peers[1]), "{err}");
+        // Rank 0 told rank 1 it gave up, so rank 1 fails at once, naming rank 0.
+        let err = colls[1].all_reduce(&group(7, 1, &peers), ReduceOp::Sum, &mut [1.0; 4]).unwrap_err();
+        // (Without the abort it would be a timeout: 200 ms is all it waits.)
+        assert!(matches!(err, CollectiveError::Aborted { id: 7, peer_rank: 0, .. }), "{err}");
+        // The next collective is unaffected.
+        let got = on_every_rank(&mut colls, |r, c| c.all_gather(&group(8, r, &peers), &[r as u8]).unwrap());
+        assert_eq!(got[0], vec![vec![0], vec![1]]);
+    }
+
+    #[test]
+    fn an_abort_fails_the_others_at_once() {
+        let (mut colls, peers) = inproc(3);
+        let start = Instant::now();
+        let got = on_every_rank(&mut colls, |r, c| {
+            let g = group(3, r, &peers);
+            if r == 2 {
+                c.abort(&g);
+                None
+            } else {
+                Some(c.all_reduce(&g, ReduceOp::Max, &mut [1.0; 9]).unwrap_err())
+            }
+        });
+        assert!(start.elapsed() < Duration::from_secs(5));
+        for err in got.iter().take(2) {
+            assert!(matches!(err, Some(CollectiveError::Aborted { id: 3, peer_rank: 2, .. })), "{err:?}");
+        }
+        let got = on_every_rank(&mut colls, |r, c| {
+            let mut data = [r as f32; 2];
+            c.all_reduce(&group(4, r, &peers), ReduceOp::Max, &mut data).map(|()| data).unwrap()
+        });
+        assert!(got.iter().all(|d| *d == [2.0; 2]));
+    }
+
+    /// A socket that can send rank 0 anything, the way a confused or hostile peer would.
+    fn rogue(colls: &[ZmqCollectives], to: &str) -> zmq::Socket {
+        let sock = colls[0].ctx.socket(zmq::DEALER).unwrap();
+        sock.connect(to).unwrap();
+        sock
+    }
+
+    #[test]
+    fn garbage_on_the_peer_socket_is_dropped() {
+        let (mut colls, peers) = inproc(2);
+        let sock = rogue(&colls, &peers[0]);
+        sock.send("x", 0).unwrap();
+        sock.send_multipart([&[0u8; 16][..], b"payload"], 0).unwrap();
+        let mut bad_kind = Header { id: 1, step: 0, sender: 1, kind: KIND_DATA }.encode();
+        bad_kind[16] = 9;
+        sock.send_multipart([&bad_kind[..], b"payload"], 0).unwrap();
+        let header = Header { id: 1, step: 0, sender: 1, kind: KIND_DATA }.encode();
+        sock.send_multipart([&header[..], b"a", b"b", b"c", b"d"], 0).unwrap();
+        let got = on_every_rank(&mut colls, |r, c| {
+            let mut data = [r as f32 + 0.5; 3];
+            c.all_reduce(&group(1, r, &peers), ReduceOp::Sum, &mut data).map(|()| data).unwrap()
+        });
+        assert!(got.iter().all(|d| *d == [2.0; 3]));
+    }
+
+    #[test]
+    fn a_peers_bad_payload_fails_naming_it() {
+        let (mut colls, peers) = cluster(2, &Endpoint::Inproc("d".into()), Duration::from_secs(5));
+        let sock = rogue(&colls, &peers[0]);
+        // Claims to be rank 1's first ring step: 3 bytes of f32 data, then 12 where 8 belong.
+        let header = |id| Header { id, step: 0, sender: 1, kind: KIND_DATA }.encode();
+        sock.send_multipart([&header(2)[..], &[0; 3]], 0).unwrap();
+        sock.send_multipart([&header(3)[..], &[0; 12]], 0).unwrap();
+        let err = colls[0].all_reduce(&group(2, 0, &peers), ReduceOp::Sum, &mut [0.0; 4]).unwrap_err();
+        assert!(
+            matches!(&err, CollectiveError::Malformed { id: 2, peer_rank: 1, peer, .. } if *peer == peers[1]),
+            "{err}"
+        );
+        let err = colls[0].all_reduce(&group(3, 0, &peers), ReduceOp::Sum, &mut [0.0; 4]).unwrap_err();
+        let want =
+            CollectiveError::LengthMismatch { id: 3, peer_rank: 1, peer: peers[1].clone(), expected: 8, got: 12 };
+        assert_eq!(err.to_string(), want.to_string());
+    }
+
+    #[test]
+    fn bad_calls_and_oversized_messages_are_errors() {
+        let (mut colls, peers) = cluster(2, &Endpoint::Inproc("d".into()), Duration::from_secs(5));
+        let c = &mut colls[0];
+        let err = c.reduce_scatter(&group(1, 0, &peers), ReduceOp::Sum, &[1.0; 5], &[2, 2]).unwrap_err();
+        assert!(matches!(err, CollectiveError::InvalidCall { id: 1, .. }), "{err}");
+        let err = c.broadcast(&group(2, 0, &peers), 2, None).unwrap_err();
+        assert!(matches!(err, CollectiveError::InvalidCall { id: 2, .. }), "{err}");
+        let err = c.all_gather(&group(3, 5, &peers), &[]).unwrap_err();
+        assert!(matches!(err, CollectiveError::InvalidCall { id: 3, .. }), "{err}");
+        let err = c.transfer(&group(4, 0, &peers), 0, 1, Some(&vec![0; (1 << 20) + 1])).unwrap_err();
+        assert!(matches!(err, CollectiveError::TooLarge { id: 4, peer_rank: 1, limit: 1048576, .. }), "{err}");
+    }
+
+    #[test]
+    fn ipc_and_tcp_peers() {
+        let ipc = Endpoint::Ipc("/ignored/d.ipc".into());
+        let tcp = Endpoint::Tcp { host: "localhost".into(), port: 1 };
+        for like in [ipc, tcp] {
+            let (mut colls, peers) = cluster(2, &like, LONG);
+            let files: Vec<_> = colls.iter().filter_map(|c| c.ipc_file.clone()).collect();
+            if matches!(like, Endpoint::Ipc(_)) {
+                assert_eq!(files.len(), 2);
+                assert!(peers.iter().all(|p| p.starts_with("ipc://")));
+                #[cfg(unix)]
+                for f in &files {
+                    use std::os::unix::fs::PermissionsExt;
+                    assert_eq!(std::fs::metadata(f).unwrap().permissions().mode() & 0o777, 0o600);
+                }
+            } else {
+                assert!(peers.iter().all(|p| p.starts_with("tcp://127.0.0.1:")), "{peers:?}");
+            }
+            let got = on_every_rank(&mut colls, |r, c| {
+                let mut data = input(0, r, 1000);
+                c.all_reduce(&group(1, r, &peers), ReduceOp::Mean, &mut data).unwrap();
+                let all = c.all_gather(&group(2, r, &peers), &[r as u8; 100]).unwrap();
+                (data, all)
+            });
+            assert_eq!(bits(&got[0].0), bits(&got[1].0));
+            assert_eq!(got[0].1, vec![vec![0; 100], vec![1; 100]]);
+            drop(colls);
+            assert!(files.iter().all(|f| !f.exists()), "socket files left behind");
+        }
+    }
+}
