@@ -38,6 +38,10 @@ pub struct Meta {
     pub types: Typing,
     /// Inside the scope of a compile signal (`signal_start "x" compile`).
     pub compile: bool,
+    /// Where its results go (the shard pass decides): empty, the client's home worker;
+    /// one worker index, every result there; for a collective, one per result. Operands
+    /// are wherever their values live.
+    pub place: Vec<u32>,
 }
 
 impl Meta {
@@ -45,6 +49,22 @@ impl Meta {
     pub fn client(seq: u64) -> Meta {
         Meta { seq, ..Meta::default() }
     }
+}
+
+/// Value ids from here up are the passes' own (the shard pass names each shard with one);
+/// the dispatcher refuses them in a client's stream.
+pub const FIRST_PASS_ID: u32 = 1 << 31;
+
+/// A client's instruction that a pass refused (a placement naming a worker that does not
+/// exist, an axis out of range): the dispatcher fails it for the client with `error`.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The instruction, as the client sent it.
+    pub instr: Instr,
+    /// Its meta.
+    pub meta: Meta,
+    /// Why.
+    pub error: Arc<dyn std::error::Error + Send + Sync>,
 }
 
 /// A pass broke the pipeline's rules.
@@ -124,6 +144,7 @@ pub struct Emit {
     /// The meta of the instruction being taken (or, in a flush, of the sync point).
     pub(crate) current: Meta,
     errors: Vec<(Meta, PassError)>,
+    refusals: Vec<Refusal>,
 }
 
 impl Emit {
@@ -176,8 +197,19 @@ impl Emit {
     /// Emits an instruction the pass made on behalf of the client's instruction `seq` (a
     /// failure of it is reported against that one).
     pub fn inject_for(&mut self, instr: Instr, seq: u64) {
-        let meta = Meta { seq, injected_by: Some(self.pass), types: None, compile: self.current.compile };
+        self.inject_at(instr, seq, Vec::new());
+    }
+
+    /// Emits an instruction the pass made, its results going to `place` (see [`Meta::place`]).
+    pub fn inject_at(&mut self, instr: Instr, seq: u64, place: Vec<u32>) {
+        let meta = Meta { seq, injected_by: Some(self.pass), types: None, compile: self.current.compile, place };
         self.items.push((instr, meta));
+    }
+
+    /// Refuses the instruction being taken: the dispatcher fails it for the client with
+    /// `error` (its results are not computed).
+    pub fn refuse(&mut self, instr: Instr, error: impl std::error::Error + Send + Sync + 'static) {
+        self.refusals.push(Refusal { instr, meta: self.current.clone(), error: Arc::new(error) });
     }
 
     /// Reports a failure of the pass against the instruction being taken; the dispatcher
@@ -217,6 +249,15 @@ pub trait StreamPass: Send {
     /// Counters for `--pass-stats`, as (name, value).
     fn stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
+    }
+    /// The dispatcher has workers `0..n` (placements are checked against it).
+    fn set_workers(&mut self, n: usize) {
+        let _ = n;
+    }
+    /// The client reads `value`: a pass that spread it over workers emits what puts it
+    /// whole on the client's home worker under its own id (called after a flush).
+    fn materialize(&mut self, value: ValueId, out: &mut Emit) {
+        let _ = (value, out);
     }
 }
 
@@ -258,6 +299,7 @@ pub struct Pipeline {
     /// Re-type every pass's output (on in debug builds).
     validate: bool,
     errors: Vec<(Meta, PassError)>,
+    refusals: Vec<Refusal>,
 }
 
 impl Default for Pipeline {
@@ -269,6 +311,7 @@ impl Default for Pipeline {
             signals: Vec::new(),
             validate: cfg!(debug_assertions),
             errors: Vec::new(),
+            refusals: Vec::new(),
         }
     }
 }
@@ -331,6 +374,40 @@ impl Pipeline {
         std::mem::take(&mut self.errors)
     }
 
+    /// The instructions passes refused since the last call.
+    pub fn take_refusals(&mut self) -> Vec<Refusal> {
+        std::mem::take(&mut self.refusals)
+    }
+
+    /// Tells every pass the dispatcher has workers `0..n`.
+    pub fn set_workers(&mut self, n: usize) {
+        for stage in &mut self.stages {
+            stage.pass.set_workers(n);
+        }
+    }
+
+    /// The client reads `value` (the sync point `seq`, after [`Pipeline::flush`]): passes
+    /// that spread it emit what assembles it on the home worker; that goes through the
+    /// later passes, flushed.
+    pub fn materialize(&mut self, value: ValueId, seq: u64, out: &mut Vec<Emitted>) {
+        for k in 0..self.stages.len() {
+            if !self.stages[k].enabled {
+                continue;
+            }
+            let stage = &mut self.stages[k];
+            let mut emit = Emit::new(stage.pass.name());
+            emit.current = Meta::client(seq);
+            stage.pass.materialize(value, &mut emit);
+            self.report(k, &mut emit);
+            if !emit.items.is_empty() {
+                self.feed(k + 1, emit.items, out, None);
+                for j in k + 1..self.stages.len() {
+                    self.feed(j, Vec::new(), out, Some(seq));
+                }
+            }
+        }
+    }
+
     /// Every pass's counters, in order.
     pub fn stats(&self) -> Vec<(&'static str, Vec<(&'static str, u64)>)> {
         self.stages.iter().map(|s| (s.pass.name(), s.pass.stats())).collect()
@@ -349,7 +426,7 @@ impl Pipeline {
         }
         let types = Some(self.entry.admit(&instr).map(Arc::from).map_err(Arc::new));
         let compile = self.signals.iter().any(|(_, c)| *c);
-        self.feed(0, vec![(instr, Meta { seq, injected_by: None, types, compile })], out, None);
+        self.feed(0, vec![(instr, Meta { seq, injected_by: None, types, compile, place: Vec::new() })], out, None);
     }
 
     /// Flushes every pass in order (for the sync point `seq`): what one pass releases still
@@ -385,6 +462,7 @@ impl Pipeline {
             }
         }
         self.errors.append(&mut emit.errors);
+        self.refusals.append(&mut emit.refusals);
         if self.validate {
             let check = &mut self.stages[k].check;
             for (instr, meta) in &emit.items {
@@ -467,7 +545,7 @@ mod tests {
 
     /// The meta of the client's instruction `seq`, typed at the entry as `zeros` is.
     fn client(seq: u64) -> Meta {
-        Meta { seq, injected_by: None, types: Some(Ok(vec![TensorType::f32(vec![1])].into())), compile: false }
+        Meta { seq, injected_by: None, types: Some(Ok(vec![TensorType::f32(vec![1])].into())), compile: false, place: Vec::new() }
     }
 
     fn zeros(n: u32) -> Instr {
@@ -495,7 +573,7 @@ mod tests {
         assert!(out.is_empty());
         p.flush(3, &mut out);
         // Held instructions keep the sequence numbers they came with, not the sync point's.
-        let twice = |seq| Meta { seq, injected_by: Some("twice"), types: None, compile: false };
+        let twice = |seq| Meta { seq, injected_by: Some("twice"), types: None, compile: false, place: Vec::new() };
         let expected = vec![(zeros(1), client(1)), (zeros(1), twice(1)), (zeros(2), client(2)), (zeros(2), twice(2))];
         assert_eq!(out, expected);
         assert_eq!(p.stats(), vec![("hold", vec![]), ("twice", vec![("copies", 1)])]);
