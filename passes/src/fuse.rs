@@ -268,7 +268,7 @@ impl Fuse {
             };
             let origin = origin.map_or_else(|| last.clone(), |m| (*m).clone());
             if matches!(i, Instr::Fused { .. }) {
-                out.inject_for(i, origin.seq);
+                out.inject_at(i, origin.seq, origin.place.clone());
             } else {
                 out.keep_from(i, origin);
             }
@@ -311,7 +311,10 @@ impl StreamPass for Fuse {
                 // single-definition view: the region ends before it. (Redefining a live
                 // value the region never names is fine: the new one replaces it.)
                 let redefines = instr.results().iter().any(|r| self.region_types.contains_key(r));
-                if redefines {
+                // A region runs on one worker: an instruction placed elsewhere (the shard
+                // pass's per-shard instructions and collectives) starts another.
+                let elsewhere = self.origins.last().is_some_and(|m| m.place != out.place());
+                if redefines || elsewhere {
                     self.release(out);
                 }
                 for v in instr.operands() {

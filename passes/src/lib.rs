@@ -9,9 +9,11 @@ pub mod fuse;
 pub mod hotpath;
 pub mod pipeline;
 pub mod registry;
+pub mod shard;
 
 pub use dead::{Dead, DeadConfig, DeadStats};
 pub use fuse::{Fuse, FuseConfig, FuseStats, Regions};
 pub use hotpath::{HotPath, HotPathConfig, HotPathStats};
 pub use pipeline::{Emit, Emitted, Meta, PassError, Pipeline, StreamPass, StreamTypes, Typing, UnknownPass};
 pub use registry::{PassOptions, DEFAULT_PASSES, KNOWN_PASSES};
+pub use shard::{PlacementError, Shard, ShardStats};

@@ -169,6 +169,11 @@ impl Emit {
         self.current.clone()
     }
 
+    /// Where the instruction being taken goes (see [`Meta::place`]).
+    pub fn place(&self) -> &[u32] {
+        &self.current.place
+    }
+
     /// Whether the instruction being taken is inside a compile signal's scope.
     pub fn in_compile_signal(&self) -> bool {
         self.current.compile
@@ -545,7 +550,13 @@ mod tests {
 
     /// The meta of the client's instruction `seq`, typed at the entry as `zeros` is.
     fn client(seq: u64) -> Meta {
-        Meta { seq, injected_by: None, types: Some(Ok(vec![TensorType::f32(vec![1])].into())), compile: false, place: Vec::new() }
+        Meta {
+            seq,
+            injected_by: None,
+            types: Some(Ok(vec![TensorType::f32(vec![1])].into())),
+            compile: false,
+            place: Vec::new(),
+        }
     }
 
     fn zeros(n: u32) -> Instr {

@@ -5,13 +5,15 @@ use crate::dead::{Dead, DeadConfig};
 use crate::fuse::{Fuse, FuseConfig, Regions};
 use crate::hotpath::{HotPath, HotPathConfig};
 use crate::pipeline::{Pipeline, UnknownPass};
+use crate::shard::Shard;
 
 /// Every pass, in the order a pipeline runs them.
-pub const KNOWN_PASSES: &[&str] = &["hotpath", "fuse", "dead"];
+pub const KNOWN_PASSES: &[&str] = &["shard", "hotpath", "fuse", "dead"];
 
-/// The passes a stream runs through when nothing says otherwise: `fuse` (compiling only
-/// the scopes of compile signals, see [`default_options`]) and `dead`.
-pub const DEFAULT_PASSES: &[&str] = &["fuse", "dead"];
+/// The passes a stream runs through when nothing says otherwise: `shard` (which touches
+/// only what signal placements spread), `fuse` (compiling only the scopes of compile
+/// signals, see [`default_options`]) and `dead`.
+pub const DEFAULT_PASSES: &[&str] = &["shard", "fuse", "dead"];
 
 /// The settings a runtime starts from: [`PassOptions::default`] with the fuse pass
 /// compiling compile signals only (`GT_COMPILE`, `GT_AUTO_COMPILE` widen it).
@@ -56,6 +58,7 @@ pub fn pipeline(names: &[&str], options: &PassOptions) -> Result<Pipeline, Unkno
     for &k in KNOWN_PASSES {
         if names.contains(&k) {
             match k {
+                "shard" => p.push(Box::new(Shard::new())),
                 "hotpath" => p.push(Box::new(HotPath::new(options.hotpath))),
                 "fuse" => p.push(Box::new(Fuse::new(options.fuse))),
                 "dead" => p.push(Box::new(Dead::new(options.dead))),
@@ -74,7 +77,7 @@ mod tests {
     fn builds_known_passes_and_names_the_known_ones_otherwise() {
         assert_eq!(pipeline(&["hotpath"], &PassOptions::default()).unwrap().names(), ["hotpath"]);
         assert!(pipeline(&[], &PassOptions::default()).unwrap().is_empty());
-        let e = pipeline(&["shard"], &PassOptions::default()).err().unwrap();
-        assert_eq!(e.to_string(), "unknown pass `shard` (known passes: hotpath, fuse, dead)");
+        let e = pipeline(&["shards"], &PassOptions::default()).err().unwrap();
+        assert_eq!(e.to_string(), "unknown pass `shards` (known passes: shard, hotpath, fuse, dead)");
     }
 }

@@ -11,6 +11,7 @@ mod hostile;
 mod kernels;
 mod pipeline;
 mod ptx;
+mod shard;
 mod signals;
 mod tensor_api;
 mod tidy;

@@ -1,0 +1,788 @@
+//! `shard`: spreads a client's values over workers as its signals' placements say
+//! (`signal_start "x" shard axis=0 workers=[0, 1]`, from the client's config), rewriting each
+//! instruction on spread values into per-shard instructions plus the collectives and moves
+//! their layouts need.
+//!
+//! Every value lives in one or more *representations*: whole on the client's home worker
+//! under its own id (where a client's values live when nothing is placed), split along an
+//! axis over an ordered list of workers (piece `i` on worker `i`, sizes as
+//! `numpy.array_split` gives them), or as copies on a set of workers. Pieces and copies are
+//! named by the pass's own ids (from [`FIRST_PASS_ID`]). An instruction gets the cheapest
+//! plan its operands' representations allow:
+//! - elementwise ops run shard by shard (an operand broadcast along the split axis is
+//!   replicated on the shards' workers); on copies, copy by copy;
+//! - `x[rows split] @ w` is data parallel (`w` replicated), `x @ w[columns split]` column
+//!   parallel (`x` replicated), `x[k split] @ w[k split]` row parallel (partial products,
+//!   then `all_reduce sum`);
+//! - a reduction along other axes runs shard by shard; over the split axis, partials and an
+//!   `all_reduce` (a mean divides the summed partials by the element count);
+//! - anything else gathers its operands whole on the home worker first (counted as
+//!   `gathers`), so it is correct before it is fast.
+//!
+//! Inside a scope with a placement, results are then split (`shard`) or copied
+//! (`replicated`) as it says; a result too small to split (rank at most the axis, or fewer
+//! elements along it than workers) keeps the representation its plan gave. A read
+//! ([`StreamPass::materialize`]) assembles the value whole at home first.
+
+use crate::pipeline::{Emit, StreamPass, StreamTypes, FIRST_PASS_ID};
+use gt_ir::verify::shape::{array_split, normalize_axes, normalize_axis};
+use gt_ir::{BinaryOp, CollectiveOp, Instr, Operand, Placement, ReduceOp, SliceItem, SplitSpec, TensorType, ValueId};
+use std::collections::HashMap;
+
+/// A placement that cannot be honoured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    /// A worker index past the workers the dispatcher has.
+    #[error("signal `{signal}` places values on worker {worker}, but there {} (indices 0..{workers})", if *.workers == 1 { "is 1 worker".to_string() } else { format!("are {} workers", .workers) })]
+    NoSuchWorker {
+        /// The signal.
+        signal: String,
+        /// The worker named.
+        worker: u32,
+        /// How many there are.
+        workers: usize,
+    },
+    /// The same worker twice.
+    #[error("signal `{signal}` names worker {worker} twice")]
+    DuplicateWorker {
+        /// The signal.
+        signal: String,
+        /// The worker.
+        worker: u32,
+    },
+}
+
+/// A value split along `axis`: piece `i` is `parts[i].1` on worker `parts[i].0`.
+#[derive(Debug, Clone, PartialEq)]
+struct Split {
+    axis: usize,
+    parts: Vec<(u32, ValueId)>,
+}
+
+impl Split {
+    fn workers(&self) -> Vec<u32> {
+        self.parts.iter().map(|p| p.0).collect()
+    }
+}
+
+/// Where a spread value lives (values the pass has no entry for are whole at home only).
+#[derive(Debug, Clone, Default)]
+struct Dist {
+    /// Whole on the home worker under its own id.
+    home: bool,
+    split: Option<Split>,
+    /// Copies, by worker.
+    replicas: Vec<(u32, ValueId)>,
+}
+
+impl Dist {
+    fn replica_on(&self, w: u32) -> Option<ValueId> {
+        self.replicas.iter().find(|r| r.0 == w).map(|r| r.1)
+    }
+}
+
+/// What a scope asks of the values computed in it (workers resolved and checked).
+#[derive(Debug, Clone, PartialEq)]
+enum Want {
+    Split { axis: i64, workers: Vec<u32> },
+    Replicated { workers: Vec<u32> },
+}
+
+/// What the pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShardStats {
+    /// Client instructions run shard by shard.
+    pub sharded: u64,
+    /// Client instructions run once per copy.
+    pub replicated: u64,
+    /// Collectives emitted (`all_reduce`, `all_gather`, `broadcast`).
+    pub collectives: u64,
+    /// Point-to-point moves emitted.
+    pub moves: u64,
+    /// Values split by the pass (from a whole value or from copies).
+    pub scatters: u64,
+    /// Spread values gathered whole at home because an instruction has no sharded rule.
+    pub gathers: u64,
+    /// Spread values assembled at home for a read.
+    pub reads: u64,
+    /// Results a scope asked to split that were too small (kept as they came).
+    pub unsplit: u64,
+    /// Placements refused (a worker that does not exist, one named twice).
+    pub refused: u64,
+}
+
+/// The shard pass.
+#[derive(Debug)]
+pub struct Shard {
+    workers: usize,
+    /// The client's values' types (every instruction's results, as the pipeline typed them).
+    types: StreamTypes,
+    dist: HashMap<ValueId, Dist>,
+    /// Open signal scopes, innermost last, with what each asks.
+    scopes: Vec<(String, Option<Want>)>,
+    next_id: u32,
+    free_ids: Vec<ValueId>,
+    /// The representations a plan gave the results of the instruction being taken (they
+    /// replace the old ones once the plan has read those).
+    produced: Vec<(ValueId, Dist)>,
+    stats: ShardStats,
+}
+
+impl Default for Shard {
+    fn default() -> Shard {
+        Shard::new()
+    }
+}
+
+/// Every item a full range, then `start..end` on `axis`.
+fn range_on(axis: usize, start: usize, end: usize) -> Vec<SliceItem> {
+    let mut index = vec![SliceItem::Range { start: None, end: None, step: 1 }; axis];
+    index.push(SliceItem::Range { start: Some(start as i64), end: Some(end as i64), step: 1 });
+    index
+}
+
+/// `instr` with its results and operands renamed, in the order `Instr::results` and
+/// `Instr::operands` list them.
+fn renamed(instr: &Instr, results: &[ValueId], operands: &[ValueId]) -> Instr {
+    let mut i = instr.clone();
+    let mut next = results.iter().chain(operands).copied();
+    i.visit_values_mut(&mut |v| {
+        if let Some(n) = next.next() {
+            *v = n;
+        }
+    });
+    i
+}
+
+impl Shard {
+    /// A shard pass; nothing is spread until a scope with a placement opens.
+    pub fn new() -> Shard {
+        Shard {
+            workers: 1,
+            types: StreamTypes::default(),
+            dist: HashMap::new(),
+            scopes: Vec::new(),
+            next_id: FIRST_PASS_ID,
+            free_ids: Vec::new(),
+            produced: Vec::new(),
+            stats: ShardStats::default(),
+        }
+    }
+
+    /// What the pass did so far.
+    pub fn shard_stats(&self) -> ShardStats {
+        self.stats
+    }
+
+    fn fresh(&mut self) -> ValueId {
+        self.free_ids.pop().unwrap_or_else(|| {
+            let v = ValueId(self.next_id);
+            self.next_id = self.next_id.saturating_add(1);
+            v
+        })
+    }
+
+    fn emit(&self, out: &mut Emit, instr: Instr, place: Vec<u32>) {
+        let seq = out.current.seq;
+        out.inject_at(instr, seq, place);
+    }
+
+    /// Frees one of the pass's ids (on whatever worker holds it) and recycles it.
+    fn free_own(&mut self, out: &mut Emit, v: ValueId) {
+        self.emit(out, Instr::Free { src: v }, Vec::new());
+        self.free_ids.push(v);
+    }
+
+    fn ty(&self, v: ValueId) -> Option<TensorType> {
+        self.types.get(v).cloned()
+    }
+
+    fn is_spread(&self, v: ValueId) -> bool {
+        self.dist.get(&v).is_some_and(|d| !d.home || d.split.is_some() || !d.replicas.is_empty())
+    }
+
+    /// The placement the innermost scope that has one asks for.
+    fn want(&self) -> Option<&Want> {
+        self.scopes.iter().rev().find_map(|(_, w)| w.as_ref())
+    }
+
+    /// Checks a placement against the workers there are (an empty list: all of them).
+    fn resolve(&self, signal: &str, place: &Placement) -> Result<Want, PlacementError> {
+        let listed = match place {
+            Placement::Split { workers, .. } | Placement::Replicated { workers } => workers,
+        };
+        let workers: Vec<u32> = if listed.is_empty() { (0..self.workers as u32).collect() } else { listed.clone() };
+        for (i, &w) in workers.iter().enumerate() {
+            if w as usize >= self.workers {
+                return Err(PlacementError::NoSuchWorker {
+                    signal: signal.to_string(),
+                    worker: w,
+                    workers: self.workers,
+                });
+            }
+            if workers[..i].contains(&w) {
+                return Err(PlacementError::DuplicateWorker { signal: signal.to_string(), worker: w });
+            }
+        }
+        Ok(match place {
+            Placement::Split { axis, .. } => Want::Split { axis: *axis, workers },
+            Placement::Replicated { .. } => Want::Replicated { workers },
+        })
+    }
+
+    /// Puts `x` whole at home under its own id; whether anything had to move.
+    fn ensure_home(&mut self, out: &mut Emit, x: ValueId) -> bool {
+        let Some(d) = self.dist.get(&x).cloned() else { return false };
+        if d.home {
+            return false;
+        }
+        if let Some(&(_, copy)) = d.replicas.first() {
+            self.emit(out, Instr::Collective { dsts: vec![x], op: CollectiveOp::Move, srcs: vec![copy] }, Vec::new());
+            self.stats.moves += 1;
+        } else if let Some(split) = d.split.as_ref().filter(|s| s.parts.len() == 1) {
+            let srcs = vec![split.parts[0].1];
+            self.emit(out, Instr::Collective { dsts: vec![x], op: CollectiveOp::Move, srcs }, Vec::new());
+            self.stats.moves += 1;
+        } else if let Some(split) = &d.split {
+            let mut pieces = Vec::new();
+            for &(_, part) in &split.parts {
+                let p = self.fresh();
+                self.emit(
+                    out,
+                    Instr::Collective { dsts: vec![p], op: CollectiveOp::Move, srcs: vec![part] },
+                    Vec::new(),
+                );
+                self.stats.moves += 1;
+                pieces.push(p);
+            }
+            let axis = split.axis as i64;
+            self.emit(out, Instr::Concat { dst: x, srcs: pieces.clone(), axis }, Vec::new());
+            for p in pieces {
+                self.free_own(out, p);
+            }
+        } else {
+            return false;
+        }
+        if let Some(d) = self.dist.get_mut(&x) {
+            d.home = true;
+        }
+        true
+    }
+
+    /// Splits `x` along `axis` over `workers` (from copies on them, or from home); its pieces.
+    fn ensure_split(&mut self, out: &mut Emit, x: ValueId, axis: usize, workers: &[u32]) -> Vec<ValueId> {
+        let d = self.dist.get(&x).cloned().unwrap_or(Dist { home: true, ..Dist::default() });
+        if let Some(s) = &d.split {
+            if s.axis == axis && s.workers() == workers {
+                return s.parts.iter().map(|p| p.1).collect();
+            }
+        }
+        let Some(ty) = self.ty(x) else { return Vec::new() };
+        let sizes = array_split(ty.shape.0.get(axis).copied().unwrap_or(0), workers.len());
+        let mut parts = Vec::new();
+        let moved = d.split.as_ref().filter(|s| s.axis == axis && s.parts.len() == workers.len());
+        if let Some(old) = moved {
+            // The same pieces elsewhere (a pipeline stage's values going to the next): each
+            // moves straight to its new worker.
+            for (&w, &(from, p)) in workers.iter().zip(&old.parts) {
+                if from == w {
+                    parts.push((w, p));
+                    continue;
+                }
+                let q = self.fresh();
+                self.emit(out, Instr::Collective { dsts: vec![q], op: CollectiveOp::Move, srcs: vec![p] }, vec![w]);
+                self.stats.moves += 1;
+                parts.push((w, q));
+            }
+        } else if workers.iter().all(|&w| d.replica_on(w).is_some()) {
+            // Each worker slices its own copy: no communication.
+            let mut start = 0;
+            for (&w, &n) in workers.iter().zip(&sizes) {
+                let p = self.fresh();
+                let src = d.replica_on(w).unwrap_or(x);
+                self.emit(out, Instr::Slice { dst: p, src, index: range_on(axis, start, start + n) }, vec![w]);
+                parts.push((w, p));
+                start += n;
+            }
+        } else {
+            self.ensure_home(out, x);
+            let pieces: Vec<ValueId> = workers.iter().map(|_| self.fresh()).collect();
+            let spec = SplitSpec::Sizes(sizes);
+            self.emit(out, Instr::Split { dsts: pieces.clone(), src: x, axis: axis as i64, spec }, Vec::new());
+            for (&w, piece) in workers.iter().zip(pieces) {
+                let p = self.fresh();
+                self.emit(out, Instr::Collective { dsts: vec![p], op: CollectiveOp::Move, srcs: vec![piece] }, vec![w]);
+                self.stats.moves += 1;
+                self.free_own(out, piece);
+                parts.push((w, p));
+            }
+        }
+        if moved.is_none() {
+            self.stats.scatters += 1;
+        }
+        if let Some(old) = &d.split {
+            for &(_, p) in &old.parts {
+                if !parts.iter().any(|q| q.1 == p) {
+                    self.free_own(out, p);
+                }
+            }
+        }
+        let ids = parts.iter().map(|p| p.1).collect();
+        let entry = self.dist.entry(x).or_insert(Dist { home: true, ..Dist::default() });
+        entry.split = Some(Split { axis, parts });
+        ids
+    }
+
+    /// Copies `x` onto every one of `workers` (gathering its pieces there, or broadcasting it
+    /// from home); the copies, in `workers` order.
+    fn ensure_replicated(&mut self, out: &mut Emit, x: ValueId, workers: &[u32]) -> Vec<ValueId> {
+        let d = self.dist.get(&x).cloned().unwrap_or(Dist { home: true, ..Dist::default() });
+        let missing: Vec<u32> = workers.iter().copied().filter(|&w| d.replica_on(w).is_none()).collect();
+        if !missing.is_empty() {
+            let copies: Vec<ValueId> = missing.iter().map(|_| self.fresh()).collect();
+            match &d.split {
+                Some(s) if s.workers() == missing => {
+                    let srcs = s.parts.iter().map(|p| p.1).collect();
+                    let op = CollectiveOp::AllGather { axis: s.axis as i64 };
+                    self.emit(out, Instr::Collective { dsts: copies.clone(), op, srcs }, missing.clone());
+                }
+                _ => {
+                    self.ensure_home(out, x);
+                    let op = CollectiveOp::Broadcast;
+                    self.emit(out, Instr::Collective { dsts: copies.clone(), op, srcs: vec![x] }, missing.clone());
+                }
+            }
+            self.stats.collectives += 1;
+            let entry = self.dist.entry(x).or_insert(Dist { home: true, ..Dist::default() });
+            entry.replicas.extend(missing.into_iter().zip(copies));
+        }
+        let d = &self.dist[&x];
+        workers.iter().map(|&w| d.replica_on(w).unwrap_or(x)).collect()
+    }
+
+    /// Frees every representation the pass made of `x` (not its home copy) and forgets it;
+    /// whether it was whole at home.
+    fn forget(&mut self, out: &mut Emit, x: ValueId) -> bool {
+        let Some(d) = self.dist.remove(&x) else { return true };
+        for (_, p) in d.split.iter().flat_map(|s| s.parts.iter().copied()).chain(d.replicas.iter().copied()) {
+            self.free_own(out, p);
+        }
+        d.home
+    }
+
+    /// Runs `instr` once per part, part `k` on `workers[k]` reading `operands[k]`; each
+    /// part's results.
+    fn per_part(
+        &mut self,
+        out: &mut Emit,
+        instr: &Instr,
+        workers: &[u32],
+        operands: &[Vec<ValueId>],
+    ) -> Vec<Vec<ValueId>> {
+        let n = instr.num_results();
+        let mut results = Vec::new();
+        for (&w, ops) in workers.iter().zip(operands) {
+            let rs: Vec<ValueId> = (0..n).map(|_| self.fresh()).collect();
+            self.emit(out, renamed(instr, &rs, ops), vec![w]);
+            results.push(rs);
+        }
+        results
+    }
+
+    /// Operand lists per part: column `j` is operand `j`'s representation on each worker.
+    fn columns(per_operand: Vec<Vec<ValueId>>, parts: usize) -> Vec<Vec<ValueId>> {
+        (0..parts).map(|k| per_operand.iter().map(|col| col[k]).collect()).collect()
+    }
+
+    /// Runs `instr` on copies of its operands on `workers`; its results become copies.
+    fn replicated(&mut self, out: &mut Emit, instr: &Instr, workers: &[u32]) {
+        let cols: Vec<Vec<ValueId>> =
+            instr.operands().into_iter().map(|v| self.ensure_replicated(out, v, workers)).collect();
+        let results = self.per_part(out, instr, workers, &Self::columns(cols, workers.len()));
+        for (j, r) in instr.results().into_iter().enumerate() {
+            let replicas = workers.iter().zip(&results).map(|(&w, rs)| (w, rs[j])).collect();
+            self.produced.push((r, Dist { home: false, split: None, replicas }));
+        }
+        self.stats.replicated += 1;
+    }
+
+    /// Runs `instr` shard by shard, operand `j` split along `axes[j]` (`None`: replicated).
+    fn sharded(&mut self, out: &mut Emit, instr: &Instr, workers: &[u32], axes: &[Option<usize>], result_axis: usize) {
+        let operands = instr.operands();
+        let cols: Vec<Vec<ValueId>> = operands
+            .iter()
+            .zip(axes)
+            .map(|(&v, a)| match a {
+                Some(a) => self.ensure_split(out, v, *a, workers),
+                None => self.ensure_replicated(out, v, workers),
+            })
+            .collect();
+        let results = self.per_part(out, instr, workers, &Self::columns(cols, workers.len()));
+        for (j, r) in instr.results().into_iter().enumerate() {
+            let parts = workers.iter().zip(&results).map(|(&w, rs)| (w, rs[j])).collect();
+            self.produced
+                .push((r, Dist { home: false, split: Some(Split { axis: result_axis, parts }), replicas: Vec::new() }));
+        }
+        self.stats.sharded += 1;
+    }
+
+    /// A split operand of `instr` and its axis, if any.
+    fn split_of(&self, v: ValueId) -> Option<&Split> {
+        self.dist.get(&v).and_then(|d| d.split.as_ref())
+    }
+
+    fn replicas_of(&self, v: ValueId) -> Option<Vec<u32>> {
+        self.dist.get(&v).filter(|d| !d.replicas.is_empty()).map(|d| d.replicas.iter().map(|r| r.0).collect())
+    }
+
+    /// Plans and emits an instruction that reads spread values (or runs in a placed scope);
+    /// `false` when it has no sharded rule (the caller runs it at home).
+    fn plan(&mut self, out: &mut Emit, instr: &Instr, results: &[TensorType]) -> bool {
+        if let Some(Want::Replicated { workers }) = self.want().cloned() {
+            self.replicated(out, instr, &workers);
+            return true;
+        }
+        let operands = instr.operands();
+        let types: Option<Vec<TensorType>> = operands.iter().map(|&v| self.ty(v)).collect();
+        let Some(types) = types else { return false };
+        match instr {
+            Instr::Unary { .. } | Instr::Binary { .. } | Instr::Where { .. } => {
+                let out_ty = &results[0];
+                let rank = out_ty.shape.rank();
+                // A split operand that is not broadcast along its split axis sets the plan.
+                let lead = operands.iter().zip(&types).find_map(|(&v, t)| {
+                    let s = self.split_of(v)?;
+                    let a = s.axis + rank - t.shape.rank();
+                    (t.shape.0[s.axis] == out_ty.shape.0[a]).then(|| (a, s.workers()))
+                });
+                if let Some((a, workers)) = lead {
+                    let axes: Vec<Option<usize>> = types
+                        .iter()
+                        .map(|t| {
+                            let lead = rank - t.shape.rank();
+                            (a >= lead && t.shape.0[a - lead] == out_ty.shape.0[a]).then(|| a - lead)
+                        })
+                        .collect();
+                    self.sharded(out, instr, &workers, &axes, a);
+                    return true;
+                }
+                if let Some(workers) = operands.iter().find_map(|&v| self.replicas_of(v)) {
+                    self.replicated(out, instr, &workers);
+                    return true;
+                }
+                false
+            }
+            Instr::MatMul { lhs, rhs, .. } => {
+                let (l, r) = (types[0].shape.rank(), types[1].shape.rank());
+                if l < 2 || r != 2 {
+                    return false;
+                }
+                let (ls, rs) = (self.split_of(*lhs).cloned(), self.split_of(*rhs).cloned());
+                match (&ls, &rs) {
+                    // Data parallel: rows (or batches) of x, w replicated.
+                    (Some(s), _) if s.axis + 2 <= l => {
+                        self.sharded(out, instr, &s.workers(), &[Some(s.axis), None], s.axis);
+                        true
+                    }
+                    // Column parallel: x replicated, columns of w.
+                    (None, Some(s)) if s.axis == 1 => {
+                        self.sharded(out, instr, &s.workers(), &[None, Some(1)], l - 1);
+                        true
+                    }
+                    // Row parallel: both split along k; partial products, then their sum.
+                    (Some(s), _) | (None, Some(s))
+                        if (ls.is_some() && s.axis == l - 1) || (ls.is_none() && s.axis == 0) =>
+                    {
+                        let workers = s.workers();
+                        let a = self.ensure_split(out, *lhs, l - 1, &workers);
+                        let b = self.ensure_split(out, *rhs, 0, &workers);
+                        let partials = self.per_part(out, instr, &workers, &Self::columns(vec![a, b], workers.len()));
+                        let partials: Vec<ValueId> = partials.into_iter().map(|p| p[0]).collect();
+                        self.all_reduce(out, instr.results()[0], ReduceOp::Sum, &workers, partials, None);
+                        self.stats.sharded += 1;
+                        true
+                    }
+                    _ => match self.replicas_of(*lhs).or_else(|| self.replicas_of(*rhs)) {
+                        Some(workers) => {
+                            self.replicated(out, instr, &workers);
+                            true
+                        }
+                        None => false,
+                    },
+                }
+            }
+            Instr::Reduce { op, src, axes, keepdim, .. } => {
+                let rank = types[0].shape.rank();
+                let reduced = match axes {
+                    Some(a) => match normalize_axes(a, rank) {
+                        Ok(a) => a,
+                        Err(_) => return false,
+                    },
+                    None => (0..rank).collect(),
+                };
+                if let Some(s) = self.split_of(*src).cloned() {
+                    let workers = s.workers();
+                    if !reduced.contains(&s.axis) {
+                        let before = reduced.iter().filter(|&&a| a < s.axis).count();
+                        let axis = if *keepdim { s.axis } else { s.axis - before };
+                        self.sharded(out, instr, &workers, &[Some(s.axis)], axis);
+                        return true;
+                    }
+                    // Over the split axis: each shard's partial, then their combination.
+                    let partial_op = if *op == ReduceOp::Mean { ReduceOp::Sum } else { *op };
+                    let partial = Instr::Reduce {
+                        dst: instr.results()[0],
+                        op: partial_op,
+                        src: *src,
+                        axes: axes.clone(),
+                        keepdim: *keepdim,
+                    };
+                    let parts: Vec<ValueId> = s.parts.iter().map(|p| p.1).collect();
+                    let partials = self.per_part(out, &partial, &workers, &Self::columns(vec![parts], workers.len()));
+                    let partials: Vec<ValueId> = partials.into_iter().map(|p| p[0]).collect();
+                    let count: usize = reduced.iter().map(|&a| types[0].shape.0[a]).product();
+                    let mean = (*op == ReduceOp::Mean).then_some(count);
+                    self.all_reduce(out, instr.results()[0], partial_op, &workers, partials, mean);
+                    self.stats.sharded += 1;
+                    return true;
+                }
+                match self.replicas_of(*src) {
+                    Some(workers) => {
+                        self.replicated(out, instr, &workers);
+                        true
+                    }
+                    None => false,
+                }
+            }
+            Instr::Zeros { ty, .. } | Instr::Ones { ty, .. } | Instr::Full { ty, .. } => {
+                // Created piece by piece where a scope splits them.
+                let Some(Want::Split { axis, workers }) = self.want().cloned() else { return false };
+                let Some(a) = self.splittable(ty, axis, workers.len()) else { return false };
+                let sizes = array_split(ty.shape.0[a], workers.len());
+                let dst = instr.results()[0];
+                let mut parts = Vec::new();
+                for (&w, n) in workers.iter().zip(sizes) {
+                    let mut piece = ty.clone();
+                    piece.shape.0[a] = n;
+                    let p = self.fresh();
+                    let made = match instr {
+                        Instr::Zeros { .. } => Instr::Zeros { dst: p, ty: piece },
+                        Instr::Ones { .. } => Instr::Ones { dst: p, ty: piece },
+                        Instr::Full { value, .. } => Instr::Full { dst: p, ty: piece, value: *value },
+                        _ => unreachable!("matched above"),
+                    };
+                    self.emit(out, made, vec![w]);
+                    parts.push((w, p));
+                }
+                self.produced
+                    .push((dst, Dist { home: false, split: Some(Split { axis: a, parts }), replicas: Vec::new() }));
+                self.stats.sharded += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `all_reduce op` of `partials` (one per worker) into copies that become `dst`'s; a
+    /// mean of `count` elements divides them by it.
+    fn all_reduce(
+        &mut self,
+        out: &mut Emit,
+        dst: ValueId,
+        op: ReduceOp,
+        workers: &[u32],
+        partials: Vec<ValueId>,
+        mean: Option<usize>,
+    ) {
+        let sums = if partials.len() == 1 {
+            // One shard: its partial is the whole.
+            partials
+        } else {
+            let sums: Vec<ValueId> = workers.iter().map(|_| self.fresh()).collect();
+            let op = CollectiveOp::AllReduce(op);
+            self.emit(out, Instr::Collective { dsts: sums.clone(), op, srcs: partials.clone() }, workers.to_vec());
+            self.stats.collectives += 1;
+            for p in partials {
+                self.free_own(out, p);
+            }
+            sums
+        };
+        let copies = match mean {
+            None => sums,
+            Some(count) => {
+                let mut copies = Vec::new();
+                for (&w, s) in workers.iter().zip(sums) {
+                    let c = self.fresh();
+                    let div = Instr::Binary {
+                        dst: c,
+                        op: BinaryOp::Div,
+                        lhs: Operand::Value(s),
+                        rhs: Operand::Scalar(count as f64),
+                    };
+                    self.emit(out, div, vec![w]);
+                    self.free_own(out, s);
+                    copies.push(c);
+                }
+                copies
+            }
+        };
+        let replicas = workers.iter().copied().zip(copies).collect();
+        self.produced.push((dst, Dist { home: false, split: None, replicas }));
+    }
+
+    /// The axis to split a value of type `ty` along, when it can be: its rank is above the
+    /// axis and it has at least one element per worker there.
+    fn splittable(&self, ty: &TensorType, axis: i64, workers: usize) -> Option<usize> {
+        let a = normalize_axis(axis, ty.shape.rank()).ok()?;
+        (ty.shape.0[a] >= workers).then_some(a)
+    }
+
+    /// Applies the innermost placement to the results of the client's instruction.
+    fn place_results(&mut self, out: &mut Emit, results: &[ValueId], types: &[TensorType]) {
+        let Some(Want::Split { axis, workers }) = self.want().cloned() else { return };
+        for (&r, ty) in results.iter().zip(types) {
+            let Some(a) = self.splittable(ty, axis, workers.len()) else {
+                self.stats.unsplit += 1;
+                continue;
+            };
+            self.ensure_split(out, r, a, &workers);
+            // The scope's values live split: other representations go.
+            if let Some(d) = self.dist.get(&r).cloned() {
+                for (_, c) in d.replicas {
+                    self.free_own(out, c);
+                }
+                if d.home {
+                    self.emit(out, Instr::Free { src: r }, Vec::new());
+                }
+                if let Some(d) = self.dist.get_mut(&r) {
+                    d.replicas.clear();
+                    d.home = false;
+                }
+            }
+        }
+    }
+
+    /// An instruction that computes (not a marker or a free).
+    fn compute(&mut self, out: &mut Emit, instr: Instr) {
+        let results = match out.types() {
+            Some(Ok(t)) => t.to_vec(),
+            // Not typed (the dispatcher reports it) or made by an earlier pass: as it is.
+            _ => return out.keep(instr),
+        };
+        let spread_operand = instr.operands().iter().any(|&v| self.is_spread(v));
+        if !spread_operand && self.want().is_none() {
+            for r in instr.results() {
+                // A redefinition replaces whatever represented the old value.
+                if self.dist.contains_key(&r) {
+                    self.forget(out, r);
+                }
+            }
+            self.types.record(&instr, &results);
+            return out.keep(instr);
+        }
+        let planned = self.plan(out, &instr, &results);
+        if !planned {
+            let mut gathered = false;
+            for v in instr.operands() {
+                gathered |= self.ensure_home(out, v);
+            }
+            if gathered {
+                self.stats.gathers += 1;
+            }
+            out.keep(instr.clone());
+        }
+        // The plan has read the operands: the results' old representations go (a result
+        // now spread that was whole at home before also leaves home).
+        let names = instr.results();
+        let mut was_home = Vec::new();
+        for &r in &names {
+            let live = self.types.get(r).is_some();
+            if self.forget(out, r) && live {
+                was_home.push(r);
+            }
+        }
+        for (r, d) in std::mem::take(&mut self.produced) {
+            if was_home.contains(&r) {
+                self.emit(out, Instr::Free { src: r }, Vec::new());
+            }
+            self.dist.insert(r, d);
+        }
+        self.types.record(&instr, &results);
+        self.place_results(out, &names, &results);
+    }
+}
+
+impl StreamPass for Shard {
+    fn name(&self) -> &'static str {
+        "shard"
+    }
+
+    fn run(&mut self, instr: Instr, out: &mut Emit) {
+        match instr {
+            Instr::SignalStart { ref name, ref place, .. } => {
+                let want = match place {
+                    None => None,
+                    Some(p) => match self.resolve(name, p) {
+                        Ok(w) => Some(w),
+                        Err(e) => {
+                            self.stats.refused += 1;
+                            let name = name.clone();
+                            out.refuse(instr.clone(), e);
+                            self.scopes.push((name, None));
+                            return;
+                        }
+                    },
+                };
+                self.scopes.push((name.clone(), want));
+                out.keep(instr);
+            }
+            Instr::SignalEnd { ref name } => {
+                if self.scopes.last().is_some_and(|(open, _)| open == name) {
+                    self.scopes.pop();
+                }
+                out.keep(instr);
+            }
+            Instr::Free { src } => {
+                let home = self.forget(out, src);
+                if let Some(Ok(t)) = out.types() {
+                    let t = t.clone();
+                    self.types.record(&instr, &t);
+                }
+                if home {
+                    out.keep(instr);
+                }
+            }
+            Instr::GetData { src } => {
+                self.ensure_home(out, src);
+                out.keep(instr);
+            }
+            Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => out.keep(instr),
+            _ => self.compute(out, instr),
+        }
+    }
+
+    fn set_workers(&mut self, n: usize) {
+        self.workers = n.max(1);
+    }
+
+    fn materialize(&mut self, value: ValueId, out: &mut Emit) {
+        if self.ensure_home(out, value) {
+            self.stats.reads += 1;
+        }
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        let s = &self.stats;
+        vec![
+            ("sharded", s.sharded),
+            ("replicated", s.replicated),
+            ("collectives", s.collectives),
+            ("moves", s.moves),
+            ("scatters", s.scatters),
+            ("gathers", s.gathers),
+            ("reads_assembled", s.reads),
+            ("unsplit", s.unsplit),
+            ("refused", s.refused),
+        ]
+    }
+}

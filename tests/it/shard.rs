@@ -1,0 +1,271 @@
+//! The shard pass: every run filetest, spread over workers by a placement around the whole
+//! script (random axis, 2-4 workers, split or replicated), reads what the interpreter reads
+//! (within rounding where a reduction's order changes); plans as dumps.
+
+use crate::cluster::run_filetests;
+use gt::ir::{HostTensor, Instr, Placement, Program, Stmt, StmtKind, ValueId};
+use gt::passes::pipeline::Emitted;
+use gt::passes::{registry, PassOptions, Pipeline};
+use gt::runtime::Interpreter;
+use proptest::prelude::*;
+
+/// One step of a flattened script: an instruction, or a read.
+enum Step {
+    Run(Instr),
+    Read(ValueId),
+}
+
+/// The script's instructions and reads in order, loops unrolled; `None` when it has
+/// statements other than instructions, reads, loops and signal blocks (training).
+fn flatten(stmts: &[Stmt], q: &mut Vec<Step>) -> Option<()> {
+    for s in stmts {
+        match &s.kind {
+            StmtKind::Const { .. } => {}
+            StmtKind::Instr(i) => q.push(Step::Run(i.clone())),
+            StmtKind::Print { src } | StmtKind::Expect { src, .. } => q.push(Step::Read(*src)),
+            StmtKind::Repeat { count, body } => {
+                for _ in 0..*count {
+                    flatten(body, q)?;
+                }
+            }
+            StmtKind::Signal { name, body } => {
+                q.push(Step::Run(Instr::SignalStart { name: name.clone(), compile: false, place: None }));
+                flatten(body, q)?;
+                q.push(Step::Run(Instr::SignalEnd { name: name.clone() }));
+            }
+            _ => return None,
+        }
+    }
+    Some(())
+}
+
+/// Runs `program` (after `prologue`) through `pipeline` when given, on the interpreter;
+/// every `print` and `expect` reads its value (assembled at home first). `None` when the
+/// program is not a plain stream or fails.
+fn reads(program: &Program, mut pipeline: Option<&mut Pipeline>, prologue: &[Instr]) -> Option<Vec<HostTensor>> {
+    let mut steps: Vec<Step> = prologue.iter().cloned().map(Step::Run).collect();
+    flatten(&program.body, &mut steps)?;
+    let mut interp = Interpreter::new();
+    let mut out = Vec::new();
+    for (seq, step) in (1u64..).zip(steps) {
+        let mut emitted: Vec<Emitted> = Vec::new();
+        let read = match (&mut pipeline, step) {
+            (Some(p), Step::Run(instr)) => {
+                p.run(instr, seq, &mut emitted);
+                None
+            }
+            (None, Step::Run(instr)) => {
+                emitted.push((instr, Default::default()));
+                None
+            }
+            (Some(p), Step::Read(v)) => {
+                p.flush(seq, &mut emitted);
+                p.materialize(v, seq, &mut emitted);
+                Some(v)
+            }
+            (None, Step::Read(v)) => Some(v),
+        };
+        if let Some(p) = &mut pipeline {
+            let errors = p.take_errors();
+            assert!(errors.is_empty(), "pass errors: {errors:?}");
+            assert!(p.take_refusals().is_empty(), "refusals");
+        }
+        for (i, _) in emitted {
+            interp.execute(&i).ok()?;
+        }
+        if let Some(v) = read {
+            out.push(interp.read(v).ok()?);
+        }
+    }
+    Some(out)
+}
+
+fn close(a: &[HostTensor], b: &[HostTensor]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.ty == y.ty
+                && x.data.iter().zip(&y.data).all(|(p, q)| {
+                    (p.is_nan() && q.is_nan()) || p == q || (p - q).abs() <= 1e-4 * (1.0 + p.abs().max(q.abs()))
+                })
+        })
+}
+
+fn sharded_pipeline(workers: usize) -> Pipeline {
+    let mut p = registry::pipeline(&["shard", "dead"], &PassOptions::default()).unwrap();
+    p.set_workers(workers);
+    p
+}
+
+fn programs() -> Vec<(String, Program)> {
+    run_filetests()
+        .into_iter()
+        .filter_map(|path| {
+            let source = std::fs::read_to_string(&path).ok()?;
+            if source.contains("; error:") {
+                return None;
+            }
+            let loaded = gt::script::load(source.as_bytes()).ok()?;
+            Some((path.display().to_string(), loaded.program))
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_run_filetest_spread_over_workers_reads_what_the_interpreter_reads(
+        axis in -2i64..3,
+        workers in 2usize..5,
+        replicated in any::<bool>(),
+        first in 0u32..2,
+    ) {
+        let listed: Vec<u32> = (first..first + workers as u32).collect();
+        let place = if replicated {
+            Placement::Replicated { workers: listed }
+        } else {
+            Placement::Split { axis, workers: listed }
+        };
+        let prologue = [Instr::SignalStart { name: "spread".into(), compile: false, place: Some(place.clone()) }];
+        let mut spread = 0;
+        for (path, program) in programs() {
+            let Some(reference) = reads(&program, None, &[]) else { continue };
+            let mut p = sharded_pipeline(workers + 2);
+            let got = reads(&program, Some(&mut p), &prologue);
+            spread += p.stats()[0].1.iter().filter(|(k, _)| *k == "sharded" || *k == "replicated").map(|(_, v)| v).sum::<u64>();
+            prop_assert!(got.is_some(), "{path} under {place:?}: failed to run");
+            let got = got.unwrap();
+            prop_assert!(close(&got, &reference), "{path} under {place:?}: reads differ\n{got:?}\n{reference:?}");
+        }
+        prop_assert!(spread > 20, "the placement spread only {spread} instructions");
+    }
+}
+
+/// The stream the shard pass makes of `src` (each line with the workers its results go
+/// to), its reads assembled, and its counters.
+fn plan(src: &str, workers: usize) -> String {
+    let program = gt::script::load(src.as_bytes()).unwrap().program;
+    let mut p = registry::pipeline(&["shard"], &PassOptions::default()).unwrap();
+    p.set_workers(workers);
+    let mut steps = Vec::new();
+    flatten(&program.body, &mut steps).unwrap();
+    let mut text = String::new();
+    for (seq, step) in (1..).zip(steps) {
+        let mut out = Vec::new();
+        match step {
+            Step::Run(i) => p.run(i, seq, &mut out),
+            Step::Read(v) => {
+                p.flush(seq, &mut out);
+                p.materialize(v, seq, &mut out);
+                text.push_str(&format!("; read %{}\n", program.name(v)));
+            }
+        }
+        for (i, meta) in out {
+            let at = match meta.place.as_slice() {
+                [] => "home".to_string(),
+                w => w.iter().map(|w| format!("w{w}")).collect::<Vec<_>>().join(", "),
+            };
+            text.push_str(&format!("{:<64} ; {at}\n", gt::ir::text::print_instr(&i)));
+        }
+    }
+    let stats = p.stats().remove(0).1;
+    text.push_str(&format!(
+        "; {}\n",
+        stats.iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+    ));
+    text
+}
+
+/// `snapshots/shard__NAME.snap`: a plan.
+fn snapshot(name: &str, text: &str) {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path("../../snapshots");
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| insta::assert_snapshot!(format!("shard__{name}"), text));
+}
+
+#[test]
+fn data_parallel_plan() {
+    snapshot(
+        "data_parallel",
+        &plan(
+            "%w = randn f32[3, 2] seed=2
+signal_start \"batch\" shard axis=0 workers=[0, 1]
+%x = randn f32[4, 3] seed=1
+%y = matmul %x, %w
+%z = relu %y
+signal_end \"batch\"
+%loss = mean %z
+print %loss
+",
+            2,
+        ),
+    );
+}
+
+#[test]
+fn column_and_row_parallel_plans() {
+    snapshot(
+        "column_and_row_parallel",
+        &plan(
+            "%x = randn f32[4, 6] seed=1
+signal_start \"columns\" shard axis=1 workers=[0, 1]
+%w = randn f32[6, 4] seed=2
+signal_end \"columns\"
+%h = matmul %x, %w
+%h2 = tanh %h
+signal_start \"rows\" shard axis=0 workers=[0, 1]
+%v = ones f32[4, 3]
+signal_end \"rows\"
+%o = matmul %h2, %v
+print %o
+",
+            2,
+        ),
+    );
+}
+
+#[test]
+fn pipeline_stages_and_replicated_parameters_plan() {
+    snapshot(
+        "pipeline_and_replicated",
+        &plan(
+            "signal_start \"params\" replicated workers=[0, 1, 2]
+%w = ones f32[3, 3]
+signal_end \"params\"
+signal_start \"stage1\" shard axis=0 workers=[0]
+%x = full f32[2, 3] 0.5
+%h = matmul %x, %w
+signal_end \"stage1\"
+signal_start \"stage2\" shard axis=0 workers=[2]
+%y = exp %h
+%s = sum %y
+signal_end \"stage2\"
+print %s
+",
+            3,
+        ),
+    );
+}
+
+#[test]
+fn a_placement_naming_a_missing_worker_is_refused_and_ignored() {
+    let mut p = registry::pipeline(&["shard"], &PassOptions::default()).unwrap();
+    p.set_workers(4);
+    let mut out = Vec::new();
+    let place = Placement::Split { axis: 0, workers: vec![0, 7] };
+    p.run(Instr::SignalStart { name: "far".into(), compile: false, place: Some(place) }, 1, &mut out);
+    let refused = p.take_refusals();
+    assert_eq!(refused.len(), 1);
+    assert_eq!(
+        refused[0].error.to_string(),
+        "signal `far` places values on worker 7, but there are 4 workers (indices 0..4)"
+    );
+    let dup = Placement::Replicated { workers: vec![1, 1] };
+    p.run(Instr::SignalStart { name: "twice".into(), compile: false, place: Some(dup) }, 2, &mut out);
+    assert_eq!(p.take_refusals()[0].error.to_string(), "signal `twice` names worker 1 twice");
+    // The scopes stay open without a placement: what they compute stays home.
+    let ones = Instr::Ones { dst: ValueId(0), ty: gt::ir::TensorType::f32(vec![4]) };
+    p.run(ones, 3, &mut out);
+    assert!(out.iter().all(|(_, m)| m.place.is_empty()));
+}
