@@ -16,4 +16,4 @@ pub use fuse::{Fuse, FuseConfig, FuseStats, Regions};
 pub use hotpath::{HotPath, HotPathConfig, HotPathStats};
 pub use pipeline::{Emit, Emitted, Meta, PassError, Pipeline, StreamPass, StreamTypes, Typing, UnknownPass};
 pub use registry::{PassOptions, DEFAULT_PASSES, KNOWN_PASSES};
-pub use shard::{PlacementError, Shard, ShardStats};
+pub use shard::{PlacementError, Shard, ShardConfig, ShardStats};

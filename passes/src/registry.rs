@@ -5,7 +5,7 @@ use crate::dead::{Dead, DeadConfig};
 use crate::fuse::{Fuse, FuseConfig, Regions};
 use crate::hotpath::{HotPath, HotPathConfig};
 use crate::pipeline::{Pipeline, UnknownPass};
-use crate::shard::Shard;
+use crate::shard::{Shard, ShardConfig};
 
 /// Every pass, in the order a pipeline runs them.
 pub const KNOWN_PASSES: &[&str] = &["shard", "hotpath", "fuse", "dead"];
@@ -26,6 +26,8 @@ pub fn default_options() -> PassOptions {
 /// Settings of the passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PassOptions {
+    /// The shard pass's.
+    pub shard: ShardConfig,
     /// The hotpath pass's.
     pub hotpath: HotPathConfig,
     /// The fuse pass's.
@@ -58,7 +60,7 @@ pub fn pipeline(names: &[&str], options: &PassOptions) -> Result<Pipeline, Unkno
     for &k in KNOWN_PASSES {
         if names.contains(&k) {
             match k {
-                "shard" => p.push(Box::new(Shard::new())),
+                "shard" => p.push(Box::new(Shard::new(options.shard))),
                 "hotpath" => p.push(Box::new(HotPath::new(options.hotpath))),
                 "fuse" => p.push(Box::new(Fuse::new(options.fuse))),
                 "dead" => p.push(Box::new(Dead::new(options.dead))),

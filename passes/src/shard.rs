@@ -22,12 +22,31 @@
 //! Inside a scope with a placement, results are then split (`shard`) or copied
 //! (`replicated`) as it says; a result too small to split (rank at most the axis, or fewer
 //! elements along it than workers) keeps the representation its plan gave. A read
-//! ([`StreamPass::materialize`]) assembles the value whole at home first.
+//! ([`StreamPass::materialize`]) assembles the value whole at home first. With
+//! [`ShardConfig::auto`] (`GT_AUTO_SHARD=1`) the pass splits large matmuls and elementwise
+//! ops over every worker by itself; what they compute stays split until something reads it.
 
 use crate::pipeline::{Emit, StreamPass, StreamTypes, FIRST_PASS_ID};
 use gt_ir::verify::shape::{array_split, normalize_axes, normalize_axis};
 use gt_ir::{BinaryOp, CollectiveOp, Instr, Operand, Placement, ReduceOp, SliceItem, SplitSpec, TensorType, ValueId};
 use std::collections::HashMap;
+
+/// Settings of the shard pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardConfig {
+    /// Split large work over every worker without being told (`GT_AUTO_SHARD=1`): a matmul
+    /// whose left operand, or an elementwise op whose result, holds at least `threshold`
+    /// bytes runs split along its rows (its leading axis).
+    pub auto: bool,
+    /// The size from which `auto` splits (`GT_SHARD_THRESHOLD`, bytes).
+    pub threshold: u64,
+}
+
+impl Default for ShardConfig {
+    fn default() -> ShardConfig {
+        ShardConfig { auto: false, threshold: 16 << 20 }
+    }
+}
 
 /// A placement that cannot be honoured.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -107,6 +126,8 @@ pub struct ShardStats {
     pub reads: u64,
     /// Results a scope asked to split that were too small (kept as they came).
     pub unsplit: u64,
+    /// Instructions `GT_AUTO_SHARD` split by itself.
+    pub auto: u64,
     /// Placements refused (a worker that does not exist, one named twice).
     pub refused: u64,
 }
@@ -114,6 +135,7 @@ pub struct ShardStats {
 /// The shard pass.
 #[derive(Debug)]
 pub struct Shard {
+    config: ShardConfig,
     workers: usize,
     /// The client's values' types (every instruction's results, as the pipeline typed them).
     types: StreamTypes,
@@ -130,7 +152,7 @@ pub struct Shard {
 
 impl Default for Shard {
     fn default() -> Shard {
-        Shard::new()
+        Shard::new(ShardConfig::default())
     }
 }
 
@@ -155,9 +177,11 @@ fn renamed(instr: &Instr, results: &[ValueId], operands: &[ValueId]) -> Instr {
 }
 
 impl Shard {
-    /// A shard pass; nothing is spread until a scope with a placement opens.
-    pub fn new() -> Shard {
+    /// A shard pass; nothing is spread until a scope with a placement opens (or, with
+    /// `auto`, until work is large enough).
+    pub fn new(config: ShardConfig) -> Shard {
         Shard {
+            config,
             workers: 1,
             types: StreamTypes::default(),
             dist: HashMap::new(),
@@ -630,6 +654,34 @@ impl Shard {
         self.produced.push((dst, Dist { home: false, split: None, replicas }));
     }
 
+    /// `GT_AUTO_SHARD`: splits the operand that sets a large instruction's rows over every
+    /// worker (the plan then runs it shard by shard); whether it did.
+    fn auto_split(&mut self, out: &mut Emit, instr: &Instr, results: &[TensorType]) -> bool {
+        if !self.config.auto || self.workers < 2 {
+            return false;
+        }
+        let n = self.workers;
+        let big =
+            |t: &TensorType| t.size_bytes() as u64 >= self.config.threshold && t.shape.rank() >= 1 && t.shape.0[0] >= n;
+        let lead = match instr {
+            Instr::MatMul { lhs, .. } => self.ty(*lhs).filter(|t| t.shape.rank() >= 2 && big(t)).map(|_| *lhs),
+            Instr::Unary { .. } | Instr::Binary { .. } | Instr::Where { .. } if big(&results[0]) => {
+                let rank = results[0].shape.rank();
+                let full = results[0].shape.0[0];
+                instr
+                    .operands()
+                    .into_iter()
+                    .find(|&v| self.ty(v).is_some_and(|t| t.shape.rank() == rank && t.shape.0[0] == full))
+            }
+            _ => None,
+        };
+        let Some(v) = lead else { return false };
+        let workers: Vec<u32> = (0..n as u32).collect();
+        self.ensure_split(out, v, 0, &workers);
+        self.stats.auto += 1;
+        true
+    }
+
     /// The axis to split a value of type `ty` along, when it can be: its rank is above the
     /// axis and it has at least one element per worker there.
     fn splittable(&self, ty: &TensorType, axis: i64, workers: usize) -> Option<usize> {
@@ -670,7 +722,8 @@ impl Shard {
             _ => return out.keep(instr),
         };
         let spread_operand = instr.operands().iter().any(|&v| self.is_spread(v));
-        if !spread_operand && self.want().is_none() {
+        let auto = !spread_operand && self.want().is_none() && self.auto_split(out, &instr, &results);
+        if !spread_operand && !auto && self.want().is_none() {
             for r in instr.results() {
                 // A redefinition replaces whatever represented the old value.
                 if self.dist.contains_key(&r) {
@@ -782,6 +835,7 @@ impl StreamPass for Shard {
             ("gathers", s.gathers),
             ("reads_assembled", s.reads),
             ("unsplit", s.unsplit),
+            ("auto", s.auto),
             ("refused", s.refused),
         ]
     }
