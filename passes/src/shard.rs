@@ -176,6 +176,24 @@ fn renamed(instr: &Instr, results: &[ValueId], operands: &[ValueId]) -> Instr {
     i
 }
 
+/// Where axis `axis` of a `from`-shaped value is in the `to`-shaped result of a reshape (or,
+/// `broadcast`, a broadcast), when every element's index along it is kept: the same length,
+/// and the same leading axes before it once size-1 axes are dropped (and, for a reshape,
+/// everything after it keeps its element count).
+fn kept_axis(from: &[usize], to: &[usize], axis: usize, broadcast: bool) -> Option<usize> {
+    if broadcast {
+        let a = axis + to.len().checked_sub(from.len())?;
+        return (to[a] == from[axis]).then_some(a);
+    }
+    let before = |dims: &[usize]| -> Vec<usize> { dims.iter().copied().filter(|&d| d != 1).collect() };
+    let inner: usize = from[axis + 1..].iter().product();
+    (0..to.len()).find(|&a| {
+        to[a] == from[axis]
+            && before(&to[..a]) == before(&from[..axis])
+            && to[a + 1..].iter().product::<usize>() == inner
+    })
+}
+
 impl Shard {
     /// A shard pass; nothing is spread until a scope with a placement opens (or, with
     /// `auto`, until work is large enough).
@@ -403,11 +421,24 @@ impl Shard {
         workers: &[u32],
         operands: &[Vec<ValueId>],
     ) -> Vec<Vec<ValueId>> {
+        self.per_part_with(out, instr, workers, operands, &|_, i| i.clone())
+    }
+
+    /// [`Shard::per_part`], part `k` running `adapt(k, instr)` (a reshape's target shape
+    /// is the piece's).
+    fn per_part_with(
+        &mut self,
+        out: &mut Emit,
+        instr: &Instr,
+        workers: &[u32],
+        operands: &[Vec<ValueId>],
+        adapt: &dyn Fn(usize, &Instr) -> Instr,
+    ) -> Vec<Vec<ValueId>> {
         let n = instr.num_results();
         let mut results = Vec::new();
-        for (&w, ops) in workers.iter().zip(operands) {
+        for (k, (&w, ops)) in workers.iter().zip(operands).enumerate() {
             let rs: Vec<ValueId> = (0..n).map(|_| self.fresh()).collect();
-            self.emit(out, renamed(instr, &rs, ops), vec![w]);
+            self.emit(out, renamed(&adapt(k, instr), &rs, ops), vec![w]);
             results.push(rs);
         }
         results
@@ -432,6 +463,19 @@ impl Shard {
 
     /// Runs `instr` shard by shard, operand `j` split along `axes[j]` (`None`: replicated).
     fn sharded(&mut self, out: &mut Emit, instr: &Instr, workers: &[u32], axes: &[Option<usize>], result_axis: usize) {
+        self.sharded_with(out, instr, workers, axes, result_axis, &|_, i| i.clone());
+    }
+
+    /// [`Shard::sharded`] with each part's instruction adapted (see [`Shard::per_part_with`]).
+    fn sharded_with(
+        &mut self,
+        out: &mut Emit,
+        instr: &Instr,
+        workers: &[u32],
+        axes: &[Option<usize>],
+        result_axis: usize,
+        adapt: &dyn Fn(usize, &Instr) -> Instr,
+    ) {
         let operands = instr.operands();
         let cols: Vec<Vec<ValueId>> = operands
             .iter()
@@ -441,7 +485,7 @@ impl Shard {
                 None => self.ensure_replicated(out, v, workers),
             })
             .collect();
-        let results = self.per_part(out, instr, workers, &Self::columns(cols, workers.len()));
+        let results = self.per_part_with(out, instr, workers, &Self::columns(cols, workers.len()), adapt);
         for (j, r) in instr.results().into_iter().enumerate() {
             let parts = workers.iter().zip(&results).map(|(&w, rs)| (w, rs[j])).collect();
             self.produced
@@ -603,7 +647,86 @@ impl Shard {
                 self.stats.sharded += 1;
                 true
             }
-            _ => false,
+            Instr::Transpose { src, dim0, dim1, .. } => {
+                let rank = types[0].shape.rank();
+                let (Some(s), Ok(a), Ok(b)) =
+                    (self.split_of(*src).cloned(), normalize_axis(*dim0, rank), normalize_axis(*dim1, rank))
+                else {
+                    return self.replicated_if_copies(out, instr, &operands);
+                };
+                let axis = if s.axis == a {
+                    b
+                } else if s.axis == b {
+                    a
+                } else {
+                    s.axis
+                };
+                self.sharded(out, instr, &s.workers(), &[Some(s.axis)], axis);
+                true
+            }
+            Instr::Permute { src, perm, .. } => {
+                let rank = types[0].shape.rank();
+                let perm: Result<Vec<usize>, _> = perm.iter().map(|&p| normalize_axis(p, rank)).collect();
+                let (Some(s), Ok(perm)) = (self.split_of(*src).cloned(), perm) else {
+                    return self.replicated_if_copies(out, instr, &operands);
+                };
+                let Some(axis) = perm.iter().position(|&p| p == s.axis) else { return false };
+                self.sharded(out, instr, &s.workers(), &[Some(s.axis)], axis);
+                true
+            }
+            Instr::Reshape { src, .. }
+            | Instr::BroadcastTo { src, .. }
+            | Instr::Squeeze { src, .. }
+            | Instr::Unsqueeze { src, .. } => {
+                let Some(s) = self.split_of(*src).cloned() else {
+                    return self.replicated_if_copies(out, instr, &operands);
+                };
+                let (from, to) = (&types[0].shape.0, &results[0].shape.0);
+                // The split axis keeps its length and its place among the axes before it
+                // that are not size 1 (reshapes keeping the leading axes, a keepdim's
+                // unsqueeze, a broadcast along other axes): each piece maps to a piece.
+                let Some(axis) = kept_axis(from, to, s.axis, matches!(instr, Instr::BroadcastTo { .. })) else {
+                    return false;
+                };
+                let sizes = array_split(from[s.axis], s.parts.len());
+                let adapt = |k: usize, i: &Instr| match i {
+                    Instr::Reshape { dst, src, .. } => {
+                        let mut shape: Vec<i64> = to.iter().map(|&d| d as i64).collect();
+                        shape[axis] = sizes[k] as i64;
+                        Instr::Reshape { dst: *dst, src: *src, shape }
+                    }
+                    Instr::BroadcastTo { dst, src, .. } => {
+                        let mut shape = to.clone();
+                        shape[axis] = sizes[k];
+                        Instr::BroadcastTo { dst: *dst, src: *src, shape }
+                    }
+                    // Squeezing every size-1 axis of a piece could take the split axis
+                    // (a piece of length 1): the whole value's size-1 axes, named.
+                    Instr::Squeeze { dst, src, axes: None } => {
+                        let axes = (0..from.len()).filter(|&a| from[a] == 1).map(|a| a as i64).collect();
+                        Instr::Squeeze { dst: *dst, src: *src, axes: Some(axes) }
+                    }
+                    other => other.clone(),
+                };
+                self.sharded_with(out, instr, &s.workers(), &[Some(s.axis)], axis, &adapt);
+                true
+            }
+            _ => self.replicated_if_copies(out, instr, &operands),
+        }
+    }
+
+    /// Any instruction whose spread operands are all copies (none split) runs once per
+    /// copy, on the first such operand's workers; `false` otherwise.
+    fn replicated_if_copies(&mut self, out: &mut Emit, instr: &Instr, operands: &[ValueId]) -> bool {
+        if operands.iter().any(|&v| self.split_of(v).is_some()) {
+            return false;
+        }
+        match operands.iter().find_map(|&v| self.replicas_of(v)) {
+            Some(workers) => {
+                self.replicated(out, instr, &workers);
+                true
+            }
+            None => false,
         }
     }
 
@@ -740,6 +863,7 @@ impl Shard {
                 gathered |= self.ensure_home(out, v);
             }
             if gathered {
+                eprintln!("GATHER {}", gt_ir::text::print_instr(&instr));
                 self.stats.gathers += 1;
             }
             out.keep(instr.clone());

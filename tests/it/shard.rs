@@ -287,3 +287,100 @@ fn auto_shard_splits_large_work_and_reads_what_the_interpreter_reads() {
     }
     assert!(auto > 20, "GT_AUTO_SHARD split only {auto} instructions");
 }
+
+/// An executor that runs a client's stream through a pipeline with the shard pass (on
+/// `workers` workers) and then the interpreter, as a dispatcher with one process would.
+struct Sharded {
+    pipeline: Pipeline,
+    interp: Interpreter,
+    seq: u64,
+    /// The shard pass's counters as of the last read.
+    stats: std::rc::Rc<std::cell::RefCell<Vec<(&'static str, u64)>>>,
+}
+
+impl gt::ir::Executor for Sharded {
+    type Error = gt::runtime::RuntimeError;
+    fn error_kind(error: &Self::Error) -> gt::ir::FailureKind {
+        error.kind()
+    }
+    fn execute(&mut self, instr: &Instr) -> Result<(), Self::Error> {
+        self.seq += 1;
+        let mut out = Vec::new();
+        self.pipeline.run(instr.clone(), self.seq, &mut out);
+        assert!(self.pipeline.take_errors().is_empty());
+        for (i, _) in out {
+            self.interp.execute(&i)?;
+        }
+        Ok(())
+    }
+    fn read(&mut self, value: ValueId) -> Result<HostTensor, Self::Error> {
+        self.seq += 1;
+        let mut out = Vec::new();
+        self.pipeline.flush(self.seq, &mut out);
+        self.pipeline.materialize(value, self.seq, &mut out);
+        for (i, _) in out {
+            self.interp.execute(&i)?;
+        }
+        *self.stats.borrow_mut() = self.pipeline.stats().remove(0).1;
+        self.interp.read(value)
+    }
+}
+
+/// Losses of a 784-256-10 MLP trained with SGD, data parallel when `config` says so.
+fn mlp_losses(config: Option<&str>, workers: usize) -> (Vec<f32>, Vec<(&'static str, u64)>) {
+    use gt::nn::{self, Module, Optimizer};
+    let mut pipeline = registry::pipeline(&["shard", "fuse", "dead"], &registry::default_options()).unwrap();
+    pipeline.set_workers(workers);
+    let stats = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let ctx = gt::frontend::tensor::Context::new(Sharded {
+        pipeline,
+        interp: Interpreter::new(),
+        seq: 0,
+        stats: stats.clone(),
+    });
+    let _guard = ctx.install();
+    let yaml = config.unwrap_or("");
+    gt::signal::set_config(gt::config::Config::parse(yaml, "test.yaml").unwrap());
+    gt::manual_seed(7).unwrap();
+    let labels: Vec<usize> = (0..64).map(|i| (i * 7) % 10).collect();
+    let t = nn::one_hot(&labels, 10).unwrap();
+    let centres = gt::randn(&[10, 784]).unwrap();
+    let model = {
+        let _p = gt::signal::context("params").unwrap();
+        nn::Sequential::new()
+            .push(nn::Linear::new(784, 256).unwrap())
+            .push(nn::ReLU)
+            .push(nn::Linear::new(256, 10).unwrap())
+    };
+    let mut sgd = nn::Sgd::new(model.parameters(), 0.05);
+    let mut losses = Vec::new();
+    for _ in 0..4 {
+        let loss = {
+            let _b = gt::signal::context("batch").unwrap();
+            let x = t.matmul(&centres).unwrap().add(&gt::randn(&[64, 784]).unwrap().mul(0.5).unwrap()).unwrap();
+            nn::cross_entropy(&model.forward(&x).unwrap(), &t).unwrap()
+        };
+        sgd.zero_grad();
+        loss.backward().unwrap();
+        sgd.step().unwrap();
+        losses.push(loss.item().unwrap());
+    }
+    gt::signal::set_config(Default::default());
+    let stats = stats.borrow().clone();
+    (losses, stats)
+}
+
+#[test]
+fn an_mlp_trained_data_parallel_gives_one_workers_losses() {
+    let (reference, _) = mlp_losses(None, 1);
+    let config = "batch:\n  shard:\n    axis: 0\n  backward: batch_bwd\nbatch_bwd:\n  shard:\n    axis: 0\nparams:\n  shard:\n    replicated: true\n";
+    for workers in [2, 3, 4] {
+        let (losses, stats) = mlp_losses(Some(config), workers);
+        let stat = |k: &str| stats.iter().find(|(n, _)| *n == k).map_or(0, |(_, v)| *v);
+        eprintln!("{workers} workers: {stats:?}");
+        assert!(stat("sharded") > 20 && stat("collectives") > 8, "{workers} workers: {stats:?}");
+        for (a, b) in losses.iter().zip(&reference) {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{workers} workers: {losses:?} vs {reference:?}");
+        }
+    }
+}
