@@ -1,0 +1,221 @@
+//! Sharding on CPU workers, in one run: an `N x N` f32 matmul split by rows (data parallel,
+//! the right operand replicated) and one data-parallel training step of a `W`-wide MLP on 1,
+//! 2, 4 and 8 embedded workers (each with its share of the cores, never more workers than
+//! cores), against one worker; then `all_reduce` and `all_gather` over the workers' own
+//! collective sockets (`gt::runtime::collective`, ZeroMQ rings between threads) from 1 MB to
+//! 256 MB, against a raw ZeroMQ transfer of the same bytes between the same threads.
+//! Prints times, speed-ups over one worker (the goal: at least 0.9 x N for a compute-bound
+//! matmul while N <= cores) and bandwidth ratios (goal: collectives at least 80% of the raw
+//! socket); asserts nothing.
+//! Run: `cargo bench --bench shard` (`GT_BENCH_QUICK=1`: fewer repetitions and smaller sizes;
+//! `GT_BENCH_SAVE=NAME` writes `bench/results/shard-NAME.txt`).
+
+use gt::nn::{self, Module, Optimizer};
+use gt::runtime::collective::{Collectives, Group, ZmqCollectives};
+use gt::transport::Endpoint;
+use gt::Runtime;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Placements: rows split over every worker, parameters copied.
+const CONFIG: &str = "rows:\n  shard:\n    axis: 0\n  backward: rows_bwd\nrows_bwd:\n  shard:\n    axis: 0\nparams:\n  shard:\n    replicated: true\n";
+
+/// Median time of `x @ w` (x split by rows over the workers) with a sync, on `workers`.
+fn matmul(workers: usize, n: usize, reps: usize) -> anyhow::Result<Duration> {
+    let gt = Runtime::embedded(workers)?;
+    gt::signal::set_config(gt::config::Config::parse(CONFIG, "bench.yaml")?);
+    let w = {
+        let _p = gt::signal::context("params")?;
+        gt::randn_seeded(&[n, n], 2)?
+    };
+    let x = {
+        let _r = gt::signal::context("rows")?;
+        gt::randn_seeded(&[n, n], 1)?
+    };
+    gt.sync()?;
+    let mut times = Vec::new();
+    for rep in 0..reps + 1 {
+        let t = Instant::now();
+        let y = {
+            let _r = gt::signal::context("rows")?;
+            x.matmul(&w)?
+        };
+        gt.sync()?;
+        if rep > 0 {
+            times.push(t.elapsed());
+        }
+        drop(y);
+    }
+    gt::signal::set_config(Default::default());
+    Ok(median(times))
+}
+
+/// Median time of one data-parallel SGD step of a `width`-wide 3-layer MLP on a batch of
+/// `batch`, with the loss read.
+fn mlp_step(workers: usize, width: usize, batch: usize, reps: usize) -> anyhow::Result<(Duration, f32)> {
+    let _gt = Runtime::embedded(workers)?;
+    gt::signal::set_config(gt::config::Config::parse(CONFIG, "bench.yaml")?);
+    gt::manual_seed(3)?;
+    let model = {
+        let _p = gt::signal::context("params")?;
+        nn::Sequential::new()
+            .push(nn::Linear::new(width, width)?)
+            .push(nn::ReLU)
+            .push(nn::Linear::new(width, width)?)
+            .push(nn::ReLU)
+            .push(nn::Linear::new(width, 10)?)
+    };
+    let labels: Vec<usize> = (0..batch).map(|i| (i * 7) % 10).collect();
+    let (x, t) = {
+        let _r = gt::signal::context("rows")?;
+        (gt::randn_seeded(&[batch, width], 9)?, nn::one_hot(&labels, 10)?)
+    };
+    let mut sgd = nn::Sgd::new(model.parameters(), 0.01);
+    let mut times = Vec::new();
+    let mut last = 0.0;
+    for rep in 0..reps + 1 {
+        let start = Instant::now();
+        let loss = {
+            let _r = gt::signal::context("rows")?;
+            nn::cross_entropy(&model.forward(&x)?, &t)?
+        };
+        sgd.zero_grad();
+        loss.backward()?;
+        sgd.step()?;
+        last = loss.item()?;
+        if rep > 0 {
+            times.push(start.elapsed());
+        }
+    }
+    gt::signal::set_config(Default::default());
+    Ok((median(times), last))
+}
+
+/// Median seconds of `op` run on `n` threads, each with its own collective socket.
+fn collective(n: usize, bytes: usize, reps: usize, gather: bool) -> anyhow::Result<Duration> {
+    let ctx = gt::transport::zmq::Context::new();
+    let like = Endpoint::Inproc("bench".into());
+    let mut sockets = Vec::new();
+    for r in 0..n {
+        sockets.push(ZmqCollectives::bind(&ctx, &like, &format!("r{r}"), Duration::from_secs(60), 1 << 30)?);
+    }
+    let peers: Vec<String> = sockets.iter().map(|s| s.address().to_string()).collect();
+    let times = std::thread::scope(|scope| {
+        let handles: Vec<_> = sockets
+            .into_iter()
+            .enumerate()
+            .map(|(rank, mut sock)| {
+                let peers = peers.clone();
+                scope.spawn(move || {
+                    let mut data = vec![1.0f32; bytes / 4 / if gather { n } else { 1 }];
+                    let mine: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+                    let mut times = Vec::new();
+                    for id in 0..reps as u64 + 1 {
+                        let g = Group { id, rank, peers: peers.clone() };
+                        let t = Instant::now();
+                        if gather {
+                            sock.all_gather(&g, &mine).expect("all_gather");
+                        } else {
+                            sock.all_reduce(&g, gt::ir::ReduceOp::Sum, &mut data).expect("all_reduce");
+                        }
+                        if id > 0 {
+                            times.push(t.elapsed());
+                        }
+                    }
+                    times
+                })
+            })
+            .collect();
+        // The slowest rank's time is the collective's.
+        let all: Vec<Vec<Duration>> = handles.into_iter().map(|h| h.join().expect("rank")).collect();
+        (0..reps).map(|i| all.iter().map(|t| t[i]).max().unwrap_or_default()).collect::<Vec<_>>()
+    });
+    Ok(median(times))
+}
+
+/// Median time of sending `bytes` from one thread to another over raw inproc ZeroMQ
+/// (PUSH/PULL, one message), the socket's ceiling.
+fn raw(bytes: usize, reps: usize) -> anyhow::Result<Duration> {
+    let ctx = gt::transport::zmq::Context::new();
+    let pull = ctx.socket(gt::transport::zmq::PULL)?;
+    pull.bind("inproc://raw")?;
+    let push = ctx.socket(gt::transport::zmq::PUSH)?;
+    push.connect("inproc://raw")?;
+    let payload = vec![1u8; bytes];
+    let mut times = Vec::new();
+    for rep in 0..reps + 1 {
+        let t = Instant::now();
+        push.send(&payload[..], 0)?;
+        let got = pull.recv_msg(0)?;
+        assert_eq!(got.len(), bytes);
+        if rep > 0 {
+            times.push(t.elapsed());
+        }
+    }
+    Ok(median(times))
+}
+
+fn main() -> anyhow::Result<()> {
+    let quick = std::env::var_os("GT_BENCH_QUICK").is_some();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let counts: Vec<usize> = [1, 2, 4, 8].into_iter().filter(|&w| w <= cores.max(2)).collect();
+    let (n, width, batch, reps) = if quick { (1024, 512, 256, 3) } else { (2048, 1024, 512, 5) };
+    let n = std::env::var("GT_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(n);
+    let mut report = String::new();
+    let _ = writeln!(report, "gt sharding, {cores} cores; embedded workers share them; median of {reps}");
+    let _ = writeln!(report, "\nmatmul {n}x{n} f32, x split by rows, w replicated (sync after each)");
+    let mut one = None;
+    for &w in &counts {
+        let t = matmul(w, n, reps)?;
+        let base = *one.get_or_insert(t);
+        let speedup = base.as_secs_f64() / t.as_secs_f64();
+        let _ = writeln!(report, "  {w} worker(s): {:>9.1} ms  speed-up {speedup:.2}x (goal >= {:.1}x)", ms(t), 0.9 * w as f64);
+    }
+    let _ = writeln!(report, "\nMLP {width}-{width}-{width}-10 data-parallel SGD step, batch {batch}, loss read");
+    let mut one = None;
+    for &w in &counts {
+        let (t, loss) = mlp_step(w, width, batch, reps)?;
+        let base = *one.get_or_insert(t);
+        let speedup = base.as_secs_f64() / t.as_secs_f64();
+        let _ = writeln!(report, "  {w} worker(s): {:>9.1} ms  speed-up {speedup:.2}x  (loss {loss:.4})", ms(t));
+    }
+    let _ = writeln!(report, "\ncollectives between threads over inproc ZeroMQ (bus bandwidth) vs one raw transfer");
+    let sizes: &[usize] = if quick { &[1, 16, 64] } else { &[1, 16, 64, 256] };
+    for &mb in sizes {
+        let bytes = mb << 20;
+        let raw = raw(bytes, reps)?;
+        let raw_rate = bytes as f64 / raw.as_secs_f64() / 1e9;
+        for &ranks in counts.iter().filter(|&&r| r > 1) {
+            let reduce = collective(ranks, bytes, reps, false)?;
+            let gather = collective(ranks, bytes, reps, true)?;
+            // What each link carries: 2(n-1)/n of the data for a ring all_reduce, (n-1)/n
+            // for an all_gather of n pieces.
+            let f = (ranks - 1) as f64 / ranks as f64;
+            let reduce_rate = 2.0 * f * bytes as f64 / reduce.as_secs_f64() / 1e9;
+            let gather_rate = f * bytes as f64 / gather.as_secs_f64() / 1e9;
+            let _ = writeln!(
+                report,
+                "  {mb:>3} MB, {ranks} ranks: all_reduce {:>8.2} ms {reduce_rate:>5.2} GB/s ({:>3.0}% of raw)  all_gather {:>8.2} ms {gather_rate:>5.2} GB/s ({:>3.0}%)  raw transfer {:>7.2} ms {raw_rate:.2} GB/s",
+                ms(reduce),
+                100.0 * reduce_rate / raw_rate,
+                ms(gather),
+                100.0 * gather_rate / raw_rate,
+                ms(raw)
+            );
+        }
+    }
+    print!("{report}");
+    if let Ok(name) = std::env::var("GT_BENCH_SAVE") {
+        std::fs::write(format!("bench/results/shard-{name}.txt"), &report)?;
+    }
+    Ok(())
+}
