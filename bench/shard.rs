@@ -178,7 +178,12 @@ fn main() -> anyhow::Result<()> {
         let t = matmul(w, n, reps)?;
         let base = *one.get_or_insert(t);
         let speedup = base.as_secs_f64() / t.as_secs_f64();
-        let _ = writeln!(report, "  {w} worker(s): {:>9.1} ms  speed-up {speedup:.2}x (goal >= {:.1}x)", ms(t), 0.9 * w as f64);
+        let _ = writeln!(
+            report,
+            "  {w} worker(s): {:>9.1} ms  speed-up {speedup:.2}x (goal >= {:.1}x)",
+            ms(t),
+            0.9 * w as f64
+        );
     }
     let _ = writeln!(report, "\nMLP {width}-{width}-{width}-10 data-parallel SGD step, batch {batch}, loss read");
     let mut one = None;

@@ -283,8 +283,9 @@ impl fmt::Display for UnknownPass {
 
 impl std::error::Error for UnknownPass {}
 
-/// Called with each instruction a pass emits (the pass's name, the instruction).
-pub type DumpHook = Box<dyn FnMut(&'static str, &Instr) + Send>;
+/// Called with each instruction a pass emits (the pass's name, the instruction, its meta:
+/// dumps show where placed instructions run).
+pub type DumpHook = Box<dyn FnMut(&'static str, &Instr, &Meta) + Send>;
 
 struct Stage {
     pass: Box<dyn StreamPass>,
@@ -462,8 +463,8 @@ impl Pipeline {
     /// Dumps, validates and collects the errors of what stage `k` emitted.
     fn report(&mut self, k: usize, emit: &mut Emit) {
         if let Some(dump) = &mut self.dump {
-            for (i, _) in &emit.items {
-                dump(emit.pass, i);
+            for (i, meta) in &emit.items {
+                dump(emit.pass, i, meta);
             }
         }
         self.errors.append(&mut emit.errors);
@@ -609,7 +610,7 @@ mod tests {
         let mut p = Pipeline::new();
         p.push(Box::new(Twice));
         let s = seen.clone();
-        p.set_dump(Box::new(move |pass, i| s.lock().unwrap().push((pass, i.clone()))));
+        p.set_dump(Box::new(move |pass, i, _| s.lock().unwrap().push((pass, i.clone()))));
         let mut out = Vec::new();
         p.run(zeros(3), 1, &mut out);
         assert_eq!(*seen.lock().unwrap(), vec![("twice", zeros(3)), ("twice", zeros(3))]);

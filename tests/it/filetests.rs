@@ -119,7 +119,7 @@ fn dumps(
     let mut pipeline = registry::pipeline(passes, options)?;
     let texts: Arc<Mutex<BTreeMap<&'static str, String>>> = Arc::default();
     let sink = texts.clone();
-    pipeline.set_dump(Box::new(move |pass, instr| {
+    pipeline.set_dump(Box::new(move |pass, instr, _| {
         let mut t = sink.lock().expect("not poisoned");
         let text = t.entry(pass).or_default();
         text.push_str(&print_instr(instr));

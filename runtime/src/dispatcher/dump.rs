@@ -4,7 +4,7 @@
 
 use gt_ir::text::print::print_instr;
 use gt_ir::Instr;
-use gt_passes::pipeline::DumpHook;
+use gt_passes::pipeline::{DumpHook, Meta};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -15,8 +15,8 @@ use std::path::PathBuf;
 /// once and that file is dropped).
 pub fn hook(dir: PathBuf, stream: String) -> DumpHook {
     let mut files: HashMap<(&'static str, &'static str), Option<BufWriter<File>>> = HashMap::new();
-    Box::new(move |pass: &'static str, instr: &Instr| {
-        let mut text = vec![("gtir", print_instr(instr))];
+    Box::new(move |pass: &'static str, instr: &Instr, meta: &Meta| {
+        let mut text = vec![("gtir", print_instr(instr) + &placement(&meta.place))];
         if let Instr::Fused { dst, kernel, .. } = instr {
             let clif = crate::backend::cpu::jit::clif(kernel).unwrap_or_else(|e| format!("; no CLIF: {e}"));
             let header: String = format!("%{} = fused\n{kernel}", dst.0).lines().map(|l| format!("; {l}\n")).collect();
@@ -26,6 +26,15 @@ pub fn hook(dir: PathBuf, stream: String) -> DumpHook {
             write(&mut files, &dir, &stream, pass, ext, &text);
         }
     })
+}
+
+/// Where a placed instruction's results go, as a trailing comment (` ; on w1`, ` ; on w0, w1`).
+pub fn placement(place: &[u32]) -> String {
+    if place.is_empty() {
+        return String::new();
+    }
+    let workers: Vec<String> = place.iter().map(|w| format!("w{w}")).collect();
+    format!("  ; on {}", workers.join(", "))
 }
 
 fn write(
