@@ -545,7 +545,13 @@ mod tests {
 
     /// The meta of the client's instruction `seq`, typed at the entry as `zeros` is.
     fn client(seq: u64) -> Meta {
-        Meta { seq, injected_by: None, types: Some(Ok(vec![TensorType::f32(vec![1])].into())), compile: false, place: Vec::new() }
+        Meta {
+            seq,
+            injected_by: None,
+            types: Some(Ok(vec![TensorType::f32(vec![1])].into())),
+            compile: false,
+            place: Vec::new(),
+        }
     }
 
     fn zeros(n: u32) -> Instr {
