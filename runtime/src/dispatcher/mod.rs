@@ -1808,3 +1808,23 @@ fn reply_summary(reply: &Reply) -> (&'static str, String) {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{collective_ranks, RankError};
+    use gt_ir::{CollectiveOp, ReduceOp};
+
+    #[test]
+    fn collective_ranks_follow_the_participants() {
+        let all_reduce = CollectiveOp::AllReduce(ReduceOp::Sum);
+        assert_eq!(collective_ranks(all_reduce, &[2, 0, 1], &[2, 0, 1]), Ok(vec![2, 0, 1]));
+        assert_eq!(collective_ranks(all_reduce, &[2, 0], &[2, 1]), Err(RankError::Split { i: 1, from: 0, to: 1 }));
+        assert_eq!(
+            collective_ranks(CollectiveOp::AllGather { axis: 0 }, &[1, 0, 1], &[1, 0, 1]),
+            Err(RankError::Shared { i: 0, j: 2, worker: 1 })
+        );
+        // A broadcast's root first, then each other receiving worker once.
+        assert_eq!(collective_ranks(CollectiveOp::Broadcast, &[1], &[0, 1, 2, 0]), Ok(vec![1, 0, 2]));
+        assert_eq!(collective_ranks(CollectiveOp::Move, &[2], &[0]), Ok(vec![2, 0]));
+    }
+}

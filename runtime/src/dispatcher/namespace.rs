@@ -315,6 +315,15 @@ mod tests {
 
     const NO_LIMITS: Limits = Limits { memory: u64::MAX, credit: u64::MAX, credit_bytes: u64::MAX };
 
+    #[test]
+    fn the_workers_a_client_used_are_kept_once_in_order() {
+        let mut ns = Namespace::new();
+        for w in [2, 0, 2, 1, 0] {
+            ns.touch(w);
+        }
+        assert_eq!(ns.workers(), &[0, 1, 2]);
+    }
+
     fn v(n: u32) -> ValueId {
         ValueId(n)
     }
