@@ -8,6 +8,7 @@ use crate::backend::{BackendKind, UnknownBackend};
 use gt_ir::kernel::Precision;
 use gt_passes::{registry, HotPathConfig, PassOptions, Regions, UnknownPass};
 use std::path::PathBuf;
+use std::time::Duration;
 use thiserror::Error;
 
 /// The largest `GT_FUSE_WINDOW`: the fuse pass's partitioner works on one region at a time,
@@ -117,7 +118,14 @@ pub struct EnvConfig {
     /// Compute threads per CPU worker (`GT_THREADS`; default `None`: the worker's share of
     /// the cores, [`cores_per_worker`]); at most the machine's cores.
     pub threads: Option<usize>,
+    /// How long a worker's part of a collective waits for a peer (`GT_COLLECTIVE_TIMEOUT`,
+    /// seconds, default [`DEFAULT_COLLECTIVE_TIMEOUT`]).
+    pub collective_timeout: Duration,
 }
+
+/// How long a worker's part of a collective waits for a peer by default: long enough for a
+/// peer's earlier work, short enough that a hung peer is reported.
+pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Four fifths of this machine's memory (`MemTotal` in `/proc/meminfo`), or no limit where
 /// that cannot be read.
@@ -147,6 +155,7 @@ impl Default for EnvConfig {
             matmul_precision: Precision::F32,
             jit: true,
             threads: None,
+            collective_timeout: DEFAULT_COLLECTIVE_TIMEOUT,
         }
     }
 }
@@ -180,6 +189,8 @@ impl EnvConfig {
         c.max_message_bytes = positive("GT_MAX_MESSAGE_BYTES", c.max_message_bytes)?;
         c.worker_memory = positive("GT_WORKER_MEMORY", c.worker_memory)?;
         c.client_credit = positive("GT_CLIENT_CREDIT", c.client_credit as usize)? as u64;
+        let timeout = positive("GT_COLLECTIVE_TIMEOUT", c.collective_timeout.as_secs() as usize)?;
+        c.collective_timeout = Duration::from_secs(timeout as u64);
         if get("GT_THREADS").is_some() {
             let threads = positive("GT_THREADS", 1)?;
             let cores = cores();

@@ -43,6 +43,8 @@ pub struct ClusterOptions {
     /// Each in-process worker's compute threads (`GT_THREADS`; `None`: its share of the
     /// cores).
     pub threads: Option<usize>,
+    /// How long an in-process worker's collective waits for a peer (`GT_COLLECTIVE_TIMEOUT`).
+    pub collective_timeout: std::time::Duration,
 }
 
 impl ClusterOptions {
@@ -60,6 +62,7 @@ impl ClusterOptions {
             jit: true,
             worker_memory: crate::config::default_worker_memory(),
             threads: None,
+            collective_timeout: crate::config::DEFAULT_COLLECTIVE_TIMEOUT,
         }
     }
 
@@ -88,6 +91,7 @@ impl ClusterOptions {
         self.jit = env.jit;
         self.worker_memory = env.worker_memory;
         self.threads = env.threads;
+        self.collective_timeout = env.collective_timeout;
         let (passes, options, dump) = (env.passes.clone(), env.pass_options, env.dump_passes.clone());
         if !passes.is_empty() {
             self.dispatcher.pipeline = std::sync::Arc::new(move |client| {
@@ -213,7 +217,7 @@ impl Cluster {
         })?;
         let mut config = options.dispatcher.clone();
         config.min_workers = config.min_workers.max(options.workers);
-        let dispatcher = Dispatcher::new(router, stop_key.clone(), log, config);
+        let dispatcher = Dispatcher::new(router, stop_key.clone(), log, config).with_context(ctx.clone());
         let handle = std::thread::Builder::new()
             .name("gt-dispatcher".into())
             // The passes' walks are bounded by their windows (GT_FUSE_WINDOW at most 4096);
@@ -245,6 +249,7 @@ impl Cluster {
             wo.matmul_precision = options.matmul_precision;
             wo.jit = options.jit;
             wo.memory_budget = options.worker_memory;
+            wo.collective_timeout = options.collective_timeout;
             wo.threads = options.threads.unwrap_or_else(|| crate::config::cores_per_worker(options.workers));
             let h = std::thread::Builder::new()
                 .name(format!("gt-worker-{i}"))

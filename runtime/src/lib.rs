@@ -9,6 +9,7 @@ pub mod config;
 pub mod dispatcher;
 pub mod embedded;
 pub mod error;
+pub mod exchange;
 pub mod worker;
 
 pub use backend::cpu::interp::Interpreter;

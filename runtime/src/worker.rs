@@ -4,12 +4,18 @@
 //!
 //! Every batch is answered with `Done`, listing each instruction that failed, so a failure in
 //! the middle of a batch is reported for that instruction (the Python GT answered success).
+//!
+//! A worker also binds a peer socket ([`ZmqCollectives`]) at start and sends its address in
+//! `Register`: a batch's exchanges are its parts of collectives across workers (`exchange.rs`),
+//! which it runs in batch order with the other workers of each group.
 
 use crate::backend::{Backend, BackendError, BackendKind};
+use crate::collective::{CollectiveError, Collectives, ZmqCollectives};
+use crate::exchange;
 use crate::Interpreter;
 use gt_ir::kernel::Precision;
 use gt_ir::Instr;
-use gt_transport::message::{Failure, FailureKind, OpStats, Timing, WorkerCommand, WorkerEvent, WorkerStats};
+use gt_transport::message::{Exchange, Failure, FailureKind, OpStats, Timing, WorkerCommand, WorkerEvent, WorkerStats};
 use gt_transport::{codec, socket, Endpoint, Inbound, InboundRef};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -37,6 +43,8 @@ pub struct WorkerOptions {
     pub memory_budget: usize,
     /// Compute threads for large work on a CPU worker (`GT_THREADS`, `--threads`).
     pub threads: usize,
+    /// How long a collective waits for a peer (`GT_COLLECTIVE_TIMEOUT`).
+    pub collective_timeout: Duration,
 }
 
 impl WorkerOptions {
@@ -52,6 +60,7 @@ impl WorkerOptions {
             jit: true,
             memory_budget: crate::config::default_worker_memory(),
             threads: crate::config::cores(),
+            collective_timeout: crate::config::DEFAULT_COLLECTIVE_TIMEOUT,
         }
     }
 }
@@ -87,6 +96,9 @@ pub enum WorkerError {
     /// Its compute threads could not start.
     #[error(transparent)]
     Threads(#[from] crate::backend::cpu::threads::ThreadsError),
+    /// Its peer socket (for collectives) could not be bound.
+    #[error(transparent)]
+    Peer(#[from] CollectiveError),
 }
 
 /// Per-op counters.
@@ -142,6 +154,10 @@ pub fn run_worker(
         options.matmul_precision,
         options.jit,
     )?;
+    // The peer socket on a transport like the dispatcher's, so that peers that reach the
+    // dispatcher reach each other the same way.
+    let mut net =
+        ZmqCollectives::bind(ctx, endpoint, &options.name, options.collective_timeout, options.max_message_bytes)?;
     let sock = socket::dealer(ctx, endpoint, options.max_message_bytes)?;
     // Watch for the connection breaking before registering, so that no disconnect can
     // happen unseen once the dispatcher knows this worker.
@@ -155,6 +171,7 @@ pub fn run_worker(
         name: options.name.clone(),
         backend: backend.name().into(),
         clock: clock(),
+        peer: net.address().to_string(),
     });
     let register = codec::encode(&register, max).expect("a registration is small");
     socket::retry(|| sock.send(&register[..], gt_transport::zmq::DONTWAIT))?;
@@ -226,14 +243,16 @@ pub fn run_worker(
                 tracing::info!(target: "gt::worker", "{} registered as worker {worker} at {endpoint}", options.name);
                 send(&WorkerEvent::Pong { clock: clock() })?;
             }
-            WorkerCommand::Exec { batch, instrs, owners, timed } => {
+            WorkerCommand::Exec { batch, instrs, owners, timed, exchanges } => {
                 let start = Instant::now();
                 // A departed client's instructions are skipped, its frees still run.
                 let skip = |i: usize| {
                     !matches!(instrs[i], Instr::Free { .. }) && owners.get(i).is_some_and(|o| dropped.contains(o))
                 };
                 let mut timings = timed.then(Vec::new);
-                let failures = execute_batch(backend.as_mut(), &mut stats, &instrs, &skip, epoch, timings.as_mut());
+                let batch_ref = BatchRef { instrs: &instrs, exchanges: &exchanges };
+                let failures =
+                    execute_batch((backend.as_mut(), &mut net), &mut stats, batch_ref, &skip, epoch, timings.as_mut());
                 let nanos = start.elapsed().as_nanos() as u64;
                 tracing::debug!(target: "gt::worker", "{}: batch {batch}: {} instructions, {} failed, {nanos} ns", options.name, instrs.len(), failures.len());
                 let (timings, live_bytes) = (timings.unwrap_or_default(), backend.live_bytes() as u64);
@@ -257,13 +276,20 @@ pub fn run_worker(
     }
 }
 
+/// A batch's instructions and the exchanges among them.
+struct BatchRef<'a> {
+    instrs: &'a [Instr],
+    exchanges: &'a [Exchange],
+}
+
 /// Runs a batch; with `timings`, records when each instruction run started (on the clock
 /// that started at `epoch`) and how long it ran: the backend's own device times when it
-/// keeps them ([`Backend::take_timings`]), else the host's.
+/// keeps them ([`Backend::take_timings`]), else the host's. Exchanges run their part of a
+/// collective through `net`; a skipped one still tells its peers, so none waits for it.
 fn execute_batch(
-    backend: &mut dyn Backend,
+    (backend, net): (&mut dyn Backend, &mut dyn Collectives),
     stats: &mut Stats,
-    instrs: &[Instr],
+    BatchRef { instrs, exchanges }: BatchRef<'_>,
     skip: &dyn Fn(usize) -> bool,
     epoch: Instant,
     mut timings: Option<&mut Vec<Timing>>,
@@ -273,16 +299,31 @@ fn execute_batch(
     if timings.is_some() {
         backend.start_timing(epoch);
     }
+    // (A garbled batch naming an index twice: the first entry counts.)
+    let mut parts: HashMap<usize, &Exchange> = HashMap::new();
+    for ex in exchanges {
+        parts.entry(ex.index as usize).or_insert(ex);
+    }
     for (i, instr) in instrs.iter().enumerate() {
+        let part = parts.get(&i).copied();
         if skip(i) {
             stats.skipped += 1;
+            if let Some(ex) = part {
+                net.abort(&exchange::group(ex));
+            }
             continue;
         }
         let op = instr.mnemonic();
         let t0 = Instant::now();
         // The interpreter reports bad input as errors; a panic would be a bug, and it must
         // not take the worker (and every client's values) down with it.
-        let result = catch_unwind(AssertUnwindSafe(|| backend.execute(instr)));
+        let result = catch_unwind(AssertUnwindSafe(|| match part {
+            Some(ex) => exchange::run(backend, net, instr, ex).map_err(|e| Failure::new(e.kind(), e.to_string())),
+            None => backend.execute(instr).map_err(|e| Failure::new(e.kind(), e.to_string())),
+        }));
+        if let (Err(_), Some(ex)) = (&result, part) {
+            net.abort(&exchange::group(ex));
+        }
         let dt = t0.elapsed().as_nanos() as u64;
         if let Some(t) = timings.as_deref_mut() {
             let start = t0.saturating_duration_since(epoch).as_nanos() as u64;
@@ -294,7 +335,7 @@ fn execute_batch(
         stats.instructions += 1;
         let failure = match result {
             Ok(Ok(())) => continue,
-            Ok(Err(e)) => Failure::new(e.kind(), e.to_string()),
+            Ok(Err(failure)) => failure,
             Err(_) => Failure::new(
                 FailureKind::Internal,
                 format!("{op}: internal error (the backend panicked); please report it"),

@@ -349,6 +349,7 @@ fn worker(
     options.matmul_precision = env.matmul_precision;
     options.jit = env.jit;
     options.memory_budget = env.worker_memory;
+    options.collective_timeout = env.collective_timeout;
     options.threads = threads;
     let ctx = gt::transport::zmq::Context::new();
     let reconnect = std::time::Duration::from_secs(reconnect);

@@ -307,7 +307,7 @@ fn rogue_worker(ctx: &gt::transport::zmq::Context, endpoint: &gt::transport::End
     let send = move |sock: &zmq::Socket, e: WorkerEvent| {
         sock.send(codec::encode(&Inbound::Worker(e), 1 << 20).unwrap(), 0).unwrap();
     };
-    send(&sock, WorkerEvent::Register { name: "rogue".into(), backend: "cpu".into(), clock: 0 });
+    send(&sock, WorkerEvent::Register { name: "rogue".into(), backend: "cpu".into(), clock: 0, peer: String::new() });
     std::thread::spawn(move || {
         while sock.poll(zmq::POLLIN, 5000).unwrap_or(0) > 0 {
             let Ok(bytes) = sock.recv_bytes(0) else { return };

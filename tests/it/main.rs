@@ -10,6 +10,7 @@ mod fusion;
 mod hostile;
 mod kernels;
 mod pipeline;
+mod placement;
 mod ptx;
 mod shard;
 mod signals;

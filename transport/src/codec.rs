@@ -8,7 +8,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// The protocol version this build speaks. Bump it on any change to [`crate::message`].
-pub const PROTOCOL_VERSION: u16 = 10;
+pub const PROTOCOL_VERSION: u16 = 11;
 
 /// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;

@@ -164,6 +164,10 @@ pub enum WorkerCommand {
         /// Whether to report when each instruction started and how long it ran
         /// ([`WorkerEvent::Done`]'s `timings`): asked only while someone reads the log.
         timed: bool,
+        /// The instructions that are this worker's part of a collective across workers
+        /// (the collective at `instrs[index]`, renamed to this worker's buffers, names only
+        /// its local results and operands); every other instruction runs locally.
+        exchanges: Vec<Exchange>,
     },
     /// The client left: skip its instructions still queued here (except frees). Sent to
     /// the worker holding its values, ahead of the frees of those values.
@@ -201,6 +205,8 @@ pub enum WorkerEvent {
         backend: String,
         /// Its clock when it sent this: nanoseconds since it started (timings are on it).
         clock: u64,
+        /// The address its peers reach it at for collectives (its peer socket).
+        peer: String,
     },
     /// The answer to [`WorkerCommand::Ping`] and [`WorkerCommand::Welcome`].
     Pong {
@@ -242,6 +248,24 @@ pub enum WorkerEvent {
         /// The statistics.
         stats: WorkerStats,
     },
+}
+
+/// A worker's part of a collective across workers: which instruction of the batch it is,
+/// the collective's group and this worker's place in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Exchange {
+    /// The collective's position in the batch's `instrs`.
+    pub index: u32,
+    /// The collective's id, unique for the life of the dispatcher (hence of its workers).
+    pub id: u64,
+    /// This worker's rank in the group.
+    pub rank: u32,
+    /// The sending rank of a `broadcast` or `move` (0 for the others).
+    pub root: u32,
+    /// Every rank's peer address ([`WorkerEvent::Register`]'s `peer`), in rank order.
+    pub peers: Vec<String>,
+    /// The type of this worker's result (`None` when it receives nothing).
+    pub ty: Option<TensorType>,
 }
 
 /// When one instruction of a batch ran, on the worker's clock.

@@ -8,10 +8,16 @@
 //!
 //! # Invariants
 //! - A worker receives one client's instructions in that client's order; a reply a client
-//!   waits for is sent after the failures of that client's earlier instructions.
-//! - Each client's values live on one worker (its *home*, the least loaded at its first
-//!   instruction) until the shard pass places them; so any program gives the same numbers on
-//!   1 worker or N.
+//!   waits for is sent after the failures of that client's earlier instructions on every
+//!   worker it has sent work to (a sync waits for all of them; a read holds its data until
+//!   they are done).
+//! - A client's values live on its *home* (the least loaded worker at its first instruction)
+//!   unless a pass places them (`Meta::place`); an instruction runs on the worker its results
+//!   go to, where all its operands must be; so any program gives the same numbers on 1
+//!   worker or N.
+//! - Collectives across workers: the parts of each are appended to every participant's queue
+//!   and sent at once, by this one thread, so every worker meets them in one global order and
+//!   none waits for a part still held here.
 //! - A peer that sends garbage is answered `Rejected` (or dropped, with a log line); a peer
 //!   that is gone is noticed by routing (`ROUTER_MANDATORY`) within one probe interval, and
 //!   everyone waiting on it gets an error.
@@ -23,10 +29,12 @@ mod workers;
 
 use gt_ir::text::print::print_instr;
 use gt_ir::verify::shape;
-use gt_ir::{Instr, TensorType, TypeError, ValueId};
+use gt_ir::{CollectiveOp, Instr, TensorType, TypeError, ValueId};
+use gt_passes::pipeline::FIRST_PASS_ID;
 use gt_passes::{Pipeline, Typing};
 use gt_transport::message::{
-    Failure, FailureKind, PassStats, Reply, Request, Timing, WorkerCommand, WorkerEvent, WorkerInfo, WorkerStats,
+    Exchange, Failure, FailureKind, PassStats, Reply, Request, Timing, WorkerCommand, WorkerEvent, WorkerInfo,
+    WorkerStats,
 };
 use gt_transport::{codec, socket, zmq, EventKind, Inbound};
 use log::EventLog;
@@ -114,6 +122,49 @@ struct PendingGet {
     ty: TensorType,
     /// The value, in the client's ids.
     value: ValueId,
+    /// The wait for the client's other workers to run what it sent them before the read
+    /// (their failures come first); `None` once done, or when there was nothing to wait for.
+    barrier: Option<u64>,
+    /// The answer, held until the barrier is done.
+    held: Option<Held>,
+}
+
+/// A read's answer waiting for its barrier.
+enum Held {
+    Data(TensorType, zmq::Message),
+    Failed(Failure),
+}
+
+/// Batches on several workers that a reply waits for.
+struct Wait {
+    client: u64,
+    seq: u64,
+    /// Batches not yet done.
+    left: usize,
+    what: WaitFor,
+}
+
+enum WaitFor {
+    /// Answer `Synced`.
+    Sync,
+    /// Release the read with this tag.
+    Get(u64),
+}
+
+/// A collective across workers in flight: its parts' outcome, reported once.
+struct ExchangeState {
+    client: u64,
+    seq: u64,
+    op: &'static str,
+    /// The worker of each rank.
+    ranks: Vec<usize>,
+    /// Parts not yet done (or lost).
+    left: usize,
+    /// The failure to report when every part is done: a part's own failure is preferred to
+    /// a peer's giving up, which only echoes it.
+    failure: Option<Failure>,
+    /// The client was told already (its worker was lost).
+    reported: bool,
 }
 
 struct PendingStats {
@@ -153,6 +204,13 @@ pub struct Dispatcher {
     lost_workers: Vec<usize>,
     last_probe: Instant,
     last_client_probe: Instant,
+    waits: HashMap<u64, Wait>,
+    exchanges: HashMap<u64, ExchangeState>,
+    next_collective: u64,
+    /// For telling workers that a peer is gone: the context their peer sockets are on.
+    ctx: Option<zmq::Context>,
+    /// One DEALER per peer address, for those abort messages.
+    abort_dealers: HashMap<String, zmq::Socket>,
 }
 
 /// What goes wrong when a dispatcher cannot run at all (bad sockets); everything a peer does
@@ -184,7 +242,20 @@ impl Dispatcher {
             lost_workers: Vec::new(),
             last_probe: Instant::now(),
             last_client_probe: Instant::now(),
+            waits: HashMap::new(),
+            exchanges: HashMap::new(),
+            next_collective: 1,
+            ctx: None,
+            abort_dealers: HashMap::new(),
         }
+    }
+
+    /// The ZeroMQ context the workers' peer sockets can be reached from (needed for
+    /// `inproc://` peers), so that a lost worker's peers in a collective are told at once
+    /// instead of waiting out `GT_COLLECTIVE_TIMEOUT`.
+    pub fn with_context(mut self, ctx: zmq::Context) -> Dispatcher {
+        self.ctx = Some(ctx);
+        self
     }
 
     /// Serves until a stop request arrives (see [`Dispatcher::new`]); then tells every worker to shut
@@ -403,11 +474,9 @@ impl Dispatcher {
     fn welcome(&mut self, identity: Vec<u8>, name: String, bytes: usize) {
         let c = self.next_client;
         self.next_client += 1;
-        let client = ClientState {
-            identity: identity.clone(),
-            namespace: Namespace::new(),
-            pipeline: (self.config.pipeline)(c),
-        };
+        let mut pipeline = (self.config.pipeline)(c);
+        pipeline.set_workers(self.workers.len());
+        let client = ClientState { identity: identity.clone(), namespace: Namespace::new(), pipeline };
         self.clients.insert(c, client);
         self.client_ids.insert(identity, c);
         tracing::info!(target: "gt::dispatcher", "client {c} connected: {name}");
@@ -435,6 +504,18 @@ impl Dispatcher {
     }
 
     fn on_instr(&mut self, c: u64, seq: u64, instr: Instr, bytes: usize) {
+        if let Some(v) = first_pass_id(&instr) {
+            let why = format!(
+                "{}: value id {v} is reserved for the passes' own values (ids from {} up); use smaller ids",
+                instr.mnemonic(),
+                ValueId(FIRST_PASS_ID)
+            );
+            // Its results in the client's range are marked (reads say why); the passes' ids are
+            // never the client's to name.
+            let mut results = instr.results();
+            results.retain(|v| v.0 < FIRST_PASS_ID);
+            return self.fail_results(c, seq, &results, Failure::new(FailureKind::Undefined, why));
+        }
         let Some(client) = self.clients.get_mut(&c) else { return };
         if self.log.active() {
             // The pipeline keeps the scopes; this is the stack as it will be after `instr`.
@@ -493,19 +574,25 @@ impl Dispatcher {
                     format!("client={c} #{seq} {}", print_instr(&i)),
                 );
             }
-            self.route(c, seq, i, meta.types);
+            self.route(c, seq, i, meta.types, &meta.place);
         }
     }
 
     /// Reports what the pipeline's validation found: a pass bug, which stops debug builds
-    /// (the message handler's `catch_unwind` then ends only this client's session).
+    /// (the message handler's `catch_unwind` then ends only this client's session). The
+    /// client's instructions a pass refused fail for the client.
     fn pass_errors(&mut self, c: u64) {
         let Some(client) = self.clients.get_mut(&c) else { return };
+        let refusals = client.pipeline.take_refusals();
         for (meta, e) in client.pipeline.take_errors() {
             let msg = format!("client={c} #{}: {e}", meta.seq);
             tracing::error!(target: "gt::dispatcher", "{msg}");
             self.log.emit(EventKind::Error, format!("CLIENT {c}"), "pass", 0, msg.clone());
             debug_assert!(false, "{msg}");
+        }
+        for r in refusals {
+            let why = format!("{}: {}", r.instr.mnemonic(), r.error);
+            self.fail(c, r.meta.seq, &r.instr, Failure::new(FailureKind::Type, why));
         }
     }
 
@@ -536,10 +623,10 @@ impl Dispatcher {
     }
 
     /// Checks, types, places and renames one instruction, and queues it for its worker.
-    /// `typing`: its result types as the pipeline carried them (`None`: typed here).
-    fn route(&mut self, c: u64, seq: u64, mut instr: Instr, typing: Typing) {
+    /// `typing`: its result types as the pipeline carried them (`None`: typed here); `place`:
+    /// where its results go (`Meta::place`; empty: the client's home).
+    fn route(&mut self, c: u64, seq: u64, instr: Instr, typing: Typing, place: &[u32]) {
         let op = instr.mnemonic();
-        let limits = self.limits();
         let Some(client) = self.clients.get_mut(&c) else { return };
         let ns = &mut client.namespace;
         match instr {
@@ -574,20 +661,91 @@ impl Dispatcher {
             Ok(t) => t,
             Err(e) => return self.fail(c, seq, &instr, Failure::new(e.kind(), format!("{op}: {e}"))),
         };
-        let w = match place(&mut self.workers, ns, op) {
-            Ok(w) => w,
+        if matches!(instr, Instr::Collective { .. }) {
+            return self.route_collective(c, seq, instr, types, operands, place);
+        }
+        let w = match self.placed(c, place, instr.results().len(), op) {
+            Ok(at) if at.iter().all(|&w| w == at[0]) => at[0],
+            Ok(_) => {
+                let why = format!("{op}: its results are placed on different workers, but it runs on one (a pass bug)");
+                return self.fail(c, seq, &instr, Failure::new(FailureKind::Internal, why));
+            }
             Err(failure) => return self.fail(c, seq, &instr, failure),
         };
-        debug_assert!(operands.iter().all(|at| at.worker == w), "one home worker per client");
+        self.route_on(c, seq, instr, types, &operands, w);
+    }
+
+    /// The workers an instruction's `results` go to: `place` checked (one worker for all, or
+    /// one per result; each must exist and be alive), or the client's home for each.
+    fn placed(&mut self, c: u64, place: &[u32], results: usize, op: &str) -> Result<Vec<usize>, Failure> {
+        let Some(client) = self.clients.get_mut(&c) else {
+            return Err(Failure::new(FailureKind::Connection, format!("{op}: the client is gone")));
+        };
+        if place.is_empty() {
+            let home = home(&mut self.workers, &mut client.namespace, op)?;
+            return Ok(vec![home; results.max(1)]);
+        }
+        if place.len() != 1 && place.len() != results {
+            let why = format!("{op}: placed on {} workers for {results} results (a pass bug)", place.len());
+            return Err(Failure::new(FailureKind::Internal, why));
+        }
+        let mut workers = Vec::with_capacity(results.max(1));
+        for &p in place {
+            let w = p as usize;
+            match self.workers.get(w) {
+                None => {
+                    let why = format!(
+                        "{op}: placed on worker {w}, but the dispatcher has {} workers (0..{})",
+                        self.workers.len(),
+                        self.workers.len()
+                    );
+                    return Err(Failure::new(FailureKind::Type, why));
+                }
+                Some(worker) if !worker.alive => {
+                    let why = format!("{op}: placed on worker {w} (`{}`), which is gone", worker.name);
+                    return Err(Failure::new(FailureKind::WorkerLost, why));
+                }
+                Some(_) => workers.push(w),
+            }
+        }
+        if place.len() == 1 {
+            workers.resize(results.max(1), workers[0]);
+        }
+        Ok(workers)
+    }
+
+    /// Queues an instruction (all of whose operands must be on `w`) to run on worker `w`,
+    /// its results defined there.
+    fn route_on(
+        &mut self,
+        c: u64,
+        seq: u64,
+        mut instr: Instr,
+        types: Vec<TensorType>,
+        operands: &[Location],
+        w: usize,
+    ) {
+        let op = instr.mnemonic();
+        if let Some(k) = operands.iter().position(|at| at.worker != w) {
+            // A pass placed it where its operand is not (a pass bug, or a client naming values
+            // a pass spread): refused, never sent to a worker that cannot run it.
+            let value = instr.operands()[k];
+            let why = format!(
+                "{op}: operand {value} is on worker `{}`, but the instruction runs on worker `{}` (its results' place); move it first",
+                self.workers[operands[k].worker].name,
+                self.workers[w].name
+            );
+            return self.fail(c, seq, &instr, Failure::new(FailureKind::Type, why));
+        }
+        let limits = self.limits();
+        let Some(client) = self.clients.get_mut(&c) else { return };
+        let ns = &mut client.namespace;
         let results = instr.results();
         let logged_types = if self.log.active() { types.clone() } else { Vec::new() };
         if let Err(refusal) = ns.admit(&results, &types, &limits) {
-            let kind = match refusal {
-                Refusal::Memory { .. } => FailureKind::OutOfMemory,
-                Refusal::Credit { .. } => FailureKind::Limit,
-            };
-            return self.fail(c, seq, &instr, Failure::new(kind, format!("{op}: {refusal}")));
+            return self.fail(c, seq, &instr, refused(op, refusal));
         }
+        ns.touch(w);
         // Results: reuse a redefined value's buffer (repeat loops), else allocate.
         let worker = &mut self.workers[w];
         let defined = ns.define(w, seq, &results, types, &mut || worker.alloc());
@@ -600,6 +758,98 @@ impl Dispatcher {
         self.push(w, instr, (c, seq), logged_types);
     }
 
+    /// A collective: on one worker, an ordinary instruction there; across workers, one part
+    /// per participating worker (its rank), each naming its own buffers, queued on every
+    /// participant and sent at once.
+    fn route_collective(
+        &mut self,
+        c: u64,
+        seq: u64,
+        instr: Instr,
+        types: Vec<TensorType>,
+        operands: Vec<Location>,
+        place: &[u32],
+    ) {
+        let Instr::Collective { dsts, op, srcs } = &instr else { return };
+        let (op, name) = (*op, op.mnemonic());
+        let at = match self.placed(c, place, dsts.len(), name) {
+            Ok(at) => at,
+            Err(failure) => return self.fail(c, seq, &instr, failure),
+        };
+        let from: Vec<usize> = operands.iter().map(|l| l.worker).collect();
+        let mut involved: Vec<usize> = at.iter().chain(&from).copied().collect();
+        involved.sort_unstable();
+        involved.dedup();
+        if involved.len() == 1 {
+            return self.route_on(c, seq, instr, types, &operands, involved[0]);
+        }
+        let ranks = match collective_ranks(op, &from, &at) {
+            Ok(ranks) => ranks,
+            Err(why) => {
+                let why = why.describe(name, dsts, srcs, &|w| self.workers[w].name.clone());
+                return self.fail(c, seq, &instr, Failure::new(FailureKind::Type, why));
+            }
+        };
+        if let Some(&w) = ranks.iter().find(|&&w| !self.workers[w].alive) {
+            let why = format!("{name}: worker `{}`, which holds an operand, is gone", self.workers[w].name);
+            return self.fail(c, seq, &instr, Failure::new(FailureKind::WorkerLost, why));
+        }
+        if let Some(&w) = ranks.iter().find(|&&w| self.workers[w].peer.is_empty()) {
+            let why = format!("{name}: worker `{}` gave no peer address, so it cannot take part", self.workers[w].name);
+            return self.fail(c, seq, &instr, Failure::new(FailureKind::WorkerLost, why));
+        }
+        let limits = self.limits();
+        let Some(client) = self.clients.get_mut(&c) else { return };
+        let ns = &mut client.namespace;
+        if let Err(refusal) = ns.admit(dsts, &types, &limits) {
+            return self.fail(c, seq, &instr, refused(name, refusal));
+        }
+        // Each result on its worker.
+        let mut bufs = Vec::with_capacity(dsts.len());
+        for (i, (&dst, ty)) in dsts.iter().zip(&types).enumerate() {
+            let worker = &mut self.workers[at[i]];
+            let defined = ns.define(at[i], seq, &[dst], vec![ty.clone()], &mut || worker.alloc());
+            bufs.push(defined.bufs[0]);
+            for stale in defined.stale {
+                self.workers[stale.worker].queue_free(stale.buf, (c, seq));
+            }
+        }
+        for &w in &ranks {
+            ns.touch(w);
+        }
+        let id = self.next_collective;
+        self.next_collective += 1;
+        let peers: Vec<String> = ranks.iter().map(|&w| self.workers[w].peer.clone()).collect();
+        let log = self.log.active();
+        for (rank, &w) in ranks.iter().enumerate() {
+            let mine: Vec<usize> = (0..dsts.len()).filter(|&i| at[i] == w).collect();
+            let local_srcs: Vec<ValueId> = match op {
+                CollectiveOp::Broadcast | CollectiveOp::Move if rank == 0 => vec![operands[0].buf.into()],
+                CollectiveOp::Broadcast | CollectiveOp::Move => Vec::new(),
+                _ => vec![operands[rank].buf.into()],
+            };
+            let part = Instr::Collective { dsts: mine.iter().map(|&i| bufs[i].into()).collect(), op, srcs: local_srcs };
+            let ty = mine.first().map(|&i| types[i].clone());
+            let logged = if log { mine.iter().map(|&i| types[i].clone()).collect() } else { Vec::new() };
+            let ex = Exchange { index: 0, id, rank: rank as u32, root: 0, peers: peers.clone(), ty };
+            self.workers[w].queue_exchange(part, ex, (c, seq), logged);
+        }
+        let state = ExchangeState {
+            client: c,
+            seq,
+            op: name,
+            ranks: ranks.clone(),
+            left: ranks.len(),
+            failure: None,
+            reported: false,
+        };
+        self.exchanges.insert(id, state);
+        // Every part leaves now: a peer must not wait for a part still queued here.
+        for &w in &ranks {
+            self.flush_worker(w, None);
+        }
+    }
+
     fn limits(&self) -> Limits {
         Limits {
             memory: self.config.client_memory,
@@ -610,8 +860,13 @@ impl Dispatcher {
 
     /// Reports an instruction's failure to its client and marks its results as not computed.
     fn fail(&mut self, c: u64, seq: u64, instr: &Instr, failure: Failure) {
+        self.fail_results(c, seq, &instr.results(), failure);
+    }
+
+    /// Reports the failure of instruction `seq` and marks `results` as not computed.
+    fn fail_results(&mut self, c: u64, seq: u64, results: &[ValueId], failure: Failure) {
         if let Some(client) = self.clients.get_mut(&c) {
-            for at in client.namespace.fail(&instr.results(), seq) {
+            for at in client.namespace.fail(results, seq) {
                 self.workers[at.worker].queue_free(at.buf, (c, seq));
             }
         }
@@ -638,6 +893,11 @@ impl Dispatcher {
 
     fn on_get(&mut self, c: u64, seq: u64, value: ValueId) {
         self.flush_pipeline(c, seq);
+        // A pass that spread the value assembles it on the home worker first.
+        let Some(client) = self.clients.get_mut(&c) else { return };
+        let mut out = Vec::new();
+        client.pipeline.materialize(value, seq, &mut out);
+        self.route_emitted(c, out);
         let Some(client) = self.clients.get(&c) else { return };
         let (w, buf, ty) = match client.namespace.lookup(value) {
             Ok((at, ty)) => (at.worker, at.buf, ty.clone()),
@@ -656,10 +916,24 @@ impl Dispatcher {
             let msg = format!("get: worker `{}`, which held {value}, is gone", self.workers[w].name);
             return self.send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::WorkerLost, msg) });
         }
+        // The client's other workers with work outstanding: the answer waits for them, so
+        // that the failures of its earlier instructions there come first.
+        let others: Vec<usize> = client
+            .namespace
+            .workers()
+            .iter()
+            .copied()
+            .filter(|&o| o != w && self.workers[o].alive)
+            .filter(|&o| !self.workers[o].inflight.is_empty() || !self.workers[o].pending.instrs.is_empty())
+            .collect();
         self.flush_worker(w, None);
         let tag = self.next_tag;
         self.next_tag += 1;
-        self.gets.insert(tag, PendingGet { client: c, seq, worker: w, ty, value });
+        let barrier = (!others.is_empty()).then(|| self.new_wait(c, seq, others.len(), WaitFor::Get(tag)));
+        self.gets.insert(tag, PendingGet { client: c, seq, worker: w, ty, value, barrier, held: None });
+        for o in others {
+            self.flush_worker(o, barrier);
+        }
         if let Some(size) = self.send_worker(w, &WorkerCommand::Get { tag, value: buf.into() }) {
             self.log_worker(EventKind::WorkerSend, w, "Get", size, || format!("tag={tag} {buf}"));
         }
@@ -668,13 +942,72 @@ impl Dispatcher {
     fn on_sync(&mut self, c: u64, seq: u64) {
         self.flush_pipeline(c, seq);
         let Some(client) = self.clients.get(&c) else { return };
-        match client.namespace.home() {
-            None => self.send_reply(c, &Reply::Synced { seq }),
-            Some(w) if !self.workers[w].alive => {
-                let msg = format!("sync: worker `{}`, which held this client's values, is gone", self.workers[w].name);
-                self.send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::WorkerLost, msg) });
+        let workers = client.namespace.workers().to_vec();
+        if let Some(&w) = workers.iter().find(|&&w| !self.workers[w].alive) {
+            let msg = format!("sync: worker `{}`, which held this client's values, is gone", self.workers[w].name);
+            return self.send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::WorkerLost, msg) });
+        }
+        if workers.is_empty() {
+            return self.send_reply(c, &Reply::Synced { seq });
+        }
+        // Answered once every worker the client sent work to has run it all.
+        let wait = self.new_wait(c, seq, workers.len(), WaitFor::Sync);
+        for w in workers {
+            self.flush_worker(w, Some(wait));
+        }
+    }
+
+    fn new_wait(&mut self, client: u64, seq: u64, left: usize, what: WaitFor) -> u64 {
+        let token = self.next_tag;
+        self.next_tag += 1;
+        self.waits.insert(token, Wait { client, seq, left, what });
+        token
+    }
+
+    /// A batch that `token` waits for is done (or, with `lost`, will never be).
+    fn wait_done(&mut self, token: u64, lost: Option<&Failure>) {
+        let Some(wait) = self.waits.get_mut(&token) else { return };
+        wait.left = wait.left.saturating_sub(1);
+        // A lost worker fails a sync at once (the failures it reports came just before);
+        // a read's barrier is only there for ordering, so its answer still goes out.
+        let failed_sync = matches!(wait.what, WaitFor::Sync) && lost.is_some();
+        if wait.left > 0 && !failed_sync {
+            return;
+        }
+        let wait = self.waits.remove(&token).expect("present");
+        match (wait.what, lost) {
+            (WaitFor::Sync, Some(failure)) => {
+                self.send_reply(wait.client, &Reply::Failed { seq: wait.seq, failure: failure.clone() })
             }
-            Some(w) => self.flush_worker(w, Some((c, seq))),
+            (WaitFor::Sync, None) => self.send_reply(wait.client, &Reply::Synced { seq: wait.seq }),
+            (WaitFor::Get(tag), _) => {
+                let held = self.gets.get_mut(&tag).and_then(|g| {
+                    g.barrier = None;
+                    g.held.take()
+                });
+                if let Some(held) = held {
+                    let g = self.gets.remove(&tag).expect("present");
+                    self.answer_get(g, held);
+                }
+            }
+        }
+    }
+
+    /// Sends a read's answer, or holds it while its barrier is not done.
+    fn answer_get(&mut self, mut g: PendingGet, answer: Held) {
+        if let Some(token) = g.barrier.filter(|t| self.waits.contains_key(t)) {
+            g.held = Some(answer);
+            g.barrier = Some(token);
+            let tag = match &self.waits[&token].what {
+                WaitFor::Get(tag) => *tag,
+                WaitFor::Sync => return,
+            };
+            self.gets.insert(tag, g);
+            return;
+        }
+        match answer {
+            Held::Data(ty, data) => self.send_data_reply(g.client, g.seq, ty, data),
+            Held::Failed(failure) => self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure }),
         }
     }
 
@@ -727,11 +1060,13 @@ impl Dispatcher {
         self.client_ids.remove(&client.identity);
         if let Some(h) = client.namespace.home() {
             self.workers[h].clients = self.workers[h].clients.saturating_sub(1);
-            // Its work still queued on the worker is skipped (what is pending here goes out
-            // in later batches, which the worker skips too; the frees below still run).
-            if self.workers[h].alive {
-                self.flush_worker(h, None);
-                self.send_worker(h, &WorkerCommand::DropClient { client: c });
+        }
+        // Its work still queued on its workers is skipped (what is pending here goes out in
+        // later batches, which the workers skip too; the frees below still run).
+        for &w in client.namespace.workers() {
+            if self.workers[w].alive {
+                self.flush_worker(w, None);
+                self.send_worker(w, &WorkerCommand::DropClient { client: c });
             }
         }
         let freed = client.namespace.len();
@@ -747,14 +1082,18 @@ impl Dispatcher {
     // ---- workers -----------------------------------------------------------------------
 
     fn on_worker_event(&mut self, identity: Vec<u8>, event: WorkerEvent, bytes: usize) {
-        if let WorkerEvent::Register { name, backend, clock } = event {
+        if let WorkerEvent::Register { name, backend, clock, peer } = event {
             if self.worker_ids.contains_key(&identity) || self.client_ids.contains_key(&identity) {
                 return self.bad_message(&identity, bytes, "registered twice".into());
             }
             let w = self.workers.len();
             let clock = Clock::registered(clock, self.log.now());
-            self.workers.push(Worker::new(identity.clone(), name.clone(), backend.clone(), clock));
+            self.workers.push(Worker::new(identity.clone(), (name.clone(), backend.clone(), peer), clock));
             self.worker_ids.insert(identity, w);
+            let n = self.workers.len();
+            for client in self.clients.values_mut() {
+                client.pipeline.set_workers(n);
+            }
             tracing::info!(target: "gt::dispatcher", "worker {w} registered: {name} ({backend})");
             self.log.emit(
                 EventKind::Connect,
@@ -790,7 +1129,7 @@ impl Dispatcher {
             WorkerEvent::Failed { tag, failure } => {
                 self.log_worker(EventKind::WorkerRecv, w, "Failed", bytes, || format!("tag={tag} {failure}"));
                 if let Some(g) = self.take_get(tag, w) {
-                    self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure });
+                    self.answer_get(g, Held::Failed(failure));
                 }
             }
             WorkerEvent::Stats { tag, stats } => {
@@ -834,17 +1173,76 @@ impl Dispatcher {
                 tracing::warn!(target: "gt::dispatcher", "worker `{}`: {failure}", self.workers[w].name);
                 continue;
             }
-            if let Some(client) = self.clients.get_mut(&c) {
-                // Its results were never made: reads say why, a free is quiet. A
-                // redefinition's buffer still holds the value it was to replace.
-                for at in client.namespace.computation_failed(seq) {
-                    self.workers[at.worker].queue_free(at.buf, (c, DISPATCHER_SEQ));
-                }
-                self.send_reply(c, &Reply::Failed { seq, failure });
+            // A part of a collective: reported once, when every part is done.
+            if let Some(&(_, id)) = record.exchanges.iter().find(|(index, _)| *index == i) {
+                self.exchange_failed(id, w, failure);
+                continue;
+            }
+            self.computation_failed(c, seq, failure);
+        }
+        for (_, id) in std::mem::take(&mut record.exchanges) {
+            self.exchange_part_done(id);
+        }
+        if let Some(token) = record.wait {
+            self.wait_done(token, None);
+        }
+    }
+
+    /// Instruction `seq` of client `c` failed on a worker: its results were never made (reads
+    /// say why, a free is quiet; a redefinition's buffer still holds the value it was to
+    /// replace, freed here), and the client is told.
+    fn computation_failed(&mut self, c: u64, seq: u64, failure: Failure) {
+        if let Some(client) = self.clients.get_mut(&c) {
+            for at in client.namespace.computation_failed(seq) {
+                self.workers[at.worker].queue_free(at.buf, (c, DISPATCHER_SEQ));
+            }
+            self.send_reply(c, &Reply::Failed { seq, failure });
+        }
+    }
+
+    /// Worker `w`'s part of collective `id` failed: kept (peer addresses named as workers)
+    /// unless a better failure is kept already.
+    fn exchange_failed(&mut self, id: u64, w: usize, failure: Failure) {
+        let Some(state) = self.exchanges.get(&id) else { return };
+        let mut message = failure.message;
+        // Peers are named by their workers, which the client knows, not by socket addresses.
+        for &r in &state.ranks {
+            let peer = &self.workers[r].peer;
+            if !peer.is_empty() {
+                message = message.replace(peer.as_str(), &format!("worker `{}`", self.workers[r].name));
             }
         }
-        if let Some((c, seq)) = record.sync {
-            self.send_reply(c, &Reply::Synced { seq });
+        let failure = Failure::new(failure.kind, format!("{message} (on worker `{}`)", self.workers[w].name));
+        let state = self.exchanges.get_mut(&id).expect("present");
+        // A peer's giving up (WorkerLost) only echoes the failure of the part that gave up.
+        let better = match &state.failure {
+            None => true,
+            Some(kept) => kept.kind == FailureKind::WorkerLost && failure.kind != FailureKind::WorkerLost,
+        };
+        if better {
+            state.failure = Some(failure);
+        }
+    }
+
+    /// A part of collective `id` is done (or lost): after the last one, its failure (if any)
+    /// goes to the client, once.
+    fn exchange_part_done(&mut self, id: u64) {
+        let Some(state) = self.exchanges.get_mut(&id) else { return };
+        state.left = state.left.saturating_sub(1);
+        if state.left > 0 {
+            return;
+        }
+        let state = self.exchanges.remove(&id).expect("present");
+        let Some(failure) = state.failure else { return };
+        if state.reported {
+            // The client was told (its worker was lost); its results still were never made.
+            if let Some(client) = self.clients.get_mut(&state.client) {
+                for at in client.namespace.computation_failed(state.seq) {
+                    self.workers[at.worker].queue_free(at.buf, (state.client, DISPATCHER_SEQ));
+                }
+            }
+        } else {
+            self.computation_failed(state.client, state.seq, failure);
         }
     }
 
@@ -889,7 +1287,7 @@ impl Dispatcher {
         if let Some(s) = failed {
             let why = format!("get: {} was not computed because instruction #{s} failed", g.value);
             let failure = Failure::new(FailureKind::Undefined, why);
-            return self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure });
+            return self.answer_get(g, Held::Failed(failure));
         }
         // A worker answering with another type or length than the value has is
         // broken or lying: the client is told, and the worker is not trusted again.
@@ -908,7 +1306,7 @@ impl Dispatcher {
             self.worker_lost(w);
             return;
         }
-        self.send_data_reply(g.client, g.seq, ty, data);
+        self.answer_get(g, Held::Data(ty, data));
     }
 
     /// Answers a read: the type, then the worker's data frame as it came (no copy).
@@ -942,7 +1340,7 @@ impl Dispatcher {
     /// The read `tag`, taken only when worker `w` was asked it (another cannot answer it).
     fn take_get(&mut self, tag: u64, w: usize) -> Option<PendingGet> {
         match self.gets.get(&tag) {
-            Some(g) if g.worker == w => self.gets.remove(&tag),
+            Some(g) if g.worker == w && g.held.is_none() => self.gets.remove(&tag),
             _ => None,
         }
     }
@@ -960,15 +1358,23 @@ impl Dispatcher {
         }
     }
 
-    /// Sends a worker its queued instructions (and, for a sync, an empty batch whose `Done`
-    /// answers it).
-    fn flush_worker(&mut self, w: usize, sync: Option<(u64, u64)>) {
+    /// Sends a worker its queued instructions (and, for a wait, an empty batch whose `Done`
+    /// counts towards it).
+    fn flush_worker(&mut self, w: usize, wait: Option<u64>) {
         let worker = &mut self.workers[w];
-        if worker.pending.instrs.is_empty() && sync.is_none() {
+        if worker.pending.instrs.is_empty() && wait.is_none() {
             return;
         }
-        let (number, Queued { instrs, origins, types }) = worker.take_batch();
+        let (number, Queued { instrs, origins, types, exchanges }) = worker.take_batch();
         if !worker.alive {
+            let why = format!("worker `{}`, which held this client's values, is gone", worker.name);
+            let failure = Failure::new(FailureKind::WorkerLost, why);
+            for ex in exchanges {
+                self.exchange_lost(ex.id, w, failure.clone());
+            }
+            if let Some(token) = wait {
+                self.wait_done(token, Some(&failure));
+            }
             return;
         }
         let timed = self.log.active();
@@ -979,18 +1385,26 @@ impl Dispatcher {
         });
         let charges = workers::charges(&instrs, &origins);
         let owners = origins.iter().map(|(c, _)| *c).collect();
-        let cmd = WorkerCommand::Exec { batch: number, instrs, owners, timed };
+        let parts: Vec<(u32, u64)> = exchanges.iter().map(|ex| (ex.index, ex.id)).collect();
+        let cmd = WorkerCommand::Exec { batch: number, instrs, owners, timed, exchanges };
         let bytes = match codec::encode(&cmd, self.config.max_message_bytes) {
             Ok(b) => b,
             Err(e) => {
                 // Only literal data can make a batch this large: fail each client's part.
                 let msg = Failure::new(FailureKind::Limit, format!("cannot send to worker: {e}"));
                 let mut told = Vec::new();
-                for (c, seq) in origins.into_iter().chain(sync) {
+                for (c, seq) in origins {
                     if !told.contains(&c) {
                         told.push(c);
                         self.send_reply(c, &Reply::Failed { seq, failure: msg.clone() });
                     }
+                }
+                // Its collectives' other parts must not wait for these.
+                for (_, id) in parts {
+                    self.exchange_lost(id, w, msg.clone());
+                }
+                if let Some(token) = wait {
+                    self.wait_done(token, Some(&msg));
                 }
                 return;
             }
@@ -999,12 +1413,68 @@ impl Dispatcher {
         self.charge(&charges, true);
         // Stamped before sending: the worker may start on it before the send returns.
         let sent = self.log.now();
-        self.workers[w].inflight.push_back(Batch { number, origins, charges, sync, notes, sent });
+        self.workers[w].inflight.push_back(Batch { number, origins, charges, wait, exchanges: parts, notes, sent });
         if self.send_worker_bytes(w, bytes) {
             if let Some(details) = details {
                 let source = format!("WORKER {}", self.workers[w].name);
                 self.log.emit_at(EventKind::WorkerSend, source, "Exec", size as u64, (sent, None), details);
             }
+        }
+    }
+
+    /// Worker `w`'s part of collective `id` will never run (the worker is gone, or the batch
+    /// could not be sent): the other participants are told at once (so none waits out its
+    /// timeout), and the client gets `failure` once every part is accounted for.
+    fn exchange_lost(&mut self, id: u64, w: usize, failure: Failure) {
+        let Some(state) = self.exchanges.get_mut(&id) else { return };
+        if state.failure.as_ref().is_none_or(|kept| kept.kind == FailureKind::WorkerLost) {
+            state.failure = Some(failure);
+        }
+        let (ranks, rank) = (state.ranks.clone(), state.ranks.iter().position(|&r| r == w));
+        if let Some(rank) = rank {
+            for (r, &o) in ranks.iter().enumerate() {
+                if r != rank && self.workers[o].alive {
+                    let peer = self.workers[o].peer.clone();
+                    self.send_abort(&peer, id, rank as u32);
+                }
+            }
+        }
+        self.exchange_part_done(id);
+    }
+
+    /// Tells the peer socket at `peer` that rank `sender` gives up on collective `id`: the
+    /// abort message of `collective.rs` (the 17-byte header with kind 1, an empty payload).
+    fn send_abort(&mut self, peer: &str, id: u64, sender: u32) {
+        let Some(ctx) = &self.ctx else {
+            tracing::warn!(target: "gt::dispatcher", "cannot tell {peer} of a lost peer: no context to reach it from");
+            return;
+        };
+        if !self.abort_dealers.contains_key(peer) {
+            let dealer = ctx.socket(zmq::DEALER).and_then(|s| {
+                // Never block the dispatcher; a dead address only queues one small message.
+                s.set_sndhwm(0)?;
+                s.set_linger(1000)?;
+                s.connect(peer)?;
+                Ok(s)
+            });
+            match dealer {
+                Ok(s) => {
+                    self.abort_dealers.insert(peer.to_string(), s);
+                }
+                Err(e) => {
+                    tracing::warn!(target: "gt::dispatcher", "cannot reach peer {peer} to abort collective {id}: {e}");
+                    return;
+                }
+            }
+        }
+        let mut header = [0u8; 17];
+        header[..8].copy_from_slice(&id.to_le_bytes());
+        header[12..16].copy_from_slice(&sender.to_le_bytes());
+        header[16] = 1;
+        let empty: &[u8] = &[];
+        let sent = socket::retry(|| self.abort_dealers[peer].send_multipart([&header[..], empty], zmq::DONTWAIT));
+        if let Err(e) = sent {
+            tracing::warn!(target: "gt::dispatcher", "cannot tell peer {peer} to abort collective {id}: {e}");
         }
     }
 
@@ -1037,6 +1507,7 @@ impl Dispatcher {
         }
         self.workers[w].alive = false;
         let name = self.workers[w].name.clone();
+        self.abort_dealers.remove(&self.workers[w].peer);
         let message =
             format!("worker `{name}` is gone (its process ended or the connection broke); the values it held are lost");
         tracing::error!(target: "gt::dispatcher", "{message}");
@@ -1044,17 +1515,25 @@ impl Dispatcher {
         let failure = Failure::new(FailureKind::WorkerLost, message);
         let worker = &mut self.workers[w];
         let mut owed: Vec<(u64, u64)> = Vec::new();
-        let mut syncs: Vec<(u64, u64)> = Vec::new();
+        let mut waits: Vec<u64> = Vec::new();
         let batches: Vec<Batch> = worker.inflight.drain(..).collect();
-        let pending = std::mem::take(&mut worker.pending).origins;
+        let pending = std::mem::take(&mut worker.pending);
+        // Its parts of collectives will never run: the other participants are told now.
+        let mut lost_parts: Vec<u64> = pending.exchanges.iter().map(|ex| ex.id).collect();
         for b in &batches {
             self.charge(&b.charges, false);
         }
         for b in batches {
             owed.extend(b.origins);
-            syncs.extend(b.sync);
+            waits.extend(b.wait);
+            lost_parts.extend(b.exchanges.iter().map(|(_, id)| *id));
         }
-        owed.extend(pending);
+        owed.extend(pending.origins);
+        let abort_failure = |op: &str| {
+            let why =
+                format!("{op}: worker `{name}`, a participant, is gone (its process ended or the connection broke)");
+            Failure::new(FailureKind::WorkerLost, why)
+        };
         // One error per client (at its earliest affected instruction) is enough.
         let mut first: HashMap<u64, u64> = HashMap::new();
         for (c, seq) in owed {
@@ -1067,14 +1546,26 @@ impl Dispatcher {
             first.remove(&g.client);
             self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure: failure.clone() });
         }
+        // Collectives whose instruction is each client's first loss are reported there.
+        for id in &lost_parts {
+            if let Some(state) = self.exchanges.get_mut(id) {
+                if first.get(&state.client) == Some(&state.seq) {
+                    state.reported = true;
+                }
+            }
+        }
         for (c, seq) in first {
             if self.clients.contains_key(&c) {
                 self.send_reply(c, &Reply::Failed { seq, failure: failure.clone() });
             }
         }
+        for id in lost_parts {
+            let Some(op) = self.exchanges.get(&id).map(|s| s.op) else { continue };
+            self.exchange_lost(id, w, abort_failure(op));
+        }
         // Each waiting sync is answered itself (after the failures it reports).
-        for (c, seq) in syncs {
-            self.send_reply(c, &Reply::Failed { seq, failure: failure.clone() });
+        for token in waits {
+            self.wait_done(token, Some(&failure));
         }
         let waiting: Vec<u64> = self.stats_tags.iter().filter(|(_, (_, sw))| *sw == w).map(|(t, _)| *t).collect();
         for t in waiting {
@@ -1182,9 +1673,85 @@ impl Dispatcher {
     }
 }
 
-/// The worker a client's instruction `op` goes to: its home, chosen (the least loaded) at
-/// its first instruction.
-fn place(workers: &mut [Worker], ns: &mut Namespace, op: &str) -> Result<usize, Failure> {
+/// A refusal of the client's limits as its failure.
+fn refused(op: &str, refusal: Refusal) -> Failure {
+    let kind = match refusal {
+        Refusal::Memory { .. } => FailureKind::OutOfMemory,
+        Refusal::Credit { .. } => FailureKind::Limit,
+    };
+    Failure::new(kind, format!("{op}: {refusal}"))
+}
+
+/// The first value id of a client's instruction in the passes' range, if any.
+fn first_pass_id(instr: &Instr) -> Option<ValueId> {
+    let mut found = None;
+    instr.visit_values(&mut |v| {
+        if v.0 >= FIRST_PASS_ID && found.is_none() {
+            found = Some(v);
+        }
+    });
+    found
+}
+
+/// Why a collective's operands and results cannot be given ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RankError {
+    /// Participant `i`'s operand and result are on different workers.
+    Split { i: usize, from: usize, to: usize },
+    /// Participants `i` and `j` are on one worker.
+    Shared { i: usize, j: usize, worker: usize },
+}
+
+impl RankError {
+    fn describe(self, op: &str, dsts: &[ValueId], srcs: &[ValueId], name: &dyn Fn(usize) -> String) -> String {
+        match self {
+            RankError::Split { i, from, to } => format!(
+                "{op}: participant {i}'s operand {} is on worker `{}` but its result {} is placed on worker `{}` (each participant's result stays where its operand is)",
+                srcs[i],
+                name(from),
+                dsts[i],
+                name(to)
+            ),
+            RankError::Shared { i, j, worker } => format!(
+                "{op}: participants {i} and {j} are both on worker `{}` (a collective across workers takes one participant per worker)",
+                name(worker)
+            ),
+        }
+    }
+}
+
+/// The worker of each rank of a collective across workers, given its operands' workers
+/// (`from`) and its results' (`to`): for `all_reduce`, `all_gather` and `reduce_scatter`,
+/// rank i is participant i; a `broadcast`'s root (rank 0) holds the operand, then each
+/// other worker receiving a result; a `move` goes from rank 0 to rank 1.
+fn collective_ranks(op: CollectiveOp, from: &[usize], to: &[usize]) -> Result<Vec<usize>, RankError> {
+    match op {
+        CollectiveOp::Broadcast | CollectiveOp::Move => {
+            let mut ranks = vec![from[0]];
+            for &w in to {
+                if !ranks.contains(&w) {
+                    ranks.push(w);
+                }
+            }
+            Ok(ranks)
+        }
+        CollectiveOp::AllReduce(_) | CollectiveOp::AllGather { .. } | CollectiveOp::ReduceScatter { .. } => {
+            for (i, (&f, &t)) in from.iter().zip(to).enumerate() {
+                if f != t {
+                    return Err(RankError::Split { i, from: f, to: t });
+                }
+                if let Some(j) = from[..i].iter().position(|&o| o == f) {
+                    return Err(RankError::Shared { i: j, j: i, worker: f });
+                }
+            }
+            Ok(from.to_vec())
+        }
+    }
+}
+
+/// The worker a client's instruction `op` goes to when no pass placed it: its home, chosen
+/// (the least loaded) at its first instruction.
+fn home(workers: &mut [Worker], ns: &mut Namespace, op: &str) -> Result<usize, Failure> {
     match ns.home() {
         Some(w) if workers[w].alive => Ok(w),
         Some(w) => {
@@ -1240,4 +1807,24 @@ fn reply_summary(reply: &Reply) -> (&'static str, String) {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{collective_ranks, RankError};
+    use gt_ir::{CollectiveOp, ReduceOp};
+
+    #[test]
+    fn collective_ranks_follow_the_participants() {
+        let all_reduce = CollectiveOp::AllReduce(ReduceOp::Sum);
+        assert_eq!(collective_ranks(all_reduce, &[2, 0, 1], &[2, 0, 1]), Ok(vec![2, 0, 1]));
+        assert_eq!(collective_ranks(all_reduce, &[2, 0], &[2, 1]), Err(RankError::Split { i: 1, from: 0, to: 1 }));
+        assert_eq!(
+            collective_ranks(CollectiveOp::AllGather { axis: 0 }, &[1, 0, 1], &[1, 0, 1]),
+            Err(RankError::Shared { i: 0, j: 2, worker: 1 })
+        );
+        // A broadcast's root first, then each other receiving worker once.
+        assert_eq!(collective_ranks(CollectiveOp::Broadcast, &[1], &[0, 1, 2, 0]), Ok(vec![1, 0, 2]));
+        assert_eq!(collective_ranks(CollectiveOp::Move, &[2], &[0]), Ok(vec![2, 0]));
+    }
 }

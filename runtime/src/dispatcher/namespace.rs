@@ -110,7 +110,8 @@ impl Slot {
     }
 }
 
-/// One client's values, the bytes they hold, its credit used and its home worker.
+/// One client's values, the bytes they hold, its credit used, its home worker and the
+/// workers it has sent work to.
 #[derive(Debug, Default)]
 pub struct Namespace {
     values: HashMap<ValueId, Slot>,
@@ -118,6 +119,8 @@ pub struct Namespace {
     bytes: u64,
     inflight: Charge,
     home: Option<usize>,
+    /// Every worker it has sent work to, ascending: a wait (sync, read) covers them all.
+    workers: Vec<usize>,
 }
 
 impl Namespace {
@@ -132,6 +135,18 @@ impl Namespace {
 
     pub fn set_home(&mut self, worker: usize) {
         self.home = Some(worker);
+    }
+
+    /// Work of this client's goes to `worker`.
+    pub fn touch(&mut self, worker: usize) {
+        if let Err(at) = self.workers.binary_search(&worker) {
+            self.workers.insert(at, worker);
+        }
+    }
+
+    /// The workers it has sent work to, ascending.
+    pub fn workers(&self) -> &[usize] {
+        &self.workers
     }
 
     /// Bytes its live values hold.
@@ -299,6 +314,15 @@ mod tests {
     use super::*;
 
     const NO_LIMITS: Limits = Limits { memory: u64::MAX, credit: u64::MAX, credit_bytes: u64::MAX };
+
+    #[test]
+    fn the_workers_a_client_used_are_kept_once_in_order() {
+        let mut ns = Namespace::new();
+        for w in [2, 0, 2, 1, 0] {
+            ns.touch(w);
+        }
+        assert_eq!(ns.workers(), &[0, 1, 2]);
+    }
 
     fn v(n: u32) -> ValueId {
         ValueId(n)

@@ -1,9 +1,10 @@
 //! The dispatcher's bookkeeping of each worker: the instructions queued for its next batch,
-//! the batches it has not answered, its buffer ids (allocated and recycled here) and its
-//! clock as seen from the dispatcher's ([`Clock`]). No I/O.
+//! the batches it has not answered, its buffer ids (allocated and recycled here), its peer
+//! address for collectives and its clock as seen from the dispatcher's ([`Clock`]). No I/O.
 
 use super::namespace::{Buffer, Charge};
 use gt_ir::{Instr, TensorType};
+use gt_transport::message::Exchange;
 use std::collections::{HashMap, VecDeque};
 
 /// A batch sent to a worker and not yet answered.
@@ -14,8 +15,10 @@ pub(super) struct Batch {
     /// Per client, the instructions and literal bytes of the batch (credit given back when
     /// it is done).
     pub charges: HashMap<u64, Charge>,
-    /// A `Sync` to answer when the batch is done.
-    pub sync: Option<(u64, u64)>,
+    /// A wait (a `Sync`, or a read's barrier) that this batch being done counts towards.
+    pub wait: Option<u64>,
+    /// Its parts of collectives across workers: (index in the batch, collective id).
+    pub exchanges: Vec<(u32, u64)>,
     /// For a timed batch (someone reads the log), what its EXEC events say of each
     /// instruction.
     pub notes: Option<Vec<ExecNote>>,
@@ -31,6 +34,9 @@ pub(super) struct Queued {
     pub instrs: Vec<Instr>,
     pub origins: Vec<(u64, u64)>,
     pub types: Vec<Vec<TensorType>>,
+    /// The instructions that are parts of collectives across workers (`index` into `instrs`:
+    /// a queue only ever leaves whole, so the index is the batch's).
+    pub exchanges: Vec<Exchange>,
 }
 
 /// What an EXEC event says of an instruction besides its timing.
@@ -46,6 +52,8 @@ pub(super) struct Worker {
     pub identity: Vec<u8>,
     pub name: String,
     pub backend: String,
+    /// Where its peers reach it for collectives (its `Register`).
+    pub peer: String,
     pub alive: bool,
     /// What goes in its next batch.
     pub pending: Queued,
@@ -60,11 +68,12 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    pub fn new(identity: Vec<u8>, name: String, backend: String, clock: Clock) -> Worker {
+    pub fn new(identity: Vec<u8>, (name, backend, peer): (String, String, String), clock: Clock) -> Worker {
         Worker {
             identity,
             name,
             backend,
+            peer,
             alive: true,
             pending: Queued::default(),
             inflight: VecDeque::new(),
@@ -82,6 +91,14 @@ impl Worker {
         self.pending.instrs.push(instr);
         self.pending.origins.push(origin);
         self.pending.types.push(types);
+    }
+
+    /// Queues its part of a collective across workers (in its buffer ids); `ex.index` is
+    /// set here.
+    pub fn queue_exchange(&mut self, instr: Instr, mut ex: Exchange, origin: (u64, u64), types: Vec<TensorType>) {
+        ex.index = u32::try_from(self.pending.instrs.len()).unwrap_or(u32::MAX);
+        self.pending.exchanges.push(ex);
+        self.queue(instr, origin, types);
     }
 
     /// Queues freeing `buf` and gives it back for reuse (safe at once: the worker runs its

@@ -1,0 +1,322 @@
+//! A worker's part of a collective across workers (a [`WorkerCommand::Exec`] exchange): read
+//! the local operand from the backend, run the transport operation ([`Collectives`]) with the
+//! peers, and write the local results back as literals. Collectives stage through host memory
+//! for now, so every backend takes part the same way. Which workers take part and in which
+//! order is the dispatcher's business; the bytes on the wire are `collective.rs`'s.
+//!
+//! [`WorkerCommand::Exec`]: gt_transport::message::WorkerCommand::Exec
+
+use crate::backend::Backend;
+use crate::collective::{CollectiveError, Collectives, Group};
+use crate::RuntimeError;
+use gt_ir::verify::shape::{array_split, normalize_axis};
+use gt_ir::{CollectiveOp, Instr, TensorType, TypeError, ValueId};
+use gt_transport::message::{Exchange, FailureKind};
+use thiserror::Error;
+
+/// Why a worker's part of a collective failed.
+#[derive(Debug, Error)]
+pub enum ExchangeError {
+    /// The transport failed (a peer timed out, gave up, or sent something wrong).
+    #[error("{op}: {source}")]
+    Collective {
+        /// The op.
+        op: &'static str,
+        /// Why.
+        #[source]
+        source: CollectiveError,
+    },
+    /// The local operand could not be read or the result not written.
+    #[error("{op}: {source}")]
+    Local {
+        /// The op.
+        op: &'static str,
+        /// Why.
+        #[source]
+        source: RuntimeError,
+    },
+    /// The part does not fit its instruction (a dispatcher bug or a garbled command).
+    #[error("{op}: malformed collective part: {why}")]
+    Malformed {
+        /// The op.
+        op: &'static str,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// An axis the result type does not have.
+    #[error("{op}: {source}")]
+    Axis {
+        /// The op.
+        op: &'static str,
+        /// Why.
+        #[source]
+        source: TypeError,
+    },
+    /// The peers' data does not add up to the result (peers that disagree on the shapes).
+    #[error("{op}: the peers' data ({got} bytes) does not fit the result type {ty}")]
+    PeerData {
+        /// The op.
+        op: &'static str,
+        /// The result's type.
+        ty: TensorType,
+        /// Bytes received in all.
+        got: usize,
+    },
+    /// The operand was not computed (an earlier instruction failed, or its client left).
+    #[error("{op}: skipped: {why}")]
+    Skipped {
+        /// The op.
+        op: &'static str,
+        /// Why.
+        why: &'static str,
+    },
+}
+
+impl ExchangeError {
+    /// The kind a client sees. A peer giving up or going silent counts as a lost worker: the
+    /// peer that failed first reports the cause (the dispatcher prefers its failure).
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            ExchangeError::Collective { source, .. } => match source {
+                CollectiveError::TooLarge { .. } => FailureKind::Limit,
+                CollectiveError::InvalidCall { .. } | CollectiveError::Malformed { .. } => FailureKind::Internal,
+                CollectiveError::LengthMismatch { .. } => FailureKind::Internal,
+                _ => FailureKind::WorkerLost,
+            },
+            ExchangeError::Local { source, .. } => source.kind(),
+            ExchangeError::Malformed { .. } | ExchangeError::PeerData { .. } => FailureKind::Internal,
+            ExchangeError::Axis { .. } => FailureKind::Type,
+            ExchangeError::Skipped { .. } => FailureKind::Undefined,
+        }
+    }
+}
+
+/// The group an exchange names.
+pub fn group(ex: &Exchange) -> Group {
+    Group { id: ex.id, rank: ex.rank as usize, peers: ex.peers.clone() }
+}
+
+/// Runs this worker's part `instr` of the collective `ex` describes. On a failure before the
+/// transport ran, the other ranks are told (so none waits for this one); the transport tells
+/// them of its own failures itself.
+pub fn run(
+    backend: &mut dyn Backend,
+    net: &mut dyn Collectives,
+    instr: &Instr,
+    ex: &Exchange,
+) -> Result<(), ExchangeError> {
+    let g = group(ex);
+    let mut transported = false;
+    let out = run_part(backend, net, instr, ex, &g, &mut transported);
+    if out.is_err() && !transported {
+        net.abort(&g);
+    }
+    out
+}
+
+fn run_part(
+    backend: &mut dyn Backend,
+    net: &mut dyn Collectives,
+    instr: &Instr,
+    ex: &Exchange,
+    g: &Group,
+    transported: &mut bool,
+) -> Result<(), ExchangeError> {
+    let Instr::Collective { dsts, op, srcs } = instr else {
+        return Err(ExchangeError::Malformed {
+            op: instr.mnemonic(),
+            why: "the exchange's instruction is not a collective",
+        });
+    };
+    let name = op.mnemonic();
+    let malformed = |why| ExchangeError::Malformed { op: name, why };
+    let local = |source| ExchangeError::Local { op: name, source };
+    let net_err = |source| ExchangeError::Collective { op: name, source };
+    let n = ex.peers.len();
+    if ex.rank as usize >= n || srcs.len() > 1 {
+        return Err(malformed("this worker's rank or operands do not fit the group"));
+    }
+    let src = srcs.first().copied();
+    let read = |backend: &mut dyn Backend| match src {
+        Some(v) => backend.read(v).map(Some).map_err(local),
+        None => Ok(None),
+    };
+    match *op {
+        CollectiveOp::AllReduce(reduce) => {
+            let (Some(dst), Some(mine)) = (one(dsts), read(backend)?) else {
+                return Err(malformed("an all_reduce part needs one operand and one result"));
+            };
+            let mut data = mine.data;
+            *transported = true;
+            net.all_reduce(g, reduce, &mut data).map_err(net_err)?;
+            write(backend, dst, ex.ty.clone().unwrap_or(mine.ty), data).map_err(local)
+        }
+        CollectiveOp::AllGather { axis } => {
+            let (Some(dst), Some(mine), Some(ty)) = (one(dsts), read(backend)?, ex.ty.clone()) else {
+                return Err(malformed("an all_gather part needs one operand, one result and its type"));
+            };
+            *transported = true;
+            let pieces = net.all_gather(g, &bytes_of(&mine.data)).map_err(net_err)?;
+            let data = join(name, &pieces, &ty, axis)?;
+            write(backend, dst, ty, data).map_err(local)
+        }
+        CollectiveOp::ReduceScatter { op: reduce, axis } => {
+            let (Some(dst), Some(mine), Some(ty)) = (one(dsts), read(backend)?, ex.ty.clone()) else {
+                return Err(malformed("a reduce_scatter part needs one operand, one result and its type"));
+            };
+            let dims = mine.ty.shape.dims().to_vec();
+            let a = normalize_axis(axis, dims.len()).map_err(|source| ExchangeError::Axis { op: name, source })?;
+            let (outer, len, inner) = around(&dims, a);
+            // The scattered axis goes first, so that each rank's piece is one contiguous run.
+            let front = swap_outer(&mine.data, outer, len, inner);
+            let counts: Vec<usize> = array_split(len, n).into_iter().map(|c| c * outer * inner).collect();
+            *transported = true;
+            let piece = net.reduce_scatter(g, reduce, &front, &counts).map_err(net_err)?;
+            let piece_len = array_split(len, n)[ex.rank as usize];
+            if ty.shape.numel() != piece.len() {
+                return Err(malformed("the result type is not this rank's piece"));
+            }
+            write(backend, dst, ty, swap_outer(&piece, piece_len, outer, inner)).map_err(local)
+        }
+        CollectiveOp::Broadcast | CollectiveOp::Move => {
+            let root = ex.root as usize;
+            let mine = read(backend)?;
+            if (ex.rank as usize == root) != mine.is_some() || root >= n {
+                return Err(malformed("only the root of a broadcast or move has its operand"));
+            }
+            let data = mine.map(|m| bytes_of(&m.data));
+            let got = if *op == CollectiveOp::Move {
+                if n != 2 {
+                    return Err(malformed("a move has two ranks"));
+                }
+                *transported = true;
+                net.transfer(g, root, 1 - root, data.as_deref()).map_err(net_err)?
+            } else {
+                *transported = true;
+                Some(net.broadcast(g, root, data.as_deref()).map_err(net_err)?)
+            };
+            if dsts.is_empty() {
+                return Ok(());
+            }
+            let (Some(bytes), Some(ty)) = (got, ex.ty.clone()) else {
+                return Err(malformed("a receiving part needs its result type"));
+            };
+            if bytes.len() != ty.size_bytes() {
+                return Err(ExchangeError::PeerData { op: name, ty, got: bytes.len() });
+            }
+            let data = f32s(&bytes);
+            for &dst in dsts {
+                write(backend, dst, ty.clone(), data.clone()).map_err(local)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn one(dsts: &[ValueId]) -> Option<ValueId> {
+    match dsts {
+        [d] => Some(*d),
+        _ => None,
+    }
+}
+
+fn write(backend: &mut dyn Backend, dst: ValueId, ty: TensorType, data: Vec<f32>) -> Result<(), RuntimeError> {
+    backend.execute(&Instr::Literal { dst, ty, data })
+}
+
+fn bytes_of(data: &[f32]) -> Vec<u8> {
+    data.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+}
+
+/// The elements before axis `a`, along it, and after it.
+fn around(dims: &[usize], a: usize) -> (usize, usize, usize) {
+    (dims[..a].iter().product(), dims[a], dims[a + 1..].iter().product())
+}
+
+/// `[rows, cols, inner]` row-major to `[cols, rows, inner]`.
+fn swap_outer(data: &[f32], rows: usize, cols: usize, inner: usize) -> Vec<f32> {
+    if rows <= 1 || cols <= 1 {
+        return data.to_vec();
+    }
+    let mut out = Vec::with_capacity(data.len());
+    for c in 0..cols {
+        for r in 0..rows {
+            let at = (r * cols + c) * inner;
+            out.extend_from_slice(&data[at..at + inner]);
+        }
+    }
+    out
+}
+
+/// The ranks' pieces (rank order) joined along `axis` into `ty`: for each index before the
+/// axis, each piece's block in turn. Each piece's extent along the axis follows from its size.
+fn join(op: &'static str, pieces: &[Vec<u8>], ty: &TensorType, axis: i64) -> Result<Vec<f32>, ExchangeError> {
+    let dims = ty.shape.dims();
+    let a = normalize_axis(axis, dims.len()).map_err(|source| ExchangeError::Axis { op, source })?;
+    let (outer, len, inner) = around(dims, a);
+    let got: usize = pieces.iter().map(Vec::len).sum();
+    let bad = || ExchangeError::PeerData { op, ty: ty.clone(), got };
+    if got != ty.size_bytes() {
+        return Err(bad());
+    }
+    if outer * inner == 0 {
+        return Ok(Vec::new());
+    }
+    let block = outer * inner * 4;
+    let lens: Vec<usize> = pieces.iter().map(|p| p.len() / block).collect();
+    if pieces.iter().any(|p| p.len() % block != 0) || lens.iter().sum::<usize>() != len {
+        return Err(bad());
+    }
+    let pieces: Vec<Vec<f32>> = pieces.iter().map(|p| f32s(p)).collect();
+    let mut out = Vec::with_capacity(ty.shape.numel());
+    for o in 0..outer {
+        for (p, l) in pieces.iter().zip(&lens) {
+            out.extend_from_slice(&p[o * l * inner..(o + 1) * l * inner]);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_puts_each_pieces_block_in_rank_order_per_outer_index() {
+        // Two [2, 1] and [2, 2] pieces joined along axis 1 into [2, 3].
+        let a = bytes_of(&[1.0, 2.0]);
+        let b = bytes_of(&[10.0, 11.0, 20.0, 21.0]);
+        let ty = TensorType::f32(vec![2, 3]);
+        assert_eq!(
+            join("all_gather", &[a.clone(), b.clone()], &ty, 1).unwrap(),
+            vec![1.0, 10.0, 11.0, 2.0, 20.0, 21.0]
+        );
+        assert_eq!(
+            join("all_gather", &[a.clone(), b.clone()], &ty, -1).unwrap(),
+            vec![1.0, 10.0, 11.0, 2.0, 20.0, 21.0]
+        );
+        // Along axis 0: the pieces one after the other.
+        let ty = TensorType::f32(vec![3, 2]);
+        assert_eq!(
+            join("all_gather", &[a.clone(), b.clone()], &ty, 0).unwrap(),
+            vec![1.0, 2.0, 10.0, 11.0, 20.0, 21.0]
+        );
+        // Pieces that do not add up are an error, not a panic.
+        assert!(join("all_gather", &[a.clone(), a], &TensorType::f32(vec![2, 3]), 1).is_err());
+        assert!(join("all_gather", &[b], &TensorType::f32(vec![3, 2]), 7).is_err());
+    }
+
+    #[test]
+    fn swap_outer_moves_an_axis_to_the_front_and_back() {
+        // [2, 3, 1]: rows 0..2, cols 0..3.
+        let data: Vec<f32> = (0..6).map(|x| x as f32).collect();
+        let front = swap_outer(&data, 2, 3, 1);
+        assert_eq!(front, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        assert_eq!(swap_outer(&front, 3, 2, 1), data);
+        assert_eq!(around(&[2, 3, 4], 1), (2, 3, 4));
+    }
+}
