@@ -863,7 +863,6 @@ impl Shard {
                 gathered |= self.ensure_home(out, v);
             }
             if gathered {
-                eprintln!("GATHER {}", gt_ir::text::print_instr(&instr));
                 self.stats.gathers += 1;
             }
             out.keep(instr.clone());
