@@ -1,8 +1,8 @@
 //! Runtime settings from the environment: `GT_WORKERS`, `GT_WORKER_BATCH_SIZE`,
 //! `GT_INSTRUCTION_LOG`, `GT_MONITOR`, `GT_MAX_MESSAGE_BYTES`, and the passes' (`GT_PASSES`,
 //! `GT_HOTPATH` with `GT_HOTPATH_WINDOW`, `GT_HOTPATH_THRESHOLD`, `GT_HOTPATH_MIN_SEQ`,
-//! `GT_COMPILE`, `GT_AUTO_COMPILE`, `GT_FUSE_WINDOW`, `GT_FAST_MATH`, `GT_DEAD_WINDOW` and
-//! `GT_DUMP_PASSES`). A bad value is an error naming the variable, never a silent default.
+//! `GT_COMPILE`, `GT_AUTO_COMPILE`, `GT_FUSE_WINDOW`, `GT_FAST_MATH`, `GT_DEAD_WINDOW`,
+//! `GT_AUTO_SHARD` with `GT_SHARD_THRESHOLD`, and `GT_DUMP_PASSES`). A bad value is an error naming the variable, never a silent default.
 
 use crate::backend::{BackendKind, UnknownBackend};
 use gt_ir::kernel::Precision;
@@ -263,6 +263,13 @@ impl EnvConfig {
             return Err(EnvConfigError { var: "GT_FUSE_WINDOW", value, problem });
         }
         c.pass_options.dead.window = positive("GT_DEAD_WINDOW", c.pass_options.dead.window)?;
+        // GT_AUTO_SHARD: the shard pass splits large work over every worker by itself.
+        if flag("GT_AUTO_SHARD")? {
+            c.enable_passes(&["shard"]);
+            c.pass_options.shard.auto = true;
+        }
+        let threshold = positive("GT_SHARD_THRESHOLD", c.pass_options.shard.threshold as usize)?;
+        c.pass_options.shard.threshold = threshold as u64;
         let d = HotPathConfig::default();
         c.pass_options.hotpath = HotPathConfig {
             window: positive("GT_HOTPATH_WINDOW", d.window)?,

@@ -179,7 +179,7 @@ fn unknown_op_and_wrong_arity_are_parse_errors() {
 fn usage_errors_exit_2() {
     assert_eq!(code(&gt_run(&[])), 2);
     assert_eq!(code(&gt_run(&["--no-such-flag", "x.gtir"])), 2);
-    let o = gt_run(&["--dump-after", "shard", "examples/tour.gtir"]);
+    let o = gt_run(&["--dump-after", "shards", "examples/tour.gtir"]);
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("parse") && stderr(&o).contains("verify"), "lists the stages: {}", stderr(&o));
     let o = gt_run(&["does/not/exist.gtir"]);
@@ -195,10 +195,10 @@ fn dump_after_prints_gtir_that_parses() {
     assert!(out.contains("; after parse\n") && out.contains("; after verify\n"), "{out}");
     assert!(out.contains("%logits = add %hw2s, %b2  ; f32[8, 4]"), "{out}");
     // Each stage's dump is a program of its own (the passes' too: `all` dumps the passes
-    // that run by default, fuse and dead).
+    // that run by default, shard, fuse and dead).
     let mut stages: Vec<&str> = out.split("; after ").skip(1).collect();
     let names: Vec<&str> = stages.iter().map(|s| s.lines().next().unwrap_or_default()).collect();
-    assert_eq!(names, ["parse", "verify", "fuse", "dead"], "{out}");
+    assert_eq!(names, ["parse", "verify", "shard", "fuse", "dead"], "{out}");
     for stage in stages.drain(..) {
         let program = gt::ir::text::parse(stage.split_once('\n').unwrap().1).expect("the dump is .gtir");
         gt::ir::verify(&program).expect("and it verifies");
@@ -274,12 +274,16 @@ fn dump_after_a_pass_prints_the_stream_it_made_and_pass_stats_count() {
 
 #[test]
 fn unknown_pass_names_list_the_known_ones() {
-    let o = gt_run(&["--dump-after", "shard", "examples/tour.gtir"]);
+    let o = gt_run(&["--dump-after", "shards", "examples/tour.gtir"]);
     assert_eq!(code(&o), 2);
-    assert!(stderr(&o).contains("expected parse, verify, all or a pass (hotpath, fuse, dead)"), "{}", stderr(&o));
-    let o = gt_run_env(&["examples/tour.gtir"], &[("GT_PASSES", "hotpath,shard".as_ref())]);
+    assert!(
+        stderr(&o).contains("expected parse, verify, all or a pass (shard, hotpath, fuse, dead)"),
+        "{}",
+        stderr(&o)
+    );
+    let o = gt_run_env(&["examples/tour.gtir"], &[("GT_PASSES", "hotpath,shards".as_ref())]);
     assert_eq!(code(&o), 1);
-    assert!(stderr(&o).contains("unknown pass `shard` (known passes: hotpath, fuse, dead)"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("unknown pass `shards` (known passes: shard, hotpath, fuse, dead)"), "{}", stderr(&o));
 }
 
 #[test]

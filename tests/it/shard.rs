@@ -384,3 +384,204 @@ fn an_mlp_trained_data_parallel_gives_one_workers_losses() {
         }
     }
 }
+
+/// Opens a placement before the client's first instruction (as if the whole script were
+/// in one placed signal).
+struct Prologue(Option<Placement>);
+
+impl gt::passes::StreamPass for Prologue {
+    fn name(&self) -> &'static str {
+        "prologue"
+    }
+    fn run(&mut self, instr: Instr, out: &mut gt::passes::Emit) {
+        if let Some(place) = self.0.take() {
+            out.inject(Instr::SignalStart { name: "spread".into(), compile: false, place: Some(place) });
+        }
+        out.keep(instr);
+    }
+}
+
+/// A cluster of `workers` embedded workers whose client `k` runs under `places[k - 1]`.
+fn placed_cluster(workers: usize, places: Vec<Placement>) -> gt::runtime::Cluster {
+    let mut o = gt::runtime::ClusterOptions::embedded(workers);
+    let n = places.len() as u64;
+    o.dispatcher.pipeline = std::sync::Arc::new(move |client| {
+        let mut p = Pipeline::new();
+        p.push(Box::new(Prologue(Some(places[((client - 1) % n) as usize].clone()))));
+        p.push(Box::new(gt::passes::Shard::default()));
+        p.push(Box::new(gt::passes::Fuse::new(registry::default_options().fuse)));
+        p.push(Box::new(gt::passes::Dead::new(Default::default())));
+        p
+    });
+    gt::runtime::Cluster::start(o).unwrap()
+}
+
+#[test]
+fn every_run_filetest_on_four_workers_under_placements_prints_what_the_interpreter_prints() {
+    let places = vec![
+        Placement::Split { axis: 0, workers: vec![] },
+        Placement::Split { axis: -1, workers: vec![3, 1] },
+        Placement::Replicated { workers: vec![0, 2, 3] },
+        Placement::Split { axis: 1, workers: vec![2, 0, 1] },
+    ];
+    let cluster = placed_cluster(4, places.clone());
+    let mut failures = Vec::new();
+    for path in run_filetests() {
+        let source = std::fs::read_to_string(&path).unwrap();
+        // Size limits are per worker: a value over one worker's limit fits split over four.
+        if source.contains("over the limit") {
+            continue;
+        }
+        let reference = gt::filetest::run_file(&path).unwrap();
+        for place in &places {
+            let mut client = Some(
+                gt::frontend::Client::connect_in(cluster.context(), cluster.endpoint(), Default::default()).unwrap(),
+            );
+            let got = gt::filetest::run_file_on(&path, &mut |loaded, out| {
+                gt::script::run_any(loaded, client.take().expect("one run per file"), out, Default::default()).0
+            });
+            match got {
+                Ok(text) if text == reference => {}
+                // Sums over split axes are added in another order: within rounding.
+                Ok(text) if !source.contains("; error:") && close_text(&text, &reference) => {}
+                Ok(text) => failures.push(format!("{} under {place:?}:\n{text}\nvs\n{reference}", path.display())),
+                Err(e) => failures.push(format!("{} under {place:?}: {e:#}", path.display())),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Two filetest outputs equal but for the last digits of their numbers.
+fn close_text(a: &str, b: &str) -> bool {
+    let words = |s: &str| {
+        s.split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (words(a), words(b));
+    a.len() == b.len()
+        && a.iter().zip(&b).all(|(x, y)| {
+            x == y
+                || match (x.parse::<f64>(), y.parse::<f64>()) {
+                    (Ok(p), Ok(q)) => (p - q).abs() <= 1e-3 * (1.0 + p.abs().max(q.abs())),
+                    _ => false,
+                }
+        })
+}
+
+/// Losses of a data-parallel MLP on an embedded cluster of `workers` (`config`: the
+/// placements, as a GT_CONFIG file would give them).
+fn cluster_mlp_losses(workers: usize, config: &str) -> Vec<f32> {
+    use gt::nn::{self, Module, Optimizer};
+    let _gt = gt::Runtime::embedded(workers).unwrap();
+    gt::signal::set_config(gt::config::Config::parse(config, "test.yaml").unwrap());
+    gt::manual_seed(11).unwrap();
+    let labels: Vec<usize> = (0..64).map(|i| (i * 3) % 10).collect();
+    let t = nn::one_hot(&labels, 10).unwrap();
+    let model = {
+        let _p = gt::signal::context("params").unwrap();
+        nn::Sequential::new()
+            .push(nn::Linear::new(784, 256).unwrap())
+            .push(nn::ReLU)
+            .push(nn::Linear::new(256, 10).unwrap())
+    };
+    let x = {
+        let _b = gt::signal::context("batch").unwrap();
+        t.matmul(&gt::randn(&[10, 784]).unwrap()).unwrap().add(&gt::randn(&[64, 784]).unwrap()).unwrap()
+    };
+    let mut sgd = nn::Sgd::new(model.parameters(), 0.05).with_momentum(0.9);
+    let losses = (0..5)
+        .map(|_| {
+            let loss = {
+                let _b = gt::signal::context("batch").unwrap();
+                nn::cross_entropy(&model.forward(&x).unwrap(), &t).unwrap()
+            };
+            sgd.zero_grad();
+            loss.backward().unwrap();
+            sgd.step().unwrap();
+            loss.item().unwrap()
+        })
+        .collect();
+    gt::signal::set_config(Default::default());
+    losses
+}
+
+#[test]
+fn a_784_256_10_mlp_trained_data_parallel_on_four_workers_gives_one_workers_losses() {
+    let config = "batch:\n  shard:\n    axis: 0\n    workers: [0, 1, 2, 3]\n  backward: batch_bwd\nbatch_bwd:\n  shard:\n    axis: 0\nparams:\n  shard:\n    replicated: true\n";
+    let one = cluster_mlp_losses(1, "");
+    let four = cluster_mlp_losses(4, config);
+    assert!(one[4] < one[0], "it learns: {one:?}");
+    for (a, b) in four.iter().zip(&one) {
+        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{four:?} vs {one:?}");
+    }
+}
+
+#[test]
+fn gt_run_spreads_a_script_over_workers_from_a_yaml_config() {
+    use crate::cli::{code, gt_run_env, stderr, stdout};
+    let dir = std::env::temp_dir().join(format!("gt-shard-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // The GT README's configuration: data parallel over 4 workers, pipeline stages.
+    let yaml = dir.join("shard.yaml");
+    std::fs::write(
+        &yaml,
+        "layer1:\n  shard:\n    axis: 0\n    workers: [0, 1, 2, 3]\n  backward: layer1_bwd\nstage_2:\n  shard:\n    axis: 0\n    workers: [2, 3]\n",
+    )
+    .unwrap();
+    let script = dir.join("spread.gtir");
+    std::fs::write(
+        &script,
+        "%w = arange f32 end=12\n%w2 = reshape %w shape=[4, 3]\nsignal \"layer1\" {\n  %x = arange f32 end=40\n  %x2 = reshape %x shape=[10, 4]\n  %y = matmul %x2, %w2\n}\nsignal \"stage_2\" {\n  %z = relu %y\n  %s = sum %z axes=[0]\n  %m = mean %z\n}\nprint %s\nprint %m\n",
+    )
+    .unwrap();
+    let one = gt_run_env(&[script.to_str().unwrap()], &[]);
+    assert_eq!(code(&one), 0, "{}", stderr(&one));
+    let four =
+        gt_run_env(&["--workers", "4", "--pass-stats", script.to_str().unwrap()], &[("GT_CONFIG", yaml.as_os_str())]);
+    assert_eq!(code(&four), 0, "{}", stderr(&four));
+    assert_eq!(stdout(&four), stdout(&one));
+    assert!(stderr(&four).contains("pass shard: sharded="), "{}", stderr(&four));
+    assert!(!stderr(&four).contains("pass shard: sharded=0 "), "{}", stderr(&four));
+    // A config naming worker 7 when 4 exist: an error naming the signal and the worker.
+    std::fs::write(&yaml, "layer1:\n  shard:\n    axis: 0\n    workers: [0, 7]\n").unwrap();
+    let bad = gt_run_env(&["--workers", "4", script.to_str().unwrap()], &[("GT_CONFIG", yaml.as_os_str())]);
+    assert_eq!(code(&bad), 1, "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("signal `layer1` places values on worker 7, but there are 4 workers"),
+        "{}",
+        stderr(&bad)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_sharded_script_runs_on_three_gt_worker_processes() {
+    use crate::distributed::{free_port, gt_run, server, worker};
+    let port = free_port();
+    let (_server, _) = server(port, "127.0.0.1", &[]);
+    let _workers: Vec<_> = (0..3).map(|_| worker(port)).collect();
+    // Wait until all three have registered.
+    let endpoint = gt::transport::Endpoint::parse(&format!("127.0.0.1:{port}")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let mut c = gt::frontend::Client::connect(&endpoint, Default::default()).unwrap();
+        if c.stats().unwrap().0.len() == 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "three workers register");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let embedded = gt_run(&["examples/sharded.gtir"]);
+    assert!(embedded.status.success(), "{}", String::from_utf8_lossy(&embedded.stderr));
+    let remote = gt_run(&["--connect", &format!("127.0.0.1:{port}"), "--pass-stats", "examples/sharded.gtir"]);
+    assert!(remote.status.success(), "{}", String::from_utf8_lossy(&remote.stderr));
+    assert_eq!(remote.stdout, embedded.stdout);
+    assert!(
+        String::from_utf8_lossy(&remote.stderr).contains("collectives="),
+        "{}",
+        String::from_utf8_lossy(&remote.stderr)
+    );
+}
