@@ -306,9 +306,9 @@ mod tests {
         let c = EnvConfig::from_lookup(env(&[("GT_WORKERS", "4"), ("GT_WORKER_BATCH_SIZE", "1"), ("GT_MONITOR", "1")]))
             .unwrap();
         let c4 = (c.workers, c.worker_batch_size, c.monitor, c.passes.as_slice(), c.pass_options.fuse.regions);
-        assert_eq!(c4, (4, 1, true, &["fuse", "dead"][..], Regions::Signals));
+        assert_eq!(c4, (4, 1, true, &["shard", "fuse", "dead"][..], Regions::Signals));
         let c = EnvConfig::from_lookup(env(&[("GT_HOTPATH", "1"), ("GT_HOTPATH_THRESHOLD", "7")])).unwrap();
-        assert_eq!(c.passes, ["hotpath", "fuse", "dead"]);
+        assert_eq!(c.passes, ["shard", "hotpath", "fuse", "dead"]);
         assert_eq!(c.pass_options.hotpath, HotPathConfig { threshold: 7, ..HotPathConfig::default() });
         let c = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath, hotpath"), ("GT_HOTPATH", "1")])).unwrap();
         assert_eq!(c.passes, ["hotpath"]);
@@ -321,9 +321,16 @@ mod tests {
         assert_eq!((c.backend, c.matmul_precision), (BackendKind::Cuda, Precision::Tf32));
         let c = EnvConfig::from_lookup(env(&[("GT_AUTO_COMPILE", "1")])).unwrap();
         let passes = (c.passes.as_slice(), c.pass_options.fuse.regions);
-        assert_eq!(passes, (&["hotpath", "fuse", "dead"][..], Regions::HotPaths));
+        assert_eq!(passes, (&["shard", "hotpath", "fuse", "dead"][..], Regions::HotPaths));
         let c = EnvConfig::from_lookup(env(&[("GT_COMPILE", "1"), ("GT_FUSE_WINDOW", "64")])).unwrap();
-        assert_eq!((c.passes.as_slice(), c.pass_options.fuse.window), (&["fuse", "dead"][..], 64));
+        assert_eq!((c.passes.as_slice(), c.pass_options.fuse.window), (&["shard", "fuse", "dead"][..], 64));
+        let c =
+            EnvConfig::from_lookup(env(&[("GT_PASSES", "dead"), ("GT_AUTO_SHARD", "1"), ("GT_SHARD_THRESHOLD", "64")]))
+                .unwrap();
+        assert_eq!(
+            (c.passes.as_slice(), c.pass_options.shard.auto, c.pass_options.shard.threshold),
+            (&["shard", "dead"][..], true, 64)
+        );
     }
 
     #[test]
@@ -340,14 +347,16 @@ mod tests {
             ("GT_MATMUL_PRECISION", "medium"),
             ("GT_THREADS", "0"),
             ("GT_THREADS", "100000"),
+            ("GT_AUTO_SHARD", "maybe"),
+            ("GT_SHARD_THRESHOLD", "0"),
         ] {
             let e = EnvConfig::from_lookup(env(&[(k, v), ("GT_HOTPATH", "1")])).unwrap_err();
             assert!(e.to_string().starts_with(&format!("{k}=")), "{e}");
         }
-        let e = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath,shard")])).unwrap_err();
+        let e = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath,shards")])).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "GT_PASSES=\"hotpath,shard\": unknown pass `shard` (known passes: hotpath, fuse, dead)"
+            "GT_PASSES=\"hotpath,shards\": unknown pass `shards` (known passes: shard, hotpath, fuse, dead)"
         );
         let e = EnvConfig::from_lookup(env(&[("GT_DUMP_PASSES", "/proc/gt-cannot-be-here")])).unwrap_err();
         assert!(e.to_string().contains("cannot write there"), "{e}");
