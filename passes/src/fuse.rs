@@ -108,17 +108,27 @@ fn canonical(region: &[Instr], types: &HashMap<ValueId, TensorType>) -> (Option<
     (rmp_serde::to_vec(&(renamed, tys)).ok(), names)
 }
 
+/// A region being collected: instructions of one placement (a region runs on one worker).
+#[derive(Debug, Default)]
+struct Held {
+    /// Where its instructions run (`Meta::place`).
+    place: Vec<u32>,
+    /// Types of the values it names (kept when the region frees them).
+    types: HashMap<ValueId, TensorType>,
+    instrs: Vec<Instr>,
+    /// Where each instruction came from.
+    origins: Vec<Meta>,
+}
+
 /// The fuse pass.
 #[derive(Debug)]
 pub struct Fuse {
     config: FuseConfig,
     /// The type of every live value of the stream.
     types: StreamTypes,
-    /// Types of the values the held region names (kept when the region frees them).
-    region_types: HashMap<ValueId, TensorType>,
-    region: Vec<Instr>,
-    /// Where each instruction of the region came from.
-    origins: Vec<Meta>,
+    /// One region per placement, in the order they started: the shard pass interleaves its
+    /// workers' instructions, and each worker's stretch is fused as one region.
+    held: Vec<Held>,
     /// Inside a hot-path repetition.
     in_hot: bool,
     stats: FuseStats,
@@ -132,9 +142,7 @@ impl Fuse {
         Fuse {
             config,
             types: StreamTypes::default(),
-            region_types: HashMap::new(),
-            region: Vec::new(),
-            origins: Vec::new(),
+            held: Vec::new(),
             in_hot: false,
             stats: FuseStats::default(),
             cache: HashMap::new(),
@@ -169,14 +177,28 @@ impl Fuse {
         true
     }
 
-    /// Compiles and releases the held region.
+    /// Compiles and releases every held region, in the order they started.
     fn release(&mut self, out: &mut Emit) {
-        if self.region.is_empty() {
+        for held in std::mem::take(&mut self.held) {
+            self.release_one(held, out);
+        }
+    }
+
+    /// Compiles and releases the held regions `which` picks (the others stay, in order).
+    fn release_where(&mut self, out: &mut Emit, which: impl Fn(&Held) -> bool) {
+        let (go, stay): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held).into_iter().partition(|h| which(h));
+        self.held = stay;
+        for held in go {
+            self.release_one(held, out);
+        }
+    }
+
+    /// Compiles and releases one region.
+    fn release_one(&mut self, held: Held, out: &mut Emit) {
+        let Held { instrs: region, origins, types, .. } = held;
+        if region.is_empty() {
             return;
         }
-        let region = std::mem::take(&mut self.region);
-        let origins = std::mem::take(&mut self.origins);
-        let types = std::mem::take(&mut self.region_types);
         // A region with nothing to fuse goes out as it came.
         let worth = region.iter().filter(|i| !matches!(i, Instr::Free { .. })).count() >= 2;
         if !worth {
@@ -295,8 +317,21 @@ impl StreamPass for Fuse {
                 out.keep(instr);
             }
             _ if !self.collecting(out.in_compile_signal()) => {
+                self.release(out);
                 self.track(&instr, out.types());
                 out.keep(instr);
+            }
+            // A free joins the region that names its value (so that value need not exist
+            // after it); one no region names goes at once.
+            Instr::Free { src } if self.held.iter().filter(|h| h.types.contains_key(&src)).count() <= 1 => {
+                self.track(&instr, out.types());
+                match self.held.iter_mut().find(|h| h.types.contains_key(&src)) {
+                    Some(h) => {
+                        h.instrs.push(instr);
+                        h.origins.push(out.meta());
+                    }
+                    None => out.keep(instr),
+                }
             }
             // An instruction that reads its own result (the verifier refuses it; a raw client
             // can send one) would make the value a view or expression of itself: never fused.
@@ -310,32 +345,37 @@ impl StreamPass for Fuse {
                 // old value (a script's loop body), would break the region's
                 // single-definition view: the region ends before it. (Redefining a live
                 // value the region never names is fine: the new one replaces it.)
-                let redefines = instr.results().iter().any(|r| self.region_types.contains_key(r));
-                // A region runs on one worker: an instruction placed elsewhere (the shard
-                // pass's per-shard instructions and collectives) starts another.
-                let elsewhere = self.origins.last().is_some_and(|m| m.place != out.place());
-                if redefines || elsewhere {
-                    self.release(out);
-                }
-                for v in instr.operands() {
-                    if let Some(t) = self.types.get(v) {
-                        self.region_types.insert(v, t.clone());
-                    }
-                }
+                let place = out.place().to_vec();
+                let (results, operands) = (instr.results(), instr.operands());
+                // A region of another placement that names a value this one reads or writes
+                // (a move or collective reading a shard's result) goes first.
+                let names = |h: &Held| results.iter().chain(&operands).any(|v| h.types.contains_key(v));
+                self.release_where(out, |h| h.place != place && names(h));
+                let redefines = |h: &Held| h.place == place && results.iter().any(|r| h.types.contains_key(r));
+                self.release_where(out, redefines);
                 if !self.track(&instr, out.types()) {
                     self.release(out);
                     out.keep(instr);
                     return;
                 }
-                for v in instr.results() {
-                    if let Some(t) = self.types.get(v) {
-                        self.region_types.insert(v, t.clone());
+                let at = match self.held.iter().position(|h| h.place == place) {
+                    Some(at) => at,
+                    None => {
+                        self.held.push(Held { place, ..Held::default() });
+                        self.held.len() - 1
+                    }
+                };
+                let h = &mut self.held[at];
+                for v in operands.iter().chain(&results) {
+                    if let Some(t) = self.types.get(*v) {
+                        h.types.insert(*v, t.clone());
                     }
                 }
-                self.region.push(instr);
-                self.origins.push(out.meta());
-                if self.region.len() >= self.config.window {
-                    self.release(out);
+                h.instrs.push(instr);
+                h.origins.push(out.meta());
+                if h.instrs.len() >= self.config.window {
+                    let full = self.held.remove(at);
+                    self.release_one(full, out);
                 }
             }
         }

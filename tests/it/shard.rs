@@ -90,8 +90,11 @@ fn close(a: &[HostTensor], b: &[HostTensor]) -> bool {
         })
 }
 
-fn sharded_pipeline(workers: usize) -> Pipeline {
-    let mut p = registry::pipeline(&["shard", "dead"], &PassOptions::default()).unwrap();
+/// The shard pass (and, `compile`, the fuse pass compiling every region of each worker)
+/// with the dead pass, on `workers` workers.
+fn sharded_pipeline(workers: usize, compile: bool) -> Pipeline {
+    let passes: &[&str] = if compile { &["shard", "hotpath", "fuse", "dead"] } else { &["shard", "dead"] };
+    let mut p = registry::pipeline(passes, &PassOptions::default()).unwrap();
     p.set_workers(workers);
     p
 }
@@ -119,6 +122,7 @@ proptest! {
         workers in 2usize..5,
         replicated in any::<bool>(),
         first in 0u32..2,
+        compile in any::<bool>(),
     ) {
         let listed: Vec<u32> = (first..first + workers as u32).collect();
         let place = if replicated {
@@ -127,17 +131,20 @@ proptest! {
             Placement::Split { axis, workers: listed }
         };
         let prologue = [Instr::SignalStart { name: "spread".into(), compile: false, place: Some(place.clone()) }];
-        let mut spread = 0;
+        let (mut spread, mut kernels) = (0, 0);
         for (path, program) in programs() {
             let Some(reference) = reads(&program, None, &[]) else { continue };
-            let mut p = sharded_pipeline(workers + 2);
+            let mut p = sharded_pipeline(workers + 2, compile);
             let got = reads(&program, Some(&mut p), &prologue);
-            spread += p.stats()[0].1.iter().filter(|(k, _)| *k == "sharded" || *k == "replicated").map(|(_, v)| v).sum::<u64>();
-            prop_assert!(got.is_some(), "{path} under {place:?}: failed to run");
+            let stats = p.stats();
+            spread += stats[0].1.iter().filter(|(k, _)| *k == "sharded" || *k == "replicated").map(|(_, v)| v).sum::<u64>();
+            kernels += stats.iter().filter(|(pass, _)| *pass == "fuse").flat_map(|(_, c)| c).filter(|(k, _)| *k == "kernels").map(|(_, v)| v).sum::<u64>();
+            prop_assert!(got.is_some(), "{path} under {place:?} (compiled: {compile}): failed to run");
             let got = got.unwrap();
-            prop_assert!(close(&got, &reference), "{path} under {place:?}: reads differ\n{got:?}\n{reference:?}");
+            prop_assert!(close(&got, &reference), "{path} under {place:?} (compiled: {compile}): reads differ\n{got:?}\n{reference:?}");
         }
         prop_assert!(spread > 0, "the placement spread only {spread} instructions");
+        prop_assert!(!compile || kernels > 0, "compiled, but no kernel was made");
     }
 }
 

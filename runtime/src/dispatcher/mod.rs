@@ -1381,7 +1381,18 @@ impl Dispatcher {
         let details = timed.then(|| batch_details(number, &instrs));
         let notes = timed.then(|| {
             let notes = instrs.iter().zip(types);
-            notes.map(|(i, types)| ExecNote { op: i.mnemonic(), types, text: print_instr(i) }).collect()
+            let mut notes: Vec<ExecNote> =
+                notes.map(|(i, types)| ExecNote { op: i.mnemonic(), types, text: print_instr(i) }).collect();
+            // A part of a collective says which one and with whom, so a timeline shows who
+            // sent what to whom.
+            for ex in &exchanges {
+                let (Some(note), Some(state)) = (notes.get_mut(ex.index as usize), self.exchanges.get(&ex.id)) else {
+                    continue;
+                };
+                let names: Vec<&str> = state.ranks.iter().map(|&r| self.workers[r].name.as_str()).collect();
+                note.text = format!("{} ; collective #{} rank {} of {}", note.text, ex.id, ex.rank, names.join(", "));
+            }
+            notes
         });
         let charges = workers::charges(&instrs, &origins);
         let owners = origins.iter().map(|(c, _)| *c).collect();
