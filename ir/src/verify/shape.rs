@@ -335,6 +335,31 @@ pub fn array_split(len: usize, n: usize) -> Vec<usize> {
     (0..n).map(|i| len / n + usize::from(i < len % n)).collect()
 }
 
+/// The type of `srcs` (the first of type `first`) joined along `axis`, as `concat` and
+/// `all_gather` join them: every operand the same but along the axis.
+fn joined_along(
+    first: TensorType,
+    srcs: &[ValueId],
+    axis: i64,
+    ty: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
+) -> Result<TensorType, TypeError> {
+    let a = normalize_axis(axis, first.shape.rank())?;
+    let mut dims = first.shape.0.clone();
+    for (index, &v) in srcs.iter().enumerate().skip(1) {
+        let t = ty(v)?;
+        let fits = t.dtype == first.dtype
+            && t.shape.rank() == first.shape.rank()
+            && (0..dims.len()).all(|i| i == a || t.shape.0[i] == first.shape.0[i]);
+        if !fits {
+            return Err(TypeError::ConcatMismatch { index, expected: first.clone(), found: t, axis: a });
+        }
+        dims[a] = dims[a].saturating_add(t.shape.0[a]);
+    }
+    let shape = Shape(dims);
+    check_size(&shape)?;
+    Ok(TensorType { dtype: first.dtype, shape })
+}
+
 /// The result types of a collective over operands `srcs` naming `dsts` results.
 fn collective(
     op: CollectiveOp,
@@ -381,23 +406,7 @@ fn collective(
                 })
                 .collect())
         }
-        CollectiveOp::AllGather { axis } => {
-            let a = normalize_axis(axis, first.shape.rank())?;
-            let mut dims = first.shape.0.clone();
-            for (index, &v) in srcs.iter().enumerate().skip(1) {
-                let t = ty(v)?;
-                let fits = t.dtype == first.dtype
-                    && t.shape.rank() == first.shape.rank()
-                    && (0..dims.len()).all(|i| i == a || t.shape.0[i] == first.shape.0[i]);
-                if !fits {
-                    return Err(TypeError::ConcatMismatch { index, expected: first.clone(), found: t, axis: a });
-                }
-                dims[a] = dims[a].saturating_add(t.shape.0[a]);
-            }
-            let shape = Shape(dims);
-            check_size(&shape)?;
-            Ok(vec![TensorType { dtype: first.dtype, shape }; dsts])
-        }
+        CollectiveOp::AllGather { axis } => Ok(vec![joined_along(first, srcs, axis, ty)?; dsts]),
     }
 }
 
@@ -844,21 +853,7 @@ fn infer_any_rank(
         Instr::Concat { srcs, axis, .. } => {
             let first = ty(*srcs.first().ok_or(TypeError::ConcatEmpty)?)?;
             check_dtype(first.dtype)?;
-            let a = normalize_axis(*axis, first.shape.rank())?;
-            let mut dims = first.shape.0.clone();
-            for (index, v) in srcs.iter().enumerate().skip(1) {
-                let t = ty(*v)?;
-                let fits = t.dtype == first.dtype
-                    && t.shape.rank() == first.shape.rank()
-                    && (0..dims.len()).all(|i| i == a || t.shape.0[i] == first.shape.0[i]);
-                if !fits {
-                    return Err(TypeError::ConcatMismatch { index, expected: first.clone(), found: t, axis: a });
-                }
-                dims[a] = dims[a].saturating_add(t.shape.0[a]);
-            }
-            let shape = Shape(dims);
-            check_size(&shape)?;
-            one(TensorType { dtype: first.dtype, shape })
+            one(joined_along(first, srcs, *axis, ty)?)
         }
         Instr::Slice { src, index, .. } => {
             let t = ty(*src)?;
