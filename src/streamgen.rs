@@ -34,6 +34,12 @@ pub fn streams(bytes: &[u8], clients: usize) -> Vec<Vec<Step>> {
         if g.chance(128) {
             stream.push(Step::Instr(Instr::SignalStart { name: "s".into(), compile: true, place: None }));
         }
+        // A quarter of the clients spread what they compute over workers (the shard pass,
+        // collectives across workers), some with placements that name missing workers.
+        if g.chance(64) {
+            let place = g.placement();
+            stream.push(Step::Instr(Instr::SignalStart { name: "p".into(), compile: false, place: Some(place) }));
+        }
     }
     while g.at < g.bytes.len() {
         let c = g.below(out.len());
@@ -101,6 +107,18 @@ impl Gen<'_> {
             return self.operand(known).0;
         }
         same[self.below(same.len())]
+    }
+
+    /// A placement: split along an axis or copied, over a few workers (now and then one
+    /// that does not exist, or one named twice).
+    fn placement(&mut self) -> gt_ir::Placement {
+        let workers: Vec<u32> =
+            (0..self.below(4)).map(|_| if self.chance(16) { 7 } else { self.below(3) as u32 }).collect();
+        if self.chance(96) {
+            gt_ir::Placement::Replicated { workers }
+        } else {
+            gt_ir::Placement::Split { axis: self.below(3) as i64 - 1, workers }
+        }
     }
 
     fn axis(&mut self, rank: usize) -> i64 {
@@ -215,7 +233,25 @@ impl Gen<'_> {
                     .collect();
                 Instr::Slice { dst: dst_or_src(self), src, index }
             }
-            21 => Instr::Concat { dst, srcs: vec![src, self.partner(known, &sd)], axis: self.axis(rank) },
+            21 if self.chance(128) => {
+                Instr::Concat { dst, srcs: vec![src, self.partner(known, &sd)], axis: self.axis(rank) }
+            }
+            21 => {
+                // A collective written by the client (run where its operands are).
+                let op = match self.below(5) {
+                    0 => gt_ir::CollectiveOp::AllReduce(gt_ir::ReduceOp::ALL[self.below(4)]),
+                    1 => gt_ir::CollectiveOp::AllGather { axis: self.axis(rank) },
+                    2 => gt_ir::CollectiveOp::ReduceScatter { op: gt_ir::ReduceOp::Sum, axis: self.axis(rank) },
+                    3 => gt_ir::CollectiveOp::Broadcast,
+                    _ => gt_ir::CollectiveOp::Move,
+                };
+                let srcs = match op {
+                    gt_ir::CollectiveOp::Broadcast | gt_ir::CollectiveOp::Move => vec![src],
+                    _ => vec![src, self.partner(known, &sd)],
+                };
+                let n = if matches!(op, gt_ir::CollectiveOp::Move) { 1 } else { 2 };
+                Instr::Collective { dsts: (0..n).map(|k| if k == 0 { dst } else { self.id() }).collect(), op, srcs }
+            }
             22 => Instr::Split {
                 dsts: vec![dst, self.id()],
                 src,
@@ -223,8 +259,12 @@ impl Gen<'_> {
                 spec: SplitSpec::Chunks(1 + self.below(3)),
             },
             23 => Instr::Free { src },
-            24 => match self.below(4) {
+            24 => match self.below(5) {
                 0 => Instr::SignalStart { name: "s".into(), compile: self.chance(192), place: None },
+                4 => {
+                    let place = Some(self.placement());
+                    Instr::SignalStart { name: "s".into(), compile: self.chance(64), place }
+                }
                 1 => Instr::SignalEnd { name: if self.chance(32) { "t".into() } else { "s".into() } },
                 2 => Instr::HotPathStart { id: self.below(3) as u64 },
                 _ => Instr::HotPathEnd { id: self.below(3) as u64 },

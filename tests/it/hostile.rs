@@ -198,6 +198,9 @@ const PASS_SETTINGS: &[&[(&str, &str)]] = &[
     &[("GT_PASSES", "dead"), ("GT_DEAD_WINDOW", "3")],
     &[("GT_PASSES", "hotpath,fuse,dead"), ("GT_COMPILE", "1"), ("GT_FAST_MATH", "1"), ("GT_FUSE_WINDOW", "6")],
     &[("GT_COMPILE", "1"), ("GT_JIT", "0"), ("GT_WORKERS", "2"), ("GT_WORKER_BATCH_SIZE", "3")],
+    // Everything large enough split over three workers, and the clients' placements spread.
+    &[("GT_WORKERS", "3"), ("GT_AUTO_SHARD", "1"), ("GT_SHARD_THRESHOLD", "16"), ("GT_COLLECTIVE_TIMEOUT", "5")],
+    &[("GT_WORKERS", "3"), ("GT_COMPILE", "1"), ("GT_WORKER_BATCH_SIZE", "2")],
 ];
 
 /// The stream fuzzer as a bounded property test: random well- and ill-formed streams from
