@@ -501,10 +501,11 @@ fn close_text(a: &str, b: &str) -> bool {
 }
 
 /// Losses of a data-parallel MLP on an embedded cluster of `workers` (`config`: the
-/// placements, as a GT_CONFIG file would give them).
-fn cluster_mlp_losses(workers: usize, config: &str) -> Vec<f32> {
+/// placements, as a GT_CONFIG file would give them), and how many instructions each worker
+/// ran.
+fn cluster_mlp_losses(workers: usize, config: &str) -> (Vec<f32>, Vec<u64>) {
     use gt::nn::{self, Module, Optimizer};
-    let _gt = gt::Runtime::embedded(workers).unwrap();
+    let gt = gt::Runtime::embedded(workers).unwrap();
     gt::signal::set_config(gt::config::Config::parse(config, "test.yaml").unwrap());
     gt::manual_seed(11).unwrap();
     let labels: Vec<usize> = (0..64).map(|i| (i * 3) % 10).collect();
@@ -534,14 +535,16 @@ fn cluster_mlp_losses(workers: usize, config: &str) -> Vec<f32> {
         })
         .collect();
     gt::signal::set_config(Default::default());
-    losses
+    let ran = gt.worker_stats().unwrap().unwrap().iter().map(|w| w.instructions).collect();
+    (losses, ran)
 }
 
 #[test]
 fn a_784_256_10_mlp_trained_data_parallel_on_four_workers_gives_one_workers_losses() {
     let config = "batch:\n  shard:\n    axis: 0\n    workers: [0, 1, 2, 3]\n  backward: batch_bwd\nbatch_bwd:\n  shard:\n    axis: 0\nparams:\n  shard:\n    replicated: true\n";
-    let one = cluster_mlp_losses(1, "");
-    let four = cluster_mlp_losses(4, config);
+    let (one, _) = cluster_mlp_losses(1, "");
+    let (four, ran) = cluster_mlp_losses(4, config);
+    assert!(ran.iter().all(|&n| n > 50), "every worker computes: {ran:?}");
     assert!(one[4] < one[0], "it learns: {one:?}");
     for (a, b) in four.iter().zip(&one) {
         assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{four:?} vs {one:?}");
@@ -613,4 +616,17 @@ fn a_sharded_script_runs_on_three_gt_worker_processes() {
         "{}",
         String::from_utf8_lossy(&remote.stderr)
     );
+}
+
+#[test]
+fn the_readme_pipeline_forward_on_workers_0_1_backward_on_2_3_gives_one_workers_losses() {
+    // The GT README's pipeline example: the forward pass split over workers 0-1, its
+    // gradients computed on workers 2-3.
+    let config = "batch:\n  shard:\n    axis: 0\n    workers: [0, 1]\n  backward: batch_bwd\nbatch_bwd:\n  shard:\n    axis: 0\n    workers: [2, 3]\n";
+    let (one, _) = cluster_mlp_losses(1, "");
+    let (piped, ran) = cluster_mlp_losses(4, config);
+    assert!(ran.iter().all(|&n| n > 20), "every worker computes: {ran:?}");
+    for (a, b) in piped.iter().zip(&one) {
+        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{piped:?} vs {one:?}");
+    }
 }
