@@ -566,7 +566,7 @@ impl Shard {
                         let b = self.ensure_split(out, *rhs, 0, &workers);
                         let partials = self.per_part(out, instr, &workers, &Self::columns(vec![a, b], workers.len()));
                         let partials: Vec<ValueId> = partials.into_iter().map(|p| p[0]).collect();
-                        self.all_reduce(out, instr.results()[0], ReduceOp::Sum, &workers, partials, None);
+                        self.all_reduce(out, instr.results()[0], &results[0], ReduceOp::Sum, &workers, partials, None);
                         self.stats.sharded += 1;
                         true
                     }
@@ -610,7 +610,7 @@ impl Shard {
                     let partials: Vec<ValueId> = partials.into_iter().map(|p| p[0]).collect();
                     let count: usize = reduced.iter().map(|&a| types[0].shape.0[a]).product();
                     let mean = (*op == ReduceOp::Mean).then_some(count);
-                    self.all_reduce(out, instr.results()[0], partial_op, &workers, partials, mean);
+                    self.all_reduce(out, instr.results()[0], &results[0], partial_op, &workers, partials, mean);
                     self.stats.sharded += 1;
                     return true;
                 }
@@ -732,21 +732,34 @@ impl Shard {
 
     /// `all_reduce op` of `partials` (one per worker) into copies that become `dst`'s; a
     /// mean of `count` elements divides them by it.
+    #[allow(clippy::too_many_arguments)]
     fn all_reduce(
         &mut self,
         out: &mut Emit,
         dst: ValueId,
+        ty: &TensorType,
         op: ReduceOp,
         workers: &[u32],
         partials: Vec<ValueId>,
         mean: Option<usize>,
     ) {
+        // A scope that splits the result over the same workers takes each its piece of the
+        // reduction: a reduce_scatter moves half the bytes of an all_reduce.
+        let scatter = match self.want() {
+            Some(Want::Split { axis, workers: to }) if to == workers && partials.len() > 1 => {
+                self.splittable(ty, *axis, workers.len())
+            }
+            _ => None,
+        };
         let sums = if partials.len() == 1 {
             // One shard: its partial is the whole.
             partials
         } else {
             let sums: Vec<ValueId> = workers.iter().map(|_| self.fresh()).collect();
-            let op = CollectiveOp::AllReduce(op);
+            let op = match scatter {
+                Some(axis) => CollectiveOp::ReduceScatter { op, axis: axis as i64 },
+                None => CollectiveOp::AllReduce(op),
+            };
             self.emit(out, Instr::Collective { dsts: sums.clone(), op, srcs: partials.clone() }, workers.to_vec());
             self.stats.collectives += 1;
             for p in partials {
@@ -773,8 +786,12 @@ impl Shard {
                 copies
             }
         };
-        let replicas = workers.iter().copied().zip(copies).collect();
-        self.produced.push((dst, Dist { home: false, split: None, replicas }));
+        let placed = workers.iter().copied().zip(copies).collect();
+        let dist = match scatter {
+            Some(axis) => Dist { home: false, split: Some(Split { axis, parts: placed }), replicas: Vec::new() },
+            None => Dist { home: false, split: None, replicas: placed },
+        };
+        self.produced.push((dst, dist));
     }
 
     /// `GT_AUTO_SHARD`: splits the operand that sets a large instruction's rows over every

@@ -630,3 +630,22 @@ fn the_readme_pipeline_forward_on_workers_0_1_backward_on_2_3_gives_one_workers_
         assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{piped:?} vs {one:?}");
     }
 }
+
+#[test]
+fn a_row_parallel_product_in_a_split_scope_reduce_scatters() {
+    let text = plan(
+        "%x = randn f32[4, 6] seed=1
+%w = randn f32[6, 4] seed=2
+signal_start \"k\" shard axis=1 workers=[0, 1]
+%xs = relu %x
+signal_end \"k\"
+signal_start \"rows\" shard axis=0 workers=[0, 1]
+%y = matmul %xs, %w
+signal_end \"rows\"
+print %y
+",
+        2,
+    );
+    assert!(text.contains("reduce_scatter sum"), "{text}");
+    snapshot("row_parallel_reduce_scatter", &text);
+}
