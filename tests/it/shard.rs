@@ -590,20 +590,20 @@ fn gt_run_spreads_a_script_over_workers_from_a_yaml_config() {
 }
 
 #[test]
-fn a_sharded_script_runs_on_three_gt_worker_processes() {
+fn a_sharded_script_runs_on_four_gt_worker_processes() {
     use crate::distributed::{free_port, gt_run, server, worker};
     let port = free_port();
     let (_server, _) = server(port, "127.0.0.1", &[]);
-    let _workers: Vec<_> = (0..3).map(|_| worker(port)).collect();
-    // Wait until all three have registered.
+    let _workers: Vec<_> = (0..4).map(|_| worker(port)).collect();
+    // Wait until all four have registered.
     let endpoint = gt::transport::Endpoint::parse(&format!("127.0.0.1:{port}")).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let mut c = gt::frontend::Client::connect(&endpoint, Default::default()).unwrap();
-        if c.stats().unwrap().0.len() == 3 {
+        if c.stats().unwrap().0.len() == 4 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "three workers register");
+        assert!(std::time::Instant::now() < deadline, "four workers register");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let embedded = gt_run(&["examples/sharded.gtir"]);
