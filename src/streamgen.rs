@@ -23,9 +23,20 @@ pub enum Step {
 }
 
 /// The steps of `clients` clients, generated from `bytes` (the same bytes give the same
-/// streams; running out of bytes ends every stream).
+/// streams, always: minimised crashers stay reproducible; running out of bytes ends every
+/// stream).
 pub fn streams(bytes: &[u8], clients: usize) -> Vec<Vec<Step>> {
-    let mut g = Gen { bytes, at: 0 };
+    generate(bytes, clients, false)
+}
+
+/// [`streams`] that also spread over workers: some clients open placed signals (now and
+/// then naming missing workers), and clients write collectives.
+pub fn spread_streams(bytes: &[u8], clients: usize) -> Vec<Vec<Step>> {
+    generate(bytes, clients, true)
+}
+
+fn generate(bytes: &[u8], clients: usize, spread: bool) -> Vec<Vec<Step>> {
+    let mut g = Gen { bytes, at: 0, spread };
     let mut out: Vec<Vec<Step>> = vec![Vec::new(); clients.max(1)];
     let mut known: Vec<Vec<(ValueId, Vec<usize>)>> = vec![Vec::new(); out.len()];
     // Half the clients work inside a compile signal, so the fuse pass sees their streams in
@@ -36,7 +47,7 @@ pub fn streams(bytes: &[u8], clients: usize) -> Vec<Vec<Step>> {
         }
         // A quarter of the clients spread what they compute over workers (the shard pass,
         // collectives across workers), some with placements that name missing workers.
-        if g.chance(64) {
+        if g.spread && g.chance(64) {
             let place = g.placement();
             stream.push(Step::Instr(Instr::SignalStart { name: "p".into(), compile: false, place: Some(place) }));
         }
@@ -55,6 +66,8 @@ const IDS: u32 = 12;
 struct Gen<'a> {
     bytes: &'a [u8],
     at: usize,
+    /// Placements and collectives too (they read bytes [`streams`] leaves to other steps).
+    spread: bool,
 }
 
 impl Gen<'_> {
@@ -233,7 +246,7 @@ impl Gen<'_> {
                     .collect();
                 Instr::Slice { dst: dst_or_src(self), src, index }
             }
-            21 if self.chance(128) => {
+            21 if !self.spread || self.chance(128) => {
                 Instr::Concat { dst, srcs: vec![src, self.partner(known, &sd)], axis: self.axis(rank) }
             }
             21 => {
@@ -259,7 +272,7 @@ impl Gen<'_> {
                 spec: SplitSpec::Chunks(1 + self.below(3)),
             },
             23 => Instr::Free { src },
-            24 => match self.below(5) {
+            24 => match self.below(if self.spread { 5 } else { 4 }) {
                 0 => Instr::SignalStart { name: "s".into(), compile: self.chance(192), place: None },
                 4 => {
                     let place = Some(self.placement());
@@ -404,5 +417,9 @@ mod tests {
         // Mostly instructions, with waits among them.
         assert!(all.iter().any(|s| matches!(s, Step::Read(_))) && all.iter().any(|s| matches!(s, Step::Sync)));
         assert!(streams(&[], 2).iter().all(|s| s.len() <= 1));
+        // No bytes: at most the opening compile and placed signals.
+        assert!(spread_streams(&[], 2).iter().all(|s| s.len() <= 2));
+        let spread: Vec<Step> = spread_streams(&bytes, 3).into_iter().flatten().collect();
+        assert!(spread.iter().any(|s| matches!(s, Step::Instr(Instr::Collective { .. }))));
     }
 }

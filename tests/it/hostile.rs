@@ -219,7 +219,12 @@ fn random_streams_from_several_clients_never_fault_the_cluster() {
         let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
         let bytes = proptest::collection::vec(proptest::num::u8::ANY, 0..3000);
         let outcome = runner.run(&bytes, |bytes| {
-            let streams = gt::streamgen::streams(&bytes, 3);
+            // Half the cases also spread over workers (placements, collectives).
+            let streams = if bytes.first().is_some_and(|b| b & 1 == 1) {
+                gt::streamgen::spread_streams(&bytes, 3)
+            } else {
+                gt::streamgen::streams(&bytes, 3)
+            };
             gt::streamgen::drive(c.context(), c.endpoint(), &streams).map_err(|f| TestCaseError::fail(f.to_string()))
         });
         if let Err(e) = outcome {
