@@ -15,6 +15,7 @@
 //! naming the peer.
 
 use gt_ir::ops::{nan_max, nan_min, ReduceOp};
+use gt_transport::codec::data_frame;
 use gt_transport::endpoint::{ensure_runtime_dir, is_local, make_private, RuntimeDirError};
 use gt_transport::socket::{recv_frames, retry, send_with_data};
 use gt_transport::{zmq, Endpoint};
@@ -286,10 +287,6 @@ pub fn reference_all_reduce(op: ReduceOp, inputs: &[&[f32]]) -> Vec<f32> {
     reference_reduce_scatter(op, inputs, &even_counts(len, inputs.len())).concat()
 }
 
-fn f32_bytes(data: &[f32]) -> zmq::Message {
-    zmq::Message::from(data.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
-}
-
 fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
     bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
@@ -539,7 +536,7 @@ impl ZmqCollectives {
         let (n, r) = (g.n(), g.rank);
         for s in 0..n - 1 {
             let (out, inc) = ((r + 2 * n - s - 1) % n, (r + 2 * n - s - 2) % n);
-            self.send(g, (r + 1) % n, s as u32, KIND_DATA, f32_bytes(&data[at[out]..at[out + 1]]))?;
+            self.send(g, (r + 1) % n, s as u32, KIND_DATA, data_frame(&data[at[out]..at[out + 1]]))?;
             let chunk = &mut data[at[inc]..at[inc + 1]];
             let msg = self.recv_f32(g, (r + n - 1) % n, s as u32, chunk.len())?;
             // The received partial fold goes on the left: the order reference_reduce_scatter uses.
@@ -561,7 +558,7 @@ impl ZmqCollectives {
         for s in 0..n - 1 {
             let (out, inc) = ((r + n - s) % n, (r + 2 * n - s - 1) % n);
             let step = first + s as u32;
-            self.send(g, (r + 1) % n, step, KIND_DATA, f32_bytes(&data[at[out]..at[out + 1]]))?;
+            self.send(g, (r + 1) % n, step, KIND_DATA, data_frame(&data[at[out]..at[out + 1]]))?;
             let chunk = &mut data[at[inc]..at[inc + 1]];
             let msg = self.recv_f32(g, (r + n - 1) % n, step, chunk.len())?;
             chunk.iter_mut().zip(f32s(&msg)).for_each(|(x, v)| *x = v);

@@ -11,6 +11,7 @@ use crate::collective::{CollectiveError, Collectives, Group};
 use crate::RuntimeError;
 use gt_ir::verify::shape::{array_split, normalize_axis};
 use gt_ir::{CollectiveOp, Instr, TensorType, TypeError, ValueId};
+use gt_transport::codec::{from_le_bytes, le_bytes};
 use gt_transport::message::{Exchange, FailureKind};
 use thiserror::Error;
 
@@ -156,7 +157,7 @@ fn run_part(
                 return Err(malformed("an all_gather part needs one operand, one result and its type"));
             };
             *transported = true;
-            let pieces = net.all_gather(g, &bytes_of(&mine.data)).map_err(net_err)?;
+            let pieces = net.all_gather(g, &le_bytes(&mine.data)).map_err(net_err)?;
             let data = join(name, &pieces, &ty, axis)?;
             write(backend, dst, ty, data).map_err(local)
         }
@@ -184,7 +185,7 @@ fn run_part(
             if (ex.rank as usize == root) != mine.is_some() || root >= n {
                 return Err(malformed("only the root of a broadcast or move has its operand"));
             }
-            let data = mine.map(|m| bytes_of(&m.data));
+            let data = mine.map(|m| le_bytes(&m.data));
             let got = if *op == CollectiveOp::Move {
                 if n != 2 {
                     return Err(malformed("a move has two ranks"));
@@ -204,7 +205,7 @@ fn run_part(
             if bytes.len() != ty.size_bytes() {
                 return Err(ExchangeError::PeerData { op: name, ty, got: bytes.len() });
             }
-            let data = f32s(&bytes);
+            let data = from_le_bytes(&bytes);
             for &dst in dsts {
                 write(backend, dst, ty.clone(), data.clone()).map_err(local)?;
             }
@@ -222,14 +223,6 @@ fn one(dsts: &[ValueId]) -> Option<ValueId> {
 
 fn write(backend: &mut dyn Backend, dst: ValueId, ty: TensorType, data: Vec<f32>) -> Result<(), RuntimeError> {
     backend.execute(&Instr::Literal { dst, ty, data })
-}
-
-fn bytes_of(data: &[f32]) -> Vec<u8> {
-    data.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 
 /// The elements before axis `a`, along it, and after it.
@@ -271,7 +264,7 @@ fn join(op: &'static str, pieces: &[Vec<u8>], ty: &TensorType, axis: i64) -> Res
     if pieces.iter().any(|p| p.len() % block != 0) || lens.iter().sum::<usize>() != len {
         return Err(bad());
     }
-    let pieces: Vec<Vec<f32>> = pieces.iter().map(|p| f32s(p)).collect();
+    let pieces: Vec<Vec<f32>> = pieces.iter().map(|p| from_le_bytes(p)).collect();
     let mut out = Vec::with_capacity(ty.shape.numel());
     for o in 0..outer {
         for (p, l) in pieces.iter().zip(&lens) {
@@ -288,8 +281,8 @@ mod tests {
     #[test]
     fn join_puts_each_pieces_block_in_rank_order_per_outer_index() {
         // Two [2, 1] and [2, 2] pieces joined along axis 1 into [2, 3].
-        let a = bytes_of(&[1.0, 2.0]);
-        let b = bytes_of(&[10.0, 11.0, 20.0, 21.0]);
+        let a = le_bytes(&[1.0, 2.0]);
+        let b = le_bytes(&[10.0, 11.0, 20.0, 21.0]);
         let ty = TensorType::f32(vec![2, 3]);
         assert_eq!(
             join("all_gather", &[a.clone(), b.clone()], &ty, 1).unwrap(),

@@ -104,12 +104,32 @@ pub fn decode<T: DeserializeOwned>(frame: &[u8], max: usize) -> Result<T, CodecE
 /// The data frame of a `Data` message: the elements' little-endian bytes (on a
 /// little-endian machine, one copy of their memory), handed to ZeroMQ without another copy.
 pub fn data_frame(data: &[f32]) -> zmq::Message {
-    let bytes: Vec<u8> = if cfg!(target_endian = "little") {
+    zmq::Message::from(le_bytes(data))
+}
+
+/// The elements' little-endian bytes (on a little-endian machine, one copy of their memory).
+pub fn le_bytes(data: &[f32]) -> Vec<u8> {
+    if cfg!(target_endian = "little") {
         bytemuck::cast_slice(data).to_vec()
     } else {
         data.iter().flat_map(|x| x.to_le_bytes()).collect()
-    };
-    zmq::Message::from(bytes)
+    }
+}
+
+/// The elements whose little-endian bytes are `bytes` (a trailing partial element is
+/// dropped): one copy into aligned memory on a little-endian machine.
+pub fn from_le_bytes(bytes: &[u8]) -> Vec<f32> {
+    let n = bytes.len() / 4;
+    let mut out = vec![0f32; n];
+    if cfg!(target_endian = "little") {
+        // The bytes may sit at any address: copied, not cast in place.
+        bytemuck::cast_slice_mut::<f32, u8>(&mut out).copy_from_slice(&bytes[..n * 4]);
+    } else {
+        for (x, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+            *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        }
+    }
+    out
 }
 
 /// The elements of a `ty` value's data frame; a frame of another length is an error.
@@ -118,16 +138,7 @@ pub fn data_of(frame: &[u8], ty: &gt_ir::TensorType) -> Result<Vec<f32>, CodecEr
     if frame.len() != expected {
         return Err(CodecError::DataLength { ty: ty.clone(), expected, got: frame.len() });
     }
-    let mut out = vec![0f32; frame.len() / 4];
-    if cfg!(target_endian = "little") {
-        // One copy into aligned memory (the frame may sit at any address).
-        bytemuck::cast_slice_mut::<f32, u8>(&mut out).copy_from_slice(frame);
-    } else {
-        for (x, c) in out.iter_mut().zip(frame.chunks_exact(4)) {
-            *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        }
-    }
-    Ok(out)
+    Ok(from_le_bytes(frame))
 }
 
 /// A frame with a valid header but another version, for tests of version handling.
