@@ -6,6 +6,7 @@
 pub mod capture;
 pub mod discover;
 pub mod perfetto;
+pub mod prof;
 pub mod tape;
 pub mod top;
 pub mod visualize;

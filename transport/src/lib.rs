@@ -1,7 +1,8 @@
 //! gt-transport: how gt's processes talk. Wire messages ([`message`]), the msgpack codec
 //! with a protocol version and a size limit ([`codec`]), endpoints (`inproc://` embedded,
 //! `ipc://` same host, `tcp://` remote; [`endpoint`]), ZeroMQ socket set-up ([`socket`])
-//! and the instruction-log event that the log file and the monitor socket carry ([`event`]).
+//! the instruction-log event that the log file and the monitor socket carry ([`event`]), and
+//! the profile format that `GT_PROFILE` writes and `gt prof` reads ([`profile`]).
 //!
 //! # Topology
 //! One dispatcher binds a ROUTER socket; clients and workers connect DEALER sockets to it.
@@ -13,6 +14,7 @@ pub mod codec;
 pub mod endpoint;
 pub mod event;
 pub mod message;
+pub mod profile;
 pub mod socket;
 
 pub use codec::{decode, encode, CodecError, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION};

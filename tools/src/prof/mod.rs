@@ -1,0 +1,8 @@
+//! `gt prof`: profiles recorded under `GT_PROFILE` and what is made of them: reports
+//! ([`report`]), configuration sweeps ([`sweep`]), kernel time spread and overlap
+//! ([`variance`], [`overlap`]), merged Perfetto traces ([`merge`]) and sweep comparisons
+//! ([`compare`]). The format itself is `gt_transport::profile`.
+
+pub mod load;
+
+pub use load::{load_profile, load_sweep, LoadError, Profile, Sweep, SweepManifest, SweepRun};
