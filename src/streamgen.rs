@@ -43,13 +43,23 @@ fn generate(bytes: &[u8], clients: usize, spread: bool) -> Vec<Vec<Step>> {
     // every setting.
     for stream in &mut out {
         if g.chance(128) {
-            stream.push(Step::Instr(Instr::SignalStart { name: "s".into(), compile: true, place: None }));
+            stream.push(Step::Instr(Instr::SignalStart {
+                name: "s".into(),
+                compile: true,
+                backward: false,
+                place: None,
+            }));
         }
         // A quarter of the clients spread what they compute over workers (the shard pass,
         // collectives across workers), some with placements that name missing workers.
         if g.spread && g.chance(64) {
             let place = g.placement();
-            stream.push(Step::Instr(Instr::SignalStart { name: "p".into(), compile: false, place: Some(place) }));
+            stream.push(Step::Instr(Instr::SignalStart {
+                name: "p".into(),
+                compile: false,
+                backward: false,
+                place: Some(place),
+            }));
         }
     }
     while g.at < g.bytes.len() {
@@ -273,10 +283,10 @@ impl Gen<'_> {
             },
             23 => Instr::Free { src },
             24 => match self.below(if self.spread { 5 } else { 4 }) {
-                0 => Instr::SignalStart { name: "s".into(), compile: self.chance(192), place: None },
+                0 => Instr::SignalStart { name: "s".into(), compile: self.chance(192), backward: false, place: None },
                 4 => {
                     let place = Some(self.placement());
-                    Instr::SignalStart { name: "s".into(), compile: self.chance(64), place }
+                    Instr::SignalStart { name: "s".into(), compile: self.chance(64), backward: false, place }
                 }
                 1 => Instr::SignalEnd { name: if self.chance(32) { "t".into() } else { "s".into() } },
                 2 => Instr::HotPathStart { id: self.below(3) as u64 },

@@ -78,7 +78,7 @@ pub(crate) struct GradNode {
     out_ty: TensorType,
     released: Cell<bool>,
     /// The signal of its gradient ops: the backward signal of the scope it was recorded in.
-    backward_signal: Option<String>,
+    backward_signal: Option<BackwardScope>,
 }
 
 impl GradNode {
@@ -102,7 +102,10 @@ impl GradNode {
             out_id,
             out_ty,
             released: Cell::new(false),
-            backward_signal: crate::signal::current().and_then(|s| s.backward.clone()),
+            backward_signal: crate::signal::current().map(|s| match &s.backward {
+                Some(b) => BackwardScope { name: b.clone(), configured: true },
+                None => BackwardScope { name: s.name.clone(), configured: false },
+            }),
         })
     }
 
@@ -214,7 +217,7 @@ impl Tensor {
         let mut signal = BackwardSignal { ctx: &ctx, open: None };
         for node in &order {
             let Some(g) = grads.remove(&Rc::as_ptr(node)) else { continue };
-            signal.switch(node.backward_signal.as_deref())?;
+            signal.switch(node.backward_signal.as_ref())?;
             if node.released.get() {
                 return Err(TensorError::invalid("backward", Misuse::GraphFreed { op: node.name }));
             }
@@ -253,6 +256,14 @@ impl Tensor {
     }
 }
 
+/// The backward scope of a node's gradient ops: the configured backward signal of the scope
+/// it was recorded in, or else that scope's own name marked backward.
+#[derive(Debug, Clone)]
+struct BackwardScope {
+    name: String,
+    configured: bool,
+}
+
 /// The backward signal scope open around gradient ops (switched as nodes need).
 struct BackwardSignal<'a> {
     ctx: &'a Context,
@@ -260,16 +271,16 @@ struct BackwardSignal<'a> {
 }
 
 impl BackwardSignal<'_> {
-    fn switch(&mut self, to: Option<&str>) -> Result<()> {
-        if self.open.as_deref() == to {
+    fn switch(&mut self, to: Option<&BackwardScope>) -> Result<()> {
+        if self.open.as_deref() == to.map(|s| s.name.as_str()) {
             return Ok(());
         }
         if let Some(name) = self.open.take() {
             self.ctx.submit(&gt_ir::Instr::SignalEnd { name })?;
         }
-        if let Some(name) = to {
-            self.ctx.submit(&crate::signal::start_marker(name, false, None))?;
-            self.open = Some(name.to_string());
+        if let Some(scope) = to {
+            self.ctx.submit(&crate::signal::backward_marker(&scope.name, scope.configured))?;
+            self.open = Some(scope.name.clone());
         }
         Ok(())
     }

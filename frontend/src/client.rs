@@ -163,6 +163,9 @@ pub struct Client {
     /// The data frame of the last `Data` reply received (its bytes when they were not the
     /// type's length).
     data: Option<Result<Vec<f32>, usize>>,
+    /// Where each line of the script starts (byte offsets), when the client was told its
+    /// source: batches then say each instruction's line, for profiles.
+    line_starts: Option<Vec<u32>>,
 }
 
 impl Client {
@@ -192,6 +195,7 @@ impl Client {
             later_errors: 0,
             closed: false,
             data: None,
+            line_starts: None,
         };
         client.hello()?;
         Ok(client)
@@ -224,6 +228,21 @@ impl Client {
                 _ => {}
             }
         }
+    }
+
+    /// The text of the script whose spans its instructions carry: from now on each batch
+    /// tells the dispatcher every instruction's line (profiles report them).
+    pub fn set_source(&mut self, text: &str) {
+        let starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1));
+        self.line_starts = Some(starts.map(|i| u32::try_from(i).unwrap_or(u32::MAX)).collect());
+    }
+
+    /// The 1-based line of the instruction `seq`, 0 when unknown.
+    fn line_of(&self, seq: u64) -> u32 {
+        let (Some(starts), Some(span)) = (&self.line_starts, self.origin_of(seq).span) else { return 0 };
+        // The line holding the span's first byte: the last line start at or before it.
+        let line = starts.partition_point(|&s| s <= span.start);
+        u32::try_from(line).unwrap_or(u32::MAX)
     }
 
     /// The client's number at the dispatcher.
@@ -296,7 +315,11 @@ impl Client {
         let n = instrs.len();
         tracing::debug!(target: "gt::client", "client {}: sends #{first_seq}..#{} ({n} instructions)", self.id, first_seq + n as u64);
         self.buffer_data = 0;
-        match self.send(&Request::Batch { first_seq, instrs }) {
+        let lines = match self.line_starts {
+            Some(_) => (first_seq..first_seq + n as u64).map(|seq| self.line_of(seq)).collect(),
+            None => Vec::new(),
+        };
+        match self.send(&Request::Batch { first_seq, instrs, lines }) {
             // Too large to send: reported as the failure of its first instruction.
             Err(ClientError::Codec(e)) => {
                 self.note_failure(

@@ -167,8 +167,8 @@ impl<E: Executor> Runner<'_, E> {
                 // A written `signal_start` takes the config's directives, as a `signal` block.
                 let marked;
                 let instr = match instr {
-                    Instr::SignalStart { name, compile, place } => {
-                        marked = crate::signal::start_marker(name, *compile, place.as_ref());
+                    Instr::SignalStart { name, compile, backward, place } => {
+                        marked = crate::signal::start_marker(name, *compile, *backward, place.as_ref());
                         &marked
                     }
                     i => i,
@@ -199,13 +199,13 @@ impl<E: Executor> Runner<'_, E> {
                 }
             }
             StmtKind::Signal { name, body } => {
-                let start = crate::signal::start_marker(name, false, None);
+                let start = crate::signal::start_marker(name, false, false, None);
                 self.exec.execute_at(&start, Some(span)).map_err(Self::fail(span, "signal"))?;
                 self.block(body)?;
                 let end = Instr::SignalEnd { name: name.clone() };
                 self.exec.execute_at(&end, Some(span)).map_err(Self::fail(span, "signal"))?;
             }
-            StmtKind::Train(t) => match self.exec.train(t, stmt as *const Stmt as usize) {
+            StmtKind::Train(t) => match self.exec.train(t, stmt as *const Stmt as usize, Some(span)) {
                 Some(r) => r.map_err(Self::fail(span, t.keyword()))?,
                 None => return Err(err(ScriptErrorKind::NoAutograd { keyword: t.keyword() })),
             },

@@ -43,24 +43,40 @@ pub fn context_with_backward(name: &str, backward: Option<&str>) -> Result<Signa
 
 /// Opens a scope without a guard; close it with [`exit`] (innermost first).
 pub fn enter(name: &str) -> Result<()> {
-    enter_compiled(name, false, None)
+    enter_compiled(name, false, false, None)
 }
 
 /// [`enter`], compiling the scope also when `compile` (a script's `signal_start "x" compile`).
 /// `place`: a placement the script wrote, which wins over the config's.
-pub(crate) fn enter_compiled(name: &str, compile: bool, place: Option<&Placement>) -> Result<()> {
+/// `is_backward`: the script marked it a backward signal.
+pub(crate) fn enter_compiled(name: &str, compile: bool, is_backward: bool, place: Option<&Placement>) -> Result<()> {
     let backward = config(name).and_then(|c| c.backward);
     let ctx = Context::current()?;
-    enter_marked(&ctx, start_marker(name, compile, place), name, backward.as_deref()).map(|_| ())
+    enter_marked(&ctx, start_marker(name, compile, is_backward, place), name, backward.as_deref()).map(|_| ())
 }
 
 /// The marker that opens signal `name`: compiled when `compile` (a script wrote
 /// `signal_start "x" compile`) or when the thread's config says `compile: true` for it;
 /// placed as `place` says (a script wrote it) or else as the config's `shard:` says.
-pub fn start_marker(name: &str, compile: bool, place: Option<&Placement>) -> Instr {
+/// `backward`: it opens a backward signal.
+pub fn start_marker(name: &str, compile: bool, backward: bool, place: Option<&Placement>) -> Instr {
     let config = config(name);
     let place = place.cloned().or_else(|| config.as_ref().and_then(|c| c.shard.as_ref()).map(placement));
-    Instr::SignalStart { name: name.to_string(), compile: compile || config.is_some_and(|c| c.compile), place }
+    let compile = compile || config.is_some_and(|c| c.compile);
+    Instr::SignalStart { name: name.to_string(), compile, backward, place }
+}
+
+/// The marker that opens the backward signal of a scope, around the gradient ops of what it
+/// computed: a configured backward signal (`backward:` in the config, or given) takes its
+/// own config as [`start_marker`] does; without one, the gradients run in a backward scope
+/// of the forward signal's own name, without its directives (its placement and compilation
+/// were for the forward values), so profiles still file them under that layer's backward.
+pub(crate) fn backward_marker(name: &str, configured: bool) -> Instr {
+    if configured {
+        start_marker(name, false, true, None)
+    } else {
+        Instr::SignalStart { name: name.to_string(), compile: false, backward: true, place: None }
+    }
 }
 
 /// A config's `shard:` as the placement its signal's marker carries.
@@ -79,7 +95,7 @@ pub fn exit(name: &str) -> Result<()> {
 }
 
 fn enter_on(ctx: &Context, name: &str, backward: Option<&str>, compile: bool) -> Result<Rc<Scope>> {
-    enter_marked(ctx, start_marker(name, compile, None), name, backward)
+    enter_marked(ctx, start_marker(name, compile, false, None), name, backward)
 }
 
 fn enter_marked(ctx: &Context, marker: Instr, name: &str, backward: Option<&str>) -> Result<Rc<Scope>> {

@@ -70,11 +70,11 @@ pub trait Executor {
     /// What kind of failure an error is.
     fn error_kind(error: &Self::Error) -> FailureKind;
 
-    /// Runs a training statement (`backward`, `grad`, `sgd`, ...); `site` names the
-    /// statement (an optimizer keeps its state per site). `None`: this executor has no
-    /// autograd (the frontend's `TensorExecutor` has).
-    fn train(&mut self, stmt: &Train, site: usize) -> Option<Result<(), Self::Error>> {
-        let _ = (stmt, site);
+    /// Runs a training statement (`backward`, `grad`, `sgd`, ...) written at `span`; `site`
+    /// names the statement (an optimizer keeps its state per site). `None`: this executor
+    /// has no autograd (the frontend's `TensorExecutor` has).
+    fn train(&mut self, stmt: &Train, site: usize, span: Option<Span>) -> Option<Result<(), Self::Error>> {
+        let _ = (stmt, site, span);
         None
     }
 }
@@ -104,7 +104,7 @@ impl<E: Executor + ?Sized> Executor for &mut E {
     fn error_kind(error: &E::Error) -> FailureKind {
         E::error_kind(error)
     }
-    fn train(&mut self, stmt: &Train, site: usize) -> Option<Result<(), E::Error>> {
-        (**self).train(stmt, site)
+    fn train(&mut self, stmt: &Train, site: usize, span: Option<Span>) -> Option<Result<(), E::Error>> {
+        (**self).train(stmt, site, span)
     }
 }

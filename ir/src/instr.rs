@@ -390,6 +390,10 @@ pub enum Instr {
         /// scope's instructions (text: `signal_start "name" compile`). The client sends it
         /// because the client holds the config.
         compile: bool,
+        /// A backward signal: the scope holds the gradient ops of what a forward scope
+        /// computed (text: `signal_start "name" backward`); profiles file its time under
+        /// backward, not forward.
+        backward: bool,
         /// Where the scope's values go (text: `shard axis=0 workers=[0, 1]` or
         /// `replicated workers=[0, 1]` after the name), from the client's config.
         place: Option<Placement>,

@@ -26,6 +26,7 @@
 //! - `text::parse(&text::print(p)) == p` for every program `p` (spans aside).
 //! - [`verify::shape::infer`] is the only place type rules live; backends call it too.
 
+pub mod cost;
 pub mod data;
 pub mod entity;
 pub mod exec;

@@ -134,13 +134,14 @@ fn instr() -> impl Strategy<Value = Instr> {
         (
             "[a-z\" \\\\é]{0,6}",
             any::<bool>(),
+            any::<bool>(),
             prop::option::of(prop_oneof![
                 (any::<i64>(), prop::collection::vec(any::<u32>(), 0..4))
                     .prop_map(|(axis, workers)| Placement::Split { axis, workers }),
                 prop::collection::vec(any::<u32>(), 0..4).prop_map(|workers| Placement::Replicated { workers }),
             ])
         )
-            .prop_map(|(name, compile, place)| Instr::SignalStart { name, compile, place }),
+            .prop_map(|(name, compile, backward, place)| Instr::SignalStart { name, compile, backward, place }),
         "[a-z_]{0,6}".prop_map(|name| Instr::SignalEnd { name }),
         (value(), ty(), prop::collection::vec(value(), 0..3), prop::sample::select(sample_kernels()))
             .prop_map(|(dst, ty, srcs, kernel)| Instr::Fused { dst, ty, srcs, kernel: Box::new(kernel) }),

@@ -220,6 +220,12 @@ impl StreamPass for HotPath {
     }
 }
 
+/// An instruction's structure hash (as the pass's tokens), continued over `extra` (e.g. its
+/// operand types): launches of the same code on the same shapes share it (profiles).
+pub fn structure_hash(instr: &Instr, extra: &[u8]) -> u64 {
+    fnv1a(extra, token(instr, &mut Vec::new()))
+}
+
 /// An instruction's token: its structure (msgpack of the instruction, every value id erased).
 fn token(instr: &Instr, scratch: &mut Vec<u8>) -> u64 {
     let mut shape = match instr {

@@ -680,7 +680,7 @@ mod tests {
     fn the_entry_types_each_instruction_once_and_tracks_compile_scopes() {
         let mut p = Pipeline::new();
         let mut out = Vec::new();
-        p.run(Instr::SignalStart { name: "a".into(), compile: true, place: None }, 1, &mut out);
+        p.run(Instr::SignalStart { name: "a".into(), compile: true, backward: false, place: None }, 1, &mut out);
         p.run(zeros(1), 2, &mut out);
         p.run(Instr::SignalEnd { name: "b".into() }, 3, &mut out);
         assert_eq!(p.signals(), [("a".to_string(), true)]);

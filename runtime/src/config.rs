@@ -82,6 +82,9 @@ pub struct EnvConfig {
     pub worker_batch_size: usize,
     /// The instruction log file (`GT_INSTRUCTION_LOG`).
     pub instruction_log: Option<PathBuf>,
+    /// The folder an embedded dispatcher writes its profile into (`GT_PROFILE`; `gt prof`
+    /// reads it).
+    pub profile: Option<PathBuf>,
     /// Whether an embedded dispatcher binds a monitor socket (`GT_MONITOR=1`).
     pub monitor: bool,
     /// Largest message (`GT_MAX_MESSAGE_BYTES`, default 1 GiB).
@@ -143,6 +146,7 @@ impl Default for EnvConfig {
             workers: 1,
             worker_batch_size: 256,
             instruction_log: None,
+            profile: None,
             monitor: false,
             max_message_bytes: gt_transport::DEFAULT_MAX_MESSAGE_BYTES,
             passes: registry::DEFAULT_PASSES.to_vec(),
@@ -208,6 +212,7 @@ impl EnvConfig {
             c.client_memory = positive("GT_CLIENT_MEMORY", 0)? as u64;
         }
         c.instruction_log = get("GT_INSTRUCTION_LOG").filter(|s| !s.is_empty()).map(PathBuf::from);
+        c.profile = get("GT_PROFILE").filter(|s| !s.is_empty()).map(PathBuf::from);
         let flag = |var: &'static str| match get(var).as_deref().map(str::trim) {
             None | Some("" | "0" | "false") => Ok(false),
             Some("1" | "true") => Ok(true),

@@ -4,6 +4,7 @@
 
 use crate::backend::BackendKind;
 use crate::dispatcher::log::EventLog;
+use crate::dispatcher::profile::Profiler;
 use crate::dispatcher::{Dispatcher, DispatcherConfig};
 use crate::worker::{run_worker, WorkerError, WorkerOptions};
 use gt_ir::kernel::Precision;
@@ -27,6 +28,8 @@ pub struct ClusterOptions {
     pub dispatcher: DispatcherConfig,
     /// The instruction log file.
     pub instruction_log: Option<PathBuf>,
+    /// The profile folder (`GT_PROFILE`).
+    pub profile: Option<PathBuf>,
     /// Where the monitor PUB socket binds (empty: none).
     pub monitor: Vec<Endpoint>,
     /// A name under which the endpoints are written for tools (see
@@ -55,6 +58,7 @@ impl ClusterOptions {
             workers,
             dispatcher: DispatcherConfig::default(),
             instruction_log: None,
+            profile: None,
             monitor: Vec::new(),
             discovery_name: None,
             backend: BackendKind::Cpu,
@@ -79,6 +83,22 @@ impl ClusterOptions {
         o
     }
 
+    /// The settings a profile's manifest records (with the process's `GT_*` environment).
+    pub fn settings(&self) -> std::collections::BTreeMap<String, String> {
+        let threads = self.threads.map_or_else(|| "auto".to_string(), |t| t.to_string());
+        [
+            ("workers", self.workers.to_string()),
+            ("backend", format!("{:?}", self.backend).to_lowercase()),
+            ("matmul_precision", format!("{:?}", self.matmul_precision).to_lowercase()),
+            ("jit", self.jit.to_string()),
+            ("threads", threads),
+            ("worker_batch_size", self.dispatcher.worker_batch_size.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
     /// Takes the settings of `env` that are not about the number of workers.
     pub fn apply(&mut self, env: &crate::config::EnvConfig) {
         self.dispatcher.worker_batch_size = env.worker_batch_size;
@@ -86,6 +106,7 @@ impl ClusterOptions {
         self.dispatcher.client_memory = env.client_memory;
         self.dispatcher.client_credit = env.client_credit;
         self.instruction_log = env.instruction_log.clone();
+        self.profile = env.profile.clone();
         self.backend = env.backend;
         self.matmul_precision = env.matmul_precision;
         self.jit = env.jit;
@@ -133,6 +154,14 @@ pub enum ClusterError {
     #[error("cannot open the instruction log {path}: {source}")]
     Log {
         /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The profile folder could not be written.
+    #[error("cannot write a profile into {path} (GT_PROFILE): {source}")]
+    Profile {
+        /// The folder.
         path: PathBuf,
         /// Why.
         source: std::io::Error,
@@ -217,7 +246,12 @@ impl Cluster {
         })?;
         let mut config = options.dispatcher.clone();
         config.min_workers = config.min_workers.max(options.workers);
-        let dispatcher = Dispatcher::new(router, stop_key.clone(), log, config).with_context(ctx.clone());
+        let mut dispatcher = Dispatcher::new(router, stop_key.clone(), log, config).with_context(ctx.clone());
+        if let Some(dir) = &options.profile {
+            let profiler = Profiler::create(dir, options.settings())
+                .map_err(|source| ClusterError::Profile { path: dir.clone(), source })?;
+            dispatcher = dispatcher.with_profile(profiler);
+        }
         let handle = std::thread::Builder::new()
             .name("gt-dispatcher".into())
             // The passes' walks are bounded by their windows (GT_FUSE_WINDOW at most 4096);

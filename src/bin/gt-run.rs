@@ -79,6 +79,12 @@ struct Args {
     /// IR (`NNN-KIND.kernel`) and generated PTX (`NNN-KIND.ptx`).
     #[arg(long, value_name = "DIR")]
     dump_kernels: Option<PathBuf>,
+    /// Profile the run into DIR (as `GT_PROFILE=DIR`): every executed kernel, copy and
+    /// transfer with its script line, signal, shapes, bytes, FLOPs and times, one CSV per
+    /// worker plus a manifest; `gt prof report DIR` draws it. A remote dispatcher profiles
+    /// when it was started with `GT_PROFILE`.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["connect", "reference"])]
+    profile: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -136,7 +142,8 @@ fn main() -> ExitCode {
     let result = if args.reference {
         run_local(&loaded, &mut out, options)
     } else {
-        match run_on_cluster(&args, &name, &loaded, &mut out, options) {
+        let script = (name.as_str(), source_text(&bytes));
+        match run_on_cluster(&args, script, &loaded, &mut out, options) {
             Ok(r) => r,
             Err(code) => return code,
         }
@@ -168,7 +175,7 @@ fn main() -> ExitCode {
 /// statistics and pass dumps as asked; `Err` is the exit code of a failure to start.
 fn run_on_cluster(
     args: &Args,
-    name: &str,
+    (name, source): (&str, String),
     loaded: &gt::script::Loaded,
     out: &mut impl Write,
     options: RunOptions,
@@ -184,6 +191,9 @@ fn run_on_cluster(
             return Err(ExitCode::from(1));
         }
     };
+    if let Some(dir) = &args.profile {
+        env.profile = Some(dir.clone());
+    }
     // Passes named by --dump-after run (in an embedded cluster) and are dumped.
     let mut dumped: Vec<&'static str> =
         args.dump_after.iter().filter_map(|s| if let Stage::Pass(p) = s { Some(*p) } else { None }).collect();
@@ -213,6 +223,8 @@ fn run_on_cluster(
             return Err(ExitCode::from(if no_backend { 2 } else { 1 }));
         }
     };
+    // Batches say each instruction's script line (profiles report them).
+    session.client.set_source(&source);
     let result = if loaded.program.trains() {
         // Autograd lives in the client: the script runs through the Tensor API, which
         // owns the client meanwhile.

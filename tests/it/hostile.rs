@@ -137,7 +137,7 @@ fn a_million_deep_chain_goes_through_every_pass_and_the_text_format() {
         let (mut out, mut released) = (Vec::new(), 0);
         // In compile-signal mode the whole chain is one signal's scope.
         if regions == Regions::Signals {
-            p.run(Instr::SignalStart { name: "deep".into(), compile: true, place: None }, 0, &mut out);
+            p.run(Instr::SignalStart { name: "deep".into(), compile: true, backward: false, place: None }, 0, &mut out);
         }
         for (seq, i) in stream.iter().enumerate() {
             p.run(i.clone(), seq as u64, &mut out);
@@ -484,6 +484,7 @@ fn sequence_numbers_do_not_wrap() {
     let batch = Request::Batch {
         first_seq: u64::MAX - 1,
         instrs: instrs("%a = ones f32[1]\n%b = ones f32[1]\n%c = ones f32[1]"),
+        lines: Vec::new(),
     };
     match exchange(batch) {
         Reply::Rejected { message } => assert!(message.contains("runs past sequence number 2^64"), "{message}"),

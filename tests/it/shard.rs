@@ -29,7 +29,12 @@ fn flatten(stmts: &[Stmt], q: &mut Vec<Step>) -> Option<()> {
                 }
             }
             StmtKind::Signal { name, body } => {
-                q.push(Step::Run(Instr::SignalStart { name: name.clone(), compile: false, place: None }));
+                q.push(Step::Run(Instr::SignalStart {
+                    name: name.clone(),
+                    compile: false,
+                    backward: false,
+                    place: None,
+                }));
                 flatten(body, q)?;
                 q.push(Step::Run(Instr::SignalEnd { name: name.clone() }));
             }
@@ -130,7 +135,7 @@ proptest! {
         } else {
             Placement::Split { axis, workers: listed }
         };
-        let prologue = [Instr::SignalStart { name: "spread".into(), compile: false, place: Some(place.clone()) }];
+        let prologue = [Instr::SignalStart { name: "spread".into(), compile: false, backward: false, place: Some(place.clone()) }];
         let (mut spread, mut kernels) = (0, 0);
         for (path, program) in programs() {
             let Some(reference) = reads(&program, None, &[]) else { continue };
@@ -261,7 +266,7 @@ fn a_placement_naming_a_missing_worker_is_refused_and_ignored() {
     p.set_workers(4);
     let mut out = Vec::new();
     let place = Placement::Split { axis: 0, workers: vec![0, 7] };
-    p.run(Instr::SignalStart { name: "far".into(), compile: false, place: Some(place) }, 1, &mut out);
+    p.run(Instr::SignalStart { name: "far".into(), compile: false, backward: false, place: Some(place) }, 1, &mut out);
     let refused = p.take_refusals();
     assert_eq!(refused.len(), 1);
     assert_eq!(
@@ -269,7 +274,7 @@ fn a_placement_naming_a_missing_worker_is_refused_and_ignored() {
         "signal `far` places values on worker 7, but there are 4 workers (indices 0..4)"
     );
     let dup = Placement::Replicated { workers: vec![1, 1] };
-    p.run(Instr::SignalStart { name: "twice".into(), compile: false, place: Some(dup) }, 2, &mut out);
+    p.run(Instr::SignalStart { name: "twice".into(), compile: false, backward: false, place: Some(dup) }, 2, &mut out);
     assert_eq!(p.take_refusals()[0].error.to_string(), "signal `twice` names worker 1 twice");
     // The scopes stay open without a placement: what they compute stays home.
     let ones = Instr::Ones { dst: ValueId(0), ty: gt::ir::TensorType::f32(vec![4]) };
@@ -413,7 +418,12 @@ impl gt::passes::StreamPass for Prologue {
     }
     fn run(&mut self, instr: Instr, out: &mut gt::passes::Emit) {
         if let Some(place) = self.0.take() {
-            out.inject(Instr::SignalStart { name: "spread".into(), compile: false, place: Some(place) });
+            out.inject(Instr::SignalStart {
+                name: "spread".into(),
+                compile: false,
+                backward: false,
+                place: Some(place),
+            });
         }
         out.keep(instr);
     }

@@ -90,8 +90,13 @@ fn gtir_losses() -> Vec<f32> {
             self.values.extend(&t.data);
             Ok(t)
         }
-        fn train(&mut self, stmt: &gt::ir::Train, site: usize) -> Option<Result<(), E::Error>> {
-            self.inner.train(stmt, site)
+        fn train(
+            &mut self,
+            stmt: &gt::ir::Train,
+            site: usize,
+            span: Option<gt::ir::Span>,
+        ) -> Option<Result<(), E::Error>> {
+            self.inner.train(stmt, site, span)
         }
     }
     let source = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_mlp.gtir")).unwrap();

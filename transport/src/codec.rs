@@ -8,7 +8,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// The protocol version this build speaks. Bump it on any change to [`crate::message`].
-pub const PROTOCOL_VERSION: u16 = 11;
+pub const PROTOCOL_VERSION: u16 = 12;
 
 /// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;
@@ -160,6 +160,7 @@ mod tests {
         let msg = Request::Batch {
             first_seq: 7,
             instrs: vec![Instr::Zeros { dst: ValueId(3), ty: TensorType::f32(vec![2, 3]) }],
+            lines: vec![4],
         };
         let bytes = encode(&msg, DEFAULT_MAX_MESSAGE_BYTES).unwrap();
         assert_eq!(&bytes[..4], &[b'G', b'T', 0, PROTOCOL_VERSION as u8]);
@@ -253,6 +254,7 @@ mod props {
             let msg = Inbound::Client(crate::message::Request::Batch {
                 first_seq: 1,
                 instrs: vec![gt_ir::Instr::Zeros { dst: gt_ir::ValueId(1), ty: gt_ir::TensorType::f32(vec![2, 3]) }],
+                lines: Vec::new(),
             });
             let mut frame = encode(&msg, 1 << 20).unwrap();
             let n = frame.len();

@@ -67,6 +67,9 @@ pub enum Request {
         first_seq: u64,
         /// The instructions, in the client's value ids.
         instrs: Vec<Instr>,
+        /// The script line each instruction came from (1-based, 0: unknown), one per
+        /// instruction, or empty when the client knows none (profiles report them).
+        lines: Vec<u32>,
     },
     /// Sync point: a value's data. Answered by [`Reply::Data`] or [`Reply::Failed`].
     Get {

@@ -22,13 +22,44 @@ pub const SIGNALS: &str = "signals.csv";
 /// The format's version, in the manifest.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// The file of the worker named `name`: `worker-NAME.csv`, with every character outside
-/// `[A-Za-z0-9_.-]` replaced by `_` so a worker's name cannot leave the folder.
+/// The file of the worker named `name`: `worker-NAME.csv` (`worker-0.csv` for `worker-0`),
+/// with every character outside `[A-Za-z0-9_.-]` replaced by `_` so a worker's name cannot
+/// leave the folder.
 pub fn worker_file(name: &str) -> String {
     let safe: String =
         name.chars().map(|c| if c.is_ascii_alphanumeric() || "_.-".contains(c) { c } else { '_' }).collect();
-    format!("worker-{safe}.csv")
+    format!("worker-{}.csv", safe.strip_prefix("worker-").unwrap_or(&safe))
 }
+
+/// The header of a worker file: [`Record`]'s fields in order (written even when a worker
+/// ran nothing, so every file reads as a table).
+pub const RECORD_COLUMNS: [&str; 21] = [
+    "kind",
+    "worker",
+    "client",
+    "seq",
+    "name",
+    "op",
+    "kernel_hash",
+    "line",
+    "signal",
+    "direction",
+    "scope",
+    "hotpath",
+    "iteration",
+    "inputs",
+    "outputs",
+    "bytes_read",
+    "bytes_written",
+    "flops",
+    "start_ns",
+    "duration_ns",
+    "detail",
+];
+
+/// The header of `signals.csv`: [`SignalRecord`]'s fields in order.
+pub const SIGNAL_COLUMNS: [&str; 8] =
+    ["client", "scope", "name", "direction", "depth", "parent", "opened_ns", "closed_ns"];
 
 /// What a [`Record`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -201,7 +232,8 @@ mod tests {
 
     #[test]
     fn worker_files_stay_in_the_folder() {
-        assert_eq!(worker_file("worker-0"), "worker-worker-0.csv");
+        assert_eq!(worker_file("worker-0"), "worker-0.csv");
+        assert_eq!(worker_file("gpu"), "worker-gpu.csv");
         assert_eq!(worker_file("../../etc/x"), "worker-.._.._etc_x.csv");
         assert!(!worker_file("a/b\\c").contains('/'));
     }
@@ -234,8 +266,27 @@ mod tests {
         let mut w = csv::Writer::from_writer(Vec::new());
         w.serialize(&r).unwrap();
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
-        assert!(text.starts_with("kind,worker,client,seq,name,op,kernel_hash,line,signal,direction,"), "{text}");
+        assert_eq!(text.lines().next(), Some(RECORD_COLUMNS.join(",").as_str()), "the header is the fields'");
         let back: Record = csv::Reader::from_reader(text.as_bytes()).deserialize().next().unwrap().unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn the_signal_header_is_the_fields() {
+        let row = SignalRecord {
+            client: 1,
+            scope: 0,
+            name: "fc1".into(),
+            direction: Direction::Backward,
+            depth: 1,
+            parent: None,
+            opened_ns: 5,
+            closed_ns: None,
+        };
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.serialize(&row).unwrap();
+        let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        assert_eq!(text.lines().next(), Some(SIGNAL_COLUMNS.join(",").as_str()));
+        assert_eq!(text.lines().nth(1), Some("1,0,fc1,backward,1,,5,"));
     }
 }

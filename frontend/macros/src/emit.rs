@@ -358,7 +358,7 @@ impl<'a> Emitter<'a> {
                 let id = Literal::u64_suffixed(*id);
                 quote!(::gt::ir::Instr::HotPathEnd { id: #id })
             }
-            Instr::SignalStart { name, compile, place } => {
+            Instr::SignalStart { name, compile, backward, place } => {
                 let place = match place {
                     None => quote!(::std::option::Option::None),
                     Some(Placement::Split { axis, workers }) => {
@@ -371,7 +371,7 @@ impl<'a> Emitter<'a> {
                         }))
                     }
                 };
-                quote!(::gt::ir::Instr::SignalStart { name: ::std::string::String::from(#name), compile: #compile, place: #place })
+                quote!(::gt::ir::Instr::SignalStart { name: ::std::string::String::from(#name), compile: #compile, backward: #backward, place: #place })
             }
             Instr::SignalEnd { name } => {
                 quote!(::gt::ir::Instr::SignalEnd { name: ::std::string::String::from(#name) })

@@ -6,7 +6,7 @@
 use super::TensorError;
 use crate::autograd::GradNode;
 use gt_ir::random;
-use gt_ir::{Executor, FailureKind, HostTensor, Instr, ValueId};
+use gt_ir::{Executor, FailureKind, HostTensor, Instr, Span, ValueId};
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 
@@ -23,8 +23,8 @@ pub struct ExecFailure {
 
 /// An object-safe [`Executor`]: what a [`Context`] drives. Every `Executor` is one.
 pub trait DynExecutor {
-    /// Queues or runs one instruction.
-    fn submit(&mut self, instr: &Instr) -> Result<(), ExecFailure>;
+    /// Queues or runs one instruction, issued for `span` of a script (if any).
+    fn submit(&mut self, instr: &Instr, span: Option<Span>) -> Result<(), ExecFailure>;
     /// A value's data (a sync point).
     fn fetch(&mut self, value: ValueId) -> Result<HostTensor, ExecFailure>;
     /// Waits for everything submitted; reports failures not reported yet.
@@ -36,8 +36,8 @@ pub trait DynExecutor {
 }
 
 impl<E: Executor + 'static> DynExecutor for E {
-    fn submit(&mut self, instr: &Instr) -> Result<(), ExecFailure> {
-        self.execute(instr).map_err(failure::<E>)
+    fn submit(&mut self, instr: &Instr, span: Option<Span>) -> Result<(), ExecFailure> {
+        self.execute_at(instr, span).map_err(failure::<E>)
     }
     fn fetch(&mut self, value: ValueId) -> Result<HostTensor, ExecFailure> {
         self.read(value).map_err(failure::<E>)
@@ -70,6 +70,9 @@ pub struct Context {
     pub(crate) tape: RefCell<Vec<Weak<GradNode>>>,
     pub(crate) node_seq: Cell<u64>,
     tape_prune_at: Cell<usize>,
+    /// The script span the ops issued now come from (a `.gtir` statement run as tensors),
+    /// so that failures and profiles name its line.
+    span: Cell<Option<Span>>,
 }
 
 thread_local! {
@@ -94,6 +97,7 @@ impl Context {
             tape: RefCell::new(Vec::new()),
             node_seq: Cell::new(0),
             tape_prune_at: Cell::new(1024),
+            span: Cell::new(None),
         })
     }
 
@@ -156,12 +160,20 @@ impl Context {
     /// Sends the frees that arrived while the executor was busy.
     fn send_pending_frees(&self, exec: &mut dyn DynExecutor) -> Result<(), ExecFailure> {
         let frees = std::mem::take(&mut *self.pending_frees.borrow_mut());
-        frees.into_iter().try_for_each(|src| exec.submit(&Instr::Free { src }))
+        frees.into_iter().try_for_each(|src| exec.submit(&Instr::Free { src }, None))
     }
 
     /// Queues an instruction.
     pub(crate) fn submit(&self, instr: &Instr) -> Result<(), TensorError> {
-        self.with_exec(|e| e.submit(instr), instr.mnemonic())
+        self.with_exec(|e| e.submit(instr, self.span.get()), instr.mnemonic())
+    }
+
+    /// Runs `f` with the ops it issues attributed to `span` of a script.
+    pub(crate) fn at_span<T>(&self, span: Option<Span>, f: impl FnOnce() -> T) -> T {
+        let outer = self.span.replace(span);
+        let result = f();
+        self.span.set(outer);
+        result
     }
 
     /// A value's data.
@@ -180,7 +192,7 @@ impl Context {
             Ok(mut guard) => {
                 if let Some(exec) = guard.as_mut() {
                     // A failure here is reported by the executor at the next wait.
-                    let _ = exec.submit(&Instr::Free { src });
+                    let _ = exec.submit(&Instr::Free { src }, None);
                 }
             }
             Err(_) => self.pending_frees.borrow_mut().push(src),

@@ -5,7 +5,7 @@
 
 use super::{apply_instr, Context, ContextGuard, Misuse, Result, Tensor, TensorError};
 use crate::nn::{Adam, Optimizer, Sgd};
-use gt_ir::{Executor, HostTensor, Instr, Optimizer as OptimizerSpec, Train, ValueId};
+use gt_ir::{Executor, HostTensor, Instr, Optimizer as OptimizerSpec, Span, Train, ValueId};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
@@ -128,8 +128,8 @@ impl Executor for TensorExecutor {
             Instr::GetData { src } => self.read(*src).map(|_| ()),
             // Through the signal API, so a config's backward signal applies to what the
             // block computes, as it does for `gt::signal::context`.
-            Instr::SignalStart { name, compile, place } => {
-                crate::signal::enter_compiled(name, *compile, place.as_ref())
+            Instr::SignalStart { name, compile, backward, place } => {
+                crate::signal::enter_compiled(name, *compile, *backward, place.as_ref())
             }
             Instr::SignalEnd { name } => crate::signal::exit(name),
             i if i.is_marker() => self.ctx.submit(instr),
@@ -172,7 +172,13 @@ impl Executor for TensorExecutor {
         }
     }
 
-    fn train(&mut self, stmt: &Train, site: usize) -> Option<Result<()>> {
-        Some(self.run_train(stmt, site))
+    fn train(&mut self, stmt: &Train, site: usize, span: Option<Span>) -> Option<Result<()>> {
+        let ctx = self.ctx.clone();
+        Some(ctx.at_span(span, || self.run_train(stmt, site)))
+    }
+
+    fn execute_at(&mut self, instr: &Instr, span: Option<Span>) -> Result<()> {
+        let ctx = self.ctx.clone();
+        ctx.at_span(span, || self.execute(instr))
     }
 }

@@ -254,12 +254,17 @@ impl Parser {
                         self.bump();
                         let name = self.signal_name()?;
                         Ok(StmtKind::Instr(if word == "signal_start" {
-                            let compile = matches!(self.peek(), Tok::Ident(w) if w == "compile");
-                            if compile {
-                                self.bump();
-                            }
+                            let mut flag = |word: &str| {
+                                let found = matches!(self.peek(), Tok::Ident(w) if w == word);
+                                if found {
+                                    self.bump();
+                                }
+                                found
+                            };
+                            let backward = flag("backward");
+                            let compile = flag("compile");
                             let place = self.placement()?;
-                            Instr::SignalStart { name, compile, place }
+                            Instr::SignalStart { name, compile, backward, place }
                         } else {
                             Instr::SignalEnd { name }
                         }))

@@ -295,8 +295,14 @@ fn write_instr(out: &mut String, instr: &Instr, name: &dyn Fn(ValueId) -> String
         }
         Instr::Free { src } | Instr::GetData { src } => write!(out, "{m} {}", v(*src)),
         Instr::HotPathStart { id } | Instr::HotPathEnd { id } => write!(out, "{m} {id}"),
-        Instr::SignalStart { name, compile, place } => {
-            let _ = write!(out, "{m} {}{}", quote(name), if *compile { " compile" } else { "" });
+        Instr::SignalStart { name, compile, backward, place } => {
+            let _ = write!(
+                out,
+                "{m} {}{}{}",
+                quote(name),
+                if *backward { " backward" } else { "" },
+                if *compile { " compile" } else { "" }
+            );
             let workers = |out: &mut String, w: &[u32]| {
                 if !w.is_empty() {
                     out.push_str(" workers=");

@@ -25,6 +25,7 @@
 pub mod dump;
 pub mod log;
 mod namespace;
+pub mod profile;
 mod workers;
 
 use gt_ir::text::print::print_instr;
@@ -39,6 +40,7 @@ use gt_transport::message::{
 use gt_transport::{codec, socket, zmq, EventKind, Inbound};
 use log::EventLog;
 use namespace::{Charge, Limits, Location, Namespace, Refusal, Unavailable};
+use profile::{Facts, Profiler};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -118,6 +120,8 @@ struct PendingGet {
     client: u64,
     seq: u64,
     worker: usize,
+    /// When it was asked of the worker (the log's clock), for profiles.
+    sent: u64,
     /// The value's type: the answer must have it, with as many elements.
     ty: TensorType,
     /// The value, in the client's ids.
@@ -211,6 +215,8 @@ pub struct Dispatcher {
     ctx: Option<zmq::Context>,
     /// One DEALER per peer address, for those abort messages.
     abort_dealers: HashMap<String, zmq::Socket>,
+    /// The profile being written (`GT_PROFILE`).
+    profile: Option<Profiler>,
 }
 
 /// What goes wrong when a dispatcher cannot run at all (bad sockets); everything a peer does
@@ -247,7 +253,21 @@ impl Dispatcher {
             next_collective: 1,
             ctx: None,
             abort_dealers: HashMap::new(),
+            profile: None,
         }
+    }
+
+    /// Writes a profile (`GT_PROFILE`): batches go out timed, and every executed instruction,
+    /// copy and transfer is recorded with its source line, signal scope, types and cost.
+    pub fn with_profile(mut self, profile: Profiler) -> Dispatcher {
+        self.profile = Some(profile);
+        self
+    }
+
+    /// Whether workers are asked when each instruction ran (someone reads the log, or a
+    /// profile is written); otherwise nothing is kept for it.
+    fn timing(&self) -> bool {
+        self.log.active() || self.profile.is_some()
     }
 
     /// The ZeroMQ context the workers' peer sockets can be reached from (needed for
@@ -264,6 +284,9 @@ impl Dispatcher {
         loop {
             let timeout = self.config.probe_interval.as_millis() as i64;
             self.log.flush();
+            if let Some(p) = &mut self.profile {
+                p.flush();
+            }
             // Whether every waiting message was read (not cut off at the cap).
             let mut drained = true;
             if socket::retry(|| self.router.poll(zmq::POLLIN, timeout))? > 0 {
@@ -303,6 +326,9 @@ impl Dispatcher {
             }
         }
         self.log.flush();
+        if let Some(p) = self.profile.take() {
+            p.finish();
+        }
         Ok(())
     }
 
@@ -426,7 +452,7 @@ impl Dispatcher {
         };
         match req {
             Request::Hello { .. } => unreachable!("handled above"),
-            Request::Batch { first_seq, instrs } => {
+            Request::Batch { first_seq, instrs, lines } => {
                 tracing::debug!(target: "gt::dispatcher", "client {c}: batch #{first_seq} of {} instructions", instrs.len());
                 // Sequence numbers never wrap: a batch that would pass 2^64 is refused whole.
                 if first_seq.checked_add(instrs.len() as u64).is_none() {
@@ -435,6 +461,9 @@ impl Dispatcher {
                         instrs.len()
                     );
                     return self.bad_message(&identity, bytes, why);
+                }
+                if let Some(p) = &mut self.profile {
+                    p.lines(c, first_seq, &lines);
                 }
                 let share = bytes / instrs.len().max(1);
                 for (k, instr) in instrs.into_iter().enumerate() {
@@ -480,6 +509,9 @@ impl Dispatcher {
         self.clients.insert(c, client);
         self.client_ids.insert(identity, c);
         tracing::info!(target: "gt::dispatcher", "client {c} connected: {name}");
+        if let Some(p) = &mut self.profile {
+            p.client_joined(c, &name);
+        }
         self.log.emit(EventKind::Connect, format!("CLIENT {c}"), "Hello", bytes, format!("name={name}"));
         self.welcome_again(c);
     }
@@ -515,6 +547,9 @@ impl Dispatcher {
             let mut results = instr.results();
             results.retain(|v| v.0 < FIRST_PASS_ID);
             return self.fail_results(c, seq, &results, Failure::new(FailureKind::Undefined, why));
+        }
+        if let Some(p) = &mut self.profile {
+            p.entered(c, seq, &instr, self.log.now());
         }
         let Some(client) = self.clients.get_mut(&c) else { return };
         if self.log.active() {
@@ -627,6 +662,9 @@ impl Dispatcher {
     /// where its results go (`Meta::place`; empty: the client's home).
     fn route(&mut self, c: u64, seq: u64, instr: Instr, typing: Typing, place: &[u32]) {
         let op = instr.mnemonic();
+        if let Some(p) = &mut self.profile {
+            p.released(c, &instr);
+        }
         let Some(client) = self.clients.get_mut(&c) else { return };
         let ns = &mut client.namespace;
         match instr {
@@ -738,10 +776,11 @@ impl Dispatcher {
             return self.fail(c, seq, &instr, Failure::new(FailureKind::Type, why));
         }
         let limits = self.limits();
+        let (timing, hotpath) = (self.timing(), self.profile.as_ref().and_then(|p| p.hotpath(c)));
         let Some(client) = self.clients.get_mut(&c) else { return };
         let ns = &mut client.namespace;
         let results = instr.results();
-        let logged_types = if self.log.active() { types.clone() } else { Vec::new() };
+        let facts = if timing { facts(&instr, &types, ns, hotpath) } else { Facts::default() };
         if let Err(refusal) = ns.admit(&results, &types, &limits) {
             return self.fail(c, seq, &instr, refused(op, refusal));
         }
@@ -755,7 +794,7 @@ impl Dispatcher {
         // Renamed for the wire: worker buffers become the instruction's value ids.
         let mut next = defined.bufs.into_iter().chain(operands.iter().map(|at| at.buf));
         instr.visit_values_mut(&mut |v| *v = next.next().expect("visit order: results, then operands").into());
-        self.push(w, instr, (c, seq), logged_types);
+        self.push(w, instr, (c, seq), facts);
     }
 
     /// A collective: on one worker, an ordinary instruction there; across workers, one part
@@ -799,8 +838,11 @@ impl Dispatcher {
             return self.fail(c, seq, &instr, Failure::new(FailureKind::WorkerLost, why));
         }
         let limits = self.limits();
+        let (timing, hotpath) = (self.timing(), self.profile.as_ref().and_then(|p| p.hotpath(c)));
         let Some(client) = self.clients.get_mut(&c) else { return };
         let ns = &mut client.namespace;
+        // Each part is recorded with what it holds and receives; the whole's cost is its own.
+        let whole = if timing { facts(&instr, &types, ns, hotpath) } else { Facts::default() };
         if let Err(refusal) = ns.admit(dsts, &types, &limits) {
             return self.fail(c, seq, &instr, refused(name, refusal));
         }
@@ -820,7 +862,6 @@ impl Dispatcher {
         let id = self.next_collective;
         self.next_collective += 1;
         let peers: Vec<String> = ranks.iter().map(|&w| self.workers[w].peer.clone()).collect();
-        let log = self.log.active();
         for (rank, &w) in ranks.iter().enumerate() {
             let mine: Vec<usize> = (0..dsts.len()).filter(|&i| at[i] == w).collect();
             let local_srcs: Vec<ValueId> = match op {
@@ -830,9 +871,9 @@ impl Dispatcher {
             };
             let part = Instr::Collective { dsts: mine.iter().map(|&i| bufs[i].into()).collect(), op, srcs: local_srcs };
             let ty = mine.first().map(|&i| types[i].clone());
-            let logged = if log { mine.iter().map(|&i| types[i].clone()).collect() } else { Vec::new() };
+            let part_facts = if timing { part_facts(&whole, &mine, rank, op) } else { Facts::default() };
             let ex = Exchange { index: 0, id, rank: rank as u32, root: 0, peers: peers.clone(), ty };
-            self.workers[w].queue_exchange(part, ex, (c, seq), logged);
+            self.workers[w].queue_exchange(part, ex, (c, seq), part_facts);
         }
         let state = ExchangeState {
             client: c,
@@ -874,8 +915,8 @@ impl Dispatcher {
     }
 
     /// Queues an instruction for worker `w`; a full batch leaves at once.
-    fn push(&mut self, w: usize, instr: Instr, origin: (u64, u64), types: Vec<TensorType>) {
-        self.workers[w].queue(instr, origin, types);
+    fn push(&mut self, w: usize, instr: Instr, origin: (u64, u64), facts: Facts) {
+        self.workers[w].queue(instr, origin, facts);
         self.flush_if_full(w);
     }
 
@@ -930,7 +971,10 @@ impl Dispatcher {
         let tag = self.next_tag;
         self.next_tag += 1;
         let barrier = (!others.is_empty()).then(|| self.new_wait(c, seq, others.len(), WaitFor::Get(tag)));
-        self.gets.insert(tag, PendingGet { client: c, seq, worker: w, ty, value, barrier, held: None });
+        self.gets.insert(
+            tag,
+            PendingGet { client: c, seq, worker: w, sent: self.log.now(), ty, value, barrier, held: None },
+        );
         for o in others {
             self.flush_worker(o, barrier);
         }
@@ -1058,6 +1102,9 @@ impl Dispatcher {
     fn remove_client(&mut self, c: u64, why: &str) {
         let Some(client) = self.clients.remove(&c) else { return };
         self.client_ids.remove(&client.identity);
+        if let Some(p) = &mut self.profile {
+            p.client_left(c);
+        }
         if let Some(h) = client.namespace.home() {
             self.workers[h].clients = self.workers[h].clients.saturating_sub(1);
         }
@@ -1088,6 +1135,9 @@ impl Dispatcher {
             }
             let w = self.workers.len();
             let clock = Clock::registered(clock, self.log.now());
+            if let Some(p) = &mut self.profile {
+                p.worker_joined(w, &name, &backend);
+            }
             self.workers.push(Worker::new(identity.clone(), (name.clone(), backend.clone(), peer), clock));
             self.worker_ids.insert(identity, w);
             let n = self.workers.len();
@@ -1260,12 +1310,21 @@ impl Dispatcher {
         let clock = self.workers[w].clock;
         for t in timings {
             let i = t.index as usize;
-            let (Some(&(c, seq)), Some(ExecNote { op, types, text })) = (record.origins.get(i), notes.get(i)) else {
+            let (Some(&(c, seq)), Some(ExecNote { op, facts, text })) = (record.origins.get(i), notes.get(i)) else {
                 continue;
             };
+            let at = clock.to_dispatcher(t.start);
+            if let Some(p) = &mut self.profile {
+                let note = &notes[i];
+                p.executed(&self.workers[w].name, (c, (seq != DISPATCHER_SEQ).then_some(seq)), note, (at, t.nanos));
+            }
+            if !self.log.active() {
+                continue;
+            }
             let origin = if seq == DISPATCHER_SEQ { "dispatcher".to_string() } else { format!("client={c} #{seq}") };
-            let span = (clock.to_dispatcher(t.start), Some(t.nanos));
+            let span = (at, Some(t.nanos));
             // The result types without spaces, so that `result=` reads as one detail.
+            let types = &facts.types;
             let result = types.iter().map(|t| t.to_string().replace(' ', "")).collect::<Vec<_>>().join(",");
             let result = if result.is_empty() { String::new() } else { format!(" result={result}") };
             let bytes = types.iter().fold(0u64, |n, t| n.saturating_add(t.size_bytes() as u64));
@@ -1305,6 +1364,9 @@ impl Dispatcher {
             );
             self.worker_lost(w);
             return;
+        }
+        if let Some(p) = &mut self.profile {
+            p.read(&self.workers[w].name, (g.client, g.seq), &ty, (g.sent, self.log.now()));
         }
         self.answer_get(g, Held::Data(ty, data));
     }
@@ -1365,7 +1427,7 @@ impl Dispatcher {
         if worker.pending.instrs.is_empty() && wait.is_none() {
             return;
         }
-        let (number, Queued { instrs, origins, types, exchanges }) = worker.take_batch();
+        let (number, Queued { instrs, origins, facts, exchanges }) = worker.take_batch();
         if !worker.alive {
             let why = format!("worker `{}`, which held this client's values, is gone", worker.name);
             let failure = Failure::new(FailureKind::WorkerLost, why);
@@ -1377,12 +1439,12 @@ impl Dispatcher {
             }
             return;
         }
-        let timed = self.log.active();
-        let details = timed.then(|| batch_details(number, &instrs));
+        let timed = self.timing();
+        let details = self.log.active().then(|| batch_details(number, &instrs));
         let notes = timed.then(|| {
-            let notes = instrs.iter().zip(types);
+            let notes = instrs.iter().zip(facts);
             let mut notes: Vec<ExecNote> =
-                notes.map(|(i, types)| ExecNote { op: i.mnemonic(), types, text: print_instr(i) }).collect();
+                notes.map(|(i, facts)| ExecNote { op: i.mnemonic(), facts, text: print_instr(i) }).collect();
             // A part of a collective says which one and with whom, so a timeline shows who
             // sent what to whom.
             for ex in &exchanges {
@@ -1818,6 +1880,31 @@ fn reply_summary(reply: &Reply) -> (&'static str, String) {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a profile or the log records of an instruction in the client's ids: its types
+/// (operands looked up in `ns`), cost and structure hash.
+fn facts(instr: &Instr, types: &[TensorType], ns: &Namespace, hotpath: Option<(u64, u64)>) -> Facts {
+    let inputs: Vec<TensorType> = instr.operands().iter().filter_map(|&v| ns.type_of(v).cloned()).collect();
+    let cost = gt_ir::cost::cost(instr, &inputs, types);
+    let shapes: String = inputs.iter().map(|t| format!("{t};")).collect();
+    let hash = gt_passes::hotpath::structure_hash(instr, shapes.as_bytes());
+    Facts { types: types.to_vec(), inputs, cost, hash, hotpath }
+}
+
+/// Participant `rank`'s part of a collective (`whole`): the operand it holds (`broadcast`
+/// and `move` have one, at rank 0) and the results it receives (`mine`).
+fn part_facts(whole: &Facts, mine: &[usize], rank: usize, op: CollectiveOp) -> Facts {
+    let holds = match op {
+        CollectiveOp::Broadcast | CollectiveOp::Move if rank > 0 => None,
+        CollectiveOp::Broadcast | CollectiveOp::Move => whole.inputs.first(),
+        _ => whole.inputs.get(rank),
+    };
+    let inputs: Vec<TensorType> = holds.cloned().into_iter().collect();
+    let types: Vec<TensorType> = mine.iter().filter_map(|&i| whole.types.get(i).cloned()).collect();
+    let bytes = |ts: &[TensorType]| ts.iter().fold(0u64, |n, t| n.saturating_add(t.size_bytes() as u64));
+    let cost = gt_ir::cost::Cost { flops: 0, bytes_read: bytes(&inputs), bytes_written: bytes(&types) };
+    Facts { types, inputs, cost, hash: whole.hash, hotpath: whole.hotpath }
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! address for collectives and its clock as seen from the dispatcher's ([`Clock`]). No I/O.
 
 use super::namespace::{Buffer, Charge};
-use gt_ir::{Instr, TensorType};
+use super::profile::Facts;
+use gt_ir::Instr;
 use gt_transport::message::Exchange;
 use std::collections::{HashMap, VecDeque};
 
@@ -27,13 +28,13 @@ pub(super) struct Batch {
 }
 
 /// Instructions for a worker, in its buffer ids, with the (client, seq) each came from and,
-/// while someone reads the log, its result types (else none): a worker's queue, and a batch
-/// taken from it.
+/// while timing (someone reads the log, or a profile is written), its types and cost (else
+/// nothing): a worker's queue, and a batch taken from it.
 #[derive(Default)]
 pub(super) struct Queued {
     pub instrs: Vec<Instr>,
     pub origins: Vec<(u64, u64)>,
-    pub types: Vec<Vec<TensorType>>,
+    pub facts: Vec<Facts>,
     /// The instructions that are parts of collectives across workers (`index` into `instrs`:
     /// a queue only ever leaves whole, so the index is the batch's).
     pub exchanges: Vec<Exchange>,
@@ -42,8 +43,8 @@ pub(super) struct Queued {
 /// What an EXEC event says of an instruction besides its timing.
 pub(super) struct ExecNote {
     pub op: &'static str,
-    /// Its result types (none for a free).
-    pub types: Vec<TensorType>,
+    /// Its types and cost (no types for a free).
+    pub facts: Facts,
     /// Its text, in buffer ids.
     pub text: String,
 }
@@ -86,19 +87,19 @@ impl Worker {
     }
 
     /// Queues an instruction (already in this worker's buffer ids) for the next batch.
-    pub fn queue(&mut self, instr: Instr, origin: (u64, u64), types: Vec<TensorType>) {
+    pub fn queue(&mut self, instr: Instr, origin: (u64, u64), facts: Facts) {
         debug_assert!(!matches!(instr, Instr::Free { .. }), "frees go through queue_free");
         self.pending.instrs.push(instr);
         self.pending.origins.push(origin);
-        self.pending.types.push(types);
+        self.pending.facts.push(facts);
     }
 
     /// Queues its part of a collective across workers (in its buffer ids); `ex.index` is
     /// set here.
-    pub fn queue_exchange(&mut self, instr: Instr, mut ex: Exchange, origin: (u64, u64), types: Vec<TensorType>) {
+    pub fn queue_exchange(&mut self, instr: Instr, mut ex: Exchange, origin: (u64, u64), facts: Facts) {
         ex.index = u32::try_from(self.pending.instrs.len()).unwrap_or(u32::MAX);
         self.pending.exchanges.push(ex);
-        self.queue(instr, origin, types);
+        self.queue(instr, origin, facts);
     }
 
     /// Queues freeing `buf` and gives it back for reuse (safe at once: the worker runs its
@@ -107,7 +108,7 @@ impl Worker {
         self.free_bufs.push(buf);
         self.pending.instrs.push(Instr::Free { src: buf.into() });
         self.pending.origins.push(origin);
-        self.pending.types.push(Vec::new());
+        self.pending.facts.push(Facts::default());
     }
 
     pub fn alloc(&mut self) -> Buffer {
