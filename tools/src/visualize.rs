@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use thiserror::Error;
 
-mod glyphs;
+pub(crate) mod glyphs;
 
 /// The picture's file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -260,16 +260,16 @@ pub fn render(tape: &Tape, options: &VisualizeOptions) -> Result<Summary, Visual
     })
 }
 
-fn boxed<E: std::error::Error + Send + Sync + 'static>(e: DrawingAreaErrorKind<E>) -> VisualizeError {
+pub(crate) fn boxed<E: std::error::Error + Send + Sync + 'static>(e: DrawingAreaErrorKind<E>) -> VisualizeError {
     VisualizeError::Draw(Box::new(e))
 }
 
 /// The family name the font is registered under; SVG viewers read it as their own sans.
-const FONT: &str = "sans-serif";
+pub(crate) const FONT: &str = "sans-serif";
 
 /// Registers DejaVu Sans with plotters once per process, so that no text depends on the
 /// fonts the machine has.
-fn register_fonts() -> Result<(), VisualizeError> {
+pub(crate) fn register_fonts() -> Result<(), VisualizeError> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let ok = *REGISTERED.get_or_init(|| register_font(FONT, FontStyle::Normal, dejavu::sans::regular()).is_ok());
     if ok {
@@ -279,7 +279,7 @@ fn register_fonts() -> Result<(), VisualizeError> {
     }
 }
 
-fn write_png(path: &Path, rgb: &[u8], (width, height): (u32, u32), dpi: u32) -> Result<(), VisualizeError> {
+pub(crate) fn write_png(path: &Path, rgb: &[u8], (width, height): (u32, u32), dpi: u32) -> Result<(), VisualizeError> {
     let encode = |source| VisualizeError::Encode { path: path.to_path_buf(), source };
     let file =
         std::fs::File::create(path).map_err(|source| VisualizeError::Write { path: path.to_path_buf(), source })?;

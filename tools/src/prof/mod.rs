@@ -3,6 +3,8 @@
 //! ([`variance`], [`overlap`]), merged Perfetto traces ([`merge`]) and sweep comparisons
 //! ([`compare`]). The format itself is `gt_transport::profile`.
 
+pub mod chart;
 pub mod load;
+pub mod report;
 
 pub use load::{load_profile, load_sweep, LoadError, Profile, Sweep, SweepManifest, SweepRun};

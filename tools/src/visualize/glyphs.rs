@@ -12,7 +12,7 @@ use plotters_backend::{
 use std::sync::OnceLock;
 
 /// DejaVu Sans, parsed once; `None` if the embedded bytes do not parse (a bug).
-pub(super) fn font() -> Option<&'static FontRef<'static>> {
+pub(crate) fn font() -> Option<&'static FontRef<'static>> {
     static FONT: OnceLock<Option<FontRef<'static>>> = OnceLock::new();
     FONT.get_or_init(|| FontRef::try_from_slice(dejavu::sans::regular()).ok()).as_ref()
 }
@@ -20,7 +20,7 @@ pub(super) fn font() -> Option<&'static FontRef<'static>> {
 /// The advance width in pixels of `text` at `size` pixels (plotters' size: the line height),
 /// for laying out before anything is drawn; 0.6 of the size a character if the font is
 /// missing.
-pub(super) fn text_width(text: &str, size: f64) -> f64 {
+pub(crate) fn text_width(text: &str, size: f64) -> f64 {
     let Some(font) = font() else { return text.chars().count() as f64 * size * 0.6 };
     let font = font.as_scaled(PxScale::from(size as f32));
     let mut prev = None;
@@ -37,13 +37,13 @@ pub(super) fn text_width(text: &str, size: f64) -> f64 {
 }
 
 /// A bitmap backend that lays text out itself.
-pub(super) struct Canvas<'a> {
+pub(crate) struct Canvas<'a> {
     inner: BitMapBackend<'a>,
     font: &'static FontRef<'static>,
 }
 
 impl<'a> Canvas<'a> {
-    pub(super) fn new(inner: BitMapBackend<'a>, font: &'static FontRef<'static>) -> Canvas<'a> {
+    pub(crate) fn new(inner: BitMapBackend<'a>, font: &'static FontRef<'static>) -> Canvas<'a> {
         Canvas { inner, font }
     }
 
@@ -153,7 +153,8 @@ impl DrawingBackend for Canvas<'_> {
         style: &S,
         pos: BackendCoord,
     ) -> Result<(), DrawingErrorKind<Error>> {
-        // Turned text (none of the timeline's) keeps plotters' own drawing.
+        // Turned text (the prof charts' axis descriptions; none of the timeline's) keeps plotters' own
+        // drawing.
         if !matches!(style.transform(), FontTransform::None) {
             return self.inner.draw_text(text, style, pos);
         }
