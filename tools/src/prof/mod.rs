@@ -4,5 +4,8 @@
 //! ([`compare`]). The format itself is `gt_transport::profile`.
 
 pub mod load;
+pub mod merge;
+pub mod overlap;
+pub mod variance;
 
 pub use load::{load_profile, load_sweep, LoadError, Profile, Sweep, SweepManifest, SweepRun};
