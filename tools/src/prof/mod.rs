@@ -4,7 +4,12 @@
 //! ([`compare`]). The format itself is `gt_transport::profile`.
 
 pub mod chart;
+pub mod compare;
 pub mod load;
+pub mod merge;
+pub mod overlap;
 pub mod report;
+pub mod variance;
 
+pub use compare::{compare, CompareError, CompareOptions, CompareReport};
 pub use load::{load_profile, load_sweep, LoadError, Profile, Sweep, SweepManifest, SweepRun};
