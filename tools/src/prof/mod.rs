@@ -3,6 +3,8 @@
 //! ([`variance`], [`overlap`]), merged Perfetto traces ([`merge`]) and sweep comparisons
 //! ([`compare`]). The format itself is `gt_transport::profile`.
 
+pub mod compare;
 pub mod load;
 
+pub use compare::{compare, CompareError, CompareOptions, CompareReport};
 pub use load::{load_profile, load_sweep, LoadError, Profile, Sweep, SweepManifest, SweepRun};
