@@ -73,6 +73,41 @@ pub fn cores_per_worker(workers: usize) -> usize {
     (cores() / workers.max(1)).max(1)
 }
 
+/// Every `GT_*` setting gt reads (here and in the client and frontend): what `gt prof sweep
+/// --set NAME=...` accepts.
+pub const SETTINGS: &[&str] = &[
+    "GT_AUTO_COMPILE",
+    "GT_AUTO_SHARD",
+    "GT_BACKEND",
+    "GT_CLIENT_BATCH_SIZE",
+    "GT_CLIENT_CREDIT",
+    "GT_CLIENT_MEMORY",
+    "GT_CLIENT_WINDOW",
+    "GT_COLLECTIVE_TIMEOUT",
+    "GT_COMPILE",
+    "GT_CONFIG",
+    "GT_DEAD_WINDOW",
+    "GT_DUMP_PASSES",
+    "GT_FAST_MATH",
+    "GT_FUSE_WINDOW",
+    "GT_HOTPATH",
+    "GT_HOTPATH_MIN_SEQ",
+    "GT_HOTPATH_THRESHOLD",
+    "GT_HOTPATH_WINDOW",
+    "GT_INSTRUCTION_LOG",
+    "GT_JIT",
+    "GT_MATMUL_PRECISION",
+    "GT_MAX_MESSAGE_BYTES",
+    "GT_MONITOR",
+    "GT_PASSES",
+    "GT_PROFILE",
+    "GT_SHARD_THRESHOLD",
+    "GT_THREADS",
+    "GT_WORKERS",
+    "GT_WORKER_BATCH_SIZE",
+    "GT_WORKER_MEMORY",
+];
+
 /// What the environment asks of the runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvConfig {
@@ -299,6 +334,15 @@ impl EnvConfig {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_setting_read_here_is_listed() {
+        let source = include_str!("config.rs");
+        for (i, _) in source.match_indices("\"GT_") {
+            let name: String = source[i + 1..].chars().take_while(|c| c.is_ascii_uppercase() || *c == '_').collect();
+            assert!(SETTINGS.contains(&name.as_str()), "{name} is read but not in SETTINGS");
+        }
+    }
+
     use super::*;
 
     fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {

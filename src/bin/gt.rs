@@ -1,7 +1,8 @@
 //! `gt`: the distributed runtime's processes and the tools that watch them. `gt server -p
 //! PORT` runs a dispatcher that clients (`gt-run --connect HOST:PORT`) and workers (`gt worker
 //! --host HOST -p PORT`) join; `gt visualize`, `gt perfetto`, `gt top` and `gt trace` read its
-//! events (`gt_tools`; each subcommand here only parses arguments and reports).
+//! events, `gt prof` its profiles (`gt_tools`; each subcommand here only parses arguments and
+//! reports).
 //! Exit codes: 0 clean stop, 1 runtime failure, 2 usage error, bad input or nothing to run on.
 
 use clap::{Parser, Subcommand};
@@ -11,6 +12,9 @@ use gt::runtime::embedded::{Cluster, ClusterError, ClusterOptions};
 use gt::runtime::worker::{run_worker_reconnecting, WorkerError, WorkerOptions};
 use gt::transport::Endpoint;
 use std::process::ExitCode;
+
+#[path = "gt/prof.rs"]
+mod prof;
 
 /// gt's distributed runtime: a dispatcher and workers in separate processes.
 #[derive(Debug, Parser)]
@@ -116,6 +120,12 @@ enum Command {
         #[arg(long)]
         format: Option<VisualFormat>,
     },
+    /// Profiles (`gt-run --profile DIR`): reports, sweeps, kernel time spread, merged traces,
+    /// sweep comparisons.
+    Prof {
+        #[command(subcommand)]
+        command: prof::ProfCommand,
+    },
     /// Convert an instruction log (gt's, or the Python GT's) to a Chrome trace-event JSON file
     /// that Perfetto (ui.perfetto.dev) and chrome://tracing open.
     Perfetto {
@@ -166,6 +176,7 @@ fn main() -> ExitCode {
             worker(&host, port, name, (backend, threads), (wait, reconnect), &env)
         }
         Command::Perfetto { log, output } => report(perfetto(&log, &output)),
+        Command::Prof { command } => report(prof::run(command)),
         Command::Visualize { log, output, dpi, format } => report(visualize(&log, output, dpi, format)),
         Command::Top { host, port, ema_alpha } => {
             let options = gt::tools::top::TopOptions { host, port, ema_alpha, ..Default::default() };

@@ -37,6 +37,9 @@ pub struct Profiler {
     files: HashMap<String, CsvFile>,
     signals: CsvFile,
     clients: HashMap<u64, ClientTrack>,
+    /// Per worker, when the last instruction it reported ended (dispatcher clock): a read
+    /// starts after it, as the worker answers reads in order after the batches before them.
+    busy_until: HashMap<String, u64>,
     /// Set by the first write that failed: profiling stops (the run goes on), and says so.
     broken: bool,
 }
@@ -116,6 +119,7 @@ impl Profiler {
             files: HashMap::new(),
             signals,
             clients: HashMap::new(),
+            busy_until: HashMap::new(),
             broken: false,
         };
         profiler.write_manifest()?;
@@ -242,6 +246,9 @@ impl Profiler {
         note: &ExecNote,
         (start, nanos): (u64, u64),
     ) {
+        let end = start.saturating_add(nanos);
+        let until = self.busy_until.entry(worker.to_string()).or_insert(0);
+        *until = (*until).max(end);
         if self.broken || matches!(note.op, "free" | "hotpath_start" | "hotpath_end") {
             return;
         }
@@ -286,7 +293,8 @@ impl Profiler {
     }
 
     /// A read of a `ty` value for client `c` (`seq`) was asked of `worker` at `sent` and
-    /// answered at `answered` (dispatcher clock): a device-to-host copy as the client sees it.
+    /// answered at `answered` (dispatcher clock): a device-to-host copy, from when the worker
+    /// could start it (asked, and done with the work sent before) to its answer's arrival.
     pub(super) fn read(&mut self, worker: &str, (c, seq): (u64, u64), ty: &TensorType, (sent, answered): (u64, u64)) {
         if self.broken {
             return;
@@ -294,6 +302,7 @@ impl Profiler {
         let track = self.clients.get(&c);
         let tag = track.and_then(|t| t.open.last()).map(|o| o.tag.clone());
         let bytes = ty.size_bytes() as u64;
+        let start = sent.max(self.busy_until.get(worker).copied().unwrap_or(0)).min(answered);
         let record = Record {
             kind: RecordKind::Copy,
             worker: worker.to_string(),
@@ -313,8 +322,8 @@ impl Profiler {
             bytes_read: bytes,
             bytes_written: bytes,
             flops: 0,
-            start_ns: sent,
-            duration_ns: answered.saturating_sub(sent),
+            start_ns: start,
+            duration_ns: answered - start,
             detail: "d2h".to_string(),
         };
         self.write(worker, &record);

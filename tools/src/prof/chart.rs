@@ -440,7 +440,6 @@ pub(crate) fn box_plot(area: &Area<'_>, axes: Axes<'_>, series: &[Series<'_>]) -
 /// A violin per category: the samples' kernel density (Gaussian kernel, Silverman's
 /// bandwidth) mirrored about the slot's centre, widest where samples crowd, with the median
 /// as a line. A category whose samples are all equal is a flat line.
-#[cfg_attr(not(test), allow(dead_code))] // for the sweep variance pictures
 pub(crate) fn violin_plot(area: &Area<'_>, axes: Axes<'_>, data: &[(String, Vec<f64>)]) -> DrawResult {
     let clean: Vec<(String, Vec<f64>)> = data
         .iter()
@@ -491,7 +490,6 @@ pub(crate) fn violin_plot(area: &Area<'_>, axes: Axes<'_>, data: &[(String, Vec<
 /// `(value, density)` at `points` values spanning sorted `v` and three bandwidths beyond
 /// (cut at zero when every sample is positive: times and sizes are); empty when `v` has no
 /// spread.
-#[cfg_attr(not(test), allow(dead_code))] // for the sweep variance pictures
 pub(crate) fn density(v: &[f64], points: usize) -> Vec<(f64, f64)> {
     let n = v.len() as f64;
     if v.len() < 2 || v[0] == v[v.len() - 1] {
@@ -516,7 +514,6 @@ pub(crate) fn density(v: &[f64], points: usize) -> Vec<(f64, f64)> {
 
 /// An interaction plot: one line per series across the categories `x` (in order), a dot at
 /// each value; `None` leaves a gap. A legend names the series.
-#[cfg_attr(not(test), allow(dead_code))] // for the sweep variance pictures
 pub(crate) fn line_plot(
     area: &Area<'_>,
     axes: Axes<'_>,

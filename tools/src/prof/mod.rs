@@ -9,7 +9,8 @@ pub mod load;
 pub mod merge;
 pub mod overlap;
 pub mod report;
+pub mod sweep;
 pub mod variance;
 
 pub use compare::{compare, CompareError, CompareOptions, CompareReport};
-pub use load::{load_profile, load_sweep, LoadError, Profile, Sweep, SweepManifest, SweepRun};
+pub use load::{load_profile, load_sweep, LoadError, Profile, Sweep, SweepAxis, SweepManifest, SweepRun};

@@ -100,6 +100,9 @@ pub struct ScopeRuntime {
     pub flops: u64,
     /// Their bytes read and written.
     pub bytes: u64,
+    /// When the scope ran: its kernels' first start and last end (ns), `None` if none ran.
+    /// Not the markers' arrival at the dispatcher, which runs ahead of the workers.
+    pub span: Option<(u64, u64)>,
 }
 
 impl ScopeRuntime {
@@ -135,6 +138,7 @@ pub fn scope_runtimes(profile: &Profile) -> Vec<ScopeRuntime> {
             duration_ns: 0,
             flops: 0,
             bytes: 0,
+            span: None,
         })
         .collect();
     let index: HashMap<(u64, u64), usize> =
@@ -150,6 +154,7 @@ pub fn scope_runtimes(profile: &Profile) -> Vec<ScopeRuntime> {
             s.duration_ns += r.duration_ns;
             s.flops += r.flops;
             s.bytes += r.bytes_read + r.bytes_written;
+            s.span = Some(s.span.map_or((r.start_ns, r.end_ns()), |(a, b)| (a.min(r.start_ns), b.max(r.end_ns()))));
             match parent[at] {
                 Some(p) => at = p,
                 None => break,
@@ -471,14 +476,10 @@ fn bottleneck(root: &Area<'_>, profile: &Profile, top_n: usize) -> DrawResult {
     chart::scatter(&right, axes, Unit::Plain(""), &points)
 }
 
-/// The time range every record and scope falls in, ns.
+/// The time range every record (and so every scope's execution) falls in, ns.
 fn time_range(profile: &Profile) -> (u64, u64) {
-    let starts = profile.records.iter().map(|r| r.start_ns).chain(profile.signals.iter().map(|s| s.opened_ns));
-    let ends = profile
-        .records
-        .iter()
-        .map(Record::end_ns)
-        .chain(profile.signals.iter().map(|s| s.closed_ns.unwrap_or(s.opened_ns)));
+    let starts = profile.records.iter().map(|r| r.start_ns);
+    let ends = profile.records.iter().map(Record::end_ns);
     let t0 = starts.min().unwrap_or(0);
     let t1 = ends.max().unwrap_or(0).max(t0 + 1);
     (t0, t1)
@@ -543,6 +544,7 @@ fn signal_stack(root: &Area<'_>, profile: &Profile) -> DrawResult {
     let mut names: Vec<&str> = Vec::new();
     let mut order: Vec<usize> = (0..profile.signals.len()).collect();
     order.sort_by_key(|&i| profile.signals[i].depth);
+    let runs = scope_runtimes(profile);
     let (bx, by) = root.get_base_pixel();
     let label = (FONT, chart::px::LABEL).into_font().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
     for i in order {
@@ -554,7 +556,9 @@ fn signal_stack(root: &Area<'_>, profile: &Profile) -> DrawResult {
                 names.len() - 1
             }
         };
-        let (a, b) = (x(s.opened_ns), x(s.closed_ns.unwrap_or(t1)));
+        // A scope that ran nothing has no place on the time axis.
+        let Some((start, end)) = runs[i].span else { continue };
+        let (a, b) = (x(start), x(end));
         let d = s.depth as f64;
         let alpha = if s.direction == Direction::Backward { 0.4 } else { 0.8 };
         let colour = chart::colour(n + 2);
@@ -693,12 +697,10 @@ fn timeline(root: &Area<'_>, profile: &Profile) -> DrawResult {
     let y_fmt = |_: &f64| String::new();
     let (c, _, _) = time_frame(&bottom, profile, "Forward and backward scopes", 0.0..1.0, "", &y_fmt)?;
     let plot = c.plotting_area();
-    let (_, t1) = time_range(profile);
     let per_px = c.x_range().end / plot.dim_in_pixel().0.max(1) as f64;
-    let spans = profile
-        .signals
+    let spans = scope_runtimes(profile)
         .iter()
-        .map(|s| (x(s.opened_ns), x(s.closed_ns.unwrap_or(t1)), s.direction == Direction::Backward))
+        .filter_map(|s| s.span.map(|(a, b)| (x(a), x(b), s.direction == Direction::Backward)))
         .collect();
     for (a, b, backward) in merge(spans, 0.0) {
         let colour = if backward { BACKWARD } else { FORWARD };

@@ -4,7 +4,7 @@
 //! for a slow launch is contention). One [`VarianceRow`] per kernel, written as CSV by
 //! [`write_csv`]; [`spread_by`] groups the spreads for plots, which are drawn elsewhere.
 
-use super::load::{Profile, Sweep, SWEEP_MANIFEST};
+use super::load::{Profile, Sweep, SweepAxis, SWEEP_MANIFEST};
 use super::overlap::{self, Interval};
 use gt_transport::profile::{Record, RecordKind};
 use serde::Serialize;
@@ -36,6 +36,9 @@ pub enum VarianceError {
         /// Why.
         source: std::io::Error,
     },
+    /// A picture could not be drawn or written.
+    #[error(transparent)]
+    Picture(#[from] crate::visualize::VisualizeError),
 }
 
 /// One kernel of one worker in one run: how its launches' durations spread, and what
@@ -331,6 +334,75 @@ pub fn spread_by(rows: &[VarianceRow], key: &GroupKey) -> Vec<(String, Vec<f64>)
         }
     }
     groups
+}
+
+/// The spread pictures of a sweep, as the seed's analysis draws them: a box plot of the
+/// spreads by each swept setting (`spread_by_SETTING.png`), by worker
+/// (`spread_by_worker.png`), a violin per run (`spread_violin.png`) and, with two or more
+/// settings, the first two's interaction: the mean spread over the first's values, one line
+/// per value of the second (`interaction.png`). Returns the files written.
+pub fn plots(rows: &[VarianceRow], axes: &[SweepAxis], out_dir: &Path) -> Result<Vec<PathBuf>, VarianceError> {
+    use super::chart::{self, Axes, Picture, Series, Unit};
+    std::fs::create_dir_all(out_dir).map_err(|source| VarianceError::Io { path: out_dir.to_path_buf(), source })?;
+    // Spreads are drawn from nanoseconds so that the axis picks a readable unit.
+    let in_ns = |groups: Vec<(String, Vec<f64>)>| -> Vec<(String, Vec<f64>)> {
+        groups.into_iter().map(|(l, v)| (l, v.into_iter().map(|ms| ms * 1e6).collect())).collect()
+    };
+    let mut files = Vec::new();
+    let mut save = |name: String, draw: &dyn Fn(&chart::Area<'_>) -> chart::DrawResult| -> Result<(), VarianceError> {
+        let mut picture = Picture::new(1400, 900);
+        picture.draw(draw)?;
+        let path = out_dir.join(name);
+        picture.save(&path)?;
+        files.push(path);
+        Ok(())
+    };
+    let boxes = |area: &chart::Area<'_>, title: &str, x: &str, data: &[(String, Vec<f64>)]| {
+        let series = [Series { name: "spread", colour: chart::colour(0), data }];
+        let axes = Axes { title, x, y: "spread (max - min)", unit: Unit::Nanoseconds };
+        chart::box_plot(area, axes, &series)
+    };
+    for axis in axes {
+        let data = in_ns(spread_by(rows, &GroupKey::Axis(axis.name.clone())));
+        let title = format!("Kernel time spread by {}", axis.name);
+        save(format!("spread_by_{}.png", file_safe(&axis.name)), &|area| boxes(area, &title, &axis.name, &data))?;
+    }
+    let data = in_ns(spread_by(rows, &GroupKey::Worker));
+    save("spread_by_worker.png".into(), &|area| boxes(area, "Kernel time spread by worker", "worker", &data))?;
+    let mut by_run: Vec<(String, Vec<f64>)> = Vec::new();
+    for row in rows {
+        match by_run.iter_mut().find(|(r, _)| *r == row.run) {
+            Some((_, v)) => v.push(row.spread_ms * 1e6),
+            None => by_run.push((row.run.clone(), vec![row.spread_ms * 1e6])),
+        }
+    }
+    let axes_violin = Axes { title: "Kernel time spread per run", x: "run", y: "spread", unit: Unit::Nanoseconds };
+    save("spread_violin.png".into(), &|area| chart::violin_plot(area, axes_violin, &by_run))?;
+    if let [a, b, ..] = axes {
+        let mean_spread = |x: &str, y: &str| {
+            let hits: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.settings.iter().any(|(k, v)| *k == a.name && v == x))
+                .filter(|r| r.settings.iter().any(|(k, v)| *k == b.name && v == y))
+                .map(|r| r.spread_ms * 1e6)
+                .collect();
+            (!hits.is_empty()).then(|| hits.iter().sum::<f64>() / hits.len() as f64)
+        };
+        let lines: Vec<(String, Vec<Option<f64>>)> = b
+            .values
+            .iter()
+            .map(|y| (format!("{} = {y}", b.name), a.values.iter().map(|x| mean_spread(x, y)).collect()))
+            .collect();
+        let title = format!("Mean kernel time spread: {} × {}", a.name, b.name);
+        let axes = Axes { title: &title, x: &a.name, y: "mean spread", unit: Unit::Nanoseconds };
+        save("interaction.png".into(), &|area| chart::line_plot(area, axes, &a.values, &lines))?;
+    }
+    Ok(files)
+}
+
+/// A setting's name as part of a file name.
+fn file_safe(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || "_-".contains(c) { c } else { '_' }).collect()
 }
 
 #[cfg(test)]
