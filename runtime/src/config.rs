@@ -339,6 +339,9 @@ mod tests {
         let source = include_str!("config.rs");
         for (i, _) in source.match_indices("\"GT_") {
             let name: String = source[i + 1..].chars().take_while(|c| c.is_ascii_uppercase() || *c == '_').collect();
+            if name == "GT_" {
+                continue; // this test's own pattern
+            }
             assert!(SETTINGS.contains(&name.as_str()), "{name} is read but not in SETTINGS");
         }
     }

@@ -11,6 +11,7 @@ mod hostile;
 mod kernels;
 mod pipeline;
 mod placement;
+mod prof;
 mod ptx;
 mod shard;
 mod signals;

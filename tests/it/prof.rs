@@ -1,0 +1,231 @@
+//! Profiles on real runs: `gt-run --profile` on the per-layer MLP with two embedded workers
+//! (costs checked against hand computations, lines, signals and backward signals, hot-path
+//! repetitions, per-signal times adding up to the busy time), and the `gt prof` commands end
+//! to end: report, a two-combination sweep, variance, merge, compare, and their bad inputs.
+
+use gt::tools::prof::{self, report};
+use gt::transport::profile::{Direction, Record, RecordKind};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A fresh scratch folder for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gt-prof-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn gt(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gt")).args(args).current_dir(dir).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+const MLP: &str = "examples/profile_mlp.gtir";
+
+/// Profiles the per-layer MLP into `dir` on two embedded workers (`env`: more settings).
+fn profile_mlp(dir: &Path, env: &[(&str, &str)]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gt-run"))
+        .args(["--quiet", "--workers", "2", "--profile"])
+        .arg(dir)
+        .arg(root().join(MLP))
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// The 1-based line of the script holding `needle`.
+fn line_of(needle: &str) -> u32 {
+    let source = std::fs::read_to_string(root().join(MLP)).unwrap();
+    source.lines().position(|l| l.contains(needle)).expect("in the script") as u32 + 1
+}
+
+fn find<'p>(p: &'p prof::Profile, op: &str, inputs: &str, direction: Option<Direction>) -> &'p Record {
+    p.records
+        .iter()
+        .find(|r| r.op == op && r.inputs == inputs && r.direction == direction)
+        .unwrap_or_else(|| panic!("no {op} of {inputs} ({direction:?}) in the profile"))
+}
+
+#[test]
+fn a_profiled_mlp_records_costs_lines_and_layers() {
+    let dir = scratch("mlp");
+    profile_mlp(&dir, &[]);
+    let p = prof::load_profile(&dir).unwrap();
+    assert!(p.is_complete(), "{:?}", p.warnings);
+    let manifest = p.manifest.as_ref().unwrap();
+    assert_eq!(manifest.workers.len(), 2, "both workers in the manifest");
+    assert_eq!(manifest.settings.get("workers").map(String::as_str), Some("2"));
+    assert!(manifest.clients.iter().any(|c| c.name.contains("profile_mlp.gtir")));
+
+    // The first layer's product: 2·m·n·k FLOPs, operands and result in bytes, at its line.
+    let fc1 = find(&p, "matmul", "f32[64,784];f32[784,256]", Some(Direction::Forward));
+    assert_eq!(fc1.kind, RecordKind::Kernel);
+    assert_eq!(fc1.flops, 2 * 64 * 256 * 784);
+    assert_eq!(fc1.bytes_read, 4 * (64 * 784 + 784 * 256));
+    assert_eq!(fc1.bytes_written, 4 * 64 * 256);
+    assert_eq!((fc1.signal.as_str(), fc1.line), ("fc1", Some(line_of("%h0 = matmul"))));
+    assert!(fc1.duration_ns > 0);
+    // Elementwise: one per element; a reduction: one per element it reads.
+    let relu = find(&p, "relu", "f32[64,256]", Some(Direction::Forward));
+    assert_eq!((relu.flops, relu.bytes_read, relu.bytes_written), (64 * 256, 4 * 64 * 256, 4 * 64 * 256));
+    let mean = find(&p, "mean", "f32[64,10]", Some(Direction::Forward));
+    assert_eq!((mean.flops, mean.bytes_read, mean.bytes_written, mean.signal.as_str()), (640, 2560, 4, "loss"));
+    // The gradient of the first layer's weights runs in its backward signal, attributed to
+    // the `backward` statement.
+    let grad = find(&p, "matmul", "f32[784,64];f32[64,256]", Some(Direction::Backward));
+    assert_eq!((grad.signal.as_str(), grad.line), ("fc1", Some(line_of("backward %loss"))));
+    assert_eq!(grad.flops, 2 * 784 * 256 * 64);
+    // Every scope the records name is in signals.csv, forward and backward for each layer.
+    for layer in ["fc1", "fc2", "loss"] {
+        for d in [Direction::Forward, Direction::Backward] {
+            let n = p.signals.iter().filter(|s| s.name == layer && s.direction == d).count();
+            assert_eq!(n, 10, "{layer} {d:?}: one scope per iteration");
+        }
+    }
+    // Reads are device-to-host copies of the printed losses.
+    let reads: Vec<&Record> = p.records.iter().filter(|r| r.detail == "d2h").collect();
+    assert_eq!(reads.len(), 10);
+    assert!(reads.iter().all(|r| r.kind == RecordKind::Copy && r.bytes_read == 4 && r.inputs == "f32[]"));
+
+    // Per-signal kernel times (forward + backward + outside every scope) add up to the
+    // workers' busy time: both are sums of the same kernels' durations, so within 0.1%.
+    let busy: u64 = report::busy_per_worker(&p).iter().map(|w| w.busy_ns).sum();
+    let by_signal: u64 = report::signal_times(&p).iter().map(|s| s.forward_ns + s.backward_ns).sum();
+    assert!(busy > 0);
+    assert!((busy as f64 - by_signal as f64).abs() <= busy as f64 * 1e-3, "{busy} vs {by_signal}");
+    // And each layer's scope runtimes hold its kernels, nested scopes included.
+    let scopes = report::scope_runtimes(&p);
+    assert!(scopes.iter().filter(|s| s.name == "fc1").all(|s| s.kernels >= 2 && s.span.is_some()));
+
+    // The report draws its five pictures and says where the time went.
+    let out = gt(&["prof", "report", "."], &dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    assert!(said.contains("fc1") && said.contains("Wrote 5 pictures"), "{said}");
+    for picture in report::PICTURES {
+        assert!(dir.join("report").join(picture).is_file(), "{picture}");
+    }
+    // The merged trace: a process per worker.
+    let out = gt(&["prof", "merge", ".", "-o", "merged.json"], &dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("merged.json")).unwrap()).unwrap();
+    assert!(gt::tools::perfetto::violations(&trace).is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn hot_path_repetitions_are_numbered() {
+    let dir = scratch("hot");
+    let script = "%a = ones f32[8]\nrepeat 12 {\n  %b = exp %a\n  %c = mul %b, 0.5\n}\nprint %c\n";
+    std::fs::write(dir.join("loop.gtir"), script).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gt-run"))
+        .args(["--quiet", "--profile", "p", "loop.gtir"])
+        .env("GT_HOTPATH", "1")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let p = prof::load_profile(&dir.join("p")).unwrap();
+    let hot: Vec<&Record> = p.records.iter().filter(|r| r.hotpath.is_some()).collect();
+    assert!(!hot.is_empty(), "the loop is a hot path");
+    let last = hot.iter().filter_map(|r| r.iteration).max().unwrap();
+    assert!(last >= 2, "repetitions are numbered: {last}");
+    // Each repetition runs the loop's body once.
+    let first: Vec<&str> = hot.iter().filter(|r| r.iteration == Some(1)).map(|r| r.op.as_str()).collect();
+    assert_eq!(first.iter().filter(|op| **op == "exp").count(), first.len() / 2, "{first:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_profile_cut_short_is_read_and_marked() {
+    let dir = scratch("cut");
+    profile_mlp(&dir, &[]);
+    // As a crash leaves it: the manifest not marked complete, a row cut mid-line.
+    let manifest = dir.join("manifest.json");
+    let m = std::fs::read_to_string(&manifest).unwrap().replace("\"complete\": true", "\"complete\": false");
+    std::fs::write(&manifest, m).unwrap();
+    let file = dir.join("worker-0.csv");
+    let mut rows = std::fs::read(&file).unwrap();
+    rows.truncate(rows.len() - 30);
+    std::fs::write(&file, rows).unwrap();
+    let out = gt(&["prof", "report", "."], &dir);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("did not end cleanly") && said.contains("cut short"), "{said}");
+    // Not a profile at all: named as such.
+    let empty = scratch("empty");
+    let out = gt(&["prof", "report", "."], &empty);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("not a profile folder"), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&empty);
+}
+
+#[test]
+fn a_two_combination_sweep_runs_end_to_end() {
+    let dir = scratch("sweep");
+    let script = root().join(MLP);
+    let script = script.to_str().unwrap();
+    let out = gt(&["prof", "sweep", script, "--set", "GT_WORKERS=1,2", "--out", "a"], &dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let sweep = prof::load_sweep(&dir.join("a")).unwrap();
+    assert_eq!(sweep.manifest.runs.len(), 2);
+    assert!(sweep.manifest.runs.iter().all(|r| r.ok));
+    assert_eq!(sweep.profiles.len(), 2);
+    assert!(dir.join("a/WORKERS-2/report/bottleneck.png").is_file(), "each run's report is drawn");
+    assert!(std::fs::read_to_string(dir.join("a/summary.log")).unwrap().contains("done: 2 ok, 0 failed"));
+
+    let out = gt(&["prof", "variance", "a", "--top-k", "3"], &dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let csv = std::fs::read_to_string(dir.join("a/variance/top3_kernels_time_variance.csv")).unwrap();
+    assert!(csv.starts_with("run,GT_WORKERS,"), "{csv}");
+    assert!(csv.lines().count() > 1, "kernels with several launches are ranked");
+    for picture in ["spread_by_GT_WORKERS.png", "spread_by_worker.png", "spread_violin.png"] {
+        assert!(dir.join("a/variance").join(picture).is_file(), "{picture}");
+    }
+
+    // A second sweep over another setting: compared, the mismatch stated on the page.
+    let out = gt(&["prof", "sweep", script, "--set", "GT_THREADS=1", "--out", "b"], &dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = gt(&["prof", "compare", "a", "b", "--label1", "two", "--label2", "one", "-o", "c.html"], &dir);
+    assert!(out.status.success(), "{}", text(&out));
+    let page = std::fs::read_to_string(dir.join("c.html")).unwrap();
+    assert!(page.contains("data:image/png;base64,") && !page.contains("http://") && !page.contains("https://"));
+    assert!(text(&out).contains("warning") && page.contains("GT_THREADS"), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_sweeps_are_refused_or_recorded() {
+    let dir = scratch("bad");
+    let script = root().join(MLP);
+    let script = script.to_str().unwrap();
+    // Unknown settings and bad values are refused before anything runs.
+    let out = gt(&["prof", "sweep", script, "--set", "GT_NOPE=1,2"], &dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("GT_NOPE: unknown setting"), "{}", text(&out));
+    let out = gt(&["prof", "sweep", script, "--set", "GT_MATMUL_PRECISION=highest,bogus"], &dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("bogus"), "{}", text(&out));
+    assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "nothing was run or written");
+    // A script that fails in every run: each failure recorded, the sweep kept and said so.
+    std::fs::write(dir.join("fails.gtir"), "%a = ones f32[2]\nexpect %a == f32[2] [5, 5]\n").unwrap();
+    let out = gt(&["prof", "sweep", "fails.gtir", "--set", "GT_WORKERS=1,2", "--out", "s"], &dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("every run failed"), "{}", text(&out));
+    let sweep = prof::load_sweep(&dir.join("s")).unwrap();
+    assert!(sweep.manifest.runs.iter().all(|r| !r.ok && r.error.as_deref().is_some_and(|e| e.contains("expect"))));
+    let out = gt(&["prof", "variance", "s"], &dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("every run of s failed"), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
