@@ -334,6 +334,17 @@ impl EnvConfig {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn a_profile_folder_reaches_the_cluster() {
+        let env = EnvConfig::from_lookup(|k| (k == "GT_PROFILE").then(|| "/tmp/p".to_string())).unwrap();
+        assert_eq!(env.profile.as_deref(), Some(std::path::Path::new("/tmp/p")));
+        let options = crate::ClusterOptions::from_config(&env);
+        assert_eq!(options.profile, env.profile);
+        assert_eq!(options.settings().get("workers").map(String::as_str), Some("1"));
+    }
+
     #[test]
     fn every_setting_read_here_is_listed() {
         let source = include_str!("config.rs");
@@ -345,8 +356,6 @@ mod tests {
             assert!(SETTINGS.contains(&name.as_str()), "{name} is read but not in SETTINGS");
         }
     }
-
-    use super::*;
 
     fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())

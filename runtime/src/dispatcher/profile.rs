@@ -256,13 +256,13 @@ impl Profiler {
         let tag = seq.and_then(|s| track.and_then(|t| t.tags.get(&s)));
         let line = seq.and_then(|s| track.and_then(|t| t.lines.get(&s))).copied();
         let facts = &note.facts;
-        let (kind, detail) = match note.op {
-            "literal" => (RecordKind::Copy, "h2d".to_string()),
-            // A part of a collective across workers says which one and with whom.
-            "all_reduce" | "all_gather" | "reduce_scatter" | "broadcast" | "move" => {
-                let detail = note.text.split_once("; ").map_or(String::new(), |(_, d)| d.replace(", ", ";"));
-                (RecordKind::Transfer, detail)
-            }
+        // A part of a collective across workers says which one and with whom; a collective
+        // whose values all live on one worker moves nothing between workers: a kernel there.
+        let exchange =
+            note.text.split_once("; collective ").map(|(_, d)| format!("collective {}", d.replace(", ", ";")));
+        let (kind, detail) = match (note.op, exchange) {
+            ("literal", _) => (RecordKind::Copy, "h2d".to_string()),
+            (_, Some(detail)) => (RecordKind::Transfer, detail),
             _ => (RecordKind::Kernel, String::new()),
         };
         let name = if note.op == "fused" { format!("fused.{:08x}", facts.hash >> 32) } else { note.op.to_string() };
