@@ -40,28 +40,48 @@ pub struct TraceCounts {
 
 /// The trace of `tape`, as JSON, and what it holds.
 pub fn trace(tape: &Tape) -> (Value, TraceCounts) {
-    let mut events: Vec<Value> = Vec::new();
-    let counts = each_event(tape, &mut |e| {
-        events.push(e);
-        Ok(())
-    })
-    .expect("collecting cannot fail");
-    (json!({ "traceEvents": events, "displayTimeUnit": "ms", "otherData": other_data(tape) }), counts)
+    collect(|sink| each_event(tape, sink), other_data(tape))
 }
 
 /// Writes the trace of `tape` to `out`, one event at a time (a log of 10^6 events never
 /// becomes one JSON value in memory).
-pub fn write(tape: &Tape, mut out: impl Write) -> Result<TraceCounts, serde_json::Error> {
+pub fn write(tape: &Tape, out: impl Write) -> Result<TraceCounts, serde_json::Error> {
+    stream(out, |sink| each_event(tape, sink), &other_data(tape))
+}
+
+/// Where a trace's events go, one at a time.
+pub(crate) type EventSink<'a> = dyn FnMut(Value) -> Result<(), serde_json::Error> + 'a;
+
+/// A whole trace of the events `events` makes (and what it says of them) as one JSON value.
+pub(crate) fn collect<C>(
+    events: impl FnOnce(&mut EventSink<'_>) -> Result<C, serde_json::Error>,
+    other_data: Value,
+) -> (Value, C) {
+    let mut all: Vec<Value> = Vec::new();
+    let counts = events(&mut |e| {
+        all.push(e);
+        Ok(())
+    })
+    .expect("collecting cannot fail");
+    (json!({ "traceEvents": all, "displayTimeUnit": "ms", "otherData": other_data }), counts)
+}
+
+/// Writes a trace to `out` as `events` makes its events, one at a time.
+pub(crate) fn stream<C>(
+    mut out: impl Write,
+    events: impl FnOnce(&mut EventSink<'_>) -> Result<C, serde_json::Error>,
+    other_data: &Value,
+) -> Result<C, serde_json::Error> {
     out.write_all(b"{\"traceEvents\":[\n").map_err(serde_json::Error::io)?;
     let mut first = true;
-    let counts = each_event(tape, &mut |e| {
+    let counts = events(&mut |e| {
         if !std::mem::take(&mut first) {
             out.write_all(b",\n").map_err(serde_json::Error::io)?;
         }
         serde_json::to_writer(&mut out, &e)
     })?;
     out.write_all(b"\n],\"displayTimeUnit\":\"ms\",\"otherData\":").map_err(serde_json::Error::io)?;
-    serde_json::to_writer(&mut out, &other_data(tape))?;
+    serde_json::to_writer(&mut out, other_data)?;
     out.write_all(b"}\n").map_err(serde_json::Error::io)?;
     Ok(counts)
 }

@@ -22,19 +22,9 @@ fn scratch(name: &str) -> PathBuf {
 
 fn kernel(name: &str, inputs: &str, ns: u64) -> Record {
     Record {
-        kind: RecordKind::Kernel,
-        worker: "w0".into(),
-        client: 1,
         seq: Some(1),
-        name: name.into(),
-        op: name.into(),
         kernel_hash: "0123456789abcdef".into(),
         line: Some(3),
-        signal: String::new(),
-        direction: None,
-        scope: None,
-        hotpath: None,
-        iteration: None,
         inputs: inputs.into(),
         outputs: inputs.into(),
         bytes_read: 64,
@@ -42,7 +32,7 @@ fn kernel(name: &str, inputs: &str, ns: u64) -> Record {
         flops: 128,
         start_ns: 1000,
         duration_ns: ns,
-        detail: String::new(),
+        ..Record::new(RecordKind::Kernel, "w0", name)
     }
 }
 

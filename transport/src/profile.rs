@@ -135,6 +135,34 @@ pub struct Record {
 }
 
 impl Record {
+    /// A record of `kind` named `name` (its op too) on `worker` for client 1, every other
+    /// field empty or zero: a start for tools and tests that fill in the rest.
+    pub fn new(kind: RecordKind, worker: &str, name: &str) -> Record {
+        Record {
+            kind,
+            worker: worker.to_string(),
+            client: 1,
+            seq: None,
+            name: name.to_string(),
+            op: name.to_string(),
+            kernel_hash: String::new(),
+            line: None,
+            signal: String::new(),
+            direction: None,
+            scope: None,
+            hotpath: None,
+            iteration: None,
+            inputs: String::new(),
+            outputs: String::new(),
+            bytes_read: 0,
+            bytes_written: 0,
+            flops: 0,
+            start_ns: 0,
+            duration_ns: 0,
+            detail: String::new(),
+        }
+    }
+
     /// When it ended, ns on the dispatcher's clock.
     pub fn end_ns(&self) -> u64 {
         self.start_ns.saturating_add(self.duration_ns)
@@ -241,19 +269,8 @@ mod tests {
     #[test]
     fn records_round_trip_through_csv_with_empty_optionals() {
         let r = Record {
-            kind: RecordKind::Kernel,
-            worker: "w0".into(),
-            client: 1,
-            seq: None,
-            name: "matmul".into(),
-            op: "matmul".into(),
             kernel_hash: "00000000deadbeef".into(),
             line: Some(3),
-            signal: String::new(),
-            direction: None,
-            scope: None,
-            hotpath: None,
-            iteration: None,
             inputs: "f32[2,3];f32[3,4]".into(),
             outputs: "f32[2,4]".into(),
             bytes_read: 72,
@@ -261,7 +278,7 @@ mod tests {
             flops: 48,
             start_ns: 10,
             duration_ns: 5,
-            detail: String::new(),
+            ..Record::new(RecordKind::Kernel, "w0", "matmul")
         };
         let mut w = csv::Writer::from_writer(Vec::new());
         w.serialize(&r).unwrap();

@@ -606,27 +606,11 @@ mod tests {
 
     fn rec(name: &str, inputs: &str, ns: u64) -> Record {
         Record {
-            kind: RecordKind::Kernel,
-            worker: "w0".into(),
-            client: 1,
             seq: Some(1),
-            name: name.into(),
-            op: name.into(),
             kernel_hash: "0123456789abcdef".into(),
-            line: None,
-            signal: String::new(),
-            direction: None,
-            scope: None,
-            hotpath: None,
-            iteration: None,
             inputs: inputs.into(),
-            outputs: String::new(),
-            bytes_read: 0,
-            bytes_written: 0,
-            flops: 0,
-            start_ns: 0,
             duration_ns: ns,
-            detail: String::new(),
+            ..Record::new(RecordKind::Kernel, "w0", name)
         }
     }
 

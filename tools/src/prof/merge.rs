@@ -55,30 +55,13 @@ pub fn prefix(index: usize) -> String {
 
 /// The merged trace of `profile`, as JSON, and what it holds.
 pub fn merge(profile: &Profile) -> (Value, MergeCounts) {
-    let mut events: Vec<Value> = Vec::new();
-    let counts = each_event(profile, &mut |e| {
-        events.push(e);
-        Ok(())
-    })
-    .expect("collecting cannot fail");
-    (json!({ "traceEvents": events, "displayTimeUnit": "ms", "otherData": other_data(profile) }), counts)
+    crate::perfetto::collect(|sink| each_event(profile, sink), other_data(profile))
 }
 
 /// Writes the merged trace of `profile` to `out`, one event at a time (the JSON of every
 /// event never sits in memory at once).
-pub fn write(profile: &Profile, mut out: impl Write) -> Result<MergeCounts, serde_json::Error> {
-    out.write_all(b"{\"traceEvents\":[\n").map_err(serde_json::Error::io)?;
-    let mut first = true;
-    let counts = each_event(profile, &mut |e| {
-        if !std::mem::take(&mut first) {
-            out.write_all(b",\n").map_err(serde_json::Error::io)?;
-        }
-        serde_json::to_writer(&mut out, &e)
-    })?;
-    out.write_all(b"\n],\"displayTimeUnit\":\"ms\",\"otherData\":").map_err(serde_json::Error::io)?;
-    serde_json::to_writer(&mut out, &other_data(profile))?;
-    out.write_all(b"}\n").map_err(serde_json::Error::io)?;
-    Ok(counts)
+pub fn write(profile: &Profile, out: impl Write) -> Result<MergeCounts, serde_json::Error> {
+    crate::perfetto::stream(out, |sink| each_event(profile, sink), &other_data(profile))
 }
 
 fn other_data(profile: &Profile) -> Value {
@@ -355,19 +338,12 @@ mod tests {
         duration_ns: u64,
     ) -> Record {
         Record {
-            kind,
-            worker: worker.into(),
-            client: 1,
             seq: Some(seq),
-            name: name.into(),
-            op: name.into(),
             kernel_hash: "0123456789abcdef".into(),
             line: Some(seq as u32),
             signal: if scope.is_some() { "layer".into() } else { String::new() },
             direction: scope.map(|_| Direction::Forward),
             scope,
-            hotpath: None,
-            iteration: None,
             inputs: "f32[4]".into(),
             outputs: "f32[4]".into(),
             bytes_read: 16,
@@ -380,6 +356,7 @@ mod tests {
                 RecordKind::Transfer => "collective #1 rank 0 of w0;w1".into(),
                 RecordKind::Kernel => String::new(),
             },
+            ..Record::new(kind, worker, name)
         }
     }
 

@@ -721,27 +721,14 @@ mod tests {
 
     fn record(kind: RecordKind, worker: &str, name: &str, start_ns: u64, duration_ns: u64) -> Record {
         Record {
-            kind,
-            worker: worker.into(),
-            client: 1,
             seq: Some(1),
-            name: name.into(),
-            op: name.into(),
             kernel_hash: format!("{:016x}", name.len()),
-            line: None,
-            signal: String::new(),
-            direction: None,
-            scope: None,
-            hotpath: None,
-            iteration: None,
-            inputs: String::new(),
-            outputs: String::new(),
             bytes_read: 400,
             bytes_written: 100,
             flops: 1000,
             start_ns,
             duration_ns,
-            detail: String::new(),
+            ..Record::new(kind, worker, name)
         }
     }
 

@@ -414,19 +414,8 @@ mod tests {
 
     fn record(kind: RecordKind, worker: &str, name: &str, hash: &str, start_ns: u64, duration_ns: u64) -> Record {
         Record {
-            kind,
-            worker: worker.into(),
-            client: 1,
             seq: Some(1),
-            name: name.into(),
-            op: name.into(),
             kernel_hash: hash.into(),
-            line: None,
-            signal: String::new(),
-            direction: None,
-            scope: None,
-            hotpath: None,
-            iteration: None,
             inputs: "f32[4,4];f32[4,4]".into(),
             outputs: "f32[4,4]".into(),
             bytes_read: 128,
@@ -434,7 +423,7 @@ mod tests {
             flops: 128,
             start_ns,
             duration_ns,
-            detail: String::new(),
+            ..Record::new(kind, worker, name)
         }
     }
 
