@@ -522,13 +522,15 @@ fn time_frame<'a, 'b>(
 fn signal_stack(root: &Area<'_>, profile: &Profile) -> DrawResult {
     let max_depth = profile.signals.iter().map(|s| s.depth).max().unwrap_or(0);
     // Only whole depths are rows; depth 0 is the kernels' row.
+    // Tick values come from a float range: near-whole ones are rows.
     let y_fmt = |&v: &f64| {
-        if v == 0.0 {
-            "kernels".to_string()
-        } else if v.fract() == 0.0 && v > 0.0 && v <= max_depth as f64 {
-            format!("{v}")
-        } else {
+        let row = v.round();
+        if (v - row).abs() > 1e-6 || row < 0.0 || row > max_depth as f64 {
             String::new()
+        } else if row == 0.0 {
+            "kernels".to_string()
+        } else {
+            format!("{row}")
         }
     };
     let title = "Signal scope stack over time, kernels beneath";
