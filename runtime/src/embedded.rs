@@ -151,20 +151,21 @@ pub enum ClusterError {
         source: zmq::Error,
     },
     /// The instruction log could not be opened.
-    #[error("cannot open the instruction log {path}: {source}")]
+    // The cause is in the message (not a `source`), so a report of the chain says it once.
+    #[error("cannot open the instruction log {path}: {error}")]
     Log {
         /// The path.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The profile folder could not be written.
-    #[error("cannot write a profile into {path} (GT_PROFILE): {source}")]
+    #[error("cannot write a profile into {path} (GT_PROFILE): {error}")]
     Profile {
         /// The folder.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The private directory for IPC sockets cannot be used.
     #[error(transparent)]
@@ -240,16 +241,14 @@ impl Cluster {
         for path in options.listen.iter().chain(&options.monitor).filter_map(Endpoint::ipc_file) {
             make_private(path).map_err(|source| ClusterError::Private { path: path.to_path_buf(), source })?;
         }
-        let log = EventLog::new(options.instruction_log.as_deref(), monitor).map_err(|source| ClusterError::Log {
-            path: options.instruction_log.clone().unwrap_or_default(),
-            source,
-        })?;
+        let log = EventLog::new(options.instruction_log.as_deref(), monitor)
+            .map_err(|error| ClusterError::Log { path: options.instruction_log.clone().unwrap_or_default(), error })?;
         let mut config = options.dispatcher.clone();
         config.min_workers = config.min_workers.max(options.workers);
         let mut dispatcher = Dispatcher::new(router, stop_key.clone(), log, config).with_context(ctx.clone());
         if let Some(dir) = &options.profile {
             let profiler = Profiler::create(dir, options.settings())
-                .map_err(|source| ClusterError::Profile { path: dir.clone(), source })?;
+                .map_err(|error| ClusterError::Profile { path: dir.clone(), error })?;
             dispatcher = dispatcher.with_profile(profiler);
         }
         let handle = std::thread::Builder::new()

@@ -463,7 +463,7 @@ impl Dispatcher {
                     return self.bad_message(&identity, bytes, why);
                 }
                 if let Some(p) = &mut self.profile {
-                    p.lines(c, first_seq, &lines);
+                    p.lines(c, first_seq, &lines, instrs.len());
                 }
                 let share = bytes / instrs.len().max(1);
                 for (k, instr) in instrs.into_iter().enumerate() {
@@ -1023,7 +1023,12 @@ impl Dispatcher {
             (WaitFor::Sync, Some(failure)) => {
                 self.send_reply(wait.client, &Reply::Failed { seq: wait.seq, failure: failure.clone() })
             }
-            (WaitFor::Sync, None) => self.send_reply(wait.client, &Reply::Synced { seq: wait.seq }),
+            (WaitFor::Sync, None) => {
+                if let Some(p) = &mut self.profile {
+                    p.synced(wait.client, wait.seq);
+                }
+                self.send_reply(wait.client, &Reply::Synced { seq: wait.seq })
+            }
             (WaitFor::Get(tag), _) => {
                 let held = self.gets.get_mut(&tag).and_then(|g| {
                     g.barrier = None;
@@ -1050,7 +1055,13 @@ impl Dispatcher {
             return;
         }
         match answer {
-            Held::Data(ty, data) => self.send_data_reply(g.client, g.seq, ty, data),
+            Held::Data(ty, data) => {
+                // Everything the client sent before the read has run on every worker.
+                if let Some(p) = &mut self.profile {
+                    p.synced(g.client, g.seq);
+                }
+                self.send_data_reply(g.client, g.seq, ty, data)
+            }
             Held::Failed(failure) => self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure }),
         }
     }

@@ -176,9 +176,10 @@ impl Profiler {
     }
 
     /// A client's batch said its instructions' script lines.
-    pub(super) fn lines(&mut self, c: u64, first_seq: u64, lines: &[u32]) {
+    pub(super) fn lines(&mut self, c: u64, first_seq: u64, lines: &[u32], instrs: usize) {
         let Some(track) = self.clients.get_mut(&c) else { return };
-        for (k, &line) in lines.iter().enumerate() {
+        // One line per instruction: a client sending more gets no more remembered.
+        for (k, &line) in lines.iter().take(instrs).enumerate() {
             if line != 0 {
                 remember(&mut track.lines, first_seq.saturating_add(k as u64), line);
             }
@@ -216,6 +217,14 @@ impl Profiler {
                 }
             }
         }
+    }
+
+    /// Every instruction of client `c` before `seq` has run and reported its time (a sync
+    /// was answered): what was kept for them goes.
+    pub(super) fn synced(&mut self, c: u64, seq: u64) {
+        let Some(track) = self.clients.get_mut(&c) else { return };
+        track.lines = track.lines.split_off(&seq);
+        track.tags = track.tags.split_off(&seq);
     }
 
     /// An instruction left the client's passes: hot-path repetitions are counted here.
@@ -438,5 +447,61 @@ fn machine() -> Machine {
         cpus: std::thread::available_parallelism().map_or(0, |n| n.get() as u32),
         cpu_model: field(&cpuinfo, "model name"),
         memory_bytes: memory_kb.saturating_mul(1024),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gt_ir::text::parse;
+
+    fn instr(text: &str) -> Instr {
+        match &parse(text).unwrap().body[0].kind {
+            gt_ir::StmtKind::Instr(i) => i.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn note(op: &'static str, text: &str) -> ExecNote {
+        ExecNote { op, facts: Facts::default(), text: text.to_string() }
+    }
+
+    #[test]
+    fn rows_carry_lines_and_scopes_and_the_manifest_ends_complete() {
+        let dir = std::env::temp_dir().join(format!("gt-profile-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut p = Profiler::create(&dir, BTreeMap::new()).unwrap();
+        p.worker_joined(0, "w0", "cpu");
+        p.client_joined(1, "test");
+        // A batch of three instructions: lines for two, and more lines than instructions.
+        p.lines(1, 0, &[7, 0, 9, 99], 3);
+        p.entered(1, 0, &instr("signal_start \"fc1\" backward"), 10);
+        p.entered(1, 1, &instr("%a = zeros f32[2]"), 11);
+        p.entered(1, 2, &instr("signal_end \"fc1\""), 12);
+        p.executed("w0", (1, Some(1)), &note("zeros", "%0 = zeros f32[2]"), (100, 5));
+        p.executed("w0", (1, Some(2)), &note("exp", "%1 = exp %0"), (105, 5));
+        p.executed("w0", (1, None), &note("free", "free %0"), (110, 1));
+        p.executed("w0", (1, Some(1)), &note("move", "%2 = move %0 ; collective #4 rank 0 of w0, w1"), (120, 3));
+        // Instructions before a sync are forgotten once it is answered; later ones are kept.
+        p.synced(1, 2);
+        assert_eq!(p.clients[&1].lines.keys().copied().collect::<Vec<_>>(), vec![2]);
+        p.finish();
+        let rows: Vec<Record> =
+            csv::Reader::from_path(dir.join("worker-w0.csv")).unwrap().deserialize().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), 3, "frees are not recorded: {rows:?}");
+        assert_eq!(
+            (rows[0].line, rows[0].signal.as_str(), rows[0].direction),
+            (None, "fc1", Some(Direction::Backward))
+        );
+        assert_eq!((rows[1].line, rows[1].signal.as_str()), (Some(9), ""), "outside the scope");
+        assert_eq!((rows[2].kind, rows[2].detail.as_str()), (RecordKind::Transfer, "collective #4 rank 0 of w0;w1"));
+        let signals: Vec<SignalRecord> =
+            csv::Reader::from_path(dir.join(SIGNALS)).unwrap().deserialize().map(Result::unwrap).collect();
+        assert_eq!(signals.len(), 1);
+        assert_eq!((signals[0].opened_ns, signals[0].closed_ns, signals[0].depth), (10, Some(12), 1));
+        let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(dir.join(MANIFEST)).unwrap()).unwrap();
+        assert!(manifest.complete && manifest.ended.is_some());
+        assert_eq!(manifest.workers[0].file, "worker-w0.csv");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
