@@ -151,9 +151,9 @@ pub fn scope_runtimes(profile: &Profile) -> Vec<ScopeRuntime> {
         for _ in 0..out.len() {
             let s = &mut out[at];
             s.kernels += 1;
-            s.duration_ns += r.duration_ns;
-            s.flops += r.flops;
-            s.bytes += r.bytes_read + r.bytes_written;
+            s.duration_ns = s.duration_ns.saturating_add(r.duration_ns);
+            s.flops = s.flops.saturating_add(r.flops);
+            s.bytes = s.bytes.saturating_add(r.bytes_read.saturating_add(r.bytes_written));
             s.span = Some(s.span.map_or((r.start_ns, r.end_ns()), |(a, b)| (a.min(r.start_ns), b.max(r.end_ns()))));
             match parent[at] {
                 Some(p) => at = p,
@@ -192,7 +192,7 @@ pub fn busy_per_worker(profile: &Profile) -> Vec<WorkerBusy> {
         };
         let (w, first, last) = &mut out[i];
         w.kernels += 1;
-        w.busy_ns += r.duration_ns;
+        w.busy_ns = w.busy_ns.saturating_add(r.duration_ns);
         *first = (*first).min(r.start_ns);
         *last = (*last).max(r.end_ns());
     }
@@ -228,7 +228,7 @@ pub fn kernel_totals(profile: &Profile) -> Vec<KernelTotal> {
     for r in kernels(profile) {
         let e = by.entry((r.name.as_str(), r.kernel_hash.as_str())).or_default();
         e.0 += 1;
-        e.1 += r.duration_ns;
+        e.1 = e.1.saturating_add(r.duration_ns);
     }
     let mut names: HashMap<&str, usize> = HashMap::new();
     for &(name, _) in by.keys() {
@@ -281,8 +281,8 @@ pub fn signal_times(profile: &Profile) -> Vec<SignalTime> {
             },
         };
         match r.direction {
-            Some(Direction::Backward) => row.backward_ns += r.duration_ns,
-            _ => row.forward_ns += r.duration_ns,
+            Some(Direction::Backward) => row.backward_ns = row.backward_ns.saturating_add(r.duration_ns),
+            _ => row.forward_ns = row.forward_ns.saturating_add(r.duration_ns),
         }
     }
     if kernels(profile).any(|r| r.direction.is_none()) {
@@ -321,13 +321,13 @@ pub fn transfer_totals(profile: &Profile) -> Transfers {
         match r.kind {
             RecordKind::Copy => {
                 t.copies += 1;
-                t.copy_bytes += moved(r);
-                t.copy_ns += r.duration_ns;
+                t.copy_bytes = t.copy_bytes.saturating_add(moved(r));
+                t.copy_ns = t.copy_ns.saturating_add(r.duration_ns);
             }
             RecordKind::Transfer => {
                 t.transfers += 1;
-                t.transfer_bytes += moved(r);
-                t.transfer_ns += r.duration_ns;
+                t.transfer_bytes = t.transfer_bytes.saturating_add(moved(r));
+                t.transfer_ns = t.transfer_ns.saturating_add(r.duration_ns);
             }
             RecordKind::Kernel => {}
         }
@@ -343,7 +343,7 @@ pub fn summary_text(profile: &Profile, top_n: usize) -> String {
     let complete = if profile.is_complete() { "" } else { " (PARTIAL: see the warnings at the end)" };
     let _ = writeln!(s, "Profile {}{complete}", profile.dir.display());
     let workers = busy_per_worker(profile);
-    let busy: u64 = workers.iter().map(|w| w.busy_ns).sum();
+    let busy: u64 = workers.iter().map(|w| w.busy_ns).fold(0, u64::saturating_add);
     let _ = writeln!(s, "\nWorkers (busy: summed kernel time; span: first kernel start to last kernel end)");
     for w in &workers {
         let share = if w.span_ns > 0 { 100.0 * w.busy_ns as f64 / w.span_ns as f64 } else { 0.0 };
@@ -642,8 +642,8 @@ fn layer_throughput(root: &Area<'_>, scopes: &[ScopeRuntime], ridge: f64) -> Dra
     let mut intensity: HashMap<&str, (u64, u64)> = HashMap::new();
     for s in scopes {
         let e = intensity.entry(&s.name).or_default();
-        e.0 += s.flops;
-        e.1 += s.bytes;
+        e.0 = e.0.saturating_add(s.flops);
+        e.1 = e.1.saturating_add(s.bytes);
     }
     let bound = |name: &str| intensity.get(name).is_some_and(|&(f, b)| b > 0 && (f as f64) < ridge * b as f64);
     let title = format!("Memory throughput of memory-bound layers (under {ridge} FLOP/byte)");
@@ -660,7 +660,7 @@ fn timeline(root: &Area<'_>, profile: &Profile) -> DrawResult {
     let (top, bottom) = root.split_vertically(root.dim_in_pixel().1 * 3 / 5);
     let mut moves: Vec<&Record> = profile.records.iter().filter(|r| r.kind != RecordKind::Kernel).collect();
     moves.sort_by_key(|r| r.end_ns());
-    let total: u64 = moves.iter().map(|r| moved(r)).sum();
+    let total: u64 = moves.iter().map(|r| moved(r)).fold(0, u64::saturating_add);
     let (bdiv, bunit) = Unit::Bytes.scale(total as f64);
     let y_desc = format!("bytes moved so far ({bunit})");
     let hi = (total as f64 / bdiv).max(1.0) * 1.08;
@@ -681,7 +681,7 @@ fn timeline(root: &Area<'_>, profile: &Profile) -> DrawResult {
         for r in &moves {
             let at = x(r.end_ns());
             step.push((at, sum as f64 / bdiv));
-            sum += moved(r);
+            sum = sum.saturating_add(moved(r));
             step.push((at, sum as f64 / bdiv));
         }
         step.push((c.x_range().end, sum as f64 / bdiv));
