@@ -116,7 +116,8 @@ fn main() -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
-    let report = |diags: &[Diag]| eprint!("{}", render(&name, &source_text(&bytes), diags, color));
+    let source = source_text(&bytes);
+    let report = |diags: &[Diag]| eprint!("{}", render(&name, &source, diags, color));
     let dumps = |stage: Stage| args.dump_after.iter().any(|s| *s == stage || *s == Stage::All);
     let loaded = match load(&bytes) {
         Ok(l) => l,
@@ -142,8 +143,7 @@ fn main() -> ExitCode {
     let result = if args.reference {
         run_local(&loaded, &mut out, options)
     } else {
-        let script = (name.as_str(), source_text(&bytes));
-        match run_on_cluster(&args, script, &loaded, &mut out, options) {
+        match run_on_cluster(&args, (&name, &source), &loaded, &mut out, options) {
             Ok(r) => r,
             Err(code) => return code,
         }
@@ -175,7 +175,7 @@ fn main() -> ExitCode {
 /// statistics and pass dumps as asked; `Err` is the exit code of a failure to start.
 fn run_on_cluster(
     args: &Args,
-    (name, source): (&str, String),
+    (name, source): (&str, &str),
     loaded: &gt::script::Loaded,
     out: &mut impl Write,
     options: RunOptions,
@@ -224,7 +224,7 @@ fn run_on_cluster(
         }
     };
     // Batches say each instruction's script line (profiles report them).
-    session.client.set_source(&source);
+    session.client.set_source(source);
     let result = if loaded.program.trains() {
         // Autograd lives in the client: the script runs through the Tensor API, which
         // owns the client meanwhile.

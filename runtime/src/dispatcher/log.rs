@@ -20,9 +20,9 @@ pub struct EventLog {
     subscribers: i64,
 }
 
-/// Opens a log for writing, readable by this user only (it holds literal tensor data), and
-/// never through a symbolic link someone planted at its path.
-fn private_file(path: &Path) -> std::io::Result<File> {
+/// Opens a log (or profile) file for writing, readable by this user only (a log holds literal
+/// tensor data), and never through a symbolic link someone planted at its path.
+pub(super) fn private_file(path: &Path) -> std::io::Result<File> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -39,7 +39,7 @@ impl EventLog {
         let file = match path {
             Some(p) => {
                 let mut f = BufWriter::new(private_file(p)?);
-                f.write_all(log_header(&started_at()).as_bytes())?;
+                f.write_all(log_header(&now_rfc3339()).as_bytes())?;
                 f.flush()?;
                 Some(f)
             }
@@ -143,6 +143,7 @@ impl EventLog {
     }
 }
 
-fn started_at() -> String {
+/// Now, as RFC 3339 to the second (the log's header, a profile's manifest).
+pub(super) fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }

@@ -270,6 +270,16 @@ impl Dispatcher {
         self.log.active() || self.profile.is_some()
     }
 
+    /// What is kept of client `c`'s instructions as they are placed, for their EXEC events
+    /// and profile rows.
+    fn keeps(&self, c: u64) -> Keep {
+        match &self.profile {
+            Some(p) => Keep::Profile { hotpath: p.hotpath(c) },
+            None if self.log.active() => Keep::Types,
+            None => Keep::Nothing,
+        }
+    }
+
     /// The ZeroMQ context the workers' peer sockets can be reached from (needed for
     /// `inproc://` peers), so that a lost worker's peers in a collective are told at once
     /// instead of waiting out `GT_COLLECTIVE_TIMEOUT`.
@@ -776,11 +786,11 @@ impl Dispatcher {
             return self.fail(c, seq, &instr, Failure::new(FailureKind::Type, why));
         }
         let limits = self.limits();
-        let (timing, hotpath) = (self.timing(), self.profile.as_ref().and_then(|p| p.hotpath(c)));
+        let keep = self.keeps(c);
         let Some(client) = self.clients.get_mut(&c) else { return };
         let ns = &mut client.namespace;
         let results = instr.results();
-        let facts = if timing { facts(&instr, &types, ns, hotpath) } else { Facts::default() };
+        let facts = facts(keep, &instr, &types, ns);
         if let Err(refusal) = ns.admit(&results, &types, &limits) {
             return self.fail(c, seq, &instr, refused(op, refusal));
         }
@@ -838,11 +848,11 @@ impl Dispatcher {
             return self.fail(c, seq, &instr, Failure::new(FailureKind::WorkerLost, why));
         }
         let limits = self.limits();
-        let (timing, hotpath) = (self.timing(), self.profile.as_ref().and_then(|p| p.hotpath(c)));
+        let keep = self.keeps(c);
         let Some(client) = self.clients.get_mut(&c) else { return };
         let ns = &mut client.namespace;
         // Each part is recorded with what it holds and receives; the whole's cost is its own.
-        let whole = if timing { facts(&instr, &types, ns, hotpath) } else { Facts::default() };
+        let whole = facts(keep, &instr, &types, ns);
         if let Err(refusal) = ns.admit(dsts, &types, &limits) {
             return self.fail(c, seq, &instr, refused(name, refusal));
         }
@@ -871,7 +881,10 @@ impl Dispatcher {
             };
             let part = Instr::Collective { dsts: mine.iter().map(|&i| bufs[i].into()).collect(), op, srcs: local_srcs };
             let ty = mine.first().map(|&i| types[i].clone());
-            let part_facts = if timing { part_facts(&whole, &mine, rank, op) } else { Facts::default() };
+            let part_facts = match keep {
+                Keep::Nothing => Facts::default(),
+                _ => part_facts(&instr, &whole, &mine, rank),
+            };
             let ex = Exchange { index: 0, id, rank: rank as u32, root: 0, peers: peers.clone(), ty };
             self.workers[w].queue_exchange(part, ex, (c, seq), part_facts);
         }
@@ -1321,12 +1334,11 @@ impl Dispatcher {
         let clock = self.workers[w].clock;
         for t in timings {
             let i = t.index as usize;
-            let (Some(&(c, seq)), Some(ExecNote { op, facts, text })) = (record.origins.get(i), notes.get(i)) else {
+            let (Some(&(c, seq)), Some(note)) = (record.origins.get(i), notes.get(i)) else {
                 continue;
             };
             let at = clock.to_dispatcher(t.start);
             if let Some(p) = &mut self.profile {
-                let note = &notes[i];
                 p.executed(&self.workers[w].name, (c, (seq != DISPATCHER_SEQ).then_some(seq)), note, (at, t.nanos));
             }
             if !self.log.active() {
@@ -1335,11 +1347,15 @@ impl Dispatcher {
             let origin = if seq == DISPATCHER_SEQ { "dispatcher".to_string() } else { format!("client={c} #{seq}") };
             let span = (at, Some(t.nanos));
             // The result types without spaces, so that `result=` reads as one detail.
-            let types = &facts.types;
+            let types = &note.facts.types;
             let result = types.iter().map(|t| t.to_string().replace(' ', "")).collect::<Vec<_>>().join(",");
             let result = if result.is_empty() { String::new() } else { format!(" result={result}") };
             let bytes = types.iter().fold(0u64, |n, t| n.saturating_add(t.size_bytes() as u64));
-            self.log.emit_at(EventKind::Exec, source.clone(), op, bytes, span, format!("{origin}{result} {text}"));
+            // A part of a collective says which one and with whom, so a timeline shows who
+            // sent what to whom.
+            let exchange = note.exchange.as_ref().map_or(String::new(), |e| format!(" ; {e}"));
+            let details = format!("{origin}{result} {}{exchange}", note.text);
+            self.log.emit_at(EventKind::Exec, source.clone(), note.op, bytes, span, details);
         }
     }
 
@@ -1454,16 +1470,16 @@ impl Dispatcher {
         let details = self.log.active().then(|| batch_details(number, &instrs));
         let notes = timed.then(|| {
             let notes = instrs.iter().zip(facts);
-            let mut notes: Vec<ExecNote> =
-                notes.map(|(i, facts)| ExecNote { op: i.mnemonic(), facts, text: print_instr(i) }).collect();
-            // A part of a collective says which one and with whom, so a timeline shows who
-            // sent what to whom.
+            let mut notes: Vec<ExecNote> = notes
+                .map(|(i, facts)| ExecNote { op: i.mnemonic(), facts, text: print_instr(i), exchange: None })
+                .collect();
+            // A part of a collective across workers: which one and with whom.
             for ex in &exchanges {
                 let (Some(note), Some(state)) = (notes.get_mut(ex.index as usize), self.exchanges.get(&ex.id)) else {
                     continue;
                 };
                 let names: Vec<&str> = state.ranks.iter().map(|&r| self.workers[r].name.as_str()).collect();
-                note.text = format!("{} ; collective #{} rank {} of {}", note.text, ex.id, ex.rank, names.join(", "));
+                note.exchange = Some(format!("collective #{} rank {} of {}", ex.id, ex.rank, names.join(", ")));
             }
             notes
         });
@@ -1893,9 +1909,25 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// What a profile or the log records of an instruction in the client's ids: its types
-/// (operands looked up in `ns`), cost and structure hash.
-fn facts(instr: &Instr, types: &[TensorType], ns: &Namespace, hotpath: Option<(u64, u64)>) -> Facts {
+/// What is kept of an instruction as it is placed ([`Dispatcher::keeps`]).
+#[derive(Debug, Clone, Copy)]
+enum Keep {
+    /// Nobody times it.
+    Nothing,
+    /// Its result types, for the log's EXEC event.
+    Types,
+    /// Everything a profile row says, with the hot path it was released in.
+    Profile { hotpath: Option<(u64, u64)> },
+}
+
+/// What `keep` asks of an instruction in the client's ids: its result types `types`, and for
+/// a profile its operand types (looked up in `ns`), cost and structure hash.
+fn facts(keep: Keep, instr: &Instr, types: &[TensorType], ns: &Namespace) -> Facts {
+    let hotpath = match keep {
+        Keep::Nothing => return Facts::default(),
+        Keep::Types => return Facts { types: types.to_vec(), ..Facts::default() },
+        Keep::Profile { hotpath } => hotpath,
+    };
     let inputs: Vec<TensorType> = instr.operands().iter().filter_map(|&v| ns.type_of(v).cloned()).collect();
     let cost = gt_ir::cost::cost(instr, &inputs, types);
     let shapes: String = inputs.iter().map(|t| format!("{t};")).collect();
@@ -1903,18 +1935,17 @@ fn facts(instr: &Instr, types: &[TensorType], ns: &Namespace, hotpath: Option<(u
     Facts { types: types.to_vec(), inputs, cost, hash, hotpath }
 }
 
-/// Participant `rank`'s part of a collective (`whole`): the operand it holds (`broadcast`
-/// and `move` have one, at rank 0) and the results it receives (`mine`).
-fn part_facts(whole: &Facts, mine: &[usize], rank: usize, op: CollectiveOp) -> Facts {
-    let holds = match op {
-        CollectiveOp::Broadcast | CollectiveOp::Move if rank > 0 => None,
-        CollectiveOp::Broadcast | CollectiveOp::Move => whole.inputs.first(),
+/// Participant `rank`'s part of `collective` (whose facts are `whole`): the operand it holds
+/// (`broadcast` and `move` have one, at rank 0) and the results it receives (`mine`).
+fn part_facts(collective: &Instr, whole: &Facts, mine: &[usize], rank: usize) -> Facts {
+    let holds = match collective {
+        Instr::Collective { op: CollectiveOp::Broadcast | CollectiveOp::Move, .. } if rank > 0 => None,
+        Instr::Collective { op: CollectiveOp::Broadcast | CollectiveOp::Move, .. } => whole.inputs.first(),
         _ => whole.inputs.get(rank),
     };
     let inputs: Vec<TensorType> = holds.cloned().into_iter().collect();
     let types: Vec<TensorType> = mine.iter().filter_map(|&i| whole.types.get(i).cloned()).collect();
-    let bytes = |ts: &[TensorType]| ts.iter().fold(0u64, |n, t| n.saturating_add(t.size_bytes() as u64));
-    let cost = gt_ir::cost::Cost { flops: 0, bytes_read: bytes(&inputs), bytes_written: bytes(&types) };
+    let cost = gt_ir::cost::cost(collective, &inputs, &types);
     Facts { types, inputs, cost, hash: whole.hash, hotpath: whole.hotpath }
 }
 

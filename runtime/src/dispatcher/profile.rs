@@ -5,6 +5,7 @@
 //! hot-path repetitions (after the passes), types and costs (when an instruction is placed)
 //! and the workers' timings on its own clock. Frees and markers are not recorded.
 
+use super::log::{now_rfc3339, private_file};
 use super::workers::ExecNote;
 use gt_ir::{Instr, TensorType};
 use gt_transport::profile::{
@@ -56,8 +57,9 @@ struct ClientTrack {
     next_scope: u64,
     /// The hot path being released, and which repetition.
     hot: Option<(u64, u64)>,
-    /// Repetitions seen per hot path.
-    repetitions: HashMap<u64, u64>,
+    /// Repetitions seen per hot path (bounded as the maps above: a client can name hot
+    /// paths itself).
+    repetitions: BTreeMap<u64, u64>,
 }
 
 #[derive(Clone)]
@@ -124,11 +126,6 @@ impl Profiler {
         };
         profiler.write_manifest()?;
         Ok(profiler)
-    }
-
-    /// The profile's folder.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     fn write_manifest(&self) -> std::io::Result<()> {
@@ -232,9 +229,9 @@ impl Profiler {
         let Some(track) = self.clients.get_mut(&c) else { return };
         match instr {
             Instr::HotPathStart { id } => {
-                let n = track.repetitions.entry(*id).or_insert(0);
-                *n += 1;
-                track.hot = Some((*id, *n));
+                let n = track.repetitions.get(id).map_or(1, |n| n.saturating_add(1));
+                remember(&mut track.repetitions, *id, n);
+                track.hot = Some((*id, n));
             }
             Instr::HotPathEnd { .. } => track.hot = None,
             _ => {}
@@ -256,8 +253,12 @@ impl Profiler {
         (start, nanos): (u64, u64),
     ) {
         let end = start.saturating_add(nanos);
-        let until = self.busy_until.entry(worker.to_string()).or_insert(0);
-        *until = (*until).max(end);
+        match self.busy_until.get_mut(worker) {
+            Some(until) => *until = (*until).max(end),
+            None => {
+                self.busy_until.insert(worker.to_string(), end);
+            }
+        }
         if self.broken || matches!(note.op, "free" | "hotpath_start" | "hotpath_end") {
             return;
         }
@@ -267,26 +268,18 @@ impl Profiler {
         let facts = &note.facts;
         // A part of a collective across workers says which one and with whom; a collective
         // whose values all live on one worker moves nothing between workers: a kernel there.
-        let exchange =
-            note.text.split_once("; collective ").map(|(_, d)| format!("collective {}", d.replace(", ", ";")));
-        let (kind, detail) = match (note.op, exchange) {
+        let (kind, detail) = match (note.op, &note.exchange) {
             ("literal", _) => (RecordKind::Copy, "h2d".to_string()),
-            (_, Some(detail)) => (RecordKind::Transfer, detail),
+            (_, Some(exchange)) => (RecordKind::Transfer, exchange.replace(", ", ";")),
             _ => (RecordKind::Kernel, String::new()),
         };
         let name = if note.op == "fused" { format!("fused.{:08x}", facts.hash >> 32) } else { note.op.to_string() };
         let record = Record {
-            kind,
-            worker: worker.to_string(),
             client: c,
             seq,
-            name,
             op: note.op.to_string(),
             kernel_hash: format!("{:016x}", facts.hash),
             line,
-            signal: tag.map_or(String::new(), |t| t.signal.to_string()),
-            direction: tag.map(|t| t.direction),
-            scope: tag.map(|t| t.scope),
             hotpath: facts.hotpath.map(|h| h.0),
             iteration: facts.hotpath.map(|h| h.1),
             inputs: types_text(&facts.inputs),
@@ -297,6 +290,7 @@ impl Profiler {
             start_ns: start,
             duration_ns: nanos,
             detail,
+            ..scoped(Record::new(kind, worker, &name), tag)
         };
         self.write(worker, &record);
     }
@@ -308,32 +302,21 @@ impl Profiler {
         if self.broken {
             return;
         }
-        let track = self.clients.get(&c);
-        let tag = track.and_then(|t| t.open.last()).map(|o| o.tag.clone());
+        // A read is a request, not an instruction of a batch: it has no script line.
+        let tag = self.clients.get(&c).and_then(|t| t.open.last()).map(|o| &o.tag);
         let bytes = ty.size_bytes() as u64;
         let start = sent.max(self.busy_until.get(worker).copied().unwrap_or(0)).min(answered);
         let record = Record {
-            kind: RecordKind::Copy,
-            worker: worker.to_string(),
             client: c,
             seq: Some(seq),
-            name: "read".to_string(),
             op: "get".to_string(),
-            kernel_hash: String::new(),
-            line: track.and_then(|t| t.lines.get(&seq)).copied(),
-            signal: tag.as_ref().map_or(String::new(), |t| t.signal.to_string()),
-            direction: tag.as_ref().map(|t| t.direction),
-            scope: tag.as_ref().map(|t| t.scope),
-            hotpath: None,
-            iteration: None,
-            inputs: ty.to_string().replace(' ', ""),
-            outputs: String::new(),
+            inputs: types_text(std::slice::from_ref(ty)),
             bytes_read: bytes,
             bytes_written: bytes,
-            flops: 0,
             start_ns: start,
             duration_ns: answered - start,
             detail: "d2h".to_string(),
+            ..scoped(Record::new(RecordKind::Copy, worker, "read"), tag)
         };
         self.write(worker, &record);
     }
@@ -384,6 +367,16 @@ impl Profiler {
     }
 }
 
+/// `record` in the signal scope `tag` (if any).
+fn scoped(record: Record, tag: Option<&Tag>) -> Record {
+    Record {
+        signal: tag.map_or(String::new(), |t| t.signal.to_string()),
+        direction: tag.map(|t| t.direction),
+        scope: tag.map(|t| t.scope),
+        ..record
+    }
+}
+
 fn signal_row(c: u64, open: OpenScope, closed_ns: Option<u64>) -> SignalRecord {
     SignalRecord {
         client: c,
@@ -412,20 +405,9 @@ fn types_text(types: &[TensorType]) -> String {
 /// A CSV file created (or emptied) for writing, with its header, readable by this user only
 /// (records hold shapes and script lines, not data, but the folder may sit in a shared place).
 fn csv_file(path: &Path, header: &[&str]) -> std::io::Result<CsvFile> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600).custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits());
-    }
-    let mut writer = csv::WriterBuilder::new().has_headers(false).from_writer(BufWriter::new(options.open(path)?));
+    let mut writer = csv::WriterBuilder::new().has_headers(false).from_writer(BufWriter::new(private_file(path)?));
     writer.write_record(header)?;
     Ok(writer)
-}
-
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
 /// The machine's facts, from what the OS says (Linux's `/proc`; elsewhere, what std says).
@@ -463,7 +445,8 @@ mod tests {
     }
 
     fn note(op: &'static str, text: &str) -> ExecNote {
-        ExecNote { op, facts: Facts::default(), text: text.to_string() }
+        let exchange = text.split_once(" ; ").map(|(_, e)| e.to_string());
+        ExecNote { op, facts: Facts::default(), text: text.to_string(), exchange }
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub(super) struct ExecNote {
     pub facts: Facts,
     /// Its text, in buffer ids.
     pub text: String,
+    /// For a part of a collective across workers, which one and with whom
+    /// (`collective #ID rank R of W0, W1`).
+    pub exchange: Option<String>,
 }
 
 pub(super) struct Worker {
