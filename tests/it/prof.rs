@@ -30,16 +30,18 @@ fn text(o: &Output) -> String {
 
 const MLP: &str = "examples/profile_mlp.gtir";
 
-/// Profiles the per-layer MLP into `dir` on two embedded workers (`env`: more settings).
-fn profile_mlp(dir: &Path, env: &[(&str, &str)]) {
+/// Profiles `script` on `workers` embedded workers into `dir` (`env`: more settings) and
+/// reads the profile back.
+fn profile(dir: &Path, script: &Path, workers: &str, env: &[(&str, &str)]) -> prof::Profile {
     let out = Command::new(env!("CARGO_BIN_EXE_gt-run"))
-        .args(["--quiet", "--workers", "2", "--profile"])
+        .args(["--quiet", "--workers", workers, "--profile"])
         .arg(dir)
-        .arg(root().join(MLP))
+        .arg(script)
         .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
+    prof::load_profile(dir).unwrap()
 }
 
 /// The 1-based line of the script holding `needle`.
@@ -58,8 +60,7 @@ fn find<'p>(p: &'p prof::Profile, op: &str, inputs: &str, direction: Option<Dire
 #[test]
 fn a_profiled_mlp_records_costs_lines_and_layers() {
     let dir = scratch("mlp");
-    profile_mlp(&dir, &[]);
-    let p = prof::load_profile(&dir).unwrap();
+    let p = profile(&dir, &root().join(MLP), "2", &[]);
     assert!(p.is_complete(), "{:?}", p.warnings);
     let manifest = p.manifest.as_ref().unwrap();
     assert_eq!(manifest.workers.len(), 2, "both workers in the manifest");
@@ -125,14 +126,7 @@ fn a_profiled_mlp_records_costs_lines_and_layers() {
 #[test]
 fn collectives_across_workers_are_transfers_on_each_worker() {
     let dir = scratch("sharded");
-    let out = Command::new(env!("CARGO_BIN_EXE_gt-run"))
-        .args(["--quiet", "--workers", "2", "--profile", "p"])
-        .arg(root().join("examples/sharded.gtir"))
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let p = prof::load_profile(&dir.join("p")).unwrap();
+    let p = profile(&dir, &root().join("examples/sharded.gtir"), "2", &[]);
     let transfers: Vec<&Record> = p.records.iter().filter(|r| r.kind == RecordKind::Transfer).collect();
     assert!(!transfers.is_empty(), "the sharded example exchanges data");
     // Each part names its collective and both workers, and each worker records its own part.
@@ -154,14 +148,7 @@ fn hot_path_repetitions_are_numbered() {
     let dir = scratch("hot");
     let script = "%a = ones f32[8]\nrepeat 12 {\n  %b = exp %a\n  %c = mul %b, 0.5\n}\nprint %c\n";
     std::fs::write(dir.join("loop.gtir"), script).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_gt-run"))
-        .args(["--quiet", "--profile", "p", "loop.gtir"])
-        .env("GT_HOTPATH", "1")
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let p = prof::load_profile(&dir.join("p")).unwrap();
+    let p = profile(&dir, &dir.join("loop.gtir"), "1", &[("GT_HOTPATH", "1")]);
     let hot: Vec<&Record> = p.records.iter().filter(|r| r.hotpath.is_some()).collect();
     assert!(!hot.is_empty(), "the loop is a hot path");
     let last = hot.iter().filter_map(|r| r.iteration).max().unwrap();
@@ -175,7 +162,7 @@ fn hot_path_repetitions_are_numbered() {
 #[test]
 fn a_profile_cut_short_is_read_and_marked() {
     let dir = scratch("cut");
-    profile_mlp(&dir, &[]);
+    profile(&dir, &root().join(MLP), "2", &[]);
     // As a crash leaves it: the manifest not marked complete, a row cut mid-line.
     let manifest = dir.join("manifest.json");
     let m = std::fs::read_to_string(&manifest).unwrap().replace("\"complete\": true", "\"complete\": false");

@@ -134,13 +134,17 @@ pub fn capture(options: &CaptureOptions) -> Result<Captured, CaptureError> {
 
 /// The default name of a capture in `dir`: `trace_YYYYMMDD_HHMMSS.log`, as the Python GT's.
 pub fn default_output(dir: &Path) -> PathBuf {
-    let now = humantime_now();
-    // 2026-11-24T20:00:00Z -> 20261124_200000
-    let stamp: String = now.chars().filter(|c| c.is_ascii_digit() || *c == 'T').collect::<String>().replace('T', "_");
-    dir.join(format!("trace_{stamp}.log"))
+    dir.join(format!("trace_{}.log", stamp()))
 }
 
-fn humantime_now() -> String {
+/// Now as `YYYYMMDD_HHMMSS` (UTC), for default file names.
+pub(crate) fn stamp() -> String {
+    // 2026-11-24T20:00:00Z -> 20261124_200000
+    humantime_now().chars().filter(|c| c.is_ascii_digit() || *c == 'T').collect::<String>().replace('T', "_")
+}
+
+/// Now, as RFC 3339 to the second.
+pub(crate) fn humantime_now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 

@@ -91,6 +91,17 @@ impl Picture {
         write_png(path, &self.rgb, (self.width, self.height), DPI)
     }
 
+    /// A white `width` × `height` picture drawn by `f`, written to `path` as PNG.
+    pub(crate) fn write(
+        path: &Path,
+        (width, height): (u32, u32),
+        f: impl FnOnce(&Area<'_>) -> DrawResult,
+    ) -> Result<(), VisualizeError> {
+        let mut picture = Picture::new(width, height);
+        picture.draw(f)?;
+        picture.save(path)
+    }
+
     /// The pixels, RGB row by row.
     #[cfg_attr(not(test), allow(dead_code))] // for checking pictures in tests
     pub(crate) fn pixels(&self) -> &[u8] {

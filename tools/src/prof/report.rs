@@ -437,10 +437,8 @@ pub fn report(profile: &Profile, out_dir: &Path, options: &ReportOptions) -> Res
     }
     let mut files = Vec::new();
     let mut draw = |name: &str, f: &dyn Fn(&Area<'_>) -> DrawResult| -> Result<(), ReportError> {
-        let mut picture = Picture::new(width, height);
-        picture.draw(f)?;
         let path = out_dir.join(name);
-        picture.save(&path)?;
+        Picture::write(&path, (width, height), f)?;
         files.push(path);
         Ok(())
     };

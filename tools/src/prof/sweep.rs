@@ -99,10 +99,7 @@ pub fn run_dir(axes: &[SweepAxis], settings: &BTreeMap<String, String>, repetiti
 
 /// A sweep folder name for now: `sweep_YYYYMMDD_HHMMSS` (UTC).
 pub fn timestamped_name() -> String {
-    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    // 2026-11-25T01:55:43Z → 20261125_015543
-    let digits: String = now.chars().filter(|c| c.is_ascii_digit() || *c == 'T').collect();
-    format!("sweep_{}", digits.replace('T', "_"))
+    format!("sweep_{}", crate::capture::stamp())
 }
 
 /// Checks the axes before anything runs.
@@ -138,7 +135,7 @@ pub fn run_sweep(
     let repeat = options.repeat.max(1);
     let mut manifest = SweepManifest {
         script: options.script.display().to_string(),
-        started: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        started: crate::capture::humantime_now(),
         axes: options.axes.clone(),
         repeat,
         runs: Vec::new(),

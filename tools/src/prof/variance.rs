@@ -350,10 +350,8 @@ pub fn plots(rows: &[VarianceRow], axes: &[SweepAxis], out_dir: &Path) -> Result
     };
     let mut files = Vec::new();
     let mut save = |name: String, draw: &dyn Fn(&chart::Area<'_>) -> chart::DrawResult| -> Result<(), VarianceError> {
-        let mut picture = Picture::new(1400, 900);
-        picture.draw(draw)?;
         let path = out_dir.join(name);
-        picture.save(&path)?;
+        Picture::write(&path, (1400, 900), draw)?;
         files.push(path);
         Ok(())
     };
