@@ -163,6 +163,8 @@ pub struct Client {
     /// The data frame of the last `Data` reply received (its bytes when they were not the
     /// type's length).
     data: Option<Result<Vec<f32>, usize>>,
+    /// The receipt of the last `Data` reply received, sent with the next read to say so.
+    last_receipt: u64,
     /// Where each line of the script starts (byte offsets), when the client was told its
     /// source: batches then say each instruction's line, for profiles.
     line_starts: Option<Vec<u32>>,
@@ -195,6 +197,7 @@ impl Client {
             later_errors: 0,
             closed: false,
             data: None,
+            last_receipt: 0,
             line_starts: None,
         };
         client.hello()?;
@@ -422,7 +425,8 @@ impl Client {
 
     /// A value's data (a sync point).
     pub fn read(&mut self, value: ValueId) -> Result<HostTensor, ClientError> {
-        match self.request(|seq| Request::Get { seq, value }, "get")? {
+        let read = self.last_receipt;
+        match self.request(|seq| Request::Get { seq, value, read }, "get")? {
             Reply::Data { ty, .. } => match self.data.take() {
                 Some(Ok(data)) => Ok(HostTensor { ty, data }),
                 Some(Err(bytes)) => Err(ClientError::BadData { bytes, ty }),
@@ -468,7 +472,8 @@ impl Client {
     fn recv(&mut self) -> Result<Reply, ClientError> {
         let frames = socket::recv_frames(&self.socket, 0)?;
         let reply = codec::decode(&frames[0], self.options.max_message_bytes)?;
-        if let Reply::Data { ty, .. } = &reply {
+        if let Reply::Data { ty, receipt, .. } = &reply {
+            self.last_receipt = *receipt;
             let frame = frames.get(1).map_or(&[][..], |f| &f[..]);
             self.data = Some(codec::data_of(frame, ty).map_err(|_| frame.len()));
         }

@@ -25,6 +25,9 @@ pub enum FailureKind {
     Kernel,
     /// The device or its driver failed.
     Device,
+    /// An instruction stopped while it ran: it took longer than the worker's
+    /// `GT_OP_TIMEOUT`, or its client left.
+    Cancelled,
     /// A bug in gt caught at run time (a panic): please report it.
     Internal,
 }

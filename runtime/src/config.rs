@@ -82,6 +82,7 @@ pub const SETTINGS: &[&str] = &[
     "GT_CLIENT_BATCH_SIZE",
     "GT_CLIENT_CREDIT",
     "GT_CLIENT_MEMORY",
+    "GT_CLIENT_UNREAD_BYTES",
     "GT_CLIENT_WINDOW",
     "GT_COLLECTIVE_TIMEOUT",
     "GT_COMPILE",
@@ -99,6 +100,7 @@ pub const SETTINGS: &[&str] = &[
     "GT_MATMUL_PRECISION",
     "GT_MAX_MESSAGE_BYTES",
     "GT_MONITOR",
+    "GT_OP_TIMEOUT",
     "GT_PASSES",
     "GT_PROFILE",
     "GT_SHARD_THRESHOLD",
@@ -153,12 +155,18 @@ pub struct EnvConfig {
     /// Instructions one client may have in flight to workers (`GT_CLIENT_CREDIT`, default
     /// 2^20).
     pub client_credit: u64,
+    /// Bytes of read answers one client may leave unread (`GT_CLIENT_UNREAD_BYTES`, default
+    /// 512 MiB): past them its next read fails instead of the dispatcher buffering more.
+    pub client_unread_bytes: u64,
     /// Compute threads per CPU worker (`GT_THREADS`; default `None`: the worker's share of
     /// the cores, [`cores_per_worker`]); at most the machine's cores.
     pub threads: Option<usize>,
     /// How long a worker's part of a collective waits for a peer (`GT_COLLECTIVE_TIMEOUT`,
     /// seconds, default [`DEFAULT_COLLECTIVE_TIMEOUT`]).
     pub collective_timeout: Duration,
+    /// How long one instruction may run on a worker before it is cancelled and fails
+    /// (`GT_OP_TIMEOUT`, seconds; default `None`: as long as it takes).
+    pub op_timeout: Option<Duration>,
 }
 
 /// How long a worker's part of a collective waits for a peer by default: long enough for a
@@ -190,11 +198,13 @@ impl Default for EnvConfig {
             worker_memory: default_worker_memory(),
             client_memory: u64::MAX,
             client_credit: crate::dispatcher::CLIENT_CREDIT_INSTRUCTIONS,
+            client_unread_bytes: crate::dispatcher::CLIENT_UNREAD_BYTES,
             backend: BackendKind::Cpu,
             matmul_precision: Precision::F32,
             jit: true,
             threads: None,
             collective_timeout: DEFAULT_COLLECTIVE_TIMEOUT,
+            op_timeout: None,
         }
     }
 }
@@ -228,8 +238,12 @@ impl EnvConfig {
         c.max_message_bytes = positive("GT_MAX_MESSAGE_BYTES", c.max_message_bytes)?;
         c.worker_memory = positive("GT_WORKER_MEMORY", c.worker_memory)?;
         c.client_credit = positive("GT_CLIENT_CREDIT", c.client_credit as usize)? as u64;
+        c.client_unread_bytes = positive("GT_CLIENT_UNREAD_BYTES", c.client_unread_bytes as usize)? as u64;
         let timeout = positive("GT_COLLECTIVE_TIMEOUT", c.collective_timeout.as_secs() as usize)?;
         c.collective_timeout = Duration::from_secs(timeout as u64);
+        if get("GT_OP_TIMEOUT").is_some_and(|v| !v.trim().is_empty()) {
+            c.op_timeout = Some(Duration::from_secs(positive("GT_OP_TIMEOUT", 1)? as u64));
+        }
         if get("GT_THREADS").is_some() {
             let threads = positive("GT_THREADS", 1)?;
             let cores = cores();

@@ -48,6 +48,8 @@ pub struct ClusterOptions {
     pub threads: Option<usize>,
     /// How long an in-process worker's collective waits for a peer (`GT_COLLECTIVE_TIMEOUT`).
     pub collective_timeout: std::time::Duration,
+    /// How long an in-process worker's instruction may run (`GT_OP_TIMEOUT`; `None`: no limit).
+    pub op_timeout: Option<std::time::Duration>,
 }
 
 impl ClusterOptions {
@@ -67,6 +69,7 @@ impl ClusterOptions {
             worker_memory: crate::config::default_worker_memory(),
             threads: None,
             collective_timeout: crate::config::DEFAULT_COLLECTIVE_TIMEOUT,
+            op_timeout: None,
         }
     }
 
@@ -105,6 +108,7 @@ impl ClusterOptions {
         self.dispatcher.max_message_bytes = env.max_message_bytes;
         self.dispatcher.client_memory = env.client_memory;
         self.dispatcher.client_credit = env.client_credit;
+        self.dispatcher.client_unread_bytes = env.client_unread_bytes;
         self.instruction_log = env.instruction_log.clone();
         self.profile = env.profile.clone();
         self.backend = env.backend;
@@ -113,6 +117,7 @@ impl ClusterOptions {
         self.worker_memory = env.worker_memory;
         self.threads = env.threads;
         self.collective_timeout = env.collective_timeout;
+        self.op_timeout = env.op_timeout;
         let (passes, options, dump) = (env.passes.clone(), env.pass_options, env.dump_passes.clone());
         if !passes.is_empty() {
             self.dispatcher.pipeline = std::sync::Arc::new(move |client| {
@@ -283,6 +288,7 @@ impl Cluster {
             wo.jit = options.jit;
             wo.memory_budget = options.worker_memory;
             wo.collective_timeout = options.collective_timeout;
+            wo.op_timeout = options.op_timeout;
             wo.threads = options.threads.unwrap_or_else(|| crate::config::cores_per_worker(options.workers));
             let h = std::thread::Builder::new()
                 .name(format!("gt-worker-{i}"))

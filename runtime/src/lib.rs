@@ -4,6 +4,7 @@
 //! workers; and [`embedded`] start-up of both in one process.
 
 pub mod backend;
+pub mod cancel;
 pub mod collective;
 pub mod config;
 pub mod dispatcher;

@@ -10,6 +10,7 @@
 //! which it runs in batch order with the other workers of each group.
 
 use crate::backend::{Backend, BackendError, BackendKind};
+use crate::cancel::{self, Watch, Why};
 use crate::collective::{CollectiveError, Collectives, ZmqCollectives};
 use crate::exchange;
 use crate::Interpreter;
@@ -19,6 +20,7 @@ use gt_transport::message::{Exchange, Failure, FailureKind, OpStats, Timing, Wor
 use gt_transport::{codec, socket, Endpoint, Inbound, InboundRef};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -45,6 +47,9 @@ pub struct WorkerOptions {
     pub threads: usize,
     /// How long a collective waits for a peer (`GT_COLLECTIVE_TIMEOUT`).
     pub collective_timeout: Duration,
+    /// How long one instruction may run before it is cancelled (`GT_OP_TIMEOUT`; `None`:
+    /// as long as it takes).
+    pub op_timeout: Option<Duration>,
 }
 
 impl WorkerOptions {
@@ -61,6 +66,7 @@ impl WorkerOptions {
             memory_budget: crate::config::default_worker_memory(),
             threads: crate::config::cores(),
             collective_timeout: crate::config::DEFAULT_COLLECTIVE_TIMEOUT,
+            op_timeout: None,
         }
     }
 }
@@ -99,6 +105,9 @@ pub enum WorkerError {
     /// Its peer socket (for collectives) could not be bound.
     #[error(transparent)]
     Peer(#[from] CollectiveError),
+    /// The thread that watches running instructions could not start.
+    #[error("cannot start the worker's watcher thread: {0}")]
+    Watcher(std::io::Error),
 }
 
 /// Per-op counters.
@@ -110,7 +119,63 @@ struct Stats {
     reads: u64,
     /// Instructions of departed clients not run.
     skipped: u64,
+    /// Instructions cancelled while they ran.
+    cancelled: u64,
     ops: HashMap<&'static str, (u64, u64)>,
+}
+
+/// The worker's socket to the dispatcher, and the commands the watcher read from it while
+/// an instruction ran (they come before anything still in the socket).
+struct Link {
+    sock: gt_transport::zmq::Socket,
+    inbox: VecDeque<WorkerCommand>,
+}
+
+/// How often the watcher looks at the running instruction.
+const WATCH_PERIOD: Duration = Duration::from_millis(10);
+
+/// A command from the dispatcher, or `None` (logged) for a frame that does not decode.
+fn decode_command(frame: &[u8], max: usize, name: &str) -> Option<WorkerCommand> {
+    codec::decode(frame, max)
+        .map_err(|e| tracing::warn!(target: "gt::worker", "{name}: dropped a message from the dispatcher: {e}"))
+        .ok()
+}
+
+/// The watcher: while an instruction has run longer than a period, it reads what the
+/// dispatcher sent meanwhile (the worker's thread is busy) and cancels the instruction when
+/// its client left (`DropClient`) or when it ran past `timeout`. It ends with the worker.
+fn watch_running(
+    link: Weak<Mutex<Link>>,
+    watch: Arc<Watch>,
+    timeout: Option<Duration>,
+    epoch: Instant,
+    max: usize,
+    name: String,
+) {
+    let mut seen = 0;
+    loop {
+        std::thread::sleep(WATCH_PERIOD);
+        let Some(link) = link.upgrade() else { return };
+        let Some((n, owner, started)) = watch.running() else { continue };
+        // Only an instruction seen on the last look too: short ones never meet the watcher.
+        if std::mem::replace(&mut seen, n) != n {
+            continue;
+        }
+        let ran = Duration::from_nanos((epoch.elapsed().as_nanos() as u64).saturating_sub(started));
+        if let Some(limit) = timeout.filter(|limit| ran >= *limit) {
+            watch.cancel(n, Why::Timeout(limit));
+        }
+        // The worker's thread holds the socket only to send or receive, never while it computes.
+        let Ok(mut guard) = link.try_lock() else { continue };
+        let Link { sock, inbox } = &mut *guard;
+        while let Ok(frame) = socket::retry(|| sock.recv_bytes(gt_transport::zmq::DONTWAIT)) {
+            let Some(command) = decode_command(&frame, max, &name) else { continue };
+            if matches!(command, WorkerCommand::DropClient { client } if client == owner) {
+                watch.cancel(n, Why::ClientLeft);
+            }
+            inbox.push_back(command);
+        }
+    }
 }
 
 /// [`run_worker`], registering again (with a fresh backend: the dispatcher let go of the
@@ -178,12 +243,27 @@ pub fn run_worker(
     if socket::retry(|| sock.poll(gt_transport::zmq::POLLIN, options.register_timeout.as_millis() as i64))? == 0 {
         return Err(WorkerError::NoDispatcher { endpoint: endpoint.clone(), waited: options.register_timeout });
     }
+    // From here the socket is shared with the watcher, which reads it while an instruction
+    // runs long (see `watch_running`).
+    let link = Arc::new(Mutex::new(Link { sock, inbox: VecDeque::new() }));
+    let lock = || -> MutexGuard<'_, Link> { link.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) };
+    let watch = Watch::new();
+    cancel::install(Some(watch.clone()));
+    {
+        let (link, watch, name) = (Arc::downgrade(&link), watch.clone(), options.name.clone());
+        let timeout = options.op_timeout;
+        std::thread::Builder::new()
+            .name(format!("gt-watch-{}", options.name))
+            .spawn(move || watch_running(link, watch, timeout, epoch, max, name))
+            .map_err(WorkerError::Watcher)?;
+    }
     let mut stats = Stats::default();
     // Never block on a send: with no dispatcher to send to (an in-process one that stopped),
     // a blocking send would wait forever.
     let gone = || WorkerError::DispatcherGone(endpoint.clone());
     // (Sent from a slice so that a send a signal interrupted can be made again.)
-    let send_bytes = |bytes: Vec<u8>| match socket::retry(|| sock.send(&bytes[..], gt_transport::zmq::DONTWAIT)) {
+    let send_bytes = |bytes: Vec<u8>| match socket::retry(|| lock().sock.send(&bytes[..], gt_transport::zmq::DONTWAIT))
+    {
         Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),
         r => r.map_err(WorkerError::from),
     };
@@ -204,7 +284,7 @@ pub fn run_worker(
         let head = codec::encode(&InboundRef::Worker(&WorkerEvent::Data { tag, ty }), max).expect("small");
         let frame = codec::data_frame(&data);
         drop(data);
-        match socket::send_with_data(&sock, &[&head], frame) {
+        match socket::send_with_data(&lock().sock, &[&head], frame) {
             Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),
             r => Ok(r?),
         }
@@ -213,29 +293,37 @@ pub fn run_worker(
     // read before each command runs, so the work a departed client queued is skipped.
     let mut queue: VecDeque<WorkerCommand> = VecDeque::new();
     let mut dropped: HashSet<u64> = HashSet::new();
-    let take = |frame: Vec<u8>, queue: &mut VecDeque<WorkerCommand>, dropped: &mut HashSet<u64>| match codec::decode(
-        &frame, max,
-    ) {
-        Ok(WorkerCommand::DropClient { client }) => {
+    let take = |command: WorkerCommand, queue: &mut VecDeque<WorkerCommand>, dropped: &mut HashSet<u64>| match command {
+        WorkerCommand::DropClient { client } => {
             dropped.insert(client);
         }
-        Ok(c) => queue.push_back(c),
-        Err(e) => tracing::warn!(target: "gt::worker", "{}: dropped a message from the dispatcher: {e}", options.name),
+        c => queue.push_back(c),
     };
     loop {
-        if queue.is_empty() {
-            if let Some(ev) = &events {
-                let mut items =
-                    [sock.as_poll_item(gt_transport::zmq::POLLIN), ev.as_poll_item(gt_transport::zmq::POLLIN)];
-                socket::retry(|| gt_transport::zmq::poll(&mut items, -1))?;
-                if !items[0].is_readable() && items[1].is_readable() {
-                    return Err(gone());
+        {
+            let mut guard = lock();
+            let Link { sock, inbox } = &mut *guard;
+            for command in inbox.drain(..) {
+                take(command, &mut queue, &mut dropped);
+            }
+            if queue.is_empty() {
+                if let Some(ev) = &events {
+                    let mut items =
+                        [sock.as_poll_item(gt_transport::zmq::POLLIN), ev.as_poll_item(gt_transport::zmq::POLLIN)];
+                    socket::retry(|| gt_transport::zmq::poll(&mut items, -1))?;
+                    if !items[0].is_readable() && items[1].is_readable() {
+                        return Err(gone());
+                    }
+                }
+                if let Some(c) = decode_command(&socket::retry(|| sock.recv_bytes(0))?, max, &options.name) {
+                    take(c, &mut queue, &mut dropped);
                 }
             }
-            take(socket::retry(|| sock.recv_bytes(0))?, &mut queue, &mut dropped);
-        }
-        while let Ok(frame) = socket::retry(|| sock.recv_bytes(gt_transport::zmq::DONTWAIT)) {
-            take(frame, &mut queue, &mut dropped);
+            while let Ok(frame) = socket::retry(|| sock.recv_bytes(gt_transport::zmq::DONTWAIT)) {
+                if let Some(c) = decode_command(&frame, max, &options.name) {
+                    take(c, &mut queue, &mut dropped);
+                }
+            }
         }
         let Some(cmd) = queue.pop_front() else { continue };
         match cmd {
@@ -245,14 +333,11 @@ pub fn run_worker(
             }
             WorkerCommand::Exec { batch, instrs, owners, timed, exchanges } => {
                 let start = Instant::now();
-                // A departed client's instructions are skipped, its frees still run.
-                let skip = |i: usize| {
-                    !matches!(instrs[i], Instr::Free { .. }) && owners.get(i).is_some_and(|o| dropped.contains(o))
-                };
                 let mut timings = timed.then(Vec::new);
-                let batch_ref = BatchRef { instrs: &instrs, exchanges: &exchanges };
+                let batch_ref = BatchRef { instrs: &instrs, exchanges: &exchanges, owners: &owners, dropped: &dropped };
+                let watching = Watching { watch: &watch, timeout: options.op_timeout, epoch };
                 let failures =
-                    execute_batch((backend.as_mut(), &mut net), &mut stats, batch_ref, &skip, epoch, timings.as_mut());
+                    execute_batch((backend.as_mut(), &mut net), &mut stats, batch_ref, &watching, timings.as_mut());
                 let nanos = start.elapsed().as_nanos() as u64;
                 tracing::debug!(target: "gt::worker", "{}: batch {batch}: {} instructions, {} failed, {nanos} ns", options.name, instrs.len(), failures.len());
                 let (timings, live_bytes) = (timings.unwrap_or_default(), backend.live_bytes() as u64);
@@ -276,10 +361,20 @@ pub fn run_worker(
     }
 }
 
-/// A batch's instructions and the exchanges among them.
+/// A batch's instructions, the exchanges among them, each instruction's client, and the
+/// clients that left (whose instructions, but for frees, are skipped).
 struct BatchRef<'a> {
     instrs: &'a [Instr],
     exchanges: &'a [Exchange],
+    owners: &'a [u64],
+    dropped: &'a HashSet<u64>,
+}
+
+/// Where the running instruction is watched, its time limit, and the worker's clock.
+struct Watching<'a> {
+    watch: &'a Watch,
+    timeout: Option<Duration>,
+    epoch: Instant,
 }
 
 /// Runs a batch; with `timings`, records when each instruction run started (on the clock
@@ -289,11 +384,18 @@ struct BatchRef<'a> {
 fn execute_batch(
     (backend, net): (&mut dyn Backend, &mut dyn Collectives),
     stats: &mut Stats,
-    BatchRef { instrs, exchanges }: BatchRef<'_>,
-    skip: &dyn Fn(usize) -> bool,
-    epoch: Instant,
+    BatchRef { instrs, exchanges, owners, dropped }: BatchRef<'_>,
+    Watching { watch, timeout, epoch }: &Watching<'_>,
     mut timings: Option<&mut Vec<Timing>>,
 ) -> Vec<(u32, Failure)> {
+    let owner = |i: usize| owners.get(i).copied();
+    // Clients found gone while this batch ran (the watcher saw them leave).
+    let mut left: HashSet<u64> = HashSet::new();
+    // A departed client's instructions are skipped, its frees still run.
+    let skip = |i: usize, left: &HashSet<u64>| {
+        !matches!(instrs[i], Instr::Free { .. }) && owner(i).is_some_and(|o| dropped.contains(&o) || left.contains(&o))
+    };
+    let epoch = *epoch;
     stats.batches += 1;
     let mut failures = Vec::new();
     if timings.is_some() {
@@ -306,7 +408,7 @@ fn execute_batch(
     }
     for (i, instr) in instrs.iter().enumerate() {
         let part = parts.get(&i).copied();
-        if skip(i) {
+        if skip(i, &left) {
             stats.skipped += 1;
             if let Some(ex) = part {
                 net.abort(&exchange::group(ex));
@@ -315,12 +417,26 @@ fn execute_batch(
         }
         let op = instr.mnemonic();
         let t0 = Instant::now();
+        let number = watch.begin(owner(i).unwrap_or(u64::MAX), t0.saturating_duration_since(epoch).as_nanos() as u64);
         // The interpreter reports bad input as errors; a panic would be a bug, and it must
         // not take the worker (and every client's values) down with it.
-        let result = catch_unwind(AssertUnwindSafe(|| match part {
+        let mut result = catch_unwind(AssertUnwindSafe(|| match part {
             Some(ex) => exchange::run(backend, net, instr, ex).map_err(|e| Failure::new(e.kind(), e.to_string())),
             None => backend.execute(instr).map_err(|e| Failure::new(e.kind(), e.to_string())),
         }));
+        if let Some(why) = watch.end(number, *timeout) {
+            // Its loops stopped early: what it wrote is not its result.
+            stats.cancelled += 1;
+            if let (Why::ClientLeft, Some(o)) = (why, owner(i)) {
+                left.insert(o);
+            }
+            if matches!(result, Ok(Ok(()))) {
+                for src in instr.results() {
+                    let _ = backend.execute(&Instr::Free { src });
+                }
+            }
+            result = Ok(Err(Failure::new(FailureKind::Cancelled, why.message(op, t0.elapsed()))));
+        }
         if let (Err(_), Some(ex)) = (&result, part) {
             net.abort(&exchange::group(ex));
         }
@@ -382,6 +498,7 @@ fn snapshot(name: &str, stats: &Stats, backend: &dyn Backend) -> WorkerStats {
         batches: stats.batches,
         reads: stats.reads,
         skipped: stats.skipped,
+        cancelled: stats.cancelled,
         live_values: backend.live_values() as u64,
         live_bytes: backend.live_bytes() as u64,
         peak_bytes: backend.peak_bytes() as u64,

@@ -361,6 +361,7 @@ fn worker(
     options.jit = env.jit;
     options.memory_budget = env.worker_memory;
     options.collective_timeout = env.collective_timeout;
+    options.op_timeout = env.op_timeout;
     options.threads = threads;
     let ctx = gt::transport::zmq::Context::new();
     let reconnect = std::time::Duration::from_secs(reconnect);

@@ -165,7 +165,8 @@ fn garbage_is_rejected_and_everyone_else_is_still_served() {
     huge.send(vec![0u8; 4 << 20], 0).unwrap();
     assert_eq!(huge.poll(zmq::POLLIN, 500).unwrap(), 0, "a frame over twice the limit was answered");
     let get =
-        codec::encode(&gt::transport::Inbound::Client(Request::Get { seq: 0, value: ValueId(0) }), 1 << 20).unwrap();
+        codec::encode(&gt::transport::Inbound::Client(Request::Get { seq: 0, value: ValueId(0), read: 0 }), 1 << 20)
+            .unwrap();
     rejected(raw_exchange(&raw, &[&get]), "Hello");
 
     // The good client's value and connection are untouched.

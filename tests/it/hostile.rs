@@ -293,6 +293,67 @@ fn enormous_work_is_refused_and_empty_results_cost_nothing() {
     still_serves(&c);
 }
 
+/// Finding 2 (a wedged worker): with `GT_OP_TIMEOUT` an instruction that runs too long is
+/// cancelled while it runs and fails, naming the setting, its value is gone, and the worker
+/// serves the next instruction: an interpreted matmul (stopped between its blocks) and a
+/// compiled kernel reducing a 2^40-long row (stopped in its outer loop), which would
+/// otherwise run for many minutes.
+#[test]
+fn an_instruction_past_the_op_timeout_is_cancelled() {
+    let _dog = Watchdog::new("op timeout", std::time::Duration::from_secs(120));
+    for (settings, text, op) in [
+        (
+            &[("GT_OP_TIMEOUT", "1"), ("GT_PASSES", "none")][..],
+            "%a = zeros f32[6144, 6144]\n%c = matmul %a, %a\n%d = ones f32[2]",
+            "matmul",
+        ),
+        (
+            &[("GT_OP_TIMEOUT", "1"), ("GT_COMPILE", "1")][..],
+            "%x = ones f32[1]\n%y = broadcast_to %x shape=[1099511627776]\n%c = sum %y\nfree %y\n%d = ones f32[2]",
+            "fused",
+        ),
+    ] {
+        let c = cluster(settings);
+        let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+        let program = instrs(text);
+        let (c_id, d_id) = (ValueId(2), program[program.len() - 1].results()[0]);
+        for i in program {
+            a.submit(i, origin()).unwrap();
+        }
+        let e = a.read(c_id).expect_err("the long instruction is cancelled").to_string();
+        assert!(e.contains(&format!("{op}: cancelled after")) && e.contains("(GT_OP_TIMEOUT)"), "{e}");
+        assert_eq!(a.read(d_id).unwrap().data, vec![1.0; 2], "the next instruction ran");
+        let stats = a.worker_stats().unwrap();
+        assert_eq!(stats[0].cancelled, 1);
+        drop(a);
+        still_serves(&c);
+    }
+}
+
+/// Finding 6 (a dead client's work): an instruction running when its client leaves is
+/// cancelled, not finished, so the next client is not kept waiting behind it.
+#[test]
+fn a_departed_clients_running_instruction_is_cancelled() {
+    let _dog = Watchdog::new("departed client", std::time::Duration::from_secs(120));
+    let c = cluster(&[("GT_PASSES", "none")]);
+    let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    for i in instrs("%a = zeros f32[6144, 6144]\n%c = matmul %a, %a\n%d = matmul %c, %a") {
+        a.submit(i, origin()).unwrap();
+    }
+    a.flush().unwrap();
+    // Long enough for the matmul to be running, far shorter than it takes.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    drop(a);
+    let mut b = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    b.sync().unwrap();
+    let stats = b.worker_stats().unwrap();
+    assert_eq!(stats[0].cancelled, 1, "{stats:?}");
+    let matmuls = stats[0].ops.iter().find(|o| o.op == "matmul").map_or(0, |o| o.count);
+    assert_eq!((matmuls, stats[0].skipped), (1, 1), "the second matmul was skipped, not run");
+    assert_eq!(stats[0].live_values, 0);
+    still_serves(&c);
+}
+
 /// Finding 5 (rank): a rank over the limit is refused by the type rules, so no walk over a
 /// shape is long.
 #[test]
@@ -372,11 +433,11 @@ fn a_client_checks_the_dispatchers_answers() {
                 }
                 // Four elements promised, one sent.
                 Ok(Inbound::Client(Request::Get { seq, .. })) => {
-                    (Reply::Data { seq, ty: gt::ir::TensorType::f32(vec![4]) }, Some(vec![666.0]))
+                    (Reply::Data { seq, ty: gt::ir::TensorType::f32(vec![4]), receipt: 1 }, Some(vec![666.0]))
                 }
                 // Data where statistics were asked for.
                 Ok(Inbound::Client(Request::Stats { seq })) => {
-                    (Reply::Data { seq, ty: gt::ir::TensorType::f32(vec![1]) }, Some(vec![1.0]))
+                    (Reply::Data { seq, ty: gt::ir::TensorType::f32(vec![1]), receipt: 1 }, Some(vec![1.0]))
                 }
                 _ => continue,
             };
@@ -489,6 +550,57 @@ fn sequence_numbers_do_not_wrap() {
     match exchange(batch) {
         Reply::Rejected { message } => assert!(message.contains("runs past sequence number 2^64"), "{message}"),
         other => panic!("expected a rejection, got {other:?}"),
+    }
+    still_serves(&c);
+}
+
+/// Finding 5 (unread answers): a client that asks for data and never reads it cannot make
+/// the dispatcher buffer more than `GT_CLIENT_UNREAD_BYTES`: past it, its reads fail naming
+/// the limit until it shows, with an answer's receipt, that it read them. A made-up receipt
+/// acknowledges nothing, and the Rust client, which reads what it asks for, never meets it.
+#[test]
+fn a_client_that_does_not_read_its_answers_is_bounded() {
+    use gt::transport::message::{Reply, Request};
+    use gt::transport::{codec, socket, zmq, Inbound};
+    let c = cluster(&[("GT_CLIENT_UNREAD_BYTES", "1000000")]);
+    let raw = c.context().socket(zmq::DEALER).unwrap();
+    raw.connect(&c.endpoint().zmq_address()).unwrap();
+    let send = |req: Request| raw.send(codec::encode(&Inbound::Client(req), 1 << 20).unwrap(), 0).unwrap();
+    let recv = || -> Reply {
+        assert!(raw.poll(zmq::POLLIN, 5000).unwrap() > 0, "no answer");
+        codec::decode(&socket::recv_frames(&raw, 0).unwrap()[0], 1 << 20).unwrap()
+    };
+    send(Request::Hello { name: "raw".into(), wait_ms: 1000 });
+    assert!(matches!(recv(), Reply::Welcome { .. }));
+    // A 400 kB value, asked for ten times without reading in between.
+    send(Request::Batch { first_seq: 0, instrs: instrs("%a = ones f32[100000]"), lines: Vec::new() });
+    for seq in 1..=10 {
+        send(Request::Get { seq, value: ValueId(0), read: 0 });
+    }
+    let (mut data, mut refused, mut last) = (0, 0, 0);
+    for _ in 1..=10 {
+        match recv() {
+            Reply::Data { receipt, .. } => (data, last) = (data + 1, receipt),
+            Reply::Failed { failure, .. } => {
+                assert!(failure.message.contains("over its limit of 1000000 (GT_CLIENT_UNREAD_BYTES)"), "{failure:?}");
+                refused += 1;
+            }
+            other => panic!("expected data or a failure, got {other:?}"),
+        }
+    }
+    // Three answers (1.2 MB) pass the 1 MB limit; the reads after them are refused.
+    assert_eq!((data, refused), (3, 7));
+    send(Request::Get { seq: 11, value: ValueId(0), read: last.wrapping_add(1) });
+    assert!(matches!(recv(), Reply::Failed { .. }), "a made-up receipt acknowledged the answers");
+    send(Request::Get { seq: 12, value: ValueId(0), read: last });
+    assert!(matches!(recv(), Reply::Data { .. }), "the receipt of the last answer acknowledges them all");
+    // The Rust client reads a value far over the limit, many times.
+    let mut b = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    for i in instrs("%a = ones f32[300000]") {
+        b.submit(i, origin()).unwrap();
+    }
+    for _ in 0..5 {
+        assert_eq!(b.read(ValueId(0)).unwrap().data.len(), 300_000);
     }
     still_serves(&c);
 }

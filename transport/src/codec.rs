@@ -8,7 +8,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// The protocol version this build speaks. Bump it on any change to [`crate::message`].
-pub const PROTOCOL_VERSION: u16 = 12;
+pub const PROTOCOL_VERSION: u16 = 13;
 
 /// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;
@@ -184,7 +184,7 @@ mod tests {
     #[test]
     fn by_reference_encodes_as_by_value() {
         use crate::message::{Inbound, InboundRef, WorkerEvent};
-        let req = Request::Get { seq: 3, value: ValueId(9) };
+        let req = Request::Get { seq: 3, value: ValueId(9), read: 0 };
         let ev = WorkerEvent::Failed {
             tag: 1,
             failure: crate::message::Failure::new(crate::message::FailureKind::Type, "x"),

@@ -77,6 +77,10 @@ pub enum Request {
         seq: u64,
         /// The value.
         value: ValueId,
+        /// The receipt of the last [`Reply::Data`] the client took off its socket (0: none):
+        /// it and every answer before it are read. The dispatcher answers no more reads
+        /// while a client leaves more than `GT_CLIENT_UNREAD_BYTES` of answers unread.
+        read: u64,
     },
     /// Sync point: wait until every instruction sent before has run. Answered by
     /// [`Reply::Synced`] (or [`Reply::Failed`] for this seq).
@@ -121,6 +125,9 @@ pub enum Reply {
         seq: u64,
         /// The value's type.
         ty: TensorType,
+        /// What the client sends back in its next [`Request::Get`] to say it read this: a
+        /// number it cannot guess for an answer it did not take off its socket.
+        receipt: u64,
     },
     /// The answer to [`Request::Sync`].
     Synced {
@@ -311,6 +318,8 @@ pub struct WorkerStats {
     pub reads: u64,
     /// Instructions of clients that had left, skipped instead of run.
     pub skipped: u64,
+    /// Instructions cancelled while they ran (`GT_OP_TIMEOUT`, or their client left).
+    pub cancelled: u64,
     /// Values held now.
     pub live_values: u64,
     /// Bytes held now.

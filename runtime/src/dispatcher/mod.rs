@@ -41,7 +41,7 @@ use gt_transport::{codec, socket, zmq, EventKind, Inbound};
 use log::EventLog;
 use namespace::{Charge, Limits, Location, Namespace, Refusal, Unavailable};
 use profile::{Facts, Profiler};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,6 +70,9 @@ pub struct DispatcherConfig {
     pub client_memory: u64,
     /// Instructions one client may have in flight to workers (`GT_CLIENT_CREDIT`).
     pub client_credit: u64,
+    /// Bytes of read answers one client may leave unread (`GT_CLIENT_UNREAD_BYTES`): they sit
+    /// in the dispatcher's socket buffers until the client takes them.
+    pub client_unread_bytes: u64,
 }
 
 impl Default for DispatcherConfig {
@@ -82,6 +85,7 @@ impl Default for DispatcherConfig {
             min_workers: 1,
             client_memory: u64::MAX,
             client_credit: CLIENT_CREDIT_INSTRUCTIONS,
+            client_unread_bytes: CLIENT_UNREAD_BYTES,
         }
     }
 }
@@ -107,6 +111,8 @@ const DISPATCHER_SEQ: u64 = u64::MAX;
 pub const CLIENT_CREDIT_INSTRUCTIONS: u64 = 1 << 20;
 /// Bytes of literal data one client may have in flight to workers.
 pub const CLIENT_CREDIT_BYTES: u64 = 4 << 30;
+/// Bytes of answers one client may leave unread, by default (`GT_CLIENT_UNREAD_BYTES`).
+pub const CLIENT_UNREAD_BYTES: u64 = 512 << 20;
 
 struct ClientState {
     identity: Vec<u8>,
@@ -114,6 +120,25 @@ struct ClientState {
     namespace: Namespace,
     /// Its pass pipeline, which also types its stream and tracks its signal scopes.
     pipeline: Pipeline,
+    /// Its reads taken and not yet acknowledged read, oldest first (answered or not).
+    unread: VecDeque<Unread>,
+    /// Their bytes.
+    unread_bytes: u64,
+}
+
+/// What an answer of `data` bytes counts against `GT_CLIENT_UNREAD_BYTES`: at least 1 KiB,
+/// for the message around it and its entry here, so that answers of empty values are
+/// bounded in number too.
+fn answer_bytes(data: usize) -> u64 {
+    (data as u64).max(1024)
+}
+
+/// A read of a client's whose answer it has not yet acknowledged: its seq, the receipt its
+/// data answer carries, and the bytes of the value.
+struct Unread {
+    seq: u64,
+    receipt: u64,
+    bytes: u64,
 }
 
 struct PendingGet {
@@ -217,6 +242,9 @@ pub struct Dispatcher {
     abort_dealers: HashMap<String, zmq::Socket>,
     /// The profile being written (`GT_PROFILE`).
     profile: Option<Profiler>,
+    /// The key of data answers' receipts (a keyed hash of a counter: unguessable).
+    receipts: std::collections::hash_map::RandomState,
+    next_receipt: u64,
 }
 
 /// What goes wrong when a dispatcher cannot run at all (bad sockets); everything a peer does
@@ -243,6 +271,8 @@ impl Dispatcher {
             stats: HashMap::new(),
             stats_tags: HashMap::new(),
             next_tag: 1,
+            receipts: std::collections::hash_map::RandomState::new(),
+            next_receipt: 0,
             hellos: Vec::new(),
             lost_clients: Vec::new(),
             lost_workers: Vec::new(),
@@ -480,8 +510,12 @@ impl Dispatcher {
                     self.on_instr(c, first_seq + k as u64, instr, share);
                 }
             }
-            Request::Get { seq, value } => {
+            Request::Get { seq, value, read } => {
                 self.log_recv(c, "Get", bytes, || format!("seq={seq} %{}", value.0));
+                if let Some(failure) = self.acknowledge(c, seq, value, read) {
+                    self.flush_pipeline(c, seq);
+                    return self.send_reply(c, &Reply::Failed { seq, failure });
+                }
                 self.on_get(c, seq, value);
             }
             Request::Sync { seq } => {
@@ -493,6 +527,50 @@ impl Dispatcher {
                 self.on_stats(c, seq);
             }
             Request::Bye => self.remove_client(c, "said goodbye"),
+        }
+    }
+
+    /// Client `c` read every answer up to the one with `receipt` (an unknown receipt, 0 or
+    /// made up, acknowledges nothing), and asks to read `value` as `seq`: the read's failure
+    /// when the answers it has not read, this one included, are over its limit. Counted
+    /// from when a read is taken, not when it is answered, so that reads sent all at once
+    /// cannot pass the limit before their answers come.
+    fn acknowledge(&mut self, c: u64, seq: u64, value: ValueId, receipt: u64) -> Option<Failure> {
+        let limit = self.config.client_unread_bytes;
+        let fresh = self.receipt(c);
+        let client = self.clients.get_mut(&c)?;
+        if let Some(k) = client.unread.iter().position(|u| u.receipt == receipt) {
+            for u in client.unread.drain(..=k) {
+                client.unread_bytes -= u.bytes;
+            }
+        }
+        let bytes = answer_bytes(client.namespace.type_of(value).map_or(0, |ty| ty.size_bytes()));
+        // One answer alone may be as large as a message.
+        if !client.unread.is_empty() && client.unread_bytes.saturating_add(bytes) > limit {
+            let why = format!(
+                "get: this client left {} bytes of earlier answers unread, over its limit of {limit} (GT_CLIENT_UNREAD_BYTES); read them first",
+                client.unread_bytes
+            );
+            return Some(Failure::new(FailureKind::Limit, why));
+        }
+        client.unread.push_back(Unread { seq, receipt: fresh, bytes });
+        client.unread_bytes += bytes;
+        None
+    }
+
+    /// A new receipt for an answer to client `c`: a keyed hash of a counter, never 0.
+    fn receipt(&mut self, c: u64) -> u64 {
+        use std::hash::BuildHasher;
+        self.next_receipt += 1;
+        self.receipts.hash_one((c, self.next_receipt)).max(1)
+    }
+
+    /// Read `seq` of client `c` failed: no answer of its to acknowledge.
+    fn read_failed(&mut self, c: u64, seq: u64) {
+        let Some(client) = self.clients.get_mut(&c) else { return };
+        if let Some(k) = client.unread.iter().position(|u| u.seq == seq) {
+            let u = client.unread.remove(k).expect("found");
+            client.unread_bytes -= u.bytes;
         }
     }
 
@@ -515,7 +593,13 @@ impl Dispatcher {
         self.next_client += 1;
         let mut pipeline = (self.config.pipeline)(c);
         pipeline.set_workers(self.workers.len());
-        let client = ClientState { identity: identity.clone(), namespace: Namespace::new(), pipeline };
+        let client = ClientState {
+            identity: identity.clone(),
+            namespace: Namespace::new(),
+            pipeline,
+            unread: VecDeque::new(),
+            unread_bytes: 0,
+        };
         self.clients.insert(c, client);
         self.client_ids.insert(identity, c);
         tracing::info!(target: "gt::dispatcher", "client {c} connected: {name}");
@@ -1410,7 +1494,12 @@ impl Dispatcher {
             );
             return self.send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::Limit, why) });
         }
-        let head = codec::encode(&Reply::Data { seq, ty: ty.clone() }, usize::MAX).expect("small");
+        let receipt = match self.clients.get(&c).and_then(|cl| cl.unread.iter().find(|u| u.seq == seq)) {
+            Some(u) => u.receipt,
+            None => self.receipt(c),
+        };
+        let head = codec::encode(&Reply::Data { seq, ty: ty.clone(), receipt }, usize::MAX).expect("small");
+        let bytes = answer_bytes(data.len());
         if self.log.active() {
             self.log.emit(
                 EventKind::Send,
@@ -1423,6 +1512,19 @@ impl Dispatcher {
         let sent = socket::send_with_data(&self.router, &[&identity, &head], data);
         if sent.is_err() {
             self.lost_clients.push((c, "is gone (its process ended or the connection broke)"));
+        } else if let Some(client) = self.clients.get_mut(&c) {
+            // The value's bytes were counted when the read was taken; the data's are what
+            // the socket holds.
+            match client.unread.iter_mut().find(|u| u.seq == seq) {
+                Some(u) => {
+                    client.unread_bytes = client.unread_bytes - u.bytes + bytes;
+                    u.bytes = bytes;
+                }
+                None => {
+                    client.unread.push_back(Unread { seq, receipt, bytes });
+                    client.unread_bytes += bytes;
+                }
+            }
         }
     }
 
@@ -1677,6 +1779,9 @@ impl Dispatcher {
     // ---- replies, probes ---------------------------------------------------------------
 
     fn send_reply(&mut self, c: u64, reply: &Reply) {
+        if let Reply::Failed { seq, .. } = reply {
+            self.read_failed(c, *seq);
+        }
         let Some(client) = self.clients.get(&c) else { return };
         let identity = client.identity.clone();
         let bytes = match codec::encode(reply, self.config.max_message_bytes) {
@@ -1897,7 +2002,7 @@ fn reply_summary(reply: &Reply) -> (&'static str, String) {
     match reply {
         Reply::Welcome { client, workers, .. } => ("Welcome", format!("client={client} workers={}", workers.len())),
         Reply::Failed { seq, failure } => ("Failed", format!("#{seq} {failure}")),
-        Reply::Data { seq, ty } => ("Data", format!("#{seq} {ty}")),
+        Reply::Data { seq, ty, .. } => ("Data", format!("#{seq} {ty}")),
         Reply::Synced { seq } => ("Synced", format!("#{seq}")),
         Reply::Stats { seq, workers, .. } => ("Stats", format!("#{seq} workers={}", workers.len())),
         Reply::Rejected { message } => ("Rejected", message.clone()),

@@ -21,6 +21,18 @@ pub const PARALLEL_MIN_ELEMENTS: usize = 1 << 20;
 /// Rows or columns each part of a split product has at least.
 const MIN_PART: usize = 32;
 
+/// Multiply-adds a product computes between looks at whether its instruction was cancelled
+/// (about 50-100 ms on one core), unless that is fewer than [`MIN_BLOCK`] rows.
+pub const BLOCK_FLOPS: usize = 1 << 30;
+
+/// Rows (or columns) a block has at least: each `sgemm` call packs the other operand anew,
+/// which costs about 1/rows of the block's work.
+const MIN_BLOCK: usize = 256;
+
+/// The longest `k` one `sgemm` call runs over; longer ones are summed stretch by stretch
+/// (which rounds differently from one call, so only lengths no real tensor reaches here).
+pub const K_BLOCK: usize = 1 << 28;
+
 thread_local! {
     static POOL: RefCell<Option<Arc<rayon::ThreadPool>>> = const { RefCell::new(None) };
 }
@@ -135,7 +147,9 @@ unsafe impl Sync for Sgemm {}
 impl Sgemm {
     /// Computes `c = a b` (alpha 1, beta 0), split over the calling thread's pool by rows
     /// of `c` (or columns, when it has more of those) when large. Each part is an `sgemm`
-    /// over the same `k`, so every element is computed exactly as unsplit.
+    /// over the same `k`, so every element is computed exactly as unsplit. Each part runs
+    /// in blocks of about [`BLOCK_FLOPS`] multiply-adds and stops between blocks once its
+    /// instruction is cancelled ([`crate::cancel`]), leaving `c` partly written.
     ///
     /// # Safety
     /// As `matrixmultiply::sgemm`: every element of `a`, `b` and `c` the shapes and strides
@@ -144,42 +158,60 @@ impl Sgemm {
     pub unsafe fn run(&self) {
         let flops = self.m.saturating_mul(self.n).saturating_mul(self.k);
         let by_rows = self.m >= self.n;
-        let extent = if by_rows { self.m } else { self.n };
+        let (extent, across) = if by_rows { (self.m, self.n) } else { (self.n, self.m) };
         let parts = parts(extent, flops, threads());
         let step = extent.div_ceil(parts);
+        // Rows (or columns) per block: a block is one `sgemm` call, so blocks of a part are
+        // computed exactly as the part would be whole.
+        let per_block = (BLOCK_FLOPS / across.saturating_mul(self.k).max(1)).max(MIN_BLOCK);
+        let token = crate::cancel::Token::current();
         run_parts(parts, |p| {
-            let range = (p * step, ((p + 1) * step).min(extent));
-            let (rows, cols) = if by_rows { (range, (0, self.n)) } else { ((0, self.m), range) };
-            // SAFETY: a block of the caller's product; the parts' blocks of `c` are disjoint,
-            // and `run_parts` returns only once every part is done.
-            unsafe { self.block(rows, cols) }
+            let (lo, hi) = (p * step, ((p + 1) * step).min(extent));
+            for start in (lo..hi).step_by(per_block) {
+                if token.stop() {
+                    return;
+                }
+                let range = (start, (start + per_block).min(hi));
+                let (rows, cols) = if by_rows { (range, (0, self.n)) } else { ((0, self.m), range) };
+                // SAFETY: a block of the caller's product; the parts' blocks of `c` are
+                // disjoint, and `run_parts` returns only once every part is done.
+                unsafe { self.block(rows, cols, &token) }
+            }
         });
     }
 
-    /// Rows `m0..m1` and columns `n0..n1` of `c`.
-    unsafe fn block(&self, (m0, m1): (usize, usize), (n0, n1): (usize, usize)) {
+    /// Rows `m0..m1` and columns `n0..n1` of `c`: one `sgemm`, or, over a `k` longer than
+    /// [`K_BLOCK`] (only zero-stride operands of a compiled kernel reach one), one per
+    /// stretch of `k`, accumulated, with a look at `token` between them.
+    unsafe fn block(&self, (m0, m1): (usize, usize), (n0, n1): (usize, usize), token: &crate::cancel::Token) {
         let ((a, rsa, csa), (b, rsb, csb), (c, rsc, csc)) = (self.a, self.b, self.c);
         if m0 >= m1 || n0 >= n1 {
             return;
         }
-        // SAFETY: inside the caller's matrices (see `run`).
-        unsafe {
-            matrixmultiply::sgemm(
-                m1 - m0,
-                self.k,
-                n1 - n0,
-                1.0,
-                a.offset(m0 as isize * rsa),
-                rsa,
-                csa,
-                b.offset(n0 as isize * csb),
-                rsb,
-                csb,
-                0.0,
-                c.offset(m0 as isize * rsc + n0 as isize * csc),
-                rsc,
-                csc,
-            )
+        for k0 in (0..self.k).step_by(K_BLOCK) {
+            if k0 > 0 && token.stop() {
+                return;
+            }
+            let k1 = (k0 + K_BLOCK).min(self.k);
+            // SAFETY: inside the caller's matrices (see `run`).
+            unsafe {
+                matrixmultiply::sgemm(
+                    m1 - m0,
+                    k1 - k0,
+                    n1 - n0,
+                    1.0,
+                    a.offset(m0 as isize * rsa + k0 as isize * csa),
+                    rsa,
+                    csa,
+                    b.offset(n0 as isize * csb + k0 as isize * rsb),
+                    rsb,
+                    csb,
+                    if k0 == 0 { 0.0 } else { 1.0 },
+                    c.offset(m0 as isize * rsc + n0 as isize * csc),
+                    rsc,
+                    csc,
+                )
+            }
         }
     }
 }

@@ -95,7 +95,9 @@ impl Target {
         self.frontend.default_call_conv
     }
 
-    /// The signature of every kernel function: `(inputs: *const *const f32, out: *mut f32)`.
+    /// The signature of every kernel function: `(inputs: *const *const f32, out: *mut f32)`;
+    /// `inputs` holds a pointer per kernel input, then the cancel word's address and the
+    /// number that means "stop" ([`crate::cancel::Token::flag`]).
     pub fn kernel_signature(&self) -> Signature {
         let mut sig = Signature::new(self.call_conv());
         sig.params.extend([AbiParam::new(self.ptr()), AbiParam::new(self.ptr())]);
@@ -435,6 +437,11 @@ struct Gen<'a, 'f> {
     shims: [Option<FuncRef>; 3],
     /// This row's in-row reduction results (scalar `f32`), by node.
     reduced: Vec<Option<Value>>,
+    /// The cancel word's address and the value that means "stop" ([`crate::cancel`]),
+    /// passed after the input pointers; and the block that returns early.
+    stop: Option<(Value, Value, Block)>,
+    /// Loops open around the code being emitted.
+    depth: usize,
 }
 
 /// Memory flags of every load and store: the bounds check before the call guarantees
@@ -451,8 +458,17 @@ pub(super) fn map_function(k: &MapKernel, target: Target, name: UserFuncName) ->
     let mut func = Function::with_name_signature(name, target.kernel_signature());
     let mut fctx = FunctionBuilderContext::new();
     let b = FunctionBuilder::new(&mut func, &mut fctx);
-    let mut g =
-        Gen { b, k, plan: Plan::new(k), target, base: vec![], shims: [None; 3], reduced: vec![None; k.nodes.len()] };
+    let mut g = Gen {
+        b,
+        k,
+        plan: Plan::new(k),
+        target,
+        base: vec![],
+        shims: [None; 3],
+        reduced: vec![None; k.nodes.len()],
+        stop: None,
+        depth: 0,
+    };
     g.body();
     g.b.seal_all_blocks();
     g.b.finalize(target.frontend);
@@ -471,10 +487,22 @@ impl<'f> Gen<'_, 'f> {
             self.base.push(p);
         }
         self.base.push(out);
+        // After the inputs: where to look for a cancel, and what it reads when this call's
+        // instruction is cancelled.
+        let at = |i: usize| (i * ptr.bytes() as usize) as i32;
+        let word = self.b.ins().load(ptr, mem(), inputs, at(self.plan.inputs));
+        let mut mine = self.b.ins().load(ptr, mem(), inputs, at(self.plan.inputs + 1));
+        if ptr != types::I64 {
+            mine = self.b.ins().uextend(types::I64, mine);
+        }
+        let stop = self.b.create_block();
+        self.stop = Some((word, mine, stop));
         // Element offsets of iteration point 0: inputs, output, then the linear index.
         let starts: Vec<i64> = self.k.inputs.iter().chain([&self.k.output]).map(|a| a.offset).chain([0]).collect();
         let offsets = starts.into_iter().map(|o| self.b.ins().iconst(types::I64, o)).collect();
         self.kept_level(0, offsets);
+        self.b.ins().return_(&[]);
+        self.b.switch_to_block(stop);
         self.b.ins().return_(&[]);
     }
 
@@ -506,11 +534,25 @@ impl<'f> Gen<'_, 'f> {
         let more = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, i, end);
         self.b.ins().brif(more, body, &[], exit, &[]);
         self.b.switch_to_block(body);
+        // The outermost loop looks at the cancel word once per iteration: an iteration does
+        // the whole work of everything nested in it, so the look costs nothing measurable
+        // there, and a cancelled kernel stops within one iteration.
+        if self.depth == 0 {
+            if let Some((word, mine, stop)) = self.stop {
+                let seen = self.b.ins().load(types::I64, MemFlagsData::new().with_notrap(), word, 0);
+                let hit = self.b.ins().icmp(IntCC::Equal, seen, mine);
+                let go = self.b.create_block();
+                self.b.ins().brif(hit, stop, &[], go, &[]);
+                self.b.switch_to_block(go);
+            }
+        }
+        self.depth += 1;
         let i = self.b.use_var(var);
         (i, Loop { var, header, exit, step })
     }
 
     fn loop_end(&mut self, l: Loop) {
+        self.depth -= 1;
         let i = self.b.use_var(l.var);
         let next = self.b.ins().iadd_imm_s(i, l.step);
         self.b.def_var(l.var, next);

@@ -239,7 +239,7 @@ impl Jit {
         match (kernel, compiled) {
             (Kernel::Map(_), Compiled::Map(f)) => {
                 let ptrs: Vec<*const f32> = inputs.iter().map(|b| b.as_ptr()).collect();
-                call(f, &ptrs, out.as_mut_ptr());
+                call(f, &ptrs, out.as_mut_ptr(), &crate::cancel::Token::current());
             }
             (Kernel::MatMul(k), Compiled::MatMul(epilogue)) => matmul(k, inputs, out, epilogue),
             _ => return Err(JitError::CachedKind),
@@ -278,9 +278,10 @@ impl Jit {
         // of the outer axis) and only read the inputs.
         let ptrs: Vec<usize> = inputs.iter().map(|b| b.as_ptr() as usize).collect();
         let out = out.as_mut_ptr() as usize;
+        let token = crate::cancel::Token::current();
         super::threads::run_parts(fns.len(), |i| {
             let ptrs: Vec<*const f32> = ptrs.iter().map(|&p| p as *const f32).collect();
-            call(fns[i], &ptrs, out as *mut f32);
+            call(fns[i], &ptrs, out as *mut f32, &token);
         });
         Ok(Some(took))
     }
@@ -367,13 +368,19 @@ impl Drop for Jit {
     }
 }
 
-/// Calls a compiled map.
+/// Calls a compiled map, which stops early once `token`'s instruction is cancelled.
 #[allow(unsafe_code)]
-fn call(f: KernelFn, inputs: &[*const f32], out: *mut f32) {
+fn call(f: KernelFn, inputs: &[*const f32], out: *mut f32, token: &crate::cancel::Token) {
+    let (word, mine) = token.flag();
+    // The cancel word and number travel after the inputs, as the generated code reads them.
+    let mut args = Vec::with_capacity(inputs.len() + 2);
+    args.extend_from_slice(inputs);
+    args.extend([word.cast::<f32>(), mine as usize as *const f32]);
     // SAFETY: the caller checked the kernel's bounds against these buffers (each input
     // pointer is its slice's start, `out` the exclusive output slice's start), and the code
-    // reads and writes only elements inside those bounds; it keeps no pointer after returning.
-    unsafe { f(inputs.as_ptr(), out) }
+    // reads and writes only elements inside those bounds; it keeps no pointer after
+    // returning. The cancel word lives as long as the token holds its watch.
+    unsafe { f(args.as_ptr(), out) }
 }
 
 /// A large map kernel split into ranges of its outer axis, one per compute thread: the same
@@ -452,7 +459,7 @@ fn matmul(k: &MatMulKernel, inputs: &[&[f32]], out: &mut [f32], epilogue: Option
         let product = out.as_mut_ptr();
         let mut ptrs: Vec<*const f32> = inputs[2..].iter().map(|b| b.as_ptr()).collect();
         ptrs.push(product);
-        call(f, &ptrs, product);
+        call(f, &ptrs, product, &crate::cancel::Token::current());
     }
 }
 
