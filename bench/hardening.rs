@@ -1,7 +1,8 @@
 //! Hardening figures: a load test (many clients at once, memory before and after, sync
-//! latency) and a fault matrix (a worker killed mid-batch, the dispatcher killed or paused, a
+//! latency), a fault matrix (a worker killed mid-batch, the dispatcher killed or paused, a
 //! client killed mid-stream, a worker restarted), each with the time until the survivors
-//! learn of it or carry on.
+//! learn of it or carry on, and the bounds on one client (an instruction past
+//! `GT_OP_TIMEOUT`, a departed client's running instruction, answers a client never reads).
 //!
 //! `cargo bench --bench hardening`; `GT_BENCH_QUICK=1` (or running without `--bench`) uses 8
 //! clients instead of 64; `GT_BENCH_SAVE=1` also writes `bench/results/hardening-<host>.txt`.
@@ -37,6 +38,8 @@ fn main() -> Result<()> {
     load(&mut text, if quick { 8 } else { 64 }, 10_000)?;
     writeln!(text)?;
     faults(&mut text)?;
+    writeln!(text)?;
+    bounds(&mut text)?;
     print!("{text}");
     if std::env::var("GT_BENCH_SAVE").is_ok_and(|v| v == "1") {
         let path =
@@ -318,6 +321,126 @@ fn faults(text: &mut String) -> Result<()> {
     let (e, took) = killed_under_a_wait(port, || drop(s))?;
     writeln!(text, "| dispatcher killed under a waiting client | `{}` | {:.0} ms |", short(&e), ms(took))?;
     Ok(())
+}
+
+/// An embedded cluster with these settings.
+fn cluster(settings: &[(&str, &str)]) -> Result<Cluster> {
+    let env = EnvConfig::from_lookup(|k| settings.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))?;
+    Ok(Cluster::start(ClusterOptions::from_config(&env))?)
+}
+
+/// Parses `.gtir` text into its instructions.
+fn instrs(text: &str) -> Result<Vec<Instr>> {
+    let program = gt::ir::text::parse(text).map_err(|e| anyhow!("{e:?}"))?;
+    Ok(program
+        .body
+        .into_iter()
+        .filter_map(|s| match s.kind {
+            gt::ir::StmtKind::Instr(i) => Some(i),
+            _ => None,
+        })
+        .collect())
+}
+
+fn bounds(text: &mut String) -> Result<()> {
+    writeln!(text, "## Bounds on one client (embedded)")?;
+    writeln!(text)?;
+    writeln!(text, "| case | outcome | time |")?;
+    writeln!(text, "|---|---|---|")?;
+    // Instructions that would run for minutes, with a 1 s op timeout: from the read to its error.
+    for (name, settings, program) in [
+        (
+            "6144^3 matmul, interpreted",
+            &[("GT_OP_TIMEOUT", "1"), ("GT_PASSES", "none")][..],
+            "%a = zeros f32[6144, 6144]\n%c = matmul %a, %a",
+        ),
+        (
+            "compiled sum of a 2^40-long row",
+            &[("GT_OP_TIMEOUT", "1"), ("GT_COMPILE", "1")][..],
+            "%x = ones f32[1]\n%y = broadcast_to %x shape=[1099511627776]\n%c = sum %y\nfree %y",
+        ),
+    ] {
+        let c = cluster(settings)?;
+        let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default())?;
+        let started = Instant::now();
+        let program = instrs(program)?;
+        let long = program.iter().rev().flat_map(|i| i.results()).next().ok_or_else(|| anyhow!("no result"))?;
+        for i in program {
+            a.submit(i, origin())?;
+        }
+        let e = a.read(long).err().map_or("no error".into(), |e| e.to_string());
+        writeln!(text, "| {name}, GT_OP_TIMEOUT=1 | `{}` | {:.0} ms |", short(&e), ms(started.elapsed()))?;
+    }
+    // A client leaves while its matmul runs: how long the next client waits for the worker.
+    let c = cluster(&[("GT_PASSES", "none")])?;
+    let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default())?;
+    for i in instrs("%a = zeros f32[6144, 6144]\n%c = matmul %a, %a")? {
+        a.submit(i, origin())?;
+    }
+    a.flush()?;
+    std::thread::sleep(Duration::from_millis(500));
+    let left = Instant::now();
+    drop(a);
+    let mut b = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default())?;
+    b.submit(Instr::Full { dst: ValueId(0), ty: TensorType::f32(vec![2]), value: 1.0 }, origin())?;
+    b.read(ValueId(0))?;
+    let waited = left.elapsed();
+    let cancelled = b.worker_stats()?.iter().map(|w| w.cancelled).sum::<u64>();
+    writeln!(
+        text,
+        "| client leaves during a 6144^3 matmul | {cancelled} instruction cancelled; the next client served | {:.0} ms |",
+        ms(waited)
+    )?;
+    drop(b);
+    drop(c);
+    // The reproducer: 30 reads of a 64 MiB value, none read, beside a client that syncs.
+    for limit in [gt::runtime::dispatcher::CLIENT_UNREAD_BYTES, u64::MAX >> 1] {
+        let c = cluster(&[("GT_CLIENT_UNREAD_BYTES", &limit.to_string())])?;
+        let (data, refused, grew, stall) = unread(&c)?;
+        let setting = if limit == u64::MAX >> 1 { "no limit (as before)".to_string() } else { format!("{} MiB", limit >> 20) };
+        writeln!(
+            text,
+            "| 30 unread reads of 64 MiB, GT_CLIENT_UNREAD_BYTES {setting} | {data} answered, {refused} refused; process RSS +{:.0} MB | another client's sync {:.0} ms |",
+            grew as f64 / 1e6,
+            ms(stall)
+        )?;
+    }
+    Ok(())
+}
+
+/// A raw client asks for a 64 MiB value 30 times and reads nothing: the answers given and
+/// refused, the process's growth, and how long another client's sync took meanwhile.
+fn unread(c: &Cluster) -> Result<(usize, usize, u64, Duration)> {
+    use gt::transport::message::{Reply, Request};
+    use gt::transport::{codec, socket, zmq, Inbound};
+    let raw = c.context().socket(zmq::DEALER)?;
+    raw.connect(&c.endpoint().zmq_address())?;
+    let send = |req: Request| -> Result<()> { Ok(raw.send(codec::encode(&Inbound::Client(req), 1 << 20)?, 0)?) };
+    send(Request::Hello { name: "unread".into(), wait_ms: 1000 })?;
+    raw.poll(zmq::POLLIN, 5000)?;
+    socket::recv_frames(&raw, 0)?;
+    send(Request::Batch { first_seq: 0, instrs: instrs("%a = ones f32[16777216]")?, lines: Vec::new() })?;
+    let before = rss();
+    for seq in 1..=30 {
+        send(Request::Get { seq, value: ValueId(0), read: 0 })?;
+    }
+    let mut other = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default())?;
+    other.submit(Instr::Full { dst: ValueId(0), ty: TensorType::f32(vec![2]), value: 1.0 }, origin())?;
+    let t = Instant::now();
+    other.sync()?;
+    let stall = t.elapsed();
+    // Every answer is out once the refusals are in (they come last).
+    std::thread::sleep(Duration::from_secs(2));
+    let grew = rss().saturating_sub(before);
+    let (mut data, mut refused) = (0, 0);
+    while raw.poll(zmq::POLLIN, 1000)? > 0 {
+        match codec::decode::<Reply>(&socket::recv_frames(&raw, 0)?[0], 1 << 20)? {
+            Reply::Data { .. } => data += 1,
+            Reply::Failed { .. } => refused += 1,
+            _ => {}
+        }
+    }
+    Ok((data, refused, grew, stall))
 }
 
 fn ms(d: Duration) -> f64 {
