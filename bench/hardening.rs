@@ -397,7 +397,8 @@ fn bounds(text: &mut String) -> Result<()> {
     for limit in [gt::runtime::dispatcher::CLIENT_UNREAD_BYTES, u64::MAX >> 1] {
         let c = cluster(&[("GT_CLIENT_UNREAD_BYTES", &limit.to_string())])?;
         let (data, refused, grew, stall) = unread(&c)?;
-        let setting = if limit == u64::MAX >> 1 { "no limit (as before)".to_string() } else { format!("{} MiB", limit >> 20) };
+        let setting =
+            if limit == u64::MAX >> 1 { "no limit (as before)".to_string() } else { format!("{} MiB", limit >> 20) };
         writeln!(
             text,
             "| 30 unread reads of 64 MiB, GT_CLIENT_UNREAD_BYTES {setting} | {data} answered, {refused} refused; process RSS +{:.0} MB | another client's sync {:.0} ms |",

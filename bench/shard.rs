@@ -106,7 +106,7 @@ fn collective(n: usize, bytes: usize, reps: usize, gather: bool) -> anyhow::Resu
     let like = Endpoint::Inproc("bench".into());
     let mut sockets = Vec::new();
     for r in 0..n {
-        sockets.push(ZmqCollectives::bind(&ctx, &like, &format!("r{r}"), Duration::from_secs(60), 1 << 30)?);
+        sockets.push(ZmqCollectives::bind(&ctx, &like, &format!("r{r}"), Duration::from_secs(60), 1 << 30, None)?);
     }
     let peers: Vec<String> = sockets.iter().map(|s| s.address().to_string()).collect();
     let times = std::thread::scope(|scope| {

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use gt_frontend::{Client, ClientOptions};
 use gt_runtime::config::EnvConfig;
 use gt_runtime::{Cluster, ClusterOptions};
-use gt_transport::Endpoint;
+use gt_transport::{ClusterKey, Endpoint};
 
 /// Where to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +45,12 @@ pub fn client_options(name: &str, env: &EnvConfig) -> anyhow::Result<ClientOptio
     Ok(o)
 }
 
+/// The cluster key `env` names (`GT_KEY_FILE`, or `--key`), read now, so that a missing or
+/// bad file is an error naming it.
+pub fn cluster_key(env: &EnvConfig) -> anyhow::Result<Option<ClusterKey>> {
+    Ok(env.key_file.as_deref().map(ClusterKey::load).transpose()?)
+}
+
 /// A whole number of at least 1 from the environment, if set.
 fn positive(var: &str) -> anyhow::Result<Option<u64>> {
     let Ok(v) = std::env::var(var) else { return Ok(None) };
@@ -76,6 +82,8 @@ impl Session {
             }
             Target::Remote(address) => {
                 let endpoint = Endpoint::parse(address)?;
+                // Only a remote dispatcher needs the key: the embedded one is in-process.
+                let options = ClientOptions { key: cluster_key(env)?, ..options };
                 let client = Client::connect(&endpoint, options)?;
                 Ok(Session { client, cluster: None })
             }

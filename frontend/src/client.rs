@@ -8,7 +8,8 @@
 
 use gt_ir::{HostTensor, Instr, Span, ValueId};
 use gt_transport::message::{Failure, FailureKind, PassStats, Reply, Request, WorkerInfo, WorkerStats};
-use gt_transport::{codec, socket, zmq, CodecError, Endpoint, InboundRef};
+use gt_transport::socket::HandshakeFailure;
+use gt_transport::{codec, socket, zmq, ClusterKey, CodecError, Endpoint, InboundRef};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -27,6 +28,8 @@ pub struct ClientOptions {
     pub max_message_bytes: usize,
     /// How long to wait for the dispatcher (and a worker) at connect.
     pub connect_timeout: Duration,
+    /// The cluster key (`--key`, `GT_KEY_FILE`): a TCP dispatcher is reached with CURVE.
+    pub key: Option<ClusterKey>,
 }
 
 impl Default for ClientOptions {
@@ -37,6 +40,7 @@ impl Default for ClientOptions {
             window: 1 << 16,
             max_message_bytes: codec::DEFAULT_MAX_MESSAGE_BYTES,
             connect_timeout: Duration::from_secs(10),
+            key: None,
         }
     }
 }
@@ -62,6 +66,16 @@ pub enum ClientError {
         endpoint: String,
         /// How long the client waited (`GT_CONNECT_TIMEOUT`).
         seconds: u64,
+    },
+    /// The dispatcher did not let this client in: the security handshake failed.
+    #[error(
+        "cannot connect to the dispatcher at {endpoint}: it did not let this client in: {why}; every member of a cluster needs the same key file (`gt keygen`, then `--key FILE` or GT_KEY_FILE on the server, workers and clients)"
+    )]
+    Handshake {
+        /// Where.
+        endpoint: String,
+        /// What the handshake said.
+        why: HandshakeFailure,
     },
     /// The dispatcher refused the hello (no worker registered in time, another version).
     #[error("cannot connect to the dispatcher at {endpoint}: {dispatcher_message}")]
@@ -178,7 +192,7 @@ impl Client {
 
     /// Connects on `ctx` (the embedded cluster's context, for `inproc://`).
     pub fn connect_in(ctx: &zmq::Context, endpoint: &Endpoint, options: ClientOptions) -> Result<Client, ClientError> {
-        let socket = socket::dealer(ctx, endpoint, options.max_message_bytes)?;
+        let socket = socket::dealer(ctx, endpoint, options.max_message_bytes, options.key.as_ref())?;
         let events = socket::disconnect_events(ctx, &socket, endpoint)?;
         let mut client = Client {
             socket,
@@ -212,8 +226,17 @@ impl Client {
         let deadline = Instant::now() + wait + Duration::from_secs(1);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || socket::retry(|| self.socket.poll(zmq::POLLIN, left.as_millis().max(1) as i64))? == 0 {
+            let mut items = vec![self.socket.as_poll_item(zmq::POLLIN)];
+            items.extend(self.events.as_ref().map(|e| e.as_poll_item(zmq::POLLIN)));
+            if left.is_zero() || socket::retry(|| zmq::poll(&mut items, left.as_millis().max(1) as i64))? == 0 {
                 return Err(ClientError::NoAnswer { endpoint: self.endpoint.clone(), seconds: wait.as_secs() });
+            }
+            if !items[0].is_readable() {
+                // A dispatcher with another key, or none, never answers: say so now.
+                if let Some(why) = self.events.as_ref().map(socket::handshake_failure).transpose()?.flatten() {
+                    return Err(ClientError::Handshake { endpoint: self.endpoint.clone(), why });
+                }
+                continue;
             }
             match self.recv()? {
                 Reply::Welcome { client, workers, max_message_bytes } => {

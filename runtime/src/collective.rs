@@ -18,7 +18,7 @@ use gt_ir::ops::{nan_max, nan_min, ReduceOp};
 use gt_transport::codec::data_frame;
 use gt_transport::endpoint::{ensure_runtime_dir, is_local, make_private, RuntimeDirError};
 use gt_transport::socket::{recv_frames, retry, send_with_data};
-use gt_transport::{zmq, Endpoint};
+use gt_transport::{socket, zmq, ClusterKey, Endpoint};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -301,6 +301,8 @@ pub struct ZmqCollectives {
     timeout: Duration,
     max_message_bytes: usize,
     dealers: HashMap<String, zmq::Socket>,
+    /// The cluster key: over TCP the ROUTER lets in only its holders, and the DEALERs prove it.
+    key: Option<ClusterKey>,
     /// Data that arrived before it was asked for, by (id, step, sender); a queue so that even a
     /// duplicate is kept rather than lost.
     stash: HashMap<(u64, u32, u32), VecDeque<zmq::Message>>,
@@ -315,13 +317,15 @@ impl ZmqCollectives {
     /// (same `ctx` needed), an `.ipc` file (mode 0600) in gt's runtime directory, or an ephemeral
     /// TCP port, advertised on 127.0.0.1 when `like`'s host is loopback, else on `GT_PEER_HOST`,
     /// else on this machine's host name. Each receive waits at most `timeout`; a message over
-    /// `max_message_bytes` is refused by the sender and dropped by the receiving socket.
+    /// `max_message_bytes` is refused by the sender and dropped by the receiving socket. Over
+    /// TCP with a cluster `key`, the socket is a CURVE server and peers are reached with CURVE.
     pub fn bind(
         ctx: &zmq::Context,
         like: &Endpoint,
         name: &str,
         timeout: Duration,
         max_message_bytes: usize,
+        key: Option<ClusterKey>,
     ) -> Result<ZmqCollectives, CollectiveError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         // The name ends up in a path and an address: keep it to characters safe in both.
@@ -333,7 +337,8 @@ impl ZmqCollectives {
         router.set_maxmsgsize(i64::try_from(max_message_bytes.max(HEADER_LEN)).unwrap_or(i64::MAX))?;
         router.set_linger(0)?;
         let bind = |address: &str| {
-            router.bind(address).map_err(|source| CollectiveError::Bind { address: address.to_string(), source })
+            socket::bind(ctx, &router, address, key.as_ref())
+                .map_err(|source| CollectiveError::Bind { address: address.to_string(), source })
         };
         let (address, ipc_file) = match like {
             Endpoint::Inproc(_) => {
@@ -367,6 +372,7 @@ impl ZmqCollectives {
             timeout,
             max_message_bytes,
             dealers: HashMap::new(),
+            key,
             stash: HashMap::new(),
             aborted: HashMap::new(),
             finished: HashSet::new(),
@@ -444,7 +450,8 @@ impl ZmqCollectives {
             // No high-water mark: a slow peer makes the queue grow, never a message vanish.
             sock.set_sndhwm(0)?;
             sock.set_linger(DEALER_LINGER_MS)?;
-            sock.connect(peer).map_err(|source| CollectiveError::Connect { peer: peer.clone(), source })?;
+            socket::connect(&sock, peer, self.key.as_ref())
+                .map_err(|source| CollectiveError::Connect { peer: peer.clone(), source })?;
             self.dealers.insert(peer.clone(), sock);
         }
         let header = Header { id: g.id, step, sender: g.rank as u32, kind }.encode();
@@ -723,9 +730,18 @@ mod tests {
     };
 
     fn cluster(n: usize, like: &Endpoint, timeout: Duration) -> (Vec<ZmqCollectives>, Vec<String>) {
+        keyed_cluster(n, like, timeout, None)
+    }
+
+    fn keyed_cluster(
+        n: usize,
+        like: &Endpoint,
+        timeout: Duration,
+        key: Option<&ClusterKey>,
+    ) -> (Vec<ZmqCollectives>, Vec<String>) {
         let ctx = zmq::Context::new();
-        let colls: Vec<_> =
-            (0..n).map(|r| ZmqCollectives::bind(&ctx, like, &format!("t{r}"), timeout, 1 << 20).unwrap()).collect();
+        let bind = |r| ZmqCollectives::bind(&ctx, like, &format!("t{r}"), timeout, 1 << 20, key.cloned()).unwrap();
+        let colls: Vec<_> = (0..n).map(bind).collect();
         let peers = colls.iter().map(|c| c.address().to_string()).collect();
         (colls, peers)
     }
@@ -1031,5 +1047,32 @@ mod tests {
             drop(colls);
             assert!(files.iter().all(|f| !f.exists()), "socket files left behind");
         }
+    }
+
+    #[test]
+    fn tcp_peers_with_a_cluster_key_let_in_only_its_holders() {
+        let tcp = Endpoint::Tcp { host: "localhost".into(), port: 1 };
+        let (a, b) = (ClusterKey::generate().unwrap(), ClusterKey::generate().unwrap());
+        let (mut colls, peers) = keyed_cluster(2, &tcp, Duration::from_secs(2), Some(&a));
+        let got = on_every_rank(&mut colls, |r, c| c.all_gather(&group(1, r, &peers), &[r as u8; 10]).unwrap());
+        assert_eq!(got[0], vec![vec![0; 10], vec![1; 10]]);
+        // A rank with another key, or none, reaches nobody and is reached by nobody: its
+        // messages (data, or a forged abort) never arrive, so the keyed rank waits out its
+        // timeout instead of taking them.
+        for intruder_key in [Some(&b), None] {
+            let (mut intruder, theirs) = keyed_cluster(1, &tcp, Duration::from_secs(2), intruder_key);
+            let mixed = vec![peers[0].clone(), theirs[0].clone()];
+            let mut pair = vec![colls.remove(0), intruder.remove(0)];
+            let got = on_every_rank(&mut pair, |r, c| {
+                if r == 1 {
+                    c.abort(&group(2, r, &mixed));
+                }
+                c.all_gather(&group(2, r, &mixed), &[r as u8; 10]).unwrap_err()
+            });
+            assert!(matches!(got[0], CollectiveError::Timeout { id: 2, peer_rank: 1, .. }), "{}", got[0]);
+            colls.insert(0, pair.remove(0));
+        }
+        let got = on_every_rank(&mut colls, |r, c| c.all_gather(&group(3, r, &peers), &[r as u8; 10]).unwrap());
+        assert_eq!(got[1], vec![vec![0; 10], vec![1; 10]], "the keyed ranks still serve each other");
     }
 }

@@ -2,7 +2,8 @@
 //! `GT_INSTRUCTION_LOG`, `GT_MONITOR`, `GT_MAX_MESSAGE_BYTES`, and the passes' (`GT_PASSES`,
 //! `GT_HOTPATH` with `GT_HOTPATH_WINDOW`, `GT_HOTPATH_THRESHOLD`, `GT_HOTPATH_MIN_SEQ`,
 //! `GT_COMPILE`, `GT_AUTO_COMPILE`, `GT_FUSE_WINDOW`, `GT_FAST_MATH`, `GT_DEAD_WINDOW`,
-//! `GT_AUTO_SHARD` with `GT_SHARD_THRESHOLD`, and `GT_DUMP_PASSES`). A bad value is an error naming the variable, never a silent default.
+//! `GT_AUTO_SHARD` with `GT_SHARD_THRESHOLD`, and `GT_DUMP_PASSES`), and security's
+//! (`GT_KEY_FILE`, `GT_INSECURE`). A bad value is an error naming the variable, never a silent default.
 
 use crate::backend::{BackendKind, UnknownBackend};
 use gt_ir::kernel::Precision;
@@ -95,8 +96,10 @@ pub const SETTINGS: &[&str] = &[
     "GT_HOTPATH_MIN_SEQ",
     "GT_HOTPATH_THRESHOLD",
     "GT_HOTPATH_WINDOW",
+    "GT_INSECURE",
     "GT_INSTRUCTION_LOG",
     "GT_JIT",
+    "GT_KEY_FILE",
     "GT_MATMUL_PRECISION",
     "GT_MAX_MESSAGE_BYTES",
     "GT_MONITOR",
@@ -167,6 +170,12 @@ pub struct EnvConfig {
     /// How long one instruction may run on a worker before it is cancelled and fails
     /// (`GT_OP_TIMEOUT`, seconds; default `None`: as long as it takes).
     pub op_timeout: Option<Duration>,
+    /// The cluster key file (`GT_KEY_FILE`, as `--key`): read where a socket needs it
+    /// (`gt_transport::ClusterKey::load`), so that a bad file is an error naming it.
+    pub key_file: Option<PathBuf>,
+    /// Whether a server may listen beyond the loopback without a key (`GT_INSECURE=1`, as
+    /// `--insecure`).
+    pub insecure: bool,
 }
 
 /// How long a worker's part of a collective waits for a peer by default: long enough for a
@@ -205,6 +214,8 @@ impl Default for EnvConfig {
             threads: None,
             collective_timeout: DEFAULT_COLLECTIVE_TIMEOUT,
             op_timeout: None,
+            key_file: None,
+            insecure: false,
         }
     }
 }
@@ -268,6 +279,8 @@ impl EnvConfig {
             Some(v) => Err(EnvConfigError { var, value: v.into(), problem: ConfigProblem::NotFlag }),
         };
         c.monitor = flag("GT_MONITOR")?;
+        c.insecure = flag("GT_INSECURE")?;
+        c.key_file = get("GT_KEY_FILE").filter(|s| !s.trim().is_empty()).map(PathBuf::from);
         c.jit = get("GT_JIT").is_none_or(|v| v.trim().is_empty()) || flag("GT_JIT")?;
         c.matmul_precision = match get("GT_MATMUL_PRECISION").as_deref().map(str::trim) {
             None | Some("" | "highest") => Precision::F32,
@@ -394,6 +407,8 @@ mod tests {
         }
         let c = EnvConfig::from_lookup(env(&[("GT_BACKEND", "cuda"), ("GT_MATMUL_PRECISION", "high")])).unwrap();
         assert_eq!((c.backend, c.matmul_precision), (BackendKind::Cuda, Precision::Tf32));
+        let c = EnvConfig::from_lookup(env(&[("GT_KEY_FILE", "/k/cluster.key"), ("GT_INSECURE", "1")])).unwrap();
+        assert_eq!((c.key_file.as_deref(), c.insecure), (Some(std::path::Path::new("/k/cluster.key")), true));
         let c = EnvConfig::from_lookup(env(&[("GT_AUTO_COMPILE", "1")])).unwrap();
         let passes = (c.passes.as_slice(), c.pass_options.fuse.regions);
         assert_eq!(passes, (&["shard", "hotpath", "fuse", "dead"][..], Regions::HotPaths));
@@ -423,6 +438,7 @@ mod tests {
             ("GT_THREADS", "0"),
             ("GT_THREADS", "100000"),
             ("GT_AUTO_SHARD", "maybe"),
+            ("GT_INSECURE", "yes"),
             ("GT_SHARD_THRESHOLD", "0"),
         ] {
             let e = EnvConfig::from_lookup(env(&[(k, v), ("GT_HOTPATH", "1")])).unwrap_err();

@@ -11,7 +11,7 @@ use gt_ir::kernel::Precision;
 use gt_transport::endpoint::{
     discovery_path, ensure_runtime_dir, make_private, monitor_ipc_path, runtime_dir, write_private, RuntimeDirError,
 };
-use gt_transport::{socket, zmq, Endpoint};
+use gt_transport::{socket, zmq, ClusterKey, Endpoint};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -50,6 +50,12 @@ pub struct ClusterOptions {
     pub collective_timeout: std::time::Duration,
     /// How long an in-process worker's instruction may run (`GT_OP_TIMEOUT`; `None`: no limit).
     pub op_timeout: Option<std::time::Duration>,
+    /// The cluster key (`--key`, `GT_KEY_FILE`): TCP endpoints are CURVE servers that let in
+    /// only its holders (`gt_transport::auth`).
+    pub key: Option<ClusterKey>,
+    /// Listen beyond the loopback without a key (`--insecure`, `GT_INSECURE=1`); otherwise
+    /// that is refused ([`ClusterError::Insecure`]).
+    pub insecure: bool,
 }
 
 impl ClusterOptions {
@@ -70,6 +76,8 @@ impl ClusterOptions {
             threads: None,
             collective_timeout: crate::config::DEFAULT_COLLECTIVE_TIMEOUT,
             op_timeout: None,
+            key: None,
+            insecure: false,
         }
     }
 
@@ -118,6 +126,7 @@ impl ClusterOptions {
         self.threads = env.threads;
         self.collective_timeout = env.collective_timeout;
         self.op_timeout = env.op_timeout;
+        self.insecure = env.insecure;
         let (passes, options, dump) = (env.passes.clone(), env.pass_options, env.dump_passes.clone());
         if !passes.is_empty() {
             self.dispatcher.pipeline = std::sync::Arc::new(move |client| {
@@ -189,6 +198,16 @@ pub enum ClusterError {
     /// The workers' backend cannot run here.
     #[error(transparent)]
     Backend(#[from] crate::backend::BackendError),
+    /// Asked to listen beyond the loopback with no cluster key.
+    #[error(
+        "refusing to listen on {endpoint} without a cluster key: anyone who reaches it could run work and read data; \
+         run `gt keygen` and start the server, workers and clients with `--key FILE` (or GT_KEY_FILE), \
+         or pass --insecure (GT_INSECURE=1) on a network you trust"
+    )]
+    Insecure {
+        /// The endpoint beyond the loopback.
+        endpoint: Endpoint,
+    },
 }
 
 /// A running dispatcher with its in-process workers. Dropping it shuts everything down.
@@ -222,6 +241,12 @@ impl Cluster {
             // register.
             drop(options.backend.start(0, 0, options.matmul_precision, false)?);
         }
+        if options.key.is_none() && !options.insecure {
+            let open = options.listen.iter().chain(&options.monitor).find(|e| beyond_loopback(e));
+            if let Some(endpoint) = open {
+                return Err(ClusterError::Insecure { endpoint: endpoint.clone() });
+            }
+        }
         let n = NEXT_CLUSTER.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let inproc = Endpoint::Inproc(format!("gt-dispatcher-{pid}-{n}"));
@@ -235,13 +260,15 @@ impl Cluster {
             let endpoints = endpoints.to_vec();
             move |source| ClusterError::Bind { endpoints, source }
         };
-        let router = socket::router(&ctx, &listen, options.dispatcher.max_message_bytes).map_err(bind_err(&listen))?;
+        let key = options.key.as_ref();
+        let router =
+            socket::router(&ctx, &listen, options.dispatcher.max_message_bytes, key).map_err(bind_err(&listen))?;
         let stop_key = secret_key();
         let control = stop_socket(&ctx, &inproc, &stop_key).map_err(bind_err(std::slice::from_ref(&inproc)))?;
         let monitor = if options.monitor.is_empty() {
             None
         } else {
-            Some(socket::monitor_publisher(&ctx, &options.monitor).map_err(bind_err(&options.monitor))?)
+            Some(socket::monitor_publisher(&ctx, &options.monitor, key).map_err(bind_err(&options.monitor))?)
         };
         for path in options.listen.iter().chain(&options.monitor).filter_map(Endpoint::ipc_file) {
             make_private(path).map_err(|source| ClusterError::Private { path: path.to_path_buf(), source })?;
@@ -250,7 +277,9 @@ impl Cluster {
             .map_err(|error| ClusterError::Log { path: options.instruction_log.clone().unwrap_or_default(), error })?;
         let mut config = options.dispatcher.clone();
         config.min_workers = config.min_workers.max(options.workers);
-        let mut dispatcher = Dispatcher::new(router, stop_key.clone(), log, config).with_context(ctx.clone());
+        let mut dispatcher = Dispatcher::new(router, stop_key.clone(), log, config)
+            .with_context(ctx.clone())
+            .with_key(options.key.clone());
         if let Some(dir) = &options.profile {
             let profiler = Profiler::create(dir, options.settings())
                 .map_err(|error| ClusterError::Profile { path: dir.clone(), error })?;
@@ -289,6 +318,7 @@ impl Cluster {
             wo.memory_budget = options.worker_memory;
             wo.collective_timeout = options.collective_timeout;
             wo.op_timeout = options.op_timeout;
+            wo.key = options.key.clone();
             wo.threads = options.threads.unwrap_or_else(|| crate::config::cores_per_worker(options.workers));
             let h = std::thread::Builder::new()
                 .name(format!("gt-worker-{i}"))
@@ -415,6 +445,11 @@ fn stop_socket(ctx: &zmq::Context, endpoint: &Endpoint, key: &[u8]) -> zmq::Resu
     s.set_linger(100)?;
     s.connect(&endpoint.zmq_address())?;
     Ok(s)
+}
+
+/// Whether `e` is TCP on an address other machines can reach (every interface included).
+fn beyond_loopback(e: &Endpoint) -> bool {
+    matches!(e, Endpoint::Tcp { host, .. } if !gt_transport::endpoint::is_loopback(host))
 }
 
 fn describe(eps: &[Endpoint]) -> String {

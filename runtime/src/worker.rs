@@ -17,7 +17,8 @@ use crate::Interpreter;
 use gt_ir::kernel::Precision;
 use gt_ir::Instr;
 use gt_transport::message::{Exchange, Failure, FailureKind, OpStats, Timing, WorkerCommand, WorkerEvent, WorkerStats};
-use gt_transport::{codec, socket, Endpoint, Inbound, InboundRef};
+use gt_transport::socket::HandshakeFailure;
+use gt_transport::{codec, socket, ClusterKey, Endpoint, Inbound, InboundRef};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -50,6 +51,9 @@ pub struct WorkerOptions {
     /// How long one instruction may run before it is cancelled (`GT_OP_TIMEOUT`; `None`:
     /// as long as it takes).
     pub op_timeout: Option<Duration>,
+    /// The cluster key (`--key`, `GT_KEY_FILE`): the dispatcher and peers are reached over TCP
+    /// with CURVE, and the peer socket lets in only the key's holders.
+    pub key: Option<ClusterKey>,
 }
 
 impl WorkerOptions {
@@ -67,6 +71,7 @@ impl WorkerOptions {
             threads: crate::config::cores(),
             collective_timeout: crate::config::DEFAULT_COLLECTIVE_TIMEOUT,
             op_timeout: None,
+            key: None,
         }
     }
 }
@@ -84,6 +89,16 @@ pub enum WorkerError {
         endpoint: Endpoint,
         /// How long.
         waited: Duration,
+    },
+    /// The dispatcher did not let this worker in: the security handshake failed.
+    #[error(
+        "the dispatcher at {endpoint} did not let this worker in: {why}; every member of a cluster needs the same key file (`gt keygen`, then `--key FILE` or GT_KEY_FILE on the server, workers and clients)"
+    )]
+    Handshake {
+        /// Where.
+        endpoint: Endpoint,
+        /// What the handshake said.
+        why: HandshakeFailure,
     },
     /// The dispatcher went away (it stopped, or the connection broke).
     #[error("lost the dispatcher at {0}")]
@@ -205,6 +220,33 @@ pub fn run_worker_reconnecting(
     }
 }
 
+/// Waits up to `timeout` for the dispatcher's first message, failing at once when the
+/// connection's handshake fails (a dispatcher with another key, or none, never answers).
+fn wait_for_welcome(
+    sock: &gt_transport::zmq::Socket,
+    events: Option<&gt_transport::zmq::Socket>,
+    endpoint: &Endpoint,
+    timeout: Duration,
+) -> Result<(), WorkerError> {
+    use gt_transport::zmq::{poll, POLLIN};
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(WorkerError::NoDispatcher { endpoint: endpoint.clone(), waited: timeout });
+        }
+        let mut items = vec![sock.as_poll_item(POLLIN)];
+        items.extend(events.map(|e| e.as_poll_item(POLLIN)));
+        socket::retry(|| poll(&mut items, left.as_millis().max(1) as i64))?;
+        if items[0].is_readable() {
+            return Ok(());
+        }
+        if let Some(why) = events.map(socket::handshake_failure).transpose()?.flatten() {
+            return Err(WorkerError::Handshake { endpoint: endpoint.clone(), why });
+        }
+    }
+}
+
 /// Connects to the dispatcher at `endpoint`, registers, and executes until told to shut down.
 pub fn run_worker(
     ctx: &gt_transport::zmq::Context,
@@ -221,9 +263,15 @@ pub fn run_worker(
     )?;
     // The peer socket on a transport like the dispatcher's, so that peers that reach the
     // dispatcher reach each other the same way.
-    let mut net =
-        ZmqCollectives::bind(ctx, endpoint, &options.name, options.collective_timeout, options.max_message_bytes)?;
-    let sock = socket::dealer(ctx, endpoint, options.max_message_bytes)?;
+    let mut net = ZmqCollectives::bind(
+        ctx,
+        endpoint,
+        &options.name,
+        options.collective_timeout,
+        options.max_message_bytes,
+        options.key.clone(),
+    )?;
+    let sock = socket::dealer(ctx, endpoint, options.max_message_bytes, options.key.as_ref())?;
     // Watch for the connection breaking before registering, so that no disconnect can
     // happen unseen once the dispatcher knows this worker.
     let events = socket::disconnect_events(ctx, &sock, endpoint)?;
@@ -240,9 +288,7 @@ pub fn run_worker(
     });
     let register = codec::encode(&register, max).expect("a registration is small");
     socket::retry(|| sock.send(&register[..], gt_transport::zmq::DONTWAIT))?;
-    if socket::retry(|| sock.poll(gt_transport::zmq::POLLIN, options.register_timeout.as_millis() as i64))? == 0 {
-        return Err(WorkerError::NoDispatcher { endpoint: endpoint.clone(), waited: options.register_timeout });
-    }
+    wait_for_welcome(&sock, events.as_ref(), endpoint, options.register_timeout)?;
     // From here the socket is shared with the watcher, which reads it while an instruction
     // runs long (see `watch_running`).
     let link = Arc::new(Mutex::new(Link { sock, inbox: VecDeque::new() }));

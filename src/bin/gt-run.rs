@@ -66,6 +66,9 @@ struct Args {
     /// Run on the dispatcher at HOST:PORT (a `gt server`) instead of in this process.
     #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["workers", "reference"])]
     connect: Option<String>,
+    /// The cluster key file (`gt keygen`) for a dispatcher reached over TCP (as GT_KEY_FILE).
+    #[arg(long, value_name = "FILE", requires = "connect")]
+    key: Option<PathBuf>,
     /// Embedded workers to start (default: GT_WORKERS, else 1).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     workers: Option<u16>,
@@ -193,6 +196,9 @@ fn run_on_cluster(
     };
     if let Some(dir) = &args.profile {
         env.profile = Some(dir.clone());
+    }
+    if let Some(file) = &args.key {
+        env.key_file = Some(file.clone());
     }
     // Passes named by --dump-after run (in an embedded cluster) and are dumped.
     let mut dumped: Vec<&'static str> =

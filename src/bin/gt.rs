@@ -2,7 +2,8 @@
 //! PORT` runs a dispatcher that clients (`gt-run --connect HOST:PORT`) and workers (`gt worker
 //! --host HOST -p PORT`) join; `gt visualize`, `gt perfetto`, `gt top` and `gt trace` read its
 //! events, `gt prof` its profiles (`gt_tools`; each subcommand here only parses arguments and
-//! reports).
+//! reports). `gt keygen` writes the cluster key that lets members in over TCP
+//! (`gt_transport::auth`).
 //! Exit codes: 0 clean stop, 1 runtime failure, 2 usage error, bad input or nothing to run on.
 
 use clap::{Parser, Subcommand};
@@ -10,7 +11,8 @@ use gt::runtime::backend::BackendKind;
 use gt::runtime::config::EnvConfig;
 use gt::runtime::embedded::{Cluster, ClusterError, ClusterOptions};
 use gt::runtime::worker::{run_worker_reconnecting, WorkerError, WorkerOptions};
-use gt::transport::Endpoint;
+use gt::transport::{ClusterKey, Endpoint};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[path = "gt/prof.rs"]
@@ -41,6 +43,24 @@ enum Command {
         /// machine (default: PORT + 1); this machine's tools use an IPC socket.
         #[arg(long)]
         monitor_port: Option<u16>,
+        /// The cluster key file (`gt keygen`; default: GT_KEY_FILE): TCP is encrypted and
+        /// only workers and clients holding the same file get in.
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+        /// Listen beyond the loopback (--host 0.0.0.0) without a key: anyone who reaches the
+        /// port can run work and read data (as GT_INSECURE=1).
+        #[arg(long)]
+        insecure: bool,
+    },
+    /// Write a new cluster key file: give it to the server, every worker and every client
+    /// (`--key FILE` or GT_KEY_FILE=FILE).
+    Keygen {
+        /// Where to write it (default: $XDG_CONFIG_HOME/gt/cluster.key, else
+        /// ~/.config/gt/cluster.key).
+        path: Option<PathBuf>,
+        /// Replace an existing file (members holding the old key are locked out).
+        #[arg(long)]
+        force: bool,
     },
     /// Run a worker for the dispatcher at HOST:PORT.
     Worker {
@@ -68,6 +88,14 @@ enum Command {
         /// GT_THREADS, else every core).
         #[arg(long)]
         threads: Option<usize>,
+        /// The dispatcher's address as an endpoint (`tcp://HOST:PORT` takes TCP even on this
+        /// machine, `ipc:///PATH`), instead of --host and -p.
+        #[arg(long, value_name = "ENDPOINT", conflicts_with_all = ["host", "port"])]
+        connect: Option<String>,
+        /// The cluster key file (`gt keygen`; default: GT_KEY_FILE), for a dispatcher reached
+        /// over TCP.
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
     },
     /// Watch a running dispatcher live: per worker its activity by op, idle share,
     /// instructions/s, bytes/s and memory; per client its queue (`q` quits).
@@ -81,6 +109,10 @@ enum Command {
         /// Smoothing of the activity bars (0 < alpha <= 1; higher follows faster).
         #[arg(long, default_value_t = 0.15)]
         ema_alpha: f64,
+        /// The cluster key file (`gt keygen`; default: GT_KEY_FILE), for another machine's
+        /// dispatcher.
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
     },
     /// Capture a running dispatcher's events into a log that `gt visualize` and
     /// `gt perfetto` read.
@@ -103,6 +135,10 @@ enum Command {
         /// The log's file name (default: trace_YYYYMMDD_HHMMSS.log).
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
+        /// The cluster key file (`gt keygen`; default: GT_KEY_FILE), for another machine's
+        /// dispatcher.
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
     },
     /// Draw an instruction log (gt's, or the Python GT's) as a timeline picture: lanes for
     /// clients, the dispatcher and workers; executed instructions as bars; signals as red lines.
@@ -156,15 +192,42 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // `--key` wins over GT_KEY_FILE; a file that cannot be used is a usage error.
+    let load_key = |flag: Option<PathBuf>| -> Result<Option<(PathBuf, ClusterKey)>, ExitCode> {
+        let Some(path) = flag.or_else(|| env.key_file.clone()) else { return Ok(None) };
+        match ClusterKey::load(&path) {
+            Ok(key) => Ok(Some((path, key))),
+            Err(e) => {
+                eprintln!("error: {e}");
+                Err(ExitCode::from(2))
+            }
+        }
+    };
     match args.command {
-        Command::Server { port, host, workers, monitor_port } => {
+        Command::Keygen { path, force } => report(keygen(path, force)),
+        Command::Server { port, host, workers, monitor_port, key, insecure } => {
             let Some(monitor_port) = monitor_port.or(port.checked_add(1)) else {
                 eprintln!("error: port {port} has no PORT + 1 for the monitor; pass --monitor-port");
                 return ExitCode::from(2);
             };
-            server((port, monitor_port), &host, workers, &env)
+            let key = match load_key(key) {
+                Ok(k) => k,
+                Err(code) => return code,
+            };
+            server((port, monitor_port), &host, workers, (key, insecure), &env)
         }
-        Command::Worker { host, port, name, backend, wait, reconnect, threads } => {
+        Command::Worker { host, port, name, backend, wait, reconnect, threads, connect, key } => {
+            let endpoint = match connect.map(|c| Endpoint::parse(&c)).transpose() {
+                Ok(e) => e.unwrap_or_else(|| Endpoint::for_peer(&host, port)),
+                Err(e) => {
+                    eprintln!("error: --connect: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let key = match load_key(key) {
+                Ok(k) => k.map(|(_, k)| k),
+                Err(code) => return code,
+            };
             let cores = gt::runtime::config::cores();
             let threads = match threads.or(env.threads).unwrap_or(cores) {
                 t if (1..=cores).contains(&t) => t,
@@ -173,13 +236,17 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            worker(&host, port, name, (backend, threads), (wait, reconnect), &env)
+            worker(&endpoint, name, (backend, threads, key), (wait, reconnect), &env)
         }
         Command::Perfetto { log, output } => report(perfetto(&log, &output)),
         Command::Prof { command } => report(prof::run(command)),
         Command::Visualize { log, output, dpi, format } => report(visualize(&log, output, dpi, format)),
-        Command::Top { host, port, ema_alpha } => {
-            let options = gt::tools::top::TopOptions { host, port, ema_alpha, ..Default::default() };
+        Command::Top { host, port, ema_alpha, key } => {
+            let key = match load_key(key) {
+                Ok(k) => k.map(|(_, k)| k),
+                Err(code) => return code,
+            };
+            let options = gt::tools::top::TopOptions { host, port, ema_alpha, key, ..Default::default() };
             match gt::tools::top::run(&options) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -188,8 +255,12 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Trace { seconds, max_events, host, port, dir, output } => {
-            report(trace((seconds, max_events), (&host, port), &dir, output))
+        Command::Trace { seconds, max_events, host, port, dir, output, key } => {
+            let key = match load_key(key) {
+                Ok(k) => k.map(|(_, k)| k),
+                Err(code) => return code,
+            };
+            report(trace((seconds, max_events), (&host, port), &dir, (output, key)))
         }
     }
 }
@@ -217,7 +288,7 @@ fn trace(
     (seconds, max_events): (f64, Option<usize>),
     (host, port): (&str, Option<u16>),
     dir: &std::path::Path,
-    output: Option<std::path::PathBuf>,
+    (output, key): (Option<std::path::PathBuf>, Option<ClusterKey>),
 ) -> anyhow::Result<()> {
     use anyhow::{bail, Context};
     if !(seconds.is_finite() && seconds > 0.0 && seconds <= 7.0 * 86400.0) {
@@ -246,6 +317,7 @@ fn trace(
         duration: std::time::Duration::from_secs_f64(seconds),
         max_events,
         output: output.clone(),
+        key,
     };
     let got = gt::tools::capture::capture(&options)?;
     say!("✓ Captured {} events into {}", got.events, output.display());
@@ -316,25 +388,63 @@ fn perfetto(log: &std::path::Path, output: &std::path::Path) -> anyhow::Result<(
     Ok(())
 }
 
-fn server((port, monitor_port): (u16, u16), host: &str, workers: usize, env: &EnvConfig) -> ExitCode {
+/// `gt keygen`: a new cluster key file, never replacing one unless told to.
+fn keygen(path: Option<PathBuf>, force: bool) -> anyhow::Result<()> {
+    let path = match path {
+        Some(p) => p,
+        None => gt::transport::auth::default_key_path()?,
+    };
+    let key = ClusterKey::generate()?;
+    key.save(&path, force)?;
+    say!("wrote a new cluster key to {} (mode 0600; public key {})", path.display(), key.public_z85());
+    say!("copy it to every machine of the cluster, then start each member with it:");
+    say!("  gt server --host 0.0.0.0 --key {}", path.display());
+    say!("  gt worker --host SERVER --key {}", path.display());
+    say!("  gt-run --connect SERVER:9000 --key {} SCRIPT (or GT_KEY_FILE={})", path.display(), path.display());
+    Ok(())
+}
+
+fn server(
+    (port, monitor_port): (u16, u16),
+    host: &str,
+    workers: usize,
+    (key, insecure): (Option<(PathBuf, ClusterKey)>, bool),
+    env: &EnvConfig,
+) -> ExitCode {
     let mut options = ClusterOptions::embedded(workers);
     options.apply(env);
     options.listen = Endpoint::for_server(host, port);
     options.monitor = ClusterOptions::server_monitor(host, port, monitor_port);
     options.discovery_name = Some(port.to_string());
+    options.key = key.as_ref().map(|(_, k)| k.clone());
+    options.insecure |= insecure;
+    let open = key.is_none() && !gt::transport::endpoint::is_loopback(host);
     let cluster = match Cluster::start(options) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(if matches!(e, ClusterError::Backend(_)) { 2 } else { 1 });
+            let usage = matches!(e, ClusterError::Backend(_) | ClusterError::Insecure { .. });
+            return ExitCode::from(if usage { 2 } else { 1 });
         }
     };
+    if open {
+        eprintln!(
+            "warning: listening on {host} without a cluster key (--insecure): anyone who reaches port {port} can run work and read data"
+        );
+    }
     let listen: Vec<String> = cluster.listen().iter().map(|e| e.to_string()).collect();
     say!("gt server listening on {}", listen.join(" and "));
     for m in cluster.monitor() {
         say!("gt server monitor on {m}");
     }
-    say!("workers join with: gt worker --host {} -p {port}", if host == "0.0.0.0" { "HOST" } else { host });
+    let key_arg = match &key {
+        Some((path, k)) => {
+            say!("gt server lets in over TCP only holders of {} (public key {})", path.display(), k.public_z85());
+            format!(" --key {}", path.display())
+        }
+        None => String::new(),
+    };
+    say!("workers join with: gt worker --host {} -p {port}{key_arg}", if host == "0.0.0.0" { "HOST" } else { host });
     let stopper = cluster.stopper();
     if let Err(e) = ctrlc::set_handler(move || stopper.stop()) {
         eprintln!("warning: cannot catch Ctrl-C ({e}); stop the server with SIGKILL");
@@ -344,14 +454,12 @@ fn server((port, monitor_port): (u16, u16), host: &str, workers: usize, env: &En
 }
 
 fn worker(
-    host: &str,
-    port: u16,
+    endpoint: &Endpoint,
     name: Option<String>,
-    (backend, threads): (BackendKind, usize),
+    (backend, threads, key): (BackendKind, usize, Option<ClusterKey>),
     (wait, reconnect): (u64, u64),
     env: &EnvConfig,
 ) -> ExitCode {
-    let endpoint = Endpoint::for_peer(host, port);
     let name = name.unwrap_or_else(|| format!("worker@{}-{}", hostname(), std::process::id()));
     let mut options = WorkerOptions::named(name);
     options.max_message_bytes = env.max_message_bytes;
@@ -363,12 +471,14 @@ fn worker(
     options.collective_timeout = env.collective_timeout;
     options.op_timeout = env.op_timeout;
     options.threads = threads;
+    options.key = key;
     let ctx = gt::transport::zmq::Context::new();
     let reconnect = std::time::Duration::from_secs(reconnect);
-    match run_worker_reconnecting(&ctx, &endpoint, &options, reconnect) {
+    match run_worker_reconnecting(&ctx, endpoint, &options, reconnect) {
         Ok(()) => ExitCode::SUCCESS,
-        // Nothing to run on: no dispatcher, or no GPU / no CUDA in this build.
-        Err(e @ (WorkerError::NoDispatcher { .. } | WorkerError::Backend(_))) => {
+        // Nothing to run on: no dispatcher (or none that lets this worker in), or no GPU / no
+        // CUDA in this build.
+        Err(e @ (WorkerError::NoDispatcher { .. } | WorkerError::Handshake { .. } | WorkerError::Backend(_))) => {
             eprintln!("error: {e}");
             ExitCode::from(2)
         }

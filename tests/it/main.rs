@@ -1,5 +1,6 @@
 //! The one integration-test binary: filetests with snapshots, `gt-run` CLI tests and tidy checks.
 
+mod auth;
 mod autograd;
 mod cli;
 mod cluster;

@@ -22,6 +22,9 @@ pub struct CaptureOptions {
     pub max_events: Option<usize>,
     /// The log file to write.
     pub output: PathBuf,
+    /// The cluster key (`--key`, `GT_KEY_FILE`), which a remote dispatcher's TCP monitor
+    /// demands.
+    pub key: Option<gt_transport::ClusterKey>,
 }
 
 /// What a capture got.
@@ -87,7 +90,7 @@ pub fn capture(options: &CaptureOptions) -> Result<Captured, CaptureError> {
     sub.set_rcvhwm(0).map_err(connect_err)?;
     sub.set_subscribe(b"").map_err(connect_err)?;
     sub.set_ipv6(true).map_err(connect_err)?;
-    sub.connect(endpoint).map_err(connect_err)?;
+    gt_transport::socket::connect(&sub, endpoint, options.key.as_ref()).map_err(connect_err)?;
     let recv_err = |source| CaptureError::Receive { endpoint: endpoint.clone(), source };
     let deadline = Instant::now() + options.duration;
     let mut got = Captured::default();
@@ -197,6 +200,7 @@ mod tests {
             duration: Duration::from_secs(20),
             max_events: Some(5),
             output: output.clone(),
+            key: None,
         };
         let capture = std::thread::spawn(move || capture(&options));
         // Publish once someone subscribed (the XPUB hears the subscription), with garbage
@@ -222,6 +226,7 @@ mod tests {
             duration: Duration::from_secs(600),
             max_events: None,
             output: dir.join("out.log"),
+            key: None,
         };
         let got = capture(&options).unwrap();
         assert_eq!(got, Captured { events: 0, rejected: 0, dispatcher_gone: true });

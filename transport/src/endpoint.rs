@@ -148,6 +148,12 @@ pub fn make_private(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Whether `host` names this machine's loopback only (not every interface): a server bound
+/// there cannot be reached from other machines.
+pub fn is_loopback(host: &str) -> bool {
+    matches!(host, "localhost" | "::1" | "[::1]") || host.starts_with("127.")
+}
+
 /// Whether `host` names this machine's loopback (or every interface, which includes it).
 pub fn is_local(host: &str) -> bool {
     matches!(host, "localhost" | "::1" | "[::1]" | "0.0.0.0" | "*" | "") || host.starts_with("127.")
@@ -381,6 +387,16 @@ mod tests {
         assert!(path.exists());
         assert_eq!(Endpoint::for_peer("localhost", port), Endpoint::Tcp { host: "localhost".into(), port });
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn only_loopback_hosts_are_loopback() {
+        for h in ["127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"] {
+            assert!(is_loopback(h), "{h}");
+        }
+        for h in ["0.0.0.0", "*", "", "10.0.0.2", "gpu-box", "::", "128.0.0.1"] {
+            assert!(!is_loopback(h), "{h}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! gt-transport: how gt's processes talk. Wire messages ([`message`]), the msgpack codec
 //! with a protocol version and a size limit ([`codec`]), endpoints (`inproc://` embedded,
-//! `ipc://` same host, `tcp://` remote; [`endpoint`]), ZeroMQ socket set-up ([`socket`])
+//! `ipc://` same host, `tcp://` remote; [`endpoint`]), ZeroMQ socket set-up ([`socket`]),
+//! the cluster key that authenticates and encrypts TCP ([`auth`]),
 //! the instruction-log event that the log file and the monitor socket carry ([`event`]), and
 //! the profile format that `GT_PROFILE` writes and `gt prof` reads ([`profile`]).
 //!
@@ -10,6 +11,7 @@
 //! [`WorkerEvent::Register`]); every frame starts with the codec header, so a peer of
 //! another protocol version is told so instead of being misread.
 
+pub mod auth;
 pub mod codec;
 pub mod endpoint;
 pub mod event;
@@ -17,6 +19,7 @@ pub mod message;
 pub mod profile;
 pub mod socket;
 
+pub use auth::{ClusterKey, KeyError, KeyFormatError};
 pub use codec::{decode, encode, CodecError, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 pub use endpoint::{Endpoint, EndpointError};
 pub use event::{EventKind, LogEvent};

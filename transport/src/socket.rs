@@ -1,8 +1,11 @@
 //! ZeroMQ socket set-up shared by the dispatcher, workers and clients, so every socket has
 //! the same guarantees: no silent drops (unbounded high-water marks; a ROUTER that cannot
 //! route reports `EHOSTUNREACH`), heartbeats that close a connection to a dead host, a
-//! bounded linger at close, and a bound on what one message can make a peer buffer.
+//! bounded linger at close, and a bound on what one message can make a peer buffer. With a
+//! cluster key, every TCP endpoint is CURVE ([`crate::auth`]); IPC and `inproc://` stay as
+//! they are.
 
+use crate::auth::{self, ClusterKey};
 use crate::endpoint::Endpoint;
 use std::sync::atomic::{AtomicU64, Ordering};
 use zmq::{Context, Socket, SocketType};
@@ -44,50 +47,159 @@ pub fn retry<T>(mut call: impl FnMut() -> zmq::Result<T>) -> zmq::Result<T> {
     }
 }
 
-/// A ROUTER bound to every endpoint (TCP first, so a busy port fails before IPC is taken),
-/// taking messages of at most about `max_message_bytes` (see [`wire_limit`]).
-pub fn router(ctx: &Context, endpoints: &[Endpoint], max_message_bytes: usize) -> zmq::Result<Socket> {
+/// Whether a ZeroMQ address goes over TCP (what a cluster key protects).
+pub fn is_tcp(address: &str) -> bool {
+    address.starts_with("tcp://")
+}
+
+/// Binds `socket` to `address`: as a CURVE server with `key` when it is TCP, without security
+/// otherwise.
+pub fn bind(ctx: &Context, socket: &Socket, address: &str, key: Option<&ClusterKey>) -> zmq::Result<()> {
+    match key {
+        Some(key) if is_tcp(address) => auth::curve_server(ctx, socket, key)?,
+        _ => auth::no_security(socket)?,
+    }
+    socket.bind(address)
+}
+
+/// Connects `socket` to `address`: as a CURVE client with `key` when it is TCP, without
+/// security otherwise.
+pub fn connect(socket: &Socket, address: &str, key: Option<&ClusterKey>) -> zmq::Result<()> {
+    match key {
+        Some(key) if is_tcp(address) => auth::curve_client(socket, key)?,
+        _ => auth::no_security(socket)?,
+    }
+    socket.connect(address)
+}
+
+/// A ROUTER bound to every endpoint (TCP first, so a busy port fails before IPC is taken; TCP
+/// as a CURVE server with `key`), taking messages of at most about `max_message_bytes` (see
+/// [`wire_limit`]).
+pub fn router(
+    ctx: &Context,
+    endpoints: &[Endpoint],
+    max_message_bytes: usize,
+    key: Option<&ClusterKey>,
+) -> zmq::Result<Socket> {
     let socket = ctx.socket(SocketType::ROUTER)?;
     common(&socket, max_message_bytes)?;
     socket.set_router_mandatory(true)?;
     for ep in endpoints {
-        socket.bind(&ep.zmq_address())?;
+        bind(ctx, &socket, &ep.zmq_address(), key)?;
     }
     Ok(socket)
 }
 
-/// A DEALER connected to `endpoint`, taking messages of at most about `max_message_bytes`.
-pub fn dealer(ctx: &Context, endpoint: &Endpoint, max_message_bytes: usize) -> zmq::Result<Socket> {
+/// A DEALER connected to `endpoint` (TCP as a CURVE client with `key`), taking messages of at
+/// most about `max_message_bytes`.
+pub fn dealer(
+    ctx: &Context,
+    endpoint: &Endpoint,
+    max_message_bytes: usize,
+    key: Option<&ClusterKey>,
+) -> zmq::Result<Socket> {
     let socket = ctx.socket(SocketType::DEALER)?;
     common(&socket, max_message_bytes)?;
-    socket.connect(&endpoint.zmq_address())?;
+    connect(&socket, &endpoint.zmq_address(), key)?;
     Ok(socket)
 }
 
-/// An XPUB (a PUB that sees subscriptions) bound to every endpoint, for the monitor.
-pub fn monitor_publisher(ctx: &Context, endpoints: &[Endpoint]) -> zmq::Result<Socket> {
+/// An XPUB (a PUB that sees subscriptions) bound to every endpoint (TCP as a CURVE server
+/// with `key`), for the monitor.
+pub fn monitor_publisher(ctx: &Context, endpoints: &[Endpoint], key: Option<&ClusterKey>) -> zmq::Result<Socket> {
     let socket = ctx.socket(SocketType::XPUB)?;
     socket.set_sndhwm(10_000)?;
     socket.set_linger(0)?;
     for ep in endpoints {
-        socket.bind(&ep.zmq_address())?;
+        bind(ctx, &socket, &ep.zmq_address(), key)?;
     }
     Ok(socket)
 }
 
-/// A PAIR that receives `sock`'s DISCONNECTED events, so a client or worker waiting on the
-/// dispatcher learns that it is gone (`None` for `inproc://`, which has no such events).
-/// Call it before the peer can know about `sock`, so that no disconnect goes unseen.
+/// A PAIR that receives `sock`'s DISCONNECTED and failed-handshake events, so a client or
+/// worker waiting on the dispatcher learns that it is gone, or that it was never let in
+/// (`None` for `inproc://`, which has no such events; see [`handshake_failure`]). Call it
+/// before the peer can know about `sock`, so that no disconnect goes unseen.
 pub fn disconnect_events(ctx: &Context, sock: &Socket, endpoint: &Endpoint) -> zmq::Result<Option<Socket>> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     if matches!(endpoint, Endpoint::Inproc(_)) {
         return Ok(None);
     }
     let name = format!("inproc://gt-events-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-    sock.monitor(&name, zmq::SocketEvent::DISCONNECTED as i32)?;
+    let events = [
+        zmq::SocketEvent::DISCONNECTED,
+        zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL,
+        zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL,
+        zmq::SocketEvent::HANDSHAKE_FAILED_AUTH,
+    ];
+    sock.monitor(&name, events.iter().fold(0, |all, e| all | *e as i32))?;
     let pair = ctx.socket(SocketType::PAIR)?;
     pair.connect(&name)?;
     Ok(Some(pair))
+}
+
+/// Why a connection's handshake failed, as its socket's monitor told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HandshakeFailure {
+    /// The server's authentication refused this peer's key: it is not the cluster's.
+    #[error("the server refused this peer's key (not the cluster's key)")]
+    Refused,
+    /// One side speaks CURVE and the other does not.
+    #[error("one side has a cluster key and the other has none")]
+    Mechanism,
+    /// The CURVE handshake could not be decrypted: the two sides hold different keys.
+    #[error("the two sides hold different cluster keys")]
+    Keys,
+    /// The server hung up during the handshake. A client sees this when the server could not
+    /// decrypt its hello (another cluster key) and, as often as the precise reason, when one
+    /// side has no key.
+    #[error("the server hung up during the handshake: this key is not the server's, or one side has no key")]
+    Closed,
+    /// Any other protocol error (ZeroMQ's `ZMQ_PROTOCOL_ERROR_*` code).
+    #[error("ZeroMQ protocol error {0:#x} in the handshake")]
+    Protocol(u32),
+}
+
+impl HandshakeFailure {
+    /// The failure a monitor event reports (its id and value), if it is one.
+    fn of_event(event: u16, value: u32) -> Option<HandshakeFailure> {
+        const MECHANISM_MISMATCH: u32 = 0x1100_0002;
+        const CRYPTOGRAPHIC: u32 = 0x1100_0001;
+        const KEY_EXCHANGE: u32 = 0x1000_0003;
+        match u32::from(event) {
+            e if e == zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as u32 => Some(HandshakeFailure::Refused),
+            e if e == zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as u32 => Some(match value {
+                MECHANISM_MISMATCH => HandshakeFailure::Mechanism,
+                CRYPTOGRAPHIC | KEY_EXCHANGE => HandshakeFailure::Keys,
+                code => HandshakeFailure::Protocol(code),
+            }),
+            e if e == zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL as u32 => Some(HandshakeFailure::Closed),
+            _ => None,
+        }
+    }
+}
+
+/// Reads every event waiting on `events` (a [`disconnect_events`] PAIR) and returns the first
+/// failed handshake among them, if any, preferring a precise reason to [`HandshakeFailure::Closed`];
+/// other events are dropped.
+pub fn handshake_failure(events: &Socket) -> zmq::Result<Option<HandshakeFailure>> {
+    let mut first = None;
+    loop {
+        let frames = match retry(|| events.recv_multipart(zmq::DONTWAIT)) {
+            Ok(frames) => frames,
+            Err(zmq::Error::EAGAIN) => return Ok(first),
+            Err(e) => return Err(e),
+        };
+        // The first frame: the event (u16) and its value (u32), in native byte order.
+        if let Some(head) = frames.first().filter(|f| f.len() >= 6) {
+            let event = u16::from_ne_bytes([head[0], head[1]]);
+            let value = u32::from_ne_bytes([head[2], head[3], head[4], head[5]]);
+            let this = HandshakeFailure::of_event(event, value);
+            if first.is_none() || first == Some(HandshakeFailure::Closed) && this.is_some() {
+                first = this.or(first);
+            }
+        }
+    }
 }
 
 /// The most frames of one message kept by [`recv_frames`] (a routing id, a message and a
@@ -121,4 +233,74 @@ pub fn send_with_data(sock: &Socket, frames: &[&[u8]], data: zmq::Message) -> zm
         Some(d) => sock.send(d, zmq::DONTWAIT),
         None => Ok(()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A keyed or plain ROUTER on a fresh loopback port, on its own context.
+    fn server(key: Option<&ClusterKey>) -> (Context, Socket, Endpoint) {
+        let ctx = Context::new();
+        let any_port = Endpoint::Tcp { host: "127.0.0.1".into(), port: 0 };
+        let sock = router(&ctx, &[any_port], 1 << 20, key).unwrap();
+        let bound = sock.get_last_endpoint().unwrap().unwrap();
+        let port = bound.rsplit(':').next().unwrap().parse().unwrap();
+        (ctx, sock, Endpoint::Tcp { host: "127.0.0.1".into(), port })
+    }
+
+    /// What a DEALER with `key` (and `server_key` as the server's, when another) meets at `ep`:
+    /// the server's echo, or the handshake failure its monitor reports.
+    fn attempt(
+        server: &Socket,
+        ep: &Endpoint,
+        key: Option<&ClusterKey>,
+        server_key: Option<&ClusterKey>,
+    ) -> Result<(), HandshakeFailure> {
+        let ctx = Context::new();
+        let sock = ctx.socket(SocketType::DEALER).unwrap();
+        sock.set_linger(0).unwrap();
+        let events = disconnect_events(&ctx, &sock, ep).unwrap().unwrap();
+        if let Some(k) = key {
+            auth::curve_client(&sock, k).unwrap();
+        }
+        if let Some(s) = server_key {
+            sock.set_curve_serverkey(s.public()).unwrap();
+        }
+        sock.connect(&ep.zmq_address()).unwrap();
+        sock.send(&b"ping"[..], 0).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if let Some(f) = handshake_failure(&events).unwrap() {
+                assert_eq!(server.poll(zmq::POLLIN, 100).unwrap(), 0, "a refused peer's message arrived");
+                return Err(f);
+            }
+            if server.poll(zmq::POLLIN, 50).unwrap() > 0 {
+                let frames = server.recv_multipart(0).unwrap();
+                assert_eq!(frames[1], b"ping");
+                return Ok(());
+            }
+        }
+        panic!("neither a message nor a handshake failure within 5 s");
+    }
+
+    #[test]
+    fn only_holders_of_the_cluster_key_get_through_and_the_others_are_told_why() {
+        let (a, b) = (ClusterKey::generate().unwrap(), ClusterKey::generate().unwrap());
+        let (_ctx, keyed, ep) = server(Some(&a));
+        // Which side notices first is a race: the client hears the precise reason, or that the
+        // server hung up.
+        let mismatch = [Err(HandshakeFailure::Mechanism), Err(HandshakeFailure::Closed)];
+        assert_eq!(attempt(&keyed, &ep, Some(&a), None), Ok(()));
+        assert!(mismatch.contains(&attempt(&keyed, &ep, None, None)));
+        let other = attempt(&keyed, &ep, Some(&b), None);
+        assert!([Err(HandshakeFailure::Keys), Err(HandshakeFailure::Closed)].contains(&other), "{other:?}");
+        // The server's public key (not secret) with a pair of one's own: refused by ZAP.
+        assert_eq!(attempt(&keyed, &ep, Some(&b), Some(&a)), Err(HandshakeFailure::Refused));
+        // The keyed server still serves its cluster.
+        assert_eq!(attempt(&keyed, &ep, Some(&a), None), Ok(()));
+        let (_ctx2, plain, ep2) = server(None);
+        assert_eq!(attempt(&plain, &ep2, None, None), Ok(()));
+        assert!(mismatch.contains(&attempt(&plain, &ep2, Some(&a), None)));
+    }
 }

@@ -37,7 +37,7 @@ use gt_transport::message::{
     Exchange, Failure, FailureKind, PassStats, Reply, Request, Timing, WorkerCommand, WorkerEvent, WorkerInfo,
     WorkerStats,
 };
-use gt_transport::{codec, socket, zmq, EventKind, Inbound};
+use gt_transport::{codec, socket, zmq, ClusterKey, EventKind, Inbound};
 use log::EventLog;
 use namespace::{Charge, Limits, Location, Namespace, Refusal, Unavailable};
 use profile::{Facts, Profiler};
@@ -240,6 +240,8 @@ pub struct Dispatcher {
     ctx: Option<zmq::Context>,
     /// One DEALER per peer address, for those abort messages.
     abort_dealers: HashMap<String, zmq::Socket>,
+    /// The cluster key, for reaching peer sockets over TCP.
+    key: Option<ClusterKey>,
     /// The profile being written (`GT_PROFILE`).
     profile: Option<Profiler>,
     /// The key of data answers' receipts (a keyed hash of a counter: unguessable).
@@ -283,6 +285,7 @@ impl Dispatcher {
             next_collective: 1,
             ctx: None,
             abort_dealers: HashMap::new(),
+            key: None,
             profile: None,
         }
     }
@@ -315,6 +318,13 @@ impl Dispatcher {
     /// instead of waiting out `GT_COLLECTIVE_TIMEOUT`.
     pub fn with_context(mut self, ctx: zmq::Context) -> Dispatcher {
         self.ctx = Some(ctx);
+        self
+    }
+
+    /// The cluster key, which the workers' peer sockets demand over TCP (for those abort
+    /// messages).
+    pub fn with_key(mut self, key: Option<ClusterKey>) -> Dispatcher {
+        self.key = key;
         self
     }
 
@@ -1656,7 +1666,7 @@ impl Dispatcher {
                 // Never block the dispatcher; a dead address only queues one small message.
                 s.set_sndhwm(0)?;
                 s.set_linger(1000)?;
-                s.connect(peer)?;
+                socket::connect(&s, peer, self.key.as_ref())?;
                 Ok(s)
             });
             match dealer {

@@ -40,11 +40,20 @@ pub struct TopOptions {
     pub ema_alpha: f64,
     /// How often the screen is redrawn (and the numbers measured).
     pub refresh: Duration,
+    /// The cluster key (`--key`, `GT_KEY_FILE`), which a remote dispatcher's TCP monitor
+    /// demands.
+    pub key: Option<gt_transport::ClusterKey>,
 }
 
 impl Default for TopOptions {
     fn default() -> TopOptions {
-        TopOptions { host: "localhost".to_string(), port: None, ema_alpha: 0.15, refresh: Duration::from_millis(250) }
+        TopOptions {
+            host: "localhost".to_string(),
+            port: None,
+            ema_alpha: 0.15,
+            refresh: Duration::from_millis(250),
+            key: None,
+        }
     }
 }
 
@@ -109,7 +118,7 @@ struct Watch {
 }
 
 impl Watch {
-    fn open(ctx: &zmq::Context, info: MonitorInfo) -> Result<Watch, TopError> {
+    fn open(ctx: &zmq::Context, info: MonitorInfo, key: Option<&gt_transport::ClusterKey>) -> Result<Watch, TopError> {
         let socket = ctx.socket(zmq::SUB).map_err(TopError::Socket)?;
         // Closing never waits, and a flood queues a bounded amount here.
         let setup = socket
@@ -120,8 +129,7 @@ impl Watch {
             .and_then(|()| socket.set_ipv6(true))
             .and_then(|()| socket.set_subscribe(b""));
         setup.map_err(TopError::Socket)?;
-        socket
-            .connect(&info.endpoint)
+        gt_transport::socket::connect(&socket, &info.endpoint, key)
             .map_err(|source| TopError::Connect { endpoint: info.endpoint.clone(), source })?;
         Ok(Watch { info, socket })
     }
@@ -199,7 +207,7 @@ fn watch(
                 None => {
                     if let Some(info) = target.find() {
                         let endpoint = info.endpoint.clone();
-                        match Watch::open(&ctx, info) {
+                        match Watch::open(&ctx, info, options.key.as_ref()) {
                             Ok(w) => {
                                 state.watching(&endpoint, w.info.pid);
                                 current = Some((w, now));
