@@ -204,16 +204,30 @@ pub fn run_worker_reconnecting(
     window: Duration,
 ) -> Result<(), WorkerError> {
     let mut attempt = options.clone();
-    let mut lost = false;
+    // Set once the dispatcher was lost: until when to keep registering again.
+    let mut lost: Option<Instant> = None;
     loop {
         match run_worker(ctx, endpoint, &attempt) {
             Err(WorkerError::DispatcherGone(_)) if !window.is_zero() => {
                 tracing::warn!(target: "gt::worker", "{}: lost the dispatcher at {endpoint}; registering again for up to {} s", options.name, window.as_secs());
                 attempt.register_timeout = window;
-                lost = true;
+                lost = Some(Instant::now() + window);
             }
-            Err(WorkerError::NoDispatcher { endpoint, waited }) if lost => {
-                return Err(WorkerError::DispatcherLost { endpoint, waited });
+            // A dispatcher dying as the connection is made hangs up mid-handshake: that
+            // says nothing about keys while it is coming back.
+            Err(WorkerError::Handshake { why: HandshakeFailure::Closed, .. })
+                if lost.is_some_and(|until| Instant::now() < until) =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+                let until = lost.unwrap_or_else(Instant::now);
+                attempt.register_timeout =
+                    until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            }
+            Err(
+                WorkerError::NoDispatcher { endpoint, .. }
+                | WorkerError::Handshake { endpoint, why: HandshakeFailure::Closed },
+            ) if lost.is_some() => {
+                return Err(WorkerError::DispatcherLost { endpoint, waited: window });
             }
             done => return done,
         }

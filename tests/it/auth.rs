@@ -169,7 +169,8 @@ fn peers_without_the_clusters_key_are_kept_out_and_told_so() {
     }
     let out = gt_run(&["--connect", &format!("tcp://127.0.0.1:{port}"), "examples/mlp.gtir"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("did not let this client in"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("did not let this client in"), "{stderr}");
     // A raw socket without CURVE sending garbage gets nothing back.
     let ctx = zmq::Context::new();
     let raw = ctx.socket(zmq::DEALER).unwrap();

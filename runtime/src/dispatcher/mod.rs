@@ -522,8 +522,9 @@ impl Dispatcher {
             }
             Request::Get { seq, value, read } => {
                 self.log_recv(c, "Get", bytes, || format!("seq={seq} %{}", value.0));
+                // What the passes hold goes first, so that the value's size is known.
+                self.flush_pipeline(c, seq);
                 if let Some(failure) = self.acknowledge(c, seq, value, read) {
-                    self.flush_pipeline(c, seq);
                     return self.send_reply(c, &Reply::Failed { seq, failure });
                 }
                 self.on_get(c, seq, value);
