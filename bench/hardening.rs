@@ -19,6 +19,65 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The system allocator, counting the bytes allocated and not yet freed: the process's live
+/// heap, which (unlike its RSS) holds no allocator high-water marks, so a leak shows as
+/// growth and nothing else does. Each thread counts on a cache line of its own, so that
+/// 64 client threads do not slow each other down on one counter.
+struct Counting;
+
+/// A counter on its own cache line.
+#[repr(align(64))]
+struct Slot(std::sync::atomic::AtomicI64);
+
+const SLOTS: usize = 128;
+static LIVE_HEAP: [Slot; SLOTS] = [const { Slot(std::sync::atomic::AtomicI64::new(0)) }; SLOTS];
+static NEXT_SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+thread_local! {
+    static MY_SLOT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+fn count(bytes: i64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let slot = MY_SLOT
+        .try_with(|s| {
+            if s.get() == usize::MAX {
+                s.set(NEXT_SLOT.fetch_add(1, Relaxed) % SLOTS);
+            }
+            s.get()
+        })
+        .unwrap_or(0);
+    LIVE_HEAP[slot].0.fetch_add(bytes, Relaxed);
+}
+
+// SAFETY: every call goes to the system allocator unchanged; only a counter is kept beside.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        count(layout.size() as i64);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        count(-(layout.size() as i64));
+        // SAFETY: the caller's contract, passed on.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        count(new_size as i64 - layout.size() as i64);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Bytes of heap allocated and not freed now.
+fn live_heap() -> u64 {
+    LIVE_HEAP.iter().map(|s| s.0.load(std::sync::atomic::Ordering::Relaxed)).sum::<i64>().max(0) as u64
+}
+
 fn main() -> Result<()> {
     let quick = std::env::var("GT_BENCH_QUICK").is_ok_and(|v| v != "0") || !std::env::args().any(|a| a == "--bench");
     std::thread::spawn(|| {
@@ -115,7 +174,7 @@ fn load(text: &mut String, clients: usize, n: usize) -> Result<()> {
         Ok((waits, start.elapsed()))
     };
     round(1_000)?;
-    let before = rss();
+    let (before, heap_before) = (rss(), live_heap());
     let (mut waits, took) = round(n)?;
     // Leaving clients' values are freed by the worker; give it a moment to run the frees.
     let mut probe = Client::connect_in(&ctx, &endpoint, ClientOptions::default())?;
@@ -125,10 +184,10 @@ fn load(text: &mut String, clients: usize, n: usize) -> Result<()> {
     }
     let live = probe.worker_stats()?.iter().map(|w| w.live_values).sum::<u64>();
     drop(probe);
-    let after = rss();
+    let (after, heap_after) = (rss(), live_heap());
     // The same load again: a leak grows again, an allocator's high-water mark does not.
     round(n)?;
-    let again = rss();
+    let (again, heap_again) = (rss(), live_heap());
     waits.sort();
     let pct = |p: f64| waits[((waits.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e3;
     let total = clients * n;
@@ -148,11 +207,24 @@ fn load(text: &mut String, clients: usize, n: usize) -> Result<()> {
     let growth = (after as f64 / before.max(1) as f64 - 1.0) * 100.0;
     let mb = |b: u64| b as f64 / 1e6;
     writeln!(text, "| process RSS before / after | {:.1} MB / {:.1} MB ({growth:+.1}%) |", mb(before), mb(after))?;
+    let heap_growth = (heap_after as f64 / heap_before.max(1) as f64 - 1.0) * 100.0;
+    writeln!(
+        text,
+        "| live heap before / after (allocated, not freed) | {:.2} MB / {:.2} MB ({heap_growth:+.1}%) |",
+        mb(heap_before),
+        mb(heap_after)
+    )?;
     let again_pct = (again as f64 / after.max(1) as f64 - 1.0) * 100.0;
     writeln!(
         text,
         "| process RSS after the same load again | {:.1} MB ({again_pct:+.1}% over the first) |",
         mb(again)
+    )?;
+    writeln!(
+        text,
+        "| live heap after the same load again | {:.2} MB ({:+.1}% over the first) |",
+        mb(heap_again),
+        (heap_again as f64 / heap_after.max(1) as f64 - 1.0) * 100.0
     )?;
     Ok(())
 }

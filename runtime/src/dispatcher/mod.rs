@@ -1221,6 +1221,11 @@ impl Dispatcher {
     fn remove_client(&mut self, c: u64, why: &str) {
         let Some(client) = self.clients.remove(&c) else { return };
         self.client_ids.remove(&client.identity);
+        // A crowd of clients come and gone leaves no high-water mark behind.
+        if self.clients.len() * 4 < self.clients.capacity() {
+            self.clients.shrink_to(self.clients.len() * 2);
+            self.client_ids.shrink_to(self.clients.len() * 2);
+        }
         if let Some(p) = &mut self.profile {
             p.client_left(c);
         }

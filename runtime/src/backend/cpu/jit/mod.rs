@@ -9,11 +9,14 @@
 //!   output, then a compiled map applies the epilogue in place. `Precision::Tf32` is f32
 //!   here (the oracle's products).
 //! - Compiled code is cached by the kernel value itself (shapes, strides and expression
-//!   are constants in the code), one [`JITModule`] holding every function. The cache is
-//!   bounded ([`MAX_CACHED_KERNELS`], [`MAX_CODE_BYTES`]): when a new kernel would pass a
-//!   bound, the whole module is freed and a new one starts (Cranelift frees code only a
-//!   module at a time), so a stream of ever-new kernels, or the kernels of clients long
-//!   gone, cannot grow a worker without limit.
+//!   are constants in the code). The cache is bounded ([`MAX_CACHED_KERNELS`],
+//!   [`MAX_CODE_BYTES`]) and evicts the least recently used code by generations, since
+//!   Cranelift frees code only a [`JITModule`] at a time: new code goes into the current
+//!   module; when it holds half the bounds it becomes the previous one and a new module
+//!   starts, freeing the module before it. A kernel used while in the previous module is
+//!   compiled again into the current one, so what is freed is exactly the code nobody ran
+//!   for a whole generation: a stream of ever-new kernels, or the kernels of clients long
+//!   gone, cannot grow a worker without limit, and the kernels in use survive.
 //!
 //! # Numerics
 //!
@@ -105,9 +108,9 @@ pub enum JitError {
     CachedKind,
 }
 
-/// Most kernels kept compiled at once.
+/// Most kernels kept compiled at once (two generations of half as many).
 pub const MAX_CACHED_KERNELS: usize = 4096;
-/// Most bytes of machine code kept at once.
+/// Most bytes of machine code kept at once (two generations of about half as many).
 pub const MAX_CODE_BYTES: usize = 64 << 20;
 
 /// Counters of the compile cache.
@@ -115,7 +118,7 @@ pub const MAX_CODE_BYTES: usize = 64 << 20;
 pub struct JitStats {
     /// Kernels compiled.
     pub compiled: u64,
-    /// Times the cache was full and its code freed.
+    /// Times a generation of code nobody ran since it was current was freed.
     pub evictions: u64,
     /// Kernels compiled now.
     pub cached: u64,
@@ -140,11 +143,21 @@ enum Compiled {
 
 /// Compiles kernels on first sight and runs them; see the module docs.
 pub struct Jit {
-    /// Taken only by `drop` and by eviction, which free the code with it.
+    /// The current generation, where new code goes. Taken only by `drop` and by
+    /// [`Jit::next_generation`], which free the code with it.
     module: ManuallyDrop<JITModule>,
+    /// The generation before, freed when the current one fills.
+    previous: Option<JITModule>,
     isa: cranelift_codegen::isa::OwnedTargetIsa,
     target: Target,
-    cache: HashMap<Kernel, Compiled>,
+    /// Every kernel's code and the generation holding it (the current one or the one before).
+    cache: HashMap<Kernel, (Compiled, u64)>,
+    /// The current generation's number.
+    generation: u64,
+    /// Kernels compiled into the current generation, and its bytes of code; the previous
+    /// generation's bytes.
+    current: (usize, u64),
+    previous_bytes: u64,
     stats: JitStats,
 }
 
@@ -194,24 +207,39 @@ impl Jit {
         let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
         let target = Target { frontend: isa.frontend_config(), fma };
         let module = module_for(isa.clone(), target)?;
-        Ok(Jit { module: ManuallyDrop::new(module), isa, target, cache: HashMap::new(), stats: JitStats::default() })
+        Ok(Jit {
+            module: ManuallyDrop::new(module),
+            previous: None,
+            isa,
+            target,
+            cache: HashMap::new(),
+            generation: 0,
+            current: (0, 0),
+            previous_bytes: 0,
+            stats: JitStats::default(),
+        })
     }
 
-    /// Frees every compiled kernel and starts a new module (the cache is full).
+    /// Starts a new generation (the current one is full): the current module becomes the
+    /// previous one, and the module before it is freed with every kernel still in it.
     #[allow(unsafe_code)]
-    fn evict_all(&mut self) -> Result<(), JitError> {
+    fn next_generation(&mut self) -> Result<(), JitError> {
         let fresh = module_for(self.isa.clone(), self.target)?;
-        // SAFETY: the old module is replaced at once and never used again; every pointer into
-        // its code is in `self.cache`, cleared here, and no compiled function is running
-        // (`compile` borrows `self` mutably).
-        let old = unsafe { ManuallyDrop::take(&mut self.module) };
+        // SAFETY: the taken module is replaced at once and kept as the previous generation.
+        let full = unsafe { ManuallyDrop::take(&mut self.module) };
         self.module = ManuallyDrop::new(fresh);
-        self.cache.clear();
-        // SAFETY: as above: nothing points into the old module's code any more.
-        unsafe { old.free_memory() };
-        self.stats.evictions += 1;
-        self.stats.cached = 0;
-        self.stats.code_bytes = 0;
+        let current = self.generation;
+        if let Some(old) = self.previous.replace(full) {
+            self.cache.retain(|_, (_, g)| *g == current);
+            // SAFETY: every pointer into the old module's code was in a cache entry of its
+            // generation, all removed just above, and no compiled function is running
+            // (`compile` borrows `self` mutably).
+            unsafe { old.free_memory() };
+            self.stats.evictions += 1;
+        }
+        self.generation += 1;
+        self.previous_bytes = self.current.1;
+        self.current = (0, 0);
         Ok(())
     }
 
@@ -235,7 +263,7 @@ impl Jit {
             }
         }
         let took = self.compile(kernel)?;
-        let compiled = *self.cache.get(kernel).ok_or(JitError::NotCached)?;
+        let (compiled, _) = *self.cache.get(kernel).ok_or(JitError::NotCached)?;
         match (kernel, compiled) {
             (Kernel::Map(_), Compiled::Map(f)) => {
                 let ptrs: Vec<*const f32> = inputs.iter().map(|b| b.as_ptr()).collect();
@@ -268,7 +296,7 @@ impl Jit {
         let fns: Option<Vec<KernelFn>> = parts
             .iter()
             .map(|p| match self.cache.get(p) {
-                Some(Compiled::Map(f)) => Some(*f),
+                Some((Compiled::Map(f), _)) => Some(*f),
                 _ => None,
             })
             .collect();
@@ -289,13 +317,18 @@ impl Jit {
     /// Compiles `kernel` into the cache without running it; the compile time (zero when it
     /// was cached).
     pub fn compile(&mut self, kernel: &Kernel) -> Result<Duration, JitError> {
-        if self.cache.contains_key(kernel) {
-            self.stats.cache_hits += 1;
-            return Ok(Duration::ZERO);
+        match self.cache.get(kernel) {
+            Some((_, g)) if *g == self.generation => {
+                self.stats.cache_hits += 1;
+                return Ok(Duration::ZERO);
+            }
+            // In use while in the previous generation: compiled again into the current one,
+            // so that it outlives the previous generation.
+            Some(_) => self.stats.cache_hits += 1,
+            None => validate(kernel).map_err(JitError::Invalid)?,
         }
-        validate(kernel).map_err(JitError::Invalid)?;
-        if self.cache.len() >= MAX_CACHED_KERNELS || self.stats.code_bytes as usize >= MAX_CODE_BYTES {
-            self.evict_all()?;
+        if self.current.0 >= MAX_CACHED_KERNELS / 2 || self.current.1 as usize >= MAX_CODE_BYTES / 2 {
+            self.next_generation()?;
         }
         let start = Instant::now();
         let compiled = match kernel {
@@ -305,8 +338,10 @@ impl Jit {
         let took = start.elapsed();
         self.stats.compiled += 1;
         self.stats.compile_time += took;
-        self.cache.insert(kernel.clone(), compiled);
+        self.cache.insert(kernel.clone(), (compiled, self.generation));
+        self.current.0 += 1;
         self.stats.cached = self.cache.len() as u64;
+        self.stats.code_bytes = self.current.1 + self.previous_bytes;
         Ok(took)
     }
 
@@ -322,7 +357,7 @@ impl Jit {
         let mut ctx = self.module.make_context();
         ctx.func = map_function(k, self.target, UserFuncName::user(0, id.as_u32()))?;
         self.module.define_function(id, &mut ctx).map_err(module_error)?;
-        self.stats.code_bytes += ctx.compiled_code().map_or(0, |c| c.code_buffer().len()) as u64;
+        self.current.1 += ctx.compiled_code().map_or(0, |c| c.code_buffer().len()) as u64;
         self.module.clear_context(&mut ctx);
         self.module.finalize_definitions().map_err(module_error)?;
         let code = self.module.get_finalized_function(id);
@@ -360,11 +395,17 @@ fn module_for(isa: cranelift_codegen::isa::OwnedTargetIsa, target: Target) -> Re
 impl Drop for Jit {
     #[allow(unsafe_code)]
     fn drop(&mut self) {
-        // SAFETY: `drop` runs once, and this is the only place the module is taken.
+        // SAFETY: `drop` runs once, and the module is taken for good only here
+        // (`next_generation` puts a fresh one in its place).
         let module = unsafe { ManuallyDrop::take(&mut self.module) };
-        // SAFETY: every pointer into the code is in `self.cache`, which is dropped with
-        // `self`, and no compiled function is running: `run` borrows `self` mutably.
+        // SAFETY: every pointer into the code of either generation is in `self.cache`, which
+        // is dropped with `self`, and no compiled function is running: `run` borrows `self`
+        // mutably.
         unsafe { module.free_memory() };
+        if let Some(previous) = self.previous.take() {
+            // SAFETY: as above.
+            unsafe { previous.free_memory() };
+        }
     }
 }
 

@@ -857,23 +857,40 @@ proptest! {
     }
 }
 
-/// The compile cache is bounded: past [`MAX_CACHED_KERNELS`] distinct kernels the code is
-/// freed and compiling starts over, and every kernel still computes what the oracle does.
+/// The compile cache is bounded and evicts what was not used: past
+/// [`MAX_CACHED_KERNELS`] distinct kernels the oldest generation's code is freed, while a
+/// kernel in use all along stays compiled (compiled again once per generation, never
+/// evicted), and every kernel still computes what the oracle does.
 #[test]
-fn the_compile_cache_is_bounded() {
+fn the_compile_cache_is_bounded_and_keeps_the_kernels_in_use() {
     let mut jit = jit();
     let x = values(1, 8, -2.0, 2.0);
-    for c in 0..super::MAX_CACHED_KERNELS + 10 {
+    let scale = |c: usize| {
         let nodes = vec![Node::Input(0), Node::constant(c as f32), Node::Binary(BinaryOp::Mul, 0, 1)];
-        let k = map(&[8], vec![Access::contiguous(&[8])], nodes, Access::contiguous(&[8]));
+        map(&[8], vec![Access::contiguous(&[8])], nodes, Access::contiguous(&[8]))
+    };
+    let (hot, distinct) = (scale(usize::MAX), 2 * super::MAX_CACHED_KERNELS + 10);
+    let mut run = |jit: &mut super::Jit, k: &Kernel, c: f32| {
         let mut out = vec![0.0; 8];
-        jit.run(&k, &[&x], &mut out).unwrap();
-        assert_eq!(out, x.iter().map(|v| v * c as f32).collect::<Vec<_>>(), "kernel {c}");
+        jit.run(k, &[&x], &mut out).unwrap();
+        assert_eq!(out, x.iter().map(|v| v * c).collect::<Vec<_>>(), "kernel {c}");
+    };
+    for c in 0..distinct {
+        run(&mut jit, &scale(c), c as f32);
+        run(&mut jit, &hot, usize::MAX as f32);
     }
     let s = jit.stats();
-    assert_eq!(s.evictions, 1);
-    assert_eq!(s.cached, 10);
+    // A generation holds 2048 kernels, the hot one among them: 8202 distinct kernels and
+    // the hot one fill four and start a fifth. Starting the third, fourth and fifth freed
+    // the first three.
+    let generations = 5;
+    assert_eq!(s.evictions, generations - 2, "{s:?}");
+    assert!(s.cached as usize <= super::MAX_CACHED_KERNELS, "{s:?}");
     assert!(s.code_bytes > 0 && (s.code_bytes as usize) < super::MAX_CODE_BYTES, "{s:?}");
+    // Every distinct kernel once, the hot one once per generation; every run of the hot
+    // one but its first found it.
+    assert_eq!(s.compiled, distinct as u64 + generations, "{s:?}");
+    assert_eq!(s.cache_hits, distinct as u64 - 1, "{s:?}");
 }
 
 /// On a worker with compute threads, a large map kernel runs as ranges of its outer axis
