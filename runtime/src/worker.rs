@@ -484,7 +484,10 @@ fn execute_batch(
             Some(ex) => exchange::run(backend, net, instr, ex).map_err(|e| Failure::new(e.kind(), e.to_string())),
             None => backend.execute(instr).map_err(|e| Failure::new(e.kind(), e.to_string())),
         }));
-        if let Some(why) = watch.end(number, *timeout) {
+        let cancelled = watch.end(number, *timeout);
+        // A part of a collective is never cancelled: its peers finished theirs with it (its
+        // waits are bounded by GT_COLLECTIVE_TIMEOUT instead).
+        if let Some(why) = cancelled.filter(|_| part.is_none()) {
             // Its loops stopped early: what it wrote is not its result.
             stats.cancelled += 1;
             if let (Why::ClientLeft, Some(o)) = (why, owner(i)) {

@@ -390,10 +390,7 @@ mod tests {
 
     /// A scratch directory of this test's own.
     fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("gt-auth-test-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+        crate::testing::scratch("auth", name)
     }
 
     #[test]

@@ -28,3 +28,15 @@ pub use message::{
     WorkerInfo, WorkerStats,
 };
 pub use zmq;
+
+/// Helpers of this crate's unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// An empty scratch directory of one test's own (`part`: the module testing).
+    pub fn scratch(part: &str, name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("gt-{part}-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}

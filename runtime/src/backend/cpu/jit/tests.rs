@@ -870,7 +870,7 @@ fn the_compile_cache_is_bounded_and_keeps_the_kernels_in_use() {
         map(&[8], vec![Access::contiguous(&[8])], nodes, Access::contiguous(&[8]))
     };
     let (hot, distinct) = (scale(usize::MAX), 2 * super::MAX_CACHED_KERNELS + 10);
-    let mut run = |jit: &mut super::Jit, k: &Kernel, c: f32| {
+    let run = |jit: &mut super::Jit, k: &Kernel, c: f32| {
         let mut out = vec![0.0; 8];
         jit.run(k, &[&x], &mut out).unwrap();
         assert_eq!(out, x.iter().map(|v| v * c).collect::<Vec<_>>(), "kernel {c}");
