@@ -1510,8 +1510,10 @@ impl Dispatcher {
             );
             return self.send_reply(c, &Reply::Failed { seq, failure: Failure::new(FailureKind::Limit, why) });
         }
-        let receipt = match self.clients.get(&c).and_then(|cl| cl.unread.iter().find(|u| u.seq == seq)) {
-            Some(u) => u.receipt,
+        // The read's entry, made when it was taken (`acknowledge`), holds its receipt.
+        let at = client.unread.iter().position(|u| u.seq == seq);
+        let receipt = match at {
+            Some(k) => client.unread[k].receipt,
             None => self.receipt(c),
         };
         let head = codec::encode(&Reply::Data { seq, ty: ty.clone(), receipt }, usize::MAX).expect("small");
@@ -1531,7 +1533,7 @@ impl Dispatcher {
         } else if let Some(client) = self.clients.get_mut(&c) {
             // The value's bytes were counted when the read was taken; the data's are what
             // the socket holds.
-            match client.unread.iter_mut().find(|u| u.seq == seq) {
+            match at.and_then(|k| client.unread.get_mut(k)) {
                 Some(u) => {
                     client.unread_bytes = client.unread_bytes - u.bytes + bytes;
                     u.bytes = bytes;
