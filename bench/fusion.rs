@@ -183,8 +183,8 @@ fn main() {
         |dst: u32, dims: Vec<usize>, seed: u64| Instr::Randn { dst: ValueId(dst), ty: TensorType::f32(dims), seed };
     it.execute(&randn(0, vec![n], 1)).expect("randn");
     it.execute(&randn(1, vec![n], 2)).expect("randn");
-    let x = it.read(ValueId(0)).expect("x").data;
-    let y = it.read(ValueId(1)).expect("y").data;
+    let x = it.read(ValueId(0)).expect("x").to_f32();
+    let y = it.read(ValueId(1)).expect("y").to_f32();
 
     // 1. The chain, fused versus one instruction at a time.
     let mut jit = Jit::new().expect("a Cranelift backend for this host");
@@ -199,7 +199,7 @@ fn main() {
             it.execute(i).expect("interpreted");
         }
     });
-    let want = it.read(ValueId(10)).expect("result").data;
+    let want = it.read(ValueId(10)).expect("result").to_f32();
     let bytes = (3 * 4 * n) as f64;
     let _ = writeln!(report, "\n1. 8-op chain relu(exp(tanh(x*0.5+1)*y)-x)+y over {n} f32");
     let _ = writeln!(report, "{:<34} {:>10} {:>10}", "", "ms", "GB/s");
@@ -236,7 +236,7 @@ fn main() {
     // 3. Softmax over rows, one kernel versus five instructions.
     it.execute(&Instr::Free { src: ValueId(0) }).expect("free");
     it.execute(&randn(0, vec![side, side], 3)).expect("randn");
-    let s = it.read(ValueId(0)).expect("s").data;
+    let s = it.read(ValueId(0)).expect("s").to_f32();
     let softmax = samples::softmax(&[side, side]);
     let mut sout = vec![0.0f32; side * side];
     let fused_s = median(reps, || {
@@ -248,7 +248,7 @@ fn main() {
             it.execute(i).expect("interpreted");
         }
     });
-    let want = it.read(ValueId(5)).expect("softmax").data;
+    let want = it.read(ValueId(5)).expect("softmax").to_f32();
     let _ = writeln!(report, "\n3. softmax over the rows of {side} x {side}");
     let _ = writeln!(report, "{:<34} {:>10.2} ms", "interpreter, 5 instructions", ms(unfused_s));
     let _ = writeln!(report, "{:<34} {:>10.2} ms", "JIT, one row kernel", ms(fused_s));

@@ -147,7 +147,7 @@ fn client_work(ctx: &gt::transport::zmq::Context, endpoint: &Endpoint, n: usize)
             waits.push(t.elapsed());
         }
     }
-    let got = c.read(ValueId(2))?.data;
+    let got = c.read(ValueId(2))?.to_f32();
     if got != vec![4.5; 64] {
         bail!("a client read {:?} instead of 4.5s", &got[..2]);
     }
@@ -295,7 +295,7 @@ fn signal(p: &Proc, sig: nix::sys::signal::Signal) -> Result<()> {
 fn serves(port: u16) -> Result<bool> {
     let mut c = connect(port)?;
     c.submit(Instr::Full { dst: ValueId(0), ty: TensorType::f32(vec![2]), value: 3.0 }, origin())?;
-    Ok(c.read(ValueId(0))?.data == vec![3.0, 3.0])
+    Ok(c.read(ValueId(0))?.to_f32() == vec![3.0, 3.0])
 }
 
 /// A client on `port` waits on seconds of work while `kill` runs: what its wait reports, and

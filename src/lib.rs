@@ -20,11 +20,15 @@ pub use gt_runtime as runtime;
 pub use gt_tools as tools;
 pub use gt_transport as transport;
 
+pub use gt_frontend::tensor::autocast::{autocast, AutocastGuard};
 pub use gt_frontend::tensor::{
-    arange, cat, from_vec, full, is_grad_enabled, manual_seed, no_grad, ones, rand, rand_seeded, randn, randn_seeded,
-    range_step, scalar, step, tensor, where_, zeros, Arg, ELLIPSIS, NEW,
+    arange, arange_dtype, cat, from_data, from_vec, full, full_dtype, is_grad_enabled, manual_seed, no_grad, ones,
+    rand, rand_seeded, randn, randn_seeded, range_step, scalar, step, tensor, where_, zeros, zeros_dtype, Arg,
+    ELLIPSIS, NEW,
 };
 pub use gt_frontend::{autograd, config, debug, nn, s, signal, Tensor, TensorError};
+pub use gt_ir::data::Elements;
+pub use gt_ir::DType;
 pub use init::{init, Runtime};
 
 /// Tensor programs in `.gtir` instruction syntax, lowered at compile time (`docs/dsl.md`).

@@ -26,17 +26,26 @@ pub enum Step {
 /// streams, always: minimised crashers stay reproducible; running out of bytes ends every
 /// stream).
 pub fn streams(bytes: &[u8], clients: usize) -> Vec<Vec<Step>> {
-    generate(bytes, clients, false)
+    generate(bytes, clients, false, false)
 }
 
 /// [`streams`] that also spread over workers: some clients open placed signals (now and
 /// then naming missing workers), and clients write collectives.
 pub fn spread_streams(bytes: &[u8], clients: usize) -> Vec<Vec<Step>> {
-    generate(bytes, clients, true)
+    generate(bytes, clients, true, false)
 }
 
-fn generate(bytes: &[u8], clients: usize, spread: bool) -> Vec<Vec<Step>> {
-    let mut g = Gen { bytes, at: 0, spread };
+/// The streams the fuzz target and the property test drive: the first byte's bit 0 spreads
+/// them over workers ([`spread_streams`]), its bit 1 mixes in every dtype (creations of any
+/// dtype, casts), which [`streams`] and [`spread_streams`] leave out so that their
+/// minimised crashers stay what they were.
+pub fn fuzz_streams(bytes: &[u8], clients: usize) -> Vec<Vec<Step>> {
+    let first = bytes.first().copied().unwrap_or(0);
+    generate(bytes, clients, first & 1 == 1, first & 2 == 2)
+}
+
+fn generate(bytes: &[u8], clients: usize, spread: bool, typed: bool) -> Vec<Vec<Step>> {
+    let mut g = Gen { bytes, at: 0, spread, typed };
     let mut out: Vec<Vec<Step>> = vec![Vec::new(); clients.max(1)];
     let mut known: Vec<Vec<(ValueId, Vec<usize>)>> = vec![Vec::new(); out.len()];
     // Half the clients work inside a compile signal, so the fuse pass sees their streams in
@@ -78,6 +87,8 @@ struct Gen<'a> {
     at: usize,
     /// Placements and collectives too (they read bytes [`streams`] leaves to other steps).
     spread: bool,
+    /// Every dtype too (likewise).
+    typed: bool,
 }
 
 impl Gen<'_> {
@@ -96,6 +107,17 @@ impl Gen<'_> {
 
     fn chance(&mut self, in_256: u8) -> bool {
         self.byte() < in_256
+    }
+
+    /// Mostly `f32`; in typed streams a quarter of the time any dtype (bools and integers
+    /// meet the f32-only kernels, sharding and collectives that way). Untyped streams take no
+    /// byte for it.
+    fn dtype(&mut self) -> gt_ir::DType {
+        if self.typed && self.chance(64) {
+            gt_ir::DType::ALL[self.below(gt_ir::DType::ALL.len())]
+        } else {
+            gt_ir::DType::F32
+        }
     }
 
     fn id(&mut self) -> ValueId {
@@ -194,18 +216,20 @@ impl Gen<'_> {
         let dst_or_src = |g: &mut Gen| if g.chance(24) { src } else { dst };
         let rank = sd.len();
         match self.below(26) {
-            0 => Instr::Zeros { dst, ty: TensorType::f32(self.dims()) },
-            1 => Instr::Ones { dst, ty: TensorType::f32(self.dims()) },
-            2 => Instr::Full { dst, ty: TensorType::f32(self.dims()), value: self.scalar() },
+            0 => Instr::Zeros { dst, ty: TensorType::new(self.dtype(), self.dims()) },
+            1 => Instr::Ones { dst, ty: TensorType::new(self.dtype(), self.dims()) },
+            2 => Instr::Full { dst, ty: TensorType::new(self.dtype(), self.dims()), value: self.scalar() },
             3 => Instr::Randn { dst, ty: TensorType::f32(self.dims()), seed: self.byte() as u64 },
             4 => {
                 let dims = self.dims();
                 let n: usize = dims.iter().product();
                 let len = if self.chance(16) { n + 1 } else { n.min(64) };
-                let data = (0..len).map(|i| i as f32 * 0.25).collect();
-                Instr::Literal { dst, ty: TensorType::f32(if n > 64 { vec![len] } else { dims }), data }
+                let dtype = self.dtype();
+                let data = gt_ir::data::Elements::F32((0..len).map(|i| i as f32 * 0.25).collect()).cast(dtype);
+                Instr::Literal { dst, ty: TensorType::new(dtype, if n > 64 { vec![len] } else { dims }), data }
             }
-            5 => Instr::Arange { dst, dtype: gt_ir::DType::F32, start: 0.0, end: self.below(9) as f64, step: 1.0 },
+            5 => Instr::Arange { dst, dtype: self.dtype(), start: 0.0, end: self.below(9) as f64, step: 1.0 },
+            6 if self.typed && self.chance(128) => Instr::Cast { dst: dst_or_src(self), src, dtype: self.dtype() },
             6..=8 => {
                 let op = UnaryOp::ALL[self.below(UnaryOp::ALL.len())];
                 Instr::Unary { op, dst: dst_or_src(self), src }
@@ -368,7 +392,7 @@ pub fn drive(
         let (x, y) = (Operand::Value(ValueId(0)), Operand::Value(ValueId(1)));
         c.submit(Instr::Binary { op: BinaryOp::Add, dst: ValueId(1), lhs: x, rhs: x }, at("add")).map_err(fault)?;
         c.submit(Instr::Binary { op: BinaryOp::Mul, dst: ValueId(2), lhs: y, rhs: x }, at("mul")).map_err(fault)?;
-        let got = c.read(ValueId(2)).map_err(fault)?.data;
+        let got = c.read(ValueId(2)).map_err(fault)?.to_f32();
         let want = vec![2.0 * (step * step) as f32; 3];
         if got != want {
             return Err(Finding::Wrong { got, want });

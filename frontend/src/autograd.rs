@@ -48,6 +48,8 @@ pub(crate) enum GradOp {
     },
     /// reshape, squeeze, unsqueeze: the gradient is reshaped back.
     Reshape,
+    /// `cast` between float dtypes: the gradient is cast back.
+    Cast,
     BroadcastTo,
     Slice {
         index: Vec<SliceItem>,
@@ -452,6 +454,18 @@ impl Algebra for Formula<'_> {
         })
     }
     fn binary(&mut self, op: BinaryOp, x: Val, y: Val) -> Result<Val> {
+        // Formulas take a comparison as 0 or 1 (`(sub (gt x 0) (lt x 0))`), where tensors
+        // give bools: arithmetic on two of them takes them as the gradient's dtype, which
+        // promotion would not (PyTorch refuses `bool - bool`).
+        let as_number = |v: Val, g: &Tensor| -> Result<Val> {
+            Ok(match v {
+                Val::T(t) if t.dtype() == gt_ir::DType::Bool => Val::T(t.to(g.dtype())?),
+                v => v,
+            })
+        };
+        let both_bool = [&x, &y].iter().all(|v| !matches!(v, Val::T(t) if t.dtype() != gt_ir::DType::Bool));
+        let (x, y) =
+            if !op.is_comparison() && both_bool { (as_number(x, self.g)?, as_number(y, self.g)?) } else { (x, y) };
         Ok(match (&x, &y) {
             (Val::S(a), Val::S(b)) => Val::S(f64::from(op.apply(*a as f32, *b as f32))),
             _ => Val::T(crate::tensor::binary(op, x.arg(), y.arg())?),
@@ -566,6 +580,7 @@ fn input_grads(node: &GradNode, g: &Tensor, inputs: &[Tensor], wants: &[bool]) -
             out[0] = Some(g.permute(&inverse)?);
         }
         GradOp::Reshape => out[0] = Some(g.reshape(&dims_i64(inputs[0].shape()))?),
+        GradOp::Cast => out[0] = Some(g.to(inputs[0].dtype())?),
         GradOp::BroadcastTo => out[0] = Some(sum_to(g.clone(), inputs[0].shape())?),
         GradOp::Slice { index } => out[0] = Some(slice_grad(g, inputs[0].shape(), index)?),
         GradOp::Concat { axis } => {

@@ -176,7 +176,7 @@ pub struct Client {
     closed: bool,
     /// The data frame of the last `Data` reply received (its bytes when they were not the
     /// type's length).
-    data: Option<Result<Vec<f32>, usize>>,
+    data: Option<Result<gt_ir::data::Elements, usize>>,
     /// The receipt of the last `Data` reply received, sent with the next read to say so.
     last_receipt: u64,
     /// Where each line of the script starts (byte offsets), when the client was told its

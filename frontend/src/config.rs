@@ -51,6 +51,10 @@ pub struct SignalConfig {
     pub backward: Option<String>,
     /// Compile the signal's region. Defaults to false.
     pub compile: bool,
+    /// Mixed precision: the scope's matmuls and elementwise arithmetic run in this dtype
+    /// (`bf16` or `f16`; `f32` turns it off inside an outer one), as
+    /// [`crate::tensor::autocast`] does. `None` when the file says nothing.
+    pub dtype: Option<gt_ir::DType>,
 }
 
 /// Signal configurations by signal name: what a config file holds.
@@ -198,6 +202,8 @@ pub enum Expected {
     Boolean,
     /// `backward`.
     BackwardSignal,
+    /// `dtype`.
+    AutocastDType,
     /// `workers`.
     Workers,
     /// One of `workers`.
@@ -221,6 +227,7 @@ impl fmt::Display for Expected {
             Expected::Integer => f.write_str("an integer"),
             Expected::Boolean => f.write_str("a boolean (`true` or `false`)"),
             Expected::BackwardSignal => f.write_str("the name of a signal (a string)"),
+            Expected::AutocastDType => f.write_str("a mixed-precision dtype: `bf16`, `f16` or `f32`"),
             Expected::Workers => f.write_str("a list of worker indices, like `[0, 1]`"),
             Expected::WorkerIndex => f.write_str("a worker index (a non-negative integer)"),
         }
@@ -407,7 +414,7 @@ fn second_document_line(text: &str) -> Option<usize> {
 // so that `serde_yaml` stamps the error with that value's position; the field path and the
 // problem travel beside the error, in `Ctx`.
 
-const SIGNAL_KEYS: &[&str] = &["shard", "backward", "compile"];
+const SIGNAL_KEYS: &[&str] = &["shard", "backward", "compile", "dtype"];
 const SHARD_KEYS: &[&str] = &["axis", "workers", "replicated"];
 
 /// The field and problem of the error being returned (set by [`Ctx::fail`]).
@@ -761,6 +768,7 @@ impl<'de> Schema<'de> for SignalShape<'_> {
             match key {
                 "shard" => config.shard = Some(map.next_value_seed(Drive(ShardShape { ctx, field }))?),
                 "backward" => config.backward = map.next_value_seed(Drive(BackwardShape { ctx, field }))?,
+                "dtype" => config.dtype = Some(map.next_value_seed(Drive(DTypeShape { ctx, field }))?),
                 _ => config.compile = map.next_value_seed(Drive(BoolShape { ctx, field }))?,
             }
         }
@@ -890,6 +898,35 @@ impl<'de> Schema<'de> for BackwardShape<'_> {
             Raw::Bool(_) | Raw::Int(_) | Raw::Float(_) => {
                 Err(Reject::Invalid(ConfigProblem::NotAName { expected: self.expected(), found: raw.to_string() }))
             }
+        }
+    }
+}
+
+/// `dtype`: an autocast dtype, `bf16`, `f16` or `f32`.
+struct DTypeShape<'a> {
+    ctx: &'a Ctx,
+    field: String,
+}
+
+impl<'de> Schema<'de> for DTypeShape<'_> {
+    type Out = gt_ir::DType;
+
+    fn ctx(&self) -> &Ctx {
+        self.ctx
+    }
+    fn field(&self) -> &str {
+        &self.field
+    }
+    fn expected(&self) -> Expected {
+        Expected::AutocastDType
+    }
+    fn scalar(&self, raw: Raw<'_>) -> Result<gt_ir::DType, Reject> {
+        match raw {
+            Raw::Str(name) => match gt_ir::DType::from_name(name) {
+                Some(d) if crate::tensor::autocast::takes(d) => Ok(d),
+                _ => Err(Reject::Mismatch),
+            },
+            _ => Err(Reject::Mismatch),
         }
     }
 }
@@ -1026,6 +1063,7 @@ params:
                 shard: Some(ShardConfig { axis: 0, workers: Some(vec![0, 1, 2, 3]), replicated: false }),
                 backward: Some("backward_layer1".to_owned()),
                 compile: false,
+                dtype: None,
             })
         );
         assert_eq!(
@@ -1034,6 +1072,7 @@ params:
                 shard: Some(ShardConfig { axis: 0, workers: Some(vec![0, 1]), replicated: false }),
                 backward: Some("pipeline_stage_1_bwd".to_owned()),
                 compile: true,
+                dtype: None,
             })
         );
         assert_eq!(
@@ -1042,6 +1081,7 @@ params:
                 shard: Some(ShardConfig { axis: 0, workers: None, replicated: true }),
                 backward: None,
                 compile: false,
+                dtype: None,
             })
         );
         assert_eq!(config.signal("backward_layer1"), None);
@@ -1118,6 +1158,11 @@ params:
         check(&e, 3, Some("a.shard.workers[1]"), &["expected a worker index", "found string \"one\""]);
         let e = err("a:\n  compile: yes\n");
         check(&e, 2, Some("a.compile"), &["expected a boolean", "found string \"yes\""]);
+        // Mixed precision takes a half dtype (or f32, off).
+        let c = Config::parse("a:\n  dtype: bf16\n", "c.yaml").unwrap();
+        assert_eq!(c.signal("a").and_then(|s| s.dtype), Some(gt_ir::DType::BF16));
+        let e = err("a:\n  dtype: i32\n");
+        check(&e, 2, Some("a.dtype"), &["expected a mixed-precision dtype: `bf16`, `f16` or `f32`", "i32"]);
         let e = err("a:\n  shard:\n    replicated: 1\n");
         check(&e, 3, Some("a.shard.replicated"), &["expected a boolean", "found integer 1"]);
         let e = err("a:\n  backward: [b]\n");

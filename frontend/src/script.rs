@@ -2,6 +2,7 @@
 //! [`Executor`], prints what `print` asks for and checks `expect`s. Errors carry the
 //! statement's span so that they name the script line.
 
+use gt_ir::data::Elements;
 use gt_ir::text::print::fmt_float;
 use gt_ir::{Comparison, Executor, HostTensor, Instr, Program, Span, Stmt, StmtKind, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
@@ -73,7 +74,7 @@ pub enum ScriptErrorKind {
         found: TensorType,
     },
     /// Values that differ from the expectation.
-    #[error("expect %{name} {cmp} failed: {mismatches} of {total} elements differ; first at index {index:?}: found {}, expected {}{tol}", number(*.found), number(*.expected))]
+    #[error("expect %{name} {cmp} failed: {mismatches} of {total} elements differ; first at index {index:?}: found {}, expected {}{tol}", .values.0, .values.1)]
     ExpectValues {
         /// The value.
         name: String,
@@ -85,10 +86,9 @@ pub enum ScriptErrorKind {
         total: usize,
         /// Multi-dimensional index of the first difference.
         index: Box<[usize]>,
-        /// Value found there.
-        found: f32,
-        /// Value expected there.
-        expected: f32,
+        /// The value found there and the one expected (converted to the value's dtype), in
+        /// full precision.
+        values: Box<(String, String)>,
         /// ` (tol 1e-5)` or empty.
         tol: Box<str>,
     },
@@ -314,20 +314,32 @@ fn number<T: Copy + Into<f64> + std::fmt::Debug>(x: T) -> String {
     s.strip_suffix(".0").map(str::to_string).unwrap_or(s)
 }
 
-/// Whether `found` meets `expected` under a comparison.
-pub fn values_match(cmp: Comparison, found: f32, expected: f32) -> bool {
+/// Whether `found` meets `expected` under a comparison (both of the value's dtype, as
+/// `f64`s).
+pub fn values_match(cmp: Comparison, found: f64, expected: f64) -> bool {
     if found.is_nan() || expected.is_nan() {
         return found.is_nan() && expected.is_nan();
     }
     match cmp {
         Comparison::Exact => found == expected,
-        Comparison::Close { tol } => {
-            found == expected || f64::from((found - expected).abs()) <= tol * f64::from(expected.abs()).max(1.0)
-        }
+        Comparison::Close { tol } => found == expected || (found - expected).abs() <= tol * expected.abs().max(1.0),
     }
 }
 
-fn check_values(name: &str, cmp: Comparison, t: &HostTensor, expected: &[f32]) -> Result<(), ScriptErrorKind> {
+/// Element `i` in full precision (as short as round-trips in its dtype).
+fn element_text(data: &Elements, i: usize) -> String {
+    match data {
+        Elements::F32(v) => number(v[i]),
+        Elements::F16(v) => number(v[i].to_f32()),
+        Elements::BF16(v) => number(v[i].to_f32()),
+        Elements::F64(v) => number(v[i]),
+        Elements::I64(v) => v[i].to_string(),
+        Elements::I32(v) => v[i].to_string(),
+        Elements::Bool(v) => v[i].to_string(),
+    }
+}
+
+fn check_values(name: &str, cmp: Comparison, t: &HostTensor, expected: &Elements) -> Result<(), ScriptErrorKind> {
     let (op, tol) = match cmp {
         Comparison::Exact => ("==", Box::from("")),
         Comparison::Close { tol } => ("~=", format!(" (tol {})", number(tol)).into_boxed_str()),
@@ -339,7 +351,10 @@ fn check_values(name: &str, cmp: Comparison, t: &HostTensor, expected: &[f32]) -
             found: t.ty.clone(),
         });
     }
-    let bad: Vec<usize> = (0..expected.len()).filter(|&i| !values_match(cmp, t.data[i], expected[i])).collect();
+    // The expected values in the value's dtype: `expect %x == [0.1]` means the f32 nearest 0.1.
+    let expected = expected.cast(t.ty.dtype);
+    let (found, wanted) = (t.data.to_f64(), expected.to_f64());
+    let bad: Vec<usize> = (0..wanted.len()).filter(|&i| !values_match(cmp, found[i], wanted[i])).collect();
     let Some(&first) = bad.first() else { return Ok(()) };
     Err(ScriptErrorKind::ExpectValues {
         name: name.to_string(),
@@ -347,8 +362,7 @@ fn check_values(name: &str, cmp: Comparison, t: &HostTensor, expected: &[f32]) -
         mismatches: bad.len(),
         total: expected.len(),
         index: unravel(first, t.ty.shape.dims()).into_boxed_slice(),
-        found: t.data[first],
-        expected: expected[first],
+        values: Box::new((element_text(&t.data, first), element_text(&expected, first))),
         tol,
     })
 }
@@ -376,10 +390,10 @@ mod tests {
         assert!(!values_match(c, 1002.0, 1000.0));
         assert!(values_match(c, 0.0005, 0.0));
         assert!(!values_match(c, 0.002, 0.0));
-        assert!(values_match(c, f32::NAN, f32::NAN));
-        assert!(!values_match(c, f32::NAN, 1.0));
-        assert!(values_match(c, f32::INFINITY, f32::INFINITY));
-        assert!(!values_match(Comparison::Exact, 1.0 + f32::EPSILON, 1.0));
+        assert!(values_match(c, f64::NAN, f64::NAN));
+        assert!(!values_match(c, f64::NAN, 1.0));
+        assert!(values_match(c, f64::INFINITY, f64::INFINITY));
+        assert!(!values_match(Comparison::Exact, 1.0 + f64::from(f32::EPSILON), 1.0));
     }
 
     #[test]

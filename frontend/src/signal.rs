@@ -4,7 +4,8 @@
 //! instruction log see which signal each instruction belongs to. A scope's *backward signal*
 //! (given, or the `backward:` of its config) scopes the gradient ops of what it computed.
 //! A config's `compile: true` travels on the scope's `signal_start` marker, and the
-//! dispatcher's fuse pass compiles the scope. Configs come from YAML ([`crate::config`]):
+//! dispatcher's fuse pass compiles the scope; its `dtype: bf16` runs the scope under
+//! autocast ([`crate::tensor::autocast`]). Configs come from YAML ([`crate::config`]):
 //! [`load_config`], or `GT_CONFIG` at start.
 
 use crate::config::{Config, SignalConfig, SignalConfigError};
@@ -20,6 +21,8 @@ pub struct Scope {
     pub name: String,
     /// The signal of the gradients of what is computed in the scope, if any.
     pub backward: Option<String>,
+    /// The mixed-precision dtype its config names (`dtype: bf16`), if any.
+    pub dtype: Option<gt_ir::DType>,
 }
 
 thread_local! {
@@ -103,7 +106,8 @@ fn enter_marked(ctx: &Context, marker: Instr, name: &str, backward: Option<&str>
         return Err(TensorError::invalid("signal", Misuse::UnnamedSignal));
     }
     ctx.submit(&marker)?;
-    let scope = Rc::new(Scope { name: name.to_string(), backward: backward.map(str::to_string) });
+    let dtype = config(name).and_then(|c| c.dtype);
+    let scope = Rc::new(Scope { name: name.to_string(), backward: backward.map(str::to_string), dtype });
     STACK.with(|s| s.borrow_mut().push(scope.clone()));
     Ok(scope)
 }
@@ -161,6 +165,11 @@ impl Drop for SignalGuard {
             let _ = close_scope(&self.ctx, &self.scope);
         }
     }
+}
+
+/// The mixed-precision dtype of the innermost open scope whose config names one.
+pub(crate) fn autocast_dtype() -> Option<gt_ir::DType> {
+    STACK.with(|s| s.borrow().iter().rev().find_map(|t| t.dtype))
 }
 
 /// The innermost open scope.

@@ -34,12 +34,8 @@ fn cluster() -> &'static (zmq::Context, Endpoint) {
 
 fuzz_target!(|data: &[u8]| {
     let (ctx, endpoint) = cluster();
-    // Odd first bytes also spread over workers (placements, collectives).
-    let streams = if data.first().is_some_and(|b| b & 1 == 1) {
-        gt::streamgen::spread_streams(data, 3)
-    } else {
-        gt::streamgen::streams(data, 3)
-    };
+    // The first byte's bits choose spreading over workers and every dtype.
+    let streams = gt::streamgen::fuzz_streams(data, 3);
     if let Err(finding) = gt::streamgen::drive(ctx, endpoint, &streams) {
         panic!("{finding}");
     }

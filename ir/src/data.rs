@@ -1,7 +1,10 @@
 //! `HostTensor`: a tensor's type and data on the client side, and its printed form.
 
-use crate::TensorType;
-use serde::{Deserialize, Serialize};
+use crate::{DType, TensorType};
+use half::{bf16, f16};
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::borrow::Cow;
 use std::fmt;
 
 /// A tensor's data on the host, row-major.
@@ -9,57 +12,414 @@ use std::fmt;
 pub struct HostTensor {
     /// Its type.
     pub ty: TensorType,
-    /// `ty.shape.numel()` elements (on the wire: raw bytes, see [`f32_bytes`]).
-    #[serde(with = "f32_bytes")]
-    pub data: Vec<f32>,
+    /// `ty.shape.numel()` elements of `ty.dtype` (on the wire: raw bytes, see [`Elements`]).
+    pub data: Elements,
 }
 
-/// Tensor data in serialized messages as one byte string of little-endian `f32`s (a
-/// msgpack `bin`), not an array of numbers: encoding and decoding are copies, so a read or an
-/// upload moves hundreds of MB/s more than element-by-element encoding did.
-pub mod f32_bytes {
-    use serde::de::{self, Visitor};
-    use serde::{Deserializer, Serializer};
-    use std::fmt;
+/// Tensor elements of one dtype, row-major. On the wire (msgpack) they are the dtype and
+/// one byte string of little-endian elements (a `bin`), not an array of numbers: encoding
+/// and decoding are copies.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Elements {
+    /// `f64`
+    F64(Vec<f64>),
+    /// `f32`
+    F32(Vec<f32>),
+    /// `f16`
+    F16(Vec<f16>),
+    /// `bf16`
+    BF16(Vec<bf16>),
+    /// `i64`
+    I64(Vec<i64>),
+    /// `i32`
+    I32(Vec<i32>),
+    /// `bool`
+    Bool(Vec<bool>),
+}
 
-    /// Writes `data` as its little-endian bytes (on a little-endian machine, the memory
-    /// itself: no copy).
-    pub fn serialize<S: Serializer>(data: &[f32], s: S) -> Result<S::Ok, S::Error> {
-        if cfg!(target_endian = "little") {
-            return s.serialize_bytes(bytemuck::cast_slice(data));
+/// Runs `$body` with `$v` bound to the vector inside an [`Elements`], whatever its dtype.
+#[macro_export]
+macro_rules! each_elements {
+    ($e:expr, $v:ident => $body:expr) => {
+        match $e {
+            $crate::data::Elements::F64($v) => $body,
+            $crate::data::Elements::F32($v) => $body,
+            $crate::data::Elements::F16($v) => $body,
+            $crate::data::Elements::BF16($v) => $body,
+            $crate::data::Elements::I64($v) => $body,
+            $crate::data::Elements::I32($v) => $body,
+            $crate::data::Elements::Bool($v) => $body,
         }
-        let mut bytes = Vec::with_capacity(data.len() * 4);
-        for x in data {
-            bytes.extend_from_slice(&x.to_le_bytes());
+    };
+}
+
+/// Bytes that are not whole elements of their dtype.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BytesError {
+    /// A length that is not a multiple of the element size.
+    #[error("{len} bytes are not whole {dtype} elements ({size} bytes each)")]
+    Length {
+        /// The dtype.
+        dtype: DType,
+        /// The byte count.
+        len: usize,
+        /// Bytes per element.
+        size: usize,
+    },
+    /// A `bool` byte other than 0 or 1.
+    #[error("byte {index} is {byte}, not a bool (0 or 1)")]
+    Bool {
+        /// Its position.
+        index: usize,
+        /// Its value.
+        byte: u8,
+    },
+}
+
+/// One element of any dtype, as an element converts: what casts and element-by-element
+/// comparisons go through.
+pub trait Element: Copy + Send + Sync + 'static {
+    /// Its dtype.
+    const DTYPE: DType;
+    /// The value as `f64` (`bool`: 0 or 1; `i64` may round above 2^53).
+    fn to_f64(self) -> f64;
+    /// A value converted as PyTorch's `.to(dtype)` does: floats to integers truncate toward
+    /// zero (saturating, NaN to 0), integers wrap to a narrower integer, anything nonzero
+    /// (NaN included) is `true`.
+    fn from_f64(x: f64) -> Self;
+    /// The value as `i64`, exactly for integers.
+    fn to_i64(self) -> i64;
+    /// A value from an `i64`, exactly for integers (wrapping to `i32`).
+    fn from_i64(x: i64) -> Self;
+}
+
+macro_rules! float_element {
+    ($t:ty, $d:ident, $to:expr, $from:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+            fn to_f64(self) -> f64 {
+                $to(self)
+            }
+            fn from_f64(x: f64) -> Self {
+                $from(x)
+            }
+            fn to_i64(self) -> i64 {
+                $to(self) as i64
+            }
+            fn from_i64(x: i64) -> Self {
+                $from(x as f64)
+            }
         }
-        s.serialize_bytes(&bytes)
+    };
+}
+float_element!(f64, F64, |x| x, |x| x);
+float_element!(f32, F32, f64::from, |x| x as f32);
+float_element!(f16, F16, f64::from, f16::from_f64);
+float_element!(bf16, BF16, f64::from, bf16::from_f64);
+
+impl Element for i64 {
+    const DTYPE: DType = DType::I64;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(x: f64) -> Self {
+        x as i64
+    }
+    fn to_i64(self) -> i64 {
+        self
+    }
+    fn from_i64(x: i64) -> Self {
+        x
+    }
+}
+
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+    fn from_f64(x: f64) -> Self {
+        // Through i64 so that out-of-range values wrap as an integer would.
+        (x as i64) as i32
+    }
+    fn to_i64(self) -> i64 {
+        i64::from(self)
+    }
+    fn from_i64(x: i64) -> Self {
+        x as i32
+    }
+}
+
+impl Element for bool {
+    const DTYPE: DType = DType::Bool;
+    fn to_f64(self) -> f64 {
+        f64::from(u8::from(self))
+    }
+    fn from_f64(x: f64) -> Self {
+        x != 0.0
+    }
+    fn to_i64(self) -> i64 {
+        i64::from(self)
+    }
+    fn from_i64(x: i64) -> Self {
+        x != 0
+    }
+}
+
+/// Converts `v` element by element (exactly between integers, through `f64` otherwise).
+pub fn convert<S: Element, T: Element>(v: &[S]) -> Vec<T> {
+    let integral = !S::DTYPE.is_float() && !T::DTYPE.is_float();
+    if integral {
+        v.iter().map(|&x| T::from_i64(x.to_i64())).collect()
+    } else {
+        v.iter().map(|&x| T::from_f64(x.to_f64())).collect()
+    }
+}
+
+impl Elements {
+    /// `n` zeros (`false`) of `dtype`.
+    pub fn zeros(dtype: DType, n: usize) -> Elements {
+        match dtype {
+            DType::F64 => Elements::F64(vec![0.0; n]),
+            DType::F32 => Elements::F32(vec![0.0; n]),
+            DType::F16 => Elements::F16(vec![f16::ZERO; n]),
+            DType::BF16 => Elements::BF16(vec![bf16::ZERO; n]),
+            DType::I64 => Elements::I64(vec![0; n]),
+            DType::I32 => Elements::I32(vec![0; n]),
+            DType::Bool => Elements::Bool(vec![false; n]),
+        }
     }
 
-    /// Reads little-endian bytes back; a length that is not a multiple of 4 is an error.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
-        struct Floats;
-        impl Visitor<'_> for Floats {
-            type Value = Vec<f32>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("little-endian f32 bytes")
-            }
-            fn visit_bytes<E: de::Error>(self, b: &[u8]) -> Result<Vec<f32>, E> {
-                if !b.len().is_multiple_of(4) {
-                    return Err(E::invalid_length(b.len(), &self));
-                }
-                if cfg!(target_endian = "little") {
-                    // One copy into aligned memory (the bytes may sit at any address).
-                    let mut out = vec![0f32; b.len() / 4];
-                    bytemuck::cast_slice_mut::<f32, u8>(&mut out).copy_from_slice(b);
-                    return Ok(out);
-                }
-                Ok(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-            }
-            fn visit_byte_buf<E: de::Error>(self, b: Vec<u8>) -> Result<Vec<f32>, E> {
-                self.visit_bytes(&b)
+    /// Values given as `f64`s, converted to `dtype` as [`Element::from_f64`] does.
+    pub fn from_f64s(dtype: DType, v: &[f64]) -> Elements {
+        Elements::F64(v.to_vec()).cast(dtype)
+    }
+
+    /// Their dtype.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Elements::F64(_) => DType::F64,
+            Elements::F32(_) => DType::F32,
+            Elements::F16(_) => DType::F16,
+            Elements::BF16(_) => DType::BF16,
+            Elements::I64(_) => DType::I64,
+            Elements::I32(_) => DType::I32,
+            Elements::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// How many elements.
+    pub fn len(&self) -> usize {
+        each_elements!(self, v => v.len())
+    }
+
+    /// No elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements when they are `f32`.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match self {
+            Elements::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The elements converted to `f32`.
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            Elements::F32(v) => v.clone(),
+            e => each_elements!(e, v => convert(v)),
+        }
+    }
+
+    /// The elements converted to `f64`.
+    pub fn to_f64(&self) -> Vec<f64> {
+        each_elements!(self, v => v.iter().map(|x| x.to_f64()).collect())
+    }
+
+    /// Element `i` as `f64` (`None` past the end).
+    pub fn get_f64(&self, i: usize) -> Option<f64> {
+        each_elements!(self, v => v.get(i).map(|x| x.to_f64()))
+    }
+
+    /// The elements converted to `dtype` (PyTorch's `.to(dtype)`; see [`Element::from_f64`]).
+    pub fn cast(&self, dtype: DType) -> Elements {
+        fn to<S: Element>(v: &[S], dtype: DType) -> Elements {
+            match dtype {
+                DType::F64 => Elements::F64(convert(v)),
+                DType::F32 => Elements::F32(convert(v)),
+                DType::F16 => Elements::F16(convert(v)),
+                DType::BF16 => Elements::BF16(convert(v)),
+                DType::I64 => Elements::I64(convert(v)),
+                DType::I32 => Elements::I32(convert(v)),
+                DType::Bool => Elements::Bool(convert(v)),
             }
         }
-        d.deserialize_bytes(Floats)
+        if dtype == self.dtype() {
+            return self.clone();
+        }
+        each_elements!(self, v => to(v, dtype))
+    }
+
+    /// The little-endian bytes (on a little-endian machine, the memory itself for every
+    /// dtype but `bool`, which is one byte 0 or 1 each).
+    pub fn to_le_bytes(&self) -> Cow<'_, [u8]> {
+        fn le<T: bytemuck::Pod>(v: &[T], to: impl Fn(&T) -> Vec<u8>) -> Cow<'_, [u8]> {
+            if cfg!(target_endian = "little") {
+                Cow::Borrowed(bytemuck::cast_slice(v))
+            } else {
+                Cow::Owned(v.iter().flat_map(to).collect())
+            }
+        }
+        match self {
+            Elements::F64(v) => le(v, |x| x.to_le_bytes().to_vec()),
+            Elements::F32(v) => le(v, |x| x.to_le_bytes().to_vec()),
+            Elements::F16(v) => le(v, |x| x.to_le_bytes().to_vec()),
+            Elements::BF16(v) => le(v, |x| x.to_le_bytes().to_vec()),
+            Elements::I64(v) => le(v, |x| x.to_le_bytes().to_vec()),
+            Elements::I32(v) => le(v, |x| x.to_le_bytes().to_vec()),
+            Elements::Bool(v) => Cow::Owned(v.iter().map(|&b| u8::from(b)).collect()),
+        }
+    }
+
+    /// Elements of `dtype` from their little-endian bytes.
+    pub fn from_le_bytes(dtype: DType, b: &[u8]) -> Result<Elements, BytesError> {
+        let size = dtype.size_bytes();
+        if !b.len().is_multiple_of(size) {
+            return Err(BytesError::Length { dtype, len: b.len(), size });
+        }
+        fn read<T: bytemuck::Pod>(b: &[u8], from: impl Fn(&[u8]) -> T) -> Vec<T> {
+            let n = b.len() / std::mem::size_of::<T>();
+            if cfg!(target_endian = "little") {
+                // One copy into aligned memory (the bytes may sit at any address).
+                let mut out = vec![T::zeroed(); n];
+                bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(b);
+                return out;
+            }
+            b.chunks_exact(std::mem::size_of::<T>()).map(from).collect()
+        }
+        let array = |c: &[u8]| -> [u8; 8] {
+            let mut a = [0u8; 8];
+            a[..c.len()].copy_from_slice(c);
+            a
+        };
+        Ok(match dtype {
+            DType::F64 => Elements::F64(read(b, |c| f64::from_le_bytes(array(c)))),
+            DType::F32 => Elements::F32(read(b, |c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+            DType::F16 => Elements::F16(read(b, |c| f16::from_le_bytes([c[0], c[1]]))),
+            DType::BF16 => Elements::BF16(read(b, |c| bf16::from_le_bytes([c[0], c[1]]))),
+            DType::I64 => Elements::I64(read(b, |c| i64::from_le_bytes(array(c)))),
+            DType::I32 => Elements::I32(read(b, |c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+            DType::Bool => Elements::Bool(
+                b.iter()
+                    .enumerate()
+                    .map(|(index, &byte)| match byte {
+                        0 => Ok(false),
+                        1 => Ok(true),
+                        _ => Err(BytesError::Bool { index, byte }),
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+        })
+    }
+
+    /// Element `i` printed as `print` shows it (`None` past the end).
+    pub fn format_element(&self, i: usize) -> Option<String> {
+        Some(match self {
+            Elements::F64(v) => format_f64(*v.get(i)?),
+            Elements::F32(v) => format_element(*v.get(i)?),
+            Elements::F16(v) => format_element(v.get(i)?.to_f32()),
+            Elements::BF16(v) => format_element(v.get(i)?.to_f32()),
+            Elements::I64(v) => v.get(i)?.to_string(),
+            Elements::I32(v) => v.get(i)?.to_string(),
+            Elements::Bool(v) => v.get(i)?.to_string(),
+        })
+    }
+}
+
+macro_rules! elements_from {
+    ($($t:ty => $d:ident),*) => {$(
+        impl From<Vec<$t>> for Elements {
+            fn from(v: Vec<$t>) -> Elements {
+                Elements::$d(v)
+            }
+        }
+    )*};
+}
+elements_from!(f64 => F64, f32 => F32, f16 => F16, bf16 => BF16, i64 => I64, i32 => I32, bool => Bool);
+
+impl Serialize for Elements {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(2)?;
+        t.serialize_element(&self.dtype())?;
+        t.serialize_element(serde_bytes_ref(&self.to_le_bytes()))?;
+        t.end()
+    }
+}
+
+/// `bytes` serialized as one byte string.
+fn serde_bytes_ref(bytes: &[u8]) -> &Bytes {
+    Bytes::new(bytes)
+}
+
+/// A byte slice that serializes as a byte string (`serialize_bytes`).
+#[repr(transparent)]
+struct Bytes([u8]);
+
+impl Bytes {
+    #[allow(unsafe_code)]
+    fn new(b: &[u8]) -> &Bytes {
+        // SAFETY: `Bytes` is a `repr(transparent)` wrapper of `[u8]`.
+        unsafe { &*(b as *const [u8] as *const Bytes) }
+    }
+}
+
+impl Serialize for Bytes {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Elements {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Elements, D::Error> {
+        struct Pair;
+        impl<'de> Visitor<'de> for Pair {
+            type Value = Elements;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a dtype and little-endian element bytes")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Elements, A::Error> {
+                let dtype: DType = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(0, &self))?;
+                let bytes: ByteBuf = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
+                Elements::from_le_bytes(dtype, &bytes.0).map_err(de::Error::custom)
+            }
+        }
+        d.deserialize_tuple(2, Pair)
+    }
+}
+
+/// An owned byte string read with `deserialize_bytes` (a msgpack `bin`).
+struct ByteBuf(Vec<u8>);
+
+impl<'de> Deserialize<'de> for ByteBuf {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ByteBuf, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ByteBuf;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: de::Error>(self, b: &[u8]) -> Result<ByteBuf, E> {
+                Ok(ByteBuf(b.to_vec()))
+            }
+            fn visit_byte_buf<E: de::Error>(self, b: Vec<u8>) -> Result<ByteBuf, E> {
+                Ok(ByteBuf(b))
+            }
+        }
+        d.deserialize_bytes(V)
     }
 }
 
@@ -78,7 +438,23 @@ pub fn format_element(x: f32) -> String {
     }
     let ax = x.abs();
     let s = if ax != 0.0 && !(1e-4..1e16).contains(&ax) { format!("{x:.4e}") } else { format!("{x:.4}") };
-    let s = trim_zeros(&s);
+    finish(trim_zeros(&s))
+}
+
+/// Formats one `f64` element as [`format_element`] does an `f32`.
+pub fn format_f64(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    let ax = x.abs();
+    let s = if ax != 0.0 && !(1e-4..1e16).contains(&ax) { format!("{x:.4e}") } else { format!("{x:.4}") };
+    finish(trim_zeros(&s))
+}
+
+fn finish(s: String) -> String {
     if s == "-0" {
         "0".into()
     } else {
@@ -96,9 +472,15 @@ fn trim_zeros(s: &str) -> String {
 }
 
 impl HostTensor {
-    /// A tensor from its type and data (the caller keeps `data.len() == numel`).
-    pub fn new(ty: TensorType, data: Vec<f32>) -> HostTensor {
-        HostTensor { ty, data }
+    /// A tensor from its type and data (the caller keeps `data.len() == numel` and the
+    /// dtypes equal).
+    pub fn new(ty: TensorType, data: impl Into<Elements>) -> HostTensor {
+        HostTensor { ty, data: data.into() }
+    }
+
+    /// The data as `f32`s (converted when of another dtype).
+    pub fn to_f32(&self) -> Vec<f32> {
+        self.data.to_f32()
     }
 
     /// The values as nested brackets, NumPy style, summarised when large.
@@ -117,7 +499,7 @@ impl HostTensor {
 
     fn format_axis(&self, out: &mut String, dims: &[usize], offset: usize, summarise: bool) {
         if dims.is_empty() {
-            out.push_str(&format_element(self.data.get(offset).copied().unwrap_or(f32::NAN)));
+            out.push_str(&self.data.format_element(offset).unwrap_or_else(|| "nan".into()));
             return;
         }
         let n = dims[0];
@@ -162,7 +544,7 @@ mod tests {
     /// (it took 31 s and 4.2 GB as a billion `[]`s).
     #[test]
     fn an_empty_tensor_prints_at_once_whatever_its_dims() {
-        let t = HostTensor::new(TensorType::f32(vec![1 << 30, 0]), Vec::new());
+        let t = HostTensor::new(TensorType::f32(vec![1 << 30, 0]), Vec::<f32>::new());
         assert_eq!(t.to_string(), "f32[1073741824, 0] []");
     }
 }

@@ -263,6 +263,38 @@ impl Parser<'_> {
     }
 }
 
+/// Evaluation on `f64` scalars with the ops' reference semantics in `f64`.
+pub struct Scalars64<'a> {
+    /// The operands.
+    pub operands: &'a [f64],
+}
+
+impl Algebra for Scalars64<'_> {
+    type Value = f64;
+    type Error = std::convert::Infallible;
+    fn var(&mut self, var: Var) -> Result<f64, Self::Error> {
+        Ok(match var {
+            Var::Operand(i) => self.operands.get(i as usize).copied().unwrap_or(f64::NAN),
+            Var::Result | Var::Grad => f64::NAN,
+        })
+    }
+    fn constant(&mut self, c: f64) -> Result<f64, Self::Error> {
+        Ok(c)
+    }
+    fn unary(&mut self, op: UnaryOp, x: f64) -> Result<f64, Self::Error> {
+        Ok(op.apply_f64(x))
+    }
+    fn binary(&mut self, op: BinaryOp, x: f64, y: f64) -> Result<f64, Self::Error> {
+        Ok(op.apply_f64(x, y))
+    }
+    fn select(&mut self, c: f64, t: f64, f: f64) -> Result<f64, Self::Error> {
+        Ok(if c != 0.0 { t } else { f })
+    }
+    fn truth(&mut self, c: &f64) -> Option<bool> {
+        Some(*c != 0.0)
+    }
+}
+
 /// Evaluation on `f32` scalars with the ops' reference semantics.
 pub struct Scalars<'a> {
     /// The operands.

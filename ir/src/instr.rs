@@ -189,9 +189,8 @@ pub enum Instr {
         dst: ValueId,
         /// Result type.
         ty: TensorType,
-        /// `ty.shape.numel()` values, row-major (on the wire: raw bytes).
-        #[serde(with = "crate::data::f32_bytes")]
-        data: Vec<f32>,
+        /// `ty.shape.numel()` values of `ty.dtype`, row-major (on the wire: raw bytes).
+        data: crate::data::Elements,
     },
     /// Elementwise op of one operand.
     Unary {
@@ -201,6 +200,17 @@ pub enum Instr {
         op: UnaryOp,
         /// Operand.
         src: ValueId,
+    },
+    /// The operand converted to another dtype (`Tensor::to`, PyTorch's `.to(dtype)`):
+    /// floats to integers truncate toward zero, integers wrap to a narrower one, anything
+    /// nonzero becomes `true`.
+    Cast {
+        /// Result.
+        dst: ValueId,
+        /// Operand.
+        src: ValueId,
+        /// The result's dtype.
+        dtype: DType,
     },
     /// Elementwise op of two operands, NumPy broadcasting.
     Binary {
@@ -213,11 +223,11 @@ pub enum Instr {
         /// Right operand.
         rhs: Operand,
     },
-    /// `cond != 0 ? on_true : on_false`, all three broadcast together.
+    /// `cond ? on_true : on_false`, all three broadcast together.
     Where {
         /// Result.
         dst: ValueId,
-        /// Condition (nonzero is true).
+        /// Condition, a `bool` tensor.
         cond: ValueId,
         /// Taken where true.
         on_true: Operand,
@@ -461,6 +471,7 @@ macro_rules! for_each_value {
                 }
             }
             Instr::Unary { dst, src, .. }
+            | Instr::Cast { dst, src, .. }
             | Instr::Reduce { dst, src, .. }
             | Instr::Transpose { dst, src, .. }
             | Instr::Permute { dst, src, .. }
@@ -493,6 +504,7 @@ impl Instr {
             Instr::Arange { .. } => "arange",
             Instr::Literal { .. } => "tensor",
             Instr::Unary { op, .. } => op.mnemonic(),
+            Instr::Cast { .. } => "cast",
             Instr::Binary { op, .. } => op.mnemonic(),
             Instr::Where { .. } => "where",
             Instr::MatMul { .. } => "matmul",

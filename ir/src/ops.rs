@@ -14,7 +14,7 @@
 //!   matches on the primitive enums are exhaustive, so the compiler lists what is missing;
 //! - composite: its row here and one filetest.
 
-use crate::formula::{Scalars, Term};
+use crate::formula::{Scalars, Scalars64, Term};
 use crate::types::DType;
 use std::sync::OnceLock;
 
@@ -163,21 +163,25 @@ pub enum OpDef<P> {
     Composite(&'static Term),
 }
 
-/// Which dtypes an op takes.
+/// Which dtypes an op computes in (PyTorch's rules).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Domain {
-    /// Any number (integers too).
+    /// Any number, integers too, in the operands' promoted dtype; not `bool`.
     Numeric,
-    /// Floating-point dtypes only (transcendental functions).
+    /// Floating point: integer and `bool` operands give a [`DType::DEFAULT_FLOAT`] result
+    /// (`exp` of an `i32`, and true division `/` of integers, are `f32`).
     Float,
 }
 
 impl Domain {
-    /// Whether `dtype` is in it.
-    pub fn accepts(self, dtype: DType) -> bool {
+    /// The dtype the op computes in and gives, for operands promoted to `dtype`, or `None`
+    /// when it does not take them.
+    pub fn compute(self, dtype: DType) -> Option<DType> {
         match self {
-            Domain::Numeric => dtype != DType::Bool,
-            Domain::Float => matches!(dtype, DType::F32 | DType::F16 | DType::BF16),
+            Domain::Numeric if dtype == DType::Bool => None,
+            Domain::Numeric => Some(dtype),
+            Domain::Float if dtype.is_float() => Some(dtype),
+            Domain::Float => Some(DType::DEFAULT_FLOAT),
         }
     }
 }
@@ -268,8 +272,8 @@ op_table! {
 
 op_table! {
     $ binary, each_binary_op, BinaryKernel;
-    /// Elementwise ops of two operands with NumPy broadcasting. Comparisons give 1.0 where
-    /// true and 0.0 where false, in the operands' dtype.
+    /// Elementwise ops of two operands with NumPy broadcasting. Comparisons give `bool`
+    /// tensors (1.0 and 0.0 inside a fused kernel and in formulas).
     BinaryOp / BinaryPrim : BinaryRow {
         /// `a + b`
         Add = add, weight 1.0 => BinaryRow { domain: Domain::Numeric, compare: false, grads: Some(["g", "g"]) },
@@ -281,9 +285,9 @@ op_table! {
             compare: false,
             grads: Some(["(mul g b)", "(mul g a)"]),
         },
-        /// `a / b`
+        /// `a / b`, true division (integers give floats, as in PyTorch)
         Div = div, weight 4.0 => BinaryRow {
-            domain: Domain::Numeric,
+            domain: Domain::Float,
             compare: false,
             grads: Some(["(div g b)", "(neg (div (mul g y) b))"]),
         },
@@ -374,6 +378,63 @@ impl UnaryOp {
     }
 }
 
+impl UnaryOp {
+    /// The op on one `f64` (`f64` tensors' semantics).
+    pub fn apply_f64(self, x: f64) -> f64 {
+        match self.def() {
+            OpDef::Prim(p) => p.apply_f64(x),
+            OpDef::Composite(t) => match t.eval(&mut Scalars64 { operands: &[x] }) {
+                Ok(v) => v,
+                Err(never) => match never {},
+            },
+        }
+    }
+
+    /// The op on one integer, wrapping on overflow as PyTorch's integer tensors do (`None`
+    /// for a float-only op, which the type rules never give integers).
+    pub fn apply_int(self, x: i64) -> Option<i64> {
+        match self.def() {
+            OpDef::Prim(UnaryPrim::Neg) => Some(x.wrapping_neg()),
+            OpDef::Prim(UnaryPrim::Abs) => Some(x.wrapping_abs()),
+            OpDef::Prim(UnaryPrim::Relu) => Some(x.max(0)),
+            _ => None,
+        }
+    }
+}
+
+impl BinaryOp {
+    /// The op on two `f64`s (`f64` tensors' semantics; comparisons give 0 or 1).
+    pub fn apply_f64(self, x: f64, y: f64) -> f64 {
+        match self.def() {
+            OpDef::Prim(p) => p.apply_f64(x, y),
+            OpDef::Composite(t) => match t.eval(&mut Scalars64 { operands: &[x, y] }) {
+                Ok(v) => v,
+                Err(never) => match never {},
+            },
+        }
+    }
+
+    /// The op on two integers, wrapping on overflow (comparisons give 0 or 1; `None` for a
+    /// float-only op).
+    pub fn apply_int(self, x: i64, y: i64) -> Option<i64> {
+        let OpDef::Prim(p) = self.def() else { return None };
+        Some(match p {
+            BinaryPrim::Add => x.wrapping_add(y),
+            BinaryPrim::Sub => x.wrapping_sub(y),
+            BinaryPrim::Mul => x.wrapping_mul(y),
+            BinaryPrim::Maximum => x.max(y),
+            BinaryPrim::Minimum => x.min(y),
+            BinaryPrim::Eq => i64::from(x == y),
+            BinaryPrim::Ne => i64::from(x != y),
+            BinaryPrim::Lt => i64::from(x < y),
+            BinaryPrim::Le => i64::from(x <= y),
+            BinaryPrim::Gt => i64::from(x > y),
+            BinaryPrim::Ge => i64::from(x >= y),
+            BinaryPrim::Div | BinaryPrim::Pow => return None,
+        })
+    }
+}
+
 impl BinaryOp {
     /// Whether computing it computes the primitive `prim` (itself, or in its expansion).
     pub fn uses(self, prim: BinaryPrim) -> bool {
@@ -428,6 +489,71 @@ impl UnaryPrim {
             UnaryPrim::Sqrt => x.sqrt(),
             UnaryPrim::Rsqrt => 1.0 / x.sqrt(),
             UnaryPrim::Erf => libm::erff(x),
+        }
+    }
+}
+
+impl UnaryPrim {
+    /// The op on one `f64`.
+    pub fn apply_f64(self, x: f64) -> f64 {
+        match self {
+            UnaryPrim::Neg => -x,
+            UnaryPrim::Abs => x.abs(),
+            UnaryPrim::Relu => {
+                if x < 0.0 {
+                    0.0
+                } else {
+                    x
+                }
+            }
+            UnaryPrim::Sigmoid => {
+                if x < 0.0 {
+                    let e = x.exp();
+                    e / (1.0 + e)
+                } else {
+                    1.0 / (1.0 + (-x).exp())
+                }
+            }
+            UnaryPrim::Tanh => x.tanh(),
+            UnaryPrim::Exp => x.exp(),
+            UnaryPrim::Log => x.ln(),
+            UnaryPrim::Sqrt => x.sqrt(),
+            UnaryPrim::Rsqrt => 1.0 / x.sqrt(),
+            UnaryPrim::Erf => libm::erf(x),
+        }
+    }
+}
+
+impl BinaryPrim {
+    /// The op on two `f64`s.
+    pub fn apply_f64(self, x: f64, y: f64) -> f64 {
+        let truth = |b: bool| f64::from(u8::from(b));
+        match self {
+            BinaryPrim::Add => x + y,
+            BinaryPrim::Sub => x - y,
+            BinaryPrim::Mul => x * y,
+            BinaryPrim::Div => x / y,
+            BinaryPrim::Pow => x.powf(y),
+            BinaryPrim::Maximum => {
+                if x >= y || x.is_nan() {
+                    x
+                } else {
+                    y
+                }
+            }
+            BinaryPrim::Minimum => {
+                if x <= y || x.is_nan() {
+                    x
+                } else {
+                    y
+                }
+            }
+            BinaryPrim::Eq => truth(x == y),
+            BinaryPrim::Ne => truth(x != y),
+            BinaryPrim::Lt => truth(x < y),
+            BinaryPrim::Le => truth(x <= y),
+            BinaryPrim::Gt => truth(x > y),
+            BinaryPrim::Ge => truth(x >= y),
         }
     }
 }

@@ -79,8 +79,8 @@ pub enum StmtKind {
         cmp: Comparison,
         /// Expected type, when given (`expect %v == f32[2] [1, 2]`).
         ty: Option<TensorType>,
-        /// Expected values, row-major.
-        data: Vec<f32>,
+        /// Expected values, row-major (of the expected type's dtype; `f64` without one).
+        data: crate::data::Elements,
     },
     /// `repeat N { .. }`: runs the body `count` times. Values defined in the body are
     /// visible after it (from the last iteration).

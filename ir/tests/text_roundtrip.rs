@@ -1,6 +1,7 @@
 //! Property tests of the text format: `parse(print(p)) == p` for generated programs, and
 //! arbitrary bytes never panic the parser or the verifier.
 
+use gt_ir::data::Elements;
 use gt_ir::text::{parse, parse_bytes, print};
 use gt_ir::*;
 use proptest::prelude::*;
@@ -25,6 +26,34 @@ fn operand() -> impl Strategy<Value = Operand> {
 fn ty() -> impl Strategy<Value = TensorType> {
     (prop::sample::select(DType::ALL.to_vec()), prop::collection::vec(0usize..6, 0..4))
         .prop_map(|(d, dims)| TensorType::new(d, dims))
+}
+
+/// Up to `n` elements of `dtype` (no NaN: programs compare with `==`).
+fn elements(dtype: DType, n: usize) -> BoxedStrategy<Elements> {
+    let len = 0..=n;
+    match dtype {
+        DType::F64 => prop::collection::vec(any::<f64>().prop_filter("not nan", |x| !x.is_nan()), len)
+            .prop_map(Elements::F64)
+            .boxed(),
+        DType::F32 => prop::collection::vec(any::<f32>().prop_filter("not nan", |x| !x.is_nan()), len)
+            .prop_map(Elements::F32)
+            .boxed(),
+        DType::F16 => prop::collection::vec(
+            any::<u16>().prop_map(half::f16::from_bits).prop_filter("not nan", |x| !x.is_nan()),
+            len,
+        )
+        .prop_map(Elements::F16)
+        .boxed(),
+        DType::BF16 => prop::collection::vec(
+            any::<u16>().prop_map(half::bf16::from_bits).prop_filter("not nan", |x| !x.is_nan()),
+            len,
+        )
+        .prop_map(Elements::BF16)
+        .boxed(),
+        DType::I64 => prop::collection::vec(any::<i64>(), len).prop_map(Elements::I64).boxed(),
+        DType::I32 => prop::collection::vec(any::<i32>(), len).prop_map(Elements::I32).boxed(),
+        DType::Bool => prop::collection::vec(any::<bool>(), len).prop_map(Elements::Bool).boxed(),
+    }
 }
 
 fn axes() -> impl Strategy<Value = Vec<i64>> {
@@ -58,8 +87,14 @@ fn instr() -> impl Strategy<Value = Instr> {
             end,
             step
         }),
-        (value(), ty(), prop::collection::vec(any::<f32>().prop_filter("not nan", |x| !x.is_nan()), 0..6))
-            .prop_map(|(dst, ty, data)| Instr::Literal { dst, ty, data }),
+        (value(), ty())
+            .prop_flat_map(|(dst, ty)| (Just(dst), elements(ty.dtype, 6), Just(ty)))
+            .prop_map(|(dst, data, ty)| Instr::Literal { dst, ty, data }),
+        (value(), value(), prop::sample::select(DType::ALL.to_vec())).prop_map(|(dst, src, dtype)| Instr::Cast {
+            dst,
+            src,
+            dtype
+        }),
         (value(), prop::sample::select(UnaryOp::ALL.to_vec()), value()).prop_map(|(dst, op, src)| Instr::Unary {
             dst,
             op,
@@ -168,8 +203,11 @@ fn leaf_stmt() -> impl Strategy<Value = StmtKind> {
             value(),
             prop_oneof![Just(Comparison::Exact), (0.0f64..1.0).prop_map(|tol| Comparison::Close { tol })],
             prop::option::of(ty()),
-            prop::collection::vec(-100f32..100.0, 0..5)
         )
+            .prop_flat_map(|(src, cmp, ty)| {
+                let data = elements(ty.as_ref().map_or(DType::F64, |t| t.dtype), 5);
+                (Just(src), Just(cmp), Just(ty), data)
+            })
             .prop_map(|(src, cmp, ty, data)| StmtKind::Expect { src, cmp, ty, data }),
         1 => train().prop_map(StmtKind::Train),
     ]

@@ -513,6 +513,12 @@ impl Shard {
         let operands = instr.operands();
         let types: Option<Vec<TensorType>> = operands.iter().map(|&v| self.ty(v)).collect();
         let Some(types) = types else { return false };
+        // Partial results meet in an `all_reduce`, which workers run on f32 for now: other
+        // dtypes reduce at home (their pieces gathered, which moves bytes of any dtype).
+        let reduces = matches!(instr, Instr::Reduce { .. } | Instr::MatMul { .. });
+        if reduces && types.iter().chain(results).any(|t| t.dtype != gt_ir::DType::F32) {
+            return false;
+        }
         match instr {
             Instr::Unary { .. } | Instr::Binary { .. } | Instr::Where { .. } => {
                 let out_ty = &results[0];
@@ -542,7 +548,9 @@ impl Shard {
             }
             Instr::MatMul { lhs, rhs, .. } => {
                 let (l, r) = (types[0].shape.rank(), types[1].shape.rank());
-                if l < 2 || r != 2 {
+                // `x @ x` would need one value in two layouts at once (re-splitting it for
+                // the right operand frees the left operand's pieces): it runs at home.
+                if l < 2 || r != 2 || lhs == rhs {
                     return false;
                 }
                 let (ls, rs) = (self.split_of(*lhs).cloned(), self.split_of(*rhs).cloned());

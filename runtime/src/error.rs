@@ -60,6 +60,16 @@ pub enum RuntimeError {
         /// The shape.
         shape: Shape,
     },
+    /// A dtype the backend does not compute yet.
+    #[error("{op}: the {backend} backend computes f32 only for now, found {dtype} (the CPU worker takes every dtype)")]
+    BackendDType {
+        /// The op.
+        op: &'static str,
+        /// The backend.
+        backend: &'static str,
+        /// The dtype it does not take.
+        dtype: gt_ir::DType,
+    },
     /// The device failed the instruction (a failed launch, copy or sync, a lost device).
     #[error("{op}: {step}: {driver_message}")]
     Device {
@@ -197,6 +207,7 @@ impl RuntimeError {
             RuntimeError::Type { source, .. } => source.kind(),
             RuntimeError::OutOfMemory { .. } => FailureKind::OutOfMemory,
             RuntimeError::TooLarge { .. } | RuntimeError::Extent { .. } => FailureKind::Limit,
+            RuntimeError::BackendDType { .. } => FailureKind::Type,
             RuntimeError::Device { .. } | RuntimeError::DeviceMemory { .. } => FailureKind::Device,
             // A code generator's refusal (over its limits, or a bug of its own) is a kernel
             // failure, as a malformed kernel is.

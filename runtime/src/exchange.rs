@@ -9,9 +9,10 @@
 use crate::backend::Backend;
 use crate::collective::{CollectiveError, Collectives, Group};
 use crate::RuntimeError;
+use gt_ir::data::Elements;
 use gt_ir::verify::shape::{array_split, normalize_axis};
+use gt_ir::DType;
 use gt_ir::{CollectiveOp, Instr, TensorType, TypeError, ValueId};
-use gt_transport::codec::{from_le_bytes, le_bytes};
 use gt_transport::message::{Exchange, FailureKind};
 use thiserror::Error;
 
@@ -53,6 +54,14 @@ pub enum ExchangeError {
         #[source]
         source: TypeError,
     },
+    /// A reducing collective across workers over a dtype other than `f32`.
+    #[error("{op} across workers takes f32 only for now, found {dtype}")]
+    DType {
+        /// The op.
+        op: &'static str,
+        /// The operand's dtype.
+        dtype: DType,
+    },
     /// The peers' data does not add up to the result (peers that disagree on the shapes).
     #[error("{op}: the peers' data ({got} bytes) does not fit the result type {ty}")]
     PeerData {
@@ -86,7 +95,7 @@ impl ExchangeError {
             },
             ExchangeError::Local { source, .. } => source.kind(),
             ExchangeError::Malformed { .. } | ExchangeError::PeerData { .. } => FailureKind::Internal,
-            ExchangeError::Axis { .. } => FailureKind::Type,
+            ExchangeError::Axis { .. } | ExchangeError::DType { .. } => FailureKind::Type,
             ExchangeError::Skipped { .. } => FailureKind::Undefined,
         }
     }
@@ -147,17 +156,19 @@ fn run_part(
             let (Some(dst), Some(mine)) = (one(dsts), read(backend)?) else {
                 return Err(malformed("an all_reduce part needs one operand and one result"));
             };
-            let mut data = mine.data;
+            let Elements::F32(mut data) = mine.data else {
+                return Err(ExchangeError::DType { op: name, dtype: mine.ty.dtype });
+            };
             *transported = true;
             net.all_reduce(g, reduce, &mut data).map_err(net_err)?;
-            write(backend, dst, ex.ty.clone().unwrap_or(mine.ty), data).map_err(local)
+            write(backend, dst, ex.ty.clone().unwrap_or(mine.ty), Elements::F32(data)).map_err(local)
         }
         CollectiveOp::AllGather { axis } => {
             let (Some(dst), Some(mine), Some(ty)) = (one(dsts), read(backend)?, ex.ty.clone()) else {
                 return Err(malformed("an all_gather part needs one operand, one result and its type"));
             };
             *transported = true;
-            let pieces = net.all_gather(g, &le_bytes(&mine.data)).map_err(net_err)?;
+            let pieces = net.all_gather(g, &mine.data.to_le_bytes()).map_err(net_err)?;
             let data = join(name, &pieces, &ty, axis)?;
             write(backend, dst, ty, data).map_err(local)
         }
@@ -165,11 +176,14 @@ fn run_part(
             let (Some(dst), Some(mine), Some(ty)) = (one(dsts), read(backend)?, ex.ty.clone()) else {
                 return Err(malformed("a reduce_scatter part needs one operand, one result and its type"));
             };
+            let Elements::F32(data) = &mine.data else {
+                return Err(ExchangeError::DType { op: name, dtype: mine.ty.dtype });
+            };
             let dims = mine.ty.shape.dims().to_vec();
             let a = normalize_axis(axis, dims.len()).map_err(|source| ExchangeError::Axis { op: name, source })?;
             let (outer, len, inner) = around(&dims, a);
             // The scattered axis goes first, so that each rank's piece is one contiguous run.
-            let front = swap_outer(&mine.data, outer, len, inner);
+            let front = swap_outer(data, outer, len, inner);
             let counts: Vec<usize> = array_split(len, n).into_iter().map(|c| c * outer * inner).collect();
             *transported = true;
             let piece = net.reduce_scatter(g, reduce, &front, &counts).map_err(net_err)?;
@@ -177,7 +191,7 @@ fn run_part(
             if ty.shape.numel() != piece.len() {
                 return Err(malformed("the result type is not this rank's piece"));
             }
-            write(backend, dst, ty, swap_outer(&piece, piece_len, outer, inner)).map_err(local)
+            write(backend, dst, ty, Elements::F32(swap_outer(&piece, piece_len, outer, inner))).map_err(local)
         }
         CollectiveOp::Broadcast | CollectiveOp::Move => {
             let root = ex.root as usize;
@@ -185,7 +199,7 @@ fn run_part(
             if (ex.rank as usize == root) != mine.is_some() || root >= n {
                 return Err(malformed("only the root of a broadcast or move has its operand"));
             }
-            let data = mine.map(|m| le_bytes(&m.data));
+            let data = mine.map(|m| m.data.to_le_bytes().into_owned());
             let got = if *op == CollectiveOp::Move {
                 if n != 2 {
                     return Err(malformed("a move has two ranks"));
@@ -205,7 +219,11 @@ fn run_part(
             if bytes.len() != ty.size_bytes() {
                 return Err(ExchangeError::PeerData { op: name, ty, got: bytes.len() });
             }
-            let data = from_le_bytes(&bytes);
+            let data = Elements::from_le_bytes(ty.dtype, &bytes).map_err(|_| ExchangeError::PeerData {
+                op: name,
+                ty: ty.clone(),
+                got: bytes.len(),
+            })?;
             for &dst in dsts {
                 write(backend, dst, ty.clone(), data.clone()).map_err(local)?;
             }
@@ -221,7 +239,7 @@ fn one(dsts: &[ValueId]) -> Option<ValueId> {
     }
 }
 
-fn write(backend: &mut dyn Backend, dst: ValueId, ty: TensorType, data: Vec<f32>) -> Result<(), RuntimeError> {
+fn write(backend: &mut dyn Backend, dst: ValueId, ty: TensorType, data: Elements) -> Result<(), RuntimeError> {
     backend.execute(&Instr::Literal { dst, ty, data })
 }
 
@@ -247,7 +265,7 @@ fn swap_outer(data: &[f32], rows: usize, cols: usize, inner: usize) -> Vec<f32> 
 
 /// The ranks' pieces (rank order) joined along `axis` into `ty`: for each index before the
 /// axis, each piece's block in turn. Each piece's extent along the axis follows from its size.
-fn join(op: &'static str, pieces: &[Vec<u8>], ty: &TensorType, axis: i64) -> Result<Vec<f32>, ExchangeError> {
+fn join(op: &'static str, pieces: &[Vec<u8>], ty: &TensorType, axis: i64) -> Result<Elements, ExchangeError> {
     let dims = ty.shape.dims();
     let a = normalize_axis(axis, dims.len()).map_err(|source| ExchangeError::Axis { op, source })?;
     let (outer, len, inner) = around(dims, a);
@@ -257,26 +275,29 @@ fn join(op: &'static str, pieces: &[Vec<u8>], ty: &TensorType, axis: i64) -> Res
         return Err(bad());
     }
     if outer * inner == 0 {
-        return Ok(Vec::new());
+        return Ok(Elements::zeros(ty.dtype, 0));
     }
-    let block = outer * inner * 4;
+    // Bytes of one index along the axis, over every outer index.
+    let size = ty.dtype.size_bytes();
+    let block = outer * inner * size;
     let lens: Vec<usize> = pieces.iter().map(|p| p.len() / block).collect();
     if pieces.iter().any(|p| p.len() % block != 0) || lens.iter().sum::<usize>() != len {
         return Err(bad());
     }
-    let pieces: Vec<Vec<f32>> = pieces.iter().map(|p| from_le_bytes(p)).collect();
-    let mut out = Vec::with_capacity(ty.shape.numel());
+    let mut out = Vec::with_capacity(ty.size_bytes());
     for o in 0..outer {
         for (p, l) in pieces.iter().zip(&lens) {
-            out.extend_from_slice(&p[o * l * inner..(o + 1) * l * inner]);
+            let run = l * inner * size;
+            out.extend_from_slice(&p[o * run..(o + 1) * run]);
         }
     }
-    Ok(out)
+    Elements::from_le_bytes(ty.dtype, &out).map_err(|_| bad())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gt_transport::codec::le_bytes;
 
     #[test]
     fn join_puts_each_pieces_block_in_rank_order_per_outer_index() {
@@ -286,17 +307,17 @@ mod tests {
         let ty = TensorType::f32(vec![2, 3]);
         assert_eq!(
             join("all_gather", &[a.clone(), b.clone()], &ty, 1).unwrap(),
-            vec![1.0, 10.0, 11.0, 2.0, 20.0, 21.0]
+            Elements::F32(vec![1.0, 10.0, 11.0, 2.0, 20.0, 21.0])
         );
         assert_eq!(
             join("all_gather", &[a.clone(), b.clone()], &ty, -1).unwrap(),
-            vec![1.0, 10.0, 11.0, 2.0, 20.0, 21.0]
+            Elements::F32(vec![1.0, 10.0, 11.0, 2.0, 20.0, 21.0])
         );
         // Along axis 0: the pieces one after the other.
         let ty = TensorType::f32(vec![3, 2]);
         assert_eq!(
             join("all_gather", &[a.clone(), b.clone()], &ty, 0).unwrap(),
-            vec![1.0, 2.0, 10.0, 11.0, 20.0, 21.0]
+            Elements::F32(vec![1.0, 2.0, 10.0, 11.0, 20.0, 21.0])
         );
         // Pieces that do not add up are an error, not a panic.
         assert!(join("all_gather", &[a.clone(), a], &TensorType::f32(vec![2, 3]), 1).is_err());

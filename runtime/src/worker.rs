@@ -342,7 +342,7 @@ pub fn run_worker(
         }
         let gt_ir::HostTensor { ty, data } = tensor;
         let head = codec::encode(&InboundRef::Worker(&WorkerEvent::Data { tag, ty }), max).expect("small");
-        let frame = codec::data_frame(&data);
+        let frame = codec::elements_frame(&data);
         drop(data);
         match socket::send_with_data(&lock().sock, &[&head], frame) {
             Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),

@@ -172,11 +172,11 @@ fn kernel_agrees(kernel: &Kernel, input_lens: &[usize], out_len: usize, toleranc
         .collect();
     for (i, data) in inputs.iter().enumerate() {
         let ty = TensorType::f32(vec![data.len()]);
-        gpu.execute(&Instr::Literal { dst: v(i as u32), ty, data: data.clone() }).unwrap();
+        gpu.execute(&Instr::Literal { dst: v(i as u32), ty, data: data.clone().into() }).unwrap();
     }
     let ids: Vec<ValueId> = (0..inputs.len() as u32).map(v).collect();
     gpu.run_kernel(kernel, &ids, v(100), TensorType::f32(vec![out_len])).unwrap();
-    let got = gpu.read(v(100)).unwrap().data;
+    let got = gpu.read(v(100)).unwrap().to_f32();
     let mut want = vec![0.0; out_len];
     let refs: Vec<&[f32]> = inputs.iter().map(|d| &d[..]).collect();
     kernels::run(kernel, &refs, &mut want).unwrap();
@@ -317,7 +317,7 @@ fn out_of_memory_names_the_request() {
     }
     // The backend is still usable.
     gpu.execute(&Instr::Ones { dst: v(100), ty: TensorType::f32(vec![3]) }).unwrap();
-    assert_eq!(gpu.read(v(100)).unwrap().data, vec![1.0; 3]);
+    assert_eq!(gpu.read(v(100)).unwrap().to_f32(), vec![1.0; 3]);
 }
 
 #[test]

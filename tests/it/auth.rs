@@ -64,7 +64,7 @@ fn wait_for_workers(port: u16, key: &ClusterKey, n: usize) {
 fn full(c: &mut Client, value: f64) -> Vec<f32> {
     let origin = Origin { op: "full", span: None };
     c.submit(Instr::Full { dst: ValueId(0), ty: TensorType::f32(vec![2]), value }, origin).unwrap();
-    c.read(ValueId(0)).unwrap().data
+    c.read(ValueId(0)).unwrap().to_f32()
 }
 
 #[cfg(unix)]

@@ -111,8 +111,8 @@ fn clients_cannot_name_each_others_values() {
     assert!(e.to_string().contains("free: value %0 is not defined"), "{e}");
     // b's own %0 is its own.
     b.submit(full(0, vec![1], -1.0), origin("full")).unwrap();
-    assert_eq!(b.read(ValueId(0)).unwrap().data, vec![-1.0]);
-    assert_eq!(a.read(ValueId(0)).unwrap().data, vec![7.0, 7.0]);
+    assert_eq!(b.read(ValueId(0)).unwrap().to_f32(), vec![-1.0]);
+    assert_eq!(a.read(ValueId(0)).unwrap().to_f32(), vec![7.0, 7.0]);
 }
 
 #[test]
@@ -135,7 +135,7 @@ fn the_failing_instruction_of_a_batch_is_reported_at_the_next_wait() {
         other => panic!("expected an op failure, got {other}"),
     }
     // Reported once; the unrelated value is fine, and a value that depends on the failure says so.
-    assert_eq!(a.read(ValueId(3)).unwrap().data, vec![2.0, 2.0]);
+    assert_eq!(a.read(ValueId(3)).unwrap().to_f32(), vec![2.0, 2.0]);
     let e = a.read(ValueId(2)).unwrap_err();
     assert!(e.to_string().contains("instruction #2 failed"), "{e}");
 }
@@ -150,7 +150,7 @@ fn worker_failures_are_reported_with_their_op() {
     let e = a.read(ValueId(1)).unwrap_err();
     assert!(matches!(&e, ClientError::Op { seq: 0, origin, .. } if origin.op == "full"), "{e:?}");
     assert!(e.to_string().contains("over the limit"), "{e}");
-    assert_eq!(a.read(ValueId(1)).unwrap().data, vec![5.0]);
+    assert_eq!(a.read(ValueId(1)).unwrap().to_f32(), vec![5.0]);
 }
 
 #[test]
@@ -217,7 +217,7 @@ fn the_dispatcher_runs_each_stream_through_the_pipeline() {
     let mut a = client(&c);
     a.submit(full(0, vec![2], 3.0), origin("full")).unwrap();
     a.submit(Instr::Unary { op: UnaryOp::Neg, dst: ValueId(1), src: ValueId(0) }, origin("neg")).unwrap();
-    assert_eq!(a.read(ValueId(1)).unwrap().data, vec![-3.0, -3.0]);
+    assert_eq!(a.read(ValueId(1)).unwrap().to_f32(), vec![-3.0, -3.0]);
     let ops: Vec<String> = a.worker_stats().unwrap()[0].ops.iter().map(|o| o.op.clone()).collect();
     assert!(ops.contains(&"mul".to_string()) && !ops.contains(&"neg".to_string()), "{ops:?}");
 }
@@ -241,5 +241,5 @@ fn a_client_past_its_window_waits_and_reports_failures_there() {
         }
     }
     assert!(reported_at.is_some_and(|k| k < 64), "reported at {reported_at:?}");
-    assert_eq!(a.read(ValueId(0)).unwrap().data, vec![1.0, 1.0]);
+    assert_eq!(a.read(ValueId(0)).unwrap().to_f32(), vec![1.0, 1.0]);
 }

@@ -119,7 +119,7 @@ fn a_server_on_every_interface_listens_on_tcp() {
     let _worker = worker(port);
     let mut c = connect(&format!("tcp://127.0.0.1:{port}"));
     c.submit(Instr::Full { dst: ValueId(0), ty: TensorType::f32(vec![1]), value: 2.0 }, origin("full")).unwrap();
-    assert_eq!(c.read(ValueId(0)).unwrap().data, vec![2.0]);
+    assert_eq!(c.read(ValueId(0)).unwrap().to_f32(), vec![2.0]);
 }
 
 /// A file's permission bits.
@@ -171,13 +171,17 @@ fn garbage_is_rejected_and_everyone_else_is_still_served() {
     rejected(raw_exchange(&raw, &[&get]), "Hello");
 
     // The good client's value and connection are untouched.
-    assert_eq!(good.read(ValueId(0)).unwrap().data, vec![1.5; 3]);
+    assert_eq!(good.read(ValueId(0)).unwrap().to_f32(), vec![1.5; 3]);
     // And a client that sends too large a batch is told, not dropped.
-    let big = Instr::Literal { dst: ValueId(1), ty: TensorType::f32(vec![100_000]), data: vec![0.0; 100_000] };
+    let big = Instr::Literal {
+        dst: ValueId(1),
+        ty: TensorType::f32(vec![100_000]),
+        data: gt_ir::data::Elements::F32(vec![0.0; 100_000]),
+    };
     good.submit(big, origin("tensor")).unwrap();
     let e = good.sync().unwrap_err();
     assert!(e.to_string().contains("over the limit"), "{e}");
-    assert_eq!(good.read(ValueId(0)).unwrap().data, vec![1.5; 3]);
+    assert_eq!(good.read(ValueId(0)).unwrap().to_f32(), vec![1.5; 3]);
 }
 
 /// Instructions that keep a worker busy for many seconds.
@@ -420,7 +424,7 @@ fn a_worker_comes_back_to_a_restarted_dispatcher() {
         assert_eq!(c.workers().iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["w-back"]);
         c.submit(Instr::Full { dst: ValueId(0), ty: TensorType::f32(vec![2]), value: 4.0 }, origin("full")).unwrap();
         match c.read(ValueId(0)) {
-            Ok(t) => break t.data,
+            Ok(t) => break t.to_f32(),
             Err(e) if e.to_string().contains("is gone") && Instant::now() < deadline => continue,
             Err(e) => panic!("{e}"),
         }

@@ -21,7 +21,7 @@ fn interpret(src: &str, name: &str) -> Vec<f32> {
         interp.execute(instr).expect("runs");
     }
     let id = program.names.iter().position(|n| n == name).expect("defined");
-    interp.read(ValueId(id as u32)).expect("reads").data
+    interp.read(ValueId(id as u32)).expect("reads").to_f32()
 }
 
 fn range(start: Option<i64>, end: Option<i64>, step: i64) -> SliceItem {
@@ -67,8 +67,8 @@ fn elementwise_matmul_and_reductions_match_the_methods() -> R {
         %mn = min %h1;
         %t  = transpose %h1;
         %e  = exp %t;
-        %c  = where %h1, 1.0, %h1;
         %lt = lt %h1, 0;
+        %c  = where %lt, 1.0, %h1;
         %mx = maximum %h1, -0.1;
         %p  = pow %h1, 2;
         %r  = sub 1, %h1;
@@ -83,7 +83,7 @@ fn elementwise_matmul_and_reductions_match_the_methods() -> R {
     assert_eq!(mn.to_vec()?, h1.min()?.to_vec()?);
     assert_eq!(e.to_vec()?, h1.t()?.exp()?.to_vec()?);
     assert_eq!(t.shape(), &[3, 2]);
-    assert_eq!(c.to_vec()?, gt::where_(&h1, 1.0, &h1)?.to_vec()?);
+    assert_eq!(c.to_vec()?, gt::where_(&h1.lt(0.0)?, 1.0, &h1)?.to_vec()?);
     assert_eq!(lt.to_vec()?, h1.lt(0.0)?.to_vec()?);
     assert_eq!(mx.to_vec()?, h1.maximum(-0.1)?.to_vec()?);
     assert_eq!(p.to_vec()?, h1.pow(2.0)?.to_vec()?);

@@ -7,7 +7,7 @@ use gt_ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
 use gt_passes::{Emit, Fuse, FuseConfig, StreamPass};
 use gt_runtime::backend::cpu::interp::Interpreter;
 use proptest::prelude::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Runs `stream` through the fuse pass (flushing at the end).
 fn fuse(stream: &[Instr], config: FuseConfig) -> (Vec<Instr>, Fuse) {
@@ -53,7 +53,7 @@ fn run_on(mut interp: Interpreter, stream: &[Instr], read: &[ValueId]) -> Vec<Ve
     for i in stream {
         interp.execute(i).unwrap_or_else(|e| panic!("{e}: {}", gt_ir::text::print_instr(i)));
     }
-    read.iter().map(|&v| interp.read(v).unwrap().data).collect()
+    read.iter().map(|&v| interp.read(v).unwrap().to_f32()).collect()
 }
 
 fn close(a: &[f32], b: &[f32], tol: f32) -> bool {
@@ -140,24 +140,28 @@ fn program(a: usize, b: usize, steps: &[Step]) -> (Vec<Instr>, Vec<ValueId>) {
             })
             .collect()
     };
+    // A comparison's bool result is followed by `where %c, 1, 0` (f32); later steps that
+    // pick the bool take that instead, so every op sees f32 and kernels compare inside.
+    let mut bools: HashSet<usize> = HashSet::new();
     for s in steps {
         let n = shape_of.len();
         let dst = v(n as u32);
+        let pick = |x: usize| if bools.contains(&(x % n)) { x % n + 1 } else { x % n };
         let (instr, shape) = match *s {
-            Step::Unary(op, x) => (Instr::Unary { dst, op, src: v((x % n) as u32) }, shape_of[x % n].clone()),
+            Step::Unary(op, x) => (Instr::Unary { dst, op, src: v(pick(x) as u32) }, shape_of[pick(x)].clone()),
             Step::Binary(op, x, y) => {
-                let (x, y) = (x % n, y % n);
+                let (x, y) = (pick(x), pick(y));
                 let lhs = Operand::Value(v(x as u32));
                 let rhs = Operand::Value(v(y as u32));
                 (Instr::Binary { dst, op, lhs, rhs }, broadcast(&shape_of[x], &shape_of[y]))
             }
             Step::Scalar(op, x, c) => {
-                let x = x % n;
+                let x = pick(x);
                 let instr = Instr::Binary { dst, op, lhs: Operand::Value(v(x as u32)), rhs: Operand::Scalar(c.into()) };
                 (instr, shape_of[x].clone())
             }
             Step::Reduce(op, x, last) => {
-                let x = x % n;
+                let x = pick(x);
                 let rank = shape_of[x].len();
                 if rank < 2 {
                     continue;
@@ -169,8 +173,15 @@ fn program(a: usize, b: usize, steps: &[Step]) -> (Vec<Instr>, Vec<ValueId>) {
                 (Instr::Reduce { dst, op, src: v(x as u32), axes: Some(vec![axis as i64]), keepdim: true }, shape)
             }
         };
+        let compare = matches!(&instr, Instr::Binary { op, .. } if op.is_comparison());
         instrs.push(instr);
-        shape_of.push(shape);
+        shape_of.push(shape.clone());
+        if compare {
+            bools.insert(n);
+            let (on_true, on_false) = (Operand::Scalar(1.0), Operand::Scalar(0.0));
+            instrs.push(Instr::Where { dst: v(n as u32 + 1), cond: dst, on_true, on_false });
+            shape_of.push(shape);
+        }
     }
     // Read the last value and one in the middle; everything else dies.
     let last = v(shape_of.len() as u32 - 1);
@@ -365,7 +376,7 @@ fn a_fused_full_reduction_lowers_to_two_passes_with_the_same_sum() {
     for i in &fused {
         backend.execute(i).unwrap();
     }
-    let found = backend.read(names["s"]).unwrap().data;
+    let found = backend.read(names["s"]).unwrap().to_f32();
     let expected = run(&stream, &read);
     assert!(close(&found, &expected[0], 1e-5), "{found:?} vs {expected:?}");
 }

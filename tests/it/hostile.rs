@@ -51,7 +51,7 @@ fn still_serves(c: &Cluster) {
     for i in instrs("%0 = full f32[3] 2.0\n%1 = add %0, %0\n%2 = mul %1, %0") {
         b.submit(i, origin()).unwrap();
     }
-    assert_eq!(b.read(ValueId(2)).unwrap().data, vec![8.0; 3]);
+    assert_eq!(b.read(ValueId(2)).unwrap().to_f32(), vec![8.0; 3]);
 }
 
 /// Finding 1: a 6-instruction message overflowed the fuse pass's stack (a view of itself in
@@ -219,12 +219,9 @@ fn random_streams_from_several_clients_never_fault_the_cluster() {
         let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
         let bytes = proptest::collection::vec(proptest::num::u8::ANY, 0..3000);
         let outcome = runner.run(&bytes, |bytes| {
-            // Half the cases also spread over workers (placements, collectives).
-            let streams = if bytes.first().is_some_and(|b| b & 1 == 1) {
-                gt::streamgen::spread_streams(&bytes, 3)
-            } else {
-                gt::streamgen::streams(&bytes, 3)
-            };
+            // Half the cases also spread over workers (placements, collectives), half mix in
+            // every dtype.
+            let streams = gt::streamgen::fuzz_streams(&bytes, 3);
             gt::streamgen::drive(c.context(), c.endpoint(), &streams).map_err(|f| TestCaseError::fail(f.to_string()))
         });
         if let Err(e) = outcome {
@@ -322,7 +319,7 @@ fn an_instruction_past_the_op_timeout_is_cancelled() {
         }
         let e = a.read(c_id).expect_err("the long instruction is cancelled").to_string();
         assert!(e.contains(&format!("{op}: cancelled after")) && e.contains("(GT_OP_TIMEOUT)"), "{e}");
-        assert_eq!(a.read(d_id).unwrap().data, vec![1.0; 2], "the next instruction ran");
+        assert_eq!(a.read(d_id).unwrap().to_f32(), vec![1.0; 2], "the next instruction ran");
         let stats = a.worker_stats().unwrap();
         assert_eq!(stats[0].cancelled, 1);
         drop(a);
@@ -481,7 +478,7 @@ fn signals_do_not_break_waits() {
             for i in instrs("%0 = full f32[3] 2.0\n%1 = add %0, %0\n%2 = mul %1, %0") {
                 a.submit(i, origin()).unwrap();
             }
-            let got = a.read(ValueId(2)).unwrap_or_else(|e| panic!("read {k}: {e}")).data;
+            let got = a.read(ValueId(2)).unwrap_or_else(|e| panic!("read {k}: {e}")).to_f32();
             assert_eq!(got, vec![8.0; 3]);
         }
         finished.store(true, Ordering::SeqCst);
@@ -515,7 +512,7 @@ fn over_memory(c: &Cluster, between: &str, limit: &str) {
     for i in all[3..].iter().cloned() {
         a.submit(i, origin()).unwrap();
     }
-    assert_eq!(a.read(ValueId(2)).unwrap().data[..2], [2.0, 2.0]);
+    assert_eq!(a.read(ValueId(2)).unwrap().to_f32()[..2], [2.0, 2.0]);
 }
 
 /// Finding 5 (memory): values past a worker's budget fail their op, naming the budget, and
@@ -689,7 +686,7 @@ fn a_client_that_never_waits_runs_out_of_credit() {
     let e = e.to_string();
     assert!(e.contains("sent and not yet run, over its credit of 500 instructions"), "{e}");
     a.submit(instrs("%w = full f32[2] 3.0").remove(0), origin()).unwrap();
-    assert_eq!(a.read(ValueId(0)).unwrap().data, vec![3.0, 3.0]);
+    assert_eq!(a.read(ValueId(0)).unwrap().to_f32(), vec![3.0, 3.0]);
 }
 
 /// Found by the `stream` fuzz target (every pass set): a read issued before the worker

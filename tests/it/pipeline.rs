@@ -104,7 +104,7 @@ fn memory_after(cluster: &Cluster, steps: u32) -> (u64, u64, f32) {
     let mut last = 0.0;
     for step in 0..steps {
         acc = late_freeing_step(&mut c, step, acc);
-        last = c.read(acc).unwrap().data[0];
+        last = c.read(acc).unwrap().to_f32()[0];
     }
     let w = &c.worker_stats().unwrap()[0];
     (w.live_bytes, w.peak_bytes, last)
@@ -156,7 +156,7 @@ fn a_failure_held_back_by_a_pass_is_reported_against_its_instruction() {
         }
         other => panic!("expected an op failure, got {other}"),
     }
-    assert_eq!(a.read(ValueId(3)).unwrap().data, vec![2.0, 2.0]);
+    assert_eq!(a.read(ValueId(3)).unwrap().to_f32(), vec![2.0, 2.0]);
 }
 
 #[test]

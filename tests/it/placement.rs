@@ -65,7 +65,7 @@ fn v(n: u32) -> ValueId {
 }
 
 fn literal(dst: u32, dims: Vec<usize>, data: Vec<f32>) -> Instr {
-    Instr::Literal { dst: v(dst), ty: TensorType::f32(dims), data }
+    Instr::Literal { dst: v(dst), ty: TensorType::f32(dims), data: data.into() }
 }
 
 fn binary(op: BinaryOp, dst: u32, lhs: u32, rhs: u32) -> Instr {
@@ -151,7 +151,7 @@ fn a_failure_on_another_worker_is_reported_before_a_later_wait() {
     a.submit(full(201, vec![65536, 32769], 0.0), origin("full")).unwrap();
     let e = a.read(v(1)).unwrap_err();
     assert!(matches!(&e, ClientError::Op { seq: 6, .. }), "{e:?}");
-    assert_eq!(a.read(v(1)).unwrap().data, vec![5.0, 5.0]);
+    assert_eq!(a.read(v(1)).unwrap().to_f32(), vec![5.0, 5.0]);
     // A collective whose operand failed fails once, and its peer is free again.
     a.submit(full(100, vec![65536, 32769], 0.0), origin("full")).unwrap();
     a.submit(full(202, vec![2], 3.0), origin("full")).unwrap();
@@ -162,7 +162,7 @@ fn a_failure_on_another_worker_is_reported_before_a_later_wait() {
     let e = a.read(v(203)).unwrap_err();
     assert!(e.to_string().contains("not computed because instruction #11 failed"), "{e}");
     a.submit(binary(BinaryOp::Add, 204, 202, 202), origin("add")).unwrap();
-    assert_eq!(a.read(v(204)).unwrap().data, vec![6.0, 6.0]);
+    assert_eq!(a.read(v(204)).unwrap().to_f32(), vec![6.0, 6.0]);
 }
 
 #[test]
@@ -193,7 +193,7 @@ fn misplaced_instructions_and_reserved_ids_are_refused() {
     assert!(e.to_string().contains("reserved for the passes"), "{e}");
     // Nothing of that broke the client.
     a.submit(binary(BinaryOp::Add, 104, 100, 101), origin("add")).unwrap();
-    assert_eq!(a.read(v(104)).unwrap().data, vec![2.0, 2.0]);
+    assert_eq!(a.read(v(104)).unwrap().to_f32(), vec![2.0, 2.0]);
 }
 
 /// A worker that registers with a peer socket, runs its batches (answering `Done`) until one
@@ -267,7 +267,7 @@ fn a_worker_lost_in_a_collective_frees_its_peers_at_once() {
     // The real worker's part gave up at once: it runs the next work.
     a.submit(binary(BinaryOp::Add, 2, 0, 0), origin("add")).unwrap();
     let started = Instant::now();
-    assert_eq!(a.read(v(2)).unwrap().data, vec![2.0; 4]);
+    assert_eq!(a.read(v(2)).unwrap().to_f32(), vec![2.0; 4]);
     assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     // Its result was never made.
     let e = a.read(v(1)).unwrap_err();

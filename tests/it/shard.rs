@@ -89,7 +89,7 @@ fn close(a: &[HostTensor], b: &[HostTensor]) -> bool {
     a.len() == b.len()
         && a.iter().zip(b).all(|(x, y)| {
             x.ty == y.ty
-                && x.data.iter().zip(&y.data).all(|(p, q)| {
+                && x.to_f32().iter().zip(&y.to_f32()).all(|(p, q)| {
                     (p.is_nan() && q.is_nan()) || p == q || (p - q).abs() <= 1e-4 * (1.0 + p.abs().max(q.abs()))
                 })
         })

@@ -8,7 +8,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// The protocol version this build speaks. Bump it on any change to [`crate::message`].
-pub const PROTOCOL_VERSION: u16 = 13;
+pub const PROTOCOL_VERSION: u16 = 14;
 
 /// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;
@@ -57,6 +57,9 @@ pub enum CodecError {
         /// The frame's.
         got: usize,
     },
+    /// A data frame that is not elements of its dtype (a `bool` byte other than 0 or 1).
+    #[error("a data frame that is not its dtype's elements: {0}")]
+    Elements(gt_ir::data::BytesError),
     /// A `Data` message without its data frame, or another message with one.
     #[error("malformed message: {0}")]
     Frames(&'static str),
@@ -132,13 +135,19 @@ pub fn from_le_bytes(bytes: &[u8]) -> Vec<f32> {
     out
 }
 
-/// The elements of a `ty` value's data frame; a frame of another length is an error.
-pub fn data_of(frame: &[u8], ty: &gt_ir::TensorType) -> Result<Vec<f32>, CodecError> {
+/// The data frame of a `Data` message of any dtype: its elements' little-endian bytes.
+pub fn elements_frame(data: &gt_ir::data::Elements) -> zmq::Message {
+    zmq::Message::from(&*data.to_le_bytes())
+}
+
+/// The elements of a `ty` value's data frame; a frame of another length, or a `bool` byte
+/// other than 0 or 1, is an error.
+pub fn data_of(frame: &[u8], ty: &gt_ir::TensorType) -> Result<gt_ir::data::Elements, CodecError> {
     let expected = ty.size_bytes();
     if frame.len() != expected {
         return Err(CodecError::DataLength { ty: ty.clone(), expected, got: frame.len() });
     }
-    Ok(from_le_bytes(frame))
+    gt_ir::data::Elements::from_le_bytes(ty.dtype, frame).map_err(CodecError::Elements)
 }
 
 /// A frame with a valid header but another version, for tests of version handling.
@@ -174,11 +183,17 @@ mod tests {
         let frame = data_frame(&data);
         assert_eq!(frame.len(), 4 * data.len());
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&data_of(&frame, &ty).unwrap()), bits(&data));
+        assert_eq!(bits(&data_of(&frame, &ty).unwrap().to_f32()), bits(&data));
         // A frame of another length is an error naming both, not a panic.
         let e = data_of(&frame[1..], &ty).unwrap_err();
         assert_eq!(e.to_string(), "a data frame of 23 bytes for a f32[6] value (24 bytes)");
         assert!(data_of(&[], &TensorType::f32(vec![0])).unwrap().is_empty());
+        // Every dtype: i64 bit for bit, and a bool byte that is not 0 or 1 refused.
+        let ints = gt_ir::data::Elements::I64(vec![i64::MIN, -1, 0, i64::MAX]);
+        let ty = TensorType::new(gt_ir::DType::I64, vec![4]);
+        assert_eq!(data_of(&elements_frame(&ints), &ty).unwrap(), ints);
+        let e = data_of(&[0, 1, 2], &TensorType::new(gt_ir::DType::Bool, vec![3])).unwrap_err();
+        assert_eq!(e.to_string(), "a data frame that is not its dtype's elements: byte 2 is 2, not a bool (0 or 1)");
     }
 
     #[test]

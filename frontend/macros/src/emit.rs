@@ -2,6 +2,7 @@
 //! the numbers that are `{expr}` holes replaced by the holes' run-time values.
 
 use crate::text::{hole_of, Hole};
+use gt_ir::data::Elements;
 use gt_ir::{CollectiveOp, DType, Instr, Operand, Placement, Shape, SliceItem, SplitSpec, TensorType, ValueId};
 use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
@@ -86,6 +87,36 @@ impl<'a> Emitter<'a> {
     fn f32(&mut self, v: f32) -> TokenStream {
         // Widening keeps NaN, the infinities and the sign; the literal is the f32 itself.
         self.float(f64::from(v), HoleType::F32, quote!(f32), || Literal::f32_suffixed(v.abs()))
+    }
+
+    /// Literal data: `f32` elements may be holes; other dtypes are written out (halves as the
+    /// `f32`s they hold exactly, cast back).
+    fn elements(&mut self, data: &Elements) -> TokenStream {
+        let e = quote!(::gt::ir::data::Elements);
+        match data {
+            Elements::F32(v) => {
+                let v = v.iter().map(|&x| self.f32(x)).collect::<Vec<_>>();
+                quote!(#e::F32(::std::vec![#(#v),*]))
+            }
+            Elements::F64(v) => {
+                let v = v.iter().map(|&x| self.f64(x)).collect::<Vec<_>>();
+                quote!(#e::F64(::std::vec![#(#v),*]))
+            }
+            Elements::F16(_) | Elements::BF16(_) => {
+                let d = dtype(data.dtype());
+                let v = data.to_f32().into_iter().map(|x| self.f32(x)).collect::<Vec<_>>();
+                quote!(#e::F32(::std::vec![#(#v),*]).cast(#d))
+            }
+            Elements::I64(v) => {
+                let v = v.iter().map(|&x| Literal::i64_suffixed(x));
+                quote!(#e::I64(::std::vec![#(#v),*]))
+            }
+            Elements::I32(v) => {
+                let v = v.iter().map(|&x| Literal::i32_suffixed(x));
+                quote!(#e::I32(::std::vec![#(#v),*]))
+            }
+            Elements::Bool(v) => quote!(#e::Bool(::std::vec![#(#v),*])),
+        }
     }
 
     /// A float of primitive type `prim`: a hole, a special value by name, or `lit` (the
@@ -246,8 +277,12 @@ impl<'a> Emitter<'a> {
             }
             Instr::Literal { dst, ty, data } => {
                 let (dst, ty) = (value(*dst), self.ty(ty));
-                let data = data.iter().map(|&x| self.f32(x)).collect::<Vec<_>>();
-                quote!(::gt::ir::Instr::Literal { dst: #dst, ty: #ty, data: ::std::vec![#(#data),*] })
+                let data = self.elements(data);
+                quote!(::gt::ir::Instr::Literal { dst: #dst, ty: #ty, data: #data })
+            }
+            Instr::Cast { dst, src, dtype: d } => {
+                let (dst, src, d) = (value(*dst), value(*src), dtype(*d));
+                quote!(::gt::ir::Instr::Cast { dst: #dst, src: #src, dtype: #d })
             }
             Instr::Unary { dst, op, src } => {
                 let (dst, src, op) = (value(*dst), value(*src), variant(op));

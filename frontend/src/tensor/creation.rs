@@ -1,6 +1,7 @@
 //! Tensor creation on the current context: random, constant, ranges and host data.
 
 use super::{Context, Result, Tensor, TensorError};
+use gt_ir::data::Elements;
 use gt_ir::{DType, Instr, TensorType, ValueId};
 use std::rc::Rc;
 
@@ -75,8 +76,34 @@ pub fn arange(start: f64, end: f64, step: f64) -> Result<Tensor> {
 
 /// A tensor of this shape from row-major data (`data.len()` must be the element count).
 pub fn from_vec(data: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
+    from_data(data, shape)
+}
+
+/// A tensor of any dtype from row-major data: `from_data(vec![1i64, 2], &[2])` is an `i64`
+/// tensor, `from_data(vec![true, false], &[2])` a `bool` one.
+pub fn from_data(data: impl Into<Elements>, shape: &[usize]) -> Result<Tensor> {
+    let data = data.into();
     let ctx = Context::current()?;
-    create(&ctx, |dst| Instr::Literal { dst, ty: f32_type(shape), data })
+    let ty = TensorType::new(data.dtype(), shape.to_vec());
+    create(&ctx, |dst| Instr::Literal { dst, ty, data })
+}
+
+/// Zeros of a dtype.
+pub fn zeros_dtype(shape: &[usize], dtype: DType) -> Result<Tensor> {
+    full_dtype(shape, 0.0, dtype)
+}
+
+/// Every element `value`, of a dtype (`value` must be one of its elements).
+pub fn full_dtype(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
+    let ctx = Context::current()?;
+    create(&ctx, |dst| Instr::Full { dst, ty: TensorType::new(dtype, shape.to_vec()), value })
+}
+
+/// `start, start+step, ..` below `end` (1-d), of a dtype (`arange_dtype(0.0, 5.0, 1.0,
+/// DType::I64)` is PyTorch's `torch.arange(5)`).
+pub fn arange_dtype(start: f64, end: f64, step: f64, dtype: DType) -> Result<Tensor> {
+    let ctx = Context::current()?;
+    create(&ctx, |dst| Instr::Arange { dst, dtype, start, end, step })
 }
 
 /// A 1-d tensor of these values.

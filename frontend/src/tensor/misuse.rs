@@ -120,6 +120,12 @@ pub enum Misuse {
         /// Tensors given.
         given: usize,
     },
+    /// An autocast dtype that is not a half or `f32`.
+    #[error("takes bf16, f16 or f32 (off), not {dtype}")]
+    AutocastDType {
+        /// The dtype asked for.
+        dtype: gt_ir::DType,
+    },
     /// An instruction that is not a tensor op ([`super::apply_instr`]).
     #[error("is not a tensor op (compiled kernels, frees, reads and markers belong to the runtime)")]
     NotATensorOp,

@@ -8,6 +8,7 @@
 //! return a `Result` and stay pleasant, so they panic with the same error instead: use the
 //! methods (`a.add(&b)?`) where a failure must be handled.
 
+pub mod autocast;
 mod context;
 mod creation;
 mod exec;
@@ -18,7 +19,10 @@ mod ops;
 pub use context::{
     is_grad_enabled, manual_seed, no_grad, Context, ContextGuard, DynExecutor, ExecFailure, NoGradGuard,
 };
-pub use creation::{arange, from_vec, full, ones, rand, rand_seeded, randn, randn_seeded, scalar, tensor, zeros};
+pub use creation::{
+    arange, arange_dtype, from_data, from_vec, full, full_dtype, ones, rand, rand_seeded, randn, randn_seeded, scalar,
+    tensor, zeros, zeros_dtype,
+};
 pub(crate) use creation::{ones_of, zeros_of as creation_zeros};
 pub use exec::TensorExecutor;
 pub use misuse::Misuse;
@@ -194,9 +198,10 @@ impl Tensor {
         &self.0.ty
     }
 
-    /// The values, row-major (a sync point: waits for everything before it).
+    /// The values, row-major, as `f32`s whatever the dtype (a sync point: waits for
+    /// everything before it). [`Tensor::to_host`] gives them in their own dtype.
     pub fn to_vec(&self) -> Result<Vec<f32>> {
-        Ok(self.to_host()?.data)
+        Ok(self.to_host()?.data.to_f32())
     }
 
     /// Type and values (a sync point).

@@ -88,11 +88,22 @@ macro_rules! binary_methods {
 
 impl Tensor {
     pub(crate) fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        if let Some(t) = super::autocast::unary_operand(op, self)? {
+            return t.unary(op);
+        }
         apply(&[self], |dst| Instr::Unary { dst, op, src: self.id() }, Some(GradOp::Unary(op)))
     }
 
     fn binary<'a>(&self, op: BinaryOp, rhs: impl Into<Arg<'a>>) -> Result<Tensor> {
         binary(op, Arg::Tensor(self), rhs.into())
+    }
+
+    /// The tensor converted to `dtype` (PyTorch's `.to(dtype)`): floats to integers truncate
+    /// toward zero, integers wrap to a narrower one, anything nonzero becomes `true`. The
+    /// gradient flows back through a cast between float dtypes.
+    pub fn to(&self, dtype: gt_ir::DType) -> Result<Tensor> {
+        let grad = (self.dtype().is_float() && dtype.is_float()).then_some(GradOp::Cast);
+        apply(&[self], |dst| Instr::Cast { dst, src: self.id(), dtype }, grad)
     }
 
     gt_ir::each_unary_op!(unary_methods);
@@ -110,10 +121,18 @@ impl Tensor {
 
     /// Matrix product (1-d operands promoted as in NumPy, batch axes broadcast).
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        if let Some((l, r)) = super::autocast::matmul_operands(self, rhs)? {
+            if (l.id(), r.id()) != (self.id(), rhs.id()) {
+                return l.matmul(&r);
+            }
+        }
         apply(&[self, rhs], |dst| Instr::MatMul { dst, lhs: self.id(), rhs: rhs.id() }, Some(GradOp::MatMul))
     }
 
     fn reduce(&self, op: ReduceOp, axes: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
+        if let Some(t) = super::autocast::reduce_operand(self)? {
+            return t.reduce(op, axes, keepdim);
+        }
         let axes = axes.map(|a| a.to_vec());
         let grad = GradOp::Reduce { op, axes: axes.clone(), keepdim };
         apply(&[self], |dst| Instr::Reduce { dst, op, src: self.id(), axes, keepdim }, Some(grad))
@@ -243,6 +262,17 @@ fn operand<'a>(a: Arg<'a>, inputs: &mut Vec<&'a Tensor>) -> (Operand, Side) {
 
 /// A binary op between tensors and scalars (at least one tensor).
 pub(crate) fn binary<'a>(op: BinaryOp, lhs: Arg<'a>, rhs: Arg<'a>) -> Result<Tensor> {
+    // Under autocast, float tensor operands of another dtype are cast first.
+    let cast = |a: &Arg<'a>| match a {
+        Arg::Tensor(t) => super::autocast::binary_operand(op, t),
+        Arg::Scalar(_) => Ok(None),
+    };
+    let (lc, rc) = (cast(&lhs)?, cast(&rhs)?);
+    if lc.is_some() || rc.is_some() {
+        let l = lc.as_ref().map_or(lhs, Arg::Tensor);
+        let r = rc.as_ref().map_or(rhs, Arg::Tensor);
+        return binary(op, l, r);
+    }
     let mut inputs: Vec<&Tensor> = Vec::with_capacity(2);
     let (l, ls) = operand(lhs, &mut inputs);
     let (r, rs) = operand(rhs, &mut inputs);
@@ -311,6 +341,7 @@ pub fn apply_instr(instr: &Instr, operands: &[&Tensor]) -> Result<Vec<Tensor>> {
             }))
         }
         Instr::Unary { op, src, .. } => one(get(src)?.unary(*op)),
+        Instr::Cast { src, dtype, .. } => one(get(src)?.to(*dtype)),
         Instr::Binary { op, lhs, rhs, .. } => one(binary(*op, arg(lhs)?, arg(rhs)?)),
         Instr::Where { cond, on_true, on_false, .. } => one(where_(get(cond)?, arg(on_true)?, arg(on_false)?)),
         Instr::MatMul { lhs, rhs, .. } => one(get(lhs)?.matmul(get(rhs)?)),

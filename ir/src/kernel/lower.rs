@@ -42,6 +42,8 @@ pub enum Step {
 
 /// The steps that compute `instr`'s results (typed `results`, operands typed by `ty`).
 /// Instructions with no results (`free`, `get`, markers) and empty results need no steps.
+/// Kernels compute in `f32`: callers lower only instructions whose operands and results are
+/// all `f32` (a `cast` is then a copy).
 pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[TensorType]) -> Vec<Step> {
     let out_dims = || results.first().map(|t| t.shape.0.clone()).unwrap_or_default();
     let mut steps = Vec::new();
@@ -85,6 +87,11 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
                 vec![Node::Input(0), Node::Unary(*op, 0)],
                 Access::contiguous(&dims),
             ))
+        }
+        Instr::Cast { src, .. } => {
+            let dims = out_dims();
+            let input = (*src, Access::contiguous(&dims));
+            map(MapParts::new(dims.clone(), vec![input], vec![Node::Input(0)], Access::contiguous(&dims)))
         }
         Instr::Binary { op, lhs, rhs, .. } => {
             let dims = out_dims();

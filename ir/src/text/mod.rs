@@ -51,6 +51,16 @@ pub enum ParseErrorKind {
         /// As written.
         text: String,
     },
+    /// A tensor element its dtype cannot hold.
+    #[error("`{text}` is not a {dtype} element: {reason}")]
+    BadElement {
+        /// As written.
+        text: String,
+        /// The tensor's dtype.
+        dtype: crate::DType,
+        /// Why not.
+        reason: &'static str,
+    },
     /// An integer beyond `i64`.
     #[error("integer `{text}` is too large")]
     IntegerOverflow {

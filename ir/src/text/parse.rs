@@ -4,6 +4,7 @@
 
 use super::lexer::{lex, Tok};
 use super::{OperandCount, ParseError, ParseErrorKind};
+use crate::data::Elements;
 use crate::{
     BinaryOp, CollectiveOp, Comparison, DType, Instr, Number, Operand, Optimizer, Placement, Program, ReduceOp, Shape,
     SliceItem, Span, SplitSpec, Stmt, StmtKind, TensorType, Train, UnaryOp, ValueId,
@@ -43,6 +44,7 @@ pub fn mnemonics() -> Vec<&'static str> {
         "full",
         "arange",
         "tensor",
+        "cast",
         "where",
         "matmul",
         "transpose",
@@ -499,7 +501,7 @@ impl Parser {
                         Instr::Full { dst, ty, value: value.as_f64() }
                     }
                     "tensor" => {
-                        let data = self.f32_list()?;
+                        let data = self.elements(ty.dtype)?;
                         Instr::Literal { dst, ty, data }
                     }
                     _ => {
@@ -573,6 +575,11 @@ impl Parser {
                         }
                     };
                     Instr::Where { dst, cond, on_true: operands[1].0, on_false: operands[2].0 }
+                }
+                "cast" => {
+                    let src = self.operand_values(op, &operands, ospan, 1)?[0];
+                    let dtype = self.dtype()?;
+                    Instr::Cast { dst, src, dtype }
                 }
                 "matmul" => {
                     let v = self.operand_values(op, &operands, ospan, 2)?;
@@ -749,23 +756,70 @@ impl Parser {
         Ok(out)
     }
 
-    /// Tensor data: a bracketed list of numbers, possibly nested (flattened row-major).
-    /// Values parse straight to `f32` from their text, so printing and parsing round-trip.
-    fn f32_list(&mut self) -> PResult<Vec<f32>> {
-        let mut out = Vec::new();
-        self.f32_list_into(&mut out)?;
+    /// Tensor data of `dtype`: a bracketed list of elements, possibly nested (flattened
+    /// row-major). Floats parse straight to their dtype from their text, so printing and
+    /// parsing round-trip; an element the dtype cannot hold (`1.5` or `3000000000` as `i32`,
+    /// `70000` as `f16`) is an error at that element.
+    fn elements(&mut self, dtype: DType) -> PResult<Elements> {
+        let mut items = Vec::new();
+        self.items_into(&mut items)?;
+        let mut out = Elements::zeros(dtype, 0);
+        for (item, span) in items {
+            let bad = |reason: &'static str| ParseError {
+                span,
+                kind: ParseErrorKind::BadElement { text: item.text(), dtype, reason },
+            };
+            match &mut out {
+                Elements::F32(v) => v.push(match &item {
+                    Item::Text(t) => t.parse().map_err(|_| bad("not a number"))?,
+                    Item::Bool(_) => return Err(bad("not a number")),
+                    Item::Number(n) => n.as_f64() as f32,
+                }),
+                Elements::F64(v) => v.push(item.float().ok_or_else(|| bad("not a number"))?),
+                Elements::F16(v) => {
+                    let x = item.float().ok_or_else(|| bad("not a number"))?;
+                    let h = half::f16::from_f64(x);
+                    if h.is_infinite() && x.is_finite() {
+                        return Err(bad("beyond the largest f16, 65504"));
+                    }
+                    v.push(h);
+                }
+                Elements::BF16(v) => {
+                    let x = item.float().ok_or_else(|| bad("not a number"))?;
+                    let h = half::bf16::from_f64(x);
+                    if h.is_infinite() && x.is_finite() {
+                        return Err(bad("beyond the largest bf16, about 3.39e38"));
+                    }
+                    v.push(h);
+                }
+                Elements::I64(v) => {
+                    let i = item.integer().ok_or_else(|| bad("not an integer"))?;
+                    v.push(i64::try_from(i).map_err(|_| bad("beyond the i64 range"))?);
+                }
+                Elements::I32(v) => {
+                    let i = item.integer().ok_or_else(|| bad("not an integer"))?;
+                    v.push(i32::try_from(i).map_err(|_| bad("beyond the i32 range, -2147483648 to 2147483647"))?);
+                }
+                Elements::Bool(v) => v.push(match (&item, item.integer()) {
+                    (Item::Bool(b), _) => *b,
+                    (_, Some(0)) => false,
+                    (_, Some(1)) => true,
+                    _ => return Err(bad("not `true`, `false`, 0 or 1")),
+                }),
+            }
+        }
         Ok(out)
     }
 
-    fn f32_list_into(&mut self, out: &mut Vec<f32>) -> PResult<()> {
+    fn items_into(&mut self, out: &mut Vec<(Item, Span)>) -> PResult<()> {
         self.expect(Tok::LBracket, "`[` to start the data")?;
         self.enter()?;
         self.skip_newlines();
         while self.peek() != &Tok::RBracket {
             if self.peek() == &Tok::LBracket {
-                self.f32_list_into(out)?;
+                self.items_into(out)?;
             } else {
-                out.push(self.f32_element()?);
+                out.push(self.item()?);
             }
             self.skip_newlines();
             if !self.eat(&Tok::Comma) {
@@ -778,7 +832,8 @@ impl Parser {
         Ok(())
     }
 
-    fn f32_element(&mut self) -> PResult<f32> {
+    /// One element as written: a number keeps its text, `true`/`false` are booleans.
+    fn item(&mut self) -> PResult<(Item, Span)> {
         let neg = self.peek() == &Tok::Minus;
         if let Tok::Number(text) = self.peek_at(usize::from(neg)).clone() {
             let start = self.span();
@@ -786,13 +841,21 @@ impl Parser {
                 self.bump();
             }
             let span = start.to(self.bump().1);
-            let v: f32 = text
-                .parse()
-                .map_err(|_| ParseError { span, kind: ParseErrorKind::BadNumber { text: text.clone() } })?;
-            return Ok(if neg { -v } else { v });
+            return Ok((Item::Text(if neg { format!("-{text}") } else { text }), span));
         }
-        let (n, _) = self.number()?;
-        Ok(n.as_f64() as f32)
+        if let Tok::Ident(w) = self.peek() {
+            let b = match w.as_str() {
+                "true" => Some(true),
+                "false" => Some(false),
+                _ => None,
+            };
+            if let Some(b) = b {
+                let span = self.bump().1;
+                return Ok((Item::Bool(b), span));
+            }
+        }
+        let (n, span) = self.number()?;
+        Ok((Item::Number(n), span))
     }
 
     fn dtype(&mut self) -> PResult<DType> {
@@ -886,7 +949,8 @@ impl Parser {
             (t, span) => return err(span, ParseErrorKind::Expected { expected: "`==` or `~=`", found: t.describe() }),
         };
         let ty = if matches!(self.peek(), Tok::Ident(_)) { Some(self.tensor_type()?) } else { None };
-        let data = self.f32_list()?;
+        // Without a type, the values are `f64`s, converted to the value's dtype to compare.
+        let data = self.elements(ty.as_ref().map_or(DType::F64, |t| t.dtype))?;
         let mut a = Attrs::new("expect", self.attrs()?, self.prev_span());
         let cmp = match cmp {
             Comparison::Close { .. } => Comparison::Close { tol: a.float_or("tol", DEFAULT_TOL)? },
@@ -912,6 +976,43 @@ fn arity(op: &str, operands: &[(Operand, Span)], span: Span, n: usize) -> PResul
         );
     }
     Ok(())
+}
+
+/// A tensor element as written, before its dtype decides what it must be.
+enum Item {
+    /// A number as written (sign included), parsed by the dtype.
+    Text(String),
+    /// `inf`, `nan` or a named constant.
+    Number(Number),
+    /// `true` or `false`.
+    Bool(bool),
+}
+
+impl Item {
+    fn text(&self) -> String {
+        match self {
+            Item::Text(t) => t.clone(),
+            Item::Number(n) => fmt_number(*n),
+            Item::Bool(b) => b.to_string(),
+        }
+    }
+
+    fn float(&self) -> Option<f64> {
+        match self {
+            Item::Text(t) => t.parse().ok(),
+            Item::Number(n) => Some(n.as_f64()),
+            Item::Bool(_) => None,
+        }
+    }
+
+    /// The value when it is a whole number written as one (`2`, not `2.0`).
+    fn integer(&self) -> Option<i128> {
+        match self {
+            Item::Text(t) => t.parse().ok(),
+            Item::Number(Number::Int(i)) => Some(*i),
+            _ => None,
+        }
+    }
 }
 
 fn parse_number(text: &str, span: Span) -> PResult<Number> {

@@ -1,6 +1,7 @@
 //! The `.gtir` printer: programs and single instructions to text that parses back to
 //! the same thing. Floats print in Rust's shortest round-trip form.
 
+use crate::data::Elements;
 use crate::{
     CollectiveOp, Comparison, Instr, Number, Operand, Optimizer, Placement, Program, SliceItem, SplitSpec, Stmt,
     StmtKind, TensorType, Train, Types, ValueId,
@@ -74,7 +75,7 @@ impl Printer<'_> {
                 if let Some(t) = ty {
                     let _ = write!(line, "{t} ");
                 }
-                write_f32_list(&mut line, data);
+                write_elements(&mut line, data);
                 if let Comparison::Close { tol } = cmp {
                     let _ = write!(line, " tol={}", fmt_float(*tol));
                 }
@@ -161,15 +162,28 @@ fn fmt_number(n: Number) -> String {
     }
 }
 
-fn write_f32_list(out: &mut String, data: &[f32]) {
-    out.push('[');
-    for (i, x) in data.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
+/// Tensor data as `.gtir` writes it: floats in their shortest round-tripping form, integers
+/// and `true`/`false` as themselves.
+fn write_elements(out: &mut String, data: &Elements) {
+    fn list<T: Copy>(out: &mut String, v: &[T], f: impl Fn(T) -> String) {
+        out.push('[');
+        for (i, &x) in v.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&f(x));
         }
-        out.push_str(&fmt_float(*x));
+        out.push(']');
     }
-    out.push(']');
+    match data {
+        Elements::F64(v) => list(out, v, fmt_float),
+        Elements::F32(v) => list(out, v, fmt_float),
+        Elements::F16(v) => list(out, v, |x| fmt_float(x.to_f32())),
+        Elements::BF16(v) => list(out, v, |x| fmt_float(x.to_f32())),
+        Elements::I64(v) => list(out, v, |x| x.to_string()),
+        Elements::I32(v) => list(out, v, |x| x.to_string()),
+        Elements::Bool(v) => list(out, v, |x| x.to_string()),
+    }
 }
 
 fn write_list<T: std::fmt::Display>(out: &mut String, items: &[T]) {
@@ -207,10 +221,11 @@ fn write_instr(out: &mut String, instr: &Instr, name: &dyn Fn(ValueId) -> String
         }
         Instr::Literal { ty, data, .. } => {
             let _ = write!(out, "{m} {ty} ");
-            write_f32_list(out, data);
+            write_elements(out, data);
             Ok(())
         }
         Instr::Unary { src, .. } => write!(out, "{m} {}", v(*src)),
+        Instr::Cast { src, dtype, .. } => write!(out, "{m} {} {dtype}", v(*src)),
         Instr::Binary { lhs, rhs, .. } => write!(out, "{m} {}, {}", operand(*lhs, name), operand(*rhs, name)),
         Instr::Where { cond, on_true, on_false, .. } => {
             write!(out, "{m} {}, {}, {}", v(*cond), operand(*on_true, name), operand(*on_false, name))

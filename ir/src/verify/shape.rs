@@ -21,11 +21,33 @@ pub const MAX_RANK: usize = 64;
 /// Why an instruction's operands do not fit it. Messages say what was expected and found.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum TypeError {
-    /// A dtype that no backend executes yet.
-    #[error("dtype {dtype} is not supported yet (only f32 executes)")]
-    UnsupportedDType {
+    /// A `fused` kernel over something other than `f32` (kernels compute in `f32`).
+    #[error("`fused` kernels take and give f32 only, found {dtype}")]
+    KernelDType {
         /// The dtype.
         dtype: DType,
+    },
+    /// A `where` whose condition is not `bool`.
+    #[error("`where` takes a bool condition, found {found} (compare it first, e.g. `ne %c, 0`)")]
+    WhereCondition {
+        /// The condition's dtype.
+        found: DType,
+    },
+    /// A `full` value that its integer or `bool` dtype cannot hold.
+    #[error("`full` value {value} is not a {dtype} element")]
+    FullValue {
+        /// The value.
+        value: f64,
+        /// The dtype.
+        dtype: DType,
+    },
+    /// Literal data of another dtype than the literal's type (only from the wire).
+    #[error("literal data of dtype {found} for a {expected} tensor")]
+    LiteralDType {
+        /// The literal's dtype.
+        expected: DType,
+        /// The data's.
+        found: DType,
     },
     /// An op that does not take this dtype (`exp` of integers).
     #[error("`{op}` does not take dtype {dtype}")]
@@ -303,12 +325,12 @@ fn joined(dims: &[i64]) -> String {
     dims.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
 }
 
-/// Checks a dtype can execute.
-pub fn check_dtype(dtype: DType) -> Result<(), TypeError> {
-    if dtype.is_supported() {
+/// Checks a `fused` kernel's operand or result dtype: kernels compute in `f32`.
+pub fn check_kernel_dtype(dtype: DType) -> Result<(), TypeError> {
+    if dtype == DType::F32 {
         Ok(())
     } else {
-        Err(TypeError::UnsupportedDType { dtype })
+        Err(TypeError::KernelDType { dtype })
     }
 }
 
@@ -376,7 +398,9 @@ fn collective(
         return Err(TypeError::CollectiveArity { expected, results, srcs: srcs.len(), dsts });
     }
     let first = ty(srcs[0])?;
-    check_dtype(first.dtype)?;
+    if let CollectiveOp::AllReduce(reduce) | CollectiveOp::ReduceScatter { op: reduce, .. } = op {
+        reduce_dtype(reduce, op.mnemonic(), first.dtype)?;
+    }
     let same = |index: usize, t: TensorType| {
         if t == first {
             Ok(())
@@ -637,7 +661,9 @@ pub fn matmul_type(lhs: &TensorType, rhs: &TensorType) -> Result<TensorType, Typ
     if a.rank() == 0 || b.rank() == 0 {
         return Err(TypeError::MatMulRank { lhs: a.clone(), rhs: b.clone() });
     }
-    same_dtype(lhs.dtype, rhs.dtype)?;
+    let dtype = Domain::Numeric
+        .compute(DType::promote(lhs.dtype, rhs.dtype))
+        .ok_or(TypeError::OpDType { op: "matmul", dtype: DType::Bool })?;
     let a2 = if a.rank() == 1 { Shape(vec![1, a.0[0]]) } else { a.clone() };
     let b2 = if b.rank() == 1 { Shape(vec![b.0[0], 1]) } else { b.clone() };
     let (m, ka) = (a2.0[a2.rank() - 2], a2.0[a2.rank() - 1]);
@@ -655,18 +681,13 @@ pub fn matmul_type(lhs: &TensorType, rhs: &TensorType) -> Result<TensorType, Typ
     }
     let shape = Shape(dims);
     check_size(&shape)?;
-    Ok(TensorType { dtype: lhs.dtype, shape })
+    Ok(TensorType { dtype, shape })
 }
 
-fn same_dtype(expected: DType, found: DType) -> Result<(), TypeError> {
-    if expected != found {
-        return Err(TypeError::DTypeMismatch { expected, found });
-    }
-    check_dtype(expected)
-}
-
-/// Result type of an elementwise op over operands (scalars take the others' dtype).
-fn elementwise(
+/// The broadcast shape and promoted dtype of elementwise operands (PyTorch's promotion:
+/// tensors by [`DType::promote`], then scalars by [`DType::promote_scalar`]; scalars alone
+/// are `f32`).
+pub fn elementwise(
     operands: &[Operand],
     ty: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
 ) -> Result<TensorType, TypeError> {
@@ -676,32 +697,66 @@ fn elementwise(
             let t = ty(*v)?;
             out = Some(match out {
                 None => t,
-                Some(acc) => {
-                    same_dtype(acc.dtype, t.dtype)?;
-                    TensorType { dtype: acc.dtype, shape: broadcast_shapes(&acc.shape, &t.shape)? }
-                }
+                Some(acc) => TensorType {
+                    dtype: DType::promote(acc.dtype, t.dtype),
+                    shape: broadcast_shapes(&acc.shape, &t.shape)?,
+                },
             });
         }
     }
-    let out = out.unwrap_or_else(|| TensorType::f32(vec![]));
-    check_dtype(out.dtype)?;
+    let mut out = out.unwrap_or_else(|| TensorType::f32(vec![]));
+    for o in operands {
+        if let Operand::Scalar(x) = o {
+            out.dtype = out.dtype.promote_scalar(*x);
+        }
+    }
     check_size(&out.shape)?;
     Ok(out)
 }
 
-/// The op table's dtype rule for an elementwise op.
-fn check_domain(op: &'static str, domain: Domain, dtype: DType) -> Result<(), TypeError> {
-    if domain.accepts(dtype) {
-        Ok(())
-    } else {
-        Err(TypeError::OpDType { op, dtype })
+/// The dtype an elementwise op computes in, for operands promoted to `dtype` (the op
+/// table's domain).
+fn compute_dtype(op: &'static str, domain: Domain, dtype: DType) -> Result<DType, TypeError> {
+    domain.compute(dtype).ok_or(TypeError::OpDType { op, dtype })
+}
+
+/// The dtype a binary op computes in and the dtype of its result (`bool` for comparisons,
+/// which compare any two dtypes after promotion).
+pub fn binary_dtypes(op: crate::BinaryOp, operands: DType) -> Result<(DType, DType), TypeError> {
+    if op.is_comparison() {
+        return Ok((operands, DType::Bool));
+    }
+    let compute = compute_dtype(op.mnemonic(), op.row().domain, operands)?;
+    Ok((compute, compute))
+}
+
+/// The result dtype of a reduction over `dtype`: sums of integers and `bool`s are `i64`
+/// (PyTorch), means need floats, `max`/`min` keep the dtype.
+pub fn reduce_dtype(op: crate::ReduceOp, mnemonic: &'static str, dtype: DType) -> Result<DType, TypeError> {
+    use crate::ReduceOp;
+    match op {
+        ReduceOp::Sum if !dtype.is_float() => Ok(DType::I64),
+        ReduceOp::Mean if !dtype.is_float() => Err(TypeError::OpDType { op: mnemonic, dtype }),
+        _ => Ok(dtype),
     }
 }
 
 fn created(ty: &TensorType) -> Result<Vec<TensorType>, TypeError> {
-    check_dtype(ty.dtype)?;
     check_size(&ty.shape)?;
     Ok(vec![ty.clone()])
+}
+
+/// Whether `dtype` holds `value` exactly (a `full` or literal value).
+fn holds(dtype: DType, value: f64) -> bool {
+    match dtype {
+        DType::Bool => value == 0.0 || value == 1.0,
+        DType::I32 => value.fract() == 0.0 && (f64::from(i32::MIN)..=f64::from(i32::MAX)).contains(&value),
+        // 2^63 itself is out of range; every float below it is an exact i64.
+        DType::I64 => value.fract() == 0.0 && (-(2f64.powi(63))..2f64.powi(63)).contains(&value),
+        DType::F16 => !value.is_finite() || half::f16::from_f64(value).is_finite(),
+        DType::BF16 => !value.is_finite() || half::bf16::from_f64(value).is_finite(),
+        DType::F32 | DType::F64 => true,
+    }
 }
 
 /// The result types of an instruction, given the types of the values it reads.
@@ -725,12 +780,23 @@ fn infer_any_rank(
 ) -> Result<Vec<TensorType>, TypeError> {
     let one = |t: TensorType| Ok(vec![t]);
     match instr {
-        Instr::Randn { ty: t, .. }
-        | Instr::Rand { ty: t, .. }
-        | Instr::Zeros { ty: t, .. }
-        | Instr::Ones { ty: t, .. } => created(t),
-        Instr::Full { ty: t, .. } => created(t),
+        Instr::Randn { ty: t, .. } | Instr::Rand { ty: t, .. } => {
+            if !t.dtype.is_float() {
+                return Err(TypeError::OpDType { op: instr.mnemonic(), dtype: t.dtype });
+            }
+            created(t)
+        }
+        Instr::Zeros { ty: t, .. } | Instr::Ones { ty: t, .. } => created(t),
+        Instr::Full { ty: t, value, .. } => {
+            if !holds(t.dtype, *value) {
+                return Err(TypeError::FullValue { value: *value, dtype: t.dtype });
+            }
+            created(t)
+        }
         Instr::Literal { ty: t, data, .. } => {
+            if data.dtype() != t.dtype {
+                return Err(TypeError::LiteralDType { expected: t.dtype, found: data.dtype() });
+            }
             let out = created(t)?;
             let expected = t.shape.numel();
             if data.len() != expected {
@@ -739,23 +805,27 @@ fn infer_any_rank(
             Ok(out)
         }
         Instr::Arange { dtype, start, end, step, .. } => {
-            check_dtype(*dtype)?;
+            if *dtype == DType::Bool {
+                return Err(TypeError::OpDType { op: "arange", dtype: *dtype });
+            }
             one(TensorType::new(*dtype, vec![arange_len(*start, *end, *step)?]))
         }
         Instr::Unary { op, src, .. } => {
             let t = ty(*src)?;
-            check_dtype(t.dtype)?;
-            check_domain(op.mnemonic(), op.row().domain, t.dtype)?;
-            one(t)
+            let dtype = compute_dtype(op.mnemonic(), op.row().domain, t.dtype)?;
+            one(TensorType { dtype, ..t })
         }
+        Instr::Cast { src, dtype, .. } => one(TensorType { dtype: *dtype, ..ty(*src)? }),
         Instr::Binary { op, lhs, rhs, .. } => {
             let t = elementwise(&[*lhs, *rhs], ty)?;
-            check_domain(op.mnemonic(), op.row().domain, t.dtype)?;
-            one(t)
+            let (_, dtype) = binary_dtypes(*op, t.dtype)?;
+            one(TensorType { dtype, ..t })
         }
         Instr::Where { cond, on_true, on_false, .. } => {
             let c = ty(*cond)?;
-            check_dtype(c.dtype)?;
+            if c.dtype != DType::Bool {
+                return Err(TypeError::WhereCondition { found: c.dtype });
+            }
             let v = elementwise(&[*on_true, *on_false], ty)?;
             let shape = broadcast_shapes(&c.shape, &v.shape)?;
             check_size(&shape)?;
@@ -774,7 +844,7 @@ fn infer_any_rank(
         }
         Instr::Reduce { op, src, axes, keepdim, .. } => {
             let t = ty(*src)?;
-            check_dtype(t.dtype)?;
+            let dtype = reduce_dtype(*op, op.mnemonic(), t.dtype)?;
             let rank = t.shape.rank();
             let axes = match axes {
                 Some(a) => normalize_axes(a, rank)?,
@@ -790,7 +860,7 @@ fn infer_any_rank(
                     (false, _) => Some(t.shape.0[i]),
                 })
                 .collect();
-            one(TensorType { dtype: t.dtype, shape: Shape(dims) })
+            one(TensorType { dtype, shape: Shape(dims) })
         }
         Instr::Transpose { src, dim0, dim1, .. } => {
             let t = ty(*src)?;
@@ -852,7 +922,6 @@ fn infer_any_rank(
         }
         Instr::Concat { srcs, axis, .. } => {
             let first = ty(*srcs.first().ok_or(TypeError::ConcatEmpty)?)?;
-            check_dtype(first.dtype)?;
             one(joined_along(first, srcs, *axis, ty)?)
         }
         Instr::Slice { src, index, .. } => {
@@ -882,11 +951,12 @@ fn infer_any_rank(
             Ok(Vec::new())
         }
         Instr::Fused { ty: t, srcs, kernel, .. } => {
+            check_kernel_dtype(t.dtype)?;
             let out = created(t)?;
             let mut lens = Vec::with_capacity(srcs.len());
             for &src in srcs {
                 let s = ty(src)?;
-                check_dtype(s.dtype)?;
+                check_kernel_dtype(s.dtype)?;
                 lens.push(s.shape.numel());
             }
             let fits = kernel.check_bounds(&lens, t.shape.numel()).and_then(|()| kernel.check_covers(t.shape.numel()));

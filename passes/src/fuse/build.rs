@@ -9,7 +9,7 @@
 use super::egraph::{self, Expr, Facts, Limits, Op, Saturation};
 use gt_ir::kernel::{row_major_strides, Access, Kernel, MapKernel, MatMulKernel, Node, Precision};
 use gt_ir::verify::shape::{normalize_axes, normalize_axis, resolve_slice};
-use gt_ir::{Instr, Operand, ReduceOp, Shape, TensorType, ValueId};
+use gt_ir::{DType, Instr, Operand, ReduceOp, Shape, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
 
 /// How deep the partitioner follows the values and expression nodes of one kernel before it
@@ -277,6 +277,27 @@ impl<'a> Region<'a> {
         self.types.get(&v).map(|t| t.shape.0.clone()).unwrap_or_default()
     }
 
+    /// Whether every value `instr` names is `f32` or `bool` (what an elementwise op may
+    /// compute inside a kernel), and whether every one is `f32` (what the other ops need).
+    fn dtypes_of(&self, instr: &Instr) -> (bool, bool) {
+        let dtype = |v: &ValueId| self.types.get(v).map(|t| t.dtype);
+        let mut all = true;
+        for v in instr.results().into_iter().chain(instr.operands()) {
+            match dtype(&v) {
+                Some(DType::F32) => {}
+                Some(DType::Bool) => all = false,
+                _ => return (false, false),
+            }
+        }
+        (true, all)
+    }
+
+    /// Whether a kernel can read `v` from memory: only `f32` buffers (a `bool` computed in
+    /// the region is recomputed inside the kernel instead).
+    fn kernel_reads(&self, v: ValueId) -> bool {
+        self.types.get(&v).is_some_and(|t| t.dtype == DType::F32)
+    }
+
     /// Sorts each instruction into a [`Def`] and runs the e-graph over the elementwise ones.
     fn classify(&mut self, instrs: &[Instr], fast_math: bool, limits: Limits) {
         let mut egraph: egg::EGraph<Expr, Facts> = egg::EGraph::new(Facts::default());
@@ -286,7 +307,11 @@ impl<'a> Region<'a> {
         let mut elementwise: Vec<ValueId> = Vec::new();
         for instr in instrs {
             let Some(&dst) = instr.results().first() else { continue };
+            // Kernels compute in f32: comparisons' bools are 0 and 1 inside them, every other
+            // dtype stays out (see `kernel_reads`).
+            let (elementwise_types, f32_types) = self.dtypes_of(instr);
             let def = match instr {
+                _ if !elementwise_types => Def::Opaque,
                 Instr::Unary { .. } | Instr::Binary { .. } | Instr::Where { .. } => {
                     let mut operand = |o: Operand, egraph: &mut egg::EGraph<Expr, Facts>| match o {
                         Operand::Scalar(x) => egraph.add(Expr::Const(egraph::Scalar((x as f32).to_bits()))),
@@ -327,6 +352,7 @@ impl<'a> Region<'a> {
                     elementwise.push(dst);
                     Def::Elem(usize::MAX)
                 }
+                _ if !f32_types => Def::Opaque,
                 Instr::Reduce { op, src, axes, keepdim, .. } => {
                     let rank = self.dims(*src).len();
                     let axes = match axes {
@@ -406,7 +432,10 @@ impl<'a> Region<'a> {
         if !self.defs.contains_key(&v) || self.materialised.contains(&v) || !self.visiting.insert(v) {
             return;
         }
-        let kernel = self.kernel(v);
+        // Kernels write f32: a comparison's bool that must exist keeps its instruction (its
+        // f32 users still compute it inside their kernels).
+        let writable = self.kernel_reads(v);
+        let kernel = if writable { self.kernel(v) } else { None };
         match kernel {
             Some((kernel, srcs)) => {
                 let ty = self.types[&v].clone();
@@ -420,7 +449,7 @@ impl<'a> Region<'a> {
                         self.materialise(o);
                     }
                     self.out.push(instr);
-                    self.stats.fallbacks += 1;
+                    self.stats.fallbacks += u64::from(writable);
                 }
             }
         }
@@ -644,6 +673,7 @@ impl<'a> Region<'a> {
         // A loop, not recursion: a chain of views is as long as the region.
         loop {
             match self.defs.get(&v).cloned() {
+                _ if self.is_memory(v) && !self.kernel_reads(v) => return Err(Materialise(v)),
                 _ if self.is_memory(v) => return Ok((v, map.access(&self.dims(v)))),
                 Some(Def::View { src }) => {
                     map = self.view_map(v, src, &map).ok_or(Materialise(v))?;
@@ -674,6 +704,9 @@ impl<'a> Region<'a> {
             return Ok(b.node(Node::Acc));
         }
         if self.is_memory(v) {
+            if !self.kernel_reads(v) {
+                return Err(Materialise(v));
+            }
             let access = map.access(&self.dims(v));
             return Ok(b.input(v, access));
         }
@@ -709,7 +742,7 @@ impl<'a> Region<'a> {
                 self.emit(b, src, &m)
             }
             Def::Reshape { src } => {
-                if self.is_memory(src) {
+                if self.is_memory(src) && self.kernel_reads(src) {
                     Ok(b.input(src, map.access(&dims)))
                 } else {
                     Err(Materialise(src))

@@ -7,7 +7,7 @@ use gt_ir::verify::shape::{self, MAX_ELEMENTS};
 use gt_ir::{Instr, Shape, SliceItem, SplitSpec, TensorType, TypeError, ValueId};
 use std::borrow::Cow;
 
-/// Bytes per element of the only dtype that executes.
+/// Bytes per element of `f32`, the dtype kernels compute in.
 pub const ELEMENT_BYTES: usize = std::mem::size_of::<f32>();
 
 /// Checks `instr` against the types of the live values (`type_of`) and the per-tensor byte
@@ -29,6 +29,21 @@ pub fn prepare<'i>(
         check_result(op, &ty.shape, max_tensor_bytes)?;
     }
     Ok((instr, types))
+}
+
+/// Refuses, naming `backend`, an instruction with an operand or result (`types`) other than
+/// `f32`: what a backend whose kernels compute in `f32` checks after [`prepare`].
+pub fn f32_only(
+    instr: &Instr,
+    types: &[TensorType],
+    backend: &'static str,
+    type_of: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
+) -> Result<(), RuntimeError> {
+    let operands = instr.operands().into_iter().filter_map(|v| type_of(v).ok().map(|t| t.dtype));
+    match types.iter().map(|t| t.dtype).chain(operands).find(|&d| d != gt_ir::DType::F32) {
+        Some(dtype) => Err(RuntimeError::BackendDType { op: instr.mnemonic(), backend, dtype }),
+        None => Ok(()),
+    }
 }
 
 /// Keeps the type rules themselves safe on absurd operands, before they run.

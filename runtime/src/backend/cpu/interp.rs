@@ -1,4 +1,4 @@
-//! The reference interpreter: executes [`Instr`]s one at a time on host `f32` tensors. Its
+//! The reference interpreter: executes [`Instr`]s one at a time on host tensors. Its
 //! results define what every other backend must compute, so it is written for correctness
 //! first and speed second.
 //!
@@ -8,12 +8,14 @@
 //! Nothing panics on a malformed stream: undefined values, bad shapes and oversized results
 //! are [`RuntimeError`]s, and a failed instruction leaves every value as it was.
 //!
-//! Values are `ndarray` arrays kept in standard (row-major contiguous) layout, so a read is
-//! a straight copy. Broadcasting, permutes and slices are strided views copied once into
-//! their result.
+//! Values are `ndarray` arrays of their dtype (`value::Value`) kept in standard (row-major
+//! contiguous) layout, so a read is a straight copy. Broadcasting, permutes and slices are
+//! strided views copied once into their result. The functions here compute in `f32`; those
+//! of `value.rs` take every other dtype through them or through their own loops.
 
 use crate::backend::cpu::jit::{Jit, JitError};
 use crate::backend::cpu::threads::{self, Sgemm};
+use crate::backend::cpu::value::{self, Value};
 use crate::backend::{checks, Residency};
 use crate::error::JitFailure;
 use crate::RuntimeError;
@@ -31,11 +33,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-/// A value as the interpreter stores it: row-major contiguous `f32`.
+/// An `f32` value as the interpreter computes it: row-major contiguous.
 pub(crate) type Tensor = ArrayD<f32>;
-
-/// Bytes per element of the only dtype that executes.
-const ELEMENT_BYTES: usize = std::mem::size_of::<f32>();
 
 /// The reference CPU interpreter: a map from values to host tensors.
 ///
@@ -43,7 +42,7 @@ const ELEMENT_BYTES: usize = std::mem::size_of::<f32>();
 /// loop bodies). Every result is checked against [`Interpreter::max_tensor_bytes`] before it
 /// is allocated.
 pub struct Interpreter {
-    values: HashMap<ValueId, Tensor>,
+    values: HashMap<ValueId, Value>,
     bytes: Residency,
     max_tensor_bytes: usize,
     /// The most bytes all values may hold at once (the worker's memory budget).
@@ -98,7 +97,7 @@ impl Interpreter {
     /// Runs one instruction. On error no value is defined, changed or freed.
     pub fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
-        let needed = types.iter().fold(0usize, |n, t| n.saturating_add(t.shape.numel().saturating_mul(ELEMENT_BYTES)));
+        let needed = types.iter().fold(0usize, |n, t| n.saturating_add(t.size_bytes()));
         let live = self.bytes.live();
         if needed > 0 && live.saturating_add(needed) > self.max_live_bytes {
             let (op, limit) = (instr.mnemonic(), self.max_live_bytes);
@@ -107,13 +106,14 @@ impl Interpreter {
         let results = self.compute(&instr, &types)?;
         if let Instr::Free { src } = &*instr {
             if let Some(gone) = self.values.remove(src) {
-                self.bytes.remove(gone.len() * ELEMENT_BYTES);
+                self.bytes.remove(gone.bytes());
             }
         }
         for (dst, value) in instr.results().into_iter().zip(results) {
-            self.bytes.add(value.len() * ELEMENT_BYTES);
-            if let Some(old) = self.values.insert(dst, standard(value)) {
-                self.bytes.remove(old.len() * ELEMENT_BYTES);
+            self.bytes.add(value.bytes());
+            let value = value::map_value!(value, a => standard(a));
+            if let Some(old) = self.values.insert(dst, value) {
+                self.bytes.remove(old.bytes());
             }
         }
         Ok(())
@@ -122,8 +122,7 @@ impl Interpreter {
     /// A value's type and row-major data.
     pub fn read(&self, value: ValueId) -> Result<HostTensor, RuntimeError> {
         let a = self.get("get", value)?;
-        let data = a.as_slice().map_or_else(|| a.iter().copied().collect(), <[f32]>::to_vec);
-        Ok(HostTensor::new(TensorType::f32(a.shape().to_vec()), data))
+        Ok(HostTensor::new(TensorType::new(a.dtype(), a.shape().to_vec()), a.to_elements()))
     }
 
     /// How many values are defined and not freed.
@@ -141,20 +140,43 @@ impl Interpreter {
         self.bytes.peak()
     }
 
-    fn get(&self, op: &'static str, value: ValueId) -> Result<&Tensor, RuntimeError> {
+    fn get(&self, op: &'static str, value: ValueId) -> Result<&Value, RuntimeError> {
         self.values.get(&value).ok_or(RuntimeError::Undefined { op, value })
     }
 
-    fn type_of(&self, value: ValueId) -> Result<TensorType, TypeError> {
-        self.values.get(&value).map(|a| TensorType::f32(a.shape().to_vec())).ok_or(TypeError::UnknownValue(value))
+    /// An `f32` operand (of a `fused` kernel, or of an all-`f32` instruction).
+    fn get_f32(&self, op: &'static str, value: ValueId) -> Result<&Tensor, RuntimeError> {
+        let v = self.get(op, value)?;
+        v.as_f32().ok_or(RuntimeError::Type { op, source: TypeError::KernelDType { dtype: v.dtype() } })
     }
 
-    /// A tensor operand; a scalar acts as a 0-d tensor.
+    fn type_of(&self, value: ValueId) -> Result<TensorType, TypeError> {
+        self.values
+            .get(&value)
+            .map(|a| TensorType::new(a.dtype(), a.shape().to_vec()))
+            .ok_or(TypeError::UnknownValue(value))
+    }
+
+    /// An `f32` tensor operand; a scalar acts as a 0-d tensor.
     fn operand(&self, op: &'static str, operand: Operand) -> Result<CowArray<'_, f32, IxDyn>, RuntimeError> {
         Ok(match operand {
-            Operand::Value(v) => CowArray::from(self.get(op, v)?.view()),
+            Operand::Value(v) => CowArray::from(self.get_f32(op, v)?.view()),
             Operand::Scalar(s) => CowArray::from(Tensor::from_elem(IxDyn(&[]), s as f32)),
         })
+    }
+
+    /// An operand of any dtype; a scalar is a 0-d `f64` (cast to the compute dtype by the op).
+    fn operand_value(&self, op: &'static str, operand: Operand) -> Result<std::borrow::Cow<'_, Value>, RuntimeError> {
+        Ok(match operand {
+            Operand::Value(v) => std::borrow::Cow::Borrowed(self.get(op, v)?),
+            Operand::Scalar(s) => std::borrow::Cow::Owned(Value::full(gt_ir::DType::F64, &[], s)),
+        })
+    }
+
+    /// Whether every operand of `instr` and every result is `f32`: the fast paths.
+    fn all_f32(&self, instr: &Instr, types: &[TensorType]) -> bool {
+        types.iter().all(|t| t.dtype == gt_ir::DType::F32)
+            && instr.operands().iter().all(|v| self.values.get(v).is_none_or(|a| a.dtype() == gt_ir::DType::F32))
     }
 
     /// A `fused` kernel's result: compiled by the JIT when there is one, else evaluated by
@@ -164,7 +186,11 @@ impl Interpreter {
         let inputs = srcs
             .iter()
             .map(|&v| {
-                Ok(self.values.get(&v).ok_or(RuntimeError::Undefined { op, value: v })?.as_slice().unwrap_or(&[]))
+                let value = self.values.get(&v).ok_or(RuntimeError::Undefined { op, value: v })?;
+                let a = value
+                    .as_f32()
+                    .ok_or(RuntimeError::Type { op, source: TypeError::KernelDType { dtype: value.dtype() } })?;
+                Ok(a.as_slice().unwrap_or(&[]))
             })
             .collect::<Result<Vec<_>, RuntimeError>>()?;
         let mut out = Tensor::zeros(dims);
@@ -196,24 +222,26 @@ impl Interpreter {
         collective: CollectiveOp,
         srcs: &[ValueId],
         types: &[TensorType],
-    ) -> Result<Vec<Tensor>, RuntimeError> {
+    ) -> Result<Vec<Value>, RuntimeError> {
         let op = collective.mnemonic();
         let type_error = |source| RuntimeError::Type { op, source };
-        let fold = |reduce: ReduceOp| -> Result<Tensor, RuntimeError> {
+        let fold = |reduce: ReduceOp| -> Result<Value, RuntimeError> {
             let first = self.get(op, srcs[0])?;
-            let dims = first.shape().to_vec();
+            let (dims, dtype) = (first.shape().to_vec(), first.dtype());
             let combine = match reduce {
                 ReduceOp::Max => BinaryOp::Maximum,
                 ReduceOp::Min => BinaryOp::Minimum,
                 ReduceOp::Sum | ReduceOp::Mean => BinaryOp::Add,
             };
-            let mut acc = first.clone();
+            // Sums of integers and bools are i64, as the type rule says.
+            let acc_dtype = shape::reduce_dtype(reduce, op, dtype).map_err(type_error)?;
+            let mut acc = first.cast(acc_dtype);
             for &v in &srcs[1..] {
-                acc = binary(combine, &acc.view(), &self.get(op, v)?.view(), &dims);
+                acc = value::binary(combine, &acc, self.get(op, v)?, &dims, acc_dtype, acc_dtype);
             }
             if reduce == ReduceOp::Mean {
-                let count = Tensor::from_elem(IxDyn(&[]), srcs.len() as f32);
-                acc = binary(BinaryOp::Div, &acc.view(), &count.view(), &dims);
+                let count = Value::full(acc_dtype, &[], srcs.len() as f64);
+                acc = value::binary(BinaryOp::Div, &acc, &count, &dims, acc_dtype, acc_dtype);
             }
             Ok(acc)
         };
@@ -221,23 +249,120 @@ impl Interpreter {
             CollectiveOp::Broadcast | CollectiveOp::Move => vec![self.get(op, srcs[0])?.clone(); types.len()],
             CollectiveOp::AllReduce(reduce) => vec![fold(reduce)?; types.len()],
             CollectiveOp::AllGather { axis } => {
-                let views =
-                    srcs.iter().map(|&v| Ok(self.get(op, v)?.view())).collect::<Result<Vec<_>, RuntimeError>>()?;
-                let rank = views.first().map_or(0, |v| v.ndim());
+                let values = srcs.iter().map(|&v| self.get(op, v)).collect::<Result<Vec<_>, RuntimeError>>()?;
+                let rank = values.first().map_or(0, |v| v.ndim());
                 let axis = shape::normalize_axis(axis, rank).map_err(type_error)?;
                 let dims = types.first().map_or(&[][..], |t| t.shape.dims());
-                vec![concat(&views, axis, dims); types.len()]
+                vec![value::concat(&values, axis, dims); types.len()]
             }
             CollectiveOp::ReduceScatter { op: reduce, axis } => {
                 let whole = fold(reduce)?;
                 let axis = shape::normalize_axis(axis, whole.ndim()).map_err(type_error)?;
-                split(&whole, axis, types)
+                whole.split(axis, &types.iter().map(|t| t.shape.dims()[axis]).collect::<Vec<_>>())
             }
         })
     }
 
-    /// Computes the results of an instruction whose result `types` the type rule gave.
-    fn compute(&mut self, instr: &Instr, types: &[TensorType]) -> Result<Vec<Tensor>, RuntimeError> {
+    /// Computes the results of an instruction whose result `types` the type rule gave:
+    /// all-`f32` work on the `f32` functions here, the rest through `value.rs`.
+    fn compute(&mut self, instr: &Instr, types: &[TensorType]) -> Result<Vec<Value>, RuntimeError> {
+        let typed = matches!(instr, Instr::Literal { .. } | Instr::Cast { .. } | Instr::Collective { .. });
+        if !typed && self.all_f32(instr, types) {
+            return Ok(self.compute_f32(instr, types)?.into_iter().map(Value::F32).collect());
+        }
+        let op = instr.mnemonic();
+        let type_error = |source| RuntimeError::Type { op, source };
+        let dims = || types.first().map_or(&[][..], |t| t.shape.dims());
+        let dtype = types.first().map_or(gt_ir::DType::F32, |t| t.dtype);
+        let ty = |v: ValueId| self.type_of(v);
+        let result = match instr {
+            Instr::Randn { seed, .. } => Value::F32(random_tensor(dims(), |i| random::normal(*seed, i))).cast(dtype),
+            Instr::Rand { seed, .. } => Value::F32(random_tensor(dims(), |i| random::uniform(*seed, i))).cast(dtype),
+            Instr::Zeros { .. } => Value::full(dtype, dims(), 0.0),
+            Instr::Ones { .. } => Value::full(dtype, dims(), 1.0),
+            Instr::Full { value, .. } => Value::full(dtype, dims(), *value),
+            Instr::Arange { start, step, .. } => {
+                let n = dims().first().copied().unwrap_or(0);
+                let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
+                Value::from_elements(dims(), gt_ir::data::Elements::F64(values)).cast(dtype)
+            }
+            Instr::Literal { data, .. } => Value::from_elements(dims(), data.clone()),
+            Instr::Cast { src, .. } => self.get(op, *src)?.cast(dtype),
+            Instr::Unary { op: unary_op, src, .. } => value::unary(*unary_op, self.get(op, *src)?, dtype),
+            Instr::Binary { op: binary_op, lhs, rhs, .. } => {
+                let promoted = shape::elementwise(&[*lhs, *rhs], &ty).map_err(type_error)?.dtype;
+                let (compute, result) = shape::binary_dtypes(*binary_op, promoted).map_err(type_error)?;
+                let (a, b) = (self.operand_value(op, *lhs)?, self.operand_value(op, *rhs)?);
+                value::binary(*binary_op, &a, &b, dims(), compute, result)
+            }
+            Instr::Where { cond, on_true, on_false, .. } => {
+                let (t, f) = (self.operand_value(op, *on_true)?, self.operand_value(op, *on_false)?);
+                value::select(self.get(op, *cond)?, &t, &f, dims(), dtype)
+            }
+            Instr::MatMul { lhs, rhs, .. } => {
+                value::matmul(self.get(op, *lhs)?, self.get(op, *rhs)?, dims(), dtype).map_err(type_error)?
+            }
+            Instr::Reduce { op: reduce_op, src, axes, .. } => {
+                let a = self.get(op, *src)?;
+                let axes = match axes {
+                    Some(axes) => shape::normalize_axes(axes, a.ndim()).map_err(type_error)?,
+                    None => (0..a.ndim()).collect(),
+                };
+                value::reduce(*reduce_op, a, &axes, dims(), dtype)
+            }
+            Instr::Transpose { src, dim0, dim1, .. } => {
+                let a = self.get(op, *src)?;
+                let mut perm: Vec<usize> = (0..a.ndim()).collect();
+                perm.swap(
+                    shape::normalize_axis(*dim0, a.ndim()).map_err(type_error)?,
+                    shape::normalize_axis(*dim1, a.ndim()).map_err(type_error)?,
+                );
+                a.permuted(&perm)
+            }
+            Instr::Permute { src, perm, .. } => {
+                let a = self.get(op, *src)?;
+                let perm = perm
+                    .iter()
+                    .map(|&p| shape::normalize_axis(p, a.ndim()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(type_error)?;
+                a.permuted(&perm)
+            }
+            Instr::Reshape { src, .. } | Instr::Squeeze { src, .. } | Instr::Unsqueeze { src, .. } => {
+                self.get(op, *src)?.reshaped(dims())
+            }
+            Instr::BroadcastTo { src, .. } => self.get(op, *src)?.broadcast_to(dims()),
+            Instr::Concat { srcs, axis, .. } => {
+                let values = srcs.iter().map(|&v| self.get(op, v)).collect::<Result<Vec<_>, RuntimeError>>()?;
+                let rank = values.first().map_or(0, |v| v.ndim());
+                value::concat(&values, shape::normalize_axis(*axis, rank).map_err(type_error)?, dims())
+            }
+            Instr::Slice { src, index, .. } => {
+                let a = self.get(op, *src)?;
+                let resolved = shape::resolve_slice(index, &Shape::from(a.shape())).map_err(type_error)?;
+                a.sliced(&slice_axes(&resolved), resolved.shape.dims())
+            }
+            Instr::Split { src, axis, .. } => {
+                let a = self.get(op, *src)?;
+                let axis = shape::normalize_axis(*axis, a.ndim()).map_err(type_error)?;
+                return Ok(a.split(axis, &types.iter().map(|t| t.shape.dims()[axis]).collect::<Vec<_>>()));
+            }
+            Instr::Fused { .. } => {
+                return Err(type_error(TypeError::KernelDType { dtype }));
+            }
+            Instr::Collective { op: collective, srcs, .. } => return self.collective(*collective, srcs, types),
+            Instr::Free { .. }
+            | Instr::GetData { .. }
+            | Instr::HotPathStart { .. }
+            | Instr::HotPathEnd { .. }
+            | Instr::SignalStart { .. }
+            | Instr::SignalEnd { .. } => return Ok(Vec::new()),
+        };
+        Ok(vec![result])
+    }
+
+    /// [`Interpreter::compute`] of an instruction whose operands and results are all `f32`.
+    fn compute_f32(&mut self, instr: &Instr, types: &[TensorType]) -> Result<Vec<Tensor>, RuntimeError> {
         let op = instr.mnemonic();
         let type_error = |source| RuntimeError::Type { op, source };
         let dims = || types.first().map_or(&[][..], |t| t.shape.dims());
@@ -248,22 +373,23 @@ impl Interpreter {
             Instr::Ones { .. } => Tensor::ones(dims()),
             Instr::Full { value, .. } => Tensor::from_elem(dims(), *value as f32),
             Instr::Arange { start, step, .. } => arange(*start, *step, dims()),
-            Instr::Literal { data, .. } => from_vec(dims(), data.clone()),
-            Instr::Unary { op: unary_op, src, .. } => unary(*unary_op, self.get(op, *src)?),
+            Instr::Literal { data, .. } => from_vec(dims(), data.to_f32()),
+            Instr::Cast { src, .. } => self.get_f32(op, *src)?.clone(),
+            Instr::Unary { op: unary_op, src, .. } => unary(*unary_op, self.get_f32(op, *src)?),
             Instr::Binary { op: binary_op, lhs, rhs, .. } => {
                 binary(*binary_op, &self.operand(op, *lhs)?.view(), &self.operand(op, *rhs)?.view(), dims())
             }
             Instr::Where { cond, on_true, on_false, .. } => select(
-                &self.get(op, *cond)?.view(),
+                &self.get_f32(op, *cond)?.view(),
                 &self.operand(op, *on_true)?.view(),
                 &self.operand(op, *on_false)?.view(),
                 dims(),
             ),
             Instr::MatMul { lhs, rhs, .. } => {
-                matmul(self.get(op, *lhs)?, self.get(op, *rhs)?, dims()).map_err(type_error)?
+                matmul(self.get_f32(op, *lhs)?, self.get_f32(op, *rhs)?, dims()).map_err(type_error)?
             }
             Instr::Reduce { op: reduce_op, src, axes, .. } => {
-                let a = self.get(op, *src)?;
+                let a = self.get_f32(op, *src)?;
                 let axes = match axes {
                     Some(axes) => shape::normalize_axes(axes, a.ndim()).map_err(type_error)?,
                     None => (0..a.ndim()).collect(),
@@ -271,7 +397,7 @@ impl Interpreter {
                 reduce(*reduce_op, a, &axes, dims())
             }
             Instr::Transpose { src, dim0, dim1, .. } => {
-                let a = self.get(op, *src)?;
+                let a = self.get_f32(op, *src)?;
                 let mut perm: Vec<usize> = (0..a.ndim()).collect();
                 perm.swap(
                     shape::normalize_axis(*dim0, a.ndim()).map_err(type_error)?,
@@ -280,7 +406,7 @@ impl Interpreter {
                 permute(a, &perm)
             }
             Instr::Permute { src, perm, .. } => {
-                let a = self.get(op, *src)?;
+                let a = self.get_f32(op, *src)?;
                 let perm = perm
                     .iter()
                     .map(|&p| shape::normalize_axis(p, a.ndim()))
@@ -289,28 +415,28 @@ impl Interpreter {
                 permute(a, &perm)
             }
             Instr::Reshape { src, .. } | Instr::Squeeze { src, .. } | Instr::Unsqueeze { src, .. } => {
-                reshaped(self.get(op, *src)?.view(), dims())
+                reshaped(self.get_f32(op, *src)?.view(), dims())
             }
-            Instr::BroadcastTo { src, .. } => broadcast(&self.get(op, *src)?.view(), dims()).to_owned(),
+            Instr::BroadcastTo { src, .. } => broadcast(&self.get_f32(op, *src)?.view(), dims()).to_owned(),
             Instr::Concat { srcs, axis, .. } => {
                 let views =
-                    srcs.iter().map(|&v| Ok(self.get(op, v)?.view())).collect::<Result<Vec<_>, RuntimeError>>()?;
+                    srcs.iter().map(|&v| Ok(self.get_f32(op, v)?.view())).collect::<Result<Vec<_>, RuntimeError>>()?;
                 let rank = views.first().map_or(0, |v| v.ndim());
                 concat(&views, shape::normalize_axis(*axis, rank).map_err(type_error)?, dims())
             }
             Instr::Slice { src, index, .. } => {
-                let a = self.get(op, *src)?;
+                let a = self.get_f32(op, *src)?;
                 slice(a, &shape::resolve_slice(index, &Shape::from(a.shape())).map_err(type_error)?)
             }
             Instr::Split { src, axis, .. } => {
-                let a = self.get(op, *src)?;
+                let a = self.get_f32(op, *src)?;
                 return Ok(split(a, shape::normalize_axis(*axis, a.ndim()).map_err(type_error)?, types));
             }
             Instr::Fused { srcs, kernel, .. } => {
                 let dims = dims().to_vec();
                 self.fused(srcs, kernel, &dims)?
             }
-            Instr::Collective { op: collective, srcs, .. } => return self.collective(*collective, srcs, types),
+            Instr::Collective { .. } => unreachable!("collectives take the typed path"),
             Instr::Free { .. }
             | Instr::GetData { .. }
             | Instr::HotPathStart { .. }
@@ -357,7 +483,7 @@ impl Executor for Interpreter {
 }
 
 /// `a` itself when row-major contiguous, else a row-major copy.
-fn standard(a: Tensor) -> Tensor {
+fn standard<T: Clone>(a: ArrayD<T>) -> ArrayD<T> {
     if a.is_standard_layout() {
         a
     } else {
@@ -577,22 +703,32 @@ fn concat(views: &[ArrayViewD<'_, f32>], axis: usize, dims: &[usize]) -> Tensor 
 /// indexed axes and inserts new ones without moving any element).
 fn slice(a: &Tensor, resolved: &ResolvedSlice) -> Tensor {
     let mut view = a.view();
-    for (axis, s) in resolved.axes.iter().enumerate() {
-        // Elements `start + j * step` for `j < len`, as the ascending range they span,
-        // walked backwards afterwards when the step is negative.
-        let step = s.step.unsigned_abs() as usize;
-        let span = s.len.saturating_sub(1) * step;
-        let (lo, hi) = match (s.len, s.step > 0) {
-            (0, _) => (0, 0),
-            (_, true) => (s.start, s.start + span + 1),
-            (_, false) => (s.start - span, s.start + 1),
-        };
+    for (axis, (lo, hi, step, reversed)) in slice_axes(resolved).into_iter().enumerate() {
         view.slice_axis_inplace(Axis(axis), Slice::new(lo as isize, Some(hi as isize), step as isize));
-        if s.step < 0 {
+        if reversed {
             view.invert_axis(Axis(axis));
         }
     }
     reshaped(view, resolved.shape.dims())
+}
+
+/// Per input axis of a slice: the ascending range `lo..hi` its elements `start + j * step`
+/// (`j < len`) span, the step's size, and whether to walk it backwards (a negative step).
+fn slice_axes(resolved: &ResolvedSlice) -> Vec<(usize, usize, usize, bool)> {
+    resolved
+        .axes
+        .iter()
+        .map(|s| {
+            let step = s.step.unsigned_abs() as usize;
+            let span = s.len.saturating_sub(1) * step;
+            let (lo, hi) = match (s.len, s.step > 0) {
+                (0, _) => (0, 0),
+                (_, true) => (s.start, s.start + span + 1),
+                (_, false) => (s.start - span, s.start + 1),
+            };
+            (lo, hi, step, s.step < 0)
+        })
+        .collect()
 }
 
 /// Contiguous copies of consecutive pieces along `axis`, sized as the result `types` say.
@@ -612,6 +748,7 @@ fn split(a: &Tensor, axis: usize, types: &[TensorType]) -> Vec<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gt_ir::data::Elements;
     use gt_ir::DType;
     use gt_ir::{SliceItem, SplitSpec};
     use proptest::prelude::*;
@@ -621,7 +758,15 @@ mod tests {
     }
 
     fn lit(it: &mut Interpreter, dst: u32, dims: &[usize], data: &[f32]) {
-        it.execute(&Instr::Literal { dst: v(dst), ty: TensorType::f32(dims.to_vec()), data: data.to_vec() }).unwrap();
+        it.execute(&Instr::Literal { dst: v(dst), ty: TensorType::f32(dims.to_vec()), data: data.to_vec().into() })
+            .unwrap();
+    }
+
+    /// Defines `dst` as a literal of any dtype.
+    fn typed(it: &mut Interpreter, dst: u32, dims: &[usize], data: impl Into<Elements>) {
+        let data = data.into();
+        let ty = TensorType::new(data.dtype(), dims.to_vec());
+        it.execute(&Instr::Literal { dst: v(dst), ty, data }).unwrap();
     }
 
     /// Runs `instr` and reads its first result.
@@ -632,9 +777,9 @@ mod tests {
     }
 
     fn assert_tensor(t: &HostTensor, dims: &[usize], data: &[f32]) {
-        assert_eq!(t.ty, TensorType::f32(dims.to_vec()), "shape of {t}");
+        assert_eq!(t.ty.shape.dims(), dims, "shape of {t}");
         assert_eq!(t.data.len(), data.len(), "length of {t}");
-        for (i, (&x, &y)) in t.data.iter().zip(data).enumerate() {
+        for (i, (&x, &y)) in t.to_f32().iter().zip(data).enumerate() {
             let ok = (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= 1e-6 * (1.0 + y.abs());
             assert!(ok, "element {i}: got {x}, expected {y} (in {t})");
         }
@@ -669,8 +814,14 @@ mod tests {
         assert_tensor(&t, &[], &[2.5]);
         let t = run(&mut it, Instr::Zeros { dst: v(0), ty: TensorType::f32(vec![0, 3]) });
         assert_tensor(&t, &[0, 3], &[]);
-        let t =
-            run(&mut it, Instr::Literal { dst: v(0), ty: TensorType::f32(vec![2, 2]), data: vec![1.0, 2.0, 3.0, 4.0] });
+        let t = run(
+            &mut it,
+            Instr::Literal {
+                dst: v(0),
+                ty: TensorType::f32(vec![2, 2]),
+                data: gt_ir::data::Elements::F32(vec![1.0, 2.0, 3.0, 4.0]),
+            },
+        );
         assert_tensor(&t, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
     }
 
@@ -686,7 +837,7 @@ mod tests {
         // f64 index arithmetic: no drift after many steps.
         let t = arange(0.0, 1.0, 0.1);
         assert_eq!(t.data.len(), 10);
-        assert_eq!(t.data[9], (0.0 + 9.0 * 0.1f64) as f32);
+        assert_eq!(t.to_f32()[9], (0.0 + 9.0 * 0.1f64) as f32);
     }
 
     #[test]
@@ -696,11 +847,11 @@ mod tests {
         let b = run(&mut it, Instr::Randn { dst: v(1), ty: TensorType::f32(vec![3, 4]), seed: 5 });
         assert_eq!(a, b);
         let expected: Vec<f32> = (0..12).map(|i| random::normal(5, i)).collect();
-        assert_eq!(a.data, expected);
+        assert_eq!(a.to_f32(), expected);
         let u = run(&mut it, Instr::Rand { dst: v(2), ty: TensorType::f32(vec![2, 5]), seed: 9 });
         let expected: Vec<f32> = (0..10).map(|i| random::uniform(9, i)).collect();
-        assert_eq!(u.data, expected);
-        assert!(u.data.iter().all(|&x| (0.0..1.0).contains(&x)));
+        assert_eq!(u.to_f32(), expected);
+        assert!(u.to_f32().iter().all(|&x| (0.0..1.0).contains(&x)));
         let c = run(&mut it, Instr::Randn { dst: v(3), ty: TensorType::f32(vec![3, 4]), seed: 6 });
         assert_ne!(a.data, c.data);
     }
@@ -735,8 +886,8 @@ mod tests {
         assert_tensor(&r, &[4], &[0.0, 200.0, 0.0, f32::NAN]);
         lit(&mut it, 2, &[2], &[-1.0, 0.0]);
         let l = run(&mut it, Instr::Unary { dst: v(3), op: UnaryOp::Log, src: v(2) });
-        assert!(l.data[0].is_nan());
-        assert_eq!(l.data[1], f32::NEG_INFINITY);
+        assert!(l.to_f32()[0].is_nan());
+        assert_eq!(l.to_f32()[1], f32::NEG_INFINITY);
     }
 
     // ---- binary ----
@@ -776,29 +927,100 @@ mod tests {
         let mut bin = |op| run(&mut it, binary_instr(op, val(0), val(1)));
         assert_tensor(&bin(BinaryOp::Maximum), &[4], &[2.0, 5.0, f32::NAN, f32::NAN]);
         assert_tensor(&bin(BinaryOp::Minimum), &[4], &[1.0, 5.0, f32::NAN, f32::NAN]);
-        assert_tensor(&bin(BinaryOp::Eq), &[4], &[0.0, 1.0, 0.0, 0.0]);
-        assert_tensor(&bin(BinaryOp::Ne), &[4], &[1.0, 0.0, 1.0, 1.0]);
-        assert_tensor(&bin(BinaryOp::Lt), &[4], &[1.0, 0.0, 0.0, 0.0]);
-        assert_tensor(&bin(BinaryOp::Le), &[4], &[1.0, 1.0, 0.0, 0.0]);
-        assert_tensor(&bin(BinaryOp::Gt), &[4], &[0.0, 0.0, 0.0, 0.0]);
-        assert_tensor(&bin(BinaryOp::Ge), &[4], &[0.0, 1.0, 0.0, 0.0]);
+        // Comparisons give bools (NaN compares false but for `ne`).
+        let bools = |t: HostTensor| match t.data {
+            Elements::Bool(b) => b.iter().map(|&b| u8::from(b)).collect::<Vec<_>>(),
+            d => panic!("a comparison gave {:?}", d.dtype()),
+        };
+        assert_eq!(bools(bin(BinaryOp::Eq)), [0, 1, 0, 0]);
+        assert_eq!(bools(bin(BinaryOp::Ne)), [1, 0, 1, 1]);
+        assert_eq!(bools(bin(BinaryOp::Lt)), [1, 0, 0, 0]);
+        assert_eq!(bools(bin(BinaryOp::Le)), [1, 1, 0, 0]);
+        assert_eq!(bools(bin(BinaryOp::Gt)), [0, 0, 0, 0]);
+        assert_eq!(bools(bin(BinaryOp::Ge)), [0, 1, 0, 0]);
         // IEEE (and NumPy): nan ** 0 is 1.
         assert_tensor(&bin(BinaryOp::Pow), &[4], &[1.0, 3125.0, 1.0, f32::NAN]);
+    }
+
+    /// Every dtype through the op families, values as PyTorch 2 gives them.
+    #[test]
+    fn dtypes_follow_pytorch() {
+        let mut it = Interpreter::new();
+        typed(&mut it, 0, &[3], vec![i32::MAX, -7, 6]);
+        typed(&mut it, 1, &[3], vec![1i32, 2, 4]);
+        // i32 arithmetic wraps; true division gives f32; a fractional scalar gives f32, an
+        // integral one keeps i32.
+        let t = run(&mut it, binary_instr(BinaryOp::Add, val(0), val(1)));
+        assert_eq!(t.data, Elements::I32(vec![i32::MIN, -5, 10]));
+        let t = run(&mut it, binary_instr(BinaryOp::Div, val(0), val(1)));
+        assert_eq!(t.data, Elements::F32(vec![i32::MAX as f32, -3.5, 1.5]));
+        let t = run(&mut it, binary_instr(BinaryOp::Mul, val(1), Operand::Scalar(0.5)));
+        assert_eq!(t.data, Elements::F32(vec![0.5, 1.0, 2.0]));
+        let t = run(&mut it, binary_instr(BinaryOp::Mul, val(1), Operand::Scalar(3.0)));
+        assert_eq!(t.data, Elements::I32(vec![3, 6, 12]));
+        // exp of an integer is f32; sums of i32 are i64; a mean of integers is refused.
+        let t = run(&mut it, Instr::Unary { dst: v(2), op: UnaryOp::Exp, src: v(1) });
+        assert_eq!(t.ty.dtype, DType::F32);
+        let t = run(&mut it, Instr::Reduce { dst: v(2), op: ReduceOp::Sum, src: v(0), axes: None, keepdim: false });
+        assert_eq!(t.data, Elements::I64(vec![i64::from(i32::MAX) - 1]));
+        let mean = Instr::Reduce { dst: v(2), op: ReduceOp::Mean, src: v(0), axes: None, keepdim: false };
+        assert!(it.execute(&mean).unwrap_err().to_string().contains("`mean` does not take dtype i32"));
+        // i32 with f16 promotes to f16; f16 with bf16 to f32; f64 keeps its precision.
+        typed(&mut it, 3, &[3], vec![half::f16::from_f32(0.5), half::f16::from_f32(2049.0), half::f16::MAX]);
+        let t = run(&mut it, binary_instr(BinaryOp::Add, val(1), val(3)));
+        // f16 holds 2049 as 2048 (its spacing is 2 there), plus 2 is 2050; MAX + 4 rounds
+        // back to MAX.
+        assert_eq!(t.data.to_f32(), vec![1.5, 2050.0, 65504.0]);
+        typed(&mut it, 4, &[3], vec![half::bf16::ONE; 3]);
+        assert_eq!(run(&mut it, binary_instr(BinaryOp::Add, val(3), val(4))).ty.dtype, DType::F32);
+        typed(&mut it, 5, &[2], vec![0.1f64, 1e300]);
+        let t = run(&mut it, binary_instr(BinaryOp::Mul, val(5), Operand::Scalar(3.0)));
+        assert_eq!(t.data, Elements::F64(vec![0.1 * 3.0, 3e300]));
+        // Casts: floats truncate toward zero, nonzero is true, i64 wraps into i32.
+        typed(&mut it, 6, &[4], vec![-1.7f32, 2.9, 0.0, f32::NAN]);
+        let t = run(&mut it, Instr::Cast { dst: v(7), src: v(6), dtype: DType::I32 });
+        assert_eq!(t.data, Elements::I32(vec![-1, 2, 0, 0]));
+        let t = run(&mut it, Instr::Cast { dst: v(7), src: v(6), dtype: DType::Bool });
+        assert_eq!(t.data, Elements::Bool(vec![true, true, false, true]));
+        typed(&mut it, 8, &[1], vec![(1i64 << 32) + 5]);
+        let t = run(&mut it, Instr::Cast { dst: v(7), src: v(8), dtype: DType::I32 });
+        assert_eq!(t.data, Elements::I32(vec![5]));
+        // Integer matmul wraps; f64 matmul is exact here; structural ops keep the dtype.
+        typed(&mut it, 9, &[2, 2], vec![1i64, 2, 3, 4]);
+        let t = run(&mut it, Instr::MatMul { dst: v(10), lhs: v(9), rhs: v(9) });
+        assert_eq!(t.data, Elements::I64(vec![7, 10, 15, 22]));
+        let t = run(&mut it, Instr::Transpose { dst: v(10), src: v(9), dim0: 0, dim1: 1 });
+        assert_eq!(t.data, Elements::I64(vec![1, 3, 2, 4]));
+        typed(&mut it, 11, &[2], vec![true, false]);
+        let t = run(&mut it, Instr::Concat { dst: v(12), srcs: vec![v(11), v(11)], axis: 0 });
+        assert_eq!(t.data, Elements::Bool(vec![true, false, true, false]));
+        // bool + int scalar is i64; max of bools is a bool.
+        let t = run(&mut it, binary_instr(BinaryOp::Add, val(11), Operand::Scalar(1.0)));
+        assert_eq!(t.data, Elements::I64(vec![2, 1]));
+        let t = run(&mut it, Instr::Reduce { dst: v(12), op: ReduceOp::Max, src: v(11), axes: None, keepdim: false });
+        assert_eq!(t.data, Elements::Bool(vec![true]));
+        // The bytes held count each dtype's size.
+        let before = it.live_bytes();
+        typed(&mut it, 13, &[4], vec![0u8; 4].into_iter().map(|_| 0.5f64).collect::<Vec<_>>());
+        assert_eq!(it.live_bytes() - before, 32);
     }
 
     #[test]
     fn where_broadcasts_three_ways() {
         let mut it = Interpreter::new();
-        lit(&mut it, 0, &[2, 1], &[1.0, 0.0]);
+        typed(&mut it, 0, &[2, 1], vec![true, false]);
         lit(&mut it, 1, &[3], &[1.0, 2.0, 3.0]);
         let t = run(&mut it, Instr::Where { dst: v(2), cond: v(0), on_true: val(1), on_false: Operand::Scalar(-1.0) });
         assert_tensor(&t, &[2, 3], &[1.0, 2.0, 3.0, -1.0, -1.0, -1.0]);
-        lit(&mut it, 3, &[3], &[0.0, f32::NAN, -2.0]);
+        typed(&mut it, 3, &[3], vec![false, true, true]);
         let t = run(
             &mut it,
             Instr::Where { dst: v(4), cond: v(3), on_true: Operand::Scalar(7.0), on_false: Operand::Scalar(8.0) },
         );
         assert_tensor(&t, &[3], &[8.0, 7.0, 7.0]);
+        // A condition that is not bool is a type error (PyTorch's rule).
+        let err = it.execute(&Instr::Where { dst: v(5), cond: v(1), on_true: val(1), on_false: val(1) }).unwrap_err();
+        assert!(err.to_string().contains("`where` takes a bool condition, found f32"), "{err}");
     }
 
     // ---- matmul ----
@@ -931,7 +1153,7 @@ mod tests {
         for k in 0..4 {
             for i in 0..2 {
                 for j in 0..3 {
-                    assert_eq!(t.data[k * 6 + i * 3 + j], (12 * i + 4 * j + k) as f32);
+                    assert_eq!(t.to_f32()[k * 6 + i * 3 + j], (12 * i + 4 * j + k) as f32);
                 }
             }
         }
@@ -1121,8 +1343,9 @@ mod tests {
             Instr::Slice { dst: v(5), src: v(0), index: vec![range(None, None, 0)] },
             Instr::BroadcastTo { dst: v(5), src: v(0), shape: vec![3, 3] },
             Instr::Split { dsts: vec![v(5)], src: v(0), axis: 1, spec: SplitSpec::Sizes(vec![1, 1]) },
-            Instr::Literal { dst: v(5), ty: TensorType::f32(vec![2]), data: vec![1.0] },
-            Instr::Zeros { dst: v(5), ty: TensorType::new(DType::I32, vec![2]) },
+            Instr::Literal { dst: v(5), ty: TensorType::f32(vec![2]), data: gt_ir::data::Elements::F32(vec![1.0]) },
+            Instr::Randn { dst: v(5), ty: TensorType::new(DType::I32, vec![2]), seed: 1 },
+            Instr::Full { dst: v(5), ty: TensorType::new(DType::I32, vec![2]), value: 0.5 },
             Instr::Arange { dst: v(5), dtype: DType::F32, start: 0.0, end: 1.0, step: 0.0 },
             Instr::Reduce { dst: v(5), op: ReduceOp::Sum, src: v(0), axes: Some(vec![1, -1]), keepdim: false },
         ];
@@ -1303,7 +1526,7 @@ mod tests {
             let t = run(&mut it, binary_instr(op, val(0), val(1)));
             let out = shape::broadcast_shapes(&Shape::from(a_dims.clone()), &Shape::from(b_dims.clone())).unwrap();
             prop_assert_eq!(t.ty.shape.dims(), out.dims());
-            for (flat, &got) in t.data.iter().enumerate() {
+            for (flat, &got) in t.to_f32().iter().enumerate() {
                 let index = unravel(flat, out.dims());
                 let want = scalar_binary(op, a[broadcast_index(&index, &a_dims)], b[broadcast_index(&index, &b_dims)]);
                 prop_assert!(got == want || (got.is_nan() && want.is_nan()), "{:?} at {}: {} vs {}", op, flat, got, want);
@@ -1341,7 +1564,7 @@ mod tests {
                 }
             }
             prop_assert_eq!(t.data.len(), want.len());
-            for (got, want) in t.data.iter().zip(&want) {
+            for (got, want) in t.to_f32().iter().zip(&want) {
                 prop_assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "{} vs {}", got, want);
             }
         }
@@ -1383,7 +1606,7 @@ mod tests {
                             a[row_major_index(&index, &dims)]
                         })
                         .collect();
-                    prop_assert_eq!(t.data, want);
+                    prop_assert_eq!(t.to_f32(), want);
                 }
             }
         }
@@ -1422,7 +1645,7 @@ mod tests {
                 }
                 buckets[row_major_index(&index, &out_dims)].push(x);
             }
-            for (got, bucket) in t.data.iter().zip(&buckets) {
+            for (got, bucket) in t.to_f32().iter().zip(&buckets) {
                 let sum: f64 = bucket.iter().map(|&x| f64::from(x)).sum();
                 let want = match op {
                     ReduceOp::Sum => sum as f32,

@@ -159,6 +159,8 @@ impl Backend for KernelBackend {
     fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         let op = instr.mnemonic();
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
+        // Kernels compute in f32, as on the GPU.
+        checks::f32_only(&instr, &types, "kernels", &|v| self.type_of(v))?;
         let steps = lower(&instr, &|v| self.values[&v].0.clone(), &types);
         let mut outputs: Vec<Vec<f32>> = types.iter().map(|t| vec![0.0; t.shape.numel()]).collect();
         for step in &steps {
@@ -169,7 +171,7 @@ impl Backend for KernelBackend {
                 }
                 Step::Upload { output } => {
                     if let Instr::Literal { data, .. } = &*instr {
-                        outputs[*output].copy_from_slice(data);
+                        outputs[*output].copy_from_slice(&data.to_f32());
                     }
                 }
                 Step::TwoPass { first, inputs, partials, second, output } => {
@@ -232,7 +234,7 @@ mod tests {
             it.execute(i).unwrap();
         }
         let last = extra.last().unwrap().results()[0];
-        (it.read(v(0)).unwrap().data, it.read(last).unwrap().data)
+        (it.read(v(0)).unwrap().to_f32(), it.read(last).unwrap().to_f32())
     }
 
     fn bin(dst: u32, op: BinaryOp, a: u32, b: Operand) -> Instr {
@@ -296,7 +298,7 @@ mod tests {
             for r in [v(1), v(2)] {
                 let (want, got) = (it.read(r).unwrap(), kb.read(r).unwrap());
                 assert_eq!(want.ty, got.ty);
-                for (w, g) in want.data.iter().zip(&got.data) {
+                for (w, g) in want.to_f32().iter().zip(&got.to_f32()) {
                     // Partial sums are rounded to f32 before they are added.
                     assert!((w - g).abs() <= 1e-3 + 1e-5 * w.abs(), "{op:?}: {g} vs {w}");
                 }
@@ -332,7 +334,7 @@ mod tests {
         it.execute(&Instr::MatMul { dst: v(3), lhs: v(0), rhs: v(1) }).unwrap();
         it.execute(&bin(4, BinaryOp::Add, 3, Operand::Value(v(2)))).unwrap();
         it.execute(&Instr::Unary { dst: v(5), op: UnaryOp::Relu, src: v(4) }).unwrap();
-        let data = |i: u32| it.read(v(i)).unwrap().data;
+        let data = |i: u32| it.read(v(i)).unwrap().to_f32();
         let (x, w, b) = (data(0), data(1), data(2));
         assert_eq!(kernel_result(&samples::linear_relu(m, k, n), &[&x, &w, &b], m * n), data(5));
     }

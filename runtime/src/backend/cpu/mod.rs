@@ -6,3 +6,4 @@ pub mod interp;
 pub mod jit;
 pub mod kernels;
 pub mod threads;
+pub(crate) mod value;

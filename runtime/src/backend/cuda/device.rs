@@ -367,7 +367,7 @@ impl CudaBackend {
                 }
                 Step::Upload { output } => {
                     if let Instr::Literal { data, .. } = instr {
-                        self.upload(op, outputs[*output], data)?;
+                        self.upload(op, outputs[*output], &data.to_f32())?;
                     }
                 }
             }
@@ -426,6 +426,9 @@ impl CudaBackend {
     fn execute_instr(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         let op = instr.mnemonic();
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
+        // Kernels compute in f32 (the tensor-core and half-precision kernels are issue 21's
+        // next part): other dtypes are refused by name rather than reinterpreted.
+        checks::f32_only(&instr, &types, "cuda", &|v| self.type_of(v))?;
         let mut steps = lower(&instr, &|v| self.values[&v].ty.clone(), &types);
         if self.precision == Precision::Tf32 {
             for step in &mut steps {

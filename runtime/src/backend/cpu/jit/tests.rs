@@ -125,7 +125,7 @@ fn every_lowered_instruction_of_the_scripts_matches_the_oracle() {
             let type_of = |v| it.read(v).map(|t| t.ty).map_err(|_| TypeError::UnknownValue(v));
             if let Ok((prepared, types)) = checks::prepare(instr, &type_of, 1 << 30) {
                 let ty = |v| it.read(v).expect("operands are defined").ty;
-                let data = |v| it.read(v).expect("operands are defined").data;
+                let data = |v| it.read(v).expect("operands are defined").to_f32();
                 for step in lower(&prepared, &ty, &types) {
                     let context = |e: String| format!("{}: {}: {e}", path.display(), instr.mnemonic());
                     match step {

@@ -1,0 +1,455 @@
+//! The interpreter's values of every dtype (`Value`) and the ops on dtypes other than `f32`:
+//! `f32` keeps its fast, threaded functions in `interp.rs`; `f16`/`bf16` compute through
+//! them and round back (as PyTorch's CPU kernels do); `f64` computes in `f64`; integers in
+//! `i64`, wrapping on overflow, then narrow; `bool` takes part in comparisons, `where`,
+//! casts and the moves of data.
+
+use super::interp::{self, Tensor};
+use crate::cancel;
+use gt_ir::data::{convert, Element, Elements};
+use gt_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
+use half::{bf16, f16};
+use ndarray::{ArrayD, ArrayViewD, Axis, Dimension, IxDyn, Slice, Zip};
+
+/// A value as the interpreter stores it: row-major contiguous, of its dtype.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Value {
+    F64(ArrayD<f64>),
+    F32(Tensor),
+    F16(ArrayD<f16>),
+    BF16(ArrayD<bf16>),
+    I64(ArrayD<i64>),
+    I32(ArrayD<i32>),
+    Bool(ArrayD<bool>),
+}
+
+/// `$body` on the array inside a [`Value`], rewrapped in the same variant.
+macro_rules! map_value {
+    ($v:expr, $a:ident => $body:expr) => {
+        match $v {
+            Value::F64($a) => Value::F64($body),
+            Value::F32($a) => Value::F32($body),
+            Value::F16($a) => Value::F16($body),
+            Value::BF16($a) => Value::BF16($body),
+            Value::I64($a) => Value::I64($body),
+            Value::I32($a) => Value::I32($body),
+            Value::Bool($a) => Value::Bool($body),
+        }
+    };
+}
+
+/// `$body` on the array inside a [`Value`], whatever it gives.
+macro_rules! with_value {
+    ($v:expr, $a:ident => $body:expr) => {
+        match $v {
+            Value::F64($a) => $body,
+            Value::F32($a) => $body,
+            Value::F16($a) => $body,
+            Value::BF16($a) => $body,
+            Value::I64($a) => $body,
+            Value::I32($a) => $body,
+            Value::Bool($a) => $body,
+        }
+    };
+}
+pub(crate) use map_value;
+
+/// `$body` with `$T` the element type of `$dtype`, giving a [`Value`] built by `$wrap`.
+macro_rules! by_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            DType::F64 => {
+                type $T = f64;
+                Value::F64($body)
+            }
+            DType::F32 => {
+                type $T = f32;
+                Value::F32($body)
+            }
+            DType::F16 => {
+                type $T = f16;
+                Value::F16($body)
+            }
+            DType::BF16 => {
+                type $T = bf16;
+                Value::BF16($body)
+            }
+            DType::I64 => {
+                type $T = i64;
+                Value::I64($body)
+            }
+            DType::I32 => {
+                type $T = i32;
+                Value::I32($body)
+            }
+            DType::Bool => {
+                type $T = bool;
+                Value::Bool($body)
+            }
+        }
+    };
+}
+
+/// An element type's array from row-major data whose length the type rule checked.
+fn array<T>(dims: &[usize], data: Vec<T>) -> ArrayD<T> {
+    ArrayD::from_shape_vec(IxDyn(dims), data).expect("the type rule fixed the element count")
+}
+
+/// Element-by-element conversion of an array (see [`convert`]).
+fn converted<S: Element, T: Element>(a: &ArrayD<S>) -> ArrayD<T> {
+    let a = a.as_standard_layout();
+    let data = a.as_slice().map_or_else(|| convert(&a.iter().copied().collect::<Vec<_>>()), convert);
+    array(a.shape(), data)
+}
+
+impl Value {
+    /// Its dtype.
+    pub(crate) fn dtype(&self) -> DType {
+        match self {
+            Value::F64(_) => DType::F64,
+            Value::F32(_) => DType::F32,
+            Value::F16(_) => DType::F16,
+            Value::BF16(_) => DType::BF16,
+            Value::I64(_) => DType::I64,
+            Value::I32(_) => DType::I32,
+            Value::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Its dimensions.
+    pub(crate) fn shape(&self) -> &[usize] {
+        with_value!(self, a => a.shape())
+    }
+
+    /// Its number of dimensions.
+    pub(crate) fn ndim(&self) -> usize {
+        self.shape().len()
+    }
+
+    /// Bytes its elements take.
+    pub(crate) fn bytes(&self) -> usize {
+        with_value!(self, a => a.len()) * self.dtype().size_bytes()
+    }
+
+    /// The `f32` array, when it is one.
+    pub(crate) fn as_f32(&self) -> Option<&Tensor> {
+        match self {
+            Value::F32(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// `dims` filled with `value` converted to `dtype`.
+    pub(crate) fn full(dtype: DType, dims: &[usize], value: f64) -> Value {
+        by_dtype!(dtype, T => ArrayD::from_elem(IxDyn(dims), T::from_f64(value)))
+    }
+
+    /// A value from row-major elements (their dtype) whose count the type rule checked.
+    pub(crate) fn from_elements(dims: &[usize], data: Elements) -> Value {
+        match data {
+            Elements::F64(v) => Value::F64(array(dims, v)),
+            Elements::F32(v) => Value::F32(array(dims, v)),
+            Elements::F16(v) => Value::F16(array(dims, v)),
+            Elements::BF16(v) => Value::BF16(array(dims, v)),
+            Elements::I64(v) => Value::I64(array(dims, v)),
+            Elements::I32(v) => Value::I32(array(dims, v)),
+            Elements::Bool(v) => Value::Bool(array(dims, v)),
+        }
+    }
+
+    /// Its row-major elements.
+    pub(crate) fn to_elements(&self) -> Elements {
+        fn flat<T: Copy>(a: &ArrayD<T>) -> Vec<T> {
+            a.as_slice().map_or_else(|| a.iter().copied().collect(), <[T]>::to_vec)
+        }
+        match self {
+            Value::F64(a) => Elements::F64(flat(a)),
+            Value::F32(a) => Elements::F32(flat(a)),
+            Value::F16(a) => Elements::F16(flat(a)),
+            Value::BF16(a) => Elements::BF16(flat(a)),
+            Value::I64(a) => Elements::I64(flat(a)),
+            Value::I32(a) => Elements::I32(flat(a)),
+            Value::Bool(a) => Elements::Bool(flat(a)),
+        }
+    }
+
+    /// The value converted to `dtype` (a copy when it already is).
+    pub(crate) fn cast(&self, dtype: DType) -> Value {
+        if self.dtype() == dtype {
+            return self.clone();
+        }
+        with_value!(self, a => by_dtype!(dtype, T => converted::<_, T>(a)))
+    }
+
+    /// The value as `dtype`, borrowed when it already is.
+    pub(crate) fn to(&self, dtype: DType) -> std::borrow::Cow<'_, Value> {
+        if self.dtype() == dtype {
+            std::borrow::Cow::Borrowed(self)
+        } else {
+            std::borrow::Cow::Owned(self.cast(dtype))
+        }
+    }
+
+    /// The value as `f32` (borrowed when it is one).
+    fn f32(&self) -> std::borrow::Cow<'_, Tensor> {
+        match self {
+            Value::F32(a) => std::borrow::Cow::Borrowed(a),
+            v => with_value!(v, a => std::borrow::Cow::Owned(converted(a))),
+        }
+    }
+
+    fn f64(&self) -> ArrayD<f64> {
+        with_value!(self, a => converted(a))
+    }
+
+    fn i64(&self) -> ArrayD<i64> {
+        with_value!(self, a => converted(a))
+    }
+
+    /// A row-major copy with the new dimensions `dims` (same element count).
+    pub(crate) fn reshaped(&self, dims: &[usize]) -> Value {
+        map_value!(self, a => a.to_shape(dims).expect("the type rule kept the element count").as_standard_layout().into_owned())
+    }
+
+    /// Stretched to `dims` (the type rule checked they broadcast).
+    pub(crate) fn broadcast_to(&self, dims: &[usize]) -> Value {
+        map_value!(self, a => a.broadcast(dims).expect("the type rule checked the shapes broadcast").to_owned())
+    }
+
+    /// Result axis `i` is axis `perm[i]`.
+    pub(crate) fn permuted(&self, perm: &[usize]) -> Value {
+        map_value!(self, a => a.view().permuted_axes(perm).as_standard_layout().into_owned())
+    }
+
+    /// Consecutive pieces along `axis` of the lengths given.
+    pub(crate) fn split(&self, axis: usize, lens: &[usize]) -> Vec<Value> {
+        let mut start = 0;
+        lens.iter()
+            .map(|&len| {
+                let range = Slice::from(start..start + len);
+                start += len;
+                map_value!(self, a => a.slice_axis(Axis(axis), range).as_standard_layout().into_owned())
+            })
+            .collect()
+    }
+
+    /// A selection of elements: per axis `(lo, hi, step, reversed)`, then reshaped to `dims`.
+    pub(crate) fn sliced(&self, axes: &[(usize, usize, usize, bool)], dims: &[usize]) -> Value {
+        map_value!(self, a => {
+            let mut view = a.view();
+            for (axis, &(lo, hi, step, reversed)) in axes.iter().enumerate() {
+                view.slice_axis_inplace(Axis(axis), Slice::new(lo as isize, Some(hi as isize), step as isize));
+                if reversed {
+                    view.invert_axis(Axis(axis));
+                }
+            }
+            view.to_shape(dims).expect("the type rule kept the element count").as_standard_layout().into_owned()
+        })
+    }
+}
+
+/// `values` (one dtype, which the type rule checked) joined along `axis` into `dims`.
+pub(crate) fn concat(values: &[&Value], axis: usize, dims: &[usize]) -> Value {
+    fn join<T: Copy + Default>(arrays: Vec<ArrayViewD<'_, T>>, axis: usize, dims: &[usize]) -> ArrayD<T> {
+        let mut out = ArrayD::from_elem(IxDyn(dims), T::default());
+        let mut start = 0;
+        for v in arrays {
+            let len = v.shape()[axis];
+            out.slice_axis_mut(Axis(axis), Slice::from(start..start + len)).assign(&v);
+            start += len;
+        }
+        out
+    }
+    let dtype = values.first().map_or(DType::F32, |v| v.dtype());
+    macro_rules! views {
+        ($variant:ident) => {
+            values
+                .iter()
+                .filter_map(|v| match v {
+                    Value::$variant(a) => Some(a.view()),
+                    _ => None,
+                })
+                .collect()
+        };
+    }
+    match dtype {
+        DType::F64 => Value::F64(join(views!(F64), axis, dims)),
+        DType::F32 => Value::F32(join(views!(F32), axis, dims)),
+        DType::F16 => Value::F16(join(views!(F16), axis, dims)),
+        DType::BF16 => Value::BF16(join(views!(BF16), axis, dims)),
+        DType::I64 => Value::I64(join(views!(I64), axis, dims)),
+        DType::I32 => Value::I32(join(views!(I32), axis, dims)),
+        DType::Bool => Value::Bool(join(views!(Bool), axis, dims)),
+    }
+}
+
+/// An elementwise op of one operand computing in `dtype` (the result's).
+pub(crate) fn unary(op: UnaryOp, a: &Value, dtype: DType) -> Value {
+    let a = a.to(dtype);
+    match &*a {
+        Value::F32(a) => Value::F32(interp::unary(op, a)),
+        Value::F64(a) => Value::F64(a.mapv(|x| op.apply_f64(x))),
+        Value::F16(_) | Value::BF16(_) => Value::F32(interp::unary(op, &a.f32())).cast(dtype),
+        Value::I64(_) | Value::I32(_) => Value::I64(a.i64().mapv(|x| op.apply_int(x).unwrap_or_default())).cast(dtype),
+        // The type rules give `bool` to no arithmetic op.
+        Value::Bool(_) => a.into_owned(),
+    }
+}
+
+/// An elementwise op of two operands (cast to `compute`, broadcast to `dims`), giving
+/// `result` (`bool` for comparisons).
+pub(crate) fn binary(op: BinaryOp, a: &Value, b: &Value, dims: &[usize], compute: DType, result: DType) -> Value {
+    let (a, b) = (a.to(compute), b.to(compute));
+    let zip = |x: ArrayViewD<'_, f64>, y: ArrayViewD<'_, f64>, f: &dyn Fn(f64, f64) -> f64| {
+        Zip::from(x.broadcast(dims).expect("broadcast"))
+            .and(y.broadcast(dims).expect("broadcast"))
+            .map_collect(|&x, &y| f(x, y))
+    };
+    let out = match compute {
+        DType::F32 | DType::F16 | DType::BF16 => Value::F32(interp::binary(op, &a.f32().view(), &b.f32().view(), dims)),
+        DType::F64 => Value::F64(zip(a.f64().view(), b.f64().view(), &|x, y| op.apply_f64(x, y))),
+        DType::I64 | DType::I32 | DType::Bool => {
+            let (x, y) = (a.i64(), b.i64());
+            let f = |x: i64, y: i64| op.apply_int(x, y).unwrap_or_default();
+            Value::I64(
+                Zip::from(x.broadcast(dims).expect("broadcast"))
+                    .and(y.broadcast(dims).expect("broadcast"))
+                    .map_collect(|&x, &y| f(x, y)),
+            )
+        }
+    };
+    // Comparisons computed 0 or 1; arithmetic narrows back (`i32` wraps, halves round).
+    out.cast(result)
+}
+
+/// `where`: `on_true` where `cond`, else `on_false`, as `dtype` broadcast to `dims`.
+pub(crate) fn select(cond: &Value, on_true: &Value, on_false: &Value, dims: &[usize], dtype: DType) -> Value {
+    let cond = match cond.cast(DType::Bool) {
+        Value::Bool(c) => c,
+        _ => unreachable!("cast to bool gives bool"),
+    };
+    let c = cond.broadcast(dims).expect("the type rule checked the shapes broadcast");
+    let (t, f) = (on_true.to(dtype), on_false.to(dtype));
+    macro_rules! pick {
+        ($variant:ident) => {{
+            let (Value::$variant(t), Value::$variant(f)) = (&*t, &*f) else { unreachable!("cast to one dtype") };
+            let (t, f) = (t.broadcast(dims).expect("broadcast"), f.broadcast(dims).expect("broadcast"));
+            Value::$variant(Zip::from(&c).and(&t).and(&f).map_collect(|&c, &t, &f| if c { t } else { f }))
+        }};
+    }
+    match dtype {
+        DType::F64 => pick!(F64),
+        DType::F32 => pick!(F32),
+        DType::F16 => pick!(F16),
+        DType::BF16 => pick!(BF16),
+        DType::I64 => pick!(I64),
+        DType::I32 => pick!(I32),
+        DType::Bool => pick!(Bool),
+    }
+}
+
+/// A reduction of `a` over `axes` giving `dtype` (the type rule's), shaped `dims`.
+pub(crate) fn reduce(op: ReduceOp, a: &Value, axes: &[usize], dims: &[usize], dtype: DType) -> Value {
+    match a {
+        // Halves accumulate in f32 (the f32 reduction sums in f64) and round once.
+        Value::F32(_) | Value::F16(_) | Value::BF16(_) => {
+            Value::F32(interp::reduce(op, &a.f32(), axes, dims)).cast(dtype)
+        }
+        Value::F64(a) => Value::F64(rows(a, axes, dims, |row| match op {
+            ReduceOp::Sum => row.iter().sum(),
+            ReduceOp::Mean => row.iter().sum::<f64>() / row.len() as f64,
+            ReduceOp::Max => row.iter().fold(f64::NEG_INFINITY, |m, &x| BinaryOp::Maximum.apply_f64(m, x)),
+            ReduceOp::Min => row.iter().fold(f64::INFINITY, |m, &x| BinaryOp::Minimum.apply_f64(m, x)),
+        })),
+        _ => {
+            let a = a.i64();
+            let out = rows(&a, axes, dims, |row| match op {
+                ReduceOp::Max => row.iter().copied().max().unwrap_or(i64::MIN),
+                ReduceOp::Min => row.iter().copied().min().unwrap_or(i64::MAX),
+                // The type rules give integer means no operand.
+                ReduceOp::Sum | ReduceOp::Mean => row.iter().fold(0i64, |s, &x| s.wrapping_add(x)),
+            });
+            Value::I64(out).cast(dtype)
+        }
+    }
+}
+
+/// One result element per row of `a`'s `axes` (moved last), in row-major order.
+fn rows<T: Copy, R>(a: &ArrayD<T>, axes: &[usize], dims: &[usize], f: impl Fn(&[T]) -> R) -> ArrayD<R> {
+    let kept: Vec<usize> = (0..a.ndim()).filter(|i| !axes.contains(i)).collect();
+    let perm: Vec<usize> = kept.iter().chain(axes).copied().collect();
+    let inner: usize = axes.iter().map(|&i| a.shape()[i]).product();
+    let moved = a.view().permuted_axes(perm).as_standard_layout().into_owned();
+    let flat = moved.as_slice().unwrap_or(&[]);
+    let values: Vec<R> = if inner == 0 {
+        (0..dims.iter().product::<usize>()).map(|_| f(&[])).collect()
+    } else {
+        flat.chunks(inner).map(f).collect()
+    };
+    array(dims, values)
+}
+
+/// A matrix product computing in `dtype` (the result's): `f32` and halves through the
+/// blocked `sgemm`, `f64` through `ndarray`'s `dgemm`, integers by rows, wrapping, checking
+/// the cancel mark between rows.
+pub(crate) fn matmul(a: &Value, b: &Value, dims: &[usize], dtype: DType) -> Result<Value, gt_ir::TypeError> {
+    Ok(match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => Value::F32(interp::matmul(&a.f32(), &b.f32(), dims)?).cast(dtype),
+        DType::F64 => Value::F64(batched(&a.f64(), &b.f64(), dims, |x, y, mut c| {
+            ndarray::linalg::general_mat_mul(1.0, &x, &y, 0.0, &mut c)
+        })?),
+        _ => {
+            let token = cancel::Token::current();
+            Value::I64(batched(&a.i64(), &b.i64(), dims, |x, y, mut c| {
+                for (i, mut row) in c.rows_mut().into_iter().enumerate() {
+                    if token.stop() {
+                        return;
+                    }
+                    for (j, out) in row.iter_mut().enumerate() {
+                        *out = x
+                            .row(i)
+                            .iter()
+                            .zip(y.column(j))
+                            .fold(0i64, |s, (&p, &q)| s.wrapping_add(p.wrapping_mul(q)));
+                    }
+                }
+            })?)
+            .cast(dtype)
+        }
+    })
+}
+
+/// NumPy `matmul` over batches (1-d operands promoted), `mm` on each 2-d pair.
+fn batched<T: Copy + Default + 'static>(
+    a: &ArrayD<T>,
+    b: &ArrayD<T>,
+    dims: &[usize],
+    mm: impl Fn(ndarray::ArrayView2<'_, T>, ndarray::ArrayView2<'_, T>, ndarray::ArrayViewMut2<'_, T>),
+) -> Result<ArrayD<T>, gt_ir::TypeError> {
+    use gt_ir::verify::shape;
+    use gt_ir::Shape;
+    let a = if a.ndim() == 1 { a.view().insert_axis(Axis(0)) } else { a.view() };
+    let b = if b.ndim() == 1 { b.view().insert_axis(Axis(1)) } else { b.view() };
+    let (ra, rb) = (a.ndim(), b.ndim());
+    let (m, k, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 1]);
+    let batch = shape::broadcast_shapes(&Shape::from(&a.shape()[..ra - 2]), &Shape::from(&b.shape()[..rb - 2]))?;
+    let with = |rows: usize, cols: usize| batch.dims().iter().copied().chain([rows, cols]).collect::<Vec<_>>();
+    let (a, b) = (a.broadcast(with(m, k)).expect("broadcast"), b.broadcast(with(k, n)).expect("broadcast"));
+    let mut out = ArrayD::from_elem(IxDyn(&with(m, n)), T::default());
+    if m > 0 && n > 0 && k > 0 {
+        for index in ndarray::indices(batch.dims()) {
+            let index = index.slice();
+            let (mut x, mut y, mut c) = (a.view(), b.view(), out.view_mut());
+            for &i in index {
+                x = x.index_axis_move(Axis(0), i);
+                y = y.index_axis_move(Axis(0), i);
+                c = c.index_axis_move(Axis(0), i);
+            }
+            let c = c.into_dimensionality::<ndarray::Ix2>().expect("a matrix");
+            let x = x.into_dimensionality::<ndarray::Ix2>().expect("a matrix");
+            let y = y.into_dimensionality::<ndarray::Ix2>().expect("a matrix");
+            mm(x, y, c);
+        }
+    }
+    Ok(out.to_shape(dims).expect("the type rule kept the element count").as_standard_layout().into_owned())
+}
