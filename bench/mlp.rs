@@ -4,7 +4,8 @@
 //! an embedded cluster (client -> dispatcher -> worker over inproc ZeroMQ), and on the
 //! cluster with fusion (`GT_COMPILE=1`, `GT_AUTO_COMPILE=1`) and with no pass at all
 //! (`GT_PASSES=none`; the worker's peak bytes then show what the `dead` pass saves); next to
-//! PyTorch eager on the CPU (`bench/mlp_torch.py`) when it is installed.
+//! PyTorch eager on the CPU (`bench/mlp_torch.py`) when it is installed; both also with the
+//! forward pass under bf16 autocast (`gt::autocast`, `torch.autocast("cpu", torch.bfloat16)`).
 //! Run: `cargo bench --bench mlp` (`GT_BENCH_QUICK=1`: fewer steps; `GT_BENCH_SAVE=1` writes
 //! `bench/results/mlp-vm.txt`).
 
@@ -32,9 +33,12 @@ impl Mlp {
         Mlp { x, y, w1, w2, opt }
     }
 
-    fn step(&mut self) -> f32 {
-        let h = self.x.matmul(&self.w1).unwrap().relu().unwrap();
-        let loss = nn::mse_loss(&h.matmul(&self.w2).unwrap(), &self.y).unwrap();
+    fn step(&mut self, bf16: bool) -> f32 {
+        let loss = {
+            let _mixed = bf16.then(|| gt::autocast(gt::DType::BF16).unwrap());
+            let h = self.x.matmul(&self.w1).unwrap().relu().unwrap();
+            nn::mse_loss(&h.matmul(&self.w2).unwrap(), &self.y).unwrap()
+        };
         self.opt.zero_grad();
         loss.backward().unwrap();
         self.opt.step().unwrap();
@@ -43,16 +47,16 @@ impl Mlp {
 }
 
 /// Median and minimum step time over `steps` steps after `warmup` ones, and the last loss.
-fn measure(steps: usize, warmup: usize) -> (Duration, Duration, f32) {
+fn measure(steps: usize, warmup: usize, bf16: bool) -> (Duration, Duration, f32) {
     let mut mlp = Mlp::new();
     let mut loss = 0.0;
     for _ in 0..warmup {
-        loss = mlp.step();
+        loss = mlp.step(bf16);
     }
     let mut times: Vec<Duration> = (0..steps)
         .map(|_| {
             let start = Instant::now();
-            loss = mlp.step();
+            loss = mlp.step(bf16);
             start.elapsed()
         })
         .collect();
@@ -64,8 +68,9 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// PyTorch's step time in ms, or why there is none.
-fn torch(steps: usize) -> Result<f64, String> {
+/// PyTorch's step times in ms (f32, and with the forward under bf16 autocast), or why there
+/// are none.
+fn torch(steps: usize) -> Result<(f64, f64), String> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/mlp_torch.py");
     let out = std::process::Command::new("python3")
         .arg(script)
@@ -78,7 +83,12 @@ fn torch(steps: usize) -> Result<f64, String> {
     if !out.status.success() {
         return Err(format!("mlp_torch.py failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
     }
-    String::from_utf8_lossy(&out.stdout).trim().parse().map_err(|e| format!("mlp_torch.py printed no number: {e}"))
+    let text = String::from_utf8_lossy(&out.stdout);
+    let numbers: Vec<f64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    match numbers[..] {
+        [t, t16] => Ok((t, t16)),
+        _ => Err(format!("mlp_torch.py printed {text:?}, not two numbers")),
+    }
 }
 
 fn main() {
@@ -95,7 +105,7 @@ fn main() {
     };
     {
         let _gt = Runtime::reference();
-        row(&mut report, "reference interpreter, this thread", measure(steps, warmup));
+        row(&mut report, "reference interpreter, this thread", measure(steps, warmup, false));
     }
     for (name, vars) in [
         ("embedded cluster, 1 worker", &[][..]),
@@ -108,7 +118,7 @@ fn main() {
         }
         {
             let gt = Runtime::embedded(1).expect("an embedded cluster starts");
-            row(&mut report, name, measure(steps, warmup));
+            row(&mut report, name, measure(steps, warmup, false));
             if let Some(Ok(stats)) = gt.worker_stats() {
                 let peak = stats.iter().map(|w| w.peak_bytes).max().unwrap_or(0);
                 let _ = writeln!(report, "{:<44} worker peak {:.2} MiB", "", peak as f64 / (1 << 20) as f64);
@@ -118,13 +128,22 @@ fn main() {
             std::env::remove_var(k);
         }
     }
+    let bf16_name = "embedded, forward under bf16 autocast";
+    let bf16_row = {
+        let _gt = Runtime::embedded(1).expect("an embedded cluster starts");
+        let (med, min, loss) = measure(steps, warmup, true);
+        let _ = writeln!(report, "{bf16_name:<44} {:>8.3} ms ({:.3} ms)  last loss {loss:.5}", ms(med), ms(min));
+        ms(med)
+    };
     let _ = writeln!(report);
     match torch(steps) {
-        Ok(t) => {
+        Ok((t, t16)) => {
             let _ = writeln!(report, "{:<44} {t:>8.3} ms", "PyTorch eager CPU (default threads)");
+            let _ = writeln!(report, "{:<44} {t16:>8.3} ms", "PyTorch eager CPU, forward under bf16 autocast");
             for (name, ours) in &rows {
                 let _ = writeln!(report, "  {name}: {:.2}x PyTorch's time", ours / t);
             }
+            let _ = writeln!(report, "  {bf16_name}: {:.2}x PyTorch's bf16 autocast time", bf16_row / t16);
         }
         Err(why) => {
             let _ = writeln!(report, "PyTorch: skipped: {why}");

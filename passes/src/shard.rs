@@ -513,10 +513,10 @@ impl Shard {
         let operands = instr.operands();
         let types: Option<Vec<TensorType>> = operands.iter().map(|&v| self.ty(v)).collect();
         let Some(types) = types else { return false };
-        // Partial results meet in an `all_reduce`, which workers run on f32 for now: other
-        // dtypes reduce at home (their pieces gathered, which moves bytes of any dtype).
+        // Halves accumulate in f32 and round once; partial results rounded to the half dtype
+        // and then summed would not give that, so their reductions and products run at home.
         let reduces = matches!(instr, Instr::Reduce { .. } | Instr::MatMul { .. });
-        if reduces && types.iter().chain(results).any(|t| t.dtype != gt_ir::DType::F32) {
+        if reduces && types.iter().chain(results).any(|t| t.dtype.is_half()) {
             return false;
         }
         match instr {

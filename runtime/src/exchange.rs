@@ -12,7 +12,7 @@ use crate::RuntimeError;
 use gt_ir::data::Elements;
 use gt_ir::verify::shape::{array_split, normalize_axis};
 use gt_ir::DType;
-use gt_ir::{CollectiveOp, Instr, TensorType, TypeError, ValueId};
+use gt_ir::{BinaryOp, CollectiveOp, Instr, ReduceOp, TensorType, TypeError, ValueId};
 use gt_transport::message::{Exchange, FailureKind};
 use thiserror::Error;
 
@@ -54,14 +54,6 @@ pub enum ExchangeError {
         #[source]
         source: TypeError,
     },
-    /// A reducing collective across workers over a dtype other than `f32`.
-    #[error("{op} across workers takes f32 only for now, found {dtype}")]
-    DType {
-        /// The op.
-        op: &'static str,
-        /// The operand's dtype.
-        dtype: DType,
-    },
     /// The peers' data does not add up to the result (peers that disagree on the shapes).
     #[error("{op}: the peers' data ({got} bytes) does not fit the result type {ty}")]
     PeerData {
@@ -95,7 +87,7 @@ impl ExchangeError {
             },
             ExchangeError::Local { source, .. } => source.kind(),
             ExchangeError::Malformed { .. } | ExchangeError::PeerData { .. } => FailureKind::Internal,
-            ExchangeError::Axis { .. } | ExchangeError::DType { .. } => FailureKind::Type,
+            ExchangeError::Axis { .. } => FailureKind::Type,
             ExchangeError::Skipped { .. } => FailureKind::Undefined,
         }
     }
@@ -156,12 +148,21 @@ fn run_part(
             let (Some(dst), Some(mine)) = (one(dsts), read(backend)?) else {
                 return Err(malformed("an all_reduce part needs one operand and one result"));
             };
-            let Elements::F32(mut data) = mine.data else {
-                return Err(ExchangeError::DType { op: name, dtype: mine.ty.dtype });
-            };
+            let ty = ex.ty.clone().unwrap_or(mine.ty);
             *transported = true;
-            net.all_reduce(g, reduce, &mut data).map_err(net_err)?;
-            write(backend, dst, ex.ty.clone().unwrap_or(mine.ty), Elements::F32(data)).map_err(local)
+            let data = match mine.data {
+                Elements::F32(mut data) => {
+                    net.all_reduce(g, reduce, &mut data).map_err(net_err)?;
+                    Elements::F32(data)
+                }
+                // Other dtypes gather every rank's operand and fold it here (the ring
+                // reduces f32 only): correct first, each link carrying every piece.
+                other => {
+                    let pieces = net.all_gather(g, &other.to_le_bytes()).map_err(net_err)?;
+                    fold(name, reduce, &pieces, &ty)?
+                }
+            };
+            write(backend, dst, ty, data).map_err(local)
         }
         CollectiveOp::AllGather { axis } => {
             let (Some(dst), Some(mine), Some(ty)) = (one(dsts), read(backend)?, ex.ty.clone()) else {
@@ -176,12 +177,26 @@ fn run_part(
             let (Some(dst), Some(mine), Some(ty)) = (one(dsts), read(backend)?, ex.ty.clone()) else {
                 return Err(malformed("a reduce_scatter part needs one operand, one result and its type"));
             };
-            let Elements::F32(data) = &mine.data else {
-                return Err(ExchangeError::DType { op: name, dtype: mine.ty.dtype });
-            };
             let dims = mine.ty.shape.dims().to_vec();
             let a = normalize_axis(axis, dims.len()).map_err(|source| ExchangeError::Axis { op: name, source })?;
             let (outer, len, inner) = around(&dims, a);
+            let Elements::F32(data) = &mine.data else {
+                // Other dtypes: the whole folded here from every rank's operand, then this
+                // rank's piece of it.
+                *transported = true;
+                let pieces = net.all_gather(g, &mine.data.to_le_bytes()).map_err(net_err)?;
+                let whole = fold(name, reduce, &pieces, &mine.ty)?;
+                let (sizes, rank) = (array_split(len, n), ex.rank as usize);
+                if rank >= sizes.len() {
+                    return Err(malformed("a rank beyond the group"));
+                }
+                let start: usize = sizes[..rank].iter().sum();
+                let piece = piece_along(&whole, outer, len, inner, start, sizes[rank]);
+                if piece.len() != ty.shape.numel() || piece.dtype() != ty.dtype {
+                    return Err(malformed("the result type is not this rank's piece"));
+                }
+                return write(backend, dst, ty, piece).map_err(local);
+            };
             // The scattered axis goes first, so that each rank's piece is one contiguous run.
             let front = swap_outer(data, outer, len, inner);
             let counts: Vec<usize> = array_split(len, n).into_iter().map(|c| c * outer * inner).collect();
@@ -243,6 +258,69 @@ fn write(backend: &mut dyn Backend, dst: ValueId, ty: TensorType, data: Elements
     backend.execute(&Instr::Literal { dst, ty, data })
 }
 
+/// The ranks' operands (rank order, little-endian bytes of `ty`) folded left to right as the
+/// interpreter folds them: floats in `f64` (a mean divides by the count), integers and
+/// bools in `i64` wrapping, then back to `ty`'s dtype.
+fn fold(op: &'static str, reduce: ReduceOp, pieces: &[Vec<u8>], ty: &TensorType) -> Result<Elements, ExchangeError> {
+    let bad = |got: usize| ExchangeError::PeerData { op, ty: ty.clone(), got };
+    let mut values = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        let e = Elements::from_le_bytes(ty.dtype, p).map_err(|_| bad(p.len()))?;
+        if e.len() != ty.shape.numel() {
+            return Err(bad(p.len()));
+        }
+        values.push(e);
+    }
+    let combine = match reduce {
+        ReduceOp::Max => BinaryOp::Maximum,
+        ReduceOp::Min => BinaryOp::Minimum,
+        ReduceOp::Sum | ReduceOp::Mean => BinaryOp::Add,
+    };
+    let n = ty.shape.numel();
+    if ty.dtype.is_float() {
+        let mut acc = values.first().map_or_else(|| vec![0.0; n], Elements::to_f64);
+        for v in values.iter().skip(1) {
+            acc.iter_mut().zip(v.to_f64()).for_each(|(a, x)| *a = combine.apply_f64(*a, x));
+        }
+        if reduce == ReduceOp::Mean {
+            acc.iter_mut().for_each(|a| *a /= pieces.len() as f64);
+        }
+        return Ok(Elements::from_f64s(ty.dtype, &acc));
+    }
+    let ints = |e: &Elements| -> Vec<i64> {
+        match e.cast(DType::I64) {
+            Elements::I64(v) => v,
+            _ => unreachable!("cast to i64 gives i64"),
+        }
+    };
+    let mut acc = values.first().map_or_else(|| vec![0; n], ints);
+    for v in values.iter().skip(1) {
+        acc.iter_mut().zip(ints(v)).for_each(|(a, x)| *a = combine.apply_int(*a, x).unwrap_or(*a));
+    }
+    Ok(Elements::I64(acc).cast(ty.dtype))
+}
+
+/// Elements `start..start + count` along the middle axis of `[outer, len, inner]` data.
+fn piece_along(e: &Elements, outer: usize, len: usize, inner: usize, start: usize, count: usize) -> Elements {
+    fn take<T: Copy>(v: &[T], outer: usize, len: usize, inner: usize, start: usize, count: usize) -> Vec<T> {
+        let mut out = Vec::with_capacity(outer * count * inner);
+        for o in 0..outer {
+            let at = (o * len + start) * inner;
+            out.extend_from_slice(&v[at..at + count * inner]);
+        }
+        out
+    }
+    match e {
+        Elements::F64(v) => Elements::F64(take(v, outer, len, inner, start, count)),
+        Elements::F32(v) => Elements::F32(take(v, outer, len, inner, start, count)),
+        Elements::F16(v) => Elements::F16(take(v, outer, len, inner, start, count)),
+        Elements::BF16(v) => Elements::BF16(take(v, outer, len, inner, start, count)),
+        Elements::I64(v) => Elements::I64(take(v, outer, len, inner, start, count)),
+        Elements::I32(v) => Elements::I32(take(v, outer, len, inner, start, count)),
+        Elements::Bool(v) => Elements::Bool(take(v, outer, len, inner, start, count)),
+    }
+}
+
 /// The elements before axis `a`, along it, and after it.
 fn around(dims: &[usize], a: usize) -> (usize, usize, usize) {
     (dims[..a].iter().product(), dims[a], dims[a + 1..].iter().product())
@@ -298,6 +376,31 @@ fn join(op: &'static str, pieces: &[Vec<u8>], ty: &TensorType, axis: i64) -> Res
 mod tests {
     use super::*;
     use gt_transport::codec::le_bytes;
+
+    /// Reducing collectives of other dtypes than f32 fold every rank's operand here, as the
+    /// interpreter does: integers wrap in their dtype, a bool sum is an `or`, halves round
+    /// once.
+    #[test]
+    fn folds_keep_the_dtype() {
+        let bytes = |e: Elements| e.to_le_bytes().into_owned();
+        let ty = TensorType::new(DType::I32, vec![2]);
+        let pieces = [bytes(Elements::I32(vec![i32::MAX, -3])), bytes(Elements::I32(vec![1, 5]))];
+        assert_eq!(fold("all_reduce", ReduceOp::Sum, &pieces, &ty).unwrap(), Elements::I32(vec![i32::MIN, 2]));
+        assert_eq!(fold("all_reduce", ReduceOp::Min, &pieces, &ty).unwrap(), Elements::I32(vec![1, -3]));
+        let ty = TensorType::new(DType::Bool, vec![3]);
+        let pieces = [bytes(Elements::Bool(vec![true, false, false])), bytes(Elements::Bool(vec![true, true, false]))];
+        assert_eq!(fold("all_reduce", ReduceOp::Sum, &pieces, &ty).unwrap(), Elements::Bool(vec![true, true, false]));
+        let ty = TensorType::new(DType::F16, vec![1]);
+        let h = |x: f32| bytes(Elements::F16(vec![half::f16::from_f32(x)]));
+        let got = fold("all_reduce", ReduceOp::Mean, &[h(1.0), h(2.0)], &ty).unwrap();
+        assert_eq!(got, Elements::F16(vec![half::f16::from_f32(1.5)]));
+        // A peer's piece of the wrong length is the peers' disagreement, not a panic.
+        let short = [bytes(Elements::F16(vec![half::f16::ONE; 2])), h(1.0)];
+        assert!(matches!(fold("all_reduce", ReduceOp::Sum, &short, &ty), Err(ExchangeError::PeerData { .. })));
+        // A piece along the middle axis of [2, 3, 1].
+        let e = Elements::I64((0..6).collect());
+        assert_eq!(piece_along(&e, 2, 3, 1, 1, 2), Elements::I64(vec![1, 2, 4, 5]));
+    }
 
     #[test]
     fn join_puts_each_pieces_block_in_rank_order_per_outer_index() {

@@ -310,6 +310,13 @@ fn the_code_generator_rebuilds_every_instruction() {
 %g = full f32[3] -inf
 %a = arange f32 start=-1.5 end=1e30 step=0.25
 %t = tensor f32[2, 2] [1, -2.5, 1e-30, inf]
+%ti = tensor i64[3] [-9223372036854775808, 0, 9223372036854775807]
+%tj = tensor i32[2] [-2147483648, 7]
+%tb = tensor bool[3] [true, false, 1]
+%th = tensor f16[2] [65504, -0.5]
+%tf = tensor bf16[2] [1e38, 0.1]
+%td = tensor f64[2] [1e300, 0.1]
+%tc = cast %ti bf16
 %n = neg %t
 %b = add %t, -3
 %c = pow 2, %t
@@ -343,5 +350,5 @@ hotpath_start 7
 hotpath_end 18446744073709551615
 "#
     );
-    assert_eq!(n, 32);
+    assert_eq!(n, 39);
 }

@@ -1218,20 +1218,20 @@ impl Dispatcher {
     }
 
     /// Hands the allocator's free memory back to the OS. glibc keeps what every thread freed in
-/// that thread's arena, so a crowd of clients come and gone (their replies, their batches,
-/// their threads' arenas in an embedded process) would otherwise stay in the RSS; called
-/// only when such a crowd has left (a few times per crowd), it costs about a millisecond.
-fn trim_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    #[allow(unsafe_code)]
-    // SAFETY: `malloc_trim` takes no pointers; it only walks the allocator's own free lists,
-    // under the allocator's locks.
-    unsafe {
-        libc::malloc_trim(0);
+    /// that thread's arena, so a crowd of clients come and gone (their replies, their batches,
+    /// their threads' arenas in an embedded process) would otherwise stay in the RSS; called
+    /// only when such a crowd has left (a few times per crowd), it costs about a millisecond.
+    fn trim_heap() {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        #[allow(unsafe_code)]
+        // SAFETY: `malloc_trim` takes no pointers; it only walks the allocator's own free lists,
+        // under the allocator's locks.
+        unsafe {
+            libc::malloc_trim(0);
+        }
     }
-}
 
-/// Frees everything a client holds and forgets it.
+    /// Frees everything a client holds and forgets it.
     fn remove_client(&mut self, c: u64, why: &str) {
         let Some(client) = self.clients.remove(&c) else { return };
         self.client_ids.remove(&client.identity);

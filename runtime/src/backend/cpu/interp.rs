@@ -233,17 +233,19 @@ impl Interpreter {
                 ReduceOp::Min => BinaryOp::Minimum,
                 ReduceOp::Sum | ReduceOp::Mean => BinaryOp::Add,
             };
-            // Sums of integers and bools are i64, as the type rule says.
-            let acc_dtype = shape::reduce_dtype(reduce, op, dtype).map_err(type_error)?;
-            let mut acc = first.cast(acc_dtype);
+            // The result keeps the operands' dtype (integers wrap, a bool sum is an `or`);
+            // the type rule refused means of integers.
+            shape::reduce_dtype(reduce, op, dtype).map_err(type_error)?;
+            let compute = if dtype.is_float() { dtype } else { gt_ir::DType::I64 };
+            let mut acc = first.cast(compute);
             for &v in &srcs[1..] {
-                acc = value::binary(combine, &acc, self.get(op, v)?, &dims, acc_dtype, acc_dtype);
+                acc = value::binary(combine, &acc, self.get(op, v)?, &dims, compute, compute);
             }
             if reduce == ReduceOp::Mean {
-                let count = Value::full(acc_dtype, &[], srcs.len() as f64);
-                acc = value::binary(BinaryOp::Div, &acc, &count, &dims, acc_dtype, acc_dtype);
+                let count = Value::full(compute, &[], srcs.len() as f64);
+                acc = value::binary(BinaryOp::Div, &acc, &count, &dims, compute, compute);
             }
-            Ok(acc)
+            Ok(acc.cast(dtype))
         };
         Ok(match collective {
             CollectiveOp::Broadcast | CollectiveOp::Move => vec![self.get(op, srcs[0])?.clone(); types.len()],
