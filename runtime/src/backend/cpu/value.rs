@@ -401,16 +401,19 @@ pub(crate) fn matmul(a: &Value, b: &Value, dims: &[usize], dtype: DType) -> Resu
         _ => {
             let token = cancel::Token::current();
             Value::I64(batched(&a.i64(), &b.i64(), dims, |x, y, mut c| {
+                // Rows of x against rows of y's transpose: both contiguous, so the inner loop
+                // is a straight dot product.
+                let (x, yt) = (x.as_standard_layout(), y.t().as_standard_layout().into_owned());
                 for (i, mut row) in c.rows_mut().into_iter().enumerate() {
                     if token.stop() {
                         return;
                     }
+                    let xi = x.row(i);
+                    let xi = xi.as_slice().unwrap_or(&[]);
                     for (j, out) in row.iter_mut().enumerate() {
-                        *out = x
-                            .row(i)
-                            .iter()
-                            .zip(y.column(j))
-                            .fold(0i64, |s, (&p, &q)| s.wrapping_add(p.wrapping_mul(q)));
+                        let yj = yt.row(j);
+                        let yj = yj.as_slice().unwrap_or(&[]);
+                        *out = xi.iter().zip(yj).fold(0i64, |s, (&p, &q)| s.wrapping_add(p.wrapping_mul(q)));
                     }
                 }
             })?)
