@@ -430,27 +430,25 @@ pub const EDGE_ITEMS: usize = 3;
 
 /// Formats one element: 4 decimals at most, trailing zeros trimmed, `-0` as `0`.
 pub fn format_element(x: f32) -> String {
-    if x.is_nan() {
-        return "nan".into();
-    }
-    if x.is_infinite() {
-        return if x > 0.0 { "inf".into() } else { "-inf".into() };
-    }
-    let ax = x.abs();
-    let s = if ax != 0.0 && !(1e-4..1e16).contains(&ax) { format!("{x:.4e}") } else { format!("{x:.4}") };
-    finish(trim_zeros(&s))
+    format_real(x)
 }
 
 /// Formats one `f64` element as [`format_element`] does an `f32`.
 pub fn format_f64(x: f64) -> String {
+    format_real(x)
+}
+
+/// Scientific notation below 1e-4 and from 1e16 on (thresholds in the element's own type).
+fn format_real<T: num_traits::Float + fmt::Display + fmt::LowerExp>(x: T) -> String {
     if x.is_nan() {
         return "nan".into();
     }
     if x.is_infinite() {
-        return if x > 0.0 { "inf".into() } else { "-inf".into() };
+        return if x > T::zero() { "inf".into() } else { "-inf".into() };
     }
     let ax = x.abs();
-    let s = if ax != 0.0 && !(1e-4..1e16).contains(&ax) { format!("{x:.4e}") } else { format!("{x:.4}") };
+    let (lo, hi) = (T::from(1e-4).unwrap_or_else(T::zero), T::from(1e16).unwrap_or_else(T::infinity));
+    let s = if ax != T::zero() && !(ax >= lo && ax < hi) { format!("{x:.4e}") } else { format!("{x:.4}") };
     finish(trim_zeros(&s))
 }
 

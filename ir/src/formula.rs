@@ -263,67 +263,61 @@ impl Parser<'_> {
     }
 }
 
-/// Evaluation on `f64` scalars with the ops' reference semantics in `f64`.
-pub struct Scalars64<'a> {
-    /// The operands.
-    pub operands: &'a [f64],
+/// A float type the ops have reference semantics in (`f32`, and `f64` for `f64` tensors).
+pub trait Real: num_traits::Float {
+    /// A unary op on it.
+    fn unary(op: UnaryOp, x: Self) -> Self;
+    /// A binary op on it.
+    fn binary(op: BinaryOp, x: Self, y: Self) -> Self;
 }
 
-impl Algebra for Scalars64<'_> {
-    type Value = f64;
+impl Real for f32 {
+    fn unary(op: UnaryOp, x: f32) -> f32 {
+        op.apply(x)
+    }
+    fn binary(op: BinaryOp, x: f32, y: f32) -> f32 {
+        op.apply(x, y)
+    }
+}
+
+impl Real for f64 {
+    fn unary(op: UnaryOp, x: f64) -> f64 {
+        op.apply_f64(x)
+    }
+    fn binary(op: BinaryOp, x: f64, y: f64) -> f64 {
+        op.apply_f64(x, y)
+    }
+}
+
+/// Evaluation on scalars with the ops' reference semantics.
+pub struct Scalars<'a, T = f32> {
+    /// The operands.
+    pub operands: &'a [T],
+}
+
+impl<T: Real> Algebra for Scalars<'_, T> {
+    type Value = T;
     type Error = std::convert::Infallible;
-    fn var(&mut self, var: Var) -> Result<f64, Self::Error> {
+    fn var(&mut self, var: Var) -> Result<T, Self::Error> {
         Ok(match var {
-            Var::Operand(i) => self.operands.get(i as usize).copied().unwrap_or(f64::NAN),
-            Var::Result | Var::Grad => f64::NAN,
+            Var::Operand(i) => self.operands.get(i as usize).copied().unwrap_or_else(T::nan),
+            Var::Result | Var::Grad => T::nan(),
         })
     }
-    fn constant(&mut self, c: f64) -> Result<f64, Self::Error> {
-        Ok(c)
+    fn constant(&mut self, c: f64) -> Result<T, Self::Error> {
+        Ok(T::from(c).unwrap_or_else(T::nan))
     }
-    fn unary(&mut self, op: UnaryOp, x: f64) -> Result<f64, Self::Error> {
-        Ok(op.apply_f64(x))
+    fn unary(&mut self, op: UnaryOp, x: T) -> Result<T, Self::Error> {
+        Ok(T::unary(op, x))
     }
-    fn binary(&mut self, op: BinaryOp, x: f64, y: f64) -> Result<f64, Self::Error> {
-        Ok(op.apply_f64(x, y))
+    fn binary(&mut self, op: BinaryOp, x: T, y: T) -> Result<T, Self::Error> {
+        Ok(T::binary(op, x, y))
     }
-    fn select(&mut self, c: f64, t: f64, f: f64) -> Result<f64, Self::Error> {
-        Ok(if c != 0.0 { t } else { f })
+    fn select(&mut self, c: T, t: T, f: T) -> Result<T, Self::Error> {
+        Ok(if c != T::zero() { t } else { f })
     }
-    fn truth(&mut self, c: &f64) -> Option<bool> {
-        Some(*c != 0.0)
-    }
-}
-
-/// Evaluation on `f32` scalars with the ops' reference semantics.
-pub struct Scalars<'a> {
-    /// The operands.
-    pub operands: &'a [f32],
-}
-
-impl Algebra for Scalars<'_> {
-    type Value = f32;
-    type Error = std::convert::Infallible;
-    fn var(&mut self, var: Var) -> Result<f32, Self::Error> {
-        Ok(match var {
-            Var::Operand(i) => self.operands.get(i as usize).copied().unwrap_or(f32::NAN),
-            Var::Result | Var::Grad => f32::NAN,
-        })
-    }
-    fn constant(&mut self, c: f64) -> Result<f32, Self::Error> {
-        Ok(c as f32)
-    }
-    fn unary(&mut self, op: UnaryOp, x: f32) -> Result<f32, Self::Error> {
-        Ok(op.apply(x))
-    }
-    fn binary(&mut self, op: BinaryOp, x: f32, y: f32) -> Result<f32, Self::Error> {
-        Ok(op.apply(x, y))
-    }
-    fn select(&mut self, c: f32, t: f32, f: f32) -> Result<f32, Self::Error> {
-        Ok(if c != 0.0 { t } else { f })
-    }
-    fn truth(&mut self, c: &f32) -> Option<bool> {
-        Some(*c != 0.0)
+    fn truth(&mut self, c: &T) -> Option<bool> {
+        Some(*c != T::zero())
     }
 }
 
@@ -352,7 +346,7 @@ mod tests {
     #[test]
     fn where_takes_only_the_known_branch() {
         let t = Term::parse("(where (gt x 0) x (log -1))").unwrap();
-        assert_eq!(t.eval(&mut Scalars { operands: &[2.0] }).unwrap(), 2.0);
-        assert!(t.eval(&mut Scalars { operands: &[-2.0] }).unwrap().is_nan());
+        assert_eq!(t.eval(&mut Scalars { operands: &[2.0f32] }).unwrap(), 2.0);
+        assert!(t.eval(&mut Scalars { operands: &[-2.0f32] }).unwrap().is_nan());
     }
 }

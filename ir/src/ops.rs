@@ -14,8 +14,9 @@
 //!   matches on the primitive enums are exhaustive, so the compiler lists what is missing;
 //! - composite: its row here and one filetest.
 
-use crate::formula::{Scalars, Scalars64, Term};
+use crate::formula::{Scalars, Term};
 use crate::types::DType;
+use num_traits::Float;
 use std::sync::OnceLock;
 
 /// Declares an op enum: variants, `ALL`, mnemonics and their lookup.
@@ -383,7 +384,7 @@ impl UnaryOp {
     pub fn apply_f64(self, x: f64) -> f64 {
         match self.def() {
             OpDef::Prim(p) => p.apply_f64(x),
-            OpDef::Composite(t) => match t.eval(&mut Scalars64 { operands: &[x] }) {
+            OpDef::Composite(t) => match t.eval(&mut Scalars { operands: &[x] }) {
                 Ok(v) => v,
                 Err(never) => match never {},
             },
@@ -407,7 +408,7 @@ impl BinaryOp {
     pub fn apply_f64(self, x: f64, y: f64) -> f64 {
         match self.def() {
             OpDef::Prim(p) => p.apply_f64(x, y),
-            OpDef::Composite(t) => match t.eval(&mut Scalars64 { operands: &[x, y] }) {
+            OpDef::Composite(t) => match t.eval(&mut Scalars { operands: &[x, y] }) {
                 Ok(v) => v,
                 Err(never) => match never {},
             },
@@ -471,13 +472,23 @@ impl BinaryOp {
 impl UnaryPrim {
     /// The op on one `f32`: the reference semantics.
     pub fn apply(self, x: f32) -> f32 {
+        self.apply_real(x, libm::erff)
+    }
+
+    /// The op on one `f64`.
+    pub fn apply_f64(self, x: f64) -> f64 {
+        self.apply_real(x, libm::erf)
+    }
+
+    /// The op in any float type (`erf` from libm at that precision).
+    fn apply_real<T: Float>(self, x: T, erf: fn(T) -> T) -> T {
         match self {
             UnaryPrim::Neg => -x,
             UnaryPrim::Abs => x.abs(),
             // `x < 0` is false for NaN, which therefore passes through as in PyTorch.
             UnaryPrim::Relu => {
-                if x < 0.0 {
-                    0.0
+                if x < T::zero() {
+                    T::zero()
                 } else {
                     x
                 }
@@ -487,80 +498,24 @@ impl UnaryPrim {
             UnaryPrim::Exp => x.exp(),
             UnaryPrim::Log => x.ln(),
             UnaryPrim::Sqrt => x.sqrt(),
-            UnaryPrim::Rsqrt => 1.0 / x.sqrt(),
-            UnaryPrim::Erf => libm::erff(x),
-        }
-    }
-}
-
-impl UnaryPrim {
-    /// The op on one `f64`.
-    pub fn apply_f64(self, x: f64) -> f64 {
-        match self {
-            UnaryPrim::Neg => -x,
-            UnaryPrim::Abs => x.abs(),
-            UnaryPrim::Relu => {
-                if x < 0.0 {
-                    0.0
-                } else {
-                    x
-                }
-            }
-            UnaryPrim::Sigmoid => {
-                if x < 0.0 {
-                    let e = x.exp();
-                    e / (1.0 + e)
-                } else {
-                    1.0 / (1.0 + (-x).exp())
-                }
-            }
-            UnaryPrim::Tanh => x.tanh(),
-            UnaryPrim::Exp => x.exp(),
-            UnaryPrim::Log => x.ln(),
-            UnaryPrim::Sqrt => x.sqrt(),
-            UnaryPrim::Rsqrt => 1.0 / x.sqrt(),
-            UnaryPrim::Erf => libm::erf(x),
+            UnaryPrim::Rsqrt => T::one() / x.sqrt(),
+            UnaryPrim::Erf => erf(x),
         }
     }
 }
 
 impl BinaryPrim {
+    /// The op on two `f32`s: the reference semantics (comparisons give 0 or 1).
+    pub fn apply(self, x: f32, y: f32) -> f32 {
+        self.apply_real(x, y)
+    }
+
     /// The op on two `f64`s.
     pub fn apply_f64(self, x: f64, y: f64) -> f64 {
-        let truth = |b: bool| f64::from(u8::from(b));
-        match self {
-            BinaryPrim::Add => x + y,
-            BinaryPrim::Sub => x - y,
-            BinaryPrim::Mul => x * y,
-            BinaryPrim::Div => x / y,
-            BinaryPrim::Pow => x.powf(y),
-            BinaryPrim::Maximum => {
-                if x >= y || x.is_nan() {
-                    x
-                } else {
-                    y
-                }
-            }
-            BinaryPrim::Minimum => {
-                if x <= y || x.is_nan() {
-                    x
-                } else {
-                    y
-                }
-            }
-            BinaryPrim::Eq => truth(x == y),
-            BinaryPrim::Ne => truth(x != y),
-            BinaryPrim::Lt => truth(x < y),
-            BinaryPrim::Le => truth(x <= y),
-            BinaryPrim::Gt => truth(x > y),
-            BinaryPrim::Ge => truth(x >= y),
-        }
+        self.apply_real(x, y)
     }
-}
 
-impl BinaryPrim {
-    /// The op on two `f32`s: the reference semantics.
-    pub fn apply(self, x: f32, y: f32) -> f32 {
+    fn apply_real<T: Float>(self, x: T, y: T) -> T {
         match self {
             BinaryPrim::Add => x + y,
             BinaryPrim::Sub => x - y,
@@ -596,26 +551,26 @@ pub const ERF_NUMERATOR: [f32; 7] = [
 pub const ERF_DENOMINATOR: [f32; 5] = [-1.456_607_2e-5, -2.133_740_6e-4, -1.682_827e-3, -7.373_329e-3, -1.426_474e-2];
 
 /// The logistic function, without overflowing `exp` for large `|x|`.
-pub fn sigmoid(x: f32) -> f32 {
-    if x < 0.0 {
+pub fn sigmoid<T: Float>(x: T) -> T {
+    if x < T::zero() {
         let e = x.exp();
-        e / (1.0 + e)
+        e / (T::one() + e)
     } else {
-        1.0 / (1.0 + (-x).exp())
+        T::one() / (T::one() + (-x).exp())
     }
 }
 
-/// 1.0 for true, 0.0 for false (what comparisons give).
-pub fn truth(b: bool) -> f32 {
+/// 1 for true, 0 for false (what comparisons give inside kernels and formulas).
+pub fn truth<T: Float>(b: bool) -> T {
     if b {
-        1.0
+        T::one()
     } else {
-        0.0
+        T::zero()
     }
 }
 
 /// The larger of two values; NaN if either is (like `numpy.maximum`).
-pub fn nan_max(x: f32, y: f32) -> f32 {
+pub fn nan_max<T: Float>(x: T, y: T) -> T {
     if x >= y || x.is_nan() {
         x
     } else {
@@ -624,7 +579,7 @@ pub fn nan_max(x: f32, y: f32) -> f32 {
 }
 
 /// The smaller of two values; NaN if either is (like `numpy.minimum`).
-pub fn nan_min(x: f32, y: f32) -> f32 {
+pub fn nan_min<T: Float>(x: T, y: T) -> T {
     if x <= y || x.is_nan() {
         x
     } else {

@@ -28,7 +28,7 @@ use gt_ir::{
     BinaryOp, CollectiveOp, Executor, HostTensor, Instr, Operand, ReduceOp, Shape, TensorType, TypeError, UnaryOp,
     ValueId,
 };
-use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Axis, CowArray, Dimension, IxDyn, Slice, Zip};
+use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, CowArray, IxDyn, Zip};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
@@ -268,9 +268,10 @@ impl Interpreter {
     /// Computes the results of an instruction whose result `types` the type rule gave:
     /// all-`f32` work on the `f32` functions here, the rest through `value.rs`.
     fn compute(&mut self, instr: &Instr, types: &[TensorType]) -> Result<Vec<Value>, RuntimeError> {
-        let typed = matches!(instr, Instr::Literal { .. } | Instr::Cast { .. } | Instr::Collective { .. });
-        if !typed && self.all_f32(instr, types) {
-            return Ok(self.compute_f32(instr, types)?.into_iter().map(Value::F32).collect());
+        if self.all_f32(instr, types) {
+            if let Some(t) = self.compute_f32(instr, types)? {
+                return Ok(vec![Value::F32(t)]);
+            }
         }
         let op = instr.mnemonic();
         let type_error = |source| RuntimeError::Type { op, source };
@@ -350,6 +351,7 @@ impl Interpreter {
                 return Ok(a.split(axis, &types.iter().map(|t| t.shape.dims()[axis]).collect::<Vec<_>>()));
             }
             Instr::Fused { .. } => {
+                // The verifier let only f32 kernels through, and those took the f32 path.
                 return Err(type_error(TypeError::KernelDType { dtype }));
             }
             Instr::Collective { op: collective, srcs, .. } => return self.collective(*collective, srcs, types),
@@ -363,30 +365,24 @@ impl Interpreter {
         Ok(vec![result])
     }
 
-    /// [`Interpreter::compute`] of an instruction whose operands and results are all `f32`.
-    fn compute_f32(&mut self, instr: &Instr, types: &[TensorType]) -> Result<Vec<Tensor>, RuntimeError> {
+    /// [`Interpreter::compute`] of an instruction whose operands and results are all `f32`,
+    /// for the ops whose `f32` functions are faster (threaded, the JIT's, sgemm); `None` for
+    /// the others, which move data the same way in every dtype.
+    fn compute_f32(&mut self, instr: &Instr, types: &[TensorType]) -> Result<Option<Tensor>, RuntimeError> {
         let op = instr.mnemonic();
         let type_error = |source| RuntimeError::Type { op, source };
         let dims = || types.first().map_or(&[][..], |t| t.shape.dims());
-        let result = match instr {
+        Ok(Some(match instr {
             Instr::Randn { seed, .. } => random_tensor(dims(), |i| random::normal(*seed, i)),
             Instr::Rand { seed, .. } => random_tensor(dims(), |i| random::uniform(*seed, i)),
             Instr::Zeros { .. } => Tensor::zeros(dims()),
             Instr::Ones { .. } => Tensor::ones(dims()),
             Instr::Full { value, .. } => Tensor::from_elem(dims(), *value as f32),
             Instr::Arange { start, step, .. } => arange(*start, *step, dims()),
-            Instr::Literal { data, .. } => from_vec(dims(), data.to_f32()),
-            Instr::Cast { src, .. } => self.get_f32(op, *src)?.clone(),
             Instr::Unary { op: unary_op, src, .. } => unary(*unary_op, self.get_f32(op, *src)?),
             Instr::Binary { op: binary_op, lhs, rhs, .. } => {
                 binary(*binary_op, &self.operand(op, *lhs)?.view(), &self.operand(op, *rhs)?.view(), dims())
             }
-            Instr::Where { cond, on_true, on_false, .. } => select(
-                &self.get_f32(op, *cond)?.view(),
-                &self.operand(op, *on_true)?.view(),
-                &self.operand(op, *on_false)?.view(),
-                dims(),
-            ),
             Instr::MatMul { lhs, rhs, .. } => {
                 matmul(self.get_f32(op, *lhs)?, self.get_f32(op, *rhs)?, dims()).map_err(type_error)?
             }
@@ -398,55 +394,12 @@ impl Interpreter {
                 };
                 reduce(*reduce_op, a, &axes, dims())
             }
-            Instr::Transpose { src, dim0, dim1, .. } => {
-                let a = self.get_f32(op, *src)?;
-                let mut perm: Vec<usize> = (0..a.ndim()).collect();
-                perm.swap(
-                    shape::normalize_axis(*dim0, a.ndim()).map_err(type_error)?,
-                    shape::normalize_axis(*dim1, a.ndim()).map_err(type_error)?,
-                );
-                permute(a, &perm)
-            }
-            Instr::Permute { src, perm, .. } => {
-                let a = self.get_f32(op, *src)?;
-                let perm = perm
-                    .iter()
-                    .map(|&p| shape::normalize_axis(p, a.ndim()))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(type_error)?;
-                permute(a, &perm)
-            }
-            Instr::Reshape { src, .. } | Instr::Squeeze { src, .. } | Instr::Unsqueeze { src, .. } => {
-                reshaped(self.get_f32(op, *src)?.view(), dims())
-            }
-            Instr::BroadcastTo { src, .. } => broadcast(&self.get_f32(op, *src)?.view(), dims()).to_owned(),
-            Instr::Concat { srcs, axis, .. } => {
-                let views =
-                    srcs.iter().map(|&v| Ok(self.get_f32(op, v)?.view())).collect::<Result<Vec<_>, RuntimeError>>()?;
-                let rank = views.first().map_or(0, |v| v.ndim());
-                concat(&views, shape::normalize_axis(*axis, rank).map_err(type_error)?, dims())
-            }
-            Instr::Slice { src, index, .. } => {
-                let a = self.get_f32(op, *src)?;
-                slice(a, &shape::resolve_slice(index, &Shape::from(a.shape())).map_err(type_error)?)
-            }
-            Instr::Split { src, axis, .. } => {
-                let a = self.get_f32(op, *src)?;
-                return Ok(split(a, shape::normalize_axis(*axis, a.ndim()).map_err(type_error)?, types));
-            }
             Instr::Fused { srcs, kernel, .. } => {
                 let dims = dims().to_vec();
                 self.fused(srcs, kernel, &dims)?
             }
-            Instr::Collective { .. } => unreachable!("collectives take the typed path"),
-            Instr::Free { .. }
-            | Instr::GetData { .. }
-            | Instr::HotPathStart { .. }
-            | Instr::HotPathEnd { .. }
-            | Instr::SignalStart { .. }
-            | Instr::SignalEnd { .. } => return Ok(Vec::new()),
-        };
-        Ok(vec![result])
+            _ => return Ok(None),
+        }))
     }
 }
 
@@ -496,11 +449,6 @@ fn standard<T: Clone>(a: ArrayD<T>) -> ArrayD<T> {
 /// A tensor from row-major data whose length the type rule already checked.
 pub(crate) fn from_vec(dims: &[usize], data: Vec<f32>) -> Tensor {
     Tensor::from_shape_vec(dims, data).expect("the type rule fixed the element count")
-}
-
-/// A row-major copy of `a` with a new shape of the same element count.
-fn reshaped(a: ArrayViewD<'_, f32>, dims: &[usize]) -> Tensor {
-    standard(a.to_shape(dims).expect("the type rule kept the element count").into_owned())
 }
 
 /// `a` stretched to `dims` (a view with zero strides on broadcast axes).
@@ -601,36 +549,7 @@ pub(crate) fn select(
 
 /// NumPy `matmul`: one `sgemm` per (broadcast) batch index, on strided views.
 pub(crate) fn matmul(a: &Tensor, b: &Tensor, dims: &[usize]) -> Result<Tensor, TypeError> {
-    // A 1-d operand becomes a row (left) or a column (right); the type rule already
-    // dropped that axis from `dims`, and dropping a size-1 axis keeps row-major order.
-    let a = if a.ndim() == 1 { a.view().insert_axis(Axis(0)) } else { a.view() };
-    let b = if b.ndim() == 1 { b.view().insert_axis(Axis(1)) } else { b.view() };
-    let (ra, rb) = (a.ndim(), b.ndim());
-    let (m, k, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 1]);
-    let batch = shape::broadcast_shapes(&Shape::from(&a.shape()[..ra - 2]), &Shape::from(&b.shape()[..rb - 2]))?;
-    let with = |rows: usize, cols: usize| batch.dims().iter().copied().chain([rows, cols]).collect::<Vec<_>>();
-    let (a, b) = (broadcast(&a, &with(m, k)), broadcast(&b, &with(k, n)));
-    let mut out = Tensor::zeros(with(m, n));
-    // An empty product leaves the zeros (k == 0 is a sum of nothing).
-    if m > 0 && n > 0 && k > 0 {
-        for index in ndarray::indices(batch.dims()) {
-            let index = index.slice();
-            let mut c = out.view_mut();
-            for &i in index {
-                c = c.index_axis_move(Axis(0), i);
-            }
-            gemm(matrix(a.view(), index), matrix(b.view(), index), c);
-        }
-    }
-    Ok(reshaped(out.view(), dims))
-}
-
-/// The matrix at one batch index of a batched view.
-fn matrix<'a>(mut a: ArrayViewD<'a, f32>, index: &[usize]) -> ArrayViewD<'a, f32> {
-    for &i in index {
-        a = a.index_axis_move(Axis(0), i);
-    }
-    a
+    value::batched(a, b, dims, |x, y, c| gemm(x.into_dyn(), y.into_dyn(), c.into_dyn()))
 }
 
 /// `c = a b` for 2-d views `a` (m x k), `b` (k x n) and a contiguous `c` (m x n).
@@ -682,38 +601,6 @@ pub(crate) fn reduce(op: ReduceOp, a: &Tensor, axes: &[usize], dims: &[usize]) -
     from_vec(dims, values)
 }
 
-/// Result axis `i` is operand axis `perm[i]`.
-fn permute(a: &Tensor, perm: &[usize]) -> Tensor {
-    a.view().permuted_axes(perm).as_standard_layout().into_owned()
-}
-
-/// Joins `views` along `axis` into the result shape `dims`.
-fn concat(views: &[ArrayViewD<'_, f32>], axis: usize, dims: &[usize]) -> Tensor {
-    // Block copies into the result; `ndarray::concatenate` is several times slower off
-    // axis 0.
-    let mut out = Tensor::zeros(dims);
-    let mut start = 0;
-    for v in views {
-        let len = v.shape()[axis];
-        out.slice_axis_mut(Axis(axis), Slice::from(start..start + len)).assign(v);
-        start += len;
-    }
-    out
-}
-
-/// Basic indexing: take each input axis's selected elements, then reshape (which drops
-/// indexed axes and inserts new ones without moving any element).
-fn slice(a: &Tensor, resolved: &ResolvedSlice) -> Tensor {
-    let mut view = a.view();
-    for (axis, (lo, hi, step, reversed)) in slice_axes(resolved).into_iter().enumerate() {
-        view.slice_axis_inplace(Axis(axis), Slice::new(lo as isize, Some(hi as isize), step as isize));
-        if reversed {
-            view.invert_axis(Axis(axis));
-        }
-    }
-    reshaped(view, resolved.shape.dims())
-}
-
 /// Per input axis of a slice: the ascending range `lo..hi` its elements `start + j * step`
 /// (`j < len`) span, the step's size, and whether to walk it backwards (a negative step).
 fn slice_axes(resolved: &ResolvedSlice) -> Vec<(usize, usize, usize, bool)> {
@@ -729,20 +616,6 @@ fn slice_axes(resolved: &ResolvedSlice) -> Vec<(usize, usize, usize, bool)> {
                 (_, false) => (s.start - span, s.start + 1),
             };
             (lo, hi, step, s.step < 0)
-        })
-        .collect()
-}
-
-/// Contiguous copies of consecutive pieces along `axis`, sized as the result `types` say.
-fn split(a: &Tensor, axis: usize, types: &[TensorType]) -> Vec<Tensor> {
-    let mut start = 0;
-    types
-        .iter()
-        .map(|t| {
-            let len = t.shape.dims()[axis];
-            let piece = a.slice_axis(Axis(axis), Slice::from(start..start + len));
-            start += len;
-            piece.as_standard_layout().into_owned()
         })
         .collect()
 }

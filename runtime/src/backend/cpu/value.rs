@@ -422,8 +422,9 @@ pub(crate) fn matmul(a: &Value, b: &Value, dims: &[usize], dtype: DType) -> Resu
     })
 }
 
-/// NumPy `matmul` over batches (1-d operands promoted), `mm` on each 2-d pair.
-fn batched<T: Copy + Default + 'static>(
+/// NumPy `matmul` over batches (1-d operands promoted), `mm` on each 2-d pair (into a
+/// zeroed result; an empty product leaves the zeros).
+pub(crate) fn batched<T: Copy + Default + 'static>(
     a: &ArrayD<T>,
     b: &ArrayD<T>,
     dims: &[usize],
