@@ -146,8 +146,7 @@ impl Interpreter {
 
     /// An `f32` operand (of a `fused` kernel, or of an all-`f32` instruction).
     fn get_f32(&self, op: &'static str, value: ValueId) -> Result<&Tensor, RuntimeError> {
-        let v = self.get(op, value)?;
-        v.as_f32().ok_or(RuntimeError::Type { op, source: TypeError::KernelDType { dtype: v.dtype() } })
+        f32_value(&self.values, op, value)
     }
 
     fn type_of(&self, value: ValueId) -> Result<TensorType, TypeError> {
@@ -185,13 +184,7 @@ impl Interpreter {
         let op = "fused";
         let inputs = srcs
             .iter()
-            .map(|&v| {
-                let value = self.values.get(&v).ok_or(RuntimeError::Undefined { op, value: v })?;
-                let a = value
-                    .as_f32()
-                    .ok_or(RuntimeError::Type { op, source: TypeError::KernelDType { dtype: value.dtype() } })?;
-                Ok(a.as_slice().unwrap_or(&[]))
-            })
+            .map(|&v| Ok(f32_value(&self.values, op, v)?.as_slice().unwrap_or(&[])))
             .collect::<Result<Vec<_>, RuntimeError>>()?;
         let mut out = Tensor::zeros(dims);
         let slice = out.as_slice_mut().unwrap_or(&mut []);
@@ -435,6 +428,17 @@ impl Executor for Interpreter {
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
         Interpreter::read(self, value)
     }
+}
+
+/// Value `value` of `values` as `f32` (a borrow of the map alone, so that `fused` can hold
+/// its inputs while it uses the JIT).
+fn f32_value<'a>(
+    values: &'a HashMap<ValueId, Value>,
+    op: &'static str,
+    value: ValueId,
+) -> Result<&'a Tensor, RuntimeError> {
+    let v = values.get(&value).ok_or(RuntimeError::Undefined { op, value })?;
+    v.as_f32().ok_or(RuntimeError::Type { op, source: TypeError::KernelDType { dtype: v.dtype() } })
 }
 
 /// `a` itself when row-major contiguous, else a row-major copy.
