@@ -1,8 +1,10 @@
 //! gt: a multiplexing tensor runtime built like a compiler. This facade re-exports the
-//! crates and holds what the binaries share: diagnostic rendering, the filetest runner,
-//! logging set-up, and sessions (embedded cluster or remote dispatcher) that run `.gtir`
-//! scripts; and the Tensor API (`gt::init`, `gt::randn`, `gt::nn`, ...).
+//! crates and holds what the binaries share: the `gt` command line (`cli`), diagnostic
+//! rendering, the filetest runner, logging set-up, and sessions (embedded cluster or remote
+//! dispatcher) that run `.gtir` scripts; and the Tensor API (`gt::init`, `gt::randn`,
+//! `gt::nn`, ...).
 
+pub mod cli;
 pub mod diagnostics;
 pub mod filetest;
 pub mod init;

@@ -287,6 +287,11 @@ impl SignalConfigError {
 }
 
 impl Config {
+    /// No signal configured.
+    pub const fn new() -> Config {
+        Config { signals: BTreeMap::new() }
+    }
+
     /// Parses the text of a config file; `origin` (the file name) prefixes error messages.
     pub fn parse(text: &str, origin: &str) -> Result<Config, SignalConfigError> {
         // First the YAML syntax, for the whole text: a syntax error is reported as such even

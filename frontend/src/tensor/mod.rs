@@ -26,7 +26,7 @@ pub use creation::{
 pub(crate) use creation::{ones_of, zeros_of as creation_zeros};
 pub use exec::TensorExecutor;
 pub use misuse::Misuse;
-pub(crate) use ops::binary;
+pub use ops::binary;
 pub use ops::{apply_instr, cat, where_};
 
 use crate::autograd::GradNode;

@@ -87,7 +87,8 @@ macro_rules! binary_methods {
 }
 
 impl Tensor {
-    pub(crate) fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+    /// The elementwise op `op` of the op table (what the named methods call).
+    pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         if let Some(t) = super::autocast::unary_operand(op, self)? {
             return t.unary(op);
         }
@@ -261,7 +262,7 @@ fn operand<'a>(a: Arg<'a>, inputs: &mut Vec<&'a Tensor>) -> (Operand, Side) {
 }
 
 /// A binary op between tensors and scalars (at least one tensor).
-pub(crate) fn binary<'a>(op: BinaryOp, lhs: Arg<'a>, rhs: Arg<'a>) -> Result<Tensor> {
+pub fn binary<'a>(op: BinaryOp, lhs: Arg<'a>, rhs: Arg<'a>) -> Result<Tensor> {
     // Under autocast, float tensor operands of another dtype are cast first.
     let cast = |a: &Arg<'a>| match a {
         Arg::Tensor(t) => super::autocast::binary_operand(op, t),

@@ -1,10 +1,10 @@
-//! `gt prof`: the profile tools' command line (arguments, checks, summary lines); the work
-//! is `gt_tools::prof`'s.
+//! `gt prof`: the profile tools' command line (arguments, checks, summary lines), part of
+//! `gt::cli`; the work is `gt_tools::prof`'s.
 
+use crate::runtime::config::{EnvConfig, SETTINGS};
+use crate::tools::prof::{self, sweep, SweepAxis};
 use anyhow::{bail, Context as _};
 use clap::Subcommand;
-use gt::runtime::config::{EnvConfig, SETTINGS};
-use gt::tools::prof::{self, sweep, SweepAxis};
 use std::path::{Path, PathBuf};
 
 /// What `gt prof` does.

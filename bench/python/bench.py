@@ -1,0 +1,155 @@
+"""gt from Python, next to the Rust API and PyTorch eager, in one run on one machine.
+
+Measures: an op issued from Python (a tiny add whose result is dropped), an op issued and
+read back (`(a + 1).item()`), and one MLP training step (x 64x784 @ 784x256, relu, @ 256x10,
+MSE, backward, SGD, `loss.item()`). The Rust API's figures come from the same loops run in
+Rust on the same client (`gt._gt._bench_rust_*`), so the difference is what Python adds;
+PyTorch's run in this process when torch is installed (skipped with a reason otherwise).
+
+Run: `pip install ./python && python bench/python/bench.py` (GT_BENCH_QUICK=1: fewer
+steps; GT_BENCH_SAVE=1: also writes bench/results/python-vm.txt).
+"""
+
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import gt
+from gt import _gt
+
+QUICK = os.environ.get("GT_BENCH_QUICK") == "1"
+N_OPS = 5_000 if QUICK else 50_000
+N_TRIPS = 500 if QUICK else 3_000
+STEPS, WARMUP = (30, 5) if QUICK else (300, 30)
+REPEATS = 3 if QUICK else 5
+
+
+def best(f):
+    """The median of REPEATS runs of f() (seconds per unit)."""
+    return statistics.median(f() for _ in range(REPEATS))
+
+
+def gt_issue():
+    a = gt.ones(64)
+    start = time.perf_counter()
+    for _ in range(N_OPS):
+        a + 1
+    issued = time.perf_counter() - start
+    gt.synchronize()
+    return issued / N_OPS
+
+
+def gt_round_trip():
+    a = gt.ones(1)
+    start = time.perf_counter()
+    for _ in range(N_TRIPS):
+        (a + 1).item()
+    return (time.perf_counter() - start) / N_TRIPS
+
+
+def gt_mlp():
+    gt.manual_seed(0)
+    x, y = gt.randn(64, 784), gt.randn(64, 10)
+    w1 = (gt.randn(784, 256) * 0.05).requires_grad_()
+    w2 = (gt.randn(256, 10) * 0.05).requires_grad_()
+    opt = gt.nn.SGD([w1, w2], lr=0.01)
+    times = []
+    for i in range(WARMUP + STEPS):
+        start = time.perf_counter()
+        h = (x @ w1).relu()
+        loss = ((h @ w2 - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+        if i >= WARMUP:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def torch_figures():
+    try:
+        import torch
+    except ImportError:
+        return None, "torch is not installed (pip install torch)"
+
+    a = torch.ones(64)
+
+    def issue():
+        start = time.perf_counter()
+        for _ in range(N_OPS):
+            a + 1
+        return (time.perf_counter() - start) / N_OPS
+
+    b = torch.ones(1)
+
+    def trip():
+        start = time.perf_counter()
+        for _ in range(N_TRIPS):
+            (b + 1).item()
+        return (time.perf_counter() - start) / N_TRIPS
+
+    def mlp():
+        torch.manual_seed(0)
+        x, y = torch.randn(64, 784), torch.randn(64, 10)
+        w1 = (torch.randn(784, 256) * 0.05).requires_grad_()
+        w2 = (torch.randn(256, 10) * 0.05).requires_grad_()
+        opt = torch.optim.SGD([w1, w2], lr=0.01)
+        times = []
+        for i in range(WARMUP + STEPS):
+            start = time.perf_counter()
+            loss = (((x @ w1).relu() @ w2 - y) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss.item()
+            if i >= WARMUP:
+                times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    return {"issue": best(issue), "trip": best(trip), "mlp": mlp()}, f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
+def main():
+    py = {"issue": best(gt_issue), "trip": best(gt_round_trip), "mlp": gt_mlp()}
+    rust = {
+        "issue": best(lambda: _gt._bench_rust_issue(N_OPS)),
+        "trip": best(lambda: _gt._bench_rust_round_trip(N_TRIPS)),
+        "mlp": statistics.median(_gt._bench_rust_mlp(STEPS, WARMUP)),
+    }
+    torch, torch_note = torch_figures()
+    lines = [
+        f"gt from Python beside the Rust API and PyTorch eager: {platform.node()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, {_gt._runtime()}",
+        f"medians of {REPEATS} runs ({N_OPS} issued ops, {N_TRIPS} round trips) and of {STEPS} MLP steps after {WARMUP}",
+        f"PyTorch: {torch_note}",
+        "",
+        f"{'':<38}{'gt, Python':>12}{'gt, Rust API':>14}{'Python/Rust':>13}{'PyTorch':>11}{'gt Py/PyTorch':>15}",
+    ]
+    for key, name, unit, scale in [
+        ("issue", "op issued (a + 1, result dropped)", "us", 1e6),
+        ("trip", "op issued and read ((a + 1).item())", "us", 1e6),
+        ("mlp", "MLP step 64x784->256->10, SGD", "ms", 1e3),
+    ]:
+        t = torch[key] * scale if torch else None
+        lines.append(
+            f"{name + ' (' + unit + ')':<38}{py[key] * scale:>12.2f}{rust[key] * scale:>14.2f}{py[key] / rust[key]:>12.2f}x"
+            + (f"{t:>11.2f}{py[key] * scale / t:>14.2f}x" if t else f"{'-':>11}{'-':>15}")
+        )
+    lines.append("")
+    lines.append("goals (issue 22): an op issued from Python <= 5 us; the MLP step from Python <= 1.3x the Rust API's")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if os.environ.get("GT_BENCH_SAVE") == "1":
+        out = pathlib.Path(__file__).resolve().parents[1] / "results" / "python-vm.txt"
+        out.write_text(text)
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""Making tensors from Python data: dtype names, NumPy conversion, creation functions."""
+
+import builtins
+import functools
+
+import numpy as np
+
+from . import _gt
+from ._gt import Tensor
+
+# NumPy kinds gt holds as they are, and the small integer types it widens without loss.
+_NATIVE = {
+    "float64": "float64",
+    "float32": "float32",
+    "float16": "float16",
+    "int64": "int64",
+    "int32": "int32",
+    "bool": "bool",
+    "int8": "int32",
+    "int16": "int32",
+    "uint8": "int32",
+    "uint16": "int32",
+    "uint32": "int64",
+}
+DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "bool")
+
+
+def _dtype(dtype):
+    """The canonical name of a dtype argument (`gt.float32`, "f32", np.float16, float, ...)."""
+    if dtype is None:
+        return None
+    name = _gt._dtype_name(dtype)
+    if name not in DTYPES:
+        if name in _NATIVE:
+            raise TypeError(
+                f"dtype {name}: gt has {', '.join(DTYPES)}; convert with .astype() (e.g. to int32) first"
+            )
+        raise TypeError(f"unknown dtype {dtype!r}: gt has {', '.join(DTYPES)}")
+    return name
+
+
+def _array(data, dtype=None):
+    """`data` as a C-contiguous, native-order NumPy array of a gt dtype, and that dtype's name."""
+    want = _dtype(dtype)
+    if isinstance(data, np.ndarray):
+        a = data
+    else:
+        a = np.asarray(data)
+        # Python floats make float32 tensors, as in PyTorch (NumPy would say float64).
+        if want is None and a.dtype.kind == "f":
+            a = a.astype(np.float32)
+    if a.dtype.kind not in "fiub":
+        raise TypeError(
+            f"cannot make a tensor of NumPy dtype {a.dtype} (from {type(data).__name__}): "
+            f"gt has {', '.join(DTYPES)}"
+        )
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    if want is None:
+        name = _NATIVE.get(a.dtype.name)
+        if name is None:
+            raise TypeError(
+                f"NumPy dtype {a.dtype} has no gt dtype without loss (gt has {', '.join(DTYPES)}); "
+                "convert it with .astype() first"
+            )
+        want = name
+    carrier = "float32" if want == "bfloat16" else want
+    if a.dtype.name != carrier:
+        a = a.astype(carrier)
+    if not a.flags.c_contiguous:
+        # (ascontiguousarray would make a 0-d array 1-d.)
+        a = a.copy(order="C")
+    return a, want
+
+
+def _shape(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    return [int(d) for d in shape]
+
+
+def tensor(data, dtype=None, requires_grad=False):
+    """A tensor of `data` (a number, nested lists, or a NumPy array). Without `dtype`, Python
+    floats give float32, ints int64 and bools bool (PyTorch's rule); an array keeps its dtype."""
+    if isinstance(data, Tensor):
+        t = data.to(dtype) if dtype is not None else data.clone()
+        return t.detach().requires_grad_(requires_grad) if requires_grad else t
+    a, name = _array(data, dtype)
+    return _gt._from_array(a, name, requires_grad)
+
+
+def from_numpy(array, requires_grad=False):
+    """A tensor of a NumPy array's values, in its dtype (one copy, no Python loop)."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(array).__name__}")
+    a, name = _array(array)
+    return _gt._from_array(a, name, requires_grad)
+
+
+def _as_tensor(obj):
+    """The other operand of an operator, when it is a list or an array."""
+    return tensor(obj)
+
+
+def randn(*shape, dtype="float32", requires_grad=False):
+    """Standard normal samples."""
+    return _gt._randn(_shape(shape), _dtype(dtype), requires_grad)
+
+
+def rand(*shape, dtype="float32", requires_grad=False):
+    """Uniform samples in [0, 1)."""
+    return _gt._rand(_shape(shape), _dtype(dtype), requires_grad)
+
+
+def zeros(*shape, dtype="float32", requires_grad=False):
+    """Zeros."""
+    return _gt._full(_shape(shape), 0.0, _dtype(dtype), requires_grad)
+
+
+def ones(*shape, dtype="float32", requires_grad=False):
+    """Ones."""
+    return _gt._full(_shape(shape), 1.0, _dtype(dtype), requires_grad)
+
+
+def full(shape, fill_value, dtype=None, requires_grad=False):
+    """Every element `fill_value` (dtype: float32 for a float, int64 for an int)."""
+    if dtype is None:
+        dtype = "bool" if isinstance(fill_value, builtins.bool) else "int64" if isinstance(fill_value, int) else "float32"
+    shape = [shape] if isinstance(shape, int) else list(shape)
+    return _gt._full(_shape(shape), float(fill_value), _dtype(dtype), requires_grad)
+
+
+def zeros_like(t, dtype=None):
+    """Zeros of `t`'s shape (and dtype)."""
+    return zeros(*t.shape, dtype=dtype or t.dtype)
+
+
+def ones_like(t, dtype=None):
+    """Ones of `t`'s shape (and dtype)."""
+    return ones(*t.shape, dtype=dtype or t.dtype)
+
+
+def arange(start, end=None, step=1, dtype=None, requires_grad=False):
+    """`start, start + step, ...` below `end` (int64 when every argument is an int)."""
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        dtype = "int64" if all(isinstance(v, int) for v in (start, end, step)) else "float32"
+    return _gt._arange(float(start), float(end), float(step), _dtype(dtype), requires_grad)
+
+
+def cat(tensors, axis=0, dim=None):
+    """Joins tensors along an existing axis (gradients flow to each)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("cat: expected a non-empty list of tensors")
+    if len(tensors) == 1:
+        return tensors[0]
+    return _gt._cat(tensors, axis if dim is None else dim)
+
+
+def stack(tensors, axis=0, dim=None):
+    """Joins tensors along a new axis."""
+    axis = axis if dim is None else dim
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: expected a non-empty list of tensors")
+    return _gt._cat([t.unsqueeze(axis) for t in tensors], axis)
+
+
+def where(condition, x, y):
+    """`x` where `condition` (a bool tensor) holds, else `y`."""
+    return _gt.where(condition, x, y)
+
+
+class no_grad:
+    """Ops inside run without recording for autograd (a context manager or a decorator)."""
+
+    def __enter__(self):
+        self._guard = _gt.NoGrad()
+        return self
+
+    def __exit__(self, *exc):
+        self._guard.close()
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with no_grad():
+                return fn(*args, **kwargs)
+
+        return wrapper

@@ -1,0 +1,1017 @@
+//! `gt.Tensor`: a Python handle on a Rust [`Tensor`] of the thread's context, with the
+//! operators, methods and properties of the Python GT's tensor (and PyTorch's spellings
+//! where they differ), and the functions that make tensors.
+
+use crate::convert::{dtype_from, dtype_name, elements_of, to_numpy};
+use crate::errors::{value_error, OrRaise};
+use crate::owned::Owned;
+use crate::runtime;
+use gt_frontend::tensor::{self as api, Arg};
+use gt_frontend::Tensor;
+use gt_ir::{BinaryOp, DType, HostTensor, SliceItem, UnaryOp};
+use pyo3::basic::CompareOp;
+use pyo3::exceptions::{PyIndexError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyEllipsis, PyList, PySlice, PyTuple};
+
+/// A tensor held by gt's workers. Made by `gt.tensor`, `gt.randn`, ... and by every op; its
+/// value is freed when the last reference goes. Belongs to the thread that made it.
+#[pyclass(name = "Tensor", module = "gt", weakref)]
+pub struct PyTensor {
+    inner: Owned<Tensor>,
+}
+
+impl PyTensor {
+    pub(crate) fn new(t: Tensor) -> PyTensor {
+        PyTensor { inner: Owned::new(t, "tensor") }
+    }
+
+    /// The Rust tensor (on its own thread).
+    pub(crate) fn rs(&self) -> PyResult<&Tensor> {
+        self.inner.get()
+    }
+}
+
+/// Moves a value into a closure that runs while the GIL is released.
+struct SameThread<T>(T);
+// SAFETY: `Python::detach` runs its closure on the calling thread, and the value (an `Rc`
+// handle) is used and dropped there only; nothing else can reach it meanwhile, as every
+// `unsendable` object refuses other threads.
+#[allow(unsafe_code)]
+unsafe impl<T> Send for SameThread<T> {}
+
+/// Reads a tensor's value with the GIL released, so that other Python threads run meanwhile.
+pub(crate) fn fetch(py: Python<'_>, t: &Tensor) -> PyResult<HostTensor> {
+    let t = SameThread(t.clone());
+    let got = py.detach(move || {
+        let t = t;
+        SameThread(t.0.to_host())
+    });
+    got.0.py()
+}
+
+/// `gt._as_tensor`, the Python function that turns lists and arrays into tensors.
+static AS_TENSOR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// `_gt._register_as_tensor(fn)`.
+#[pyfunction]
+pub fn _register_as_tensor(py: Python<'_>, f: Py<PyAny>) {
+    let _ = AS_TENSOR.set(py, f);
+}
+
+/// The other operand of an operator.
+enum Operand {
+    Tensor(Tensor),
+    Scalar(f64),
+}
+
+impl Operand {
+    fn arg(&self) -> Arg<'_> {
+        match self {
+            Operand::Tensor(t) => Arg::Tensor(t),
+            Operand::Scalar(s) => Arg::Scalar(*s),
+        }
+    }
+}
+
+/// A tensor, a Python or NumPy number, or (through `gt._as_tensor`) a list or an array;
+/// `None` for anything else (the operator then answers `NotImplemented`).
+fn operand(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Option<Operand>> {
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        return Ok(Some(Operand::Tensor(t.borrow().rs()?.clone())));
+    }
+    if obj.is_instance_of::<pyo3::types::PyFloat>()
+        || obj.is_instance_of::<pyo3::types::PyInt>()
+        || obj.is_instance_of::<pyo3::types::PyBool>()
+    {
+        return Ok(Some(Operand::Scalar(obj.extract::<f64>()?)));
+    }
+    let np_scalar = obj.hasattr("dtype")? && obj.getattr("ndim").and_then(|n| n.extract::<usize>()).ok() == Some(0);
+    if np_scalar {
+        if let Ok(v) = obj.extract::<f64>() {
+            return Ok(Some(Operand::Scalar(v)));
+        }
+    }
+    if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() || obj.hasattr("__array_interface__")? {
+        if let Some(f) = AS_TENSOR.get(py) {
+            let t = f.bind(py).call1((obj,))?;
+            return Ok(Some(Operand::Tensor(t.cast::<PyTensor>()?.borrow().rs()?.clone())));
+        }
+    }
+    Ok(None)
+}
+
+/// One axis or several (`1`, `(0, 2)`, `[0, 2]`).
+fn axes_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    if let Ok(a) = obj.extract::<i64>() {
+        return Ok(vec![a]);
+    }
+    obj.extract::<Vec<i64>>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "axis: expected an int or a tuple of ints, got {}",
+            obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })
+}
+
+/// A shape given as `f(2, 3)`, `f((2, 3))` or `f([2, 3])`.
+pub(crate) fn dims_of(args: &Bound<'_, PyTuple>) -> PyResult<Vec<i64>> {
+    if args.len() == 1 {
+        let first = args.get_item(0)?;
+        if first.is_instance_of::<PyTuple>() || first.is_instance_of::<PyList>() {
+            return first.extract::<Vec<i64>>();
+        }
+    }
+    args.extract::<Vec<i64>>()
+}
+
+/// The items of a NumPy basic index.
+fn index_items(py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Vec<SliceItem>> {
+    let items: Vec<Bound<'_, PyAny>> = match key.cast::<PyTuple>() {
+        Ok(t) => t.iter().collect(),
+        Err(_) => vec![key.clone()],
+    };
+    items
+        .iter()
+        .map(|item| {
+            if item.is_none() {
+                Ok(SliceItem::NewAxis)
+            } else if item.is(PyEllipsis::get(py)) {
+                Ok(SliceItem::Ellipsis)
+            } else if let Ok(s) = item.cast::<PySlice>() {
+                let part = |name: &str| -> PyResult<Option<i64>> { s.getattr(name)?.extract() };
+                let step = part("step")?.unwrap_or(1);
+                if step == 0 {
+                    return Err(value_error("slice step cannot be zero".into()));
+                }
+                Ok(SliceItem::Range { start: part("start")?, end: part("stop")?, step })
+            } else if item.is_instance_of::<pyo3::types::PyBool>() || item.cast::<PyTensor>().is_ok() {
+                Err(PyTypeError::new_err(
+                    "gt indexes with ints, slices, None and ... (NumPy's basic indexing); boolean and tensor indices are not supported",
+                ))
+            } else if let Ok(i) = item.extract::<i64>() {
+                Ok(SliceItem::Index(i))
+            } else {
+                Err(PyTypeError::new_err(format!(
+                    "cannot index a tensor with {}: use ints, slices, None and ...",
+                    item.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                )))
+            }
+        })
+        .collect()
+}
+
+fn wrap(t: Tensor) -> PyTensor {
+    PyTensor::new(t)
+}
+
+fn wrap_all(ts: Vec<Tensor>) -> Vec<PyTensor> {
+    ts.into_iter().map(wrap).collect()
+}
+
+/// Runs an in-place update; a leaf that requires grad is updated outside autograd (as the
+/// Python GT's `param -= lr * grad` does).
+fn in_place(t: &Tensor, f: impl FnOnce(&Tensor) -> Result<(), gt_frontend::TensorError>) -> PyResult<()> {
+    let _off = (t.is_leaf() && t.requires_grad()).then(api::no_grad);
+    f(t).py()
+}
+
+/// A reduction's axes from `axis=` or PyTorch's `dim=`.
+fn reduce_args(
+    axis: Option<&Bound<'_, PyAny>>,
+    dim: Option<&Bound<'_, PyAny>>,
+    keepdims: bool,
+    keepdim: Option<bool>,
+) -> PyResult<(Option<Vec<i64>>, bool)> {
+    let axes = axis.or(dim).filter(|a| !a.is_none()).map(axes_of).transpose()?;
+    Ok((axes, keepdim.unwrap_or(keepdims)))
+}
+
+impl PyTensor {
+    fn binary(&self, py: Python<'_>, op: BinaryOp, other: &Bound<'_, PyAny>, reflected: bool) -> PyResult<Py<PyAny>> {
+        let Some(o) = operand(py, other)? else { return Ok(py.NotImplemented()) };
+        let (l, r) = if reflected { (o.arg(), Arg::Tensor(self.rs()?)) } else { (Arg::Tensor(self.rs()?), o.arg()) };
+        let t = api::binary(op, l, r).py()?;
+        Ok(Bound::new(py, wrap(t))?.into_any().unbind())
+    }
+
+    fn binary_or_raise(&self, py: Python<'_>, op: BinaryOp, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let Some(o) = operand(py, other)? else {
+            return Err(PyTypeError::new_err(format!(
+                "{}: expected a tensor or a number, got {}",
+                op.mnemonic(),
+                other.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            )));
+        };
+        api::binary(op, Arg::Tensor(self.rs()?), o.arg()).py().map(wrap)
+    }
+
+    fn update(&self, py: Python<'_>, op: BinaryOp, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let Some(o) = operand(py, other)? else {
+            return Err(PyTypeError::new_err(format!(
+                "in-place {}: expected a tensor or a number, got {}",
+                op.mnemonic(),
+                other.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            )));
+        };
+        in_place(self.rs()?, |t| match op {
+            BinaryOp::Add => t.add_assign(o.arg()),
+            BinaryOp::Sub => t.sub_assign(o.arg()),
+            BinaryOp::Mul => t.mul_assign(o.arg()),
+            _ => t.div_assign(o.arg()),
+        })
+    }
+
+    fn one_value(&self, py: Python<'_>, what: &str) -> PyResult<HostTensor> {
+        if self.rs()?.numel() != 1 {
+            return Err(value_error(format!(
+                "{what} of a tensor of {} elements (shape {:?}) is ambiguous: it needs exactly one",
+                self.rs()?.numel(),
+                self.rs()?.shape()
+            )));
+        }
+        fetch(py, self.rs()?)
+    }
+}
+
+#[pymethods]
+impl PyTensor {
+    /// NumPy defers to gt in mixed expressions (`array + tensor` is a tensor).
+    #[classattr]
+    #[allow(non_upper_case_globals)]
+    const __array_priority__: f64 = 1000.0;
+
+    /// The dimensions.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.rs()?.shape())
+    }
+
+    /// The element type's name (`"float32"`, ...; compare with `gt.float32`).
+    #[getter]
+    fn dtype(&self) -> PyResult<&'static str> {
+        Ok(dtype_name(self.rs()?.dtype()))
+    }
+
+    /// Number of axes.
+    #[getter]
+    fn ndim(&self) -> PyResult<usize> {
+        Ok(self.rs()?.rank())
+    }
+
+    /// Number of axes (PyTorch's spelling).
+    fn dim(&self) -> PyResult<usize> {
+        Ok(self.rs()?.rank())
+    }
+
+    /// Number of elements.
+    fn numel(&self) -> PyResult<usize> {
+        Ok(self.rs()?.numel())
+    }
+
+    /// The dimensions, or one of them.
+    #[pyo3(signature = (dim=None))]
+    fn size<'py>(&self, py: Python<'py>, dim: Option<i64>) -> PyResult<Bound<'py, PyAny>> {
+        match dim {
+            None => Ok(PyTuple::new(py, self.rs()?.shape())?.into_any()),
+            Some(d) => {
+                let r = self.rs()?.rank() as i64;
+                let i = if d < 0 { d + r } else { d };
+                if !(0..r).contains(&i) {
+                    return Err(PyIndexError::new_err(format!("dim {d} out of range for a tensor of rank {r}")));
+                }
+                Ok(self.rs()?.shape()[i as usize].into_pyobject(py)?.into_any())
+            }
+        }
+    }
+
+    /// The value's id in this thread's instruction stream (what logs and dumps show).
+    #[getter]
+    fn id(&self) -> PyResult<usize> {
+        Ok(self.rs()?.id().index())
+    }
+
+    /// Whether gradients flow to (or through) it.
+    #[getter]
+    fn get_requires_grad(&self) -> PyResult<bool> {
+        Ok(self.rs()?.requires_grad())
+    }
+
+    #[setter]
+    fn set_requires_grad(&self, on: bool) -> PyResult<()> {
+        self.rs()?.clone().requires_grad_(on).py().map(|_| ())
+    }
+
+    /// Makes a leaf track gradients (or stop); returns the tensor.
+    #[pyo3(signature = (requires_grad=true))]
+    fn requires_grad_(slf: PyRef<'_, Self>, requires_grad: bool) -> PyResult<PyRef<'_, Self>> {
+        slf.rs()?.clone().requires_grad_(requires_grad).py()?;
+        Ok(slf)
+    }
+
+    /// Whether the user made it (not a recorded op): only leaves keep a gradient.
+    #[getter]
+    fn is_leaf(&self) -> PyResult<bool> {
+        Ok(self.rs()?.is_leaf())
+    }
+
+    /// The accumulated gradient after `backward()` (`None` before; accumulates as PyTorch).
+    #[getter]
+    fn get_grad(&self) -> PyResult<Option<PyTensor>> {
+        Ok(self.rs()?.grad().map(wrap))
+    }
+
+    /// `t.grad = None` forgets the gradient.
+    #[setter]
+    fn set_grad(&self, grad: Option<PyRef<'_, PyTensor>>) -> PyResult<()> {
+        match grad {
+            None => {
+                self.rs()?.zero_grad();
+                Ok(())
+            }
+            Some(_) => {
+                Err(PyTypeError::new_err("only `tensor.grad = None` may be assigned; gradients come from backward()"))
+            }
+        }
+    }
+
+    /// A tensor sharing this value, outside the autograd graph (PyTorch's `.data`);
+    /// `.data.numpy()` reads it as the Python GT's `.data.numpy()` does.
+    #[getter]
+    fn data(&self) -> PyResult<PyTensor> {
+        Ok(wrap(self.rs()?.detach()))
+    }
+
+    /// A tensor sharing this value, outside the autograd graph.
+    fn detach(&self) -> PyResult<PyTensor> {
+        Ok(wrap(self.rs()?.detach()))
+    }
+
+    /// A copy (gradients flow through it).
+    fn clone(&self) -> PyResult<PyTensor> {
+        let dims: Vec<i64> = self.rs()?.shape().iter().map(|&d| d as i64).collect();
+        self.rs()?.reshape(&dims).py().map(wrap)
+    }
+
+    /// The values as a NumPy array of its dtype (a sync point; `bfloat16` reads as float32).
+    fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_numpy(py, fetch(py, self.rs()?)?)
+    }
+
+    /// NumPy's conversion protocol: `np.asarray(t)`.
+    #[pyo3(signature = (dtype=None, copy=None))]
+    fn __array__<'py>(
+        &self,
+        py: Python<'py>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = copy;
+        let a = self.numpy(py)?;
+        match dtype {
+            Some(d) if !d.is_none() => a.call_method1("astype", (d,)),
+            _ => Ok(a),
+        }
+    }
+
+    /// Nested lists of Python numbers.
+    fn tolist<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.numpy(py)?.call_method0("tolist")
+    }
+
+    /// The one value of a one-element tensor, as a Python number (a sync point).
+    fn item<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let host = self.one_value(py, "item()")?;
+        to_numpy(py, host)?.call_method0("item")
+    }
+
+    fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
+        self.item(py)?.extract::<f64>()
+    }
+
+    fn __int__(&self, py: Python<'_>) -> PyResult<i64> {
+        let v = self.item(py)?;
+        v.call_method0("__int__")?.extract::<i64>()
+    }
+
+    fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
+        self.item(py)?.is_truthy()
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.rs()?.shape().first().copied().ok_or_else(|| PyTypeError::new_err("len() of a 0-d tensor"))
+    }
+
+    fn __iter__<'py>(slf: PyRef<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let n = slf.__len__()?;
+        let rows: Vec<PyTensor> =
+            (0..n).map(|i| slf.rs()?.slice(&[SliceItem::Index(i as i64)]).py().map(wrap)).collect::<PyResult<_>>()?;
+        Ok(PyList::new(py, rows)?.try_iter()?.into_any())
+    }
+
+    fn __hash__(slf: PyRef<'_, Self>) -> isize {
+        // Identity, as PyTorch's tensors (`==` builds a tensor, so values cannot hash).
+        slf.as_ptr() as isize
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let t = self.rs()?;
+        let dtype = dtype_name(t.dtype());
+        let text = fetch(py, t).and_then(|host| {
+            let array = to_numpy(py, host)?;
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("threshold", 10)?;
+            kwargs.set_item("edgeitems", 3)?;
+            kwargs.set_item("precision", 4)?;
+            kwargs.set_item("suppress_small", true)?;
+            kwargs.set_item("separator", ", ")?;
+            kwargs.set_item("prefix", "tensor(")?;
+            py.import("numpy")?.call_method("array2string", (array,), Some(&kwargs))?.extract::<String>()
+        });
+        let grad = if t.requires_grad() { ", requires_grad=True" } else { "" };
+        Ok(match text {
+            Ok(values) => format!("tensor({values}, dtype={dtype}{grad})"),
+            Err(e) => {
+                format!("Tensor(id={}, shape={:?}, dtype={dtype}{grad}, unreadable: {e})", t.id().index(), t.shape())
+            }
+        })
+    }
+
+    fn __str__(&self, py: Python<'_>) -> PyResult<String> {
+        self.__repr__(py)
+    }
+
+    fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let index = index_items(py, key)?;
+        self.rs()?.slice(&index).py().map(wrap)
+    }
+
+    fn __add__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, BinaryOp::Add, o, false)
+    }
+    fn __radd__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, BinaryOp::Add, o, true)
+    }
+    fn __sub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, BinaryOp::Sub, o, false)
+    }
+    fn __rsub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, BinaryOp::Sub, o, true)
+    }
+    fn __mul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, BinaryOp::Mul, o, false)
+    }
+    fn __rmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, BinaryOp::Mul, o, true)
+    }
+    fn __truediv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, BinaryOp::Div, o, false)
+    }
+    fn __rtruediv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, BinaryOp::Div, o, true)
+    }
+    fn __pow__(&self, py: Python<'_>, o: &Bound<'_, PyAny>, modulo: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+        let _ = modulo;
+        self.binary(py, BinaryOp::Pow, o, false)
+    }
+    fn __rpow__(&self, py: Python<'_>, o: &Bound<'_, PyAny>, modulo: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+        let _ = modulo;
+        self.binary(py, BinaryOp::Pow, o, true)
+    }
+    fn __matmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        match operand(py, o)? {
+            Some(Operand::Tensor(r)) => Ok(Bound::new(py, wrap(self.rs()?.matmul(&r).py()?))?.into_any().unbind()),
+            _ => Ok(py.NotImplemented()),
+        }
+    }
+    fn __rmatmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        match operand(py, o)? {
+            Some(Operand::Tensor(l)) => Ok(Bound::new(py, wrap(l.matmul(self.rs()?).py()?))?.into_any().unbind()),
+            _ => Ok(py.NotImplemented()),
+        }
+    }
+    fn __neg__(&self) -> PyResult<PyTensor> {
+        self.rs()?.neg().py().map(wrap)
+    }
+    fn __pos__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+    fn __abs__(&self) -> PyResult<PyTensor> {
+        self.rs()?.abs().py().map(wrap)
+    }
+    fn __richcmp__(&self, py: Python<'_>, o: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
+        let op = match op {
+            CompareOp::Lt => BinaryOp::Lt,
+            CompareOp::Le => BinaryOp::Le,
+            CompareOp::Eq => BinaryOp::Eq,
+            CompareOp::Ne => BinaryOp::Ne,
+            CompareOp::Gt => BinaryOp::Gt,
+            CompareOp::Ge => BinaryOp::Ge,
+        };
+        self.binary(py, op, o, false)
+    }
+    fn __iadd__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.update(py, BinaryOp::Add, o)
+    }
+    fn __isub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.update(py, BinaryOp::Sub, o)
+    }
+    fn __imul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.update(py, BinaryOp::Mul, o)
+    }
+    fn __itruediv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.update(py, BinaryOp::Div, o)
+    }
+
+    /// Sets every element to zero in place; returns the tensor.
+    fn zero_(slf: PyRef<'_, Self>) -> PyResult<PyRef<'_, Self>> {
+        in_place(slf.rs()?, |t| t.zero_())?;
+        Ok(slf)
+    }
+
+    /// Matrix product.
+    fn matmul(&self, other: PyRef<'_, PyTensor>) -> PyResult<PyTensor> {
+        self.rs()?.matmul(other.rs()?).py().map(wrap)
+    }
+
+    /// Elementwise `neg`.
+    fn neg(&self) -> PyResult<PyTensor> {
+        self.rs()?.unary(UnaryOp::Neg).py().map(wrap)
+    }
+
+    /// Elementwise `abs`.
+    fn abs(&self) -> PyResult<PyTensor> {
+        self.rs()?.unary(UnaryOp::Abs).py().map(wrap)
+    }
+
+    /// Elementwise `relu`.
+    fn relu(&self) -> PyResult<PyTensor> {
+        self.rs()?.unary(UnaryOp::Relu).py().map(wrap)
+    }
+
+    /// Elementwise `sigmoid`.
+    fn sigmoid(&self) -> PyResult<PyTensor> {
+        self.rs()?.unary(UnaryOp::Sigmoid).py().map(wrap)
+    }
+
+    /// Elementwise `tanh`.
+    fn tanh(&self) -> PyResult<PyTensor> {
+        self.rs()?.unary(UnaryOp::Tanh).py().map(wrap)
+    }
+
+    /// Elementwise `exp`.
+    fn exp(&self) -> PyResult<PyTensor> {
+        self.rs()?.unary(UnaryOp::Exp).py().map(wrap)
+    }
+
+    /// Elementwise `log`.
+    fn log(&self) -> PyResult<PyTensor> {
+        self.rs()?.unary(UnaryOp::Log).py().map(wrap)
+    }
+
+    /// Elementwise `sqrt`.
+    fn sqrt(&self) -> PyResult<PyTensor> {
+        self.rs()?.unary(UnaryOp::Sqrt).py().map(wrap)
+    }
+
+    /// Elementwise `rsqrt`.
+    fn rsqrt(&self) -> PyResult<PyTensor> {
+        self.rs()?.unary(UnaryOp::Rsqrt).py().map(wrap)
+    }
+
+    /// Elementwise `erf`.
+    fn erf(&self) -> PyResult<PyTensor> {
+        self.rs()?.unary(UnaryOp::Erf).py().map(wrap)
+    }
+
+    /// Elementwise `softplus`.
+    fn softplus(&self) -> PyResult<PyTensor> {
+        self.rs()?.unary(UnaryOp::Softplus).py().map(wrap)
+    }
+
+    /// Elementwise `add` with NumPy broadcasting (a tensor or a number).
+    fn add(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary_or_raise(py, BinaryOp::Add, other)
+    }
+
+    /// Elementwise `sub` with NumPy broadcasting (a tensor or a number).
+    fn sub(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary_or_raise(py, BinaryOp::Sub, other)
+    }
+
+    /// Elementwise `mul` with NumPy broadcasting (a tensor or a number).
+    fn mul(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary_or_raise(py, BinaryOp::Mul, other)
+    }
+
+    /// Elementwise `div` with NumPy broadcasting (a tensor or a number).
+    fn div(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary_or_raise(py, BinaryOp::Div, other)
+    }
+
+    /// Elementwise `pow` with NumPy broadcasting (a tensor or a number).
+    fn pow(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary_or_raise(py, BinaryOp::Pow, other)
+    }
+
+    /// Elementwise `maximum` with NumPy broadcasting (a tensor or a number).
+    fn maximum(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary_or_raise(py, BinaryOp::Maximum, other)
+    }
+
+    /// Elementwise `minimum` with NumPy broadcasting (a tensor or a number).
+    fn minimum(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary_or_raise(py, BinaryOp::Minimum, other)
+    }
+
+    /// Elementwise `eq` with NumPy broadcasting (a tensor or a number).
+    fn eq(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary_or_raise(py, BinaryOp::Eq, other)
+    }
+
+    /// Elementwise `ne` with NumPy broadcasting (a tensor or a number).
+    fn ne(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary_or_raise(py, BinaryOp::Ne, other)
+    }
+
+    /// Elementwise `lt` with NumPy broadcasting (a tensor or a number).
+    fn lt(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary_or_raise(py, BinaryOp::Lt, other)
+    }
+
+    /// Elementwise `le` with NumPy broadcasting (a tensor or a number).
+    fn le(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary_or_raise(py, BinaryOp::Le, other)
+    }
+
+    /// Elementwise `gt` with NumPy broadcasting (a tensor or a number).
+    fn gt(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary_or_raise(py, BinaryOp::Gt, other)
+    }
+
+    /// Elementwise `ge` with NumPy broadcasting (a tensor or a number).
+    fn ge(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary_or_raise(py, BinaryOp::Ge, other)
+    }
+
+    /// Sum over every element, or over `axis` (`dim`).
+    #[pyo3(signature = (axis=None, keepdims=false, *, dim=None, keepdim=None))]
+    fn sum(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: Option<bool>,
+    ) -> PyResult<PyTensor> {
+        let (axes, keep) = reduce_args(axis, dim, keepdims, keepdim)?;
+        match axes {
+            None if !keep => self.rs()?.sum(),
+            None => self.rs()?.sum_dims(&(0..self.rs()?.rank() as i64).collect::<Vec<_>>(), true),
+            Some(a) => self.rs()?.sum_dims(&a, keep),
+        }
+        .py()
+        .map(wrap)
+    }
+
+    /// Mean over every element, or over `axis` (`dim`).
+    #[pyo3(signature = (axis=None, keepdims=false, *, dim=None, keepdim=None))]
+    fn mean(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: Option<bool>,
+    ) -> PyResult<PyTensor> {
+        let (axes, keep) = reduce_args(axis, dim, keepdims, keepdim)?;
+        match axes {
+            None if !keep => self.rs()?.mean(),
+            None => self.rs()?.mean_dims(&(0..self.rs()?.rank() as i64).collect::<Vec<_>>(), true),
+            Some(a) => self.rs()?.mean_dims(&a, keep),
+        }
+        .py()
+        .map(wrap)
+    }
+
+    /// Largest element, or largest over `axis` (`dim`): values only.
+    #[pyo3(signature = (axis=None, keepdims=false, *, dim=None, keepdim=None))]
+    fn max(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: Option<bool>,
+    ) -> PyResult<PyTensor> {
+        let (axes, keep) = reduce_args(axis, dim, keepdims, keepdim)?;
+        match axes {
+            None if !keep => self.rs()?.max(),
+            None => self.rs()?.max_dims(&(0..self.rs()?.rank() as i64).collect::<Vec<_>>(), true),
+            Some(a) => self.rs()?.max_dims(&a, keep),
+        }
+        .py()
+        .map(wrap)
+    }
+
+    /// Smallest element, or smallest over `axis` (`dim`): values only.
+    #[pyo3(signature = (axis=None, keepdims=false, *, dim=None, keepdim=None))]
+    fn min(
+        &self,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: bool,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: Option<bool>,
+    ) -> PyResult<PyTensor> {
+        let (axes, keep) = reduce_args(axis, dim, keepdims, keepdim)?;
+        match axes {
+            None if !keep => self.rs()?.min(),
+            None => self.rs()?.min_dims(&(0..self.rs()?.rank() as i64).collect::<Vec<_>>(), true),
+            Some(a) => self.rs()?.min_dims(&a, keep),
+        }
+        .py()
+        .map(wrap)
+    }
+
+    /// Same elements, new shape (one dimension may be -1): `reshape(2, 3)` or `reshape((2, 3))`.
+    #[pyo3(signature = (*shape))]
+    fn reshape(&self, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        self.rs()?.reshape(&dims_of(shape)?).py().map(wrap)
+    }
+
+    /// As `reshape` (values are never shared in place, so a view is a reshape).
+    #[pyo3(signature = (*shape))]
+    fn view(&self, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        self.reshape(shape)
+    }
+
+    /// One axis of every element.
+    fn flatten(&self) -> PyResult<PyTensor> {
+        self.rs()?.reshape(&[-1]).py().map(wrap)
+    }
+
+    /// Broadcasts to a shape (-1 keeps a dimension).
+    #[pyo3(signature = (*shape))]
+    fn expand(&self, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        let want = dims_of(shape)?;
+        let have = self.rs()?.shape();
+        let offset = want.len().saturating_sub(have.len());
+        let dims = want
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| match d {
+                -1 if i >= offset => Ok(have[i - offset]),
+                d if d >= 0 => Ok(d as usize),
+                d => Err(value_error(format!("expand: dimension {d} is not a size"))),
+            })
+            .collect::<PyResult<Vec<usize>>>()?;
+        self.rs()?.broadcast_to(&dims).py().map(wrap)
+    }
+
+    /// Inserts an axis of size 1.
+    fn unsqueeze(&self, dim: i64) -> PyResult<PyTensor> {
+        self.rs()?.unsqueeze(dim).py().map(wrap)
+    }
+
+    /// Removes one axis of size 1, or every one.
+    #[pyo3(signature = (dim=None))]
+    fn squeeze(&self, dim: Option<i64>) -> PyResult<PyTensor> {
+        match dim {
+            Some(d) => self.rs()?.squeeze(d),
+            None => self.rs()?.squeeze_all(),
+        }
+        .py()
+        .map(wrap)
+    }
+
+    /// Swaps two axes; with none given, the last two (a tensor of rank below 2 as it is).
+    #[pyo3(signature = (dim0=None, dim1=None))]
+    fn transpose(&self, dim0: Option<i64>, dim1: Option<i64>) -> PyResult<PyTensor> {
+        match (dim0, dim1) {
+            (None, None) => self.rs()?.t(),
+            (Some(a), Some(b)) => self.rs()?.transpose(a, b),
+            _ => return Err(value_error("transpose: give both dimensions or neither".into())),
+        }
+        .py()
+        .map(wrap)
+    }
+
+    /// The last two axes swapped.
+    #[getter(T)]
+    fn big_t(&self) -> PyResult<PyTensor> {
+        self.rs()?.t().py().map(wrap)
+    }
+
+    /// The last two axes swapped.
+    fn t(&self) -> PyResult<PyTensor> {
+        self.rs()?.t().py().map(wrap)
+    }
+
+    /// Reorders axes: `permute(2, 0, 1)` or `permute((2, 0, 1))`.
+    #[pyo3(signature = (*dims))]
+    fn permute(&self, dims: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        self.rs()?.permute(&dims_of(dims)?).py().map(wrap)
+    }
+
+    /// Pieces of `split_size` along `dim` (the last smaller), or of the listed sizes.
+    #[pyo3(signature = (split_size, dim=0))]
+    fn split(&self, split_size: &Bound<'_, PyAny>, dim: i64) -> PyResult<Vec<PyTensor>> {
+        if let Ok(n) = split_size.extract::<usize>() {
+            return self.rs()?.split(n, dim).py().map(wrap_all);
+        }
+        let sizes: Vec<usize> = split_size.extract()?;
+        self.rs()?.split_sizes(&sizes, dim).py().map(wrap_all)
+    }
+
+    /// `chunks` pieces of equal size along `dim` (fewer when the axis is short).
+    #[pyo3(signature = (chunks, dim=0))]
+    fn chunk(&self, chunks: usize, dim: i64) -> PyResult<Vec<PyTensor>> {
+        self.rs()?.chunk(chunks, dim).py().map(wrap_all)
+    }
+
+    /// Converted to `dtype` (`gt.float16`, `"bfloat16"`, ...).
+    fn to(&self, py: Python<'_>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let name = crate::dtype_arg(py, dtype)?;
+        self.rs()?.to(dtype_from(&name)?).py().map(wrap)
+    }
+
+    /// As float32.
+    fn float(&self) -> PyResult<PyTensor> {
+        self.rs()?.to(DType::F32).py().map(wrap)
+    }
+    /// As float64.
+    fn double(&self) -> PyResult<PyTensor> {
+        self.rs()?.to(DType::F64).py().map(wrap)
+    }
+    /// As float16.
+    fn half(&self) -> PyResult<PyTensor> {
+        self.rs()?.to(DType::F16).py().map(wrap)
+    }
+    /// As bfloat16.
+    fn bfloat16(&self) -> PyResult<PyTensor> {
+        self.rs()?.to(DType::BF16).py().map(wrap)
+    }
+    /// As int32.
+    fn int(&self) -> PyResult<PyTensor> {
+        self.rs()?.to(DType::I32).py().map(wrap)
+    }
+    /// As int64.
+    fn long(&self) -> PyResult<PyTensor> {
+        self.rs()?.to(DType::I64).py().map(wrap)
+    }
+    /// As bool.
+    fn bool(&self) -> PyResult<PyTensor> {
+        self.rs()?.to(DType::Bool).py().map(wrap)
+    }
+
+    /// Softmax along `dim`.
+    #[pyo3(signature = (dim=-1))]
+    fn softmax(&self, dim: i64) -> PyResult<PyTensor> {
+        gt_frontend::nn::softmax(self.rs()?, dim).py().map(wrap)
+    }
+
+    /// Log-softmax along `dim`.
+    #[pyo3(signature = (dim=-1))]
+    fn log_softmax(&self, dim: i64) -> PyResult<PyTensor> {
+        gt_frontend::nn::log_softmax(self.rs()?, dim).py().map(wrap)
+    }
+
+    /// Computes the gradient of this one-element tensor (or from `gradient`) for every
+    /// leaf that requires grad, adding it to the leaf's `.grad`.
+    #[pyo3(signature = (gradient=None))]
+    fn backward(&self, gradient: Option<PyRef<'_, PyTensor>>) -> PyResult<()> {
+        match gradient {
+            Some(g) => self.rs()?.backward_with(g.rs()?),
+            None => self.rs()?.backward(),
+        }
+        .py()
+    }
+}
+
+/// `gt.from_numpy`'s core: an array already contiguous, native and of a gt dtype (`dtype`).
+#[pyfunction]
+pub fn _from_array(array: &Bound<'_, PyAny>, dtype: &str, requires_grad: bool) -> PyResult<PyTensor> {
+    runtime::context().py()?;
+    let (data, shape) = elements_of(array, dtype_from(dtype)?)?;
+    let t = api::from_data(data, &shape).py()?;
+    finish(t, requires_grad)
+}
+
+fn finish(t: Tensor, requires_grad: bool) -> PyResult<PyTensor> {
+    let t = if requires_grad { t.requires_grad_(true).py()? } else { t };
+    Ok(wrap(t))
+}
+
+fn shape_of(dims: Vec<i64>) -> PyResult<Vec<usize>> {
+    dims.into_iter()
+        .map(|d| usize::try_from(d).map_err(|_| value_error(format!("a shape needs sizes of at least 0, got {d}"))))
+        .collect()
+}
+
+/// A creation op of `dtype` (made in f32 and cast when another float is asked for).
+fn created(
+    make: impl FnOnce() -> Result<Tensor, gt_frontend::TensorError>,
+    dtype: &str,
+    requires_grad: bool,
+) -> PyResult<PyTensor> {
+    runtime::context().py()?;
+    let want = dtype_from(dtype)?;
+    let t = make().py()?;
+    let t = if t.dtype() == want { t } else { t.to(want).py()? };
+    finish(t, requires_grad)
+}
+
+/// `gt.randn`'s core.
+#[pyfunction]
+pub fn _randn(dims: Vec<i64>, dtype: &str, requires_grad: bool) -> PyResult<PyTensor> {
+    let shape = shape_of(dims)?;
+    created(|| api::randn(&shape), dtype, requires_grad)
+}
+
+/// `gt.rand`'s core.
+#[pyfunction]
+pub fn _rand(dims: Vec<i64>, dtype: &str, requires_grad: bool) -> PyResult<PyTensor> {
+    let shape = shape_of(dims)?;
+    created(|| api::rand(&shape), dtype, requires_grad)
+}
+
+/// `gt.full`'s core (and `zeros`, `ones`).
+#[pyfunction]
+pub fn _full(dims: Vec<i64>, value: f64, dtype: &str, requires_grad: bool) -> PyResult<PyTensor> {
+    let shape = shape_of(dims)?;
+    let d = dtype_from(dtype)?;
+    created(|| api::full_dtype(&shape, value, d), dtype, requires_grad)
+}
+
+/// `gt.arange`'s core.
+#[pyfunction]
+pub fn _arange(start: f64, end: f64, step: f64, dtype: &str, requires_grad: bool) -> PyResult<PyTensor> {
+    let d = dtype_from(dtype)?;
+    created(|| api::arange_dtype(start, end, step, d), dtype, requires_grad)
+}
+
+/// `gt.cat`'s core.
+#[pyfunction]
+pub fn _cat(tensors: Vec<PyRef<'_, PyTensor>>, axis: i64) -> PyResult<PyTensor> {
+    let ts: Vec<&Tensor> = tensors.iter().map(|t| t.rs()).collect::<PyResult<_>>()?;
+    api::cat(&ts, axis).py().map(wrap)
+}
+
+/// `gt.where(cond, a, b)`.
+#[pyfunction]
+#[pyo3(name = "where")]
+pub fn where_(
+    py: Python<'_>,
+    cond: PyRef<'_, PyTensor>,
+    a: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+) -> PyResult<PyTensor> {
+    let bad = || PyTypeError::new_err("where: the branches must be tensors or numbers");
+    let a = operand(py, a)?.ok_or_else(bad)?;
+    let b = operand(py, b)?.ok_or_else(bad)?;
+    api::where_(cond.rs()?, a.arg(), b.arg()).py().map(wrap)
+}
+
+/// Seeds this thread's random ops.
+#[pyfunction]
+pub fn manual_seed(seed: u64) -> PyResult<()> {
+    runtime::context().py()?;
+    api::manual_seed(seed).py()
+}
+
+/// Whether this thread records ops for autograd.
+#[pyfunction]
+pub fn is_grad_enabled() -> PyResult<bool> {
+    runtime::context().py()?;
+    Ok(api::is_grad_enabled())
+}
+
+/// Waits until every op this thread issued has run, raising the first failure.
+#[pyfunction]
+pub fn synchronize(py: Python<'_>) -> PyResult<()> {
+    let ctx = SameThread(runtime::context().py()?);
+    let got = py.detach(move || {
+        let ctx = ctx;
+        SameThread(ctx.0.sync())
+    });
+    got.0.py()
+}
+
+/// The guard of a `gt.no_grad()` block.
+#[pyclass(module = "gt._gt")]
+pub struct NoGrad {
+    guard: Owned<Option<api::NoGradGuard>>,
+}
+
+#[pymethods]
+impl NoGrad {
+    #[new]
+    fn new() -> PyResult<NoGrad> {
+        let ctx = runtime::context().py()?;
+        Ok(NoGrad { guard: Owned::new(Some(ctx.no_grad()), "no_grad block") })
+    }
+
+    /// Ends the block.
+    fn close(&mut self) -> PyResult<()> {
+        self.guard.get_mut()?.take();
+        Ok(())
+    }
+}

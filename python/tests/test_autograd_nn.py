@@ -1,0 +1,157 @@
+"""Autograd and `gt.nn` against hand-computed gradients and NumPy; an MLP that learns."""
+
+import numpy as np
+import pytest
+
+import gt
+from gt.nn import SGD, Adam, Linear, Module
+
+
+def test_gradients_match_hand_computation():
+    a_np = np.array([[1.0, -2.0], [3.0, 0.5]], dtype=np.float32)
+    b_np = np.array([[0.5, 1.0], [-1.0, 2.0]], dtype=np.float32)
+    a = gt.tensor(a_np, requires_grad=True)
+    b = gt.from_numpy(b_np, requires_grad=True)
+    loss = ((a @ b).relu() * 2).sum() + (a * a).mean()
+    loss.backward()
+    mask = (a_np @ b_np) > 0
+    ga = (2 * mask) @ b_np.T + 2 * a_np / a_np.size
+    gb = a_np.T @ (2 * mask)
+    np.testing.assert_allclose(a.grad.numpy(), ga, rtol=1e-5)
+    np.testing.assert_allclose(b.grad.data.numpy(), gb, rtol=1e-5)
+
+
+def test_grads_accumulate_like_pytorch_and_reset():
+    x = gt.tensor([1.0, 2.0], requires_grad=True)
+    (x * 3).sum().backward()
+    (x * 3).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [6, 6])
+    x.grad = None
+    assert x.grad is None
+
+
+def test_slices_and_splits_carry_gradients():
+    x = gt.tensor(np.arange(6, dtype=np.float32), requires_grad=True)
+    first, second = x.split(3)
+    (first.sum() * 2 + x[4] * 5 + second[-1]).backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2, 2, 2, 0, 5, 1])
+
+
+def test_no_grad_and_requires_grad():
+    x = gt.ones(2, requires_grad=True)
+    with gt.no_grad():
+        y = x * 2
+        assert not gt.is_grad_enabled()
+    assert gt.is_grad_enabled()
+    assert not y.requires_grad
+
+    @gt.no_grad()
+    def f(t):
+        return t * 3
+
+    assert not f(x).requires_grad
+    z = gt.ones(2).requires_grad_()
+    assert z.requires_grad and z.is_leaf
+    with pytest.raises(ValueError, match="requires"):
+        gt.ones(2).sum().backward()
+
+
+def test_tape():
+    a = gt.randn(3, 3, requires_grad=True)
+    b = gt.randn(3, 3, requires_grad=True)
+    loss = (a + b).sum()
+    tape = gt.debug.get_tape()
+    assert [e["grad_fn"] for e in tape][-2:] == ["add", "sum"]
+    assert tape[-1]["input_ids"] == [tape[-2]["output_id"]]
+    assert tape[-2]["output_shape"] == [3, 3]
+    del loss
+
+
+def test_print_tape(capsys):
+    a = gt.randn(2, 2, requires_grad=True)
+    loss = (a * 2).sum()
+    gt.debug.print_tape()
+    out = capsys.readouterr().out
+    assert out.startswith("Autograd Tape (") and "mul" in out
+    del loss
+
+
+class MLP(Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = Linear(8, 32)
+        self.fc2 = Linear(32, 1)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x).relu())
+
+
+def test_module_parameters_are_recursive():
+    m = MLP()
+    assert len(m.parameters()) == 4
+    assert [n for n, _ in m.named_parameters()] == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    assert m.fc1.weight.shape == (8, 32)
+    x = gt.randn(4, 8)
+    m(x).sum().backward()
+    assert all(p.grad is not None for p in m.parameters())
+    m.zero_grad()
+    assert all(p.grad is None for p in m.parameters())
+    state = m.state_dict()
+    m2 = MLP()
+    m2.load_state_dict(state)
+    np.testing.assert_allclose(m2(x).numpy(), m(x).numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+def test_mlp_learns_a_regression(opt):
+    rng = np.random.default_rng(0)
+    X_np = rng.standard_normal((64, 8)).astype(np.float32)
+    y_np = (X_np @ rng.standard_normal((8, 1))).astype(np.float32)
+    X, y = gt.tensor(X_np), gt.tensor(y_np)
+    gt.manual_seed(1)
+    model = MLP()
+    optimizer = SGD(model.parameters(), lr=0.05) if opt == "sgd" else Adam(model.parameters(), lr=0.01)
+    first = None
+    for _ in range(150):
+        loss = ((model(X) - y) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        first = first if first is not None else loss.item()
+    final = gt.nn.mse_loss(model(X), y).item()
+    # The stated bar: the MSE falls below 5% of where it started.
+    assert final < 0.05 * first, (first, final)
+
+
+def test_classifier_with_cross_entropy():
+    rng = np.random.default_rng(2)
+    X_np = rng.standard_normal((90, 4)).astype(np.float32)
+    labels = (X_np[:, 0] > 0).astype(np.int64) + (X_np[:, 1] > 0)
+    X = gt.tensor(X_np)
+    model = gt.nn.Sequential(Linear(4, 16), gt.nn.ReLU(), Linear(16, 3))
+    opt = Adam(model.parameters(), lr=0.05)
+    for _ in range(100):
+        loss = gt.nn.cross_entropy(model(X), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    accuracy = (model(X).numpy().argmax(1) == labels).mean()
+    assert accuracy > 0.9
+    assert gt.nn.cross_entropy(model(X), gt.tensor(labels)).item() == pytest.approx(loss.item(), rel=0.2)
+
+
+def test_python_gt_style_update_of_a_parameter():
+    w = gt.tensor([1.0, 2.0], requires_grad=True)
+    (w * w).sum().backward()
+    w -= 0.5 * w.grad
+    np.testing.assert_allclose(w.numpy(), [0.0, 0.0])
+    assert w.requires_grad and w.is_leaf
+
+
+def test_bf16_autocast_via_signal_config():
+    gt.register_config("half_layer", gt.SignalConfig(dtype=gt.bfloat16))
+    a = gt.randn(4, 4)
+    with gt.signal.context("half_layer"):
+        y = a @ a
+    assert y.dtype == "bfloat16"
+    np.testing.assert_allclose(y.numpy(), a.numpy() @ a.numpy(), rtol=0.05, atol=0.1)
