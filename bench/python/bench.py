@@ -115,13 +115,21 @@ def torch_figures():
     return {"issue": best(issue), "trip": best(trip), "mlp": mlp()}, f"torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
+def side_by_side(python, rust):
+    """Medians of REPEATS runs of each, taken in turn (so that both meet the same machine:
+    this VM's round trips drift over a run)."""
+    py_runs, rust_runs = [], []
+    for _ in range(REPEATS):
+        py_runs.append(python())
+        rust_runs.append(rust())
+    return statistics.median(py_runs), statistics.median(rust_runs)
+
+
 def main():
-    py = {"issue": best(gt_issue), "trip": best(gt_round_trip), "mlp": gt_mlp()}
-    rust = {
-        "issue": best(lambda: _gt._bench_rust_issue(N_OPS)),
-        "trip": best(lambda: _gt._bench_rust_round_trip(N_TRIPS)),
-        "mlp": statistics.median(_gt._bench_rust_mlp(STEPS, WARMUP)),
-    }
+    py, rust = {}, {}
+    py["issue"], rust["issue"] = side_by_side(gt_issue, lambda: _gt._bench_rust_issue(N_OPS))
+    py["trip"], rust["trip"] = side_by_side(gt_round_trip, lambda: _gt._bench_rust_round_trip(N_TRIPS))
+    py["mlp"], rust["mlp"] = gt_mlp(), statistics.median(_gt._bench_rust_mlp(STEPS, WARMUP))
     torch, torch_note = torch_figures()
     lines = [
         f"gt from Python beside the Rust API and PyTorch eager: {platform.node()}, {os.cpu_count()} cores, "

@@ -17,6 +17,9 @@ use pyo3::prelude::*;
 /// A dtype argument as its canonical name: `gt.float32`/`"float32"`, `"f32"`, NumPy dtypes
 /// and scalar types (`np.float16`), PyTorch-style aliases (`"float"`, `"long"`, ...).
 pub(crate) fn dtype_arg(py: Python<'_>, dtype: &Bound<'_, PyAny>) -> PyResult<String> {
+    if dtype.is_none() {
+        return Err(pyo3::exceptions::PyTypeError::new_err("a dtype is needed, got None"));
+    }
     if let Ok(s) = dtype.extract::<String>() {
         let s = s.strip_prefix("torch.").unwrap_or(&s).to_string();
         let canonical = match s.as_str() {

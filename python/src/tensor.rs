@@ -107,6 +107,9 @@ fn axes_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
     if let Ok(a) = obj.extract::<i64>() {
         return Ok(vec![a]);
     }
+    if obj.is_instance_of::<pyo3::types::PyInt>() {
+        return Err(value_error(format!("axis {obj} is out of range")));
+    }
     obj.extract::<Vec<i64>>().map_err(|_| {
         PyTypeError::new_err(format!(
             "axis: expected an int or a tuple of ints, got {}",
@@ -152,6 +155,8 @@ fn index_items(py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Vec<SliceItem
                 ))
             } else if let Ok(i) = item.extract::<i64>() {
                 Ok(SliceItem::Index(i))
+            } else if item.is_instance_of::<pyo3::types::PyInt>() {
+                Err(PyIndexError::new_err(format!("index {item} is out of range")))
             } else {
                 Err(PyTypeError::new_err(format!(
                     "cannot index a tensor with {}: use ints, slices, None and ...",
@@ -300,13 +305,13 @@ impl PyTensor {
 
     #[setter]
     fn set_requires_grad(&self, on: bool) -> PyResult<()> {
-        self.rs()?.clone().requires_grad_(on).py().map(|_| ())
+        track(self.rs()?.clone(), on).map(|_| ())
     }
 
     /// Makes a leaf track gradients (or stop); returns the tensor.
     #[pyo3(signature = (requires_grad=true))]
     fn requires_grad_(slf: PyRef<'_, Self>, requires_grad: bool) -> PyResult<PyRef<'_, Self>> {
-        slf.rs()?.clone().requires_grad_(requires_grad).py()?;
+        track(slf.rs()?.clone(), requires_grad)?;
         Ok(slf)
     }
 
@@ -896,8 +901,20 @@ pub fn _from_array(array: &Bound<'_, PyAny>, dtype: &str, requires_grad: bool) -
 }
 
 fn finish(t: Tensor, requires_grad: bool) -> PyResult<PyTensor> {
-    let t = if requires_grad { t.requires_grad_(true).py()? } else { t };
+    let t = if requires_grad { track(t, true)? } else { t };
     Ok(wrap(t))
+}
+
+/// `requires_grad_(on)`, refused for integer and bool tensors as PyTorch does (no gradient
+/// flows through them).
+fn track(t: Tensor, on: bool) -> PyResult<Tensor> {
+    if on && !t.dtype().is_float() {
+        return Err(value_error(format!(
+            "only tensors of a floating-point dtype can require gradients, not {}",
+            dtype_name(t.dtype())
+        )));
+    }
+    t.requires_grad_(on).py()
 }
 
 fn shape_of(dims: Vec<i64>) -> PyResult<Vec<usize>> {

@@ -162,3 +162,48 @@ def test_the_commands_take_the_python_gt_flags():
     assert r.returncode == 2 and "no dispatcher on port 1" in r.stderr
     r = subprocess.run([sys.executable, "-m", "gt", "--version"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("gt ")
+
+
+def test_connect_to_the_gt_binarys_server_and_workers():
+    """`gt server` and `gt worker` (the binary, when built) serve a Python client too."""
+    import pathlib
+
+    import pytest
+
+    gt_bin = pathlib.Path(__file__).parents[2] / "target" / "release" / "gt"
+    if not gt_bin.exists():
+        pytest.skip(f"{gt_bin} is not built (cargo build --release --bin gt)")
+    from conftest import free_port
+
+    port = free_port()
+    server = subprocess.Popen([str(gt_bin), "server", "-p", str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert "listening" in server.stdout.readline()
+        worker = subprocess.Popen([str(gt_bin), "worker", "-p", str(port)], stdout=subprocess.DEVNULL)
+        time.sleep(1.0)
+        r = run_python(f"import gt; gt.connect('localhost:{port}'); print(gt.arange(4).sum().item())")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "6"
+        worker.terminate()
+        worker.wait(timeout=10)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_tensors_after_shutdown_raise():
+    r = run_python("""
+import gt
+a = gt.ones(2)
+gt._shutdown()
+for f in (lambda: a.numpy(), lambda: a + 1, lambda: gt.ones(2)):
+    try:
+        f()
+        print("no error")
+    except RuntimeError as e:
+        print(type(e).__name__, e)
+""")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3 and all(l.startswith("GtError") for l in lines), r.stdout
+    assert "shut down" in lines[0] and "shut down" in lines[2]

@@ -84,3 +84,12 @@ def test_readme_block_runs(index, tmp_path):
             p.terminate()
             p.wait(timeout=30)
     assert r.returncode == 0, f"block {index}:\n{block}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+
+
+def test_our_readme_python_blocks_run(tmp_path):
+    ours = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", ours, re.S)
+    assert blocks
+    for block in blocks:
+        r = run_python(block, cwd=tmp_path, timeout=300)
+        assert r.returncode == 0, f"{block}\nstderr:\n{r.stderr}"
