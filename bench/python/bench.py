@@ -17,7 +17,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
 
 import gt
 from gt import _gt
@@ -34,35 +33,37 @@ def best(f):
     return statistics.median(f() for _ in range(REPEATS))
 
 
-def gt_issue():
-    a = gt.ones(64)
+def issue(lib, sync=lambda: None):
+    """Seconds per tiny add issued with `lib` (gt or torch), its result dropped."""
+    a = lib.ones(64)
     start = time.perf_counter()
     for _ in range(N_OPS):
         a + 1
     issued = time.perf_counter() - start
-    gt.synchronize()
+    sync()
     return issued / N_OPS
 
 
-def gt_round_trip():
-    a = gt.ones(1)
+def round_trip(lib):
+    """Seconds per tiny add issued and read back."""
+    a = lib.ones(1)
     start = time.perf_counter()
     for _ in range(N_TRIPS):
         (a + 1).item()
     return (time.perf_counter() - start) / N_TRIPS
 
 
-def gt_mlp():
-    gt.manual_seed(0)
-    x, y = gt.randn(64, 784), gt.randn(64, 10)
-    w1 = (gt.randn(784, 256) * 0.05).requires_grad_()
-    w2 = (gt.randn(256, 10) * 0.05).requires_grad_()
-    opt = gt.nn.SGD([w1, w2], lr=0.01)
+def mlp(lib, sgd):
+    """The median seconds of an MLP training step in `lib` with its SGD class."""
+    lib.manual_seed(0)
+    x, y = lib.randn(64, 784), lib.randn(64, 10)
+    w1 = (lib.randn(784, 256) * 0.05).requires_grad_()
+    w2 = (lib.randn(256, 10) * 0.05).requires_grad_()
+    opt = sgd([w1, w2], lr=0.01)
     times = []
     for i in range(WARMUP + STEPS):
         start = time.perf_counter()
-        h = (x @ w1).relu()
-        loss = ((h @ w2 - y) ** 2).mean()
+        loss = (((x @ w1).relu() @ w2 - y) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -77,42 +78,8 @@ def torch_figures():
         import torch
     except ImportError:
         return None, "torch is not installed (pip install torch)"
-
-    a = torch.ones(64)
-
-    def issue():
-        start = time.perf_counter()
-        for _ in range(N_OPS):
-            a + 1
-        return (time.perf_counter() - start) / N_OPS
-
-    b = torch.ones(1)
-
-    def trip():
-        start = time.perf_counter()
-        for _ in range(N_TRIPS):
-            (b + 1).item()
-        return (time.perf_counter() - start) / N_TRIPS
-
-    def mlp():
-        torch.manual_seed(0)
-        x, y = torch.randn(64, 784), torch.randn(64, 10)
-        w1 = (torch.randn(784, 256) * 0.05).requires_grad_()
-        w2 = (torch.randn(256, 10) * 0.05).requires_grad_()
-        opt = torch.optim.SGD([w1, w2], lr=0.01)
-        times = []
-        for i in range(WARMUP + STEPS):
-            start = time.perf_counter()
-            loss = (((x @ w1).relu() @ w2 - y) ** 2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            loss.item()
-            if i >= WARMUP:
-                times.append(time.perf_counter() - start)
-        return statistics.median(times)
-
-    return {"issue": best(issue), "trip": best(trip), "mlp": mlp()}, f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    figures = {"issue": best(lambda: issue(torch)), "trip": best(lambda: round_trip(torch)), "mlp": mlp(torch, torch.optim.SGD)}
+    return figures, f"torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
 def side_by_side(python, rust):
@@ -127,9 +94,9 @@ def side_by_side(python, rust):
 
 def main():
     py, rust = {}, {}
-    py["issue"], rust["issue"] = side_by_side(gt_issue, lambda: _gt._bench_rust_issue(N_OPS))
-    py["trip"], rust["trip"] = side_by_side(gt_round_trip, lambda: _gt._bench_rust_round_trip(N_TRIPS))
-    py["mlp"], rust["mlp"] = gt_mlp(), statistics.median(_gt._bench_rust_mlp(STEPS, WARMUP))
+    py["issue"], rust["issue"] = side_by_side(lambda: issue(gt, gt.synchronize), lambda: _gt._bench_rust_issue(N_OPS))
+    py["trip"], rust["trip"] = side_by_side(lambda: round_trip(gt), lambda: _gt._bench_rust_round_trip(N_TRIPS))
+    py["mlp"], rust["mlp"] = mlp(gt, gt.nn.SGD), statistics.median(_gt._bench_rust_mlp(STEPS, WARMUP))
     torch, torch_note = torch_figures()
     lines = [
         f"gt from Python beside the Rust API and PyTorch eager: {platform.node()}, {os.cpu_count()} cores, "

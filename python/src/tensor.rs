@@ -7,7 +7,7 @@ use crate::errors::{value_error, OrRaise};
 use crate::owned::Owned;
 use crate::runtime;
 use gt_frontend::tensor::{self as api, Arg};
-use gt_frontend::Tensor;
+use gt_frontend::{Tensor, TensorError};
 use gt_ir::{BinaryOp, DType, HostTensor, SliceItem, UnaryOp};
 use pyo3::basic::CompareOp;
 use pyo3::exceptions::{PyIndexError, PyTypeError};
@@ -193,7 +193,23 @@ fn reduce_args(
     Ok((axes, keepdim.unwrap_or(keepdims)))
 }
 
+/// A reduction over every element (`Tensor::sum`) ...
+type ReduceAll = fn(&Tensor) -> Result<Tensor, TensorError>;
+/// ... and over some axes (`Tensor::sum_dims`).
+type ReduceDims = fn(&Tensor, &[i64], bool) -> Result<Tensor, TensorError>;
+
 impl PyTensor {
+    fn reduce(&self, all: ReduceAll, dims: ReduceDims, (axes, keep): (Option<Vec<i64>>, bool)) -> PyResult<PyTensor> {
+        let t = self.rs()?;
+        match axes {
+            None if !keep => all(t),
+            None => dims(t, &(0..t.rank() as i64).collect::<Vec<_>>(), true),
+            Some(a) => dims(t, &a, keep),
+        }
+        .py()
+        .map(wrap)
+    }
+
     fn binary(&self, py: Python<'_>, op: BinaryOp, other: &Bound<'_, PyAny>, reflected: bool) -> PyResult<Py<PyAny>> {
         let Some(o) = operand(py, other)? else { return Ok(py.NotImplemented()) };
         let (l, r) = if reflected { (o.arg(), Arg::Tensor(self.rs()?)) } else { (Arg::Tensor(self.rs()?), o.arg()) };
@@ -669,14 +685,7 @@ impl PyTensor {
         dim: Option<&Bound<'_, PyAny>>,
         keepdim: Option<bool>,
     ) -> PyResult<PyTensor> {
-        let (axes, keep) = reduce_args(axis, dim, keepdims, keepdim)?;
-        match axes {
-            None if !keep => self.rs()?.sum(),
-            None => self.rs()?.sum_dims(&(0..self.rs()?.rank() as i64).collect::<Vec<_>>(), true),
-            Some(a) => self.rs()?.sum_dims(&a, keep),
-        }
-        .py()
-        .map(wrap)
+        self.reduce(Tensor::sum, Tensor::sum_dims, reduce_args(axis, dim, keepdims, keepdim)?)
     }
 
     /// Mean over every element, or over `axis` (`dim`).
@@ -688,14 +697,7 @@ impl PyTensor {
         dim: Option<&Bound<'_, PyAny>>,
         keepdim: Option<bool>,
     ) -> PyResult<PyTensor> {
-        let (axes, keep) = reduce_args(axis, dim, keepdims, keepdim)?;
-        match axes {
-            None if !keep => self.rs()?.mean(),
-            None => self.rs()?.mean_dims(&(0..self.rs()?.rank() as i64).collect::<Vec<_>>(), true),
-            Some(a) => self.rs()?.mean_dims(&a, keep),
-        }
-        .py()
-        .map(wrap)
+        self.reduce(Tensor::mean, Tensor::mean_dims, reduce_args(axis, dim, keepdims, keepdim)?)
     }
 
     /// Largest element, or largest over `axis` (`dim`): values only.
@@ -707,14 +709,7 @@ impl PyTensor {
         dim: Option<&Bound<'_, PyAny>>,
         keepdim: Option<bool>,
     ) -> PyResult<PyTensor> {
-        let (axes, keep) = reduce_args(axis, dim, keepdims, keepdim)?;
-        match axes {
-            None if !keep => self.rs()?.max(),
-            None => self.rs()?.max_dims(&(0..self.rs()?.rank() as i64).collect::<Vec<_>>(), true),
-            Some(a) => self.rs()?.max_dims(&a, keep),
-        }
-        .py()
-        .map(wrap)
+        self.reduce(Tensor::max, Tensor::max_dims, reduce_args(axis, dim, keepdims, keepdim)?)
     }
 
     /// Smallest element, or smallest over `axis` (`dim`): values only.
@@ -726,14 +721,7 @@ impl PyTensor {
         dim: Option<&Bound<'_, PyAny>>,
         keepdim: Option<bool>,
     ) -> PyResult<PyTensor> {
-        let (axes, keep) = reduce_args(axis, dim, keepdims, keepdim)?;
-        match axes {
-            None if !keep => self.rs()?.min(),
-            None => self.rs()?.min_dims(&(0..self.rs()?.rank() as i64).collect::<Vec<_>>(), true),
-            Some(a) => self.rs()?.min_dims(&a, keep),
-        }
-        .py()
-        .map(wrap)
+        self.reduce(Tensor::min, Tensor::min_dims, reduce_args(axis, dim, keepdims, keepdim)?)
     }
 
     /// Same elements, new shape (one dimension may be -1): `reshape(2, 3)` or `reshape((2, 3))`.
