@@ -14,6 +14,6 @@ pub mod shard;
 pub use dead::{Dead, DeadConfig, DeadStats};
 pub use fuse::{Fuse, FuseConfig, FuseStats, Regions};
 pub use hotpath::{HotPath, HotPathConfig, HotPathStats};
-pub use pipeline::{Emit, Emitted, Meta, PassError, Pipeline, StreamPass, StreamTypes, Typing, UnknownPass};
+pub use pipeline::{Emit, Emitted, Meta, PassError, PassNote, Pipeline, StreamPass, StreamTypes, Typing, UnknownPass};
 pub use registry::{PassOptions, DEFAULT_PASSES, KNOWN_PASSES};
-pub use shard::{PlacementError, Shard, ShardConfig, ShardStats};
+pub use shard::{PlacementError, Shard, ShardConfig, ShardStats, Unplaced};

@@ -67,6 +67,18 @@ pub struct Refusal {
     pub error: Arc<dyn std::error::Error + Send + Sync>,
 }
 
+/// A request a pass could honour only in part (a placement it left unapplied to a value,
+/// which then stays whole at home): the dispatcher writes it to the instruction log.
+#[derive(Debug, Clone)]
+pub struct PassNote {
+    /// The pass.
+    pub pass: &'static str,
+    /// The meta of the instruction it is about.
+    pub meta: Meta,
+    /// What it could not do, and why.
+    pub note: Arc<dyn std::error::Error + Send + Sync>,
+}
+
 /// A pass broke the pipeline's rules.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PassError {
@@ -145,6 +157,7 @@ pub struct Emit {
     pub(crate) current: Meta,
     errors: Vec<(Meta, PassError)>,
     refusals: Vec<Refusal>,
+    notes: Vec<PassNote>,
 }
 
 impl Emit {
@@ -215,6 +228,12 @@ impl Emit {
     /// `error` (its results are not computed).
     pub fn refuse(&mut self, instr: Instr, error: impl std::error::Error + Send + Sync + 'static) {
         self.refusals.push(Refusal { instr, meta: self.current.clone(), error: Arc::new(error) });
+    }
+
+    /// Notes what the pass could not do for the instruction being taken (it still ran, in
+    /// a documented fallback); the dispatcher writes it to the instruction log.
+    pub fn note(&mut self, note: impl std::error::Error + Send + Sync + 'static) {
+        self.notes.push(PassNote { pass: self.pass, meta: self.current.clone(), note: Arc::new(note) });
     }
 
     /// Reports a failure of the pass against the instruction being taken; the dispatcher
@@ -306,6 +325,7 @@ pub struct Pipeline {
     validate: bool,
     errors: Vec<(Meta, PassError)>,
     refusals: Vec<Refusal>,
+    notes: Vec<PassNote>,
 }
 
 impl Default for Pipeline {
@@ -318,6 +338,7 @@ impl Default for Pipeline {
             validate: cfg!(debug_assertions),
             errors: Vec::new(),
             refusals: Vec::new(),
+            notes: Vec::new(),
         }
     }
 }
@@ -383,6 +404,11 @@ impl Pipeline {
     /// The instructions passes refused since the last call.
     pub fn take_refusals(&mut self) -> Vec<Refusal> {
         std::mem::take(&mut self.refusals)
+    }
+
+    /// What passes noted since the last call.
+    pub fn take_notes(&mut self) -> Vec<PassNote> {
+        std::mem::take(&mut self.notes)
     }
 
     /// Tells every pass the dispatcher has workers `0..n`.
@@ -453,7 +479,7 @@ impl Pipeline {
             let stage = &mut self.stages[k];
             let mut emit = Emit::new(stage.pass.name());
             stage.pass.idle(&mut emit);
-            if !emit.items.is_empty() || !emit.errors.is_empty() {
+            if !emit.items.is_empty() || !emit.errors.is_empty() || !emit.notes.is_empty() {
                 self.report(k, &mut emit);
                 self.feed(k + 1, emit.items, out, None);
             }
@@ -469,6 +495,7 @@ impl Pipeline {
         }
         self.errors.append(&mut emit.errors);
         self.refusals.append(&mut emit.refusals);
+        self.notes.append(&mut emit.notes);
         if self.validate {
             let check = &mut self.stages[k].check;
             for (instr, meta) in &emit.items {

@@ -71,6 +71,58 @@ pub enum PlacementError {
     },
 }
 
+/// A placement left unapplied to a value, which stays whole at home (the documented
+/// fallback, counted as `unsplit` in `--pass-stats`); written to the instruction log once per
+/// signal and reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unplaced {
+    /// The axis is not one of the value's.
+    #[error("signal `{signal}` splits along axis {axis}, but {value} is {ty} (rank {rank}): it stays whole on its home worker")]
+    AxisOutOfRange {
+        /// The signal.
+        signal: String,
+        /// The value.
+        value: ValueId,
+        /// Its type.
+        ty: TensorType,
+        /// The axis asked.
+        axis: i64,
+        /// The value's rank.
+        rank: usize,
+    },
+    /// Fewer elements along the axis than workers.
+    #[error("signal `{signal}` splits along axis {axis} over {workers} workers, but {value} is {ty}: fewer than one element per worker, so it stays whole on its home worker")]
+    TooSmall {
+        /// The signal.
+        signal: String,
+        /// The value.
+        value: ValueId,
+        /// Its type.
+        ty: TensorType,
+        /// The axis asked.
+        axis: i64,
+        /// The workers it names.
+        workers: usize,
+    },
+    /// One worker: a split over it is the value itself.
+    #[error("signal `{signal}` splits its values, but only one worker is up: they stay whole on it")]
+    OneWorker {
+        /// The signal.
+        signal: String,
+    },
+}
+
+impl Unplaced {
+    /// The signal and the kind of reason, so that each is logged once.
+    fn key(&self) -> (String, u8) {
+        match self {
+            Unplaced::AxisOutOfRange { signal, .. } => (signal.clone(), 0),
+            Unplaced::TooSmall { signal, .. } => (signal.clone(), 1),
+            Unplaced::OneWorker { signal } => (signal.clone(), 2),
+        }
+    }
+}
+
 /// A value split along `axis`: piece `i` is `parts[i].1` on worker `parts[i].0`.
 #[derive(Debug, Clone, PartialEq)]
 struct Split {
@@ -148,6 +200,8 @@ pub struct Shard {
     /// replace the old ones once the plan has read those).
     produced: Vec<(ValueId, Dist)>,
     stats: ShardStats,
+    /// The unapplied placements already written to the log (per signal and reason).
+    noted: std::collections::HashSet<(String, u8)>,
 }
 
 impl Default for Shard {
@@ -208,6 +262,7 @@ impl Shard {
             free_ids: Vec::new(),
             produced: Vec::new(),
             stats: ShardStats::default(),
+            noted: std::collections::HashSet::new(),
         }
     }
 
@@ -633,7 +688,9 @@ impl Shard {
             Instr::Zeros { ty, .. } | Instr::Ones { ty, .. } | Instr::Full { ty, .. } => {
                 // Created piece by piece where a scope splits them.
                 let Some(Want::Split { axis, workers }) = self.want().cloned() else { return false };
-                let Some(a) = self.splittable(ty, axis, workers.len()) else { return false };
+                let Some(a) = self.splittable(ty, axis, workers.len()).filter(|_| self.workers > 1) else {
+                    return false;
+                };
                 let sizes = array_split(ty.shape.0[a], workers.len());
                 let dst = instr.results()[0];
                 let mut parts = Vec::new();
@@ -840,9 +897,23 @@ impl Shard {
     /// Applies the innermost placement to the results of the client's instruction.
     fn place_results(&mut self, out: &mut Emit, results: &[ValueId], types: &[TensorType]) {
         let Some(Want::Split { axis, workers }) = self.want().cloned() else { return };
+        let signal = self.scopes.iter().rev().find(|(_, w)| w.is_some()).map_or(String::new(), |(n, _)| n.clone());
         for (&r, ty) in results.iter().zip(types) {
-            let Some(a) = self.splittable(ty, axis, workers.len()) else {
+            // With one worker up a split is the value itself: it stays whole (and the log says so).
+            let fits = self.splittable(ty, axis, workers.len()).filter(|_| self.workers > 1);
+            let Some(a) = fits else {
                 self.stats.unsplit += 1;
+                let (signal, rank) = (signal.clone(), ty.shape.rank());
+                let why = if self.workers == 1 {
+                    Unplaced::OneWorker { signal }
+                } else if normalize_axis(axis, rank).is_err() {
+                    Unplaced::AxisOutOfRange { signal, value: r, ty: ty.clone(), axis, rank }
+                } else {
+                    Unplaced::TooSmall { signal, value: r, ty: ty.clone(), axis, workers: workers.len() }
+                };
+                if self.noted.insert(why.key()) {
+                    out.note(why);
+                }
                 continue;
             };
             self.ensure_split(out, r, a, &workers);

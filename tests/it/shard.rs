@@ -600,6 +600,49 @@ fn gt_run_spreads_a_script_over_workers_from_a_yaml_config() {
 }
 
 #[test]
+fn placements_that_cannot_apply_keep_values_whole_and_say_so_in_the_log_and_stats() {
+    use crate::cli::{code, gt_run_env, stderr, stdout};
+    let dir = std::env::temp_dir().join(format!("gt-unplaced-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let yaml = dir.join("shard.yaml");
+    // An axis out of range for a 2-d value, and a value smaller than its worker count.
+    std::fs::write(
+        &yaml,
+        "wide:\n  shard:\n    axis: 2\n    workers: [0, 1]\ntiny:\n  shard:\n    axis: 0\n    workers: [0, 1]\n",
+    )
+    .unwrap();
+    let script = dir.join("unplaced.gtir");
+    std::fs::write(
+        &script,
+        "signal \"wide\" {\n  %a = arange f32 end=6\n  %b = reshape %a shape=[2, 3]\n  %c = relu %b\n}\nsignal \"tiny\" {\n  %d = arange f32 end=1\n  %e = exp %d\n}\nprint %c\nprint %e\n",
+    )
+    .unwrap();
+    let one = gt_run_env(&[script.to_str().unwrap()], &[]);
+    assert_eq!(code(&one), 0, "{}", stderr(&one));
+    let log = dir.join("ops.log");
+    let env = [("GT_CONFIG", yaml.as_os_str()), ("GT_INSTRUCTION_LOG", log.as_os_str())];
+    let two = gt_run_env(&["--workers", "2", "--pass-stats", script.to_str().unwrap()], &env);
+    assert_eq!(code(&two), 0, "{}", stderr(&two));
+    assert_eq!(stdout(&two), stdout(&one), "the values are the one worker's");
+    assert!(stderr(&two).contains("pass shard: sharded=0 "), "{}", stderr(&two));
+    assert!(!stderr(&two).contains("unsplit=0"), "{}", stderr(&two));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("signal `wide` splits along axis 2, but %0 is f32[6] (rank 1)"), "{text}");
+    assert!(text.contains("signal `tiny` splits along axis 0 over 2 workers, but %3 is f32[1]"), "{text}");
+    // Once per signal and reason, not per value.
+    assert_eq!(text.matches("signal `wide` splits").count(), 1, "{text}");
+    // A sharded program with one worker up runs whole on it, and says so.
+    std::fs::write(&yaml, "wide:\n  shard:\n    axis: 0\n").unwrap();
+    std::fs::remove_file(&log).unwrap();
+    let alone = gt_run_env(&["--workers", "1", "--pass-stats", script.to_str().unwrap()], &env);
+    assert_eq!(code(&alone), 0, "{}", stderr(&alone));
+    assert_eq!(stdout(&alone), stdout(&one));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("signal `wide` splits its values, but only one worker is up"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn a_sharded_script_runs_on_four_gt_worker_processes() {
     use crate::distributed::{free_port, gt_run, server, worker};
     let port = free_port();

@@ -720,7 +720,8 @@ impl Dispatcher {
 
     /// Reports what the pipeline's validation found: a pass bug, which stops debug builds
     /// (the message handler's `catch_unwind` then ends only this client's session). The
-    /// client's instructions a pass refused fail for the client.
+    /// client's instructions a pass refused fail for the client; what a pass noted (a
+    /// placement it left unapplied) goes to the instruction log.
     fn pass_errors(&mut self, c: u64) {
         let Some(client) = self.clients.get_mut(&c) else { return };
         let refusals = client.pipeline.take_refusals();
@@ -733,6 +734,13 @@ impl Dispatcher {
         for r in refusals {
             let why = format!("{}: {}", r.instr.mnemonic(), r.error);
             self.fail(c, r.meta.seq, &r.instr, Failure::new(FailureKind::Type, why));
+        }
+        if let Some(client) = self.clients.get_mut(&c) {
+            for n in client.pipeline.take_notes() {
+                let msg = format!("client={c} #{}: {}", n.meta.seq, n.note);
+                tracing::warn!(target: "gt::dispatcher", "pass {}: {msg}", n.pass);
+                self.log.emit(EventKind::Status, format!("CLIENT {c}"), n.pass, 0, msg);
+            }
         }
     }
 
