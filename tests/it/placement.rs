@@ -256,6 +256,8 @@ fn a_worker_lost_in_a_collective_frees_its_peers_at_once() {
     a.submit(full(0, vec![4], 1.0), origin("full")).unwrap();
     a.submit(full(100, vec![4], 2.0), origin("full")).unwrap();
     a.sync().unwrap();
+    // Another client, served after the loss below (a new one would wait for 2 workers).
+    let mut b = client(&c);
     let start = Instant::now();
     let all_reduce = CollectiveOp::AllReduce(ReduceOp::Sum);
     a.submit(collective(all_reduce, &[1, 101], &[0, 100]), origin("all_reduce")).unwrap();
@@ -272,4 +274,7 @@ fn a_worker_lost_in_a_collective_frees_its_peers_at_once() {
     // Its result was never made.
     let e = a.read(v(1)).unwrap_err();
     assert!(e.to_string().contains("not computed"), "{e}");
+    // The dispatcher goes on serving other clients.
+    b.submit(full(0, vec![2], 3.0), origin("full")).unwrap();
+    assert_eq!(b.read(v(0)).unwrap().to_f32(), vec![3.0; 2]);
 }

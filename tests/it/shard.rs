@@ -600,6 +600,19 @@ fn gt_run_spreads_a_script_over_workers_from_a_yaml_config() {
 }
 
 #[test]
+fn dump_after_shard_shows_the_plan_across_workers() {
+    use crate::cli::{code, gt_run_env, stderr, stdout};
+    let o = gt_run_env(&["--workers", "2", "--quiet", "--dump-after", "shard", "examples/sharded.gtir"], &[]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let dump = stdout(&o);
+    assert!(dump.contains("; after shard"), "{dump}");
+    // Per-shard instructions on each worker, and the collectives between them.
+    assert!(dump.contains("; on w0") && dump.contains("; on w1"), "{dump}");
+    assert!(dump.contains("= all_reduce sum ") && dump.contains("; on w0, w1"), "{dump}");
+    assert!(dump.contains("= all_gather "), "{dump}");
+}
+
+#[test]
 fn placements_that_cannot_apply_keep_values_whole_and_say_so_in_the_log_and_stats() {
     use crate::cli::{code, gt_run_env, stderr, stdout};
     let dir = std::env::temp_dir().join(format!("gt-unplaced-{}", std::process::id()));
