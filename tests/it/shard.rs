@@ -679,6 +679,70 @@ fn a_sharded_script_runs_on_four_gt_worker_processes() {
     assert_eq!(remote.stdout, embedded.stdout);
     let stats = String::from_utf8_lossy(&remote.stderr);
     assert!(stats.contains("collectives=") && !stats.contains("collectives=0 "), "{stats}");
+    // The 784-256-10 MLP trained data parallel (the batch split 4 ways, the parameters
+    // replicated) on the four processes and on four embedded workers: one worker's losses.
+    let (script, yaml) = data_parallel_mlp();
+    let env = [("GT_CONFIG", yaml.as_os_str())];
+    let one = crate::cli::gt_run_env(&[script.to_str().unwrap()], &[]);
+    assert!(one.status.success(), "{}", String::from_utf8_lossy(&one.stderr));
+    let address = format!("127.0.0.1:{port}");
+    for args in [vec!["--connect", address.as_str()], vec!["--workers", "4"]] {
+        let args: Vec<&str> = args.into_iter().chain(["--pass-stats", script.to_str().unwrap()]).collect();
+        let spread = crate::cli::gt_run_env(&args, &env);
+        assert!(spread.status.success(), "{args:?}: {}", String::from_utf8_lossy(&spread.stderr));
+        let stats = String::from_utf8_lossy(&spread.stderr);
+        assert!(stats.contains("collectives=") && !stats.contains("collectives=0 "), "{args:?}: {stats}");
+        let (a, b) = (losses(&one.stdout), losses(&spread.stdout));
+        assert_eq!(a.len(), 20);
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-3 * x.abs().max(1.0), "{args:?}: one worker {a:?}, spread {b:?}");
+        }
+    }
+    // Every piece, copy and temporary was freed on every worker once the clients left.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let mut c = gt::frontend::Client::connect(&endpoint, Default::default()).unwrap();
+        let held: Vec<(u64, u64)> = c.stats().unwrap().0.iter().map(|w| (w.live_values, w.live_bytes)).collect();
+        if held.iter().all(|&h| h == (0, 0)) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "workers still hold (values, bytes) {held:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `examples/train_mlp.gtir` with its data in a `batch` signal and its parameters in a
+/// `params` signal, and the GT README's config for them (data parallel over 4 workers).
+fn data_parallel_mlp() -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("gt-dp-mlp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string("examples/train_mlp.gtir").unwrap();
+    let text = text
+        .replace("%x = randn", "signal \"batch\" {\n%x = randn")
+        .replace("%y = randn f32[batch, outputs] seed=2\n", "%y = randn f32[batch, outputs] seed=2\n}\n")
+        .replace("%w1r = randn", "signal \"params\" {\n%w1r = randn")
+        .replace("requires_grad %w1, %w2\n", "}\nrequires_grad %w1, %w2\n")
+        .replace("repeat 20 {\n", "repeat 20 {\nsignal \"batch\" {\n")
+        .replace("  print %loss\n}", "  print %loss\n}\n}");
+    let script = dir.join("train_dp.gtir");
+    std::fs::write(&script, text).unwrap();
+    let yaml = dir.join("dp.yaml");
+    std::fs::write(
+        &yaml,
+        "batch:\n  shard:\n    axis: 0\n    workers: [0, 1, 2, 3]\nparams:\n  shard:\n    replicated: true\n",
+    )
+    .unwrap();
+    (script, yaml)
+}
+
+/// The values of `print %loss` lines.
+fn losses(stdout: &[u8]) -> Vec<f64> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter(|l| l.starts_with("%loss"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect()
 }
 
 #[test]
