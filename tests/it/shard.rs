@@ -105,8 +105,15 @@ fn sharded_pipeline(workers: usize, compile: bool) -> Pipeline {
 }
 
 fn programs() -> Vec<(String, Program)> {
+    let mut examples: Vec<std::path::PathBuf> = std::fs::read_dir("examples")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "gtir"))
+        .collect();
+    examples.sort();
     run_filetests()
         .into_iter()
+        .chain(examples)
         .filter_map(|path| {
             let source = std::fs::read_to_string(&path).ok()?;
             if source.contains("; error:") {
@@ -122,7 +129,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_run_filetest_spread_over_workers_reads_what_the_interpreter_reads(
+    fn every_run_filetest_and_example_spread_over_workers_reads_what_the_interpreter_reads(
         axis in -2i64..3,
         workers in 2usize..5,
         replicated in any::<bool>(),
@@ -136,9 +143,10 @@ proptest! {
             Placement::Split { axis, workers: listed }
         };
         let prologue = [Instr::SignalStart { name: "spread".into(), compile: false, backward: false, place: Some(place.clone()) }];
-        let (mut spread, mut kernels) = (0, 0);
+        let (mut spread, mut kernels, mut examples) = (0, 0, 0);
         for (path, program) in programs() {
             let Some(reference) = reads(&program, None, &[]) else { continue };
+            examples += usize::from(path.starts_with("examples"));
             let mut p = sharded_pipeline(workers + 2, compile);
             let got = reads(&program, Some(&mut p), &prologue);
             let stats = p.stats();
@@ -149,6 +157,7 @@ proptest! {
             prop_assert!(close(&got, &reference), "{path} under {place:?} (compiled: {compile}): reads differ\n{got:?}\n{reference:?}");
         }
         prop_assert!(spread > 0, "the placement spread only {spread} instructions");
+        prop_assert!(examples >= 5, "only {examples} examples ran");
         prop_assert!(!compile || kernels > 0, "compiled, but no kernel was made");
     }
 }
