@@ -45,11 +45,14 @@ class Module:
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             Module.__init__(self)
+        # A reassigned attribute stops being what it was.
+        old = self.__dict__.get(name)
+        if old is not None:
+            self._parameters[:] = [p for p in self._parameters if p is not old]
+            self._modules.pop(name, None)
         if isinstance(value, Module):
             self._modules[name] = value
         elif isinstance(value, Tensor) and value.requires_grad and value.is_leaf:
-            old = self.__dict__.get(name)
-            self._parameters[:] = [p for p in self._parameters if p is not old]
             self._parameters.append(value)
         object.__setattr__(self, name, value)
 

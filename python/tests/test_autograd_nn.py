@@ -96,6 +96,10 @@ def test_module_parameters_are_recursive():
     assert all(p.grad is not None for p in m.parameters())
     m.zero_grad()
     assert all(p.grad is None for p in m.parameters())
+    # A reassigned attribute stops being a parameter or a submodule.
+    extra = MLP()
+    extra.fc2 = None
+    assert len(extra.parameters()) == 2 and len(extra.children()) == 1
     state = m.state_dict()
     m2 = MLP()
     m2.load_state_dict(state)
