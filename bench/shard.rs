@@ -3,12 +3,16 @@
 //! 2, 4 and 8 embedded workers (each with its share of the cores, never more workers than
 //! cores), against one worker; then `all_reduce` and `all_gather` over the workers' own
 //! collective sockets (`gt::runtime::collective`, ZeroMQ rings between threads) from 1 MB to
-//! 256 MB, against a raw ZeroMQ transfer of the same bytes between the same threads.
+//! 256 MB, against raw ZeroMQ sockets moving the same bytes between the same threads in the
+//! same ring (PUSH/PULL, no header, no reduction: the sockets' ceiling for that traffic), and
+//! beside one raw send and receive on one thread (a copy's worth, no thread woken).
 //! Prints times, speed-ups over one worker (the goal: at least 0.9 x N for a compute-bound
 //! matmul while N <= cores) and bandwidth ratios (goal: collectives at least 80% of the raw
 //! socket); asserts nothing.
 //! Run: `cargo bench --bench shard` (`GT_BENCH_QUICK=1`: fewer repetitions and smaller sizes;
-//! `GT_BENCH_SAVE=NAME` writes `bench/results/shard-NAME.txt`).
+//! `GT_BENCH_N`, `GT_BENCH_WIDTH`, `GT_BENCH_BATCH`: the matmul's and the MLP's sizes;
+//! `GT_BENCH_PARTS=matmul,mlp,collectives`: which parts run; `GT_BENCH_SAVE=NAME` writes
+//! `bench/results/shard-NAME.txt`).
 
 use gt::nn::{self, Module, Optimizer};
 use gt::runtime::collective::{Collectives, Group, ZmqCollectives};
@@ -142,9 +146,9 @@ fn collective(n: usize, bytes: usize, reps: usize, gather: bool) -> anyhow::Resu
     Ok(median(times))
 }
 
-/// Median time of sending `bytes` from one thread to another over raw inproc ZeroMQ
-/// (PUSH/PULL, one message), the socket's ceiling.
-fn raw(bytes: usize, reps: usize) -> anyhow::Result<Duration> {
+/// Median time of one raw send and receive of `bytes` on one thread over inproc ZeroMQ
+/// (PUSH/PULL, one message): a copy into a fresh message, no thread woken.
+fn raw_local(bytes: usize, reps: usize) -> anyhow::Result<Duration> {
     let ctx = gt::transport::zmq::Context::new();
     let pull = ctx.socket(gt::transport::zmq::PULL)?;
     pull.bind("inproc://raw")?;
@@ -164,14 +168,88 @@ fn raw(bytes: usize, reps: usize) -> anyhow::Result<Duration> {
     Ok(median(times))
 }
 
+/// Median time of a raw ring on `n` threads over inproc ZeroMQ: each thread sends `n - 1`
+/// messages of `bytes / n` to the next (PUSH) and receives as many from the previous (PULL),
+/// one step after another, as an all-gather's ring does, with nothing else: what the sockets
+/// carry between the same threads in the same pattern.
+fn raw_ring(n: usize, bytes: usize, reps: usize) -> anyhow::Result<Duration> {
+    let ctx = gt::transport::zmq::Context::new();
+    let mut pulls = Vec::new();
+    for r in 0..n {
+        let pull = ctx.socket(gt::transport::zmq::PULL)?;
+        pull.set_rcvhwm(0)?;
+        pull.bind(&format!("inproc://ring-{r}"))?;
+        pulls.push(pull);
+    }
+    let mut pushes = Vec::new();
+    for r in 0..n {
+        let push = ctx.socket(gt::transport::zmq::PUSH)?;
+        push.set_sndhwm(0)?;
+        push.connect(&format!("inproc://ring-{}", (r + 1) % n))?;
+        pushes.push(push);
+    }
+    let times = std::thread::scope(|scope| {
+        let handles: Vec<_> = pulls
+            .into_iter()
+            .zip(pushes)
+            .map(|(pull, push)| {
+                scope.spawn(move || {
+                    let piece = vec![1u8; bytes / n];
+                    let mut times = Vec::new();
+                    for rep in 0..reps + 1 {
+                        let t = Instant::now();
+                        for _ in 0..n - 1 {
+                            push.send(&piece[..], 0).expect("raw send");
+                            let got = pull.recv_msg(0).expect("raw receive");
+                            assert_eq!(got.len(), piece.len());
+                        }
+                        if rep > 0 {
+                            times.push(t.elapsed());
+                        }
+                    }
+                    times
+                })
+            })
+            .collect();
+        let all: Vec<Vec<Duration>> = handles.into_iter().map(|h| h.join().expect("rank")).collect();
+        (0..reps).map(|i| all.iter().map(|t| t[i]).max().unwrap_or_default()).collect::<Vec<_>>()
+    });
+    Ok(median(times))
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 fn main() -> anyhow::Result<()> {
     let quick = std::env::var_os("GT_BENCH_QUICK").is_some();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let counts: Vec<usize> = [1, 2, 4, 8].into_iter().filter(|&w| w <= cores.max(2)).collect();
     let (n, width, batch, reps) = if quick { (1024, 512, 256, 3) } else { (2048, 1024, 512, 5) };
-    let n = std::env::var("GT_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(n);
+    let n = env_usize("GT_BENCH_N").unwrap_or(n);
+    let width = env_usize("GT_BENCH_WIDTH").unwrap_or(width);
+    let batch = env_usize("GT_BENCH_BATCH").unwrap_or(batch);
+    let parts = std::env::var("GT_BENCH_PARTS").unwrap_or_else(|_| "matmul,mlp,collectives".into());
+    let part = |name: &str| parts.split(',').any(|p| p.trim() == name);
     let mut report = String::new();
     let _ = writeln!(report, "gt sharding, {cores} cores; embedded workers share them; median of {reps}");
+    if part("matmul") {
+        matmul_part(&mut report, &counts, n, reps)?;
+    }
+    if part("mlp") {
+        mlp_part(&mut report, &counts, width, batch, reps)?;
+    }
+    if part("collectives") {
+        collectives_part(&mut report, &counts, quick, reps)?;
+    }
+    print!("{report}");
+    if let Ok(name) = std::env::var("GT_BENCH_SAVE") {
+        std::fs::write(format!("bench/results/shard-{name}.txt"), &report)?;
+    }
+    Ok(())
+}
+
+fn matmul_part(report: &mut String, counts: &[usize], n: usize, reps: usize) -> anyhow::Result<()> {
     let _ = writeln!(report, "\nmatmul {n}x{n} f32, x split by rows, w replicated (sync after each)");
     // Scaling: every worker computes on one core (GT_THREADS=1), so N workers have N cores;
     // then what a user gets: the machine's cores divided among the workers.
@@ -182,7 +260,7 @@ fn main() -> anyhow::Result<()> {
         }
         let _ = writeln!(report, "  {label}:");
         let mut one = None;
-        for &w in &counts {
+        for &w in counts {
             let t = matmul(w, n, reps)?;
             let base = *one.get_or_insert(t);
             let speedup = base.as_secs_f64() / t.as_secs_f64();
@@ -191,42 +269,55 @@ fn main() -> anyhow::Result<()> {
         }
     }
     std::env::remove_var("GT_THREADS");
+    Ok(())
+}
+
+fn mlp_part(report: &mut String, counts: &[usize], width: usize, batch: usize, reps: usize) -> anyhow::Result<()> {
     let _ = writeln!(report, "\nMLP {width}-{width}-{width}-10 data-parallel SGD step, batch {batch}, loss read");
     let mut one = None;
-    for &w in &counts {
+    for &w in counts {
         let (t, loss) = mlp_step(w, width, batch, reps)?;
         let base = *one.get_or_insert(t);
         let speedup = base.as_secs_f64() / t.as_secs_f64();
         let _ = writeln!(report, "  {w} worker(s): {:>9.1} ms  speed-up {speedup:.2}x  (loss {loss:.4})", ms(t));
     }
-    let _ = writeln!(report, "\ncollectives between threads over inproc ZeroMQ (bus bandwidth) vs one raw transfer");
+    Ok(())
+}
+
+fn collectives_part(report: &mut String, counts: &[usize], quick: bool, reps: usize) -> anyhow::Result<()> {
+    let _ = writeln!(
+        report,
+        "\ncollectives between threads over inproc ZeroMQ, bus bandwidth (what each link carries per second)\n\
+         against a raw ZeroMQ ring moving the same bytes between the same threads (and one raw send + receive\n\
+         on one thread, a copy with no thread woken, for scale)"
+    );
     let sizes: &[usize] = if quick { &[1, 16, 64] } else { &[1, 16, 64, 256] };
     for &mb in sizes {
         let bytes = mb << 20;
-        let raw = raw(bytes, reps)?;
-        let raw_rate = bytes as f64 / raw.as_secs_f64() / 1e9;
+        // Small transfers take tens of microseconds: more of them make a steady median.
+        let reps = if mb <= 16 { 10 * reps } else { reps };
+        let local = raw_local(bytes, reps)?;
+        let local_rate = bytes as f64 / local.as_secs_f64() / 1e9;
         for &ranks in counts.iter().filter(|&&r| r > 1) {
+            let ring = raw_ring(ranks, bytes, reps)?;
             let reduce = collective(ranks, bytes, reps, false)?;
             let gather = collective(ranks, bytes, reps, true)?;
             // What each link carries: 2(n-1)/n of the data for a ring all_reduce, (n-1)/n
-            // for an all_gather of n pieces.
+            // for an all_gather of n pieces (and for the raw ring).
             let f = (ranks - 1) as f64 / ranks as f64;
+            let ring_rate = f * bytes as f64 / ring.as_secs_f64() / 1e9;
             let reduce_rate = 2.0 * f * bytes as f64 / reduce.as_secs_f64() / 1e9;
             let gather_rate = f * bytes as f64 / gather.as_secs_f64() / 1e9;
             let _ = writeln!(
                 report,
-                "  {mb:>3} MB, {ranks} ranks: all_reduce {:>8.2} ms {reduce_rate:>5.2} GB/s ({:>3.0}% of raw)  all_gather {:>8.2} ms {gather_rate:>5.2} GB/s ({:>3.0}%)  raw transfer {:>7.2} ms {raw_rate:.2} GB/s",
+                "  {mb:>3} MB, {ranks} ranks: all_reduce {:>8.2} ms {reduce_rate:>5.2} GB/s ({:>3.0}% of raw)  all_gather {:>8.2} ms {gather_rate:>5.2} GB/s ({:>3.0}%)  raw ring {:>7.2} ms {ring_rate:.2} GB/s  (one thread: {local_rate:.2} GB/s)",
                 ms(reduce),
-                100.0 * reduce_rate / raw_rate,
+                100.0 * reduce_rate / ring_rate,
                 ms(gather),
-                100.0 * gather_rate / raw_rate,
-                ms(raw)
+                100.0 * gather_rate / ring_rate,
+                ms(ring)
             );
         }
-    }
-    print!("{report}");
-    if let Ok(name) = std::env::var("GT_BENCH_SAVE") {
-        std::fs::write(format!("bench/results/shard-{name}.txt"), &report)?;
     }
     Ok(())
 }

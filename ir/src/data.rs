@@ -325,6 +325,51 @@ impl Elements {
         })
     }
 
+    /// Elements of `dtype` from little-endian byte runs laid end to end (`len` bytes in all),
+    /// copied once into the result: what a gather of pieces from many places needs.
+    pub fn from_le_runs<'a>(
+        dtype: DType,
+        len: usize,
+        runs: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<Elements, BytesError> {
+        let size = dtype.size_bytes();
+        if !len.is_multiple_of(size) {
+            return Err(BytesError::Length { dtype, len, size });
+        }
+        fn fill<T: bytemuck::Pod>(out: &mut [T], runs: impl IntoIterator<Item = impl AsRef<[u8]>>) -> usize {
+            let out: &mut [u8] = bytemuck::cast_slice_mut(out);
+            let mut at = 0;
+            for run in runs {
+                let run = run.as_ref();
+                let end = (at + run.len()).min(out.len());
+                out[at..end].copy_from_slice(&run[..end - at]);
+                at += run.len();
+            }
+            at
+        }
+        if cfg!(target_endian = "big") || dtype == DType::Bool {
+            let bytes: Vec<u8> = runs.into_iter().flatten().copied().collect();
+            if bytes.len() != len {
+                return Err(BytesError::Length { dtype, len: bytes.len(), size });
+            }
+            return Elements::from_le_bytes(dtype, &bytes);
+        }
+        let mut out = Elements::zeros(dtype, len / size);
+        let got = match &mut out {
+            Elements::F64(v) => fill(v, runs),
+            Elements::F32(v) => fill(v, runs),
+            Elements::F16(v) => fill(v, runs),
+            Elements::BF16(v) => fill(v, runs),
+            Elements::I64(v) => fill(v, runs),
+            Elements::I32(v) => fill(v, runs),
+            Elements::Bool(_) => unreachable!("bools took the byte-checking path above"),
+        };
+        if got != len {
+            return Err(BytesError::Length { dtype, len: got, size });
+        }
+        Ok(out)
+    }
+
     /// Element `i` printed as `print` shows it (`None` past the end).
     pub fn format_element(&self, i: usize) -> Option<String> {
         Some(match self {
@@ -544,5 +589,35 @@ mod tests {
     fn an_empty_tensor_prints_at_once_whatever_its_dims() {
         let t = HostTensor::new(TensorType::f32(vec![1 << 30, 0]), Vec::<f32>::new());
         assert_eq!(t.to_string(), "f32[1073741824, 0] []");
+    }
+
+    /// Runs laid end to end read as the bytes joined would, in every dtype; runs that miss
+    /// the length, or split an element's bytes across runs, still give the same answer or an
+    /// error, never a panic.
+    #[test]
+    fn runs_read_as_their_bytes_joined() {
+        let all = [
+            Elements::F64(vec![1.5, -2.0, 3.25]),
+            Elements::F32(vec![1.5, -2.0, 3.25, 7.0]),
+            Elements::F16(vec![f16::ONE, f16::MAX, f16::ZERO]),
+            Elements::BF16(vec![bf16::ONE, bf16::MIN]),
+            Elements::I64(vec![i64::MAX, -1]),
+            Elements::I32(vec![i32::MIN, 5, 6]),
+            Elements::Bool(vec![true, false, true]),
+        ];
+        for e in all {
+            let bytes = e.to_le_bytes().into_owned();
+            for cut in 0..=bytes.len() {
+                let (a, b) = bytes.split_at(cut);
+                assert_eq!(Elements::from_le_runs(e.dtype(), bytes.len(), [a, b]).unwrap(), e, "{e:?} cut {cut}");
+            }
+            assert!(Elements::from_le_runs(e.dtype(), bytes.len() + 1, [&bytes[..]]).is_err());
+            assert!(Elements::from_le_runs(e.dtype(), bytes.len(), [&bytes[..], &bytes[..1]]).is_err());
+            if bytes.len() > e.dtype().size_bytes() {
+                let short = bytes.len() - e.dtype().size_bytes();
+                assert!(Elements::from_le_runs(e.dtype(), bytes.len(), [&bytes[..short]]).is_err());
+            }
+        }
+        assert!(Elements::from_le_runs(DType::Bool, 1, [&[2u8][..]]).is_err());
     }
 }

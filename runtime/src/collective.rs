@@ -43,6 +43,38 @@ impl Group {
     }
 }
 
+/// Bytes a collective hands back: this rank's own (borrowed from the caller) or a peer's as
+/// its message arrived, so that no received byte is copied on its way to the caller.
+#[derive(Debug)]
+pub enum Piece<'a> {
+    /// This rank's own bytes.
+    Mine(&'a [u8]),
+    /// A peer's bytes, in the message that brought them.
+    Received(zmq::Message),
+}
+
+impl std::ops::Deref for Piece<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Piece::Mine(b) => b,
+            Piece::Received(m) => m,
+        }
+    }
+}
+
+impl AsRef<[u8]> for Piece<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl PartialEq<Vec<u8>> for Piece<'_> {
+    fn eq(&self, other: &Vec<u8>) -> bool {
+        **self == other[..]
+    }
+}
+
 /// The operations a worker runs its part of. Every rank of a group calls the same operation with
 /// the same `Group::id`; a rank's collectives run in one global order, but a peer may be ahead.
 /// On an error other than [`CollectiveError::Aborted`], [`ZmqCollectives`] has already told the
@@ -52,7 +84,7 @@ pub trait Collectives {
     /// every rank, bit-identical everywhere. Mean = sum / n.
     fn all_reduce(&mut self, g: &Group, op: ReduceOp, data: &mut [f32]) -> Result<(), CollectiveError>;
     /// Every rank's bytes (lengths may differ per rank), in rank order, on every rank.
-    fn all_gather(&mut self, g: &Group, mine: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError>;
+    fn all_gather<'a>(&mut self, g: &Group, mine: &'a [u8]) -> Result<Vec<Piece<'a>>, CollectiveError>;
     /// Reduces every rank's `data` (same length) and returns this rank's chunk only: chunk `r` has
     /// `counts[r]` elements, starting after the chunks of lower ranks (`counts` sum to
     /// `data.len()`; uneven and zero counts are fine).
@@ -64,16 +96,16 @@ pub trait Collectives {
         counts: &[usize],
     ) -> Result<Vec<f32>, CollectiveError>;
     /// `root`'s bytes on every rank (`data` is read on the root only, where it must be `Some`).
-    fn broadcast(&mut self, g: &Group, root: usize, data: Option<&[u8]>) -> Result<Vec<u8>, CollectiveError>;
+    fn broadcast<'a>(&mut self, g: &Group, root: usize, data: Option<&'a [u8]>) -> Result<Piece<'a>, CollectiveError>;
     /// Rank `from` sends `data` (`Some` there) to rank `to`: `Some(bytes)` on `to`, `None` on
     /// every other rank.
-    fn transfer(
+    fn transfer<'a>(
         &mut self,
         g: &Group,
         from: usize,
         to: usize,
-        data: Option<&[u8]>,
-    ) -> Result<Option<Vec<u8>>, CollectiveError>;
+        data: Option<&'a [u8]>,
+    ) -> Result<Option<Piece<'a>>, CollectiveError>;
     /// Tells every other rank of `g` that this rank gives up on it (it failed or was told to skip
     /// it), so they fail at once instead of waiting out the timeout.
     fn abort(&mut self, g: &Group);
@@ -289,6 +321,28 @@ pub fn reference_all_reduce(op: ReduceOp, inputs: &[&[f32]]) -> Vec<f32> {
 
 fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
     bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Runs `body` on a message's little-endian `f32`s (its length checked by the caller): the
+/// message's own memory where it is aligned (it always is from ZeroMQ's allocator), else a copy.
+fn with_f32s<T>(bytes: &[u8], body: impl FnOnce(&[f32]) -> T) -> T {
+    match bytemuck::try_cast_slice::<u8, f32>(bytes) {
+        Ok(v) if cfg!(target_endian = "little") => body(v),
+        _ => body(&f32s(bytes).collect::<Vec<_>>()),
+    }
+}
+
+/// Folds a peer's partial `acc` into `chunk` (the partial on the left, as
+/// [`reference_reduce_scatter`] folds), with `op` chosen once so that the loop vectorizes.
+fn fold_into(op: ReduceOp, chunk: &mut [f32], acc: &[f32]) {
+    fn each(chunk: &mut [f32], acc: &[f32], f: impl Fn(f32, f32) -> f32) {
+        chunk.iter_mut().zip(acc).for_each(|(x, &a)| *x = f(a, *x));
+    }
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => each(chunk, acc, |a, x| a + x),
+        ReduceOp::Max => each(chunk, acc, nan_max),
+        ReduceOp::Min => each(chunk, acc, nan_min),
+    }
 }
 
 /// [`Collectives`] over ZeroMQ. Receives on one ROUTER (bound by [`ZmqCollectives::bind`]);
@@ -547,7 +601,7 @@ impl ZmqCollectives {
             let chunk = &mut data[at[inc]..at[inc + 1]];
             let msg = self.recv_f32(g, (r + n - 1) % n, s as u32, chunk.len())?;
             // The received partial fold goes on the left: the order reference_reduce_scatter uses.
-            chunk.iter_mut().zip(f32s(&msg)).for_each(|(x, acc)| *x = combine(op, acc, *x));
+            with_f32s(&msg, |acc| fold_into(op, chunk, acc));
         }
         Ok(())
     }
@@ -568,7 +622,7 @@ impl ZmqCollectives {
             self.send(g, (r + 1) % n, step, KIND_DATA, data_frame(&data[at[out]..at[out + 1]]))?;
             let chunk = &mut data[at[inc]..at[inc + 1]];
             let msg = self.recv_f32(g, (r + n - 1) % n, step, chunk.len())?;
-            chunk.iter_mut().zip(f32s(&msg)).for_each(|(x, v)| *x = v);
+            with_f32s(&msg, |v| chunk.copy_from_slice(v));
         }
         Ok(())
     }
@@ -588,17 +642,22 @@ impl Collectives for ZmqCollectives {
         })
     }
 
-    fn all_gather(&mut self, g: &Group, mine: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
+    /// Ring all-gather: at step s rank r sends piece r - s to r + 1 and receives piece
+    /// r - s - 1 from r - 1. A received piece stays in its message; only sending copies (once
+    /// per link), as a raw send of the same bytes does.
+    fn all_gather<'a>(&mut self, g: &Group, mine: &'a [u8]) -> Result<Vec<Piece<'a>>, CollectiveError> {
         self.guarded(g, |me| {
             let (n, r) = (g.n(), g.rank);
-            let mut pieces = vec![Vec::new(); n];
-            pieces[r] = mine.to_vec();
+            let mut pieces: Vec<Option<Piece<'a>>> = (0..n).map(|_| None).collect();
+            pieces[r] = Some(Piece::Mine(mine));
             for s in 0..n - 1 {
                 let (out, inc) = ((r + n - s) % n, (r + 2 * n - s - 1) % n);
-                me.send(g, (r + 1) % n, s as u32, KIND_DATA, zmq::Message::from(&pieces[out][..]))?;
-                pieces[inc] = me.recv(g, (r + n - 1) % n, s as u32)?.to_vec();
+                let bytes = pieces[out].as_deref().unwrap_or_default();
+                me.send(g, (r + 1) % n, s as u32, KIND_DATA, zmq::Message::from(bytes))?;
+                pieces[inc] = Some(Piece::Received(me.recv(g, (r + n - 1) % n, s as u32)?));
             }
-            Ok(pieces)
+            // Every index was filled: r itself, and r - s - 1 for s in 0..n - 1.
+            Ok(pieces.into_iter().map(|p| p.unwrap_or(Piece::Mine(&[]))).collect())
         })
     }
 
@@ -629,7 +688,7 @@ impl Collectives for ZmqCollectives {
     }
 
     /// A binomial tree rooted at `root`: every link carries the data once, in log2(n) rounds.
-    fn broadcast(&mut self, g: &Group, root: usize, data: Option<&[u8]>) -> Result<Vec<u8>, CollectiveError> {
+    fn broadcast<'a>(&mut self, g: &Group, root: usize, data: Option<&'a [u8]>) -> Result<Piece<'a>, CollectiveError> {
         self.guarded(g, |me| {
             let n = g.n();
             if root >= n {
@@ -641,9 +700,9 @@ impl Collectives for ZmqCollectives {
             let top = if v == 0 { 0 } else { 1 << (usize::BITS - 1 - v.leading_zeros()) };
             let bytes = if v == 0 {
                 let why = "broadcast without data on the root";
-                data.ok_or(CollectiveError::InvalidCall { id: g.id, why })?.to_vec()
+                Piece::Mine(data.ok_or(CollectiveError::InvalidCall { id: g.id, why })?)
             } else {
-                me.recv(g, (v - top + root) % n, 0)?.to_vec()
+                Piece::Received(me.recv(g, (v - top + root) % n, 0)?)
             };
             let mut m = if v == 0 { 1 } else { top << 1 };
             while v + m < n {
@@ -654,13 +713,13 @@ impl Collectives for ZmqCollectives {
         })
     }
 
-    fn transfer(
+    fn transfer<'a>(
         &mut self,
         g: &Group,
         from: usize,
         to: usize,
-        data: Option<&[u8]>,
-    ) -> Result<Option<Vec<u8>>, CollectiveError> {
+        data: Option<&'a [u8]>,
+    ) -> Result<Option<Piece<'a>>, CollectiveError> {
         self.guarded(g, |me| {
             let invalid = |why| Err(CollectiveError::InvalidCall { id: g.id, why });
             if from >= g.n() || to >= g.n() {
@@ -675,11 +734,11 @@ impl Collectives for ZmqCollectives {
                 &[]
             };
             if g.rank == from && g.rank == to {
-                Ok(Some(data.to_vec()))
+                Ok(Some(Piece::Mine(data)))
             } else if g.rank == from {
                 me.send(g, to, 0, KIND_DATA, zmq::Message::from(data)).map(|()| None)
             } else if g.rank == to {
-                Ok(Some(me.recv(g, from, 0)?.to_vec()))
+                Ok(Some(Piece::Received(me.recv(g, from, 0)?)))
             } else {
                 Ok(None)
             }
@@ -822,7 +881,7 @@ mod tests {
         for n in 1..=5 {
             let (mut colls, peers) = inproc(n);
             let piece = |r: usize| vec![r as u8 + 1; r * r * 37];
-            let got = on_every_rank(&mut colls, |r, c| c.all_gather(&group(1, r, &peers), &piece(r)).unwrap());
+            let got = on_every_rank(&mut colls, |r, c| owned(c.all_gather(&group(1, r, &peers), &piece(r)).unwrap()));
             let want: Vec<_> = (0..n).map(piece).collect();
             assert!(got.iter().all(|g| *g == want), "n {n}");
         }
@@ -856,7 +915,7 @@ mod tests {
             for (id, root) in [(0, 0), (1, n / 2), (2, n - 1)] {
                 let bytes: Vec<u8> = (0..1000 + id).map(|i| (i * 31 + root) as u8).collect();
                 let got = on_every_rank(&mut colls, |r, c| {
-                    c.broadcast(&group(id as u64, r, &peers), root, (r == root).then_some(&bytes[..])).unwrap()
+                    c.broadcast(&group(id as u64, r, &peers), root, (r == root).then_some(&bytes[..])).unwrap().to_vec()
                 });
                 assert!(got.iter().all(|g| *g == bytes), "n {n} root {root}");
             }
@@ -869,6 +928,7 @@ mod tests {
         let got = on_every_rank(&mut colls, |r, c| {
             let a = c.transfer(&group(1, r, &peers), 2, 0, (r == 2).then_some(&b"hello"[..])).unwrap();
             let b = c.transfer(&group(2, r, &peers), 1, 1, (r == 1).then_some(&b"self"[..])).unwrap();
+            let (a, b) = (a.map(|p| p.to_vec()), b.map(|p| p.to_vec()));
             (a, b)
         });
         assert_eq!(got[0], (Some(b"hello".to_vec()), None));
@@ -887,7 +947,7 @@ mod tests {
                     let g = group(id, r, &peers);
                     let mut data = vec![(r + 1) as f32 * id as f32; 5];
                     c.all_reduce(&g, ReduceOp::Sum, &mut data).unwrap();
-                    let all = c.all_gather(&g_next(&g), &[r as u8; 3]).unwrap();
+                    let all = owned(c.all_gather(&g_next(&g), &[r as u8; 3]).unwrap());
                     (data, all)
                 })
                 .collect::<Vec<_>>()
@@ -904,10 +964,14 @@ mod tests {
             if r == 1 {
                 std::thread::sleep(Duration::from_millis(100));
             }
-            let each = |id: u64| c.broadcast(&group(id, r, &peers), 0, Some(&[id as u8; 4])).unwrap();
+            let each = |id: u64| c.broadcast(&group(id, r, &peers), 0, Some(&[id as u8; 4])).unwrap().to_vec();
             (0..10).map(each).collect::<Vec<_>>()
         });
         assert_eq!(got[0], got[1]);
+    }
+
+    fn owned(pieces: Vec<Piece>) -> Vec<Vec<u8>> {
+        pieces.iter().map(|p| p.to_vec()).collect()
     }
 
     fn g_next(g: &Group) -> Group {
@@ -932,7 +996,7 @@ mod tests {
         // (Without the abort it would be a timeout: 200 ms is all it waits.)
         assert!(matches!(err, CollectiveError::Aborted { id: 7, peer_rank: 0, .. }), "{err}");
         // The next collective is unaffected.
-        let got = on_every_rank(&mut colls, |r, c| c.all_gather(&group(8, r, &peers), &[r as u8]).unwrap());
+        let got = on_every_rank(&mut colls, |r, c| owned(c.all_gather(&group(8, r, &peers), &[r as u8]).unwrap()));
         assert_eq!(got[0], vec![vec![0], vec![1]]);
     }
 
@@ -1039,7 +1103,7 @@ mod tests {
             let got = on_every_rank(&mut colls, |r, c| {
                 let mut data = input(0, r, 1000);
                 c.all_reduce(&group(1, r, &peers), ReduceOp::Mean, &mut data).unwrap();
-                let all = c.all_gather(&group(2, r, &peers), &[r as u8; 100]).unwrap();
+                let all = owned(c.all_gather(&group(2, r, &peers), &[r as u8; 100]).unwrap());
                 (data, all)
             });
             assert_eq!(bits(&got[0].0), bits(&got[1].0));
@@ -1054,7 +1118,7 @@ mod tests {
         let tcp = Endpoint::Tcp { host: "localhost".into(), port: 1 };
         let (a, b) = (ClusterKey::generate().unwrap(), ClusterKey::generate().unwrap());
         let (mut colls, peers) = keyed_cluster(2, &tcp, Duration::from_secs(2), Some(&a));
-        let got = on_every_rank(&mut colls, |r, c| c.all_gather(&group(1, r, &peers), &[r as u8; 10]).unwrap());
+        let got = on_every_rank(&mut colls, |r, c| owned(c.all_gather(&group(1, r, &peers), &[r as u8; 10]).unwrap()));
         assert_eq!(got[0], vec![vec![0; 10], vec![1; 10]]);
         // A rank with another key, or none, reaches nobody and is reached by nobody: its
         // messages (data, or a forged abort) never arrive, so the keyed rank waits out its
@@ -1072,7 +1136,7 @@ mod tests {
             assert!(matches!(got[0], CollectiveError::Timeout { id: 2, peer_rank: 1, .. }), "{}", got[0]);
             colls.insert(0, pair.remove(0));
         }
-        let got = on_every_rank(&mut colls, |r, c| c.all_gather(&group(3, r, &peers), &[r as u8; 10]).unwrap());
+        let got = on_every_rank(&mut colls, |r, c| owned(c.all_gather(&group(3, r, &peers), &[r as u8; 10]).unwrap()));
         assert_eq!(got[1], vec![vec![0; 10], vec![1; 10]], "the keyed ranks still serve each other");
     }
 }

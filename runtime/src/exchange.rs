@@ -158,7 +158,8 @@ fn run_part(
                 // Other dtypes gather every rank's operand and fold it here (the ring
                 // reduces f32 only): correct first, each link carrying every piece.
                 other => {
-                    let pieces = net.all_gather(g, &other.to_le_bytes()).map_err(net_err)?;
+                    let bytes = other.to_le_bytes();
+                    let pieces = net.all_gather(g, &bytes).map_err(net_err)?;
                     fold(name, reduce, &pieces, &ty)?
                 }
             };
@@ -169,7 +170,8 @@ fn run_part(
                 return Err(malformed("an all_gather part needs one operand, one result and its type"));
             };
             *transported = true;
-            let pieces = net.all_gather(g, &mine.data.to_le_bytes()).map_err(net_err)?;
+            let bytes = mine.data.to_le_bytes();
+            let pieces = net.all_gather(g, &bytes).map_err(net_err)?;
             let data = join(name, &pieces, &ty, axis)?;
             write(backend, dst, ty, data).map_err(local)
         }
@@ -184,7 +186,8 @@ fn run_part(
                 // Other dtypes: the whole folded here from every rank's operand, then this
                 // rank's piece of it.
                 *transported = true;
-                let pieces = net.all_gather(g, &mine.data.to_le_bytes()).map_err(net_err)?;
+                let bytes = mine.data.to_le_bytes();
+                let pieces = net.all_gather(g, &bytes).map_err(net_err)?;
                 let whole = fold(name, reduce, &pieces, &mine.ty)?;
                 let (sizes, rank) = (array_split(len, n), ex.rank as usize);
                 if rank >= sizes.len() {
@@ -214,7 +217,7 @@ fn run_part(
             if (ex.rank as usize == root) != mine.is_some() || root >= n {
                 return Err(malformed("only the root of a broadcast or move has its operand"));
             }
-            let data = mine.map(|m| m.data.to_le_bytes().into_owned());
+            let data = mine.as_ref().map(|m| m.data.to_le_bytes());
             let got = if *op == CollectiveOp::Move {
                 if n != 2 {
                     return Err(malformed("a move has two ranks"));
@@ -261,10 +264,15 @@ fn write(backend: &mut dyn Backend, dst: ValueId, ty: TensorType, data: Elements
 /// The ranks' operands (rank order, little-endian bytes of `ty`) folded left to right as the
 /// interpreter folds them: floats in `f64` (a mean divides by the count), integers and
 /// bools in `i64` wrapping, then back to `ty`'s dtype.
-fn fold(op: &'static str, reduce: ReduceOp, pieces: &[Vec<u8>], ty: &TensorType) -> Result<Elements, ExchangeError> {
+fn fold(
+    op: &'static str,
+    reduce: ReduceOp,
+    pieces: &[impl AsRef<[u8]>],
+    ty: &TensorType,
+) -> Result<Elements, ExchangeError> {
     let bad = |got: usize| ExchangeError::PeerData { op, ty: ty.clone(), got };
     let mut values = Vec::with_capacity(pieces.len());
-    for p in pieces {
+    for p in pieces.iter().map(AsRef::as_ref) {
         let e = Elements::from_le_bytes(ty.dtype, p).map_err(|_| bad(p.len()))?;
         if e.len() != ty.shape.numel() {
             return Err(bad(p.len()));
@@ -343,11 +351,12 @@ fn swap_outer(data: &[f32], rows: usize, cols: usize, inner: usize) -> Vec<f32> 
 
 /// The ranks' pieces (rank order) joined along `axis` into `ty`: for each index before the
 /// axis, each piece's block in turn. Each piece's extent along the axis follows from its size.
-fn join(op: &'static str, pieces: &[Vec<u8>], ty: &TensorType, axis: i64) -> Result<Elements, ExchangeError> {
+fn join(op: &'static str, pieces: &[impl AsRef<[u8]>], ty: &TensorType, axis: i64) -> Result<Elements, ExchangeError> {
+    let pieces: Vec<&[u8]> = pieces.iter().map(AsRef::as_ref).collect();
     let dims = ty.shape.dims();
     let a = normalize_axis(axis, dims.len()).map_err(|source| ExchangeError::Axis { op, source })?;
     let (outer, len, inner) = around(dims, a);
-    let got: usize = pieces.iter().map(Vec::len).sum();
+    let got: usize = pieces.iter().map(|p| p.len()).sum();
     let bad = || ExchangeError::PeerData { op, ty: ty.clone(), got };
     if got != ty.size_bytes() {
         return Err(bad());
@@ -362,14 +371,13 @@ fn join(op: &'static str, pieces: &[Vec<u8>], ty: &TensorType, axis: i64) -> Res
     if pieces.iter().any(|p| p.len() % block != 0) || lens.iter().sum::<usize>() != len {
         return Err(bad());
     }
-    let mut out = Vec::with_capacity(ty.size_bytes());
-    for o in 0..outer {
-        for (p, l) in pieces.iter().zip(&lens) {
+    let runs = (0..outer).flat_map(|o| {
+        pieces.iter().zip(&lens).map(move |(p, l)| {
             let run = l * inner * size;
-            out.extend_from_slice(&p[o * run..(o + 1) * run]);
-        }
-    }
-    Elements::from_le_bytes(ty.dtype, &out).map_err(|_| bad())
+            &p[o * run..(o + 1) * run]
+        })
+    });
+    Elements::from_le_runs(ty.dtype, ty.size_bytes(), runs).map_err(|_| bad())
 }
 
 #[cfg(test)]
