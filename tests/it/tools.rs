@@ -254,13 +254,19 @@ fn gt_top_watches_a_server_in_a_real_terminal() {
     let screen = || String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &session]).stdout).into_owned();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut last = String::new();
-    // Run the example until top has seen its matmul on the worker.
+    // Matmuls that take most of the worker's busy time, so that their share of its wall time
+    // (between one gt-run and the next) stays well above what top hides, on a loaded machine too.
+    let script = std::env::temp_dir().join(format!("gt-top-test-{}.gtir", std::process::id()));
+    let body = "%a = randn f32[256, 256] seed=1\nrepeat 16 {\n  %c = matmul %a, %a\n}\n%s = sum %c\nprint %s\n";
+    std::fs::write(&script, body).unwrap();
+    // Run it until top has seen its matmul on the worker.
     while !(last.contains("w-test") && last.contains("matmul")) {
         assert!(Instant::now() < deadline, "gt top never showed the worker's matmul:\n{last}");
-        let o = gt_run(&["--connect", &format!("127.0.0.1:{port}"), "examples/timeline.gtir"]);
-        assert!(o.status.success());
+        let o = gt_run(&["--quiet", "--connect", &format!("127.0.0.1:{port}"), script.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         last = screen();
     }
+    std::fs::remove_file(&script).unwrap();
     assert!(last.contains("gt top") && last.contains("q  quit"), "{last}");
     tmux(&["send-keys", "-t", &session, "q"]);
     while !last.contains("top-exited-0") {
