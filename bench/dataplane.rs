@@ -5,12 +5,18 @@
 //! Run: `cargo bench --bench dataplane` (`GT_BENCH_SAVE=1` writes
 //! `bench/results/dataplane-vm.txt`).
 
+/// gt's allocator, as its binaries and Python package run on.
+#[global_allocator]
+static GLOBAL: gt::Allocator = gt::Allocator;
+
 use gt::Runtime;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-/// Median of `reps` timings of `f`.
+/// Median of `reps` timings of `f`, after one untimed run (the allocator's first requests of
+/// a size, the JIT, the first use of a socket).
 fn median(reps: usize, mut f: impl FnMut()) -> Duration {
+    f();
     let mut times: Vec<Duration> = (0..reps)
         .map(|_| {
             let t = Instant::now();

@@ -9,6 +9,10 @@
 //! Run: `cargo bench --bench mlp` (`GT_BENCH_QUICK=1`: fewer steps; `GT_BENCH_SAVE=1` writes
 //! `bench/results/mlp-vm.txt`).
 
+/// gt's allocator, as its binaries and Python package run on.
+#[global_allocator]
+static GLOBAL: gt::Allocator = gt::Allocator;
+
 use gt::nn::{self, Optimizer};
 use gt::{Runtime, Tensor};
 use std::fmt::Write as _;

@@ -3,8 +3,9 @@
 //! 2, 4 and 8 embedded workers (each with its share of the cores, never more workers than
 //! cores), against one worker; then `all_reduce` and `all_gather` over the workers' own
 //! collective sockets (`gt::runtime::collective`, ZeroMQ rings between threads) from 1 MB to
-//! 256 MB, against raw ZeroMQ sockets moving the same bytes between the same threads in the
-//! same ring (PUSH/PULL, no header, no reduction: the sockets' ceiling for that traffic), and
+//! 256 MB over inproc and over TCP on the loopback (as between worker processes), against raw
+//! ZeroMQ sockets moving the same bytes between the same threads in the same ring over the same
+//! transport (PUSH/PULL, no header, no reduction: the sockets' ceiling for that traffic), and
 //! beside one raw send and receive on one thread (a copy's worth, no thread woken).
 //! Prints times, speed-ups over one worker (the goal: at least 0.9 x N for a compute-bound
 //! matmul while N <= cores) and bandwidth ratios (goal: collectives at least 80% of the raw
@@ -13,6 +14,10 @@
 //! `GT_BENCH_N`, `GT_BENCH_WIDTH`, `GT_BENCH_BATCH`: the matmul's and the MLP's sizes;
 //! `GT_BENCH_PARTS=matmul,mlp,collectives`: which parts run; `GT_BENCH_SAVE=NAME` writes
 //! `bench/results/shard-NAME.txt`).
+
+/// gt's allocator, as its binaries and Python package run on.
+#[global_allocator]
+static GLOBAL: gt::Allocator = gt::Allocator;
 
 use gt::nn::{self, Module, Optimizer};
 use gt::runtime::collective::{Collectives, Group, ZmqCollectives};
@@ -105,12 +110,11 @@ fn mlp_step(workers: usize, width: usize, batch: usize, reps: usize) -> anyhow::
 }
 
 /// Median seconds of `op` run on `n` threads, each with its own collective socket.
-fn collective(n: usize, bytes: usize, reps: usize, gather: bool) -> anyhow::Result<Duration> {
+fn collective(like: &Endpoint, n: usize, bytes: usize, reps: usize, gather: bool) -> anyhow::Result<Duration> {
     let ctx = gt::transport::zmq::Context::new();
-    let like = Endpoint::Inproc("bench".into());
     let mut sockets = Vec::new();
     for r in 0..n {
-        sockets.push(ZmqCollectives::bind(&ctx, &like, &format!("r{r}"), Duration::from_secs(60), 1 << 30, None)?);
+        sockets.push(ZmqCollectives::bind(&ctx, like, &format!("r{r}"), Duration::from_secs(60), 1 << 30, None)?);
     }
     let peers: Vec<String> = sockets.iter().map(|s| s.address().to_string()).collect();
     let times = std::thread::scope(|scope| {
@@ -172,20 +176,25 @@ fn raw_local(bytes: usize, reps: usize) -> anyhow::Result<Duration> {
 /// messages of `bytes / n` to the next (PUSH) and receives as many from the previous (PULL),
 /// one step after another, as an all-gather's ring does, with nothing else: what the sockets
 /// carry between the same threads in the same pattern.
-fn raw_ring(n: usize, bytes: usize, reps: usize) -> anyhow::Result<Duration> {
+fn raw_ring(like: &Endpoint, n: usize, bytes: usize, reps: usize) -> anyhow::Result<Duration> {
     let ctx = gt::transport::zmq::Context::new();
     let mut pulls = Vec::new();
+    let mut addresses = Vec::new();
     for r in 0..n {
         let pull = ctx.socket(gt::transport::zmq::PULL)?;
         pull.set_rcvhwm(0)?;
-        pull.bind(&format!("inproc://ring-{r}"))?;
+        match like {
+            Endpoint::Tcp { .. } => pull.bind("tcp://127.0.0.1:*")?,
+            _ => pull.bind(&format!("inproc://ring-{r}"))?,
+        }
+        addresses.push(pull.get_last_endpoint()?.map_err(|_| anyhow::anyhow!("no endpoint"))?);
         pulls.push(pull);
     }
     let mut pushes = Vec::new();
     for r in 0..n {
         let push = ctx.socket(gt::transport::zmq::PUSH)?;
         push.set_sndhwm(0)?;
-        push.connect(&format!("inproc://ring-{}", (r + 1) % n))?;
+        push.connect(&addresses[(r + 1) % n])?;
         pushes.push(push);
     }
     let times = std::thread::scope(|scope| {
@@ -287,36 +296,43 @@ fn mlp_part(report: &mut String, counts: &[usize], width: usize, batch: usize, r
 fn collectives_part(report: &mut String, counts: &[usize], quick: bool, reps: usize) -> anyhow::Result<()> {
     let _ = writeln!(
         report,
-        "\ncollectives between threads over inproc ZeroMQ, bus bandwidth (what each link carries per second)\n\
-         against a raw ZeroMQ ring moving the same bytes between the same threads (and one raw send + receive\n\
-         on one thread, a copy with no thread woken, for scale)"
+        "\ncollectives between threads, bus bandwidth (what each link carries per second), against a raw\n\
+         ZeroMQ ring moving the same bytes between the same threads over the same transport (and one raw\n\
+         send + receive on one thread, a copy with no thread woken, for scale)"
     );
     let sizes: &[usize] = if quick { &[1, 16, 64] } else { &[1, 16, 64, 256] };
-    for &mb in sizes {
-        let bytes = mb << 20;
-        // Small transfers take tens of microseconds: more of them make a steady median.
-        let reps = if mb <= 16 { 10 * reps } else { reps };
-        let local = raw_local(bytes, reps)?;
-        let local_rate = bytes as f64 / local.as_secs_f64() / 1e9;
-        for &ranks in counts.iter().filter(|&&r| r > 1) {
-            let ring = raw_ring(ranks, bytes, reps)?;
-            let reduce = collective(ranks, bytes, reps, false)?;
-            let gather = collective(ranks, bytes, reps, true)?;
-            // What each link carries: 2(n-1)/n of the data for a ring all_reduce, (n-1)/n
-            // for an all_gather of n pieces (and for the raw ring).
-            let f = (ranks - 1) as f64 / ranks as f64;
-            let ring_rate = f * bytes as f64 / ring.as_secs_f64() / 1e9;
-            let reduce_rate = 2.0 * f * bytes as f64 / reduce.as_secs_f64() / 1e9;
-            let gather_rate = f * bytes as f64 / gather.as_secs_f64() / 1e9;
-            let _ = writeln!(
-                report,
-                "  {mb:>3} MB, {ranks} ranks: all_reduce {:>8.2} ms {reduce_rate:>5.2} GB/s ({:>3.0}% of raw)  all_gather {:>8.2} ms {gather_rate:>5.2} GB/s ({:>3.0}%)  raw ring {:>7.2} ms {ring_rate:.2} GB/s  (one thread: {local_rate:.2} GB/s)",
-                ms(reduce),
-                100.0 * reduce_rate / ring_rate,
-                ms(gather),
-                100.0 * gather_rate / ring_rate,
-                ms(ring)
-            );
+    let transports = [
+        ("inproc", Endpoint::Inproc("bench".into())),
+        ("tcp 127.0.0.1", Endpoint::Tcp { host: "127.0.0.1".into(), port: 1 }),
+    ];
+    for (label, like) in &transports {
+        let _ = writeln!(report, "  {label}:");
+        for &mb in sizes {
+            let bytes = mb << 20;
+            // Small transfers take tens of microseconds: more of them make a steady median.
+            let reps = if mb <= 16 { 10 * reps } else { reps };
+            let local = raw_local(bytes, reps)?;
+            let local_rate = bytes as f64 / local.as_secs_f64() / 1e9;
+            for &ranks in counts.iter().filter(|&&r| r > 1) {
+                let ring = raw_ring(like, ranks, bytes, reps)?;
+                let reduce = collective(like, ranks, bytes, reps, false)?;
+                let gather = collective(like, ranks, bytes, reps, true)?;
+                // What each link carries: 2(n-1)/n of the data for a ring all_reduce, (n-1)/n
+                // for an all_gather of n pieces (and for the raw ring).
+                let f = (ranks - 1) as f64 / ranks as f64;
+                let ring_rate = f * bytes as f64 / ring.as_secs_f64() / 1e9;
+                let reduce_rate = 2.0 * f * bytes as f64 / reduce.as_secs_f64() / 1e9;
+                let gather_rate = f * bytes as f64 / gather.as_secs_f64() / 1e9;
+                let _ = writeln!(
+                    report,
+                    "  {mb:>3} MB, {ranks} ranks: all_reduce {:>8.2} ms {reduce_rate:>5.2} GB/s ({:>3.0}% of raw)  all_gather {:>8.2} ms {gather_rate:>5.2} GB/s ({:>3.0}%)  raw ring {:>7.2} ms {ring_rate:.2} GB/s  (one thread: {local_rate:.2} GB/s)",
+                    ms(reduce),
+                    100.0 * reduce_rate / ring_rate,
+                    ms(gather),
+                    100.0 * gather_rate / ring_rate,
+                    ms(ring)
+                );
+            }
         }
     }
     Ok(())

@@ -10,6 +10,10 @@
 //! Run: `cargo bench --bench vs_torch` (`GT_BENCH_QUICK=1`: fewer repetitions, same sizes;
 //! `GT_BENCH_SAVE=1` writes `bench/results/vs-torch-vm.txt`).
 
+/// gt's allocator, as its binaries and Python package run on.
+#[global_allocator]
+static GLOBAL: gt::Allocator = gt::Allocator;
+
 use anyhow::{anyhow, Context as _, Result};
 use gt::nn::{self, Optimizer};
 use gt::{Runtime, Tensor};

@@ -340,12 +340,12 @@ impl Client {
         let (first_seq, instrs) = (self.buffer_first_seq, std::mem::take(&mut self.buffer));
         let n = instrs.len();
         tracing::debug!(target: "gt::client", "client {}: sends #{first_seq}..#{} ({n} instructions)", self.id, first_seq + n as u64);
-        self.buffer_data = 0;
+        let data = std::mem::take(&mut self.buffer_data);
         let lines = match self.line_starts {
             Some(_) => (first_seq..first_seq + n as u64).map(|seq| self.line_of(seq)).collect(),
             None => Vec::new(),
         };
-        match self.send(&Request::Batch { first_seq, instrs, lines }) {
+        match self.send_sized(&Request::Batch { first_seq, instrs, lines }, data) {
             // Too large to send: reported as the failure of its first instruction.
             Err(ClientError::Codec(e)) => {
                 self.note_failure(
@@ -481,11 +481,16 @@ impl Client {
     }
 
     fn send(&self, req: &Request) -> Result<(), ClientError> {
-        let bytes = codec::encode(&InboundRef::Client(req), self.options.max_message_bytes)?;
+        self.send_sized(req, 0)
+    }
+
+    /// Sends `req`, which carries about `data` bytes of literal data.
+    fn send_sized(&self, req: &Request, data: usize) -> Result<(), ClientError> {
+        let bytes = codec::encode_sized(&InboundRef::Client(req), self.options.max_message_bytes, data)?;
         // Never block: a send can only wait when the dispatcher is gone (an in-process one
-        // that stopped); connected sockets queue without limit.
-        // (Sent from a slice so that a send a signal interrupted can be made again.)
-        match socket::retry(|| self.socket.send(&bytes[..], zmq::DONTWAIT)) {
+        // that stopped); connected sockets queue without limit. The bytes are moved to
+        // ZeroMQ, not copied: a batch can carry large literals.
+        match socket::send_with_data(&self.socket, &[], zmq::Message::from(bytes)) {
             Err(zmq::Error::EAGAIN) => Err(ClientError::Disconnected(self.endpoint.clone())),
             r => Ok(r?),
         }

@@ -438,33 +438,31 @@ impl<'de> Deserialize<'de> for Elements {
             }
             fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Elements, A::Error> {
                 let dtype: DType = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(0, &self))?;
-                let bytes: ByteBuf = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
-                Elements::from_le_bytes(dtype, &bytes.0).map_err(de::Error::custom)
+                seq.next_element_seed(LeElements(dtype))?.ok_or_else(|| de::Error::invalid_length(1, &self))
             }
         }
         d.deserialize_tuple(2, Pair)
     }
 }
 
-/// An owned byte string read with `deserialize_bytes` (a msgpack `bin`).
-struct ByteBuf(Vec<u8>);
+/// The elements of a `dtype` read from one byte string (a msgpack `bin`), converted straight
+/// from the decoder's bytes: one copy, where an owned byte buffer first would make two.
+struct LeElements(DType);
 
-impl<'de> Deserialize<'de> for ByteBuf {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ByteBuf, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = ByteBuf;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a byte string")
-            }
-            fn visit_bytes<E: de::Error>(self, b: &[u8]) -> Result<ByteBuf, E> {
-                Ok(ByteBuf(b.to_vec()))
-            }
-            fn visit_byte_buf<E: de::Error>(self, b: Vec<u8>) -> Result<ByteBuf, E> {
-                Ok(ByteBuf(b))
-            }
-        }
-        d.deserialize_bytes(V)
+impl<'de> de::DeserializeSeed<'de> for LeElements {
+    type Value = Elements;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Elements, D::Error> {
+        d.deserialize_bytes(self)
+    }
+}
+
+impl Visitor<'_> for LeElements {
+    type Value = Elements;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the little-endian bytes of {} elements", self.0)
+    }
+    fn visit_bytes<E: de::Error>(self, b: &[u8]) -> Result<Elements, E> {
+        Elements::from_le_bytes(self.0, b).map_err(E::custom)
     }
 }
 

@@ -2,6 +2,11 @@
 //! Tensor API, autograd, `nn`, signals) and runtime: the pure-Python parts in `python/gt/`
 //! shape the Python GT's API around it.
 
+/// gt's allocator (`gt::Allocator`) for everything the extension allocates, as in gt's
+/// binaries: large tensors reuse freed memory instead of faulting fresh pages in.
+#[global_allocator]
+static GLOBAL: gt::Allocator = gt::Allocator;
+
 mod bench;
 mod convert;
 mod errors;

@@ -258,7 +258,7 @@ fn one(dsts: &[ValueId]) -> Option<ValueId> {
 }
 
 fn write(backend: &mut dyn Backend, dst: ValueId, ty: TensorType, data: Elements) -> Result<(), RuntimeError> {
-    backend.execute(&Instr::Literal { dst, ty, data })
+    backend.write(dst, ty, data)
 }
 
 /// The ranks' operands (rank order, little-endian bytes of `ty`) folded left to right as the

@@ -14,6 +14,7 @@ use crate::cancel::{self, Watch, Why};
 use crate::collective::{CollectiveError, Collectives, ZmqCollectives};
 use crate::exchange;
 use crate::Interpreter;
+use gt_ir::data::Elements;
 use gt_ir::kernel::Precision;
 use gt_ir::Instr;
 use gt_transport::message::{Exchange, Failure, FailureKind, OpStats, Timing, WorkerCommand, WorkerEvent, WorkerStats};
@@ -391,10 +392,11 @@ pub fn run_worker(
                 tracing::info!(target: "gt::worker", "{} registered as worker {worker} at {endpoint}", options.name);
                 send(&WorkerEvent::Pong { clock: clock() })?;
             }
-            WorkerCommand::Exec { batch, instrs, owners, timed, exchanges } => {
+            WorkerCommand::Exec { batch, mut instrs, owners, timed, exchanges } => {
                 let start = Instant::now();
                 let mut timings = timed.then(Vec::new);
-                let batch_ref = BatchRef { instrs: &instrs, exchanges: &exchanges, owners: &owners, dropped: &dropped };
+                let batch_ref =
+                    BatchRef { instrs: &mut instrs, exchanges: &exchanges, owners: &owners, dropped: &dropped };
                 let watching = Watching { watch: &watch, timeout: options.op_timeout, epoch };
                 let failures =
                     execute_batch((backend.as_mut(), &mut net), &mut stats, batch_ref, &watching, timings.as_mut());
@@ -424,7 +426,7 @@ pub fn run_worker(
 /// A batch's instructions, the exchanges among them, each instruction's client, and the
 /// clients that left (whose instructions, but for frees, are skipped).
 struct BatchRef<'a> {
-    instrs: &'a [Instr],
+    instrs: &'a mut [Instr],
     exchanges: &'a [Exchange],
     owners: &'a [u64],
     dropped: &'a HashSet<u64>,
@@ -452,8 +454,8 @@ fn execute_batch(
     // Clients found gone while this batch ran (the watcher saw them leave).
     let mut left: HashSet<u64> = HashSet::new();
     // A departed client's instructions are skipped, its frees still run.
-    let skip = |i: usize, left: &HashSet<u64>| {
-        !matches!(instrs[i], Instr::Free { .. }) && owner(i).is_some_and(|o| dropped.contains(&o) || left.contains(&o))
+    let skip = |i: usize, instr: &Instr, left: &HashSet<u64>| {
+        !matches!(instr, Instr::Free { .. }) && owner(i).is_some_and(|o| dropped.contains(&o) || left.contains(&o))
     };
     let epoch = *epoch;
     stats.batches += 1;
@@ -466,23 +468,35 @@ fn execute_batch(
     for ex in exchanges {
         parts.entry(ex.index as usize).or_insert(ex);
     }
-    for (i, instr) in instrs.iter().enumerate() {
+    for i in 0..instrs.len() {
         let part = parts.get(&i).copied();
-        if skip(i, &left) {
+        if skip(i, &instrs[i], &left) {
             stats.skipped += 1;
             if let Some(ex) = part {
                 net.abort(&exchange::group(ex));
             }
             continue;
         }
+        // A literal's data is moved into the backend, not copied (it can be a large upload);
+        // what stays behind is the instruction without its elements.
+        let literal = match &mut instrs[i] {
+            Instr::Literal { dst, ty, data } if part.is_none() => {
+                Some((*dst, ty.clone(), std::mem::replace(data, Elements::zeros(ty.dtype, 0))))
+            }
+            _ => None,
+        };
+        let instr = &instrs[i];
         let op = instr.mnemonic();
         let t0 = Instant::now();
         let number = watch.begin(owner(i).unwrap_or(u64::MAX), t0.saturating_duration_since(epoch).as_nanos() as u64);
         // The interpreter reports bad input as errors; a panic would be a bug, and it must
         // not take the worker (and every client's values) down with it.
-        let mut result = catch_unwind(AssertUnwindSafe(|| match part {
-            Some(ex) => exchange::run(backend, net, instr, ex).map_err(|e| Failure::new(e.kind(), e.to_string())),
-            None => backend.execute(instr).map_err(|e| Failure::new(e.kind(), e.to_string())),
+        let mut result = catch_unwind(AssertUnwindSafe(|| match (part, literal) {
+            (Some(ex), _) => exchange::run(backend, net, instr, ex).map_err(|e| Failure::new(e.kind(), e.to_string())),
+            (None, Some((dst, ty, data))) => {
+                backend.write(dst, ty, data).map_err(|e| Failure::new(e.kind(), e.to_string()))
+            }
+            (None, None) => backend.execute(instr).map_err(|e| Failure::new(e.kind(), e.to_string())),
         }));
         let cancelled = watch.end(number, *timeout);
         // A part of a collective is never cancelled: its peers finished theirs with it (its

@@ -3,6 +3,9 @@
 //! `--connect HOST:PORT` runs it on a `gt server`; `--reference` on the bare interpreter.
 //! Exit codes: 0 success, 1 runtime error or failed expectation, 2 usage, parse or type error.
 
+#[global_allocator]
+static GLOBAL: gt::Allocator = gt::Allocator;
+
 use clap::Parser;
 use gt::diagnostics::{render, Diag};
 use gt::frontend::RunOptions;

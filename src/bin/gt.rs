@@ -4,6 +4,9 @@
 //! code; this binary only hands it the process's arguments.
 //! Exit codes: 0 clean stop, 1 runtime failure, 2 usage error, bad input or nothing to run on.
 
+#[global_allocator]
+static GLOBAL: gt::Allocator = gt::Allocator;
+
 fn main() -> std::process::ExitCode {
     std::process::ExitCode::from(gt::cli::run(std::env::args_os()))
 }

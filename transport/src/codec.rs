@@ -70,7 +70,13 @@ pub enum CodecError {
 
 /// Encodes a message with the header. Fails only if the result would be over `max`.
 pub fn encode<T: Serialize>(msg: &T, max: usize) -> Result<Vec<u8>, CodecError> {
-    let mut buf = Vec::with_capacity(64);
+    encode_sized(msg, max, 0)
+}
+
+/// [`encode`] into a buffer made for `data` bytes of literal data besides the message's own
+/// few: a batch carrying a large literal is written once, not grown (and copied) by doublings.
+pub fn encode_sized<T: Serialize>(msg: &T, max: usize, data: usize) -> Result<Vec<u8>, CodecError> {
+    let mut buf = Vec::with_capacity(data.min(max).saturating_add(256));
     buf.extend_from_slice(&MAGIC);
     buf.extend_from_slice(&PROTOCOL_VERSION.to_be_bytes());
     // Writing into a Vec cannot fail for I/O reasons; serde errors (none for our types) are
@@ -135,9 +141,11 @@ pub fn from_le_bytes(bytes: &[u8]) -> Vec<f32> {
     out
 }
 
-/// The data frame of a `Data` message of any dtype: its elements' little-endian bytes.
+/// The data frame of a `Data` message of any dtype: its elements' little-endian bytes, copied
+/// into memory from the process's allocator (which gt's binaries make one that reuses freed
+/// large buffers) and handed to ZeroMQ without another copy.
 pub fn elements_frame(data: &gt_ir::data::Elements) -> zmq::Message {
-    zmq::Message::from(&*data.to_le_bytes())
+    zmq::Message::from(data.to_le_bytes().into_owned())
 }
 
 /// The elements of a `ty` value's data frame; a frame of another length, or a `bool` byte

@@ -7,8 +7,9 @@ pub mod cpu;
 pub mod cuda;
 
 use crate::{Interpreter, RuntimeError};
+use gt_ir::data::Elements;
 use gt_ir::kernel::Precision;
-use gt_ir::{HostTensor, Instr, ValueId};
+use gt_ir::{HostTensor, Instr, TensorType, ValueId};
 use std::fmt;
 use std::str::FromStr;
 
@@ -20,6 +21,11 @@ pub trait Backend {
     fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError>;
     /// A value's type and row-major data (waits for the work that computes it).
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError>;
+    /// Defines `dst` as `data` of type `ty`, as the `literal` instruction would (a backend
+    /// that can take the data without copying it overrides this).
+    fn write(&mut self, dst: ValueId, ty: TensorType, data: Elements) -> Result<(), RuntimeError> {
+        self.execute(&Instr::Literal { dst, ty, data })
+    }
     /// Waits for every queued instruction, reporting a failure found while they ran.
     fn finish(&mut self) -> Result<(), RuntimeError> {
         Ok(())
@@ -85,6 +91,10 @@ impl Backend for Interpreter {
 
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
         Interpreter::read(self, value)
+    }
+
+    fn write(&mut self, dst: ValueId, ty: TensorType, data: Elements) -> Result<(), RuntimeError> {
+        Interpreter::write(self, dst, ty, data)
     }
 
     fn live_values(&self) -> usize {

@@ -1630,8 +1630,9 @@ impl Dispatcher {
         let charges = workers::charges(&instrs, &origins);
         let owners = origins.iter().map(|(c, _)| *c).collect();
         let parts: Vec<(u32, u64)> = exchanges.iter().map(|ex| (ex.index, ex.id)).collect();
+        let data = instrs.iter().map(|i| if let Instr::Literal { ty, .. } = i { ty.size_bytes() } else { 0 }).sum();
         let cmd = WorkerCommand::Exec { batch: number, instrs, owners, timed, exchanges };
-        let bytes = match codec::encode(&cmd, self.config.max_message_bytes) {
+        let bytes = match codec::encode_sized(&cmd, self.config.max_message_bytes, data) {
             Ok(b) => b,
             Err(e) => {
                 // Only literal data can make a batch this large: fail each client's part.
@@ -1732,7 +1733,8 @@ impl Dispatcher {
     /// Returns whether the worker took it; a worker that cannot be routed to is gone.
     fn send_worker_bytes(&mut self, w: usize, bytes: Vec<u8>) -> bool {
         let identity = &self.workers[w].identity;
-        match socket::retry(|| self.router.send_multipart([identity.as_slice(), &bytes], zmq::DONTWAIT)) {
+        // The encoded batch is moved to ZeroMQ, not copied: a batch can carry large literals.
+        match socket::send_with_data(&self.router, &[identity.as_slice()], zmq::Message::from(bytes)) {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(target: "gt::dispatcher", "worker `{}` cannot be reached: {e}", self.workers[w].name);

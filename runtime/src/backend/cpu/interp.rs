@@ -19,6 +19,7 @@ use crate::backend::cpu::value::{self, Value};
 use crate::backend::{checks, Residency};
 use crate::error::JitFailure;
 use crate::RuntimeError;
+use gt_ir::data::Elements;
 use gt_ir::formula::{Algebra, Term, Var};
 use gt_ir::kernel::Kernel;
 use gt_ir::ops::{nan_max, nan_min, BinaryKernel, OpDef, UnaryKernel};
@@ -97,12 +98,7 @@ impl Interpreter {
     /// Runs one instruction. On error no value is defined, changed or freed.
     pub fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
-        let needed = types.iter().fold(0usize, |n, t| n.saturating_add(t.size_bytes()));
-        let live = self.bytes.live();
-        if needed > 0 && live.saturating_add(needed) > self.max_live_bytes {
-            let (op, limit) = (instr.mnemonic(), self.max_live_bytes);
-            return Err(RuntimeError::OutOfMemory { op, needed, live, limit });
-        }
+        self.admit(&instr, &types)?;
         let results = self.compute(&instr, &types)?;
         if let Instr::Free { src } = &*instr {
             if let Some(gone) = self.values.remove(src) {
@@ -110,13 +106,40 @@ impl Interpreter {
             }
         }
         for (dst, value) in instr.results().into_iter().zip(results) {
-            self.bytes.add(value.bytes());
-            let value = value::map_value!(value, a => standard(a));
-            if let Some(old) = self.values.insert(dst, value) {
-                self.bytes.remove(old.bytes());
-            }
+            self.define(dst, value);
         }
         Ok(())
+    }
+
+    /// Defines `dst` as `data`, checked as the `literal` instruction it is but moved in rather
+    /// than copied: a collective's result, which can be as large as a model's gradients.
+    pub fn write(&mut self, dst: ValueId, ty: TensorType, data: Elements) -> Result<(), RuntimeError> {
+        let instr = Instr::Literal { dst, ty, data };
+        let (_, types) = checks::prepare(&instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
+        self.admit(&instr, &types)?;
+        let Instr::Literal { dst, ty, data } = instr else { unreachable!("built as a literal above") };
+        self.define(dst, Value::from_elements(ty.shape.dims(), data));
+        Ok(())
+    }
+
+    /// Refuses an instruction whose results would take the live values past the budget.
+    fn admit(&self, instr: &Instr, types: &[TensorType]) -> Result<(), RuntimeError> {
+        let needed = types.iter().fold(0usize, |n, t| n.saturating_add(t.size_bytes()));
+        let live = self.bytes.live();
+        if needed > 0 && live.saturating_add(needed) > self.max_live_bytes {
+            let (op, limit) = (instr.mnemonic(), self.max_live_bytes);
+            return Err(RuntimeError::OutOfMemory { op, needed, live, limit });
+        }
+        Ok(())
+    }
+
+    /// Stores a result (row-major), replacing what `dst` held.
+    fn define(&mut self, dst: ValueId, value: Value) {
+        self.bytes.add(value.bytes());
+        let value = value::map_value!(value, a => standard(a));
+        if let Some(old) = self.values.insert(dst, value) {
+            self.bytes.remove(old.bytes());
+        }
     }
 
     /// A value's type and row-major data.
@@ -627,10 +650,31 @@ fn slice_axes(resolved: &ResolvedSlice) -> Vec<(usize, usize, usize, bool)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gt_ir::data::Elements;
     use gt_ir::DType;
     use gt_ir::{SliceItem, SplitSpec};
     use proptest::prelude::*;
+
+    /// `write` defines a value as the literal would, checked the same way, without copying.
+    #[test]
+    fn write_defines_a_value_as_its_literal_would() {
+        let mut it = Interpreter::new().with_memory_budget(64);
+        let data = Elements::F32(vec![1.0, 2.0, 3.0, 4.0]);
+        let at = data.as_f32().map(<[f32]>::as_ptr);
+        it.write(v(1), TensorType::f32(vec![2, 2]), data).unwrap();
+        let read = it.read(v(1)).unwrap();
+        assert_eq!((read.ty, read.data), (TensorType::f32(vec![2, 2]), Elements::F32(vec![1.0, 2.0, 3.0, 4.0])));
+        let Some(Value::F32(stored)) = it.values.get(&v(1)) else { panic!("not stored as f32") };
+        assert_eq!(stored.as_ptr(), at.unwrap(), "the data was copied");
+        assert_eq!(it.live_bytes(), 16);
+        // Data that does not fit its type, and data past the budget, are refused as literals are.
+        let short = it.write(v(2), TensorType::f32(vec![3]), Elements::F32(vec![1.0]));
+        assert!(matches!(short, Err(RuntimeError::Type { .. })), "{short:?}");
+        let big = it.write(v(2), TensorType::f32(vec![16]), Elements::F32(vec![0.0; 16]));
+        assert!(matches!(big, Err(RuntimeError::OutOfMemory { .. })), "{big:?}");
+        // Writing over a value replaces it.
+        it.write(v(1), TensorType::new(DType::I32, vec![1]), Elements::I32(vec![7])).unwrap();
+        assert_eq!(it.live_bytes(), 4);
+    }
 
     fn v(i: u32) -> ValueId {
         ValueId(i)
