@@ -4,6 +4,10 @@
 
 use gt::nn::{self, Module, Optimizer};
 
+/// gt's allocator (reuses freed tensor buffers), as gt's own binaries run on.
+#[global_allocator]
+static GLOBAL: gt::Allocator = gt::Allocator;
+
 fn main() -> anyhow::Result<()> {
     let _gt = gt::init()?;
     gt::manual_seed(42)?;

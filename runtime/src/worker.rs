@@ -468,9 +468,9 @@ fn execute_batch(
     for ex in exchanges {
         parts.entry(ex.index as usize).or_insert(ex);
     }
-    for i in 0..instrs.len() {
+    for (i, slot) in instrs.iter_mut().enumerate() {
         let part = parts.get(&i).copied();
-        if skip(i, &instrs[i], &left) {
+        if skip(i, slot, &left) {
             stats.skipped += 1;
             if let Some(ex) = part {
                 net.abort(&exchange::group(ex));
@@ -479,13 +479,13 @@ fn execute_batch(
         }
         // A literal's data is moved into the backend, not copied (it can be a large upload);
         // what stays behind is the instruction without its elements.
-        let literal = match &mut instrs[i] {
+        let literal = match slot {
             Instr::Literal { dst, ty, data } if part.is_none() => {
                 Some((*dst, ty.clone(), std::mem::replace(data, Elements::zeros(ty.dtype, 0))))
             }
             _ => None,
         };
-        let instr = &instrs[i];
+        let instr = &*slot;
         let op = instr.mnemonic();
         let t0 = Instant::now();
         let number = watch.begin(owner(i).unwrap_or(u64::MAX), t0.saturating_duration_since(epoch).as_nanos() as u64);
