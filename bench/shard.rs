@@ -117,25 +117,36 @@ fn collective(like: &Endpoint, n: usize, bytes: usize, reps: usize, gather: bool
         sockets.push(ZmqCollectives::bind(&ctx, like, &format!("r{r}"), Duration::from_secs(60), 1 << 30, None)?);
     }
     let peers: Vec<String> = sockets.iter().map(|s| s.address().to_string()).collect();
+    let bodies = sockets.into_iter().enumerate().map(|(rank, mut sock)| {
+        let peers = peers.clone();
+        let mut data = vec![1.0f32; bytes / 4 / if gather { n } else { 1 }];
+        let mine: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+        move |id: u64| {
+            let g = Group { id, rank, peers: peers.clone() };
+            if gather {
+                sock.all_gather(&g, &mine).expect("all_gather");
+            } else {
+                sock.all_reduce(&g, gt::ir::ReduceOp::Sum, &mut data).expect("all_reduce");
+            }
+        }
+    });
+    Ok(on_threads(bodies.collect(), reps))
+}
+
+/// Runs each of `bodies` on a thread of its own, `reps + 1` times in step (the run's number
+/// as argument; the first untimed), and gives the median over runs of the slowest thread's
+/// time: a collective (or a raw ring) takes as long as its slowest rank.
+fn on_threads<F: FnMut(u64) + Send>(bodies: Vec<F>, reps: usize) -> Duration {
     let times = std::thread::scope(|scope| {
-        let handles: Vec<_> = sockets
+        let handles: Vec<_> = bodies
             .into_iter()
-            .enumerate()
-            .map(|(rank, mut sock)| {
-                let peers = peers.clone();
+            .map(|mut body| {
                 scope.spawn(move || {
-                    let mut data = vec![1.0f32; bytes / 4 / if gather { n } else { 1 }];
-                    let mine: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
                     let mut times = Vec::new();
-                    for id in 0..reps as u64 + 1 {
-                        let g = Group { id, rank, peers: peers.clone() };
+                    for run in 0..reps as u64 + 1 {
                         let t = Instant::now();
-                        if gather {
-                            sock.all_gather(&g, &mine).expect("all_gather");
-                        } else {
-                            sock.all_reduce(&g, gt::ir::ReduceOp::Sum, &mut data).expect("all_reduce");
-                        }
-                        if id > 0 {
+                        body(run);
+                        if run > 0 {
                             times.push(t.elapsed());
                         }
                     }
@@ -143,11 +154,10 @@ fn collective(like: &Endpoint, n: usize, bytes: usize, reps: usize, gather: bool
                 })
             })
             .collect();
-        // The slowest rank's time is the collective's.
         let all: Vec<Vec<Duration>> = handles.into_iter().map(|h| h.join().expect("rank")).collect();
         (0..reps).map(|i| all.iter().map(|t| t[i]).max().unwrap_or_default()).collect::<Vec<_>>()
     });
-    Ok(median(times))
+    median(times)
 }
 
 /// Median time of one raw send and receive of `bytes` on one thread over inproc ZeroMQ
@@ -197,33 +207,17 @@ fn raw_ring(like: &Endpoint, n: usize, bytes: usize, reps: usize) -> anyhow::Res
         push.connect(&addresses[(r + 1) % n])?;
         pushes.push(push);
     }
-    let times = std::thread::scope(|scope| {
-        let handles: Vec<_> = pulls
-            .into_iter()
-            .zip(pushes)
-            .map(|(pull, push)| {
-                scope.spawn(move || {
-                    let piece = vec![1u8; bytes / n];
-                    let mut times = Vec::new();
-                    for rep in 0..reps + 1 {
-                        let t = Instant::now();
-                        for _ in 0..n - 1 {
-                            push.send(&piece[..], 0).expect("raw send");
-                            let got = pull.recv_msg(0).expect("raw receive");
-                            assert_eq!(got.len(), piece.len());
-                        }
-                        if rep > 0 {
-                            times.push(t.elapsed());
-                        }
-                    }
-                    times
-                })
-            })
-            .collect();
-        let all: Vec<Vec<Duration>> = handles.into_iter().map(|h| h.join().expect("rank")).collect();
-        (0..reps).map(|i| all.iter().map(|t| t[i]).max().unwrap_or_default()).collect::<Vec<_>>()
+    let bodies = pulls.into_iter().zip(pushes).map(|(pull, push)| {
+        let piece = vec![1u8; bytes / n];
+        move |_: u64| {
+            for _ in 0..n - 1 {
+                push.send(&piece[..], 0).expect("raw send");
+                let got = pull.recv_msg(0).expect("raw receive");
+                assert_eq!(got.len(), piece.len());
+            }
+        }
     });
-    Ok(median(times))
+    Ok(on_threads(bodies.collect(), reps))
 }
 
 fn env_usize(name: &str) -> Option<usize> {
