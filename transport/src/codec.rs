@@ -3,7 +3,7 @@
 //! before anything else, then the header, so garbage, an old peer and an oversized frame
 //! each get their own error.
 
-use serde::de::DeserializeOwned;
+use serde::de::{Deserialize, DeserializeOwned};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -101,13 +101,21 @@ pub fn decode<T: DeserializeOwned>(frame: &[u8], max: usize) -> Result<T, CodecE
         return Err(CodecError::Version { found: version, expected: PROTOCOL_VERSION });
     }
     let body = &frame[HEADER_LEN..];
-    let mut de = rmp_serde::Deserializer::new(body);
+    // Read in place: byte strings (literal data) are handed out borrowed and copied once,
+    // where a reading decoder first copies them into a buffer it grows by doublings.
+    let mut de = rmp_serde::Deserializer::from_read_ref(body);
     let msg = T::deserialize(&mut de).map_err(CodecError::Malformed)?;
-    let rest = de.into_inner();
-    if !rest.is_empty() {
-        return Err(CodecError::Trailing { extra: rest.len() });
+    match serde::de::IgnoredAny::deserialize(&mut de) {
+        Err(rmp_serde::decode::Error::InvalidMarkerRead(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(msg),
+        // Something follows the message: skip one message again with a decoder that says
+        // where it stopped, to count the bytes left over (only ever on this error path).
+        _ => {
+            let mut rest = body;
+            let skipped = serde::de::IgnoredAny::deserialize(&mut rmp_serde::Deserializer::new(&mut rest));
+            skipped.map_err(CodecError::Malformed)?;
+            Err(CodecError::Trailing { extra: rest.len() })
+        }
     }
-    Ok(msg)
 }
 
 /// The data frame of a `Data` message: the elements' little-endian bytes (on a
