@@ -290,14 +290,11 @@ impl Elements {
         if !b.len().is_multiple_of(size) {
             return Err(BytesError::Length { dtype, len: b.len(), size });
         }
+        if cfg!(target_endian = "little") && dtype != DType::Bool {
+            // One copy into aligned memory (the bytes may sit at any address).
+            return Elements::from_le_runs(dtype, b.len(), [b]);
+        }
         fn read<T: bytemuck::Pod>(b: &[u8], from: impl Fn(&[u8]) -> T) -> Vec<T> {
-            let n = b.len() / std::mem::size_of::<T>();
-            if cfg!(target_endian = "little") {
-                // One copy into aligned memory (the bytes may sit at any address).
-                let mut out = vec![T::zeroed(); n];
-                bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(b);
-                return out;
-            }
             b.chunks_exact(std::mem::size_of::<T>()).map(from).collect()
         }
         let array = |c: &[u8]| -> [u8; 8] {
@@ -326,7 +323,8 @@ impl Elements {
     }
 
     /// Elements of `dtype` from little-endian byte runs laid end to end (`len` bytes in all),
-    /// copied once into the result: what a gather of pieces from many places needs.
+    /// copied once into aligned memory (the bytes may sit at any address): what a gather of
+    /// pieces from many places needs, and [`Elements::from_le_bytes`] with one run.
     pub fn from_le_runs<'a>(
         dtype: DType,
         len: usize,

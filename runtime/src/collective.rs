@@ -15,7 +15,7 @@
 //! naming the peer.
 
 use gt_ir::ops::{nan_max, nan_min, ReduceOp};
-use gt_transport::codec::data_frame;
+use gt_transport::codec::{data_frame, from_le_bytes};
 use gt_transport::endpoint::{ensure_runtime_dir, is_local, make_private, RuntimeDirError};
 use gt_transport::socket::{recv_frames, retry, send_with_data};
 use gt_transport::{socket, zmq, ClusterKey, Endpoint};
@@ -319,10 +319,6 @@ pub fn reference_all_reduce(op: ReduceOp, inputs: &[&[f32]]) -> Vec<f32> {
     reference_reduce_scatter(op, inputs, &even_counts(len, inputs.len())).concat()
 }
 
-fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
-    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-}
-
 /// A message of `bytes`, copied into memory from the process's allocator and handed to ZeroMQ
 /// without another copy (`data_frame` does the same for `f32`s): an allocator that reuses
 /// freed large buffers (gt's binaries run on mimalloc) then spares a page fault per 4 KiB.
@@ -335,20 +331,22 @@ fn message(bytes: &[u8]) -> zmq::Message {
 fn with_f32s<T>(bytes: &[u8], body: impl FnOnce(&[f32]) -> T) -> T {
     match bytemuck::try_cast_slice::<u8, f32>(bytes) {
         Ok(v) if cfg!(target_endian = "little") => body(v),
-        _ => body(&f32s(bytes).collect::<Vec<_>>()),
+        _ => body(&from_le_bytes(bytes)),
     }
 }
 
 /// Folds a peer's partial `acc` into `chunk` (the partial on the left, as
 /// [`reference_reduce_scatter`] folds), with `op` chosen once so that the loop vectorizes.
 fn fold_into(op: ReduceOp, chunk: &mut [f32], acc: &[f32]) {
+    // One loop per op (each closure its own instance): `combine` with a constant op inlines
+    // to the bare operation.
     fn each(chunk: &mut [f32], acc: &[f32], f: impl Fn(f32, f32) -> f32) {
         chunk.iter_mut().zip(acc).for_each(|(x, &a)| *x = f(a, *x));
     }
     match op {
-        ReduceOp::Sum | ReduceOp::Mean => each(chunk, acc, |a, x| a + x),
-        ReduceOp::Max => each(chunk, acc, nan_max),
-        ReduceOp::Min => each(chunk, acc, nan_min),
+        ReduceOp::Sum | ReduceOp::Mean => each(chunk, acc, |a, x| combine(ReduceOp::Sum, a, x)),
+        ReduceOp::Max => each(chunk, acc, |a, x| combine(ReduceOp::Max, a, x)),
+        ReduceOp::Min => each(chunk, acc, |a, x| combine(ReduceOp::Min, a, x)),
     }
 }
 

@@ -1630,7 +1630,7 @@ impl Dispatcher {
         let charges = workers::charges(&instrs, &origins);
         let owners = origins.iter().map(|(c, _)| *c).collect();
         let parts: Vec<(u32, u64)> = exchanges.iter().map(|ex| (ex.index, ex.id)).collect();
-        let data = instrs.iter().map(|i| if let Instr::Literal { ty, .. } = i { ty.size_bytes() } else { 0 }).sum();
+        let data = charges.values().map(|c| c.bytes as usize).sum();
         let cmd = WorkerCommand::Exec { batch: number, instrs, owners, timed, exchanges };
         let bytes = match codec::encode_sized(&cmd, self.config.max_message_bytes, data) {
             Ok(b) => b,
