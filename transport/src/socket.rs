@@ -223,16 +223,29 @@ pub fn recv_frames(sock: &Socket, flags: i32) -> zmq::Result<Vec<zmq::Message>> 
 /// Sends one message: `frames` (a routing id and a message, or a message alone) and then a
 /// `data` frame, moved to ZeroMQ without a copy, none of it blocking. `EAGAIN` (the peer
 /// cannot be sent to) comes from the first frame; once a message is started its frames queue
-/// at once, and a call a signal interrupted is made again without sending anything twice.
+/// at once.
+///
+/// A signal must not interrupt the data frame's send: the `zmq` crate drops a message whose
+/// send failed, so `EINTR` there would lose it with nothing to send again (and leave the
+/// frames before it waiting for an end). The data frame goes out with this thread's signals
+/// blocked for the moment of the call (they are delivered right after); the byte frames
+/// before it are simply sent again.
 pub fn send_with_data(sock: &Socket, frames: &[&[u8]], data: zmq::Message) -> zmq::Result<()> {
     for frame in frames {
         retry(|| sock.send(*frame, zmq::SNDMORE | zmq::DONTWAIT))?;
     }
-    let mut data = Some(data);
-    retry(|| match data.take() {
-        Some(d) => sock.send(d, zmq::DONTWAIT),
-        None => Ok(()),
-    })
+    with_signals_blocked(|| sock.send(data, zmq::DONTWAIT))
+}
+
+/// Runs `call` with every signal that can be blocked held back on this thread.
+fn with_signals_blocked<T>(call: impl FnOnce() -> zmq::Result<T>) -> zmq::Result<T> {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
+    let mut old = SigSet::empty();
+    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), Some(&mut old)).map_err(|_| zmq::Error::EINVAL)?;
+    let done = call();
+    // Restoring a mask read from this thread a moment ago cannot fail.
+    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    done
 }
 
 #[cfg(test)]
@@ -282,6 +295,49 @@ mod tests {
             }
         }
         panic!("neither a message nor a handshake failure within 5 s");
+    }
+
+    /// Every message sent with [`send_with_data`] arrives whole while signals keep
+    /// interrupting the sending thread (the stream fuzzer's signals once made a send fail with
+    /// `EINTR` and lose its data frame).
+    #[test]
+    #[allow(unsafe_code)] // libc's signal and pthread_kill: the only way to signal one thread
+    fn signals_lose_no_message() {
+        use std::os::unix::thread::JoinHandleExt;
+        extern "C" fn ignore(_: libc::c_int) {}
+        // SAFETY: a handler that does nothing, for a signal nothing else in this crate uses;
+        // `signal` installs it so that interrupted calls fail with EINTR rather than restart.
+        unsafe { libc::signal(libc::SIGUSR1, ignore as *const () as libc::sighandler_t) };
+        let ctx = Context::new();
+        let router = ctx.socket(zmq::ROUTER).unwrap();
+        router.set_rcvhwm(0).unwrap();
+        router.bind("inproc://signals").unwrap();
+        let dealer = ctx.socket(zmq::DEALER).unwrap();
+        dealer.set_sndhwm(0).unwrap();
+        dealer.connect("inproc://signals").unwrap();
+        const N: u32 = 20_000;
+        let sender = std::thread::spawn(move || {
+            for i in 0..N {
+                send_with_data(&dealer, &[b"head"], zmq::Message::from(i.to_le_bytes().to_vec())).unwrap();
+            }
+            dealer
+        });
+        let thread = sender.as_pthread_t();
+        let mut signals = 0;
+        while !sender.is_finished() {
+            // SAFETY: the thread has not finished and the signal's handler does nothing.
+            unsafe { libc::pthread_kill(thread, libc::SIGUSR1) };
+            signals += 1;
+        }
+        let _dealer = sender.join().unwrap();
+        for i in 0..N {
+            let frames = recv_frames(&router, 0).unwrap();
+            assert_eq!(frames.len(), 3, "message {i}");
+            assert_eq!(&frames[1][..], b"head", "message {i}");
+            assert_eq!(&frames[2][..], i.to_le_bytes(), "message {i}: data frame");
+        }
+        assert_eq!(router.poll(zmq::POLLIN, 0).unwrap(), 0, "more messages than sent");
+        assert!(signals > 10, "only {signals} signals were sent");
     }
 
     #[test]
