@@ -393,6 +393,7 @@ impl UnaryOp {
 
     /// The op on one integer, wrapping on overflow as PyTorch's integer tensors do (`None`
     /// for a float-only op, which the type rules never give integers).
+    #[inline]
     pub fn apply_int(self, x: i64) -> Option<i64> {
         match self.def() {
             OpDef::Prim(UnaryPrim::Neg) => Some(x.wrapping_neg()),
@@ -417,6 +418,7 @@ impl BinaryOp {
 
     /// The op on two integers, wrapping on overflow (comparisons give 0 or 1; `None` for a
     /// float-only op).
+    #[inline]
     pub fn apply_int(self, x: i64, y: i64) -> Option<i64> {
         let OpDef::Prim(p) = self.def() else { return None };
         Some(match p {
@@ -470,12 +472,16 @@ impl BinaryOp {
 }
 
 impl UnaryPrim {
+    // The `apply*` functions here and on `BinaryPrim` are `#[inline]`: inlined into other
+    // crates' loops (the interpreter's), the op is a constant there and the loop vectorizes.
     /// The op on one `f32`: the reference semantics.
+    #[inline]
     pub fn apply(self, x: f32) -> f32 {
         self.apply_real(x, libm::erff)
     }
 
     /// The op on one `f64`.
+    #[inline]
     pub fn apply_f64(self, x: f64) -> f64 {
         self.apply_real(x, libm::erf)
     }
@@ -506,11 +512,13 @@ impl UnaryPrim {
 
 impl BinaryPrim {
     /// The op on two `f32`s: the reference semantics (comparisons give 0 or 1).
+    #[inline]
     pub fn apply(self, x: f32, y: f32) -> f32 {
         self.apply_real(x, y)
     }
 
     /// The op on two `f64`s.
+    #[inline]
     pub fn apply_f64(self, x: f64, y: f64) -> f64 {
         self.apply_real(x, y)
     }

@@ -516,12 +516,41 @@ pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f
             let Zipped(a, b, dims) = self;
             let zip = || Zip::from(broadcast(a, dims)).and(broadcast(b, dims));
             let n = dims.iter().product();
-            threads::elementwise(n, || zip().par_map_collect(|&x, &y| f(x, y)), || zip().map_collect(|&x, &y| f(x, y)))
+            let serial = || match (Flat::of(a, dims), Flat::of(b, dims)) {
+                // Plain loops over slices, which the compiler vectorizes (`Zip` walks
+                // dynamic-rank arrays row by row with strides).
+                (Some(Flat::Whole(x)), Some(Flat::Whole(y))) => {
+                    from_vec(dims, x.iter().zip(y).map(|(&x, &y)| f(x, y)).collect())
+                }
+                (Some(Flat::Whole(x)), Some(Flat::One(y))) => from_vec(dims, x.iter().map(|&x| f(x, y)).collect()),
+                (Some(Flat::One(x)), Some(Flat::Whole(y))) => from_vec(dims, y.iter().map(|&y| f(x, y)).collect()),
+                _ => zip().map_collect(|&x, &y| f(x, y)),
+            };
+            threads::elementwise(n, || zip().par_map_collect(|&x, &y| f(x, y)), serial)
         }
     }
     match op.def() {
         OpDef::Prim(p) => p.specialize(Zipped(a, b, dims)),
         OpDef::Composite(t) => composite(t, &[a.view(), b.view()], dims),
+    }
+}
+
+/// An elementwise operand as a plain slice: all of a row-major result's elements, or one
+/// element broadcast to every one.
+enum Flat<'a> {
+    Whole(&'a [f32]),
+    One(f32),
+}
+
+impl<'a> Flat<'a> {
+    fn of(a: &'a ArrayViewD<'_, f32>, dims: &[usize]) -> Option<Flat<'a>> {
+        if a.len() == 1 {
+            a.iter().next().map(|&x| Flat::One(x))
+        } else if a.shape() == dims {
+            a.as_slice().map(Flat::Whole)
+        } else {
+            None
+        }
     }
 }
 

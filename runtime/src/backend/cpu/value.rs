@@ -218,7 +218,7 @@ impl Value {
 
     /// Result axis `i` is axis `perm[i]`.
     pub(crate) fn permuted(&self, perm: &[usize]) -> Value {
-        map_value!(self, a => a.view().permuted_axes(perm).as_standard_layout().into_owned())
+        map_value!(self, a => permute(a, perm))
     }
 
     /// Consecutive pieces along `axis` of the lengths given.
@@ -293,6 +293,30 @@ pub(crate) fn unary(op: UnaryOp, a: &Value, dtype: DType) -> Value {
         Value::I64(_) | Value::I32(_) => Value::I64(a.i64().mapv(|x| op.apply_int(x).unwrap_or_default())).cast(dtype),
         // The type rules give `bool` to no arithmetic op.
         Value::Bool(_) => a.into_owned(),
+    }
+}
+
+/// `a` (row-major) with result axis `i` its axis `perm[i]`, row-major. Swapping the last two
+/// axes (a matrix's or a batch of matrices' transpose, what autograd's matmul gradients ask
+/// for) is a cache-blocked transpose per matrix; `ndarray` copies other permutations
+/// element by element in the result's order, with strided reads.
+fn permute<T: Copy + Default>(a: &ArrayD<T>, perm: &[usize]) -> ArrayD<T> {
+    let rank = perm.len();
+    let swaps_last_two = rank >= 2
+        && perm[rank - 2] == rank - 1
+        && perm[rank - 1] == rank - 2
+        && perm[..rank - 2].iter().enumerate().all(|(i, &p)| i == p);
+    match a.as_slice() {
+        Some(data) if swaps_last_two && !data.is_empty() => {
+            let (rows, cols) = (a.shape()[rank - 2], a.shape()[rank - 1]);
+            let mut out = vec![T::default(); data.len()];
+            for (from, to) in data.chunks_exact(rows * cols).zip(out.chunks_exact_mut(rows * cols)) {
+                transpose::transpose(from, to, cols, rows);
+            }
+            let dims: Vec<usize> = perm.iter().map(|&p| a.shape()[p]).collect();
+            ArrayD::from_shape_vec(dims, out).expect("a permutation keeps the element count")
+        }
+        _ => a.view().permuted_axes(perm).as_standard_layout().into_owned(),
     }
 }
 
@@ -456,4 +480,30 @@ pub(crate) fn batched<T: Copy + Default + 'static>(
         }
     }
     Ok(out.to_shape(dims).expect("the type rule kept the element count").as_standard_layout().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The blocked transpose of the last two axes gives what `ndarray`'s element-by-element
+    /// copy gives, batched or not, for odd sizes and other dtypes; other permutations and
+    /// empty arrays take the copy.
+    #[test]
+    fn permute_matches_the_strided_copy() {
+        fn check<T: Copy + Default + PartialEq + std::fmt::Debug>(dims: &[usize], perm: &[usize], f: impl Fn(usize) -> T) {
+            let n = dims.iter().product();
+            let a = ArrayD::from_shape_vec(dims, (0..n).map(f).collect()).unwrap();
+            let expected = a.view().permuted_axes(perm).as_standard_layout().into_owned();
+            let got = permute(&a, perm);
+            assert_eq!(got.shape(), expected.shape(), "{dims:?} {perm:?}");
+            assert_eq!(got.as_slice().unwrap(), expected.as_slice().unwrap(), "{dims:?} {perm:?}");
+        }
+        check(&[37, 53], &[1, 0], |i| i as f32);
+        check(&[3, 17, 5], &[0, 2, 1], |i| i as i64);
+        check(&[2, 3, 4, 5], &[0, 1, 3, 2], |i| bf16::from_f32(i as f32));
+        check(&[2, 3, 4], &[2, 1, 0], |i| i % 3 == 0);
+        check(&[0, 4], &[1, 0], |i| i as f32);
+        check(&[1, 1], &[1, 0], |i| i as i32);
+    }
 }
