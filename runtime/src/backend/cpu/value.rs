@@ -491,7 +491,11 @@ mod tests {
     /// empty arrays take the copy.
     #[test]
     fn permute_matches_the_strided_copy() {
-        fn check<T: Copy + Default + PartialEq + std::fmt::Debug>(dims: &[usize], perm: &[usize], f: impl Fn(usize) -> T) {
+        fn check<T: Copy + Default + PartialEq + std::fmt::Debug>(
+            dims: &[usize],
+            perm: &[usize],
+            f: impl Fn(usize) -> T,
+        ) {
             let n = dims.iter().product();
             let a = ArrayD::from_shape_vec(dims, (0..n).map(f).collect()).unwrap();
             let expected = a.view().permuted_axes(perm).as_standard_layout().into_owned();
