@@ -472,8 +472,9 @@ impl BinaryOp {
 }
 
 impl UnaryPrim {
-    // The `apply*` functions here and on `BinaryPrim` are `#[inline]`: inlined into other
-    // crates' loops (the interpreter's), the op is a constant there and the loop vectorizes.
+    // The scalar `apply*` functions (here, on `BinaryPrim`, and `apply_int` on the op enums)
+    // are `#[inline]`: inlined into other crates' loops (the interpreter's), the op is a
+    // constant there and the loop vectorizes.
     /// The op on one `f32`: the reference semantics.
     #[inline]
     pub fn apply(self, x: f32) -> f32 {

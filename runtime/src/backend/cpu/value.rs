@@ -399,11 +399,11 @@ pub(crate) fn reduce(op: ReduceOp, a: &Value, axes: &[usize], dims: &[usize], dt
 }
 
 /// One result element per row of `a`'s `axes` (moved last), in row-major order.
-fn rows<T: Copy, R>(a: &ArrayD<T>, axes: &[usize], dims: &[usize], f: impl Fn(&[T]) -> R) -> ArrayD<R> {
+fn rows<T: Copy + Default, R>(a: &ArrayD<T>, axes: &[usize], dims: &[usize], f: impl Fn(&[T]) -> R) -> ArrayD<R> {
     let kept: Vec<usize> = (0..a.ndim()).filter(|i| !axes.contains(i)).collect();
     let perm: Vec<usize> = kept.iter().chain(axes).copied().collect();
     let inner: usize = axes.iter().map(|&i| a.shape()[i]).product();
-    let moved = a.view().permuted_axes(perm).as_standard_layout().into_owned();
+    let moved = permute(a, &perm);
     let flat = moved.as_slice().unwrap_or(&[]);
     let values: Vec<R> = if inner == 0 {
         (0..dims.iter().product::<usize>()).map(|_| f(&[])).collect()
