@@ -7,15 +7,18 @@
 //!   the same chain unfused (8 instructions) for reference;
 //! - row softmax as five instructions (max, sub, exp, sum, div), and as one hand-fused row
 //!   kernel (what the fuse pass will produce);
-//! - matmul 4096^3 in TFLOP/s, f32 (FMA tiles) and TF32 (tensor cores, `GT_MATMUL_PRECISION=high`),
-//!   each next to cuBLAS at the same precision, and `relu(x @ w + b)` with its epilogue fused;
+//! - the chain again over bf16 buffers (computed in f32), against a copy of the bf16 bytes;
+//! - matmul 4096^3 in TFLOP/s, f32 (FMA tiles), TF32 (tensor cores, `GT_MATMUL_PRECISION=high`),
+//!   bf16 and f16 (tensor cores, `mma.sync m16n8k16`), each next to cuBLAS at the same
+//!   precision, and `relu(x @ w + b)` with its epilogue fused;
 //! - per-op overhead of tiny ops on the backend alone and through client -> dispatcher -> worker.
 //!
 //! Times are wall-clock around a stream synchronisation, medians of several repetitions.
 
 use gt::frontend::{Client, ClientOptions, Origin};
 use gt::ir::kernel::{samples, Access, Kernel, MapKernel, Node, Precision};
-use gt::ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
+use gt::ir::{BinaryOp, DType, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
+use gt::runtime::backend::cuda::cache::KernelCache;
 use gt::runtime::backend::cuda::CudaBackend;
 use gt::runtime::backend::{Backend, BackendKind};
 use gt::runtime::{Cluster, ClusterOptions};
@@ -212,6 +215,24 @@ fn main() {
         let _ = writeln!(report, "PyTorch clone    {tc:9.3} ms");
     }
 
+    // The same chain over bf16 buffers (half the bytes; computed in f32).
+    exec(&mut g, Instr::Rand { dst: v(0), ty: TensorType::f32(vec![n]), seed: 1 });
+    exec(&mut g, Instr::Cast { dst: v(8), src: v(0), dtype: DType::BF16 });
+    exec(&mut g, Instr::Free { src: v(0) });
+    let bf = TensorType::new(DType::BF16, vec![n]);
+    let fused_bf16 = time(&mut g, reps, |g| g.run_kernel(&kernel, &[v(8)], v(9), bf.clone()).unwrap());
+    let copy_bf16 = time(&mut g, reps, |g| g.copy(v(8), v(2)).unwrap());
+    for i in [2, 8, 9] {
+        exec(&mut g, Instr::Free { src: v(i) });
+    }
+    let _ = writeln!(report, "\n## 8-op elementwise chain on {n} bf16 (read + write {} MiB)", (2 * n * 2) >> 20);
+    let _ = writeln!(report, "fused kernel     {fused_bf16:9.3} ms  {:7.1} GB/s", gbs(fused_bf16) / 2.0);
+    let _ = writeln!(report, "device copy      {copy_bf16:9.3} ms  {:7.1} GB/s", gbs(copy_bf16) / 2.0);
+    let _ = writeln!(report, "fused / copy bandwidth: {:.1}% (goal >= 90%)", 100.0 * copy_bf16 / fused_bf16);
+    if let Some(tc) = tnum("chain_bf16_ms") {
+        let _ = writeln!(report, "PyTorch chain    {tc:9.3} ms  -> gt fused is {:.2}x faster", tc / fused_bf16);
+    }
+
     // A full sum of the 256M elements (two passes over many blocks).
     exec(&mut g, Instr::Rand { dst: v(6), ty: TensorType::f32(vec![n]), seed: 7 });
     let total = time(&mut g, reps, |g| {
@@ -301,6 +322,61 @@ fn main() {
             );
         }
     }
+    // Half precision on tensor cores: the same operands cast to bf16 and f16.
+    for (dtype, name, key) in [(DType::BF16, "bf16", "matmul_bf16_ms"), (DType::F16, "f16", "matmul_f16_ms")] {
+        exec(&mut g, Instr::Cast { dst: v(50), src: v(30), dtype });
+        exec(&mut g, Instr::Cast { dst: v(51), src: v(31), dtype });
+        let ms = time(&mut g, reps, |g| exec(g, Instr::MatMul { dst: v(52), lhs: v(50), rhs: v(51) }));
+        let _ = writeln!(report, "{:<16} {ms:9.3} ms  {:6.2} TFLOP/s", format!("gt ({name} mma)"), tflops(ms));
+        if let Some(t) = tnum(key) {
+            let _ = writeln!(
+                report,
+                "cuBLAS {name:<4}      {t:9.3} ms  {:6.2} TFLOP/s -> gt {name} at {:.0}% (goal >= 70%)",
+                tflops(t),
+                100.0 * t / ms
+            );
+        }
+        for i in 50..=52 {
+            exec(&mut g, Instr::Free { src: v(i) });
+        }
+    }
+    // Other tilings of the bf16 kernel (`GT_MMA_TILES=BMxBNxWMxWNxSTAGES,...`), each in a
+    // fresh backend (kernels are compiled per backend).
+    if let Some(tiles) = std::env::var("GT_MMA_TILES").ok().filter(|t| !t.is_empty()) {
+        let bf = |shape: Vec<usize>| TensorType::new(DType::BF16, shape);
+        for tile in tiles.split(',') {
+            std::env::set_var("GT_MMA_TILE", tile);
+            let mut fresh = CudaBackend::new(0, usize::MAX).unwrap();
+            exec(&mut fresh, Instr::Randn { dst: v(0), ty: bf(vec![size, size]), seed: 1 });
+            exec(&mut fresh, Instr::Randn { dst: v(1), ty: bf(vec![size, size]), seed: 2 });
+            let ms = time(&mut fresh, reps, |g| exec(g, Instr::MatMul { dst: v(2), lhs: v(0), rhs: v(1) }));
+            let _ = writeln!(report, "gt bf16, tile {tile:<18} {ms:9.3} ms  {:6.2} TFLOP/s", tflops(ms));
+        }
+        std::env::remove_var("GT_MMA_TILE");
+    }
+    // A fresh process's first bf16 matmul: its kernels compiled by the driver, or loaded
+    // from gt's disk cache (the driver's own cache is off for this bench: CUDA_CACHE_DISABLE).
+    let dir = std::env::temp_dir().join(format!("gt-bench-kernel-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let first_run = |cache: KernelCache| {
+        let mut fresh = CudaBackend::new(0, usize::MAX).unwrap();
+        fresh.set_kernel_cache(cache);
+        let t = Instant::now();
+        exec(&mut fresh, Instr::Randn { dst: v(0), ty: TensorType::new(DType::BF16, vec![size, size]), seed: 1 });
+        exec(&mut fresh, Instr::MatMul { dst: v(1), lhs: v(0), rhs: v(0) });
+        fresh.finish().unwrap();
+        (t.elapsed().as_secs_f64() * 1e3, fresh.counters())
+    };
+    let (cold, _) = first_run(KernelCache::off());
+    let _ = first_run(KernelCache::at(&dir));
+    let (warm, counters) = first_run(KernelCache::at(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = writeln!(
+        report,
+        "first randn + bf16 matmul of a fresh backend: {cold:7.1} ms compiling, {warm:7.1} ms with the disk cache \
+         ({} of {} kernels from disk)",
+        counters.disk_hits, counters.compiles
+    );
     // relu(x @ w + b): three instructions, or one matmul with its epilogue.
     exec(&mut g, Instr::Randn { dst: v(33), ty: TensorType::f32(vec![size]), seed: 6 });
     let unfused = time(&mut g, reps, |g| {

@@ -48,6 +48,8 @@ def chain():
 
 out["chain_ms"] = timed(chain)
 out["copy_ms"] = timed(lambda: x.clone())
+x = x.bfloat16()
+out["chain_bf16_ms"] = timed(chain)
 del x
 rows = 4096 if quick else 16384
 s = torch.randn(rows, rows, device="cuda")
@@ -60,5 +62,10 @@ torch.backends.cuda.matmul.allow_tf32 = False
 out["matmul_f32_ms"] = timed(lambda: a @ b)
 torch.backends.cuda.matmul.allow_tf32 = True
 out["matmul_tf32_ms"] = timed(lambda: a @ b)
+torch.backends.cuda.matmul.allow_tf32 = False
+for dtype, key in [(torch.bfloat16, "matmul_bf16_ms"), (torch.float16, "matmul_f16_ms")]:
+    ah, bh = a.to(dtype), b.to(dtype)
+    out[key] = timed(lambda: ah @ bh)
+    del ah, bh
 out["n"], out["rows"], out["size"] = n, rows, size
 print(json.dumps(out))

@@ -5,12 +5,12 @@
 //! `GT_REQUIRE_GPU=1` (set on the GPU machine) makes that a failure. Without a GPU the CLI
 //! test checks that `gt worker --backend cuda` exits 2 with one clear line.
 
-use gt::mirror::{Mirror, Tolerance};
+use gt::mirror::{Mirror, MirrorError, Tolerance};
 use gt::script::{load, run_on};
 use gt_frontend::script::RunOptions;
 use gt_ir::kernel::{samples, Kernel};
 use gt_ir::random::normal;
-use gt_ir::{BinaryOp, Executor, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
+use gt_ir::{BinaryOp, DType, Executor, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
 use gt_runtime::backend::cpu::kernels;
 use gt_runtime::backend::cuda::CudaBackend;
 use gt_runtime::backend::{Backend, BackendError};
@@ -58,12 +58,17 @@ fn matmul_tolerance(k: usize) -> Tolerance {
 fn mirrored_within(instrs: &[Instr], tolerance: Tolerance) -> Result<(), String> {
     let Some(gpu) = gpu() else { return Ok(()) };
     let mut m = Mirror::new(Box::new(gpu), tolerance);
+    // A program both refuse is the program's own error (say "both", callers may accept it).
+    let say = |op: &str, e: MirrorError| match e {
+        MirrorError::Both(e) => format!("{op}: both refuse: {e}"),
+        e => format!("{op}: {e}"),
+    };
     for i in instrs {
-        m.execute(i).map_err(|e| format!("{}: {e}", i.mnemonic()))?;
+        m.execute(i).map_err(|e| say(i.mnemonic(), e))?;
     }
     for i in instrs {
         for r in i.results() {
-            m.read(r).map_err(|e| e.to_string())?;
+            m.read(r).map_err(|e| say("get", e))?;
         }
     }
     Ok(())
@@ -264,6 +269,175 @@ fn large_matmul_uses_big_tiles_and_agrees() {
         Instr::MatMul { dst: v(2), lhs: v(0), rhs: v(1) },
     ];
     mirrored_within(&instrs, matmul_tolerance(517)).unwrap();
+}
+
+/// N(0, 1) operands of these shapes in `dtype` (made on the host: the GPU's `randn` differs
+/// from the CPU's in the last bits, which can round an input to another half), their matmul
+/// (after `lhs_t`/`rhs_t` transposes), a bias add and a relu in `dtype`.
+fn half_matmul(dtype: DType, (a, b): (&[usize], &[usize]), (lhs_t, rhs_t): (bool, bool)) -> Vec<Instr> {
+    let literal = |dst: u32, dims: &[usize], stream: u64| {
+        let n: usize = dims.iter().product();
+        let x: Vec<f64> = (0..n as u64).map(|j| f64::from(normal(stream, j))).collect();
+        let data = gt_ir::data::Elements::from_f64s(dtype, &x);
+        Instr::Literal { dst: v(dst), ty: TensorType::new(dtype, dims.to_vec()), data }
+    };
+    let mut instrs = vec![literal(2, a, 1), literal(3, b, 2)];
+    let (mut l, mut r) = (v(2), v(3));
+    if lhs_t {
+        instrs.push(Instr::Transpose { dst: v(4), src: l, dim0: -2, dim1: -1 });
+        l = v(4);
+    }
+    if rhs_t {
+        instrs.push(Instr::Transpose { dst: v(5), src: r, dim0: -2, dim1: -1 });
+        r = v(5);
+    }
+    // The result's columns: b's last axis, or its first when transposed.
+    let n = if rhs_t { b[b.len() - 2] } else { b[b.len() - 1] };
+    instrs.extend([
+        Instr::MatMul { dst: v(6), lhs: l, rhs: r },
+        literal(7, &[n], 3),
+        Instr::Binary { dst: v(8), op: BinaryOp::Add, lhs: Operand::Value(v(6)), rhs: Operand::Value(v(7)) },
+        Instr::Unary { dst: v(9), op: UnaryOp::Relu, src: v(8) },
+    ]);
+    instrs
+}
+
+#[test]
+fn half_precision_matmuls_run_on_tensor_cores_and_agree() {
+    // Aligned rows (cp.async), odd sizes and tails (element loads), transposed operands,
+    // and a batch; results rounded once to the half type, so one ulp apart is equal.
+    type Case = (&'static [usize], &'static [usize], (bool, bool));
+    let cases: [Case; 6] = [
+        (&[256, 512], &[512, 256], (false, false)),
+        (&[130, 70], &[70, 90], (false, false)),
+        (&[1, 5], &[5, 1], (false, false)),
+        (&[512, 1024], &[512, 1024], (true, false)),
+        (&[300, 200], &[264, 200], (false, true)),
+        (&[3, 128, 64], &[3, 64, 136], (false, false)),
+    ];
+    for dtype in [DType::BF16, DType::F16] {
+        for (a, b, t) in cases {
+            // Products of N(0, 1) terms are about sqrt(k) in size, and the matmul's result is
+            // rounded to the half type before the bias is added: one ulp of that size can
+            // survive the cancellation (a wrong fragment would be off by about sqrt(k)).
+            let k = if t.0 { a[0] } else { a[a.len() - 1] };
+            let tolerance = Tolerance { abs: (k as f32).sqrt() / 64.0, rel: 1e-4 };
+            let instrs = half_matmul(dtype, (a, b), t);
+            mirrored_within(&instrs, tolerance).unwrap_or_else(|e| panic!("{dtype:?} {a:?} {b:?} {t:?}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn half_precision_maps_rows_and_reductions_agree() {
+    // Casts both ways, a vectorised chain, a row kernel (softmax), reductions in two passes,
+    // a transpose through shared tiles: every buffer of them in the half type.
+    for dtype in [DType::BF16, DType::F16] {
+        let h = |dims: Vec<usize>| TensorType::new(dtype, dims);
+        let instrs = vec![
+            Instr::Randn { dst: v(0), ty: h(vec![64, 1000]), seed: 5 },
+            Instr::Unary { dst: v(1), op: UnaryOp::Tanh, src: v(0) },
+            Instr::Binary { dst: v(2), op: BinaryOp::Mul, lhs: Operand::Value(v(1)), rhs: Operand::Scalar(3.0) },
+            Instr::Binary { dst: v(3), op: BinaryOp::Sub, lhs: Operand::Value(v(2)), rhs: Operand::Value(v(1)) },
+            Instr::Reduce { dst: v(4), op: ReduceOp::Sum, src: v(2), axes: None, keepdim: false },
+            Instr::Reduce { dst: v(5), op: ReduceOp::Max, src: v(0), axes: Some(vec![0]), keepdim: false },
+            Instr::Cast { dst: v(6), src: v(2), dtype: DType::F32 },
+            Instr::Transpose { dst: v(7), src: v(0), dim0: 0, dim1: 1 },
+            Instr::Binary { dst: v(8), op: BinaryOp::Add, lhs: Operand::Value(v(6)), rhs: Operand::Value(v(0)) },
+        ];
+        // The full sum's terms are up to 3 and 64000 of them: compared to that scale.
+        mirrored_within(&instrs, Tolerance { abs: 0.5, rel: 1e-4 }).unwrap_or_else(|e| panic!("{dtype:?}: {e}"));
+    }
+}
+
+/// [`kernel_agrees`] with every buffer stored as `dtype`: the inputs are N(0, 1) rounded to
+/// it, the oracle computes on them in f32 and its results are rounded to it.
+fn half_kernel_agrees(kernel: &Kernel, input_lens: &[usize], out_len: usize, dtype: DType, tolerance: Tolerance) {
+    use gt_ir::data::Elements;
+    let Some(mut gpu) = gpu() else { return };
+    let inputs: Vec<Elements> = input_lens
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let x: Vec<f64> = (0..n as u64).map(|j| f64::from(normal(i as u64 + 10, j))).collect();
+            Elements::from_f64s(dtype, &x)
+        })
+        .collect();
+    for (i, data) in inputs.iter().enumerate() {
+        let ty = TensorType::new(dtype, vec![data.len()]);
+        gpu.execute(&Instr::Literal { dst: v(i as u32), ty, data: data.clone() }).unwrap();
+    }
+    let ids: Vec<ValueId> = (0..inputs.len() as u32).map(v).collect();
+    gpu.run_kernel(kernel, &ids, v(100), TensorType::new(dtype, vec![out_len])).unwrap();
+    let got = gpu.read(v(100)).unwrap().to_f32();
+    let mut want = vec![0.0; out_len];
+    let widened: Vec<Vec<f32>> = inputs.iter().map(Elements::to_f32).collect();
+    let refs: Vec<&[f32]> = widened.iter().map(|d| &d[..]).collect();
+    kernels::run(kernel, &refs, &mut want).unwrap();
+    let want = Elements::from(want).cast(dtype).to_f32();
+    let tolerance = tolerance.for_dtype(dtype);
+    if let Some(i) = (0..out_len).find(|&i| !tolerance.accepts(got[i], want[i])) {
+        panic!("{dtype:?} element {i}: gpu {} vs oracle {}\n{kernel}", got[i], want[i]);
+    }
+}
+
+#[test]
+fn half_precision_kernels_agree_with_the_oracle() {
+    use gt_ir::kernel::Access;
+    for dtype in [DType::BF16, DType::F16] {
+        // A row kernel and a map, loading and storing halves.
+        for dims in [vec![64, 784], vec![3, 20_000]] {
+            let n = dims.iter().product();
+            half_kernel_agrees(&samples::softmax(&dims), &[n], n, dtype, Tolerance::default());
+        }
+        half_kernel_agrees(&samples::gelu(&[1001]), &[1001], 1001, dtype, Tolerance::default());
+        // Tensor-core matmuls whose operands take each load path: aligned rows (cp.async),
+        // a transposed lhs (threads along m), a transposed rhs (threads along k), odd k.
+        let (m, k, n) = (200, 264, 136);
+        let Kernel::MatMul(mm) = samples::linear_relu(m, k, n) else { unreachable!() };
+        let mut lhs_t = mm.clone();
+        lhs_t.lhs = Access { offset: 0, strides: vec![1, m as i64] };
+        let mut rhs_t = mm.clone();
+        rhs_t.rhs = Access { offset: 0, strides: vec![1, k as i64] };
+        let mut odd = mm.clone();
+        odd.k = 261;
+        odd.lhs = Access { offset: 0, strides: vec![261, 1] };
+        for (case, kk) in [(mm, k), (lhs_t, k), (rhs_t, k), (odd, 261)] {
+            let lens = [m * kk.max(k), kk.max(k) * n, n];
+            half_kernel_agrees(&Kernel::MatMul(case), &lens, m * n, dtype, matmul_tolerance(kk));
+        }
+    }
+}
+
+#[test]
+fn a_second_backend_loads_its_kernels_from_the_disk_cache() {
+    use gt_runtime::backend::cuda::cache::KernelCache;
+    let dir = std::env::temp_dir().join(format!("gt-cuda-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let instrs = half_matmul(DType::BF16, (&[256, 512], &[512, 256]), (false, false));
+    let run = || {
+        let mut g = gpu()?;
+        g.set_kernel_cache(KernelCache::at(&dir));
+        for i in &instrs {
+            g.execute(i).unwrap();
+        }
+        let out = g.read(v(9)).unwrap();
+        Some((g.counters(), out))
+    };
+    let Some((cold, first)) = run() else { return };
+    let files = std::fs::read_dir(&dir).unwrap().count() as u64;
+    assert_eq!((cold.disk_hits, files), (0, cold.compiles), "{cold:?}");
+    let (warm, second) = run().unwrap();
+    assert_eq!((warm.compiles, warm.disk_hits), (cold.compiles, cold.compiles), "{warm:?}");
+    assert_eq!(first, second);
+    // A damaged file is compiled again and replaced, not an error.
+    for f in std::fs::read_dir(&dir).unwrap() {
+        std::fs::write(f.unwrap().path(), b"not a cubin").unwrap();
+    }
+    let (damaged, third) = run().unwrap();
+    assert_eq!((damaged.compiles, damaged.disk_hits), (cold.compiles, 0), "{damaged:?}");
+    assert_eq!(first, third);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use gt::kernels::KernelRecorder;
 use gt::script::{load, run_any};
 use gt_frontend::script::RunOptions;
-use gt_ir::kernel::Kernel;
+use gt_ir::kernel::{BufferStorage, Kernel, Storage};
 use gt_runtime::backend::cuda::ptx;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -112,6 +112,42 @@ fn sample_kernels() -> Vec<Kernel> {
 
 /// A copy reading `strides` over the iteration space `dims` (a transpose for unit stride
 /// on an axis before the last), with `exp` applied.
+/// Kernels over half-precision buffers, each with its storage: every sample kernel with all
+/// buffers in `f16` and in `bf16`, maps reading one half and one `f32` input, and the
+/// tensor-core matmuls in the shapes that take each load path (16-byte aligned rows by
+/// `cp.async`; transposed or odd operands element by element; batches; epilogues).
+fn stored_kernels() -> Vec<(Kernel, BufferStorage)> {
+    use gt_ir::kernel::{samples, Access};
+    let all = |k: &Kernel, s: Storage| BufferStorage { output: s, inputs: vec![s; k.num_inputs()] };
+    let mut out = Vec::new();
+    let mut kernels = sample_kernels();
+    kernels.push(samples::gelu(&[1001]));
+    for k in &kernels {
+        for s in [Storage::F16, Storage::Bf16] {
+            out.push((k.clone(), all(k, s)));
+        }
+    }
+    // Mixed storage: bf16 matmul operands into an f32 result and epilogue input.
+    let Kernel::MatMul(mm) = samples::linear_relu(256, 512, 256) else { unreachable!() };
+    let mixed = BufferStorage { output: Storage::F32, inputs: vec![Storage::Bf16, Storage::Bf16, Storage::F32] };
+    out.push((Kernel::MatMul(mm.clone()), mixed));
+    // A transposed rhs ([n, k] read as [k, n]), odd k, and a batch of transposed lhs.
+    let mut t = mm.clone();
+    t.rhs = Access { offset: 0, strides: vec![1, 512] };
+    out.push((Kernel::MatMul(t.clone()), all(&Kernel::MatMul(t), Storage::Bf16)));
+    let mut odd = mm.clone();
+    odd.k = 509;
+    odd.lhs = Access { offset: 0, strides: vec![509, 1] };
+    out.push((Kernel::MatMul(odd.clone()), all(&Kernel::MatMul(odd), Storage::F16)));
+    let mut batched = mm;
+    batched.batch = vec![3];
+    batched.lhs = Access { offset: 0, strides: vec![256 * 512, 1, 256] };
+    batched.rhs = Access { offset: 0, strides: vec![512 * 256, 256, 1] };
+    batched.epilogue_inputs = vec![Access { offset: 0, strides: vec![0, 0, 1] }];
+    out.push((Kernel::MatMul(batched.clone()), all(&Kernel::MatMul(batched), Storage::Bf16)));
+    out
+}
+
 fn transpose_kernel(dims: &[usize], strides: &[i64]) -> Kernel {
     use gt_ir::kernel::{Access, MapKernel, Node};
     Kernel::Map(MapKernel {
@@ -142,15 +178,18 @@ fn every_kernel_of_the_filetests_assembles_for_sm80_and_sm90() {
     kernels.extend(sample_kernels());
     let kinds = |k: &str| kernels.iter().filter(|x| x.kind() == k).count();
     assert!(kinds("map") > 20 && kinds("reduce") > 5 && kinds("matmul") > 3 && kinds("rows") > 3, "too few kernels");
+    let mut stored: Vec<(Kernel, BufferStorage)> =
+        kernels.into_iter().map(|k| (k.clone(), BufferStorage::f32(k.num_inputs()))).collect();
+    stored.extend(stored_kernels());
     let dir = std::env::temp_dir().join(format!("gt-ptx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let files: Vec<(PathBuf, String)> = kernels
+    let files: Vec<(PathBuf, String)> = stored
         .iter()
         .enumerate()
-        .map(|(i, k)| {
+        .map(|(i, (k, s))| {
             let path = dir.join(format!("k{i}.ptx"));
-            std::fs::write(&path, ptx::generate(k).unwrap().text).unwrap();
-            (path, k.to_string())
+            std::fs::write(&path, ptx::generate_stored(k, s).unwrap().text).unwrap();
+            (path, format!("{k}\nstorage {s:?}"))
         })
         .collect();
     let failures: Vec<String> = std::thread::scope(|s| {
@@ -210,8 +249,13 @@ fn kernel_of(source: &str, kind: &str) -> Kernel {
 }
 
 fn snapshot(name: &str, kernel: &Kernel) {
-    let p = ptx::generate(kernel).unwrap();
-    let text = format!("{kernel}\n\ngrid {:?} block {:?}\n\n{}", p.grid, p.block, p.text);
+    snapshot_stored(name, kernel, &BufferStorage::f32(kernel.num_inputs()));
+}
+
+fn snapshot_stored(name: &str, kernel: &Kernel, storage: &BufferStorage) {
+    let p = ptx::generate_stored(kernel, storage).unwrap();
+    let stored = if storage.is_f32() { String::new() } else { format!("storage {storage:?}\n") };
+    let text = format!("{kernel}\n{stored}\ngrid {:?} block {:?}\n\n{}", p.grid, p.block, p.text);
     let mut settings = insta::Settings::clone_current();
     settings.set_snapshot_path("../../snapshots");
     settings.set_prepend_module_to_snapshot(false);
@@ -234,6 +278,14 @@ fn ptx_of_representative_kernels() {
     snapshot("softmax_row_kernel", &gt_ir::kernel::samples::softmax(&[64, 784]));
     snapshot("linear_relu_epilogue", &gt_ir::kernel::samples::linear_relu(64, 784, 256));
     snapshot("transpose_tiled", &transpose_kernel(&[45, 70], &[1, 45]));
+    // Half storage: a vectorised map over bf16 and the tensor-core matmul (f16 operands,
+    // bf16 result through the epilogue).
+    let exp = kernel_of(&format!("{x}%y = exp %x\n"), "map");
+    let bf16 = BufferStorage { output: Storage::Bf16, inputs: vec![Storage::Bf16] };
+    snapshot_stored("map_vectorised_exp_bf16", &exp, &bf16);
+    let linear = gt_ir::kernel::samples::linear_relu(64, 784, 256);
+    let mixed = BufferStorage { output: Storage::Bf16, inputs: vec![Storage::F16, Storage::F16, Storage::F32] };
+    snapshot_stored("linear_relu_f16_tensor_cores", &linear, &mixed);
 }
 
 #[test]

@@ -213,6 +213,67 @@ impl MapKernel {
     }
 }
 
+/// How a kernel buffer's elements lie in memory. Kernels compute in `f32` whatever the
+/// storage: a load widens to `f32`, a store rounds to nearest even (what the interpreter does
+/// for halves), so a backend that runs halves only needs to know each buffer's storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Storage {
+    /// IEEE binary32.
+    #[default]
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl Storage {
+    /// The storage of a `dtype`, if kernels can hold it (floats up to 32 bits).
+    pub fn of(dtype: crate::DType) -> Option<Storage> {
+        match dtype {
+            crate::DType::F32 => Some(Storage::F32),
+            crate::DType::F16 => Some(Storage::F16),
+            crate::DType::BF16 => Some(Storage::Bf16),
+            _ => None,
+        }
+    }
+
+    /// Bytes per element.
+    pub fn bytes(self) -> usize {
+        match self {
+            Storage::F32 => 4,
+            Storage::F16 | Storage::Bf16 => 2,
+        }
+    }
+
+    /// Whether this is a 16-bit float (the tensor cores' `m16n8k16` inputs).
+    pub fn is_half(self) -> bool {
+        self != Storage::F32
+    }
+}
+
+/// The storage of each buffer of one kernel: its output, then its inputs in kernel order
+/// (a matmul's `lhs`, `rhs`, then its epilogue inputs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct BufferStorage {
+    /// The output buffer.
+    pub output: Storage,
+    /// One per input.
+    pub inputs: Vec<Storage>,
+}
+
+impl BufferStorage {
+    /// Every buffer `f32`, for a kernel of `inputs` inputs.
+    pub fn f32(inputs: usize) -> BufferStorage {
+        BufferStorage { output: Storage::F32, inputs: vec![Storage::F32; inputs] }
+    }
+
+    /// Whether every buffer is `f32`.
+    pub fn is_f32(&self) -> bool {
+        self.output == Storage::F32 && self.inputs.iter().all(|&s| s == Storage::F32)
+    }
+}
+
 /// How a matmul multiplies f32 operands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum Precision {

@@ -46,6 +46,22 @@ pub fn f32_only(
     }
 }
 
+/// Refuses, naming `backend`, an instruction with an operand or result (`types`) whose dtype
+/// kernels cannot store (anything but `f32`, `f16` and `bf16`): what a backend whose kernels
+/// compute in `f32` over buffers of those checks after [`prepare`].
+pub fn storable_only(
+    instr: &Instr,
+    types: &[TensorType],
+    backend: &'static str,
+    type_of: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
+) -> Result<(), RuntimeError> {
+    let operands = instr.operands().into_iter().filter_map(|v| type_of(v).ok().map(|t| t.dtype));
+    match types.iter().map(|t| t.dtype).chain(operands).find(|&d| gt_ir::kernel::Storage::of(d).is_none()) {
+        Some(dtype) => Err(RuntimeError::BackendDType { op: instr.mnemonic(), backend, dtype }),
+        None => Ok(()),
+    }
+}
+
 /// Keeps the type rules themselves safe on absurd operands, before they run.
 fn guard<'i>(
     instr: &'i Instr,

@@ -9,8 +9,9 @@
 // addresses. Every unsafe block below is one driver call with arguments this file owns.
 #![allow(unsafe_code)]
 
+use super::cache::KernelCache;
 use super::ptx::{self, PtxKernel, ENTRY};
-use crate::backend::checks::{self, ELEMENT_BYTES};
+use crate::backend::checks;
 use crate::backend::{Backend, Residency};
 use crate::backend::{BackendError, CudaStartStep, CudaUnavailable};
 use crate::error::DeviceStep;
@@ -21,17 +22,25 @@ use cust::error::{CudaError, CudaResult};
 use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
 use cust::sys as cu;
+use gt_ir::data::Elements;
 use gt_ir::kernel::lower::{lower, Step};
-use gt_ir::kernel::{Kernel, Precision};
-use gt_ir::{HostTensor, Instr, TensorType, TypeError, ValueId};
+use gt_ir::kernel::{BufferStorage, Kernel, Precision, Storage};
+use gt_ir::{DType, HostTensor, Instr, TensorType, TypeError, ValueId};
 use std::collections::HashMap;
 use std::ffi::c_void;
 
-/// A value on the device: its type and buffer (address 0 for an empty tensor).
+/// A value on the device: its type and buffer (address 0 for an empty tensor), elements
+/// stored as its dtype says (`f32`, `f16` or `bf16`; kernels widen them to `f32`).
 #[derive(Debug)]
 struct DeviceTensor {
     ty: TensorType,
     buffer: Buffer,
+}
+
+impl DeviceTensor {
+    fn storage(&self) -> Storage {
+        Storage::of(self.ty.dtype).unwrap_or_default()
+    }
 }
 
 /// A device allocation of `class` bytes (the size class it is pooled under).
@@ -60,6 +69,8 @@ pub struct DeviceCounters {
     pub compiles: u64,
     /// Kernel launches.
     pub launches: u64,
+    /// Modules loaded from the on-disk kernel cache instead of compiled (part of `compiles`).
+    pub disk_hits: u64,
 }
 
 /// Executes instructions on one GPU.
@@ -67,11 +78,16 @@ pub struct CudaBackend {
     values: HashMap<ValueId, DeviceTensor>,
     bytes: Residency,
     pool: HashMap<usize, Vec<cu::CUdeviceptr>>,
-    modules: HashMap<Kernel, Compiled>,
+    /// Keyed by the kernel and its buffers' storage: the same kernel over `bf16` is other code.
+    modules: HashMap<(Kernel, BufferStorage), Compiled>,
     max_tensor_bytes: usize,
     precision: Precision,
     counters: DeviceCounters,
     device_name: String,
+    /// Compiled kernels kept on disk, and what they are valid for (device, capability,
+    /// driver version).
+    cache: KernelCache,
+    cache_key: String,
     stream: Stream,
     timer: Option<Timer>,
     /// Events kept for reuse by later timed batches.
@@ -137,6 +153,10 @@ impl CudaBackend {
             return Err(BackendError::Unavailable(CudaUnavailable::ComputeCapability { ordinal, major }));
         }
         let device_name = device.name().unwrap_or_else(|_| "unknown device".into());
+        let minor = device.get_attribute(DeviceAttribute::ComputeCapabilityMinor).unwrap_or(0);
+        let mut driver = 0;
+        unsafe { cu::cuDriverGetVersion(&mut driver) };
+        let cache_key = format!("{device_name} sm_{major}{minor} driver {driver}");
         let context = Context::new(device).map_err(unavailable(CudaStartStep::CreateContext))?;
         let stream = Stream::new(StreamFlags::NON_BLOCKING, None).map_err(unavailable(CudaStartStep::CreateStream))?;
         Ok(CudaBackend {
@@ -148,6 +168,8 @@ impl CudaBackend {
             precision: Precision::F32,
             counters: DeviceCounters::default(),
             device_name,
+            cache: KernelCache::from_env(),
+            cache_key,
             stream,
             timer: None,
             spare_events: Vec::new(),
@@ -159,6 +181,12 @@ impl CudaBackend {
     /// tensor cores when asked.
     pub fn set_matmul_precision(&mut self, precision: Precision) {
         self.precision = precision;
+    }
+
+    /// Where compiled kernels are kept between processes (`GT_KERNEL_CACHE`, else the user's
+    /// cache directory).
+    pub fn set_kernel_cache(&mut self, cache: KernelCache) {
+        self.cache = cache;
     }
 
     /// The device's name (`NVIDIA H100 80GB HBM3`).
@@ -187,8 +215,11 @@ impl CudaBackend {
             .collect::<Result<Vec<_>, _>>()?;
         let lens: Vec<usize> = inputs.iter().map(|v| self.values[v].ty.shape.numel()).collect();
         kernel.check_bounds(&lens, ty.shape.numel()).map_err(|source| RuntimeError::Kernel { op, source })?;
-        let out = self.alloc(op, ty.shape.numel() * ELEMENT_BYTES)?;
-        if let Err(e) = self.launch(op, kernel, out, &buffers) {
+        let output =
+            Storage::of(ty.dtype).ok_or(RuntimeError::BackendDType { op, backend: "cuda", dtype: ty.dtype })?;
+        let storage = BufferStorage { output, inputs: inputs.iter().map(|v| self.values[v].storage()).collect() };
+        let out = self.alloc(op, ty.size_bytes())?;
+        if let Err(e) = self.launch(op, kernel, &storage, out, &buffers) {
             self.release(out);
             return Err(e);
         }
@@ -198,9 +229,9 @@ impl CudaBackend {
 
     /// Makes `t` the value `dst`, letting go of the one it replaces.
     fn define(&mut self, dst: ValueId, t: DeviceTensor) {
-        self.bytes.add(t.ty.shape.numel() * ELEMENT_BYTES);
+        self.bytes.add(t.ty.size_bytes());
         if let Some(old) = self.values.insert(dst, t) {
-            self.bytes.remove(old.ty.shape.numel() * ELEMENT_BYTES);
+            self.bytes.remove(old.ty.size_bytes());
             self.release(old.buffer);
         }
     }
@@ -211,7 +242,7 @@ impl CudaBackend {
         let op = "copy";
         let t = self.values.get(&src).ok_or(RuntimeError::Undefined { op, value: src })?;
         let (ty, from) = (t.ty.clone(), t.buffer.ptr);
-        let bytes = ty.shape.numel() * ELEMENT_BYTES;
+        let bytes = ty.size_bytes();
         let out = self.alloc(op, bytes)?;
         let stream = self.stream.as_inner();
         if bytes > 0 {
@@ -281,30 +312,72 @@ impl CudaBackend {
         }
     }
 
-    fn compiled(&mut self, op: &'static str, kernel: &Kernel) -> Result<&Compiled, RuntimeError> {
-        if !self.modules.contains_key(kernel) {
-            let launch = ptx::generate(kernel).map_err(|source| RuntimeError::Ptx { op, source })?;
-            let module = Module::from_ptx(&launch.text, &[])
+    fn compiled(
+        &mut self,
+        op: &'static str,
+        kernel: &Kernel,
+        storage: &BufferStorage,
+    ) -> Result<&Compiled, RuntimeError> {
+        let key = (kernel.clone(), storage.clone());
+        if !self.modules.contains_key(&key) {
+            let launch = ptx::generate_stored(kernel, storage).map_err(|source| RuntimeError::Ptx { op, source })?;
+            let module = self
+                .load_module(&launch.text)
                 .map_err(|e| device(op, DeviceStep::LoadModule { kernel: kernel.kind() }, e))?;
             let function = module
                 .get_function(ENTRY)
                 .map_err(|e| device(op, DeviceStep::FindEntry { kernel: kernel.kind() }, e))?
                 .to_raw();
+            if launch.shared > 0 {
+                // Above 48 KiB a kernel must opt in to its dynamic shared memory.
+                let attribute = cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+                check(unsafe { cu::cuFuncSetAttribute(function, attribute, launch.shared as i32) })
+                    .map_err(|e| device(op, DeviceStep::LoadModule { kernel: kernel.kind() }, e))?;
+            }
             self.counters.compiles += 1;
-            self.modules.insert(kernel.clone(), Compiled { _module: module, function, launch });
+            self.modules.insert(key.clone(), Compiled { _module: module, function, launch });
         }
-        Ok(&self.modules[kernel])
+        Ok(&self.modules[&key])
+    }
+
+    /// The module of `ptx`: from the disk cache when it holds it, else compiled (through the
+    /// driver's linker, so that the machine code can be kept for the next process).
+    fn load_module(&mut self, ptx: &str) -> CudaResult<Module> {
+        if self.cache.dir().is_none() {
+            return Module::from_ptx(ptx, &[]);
+        }
+        let key = KernelCache::key(ptx, &self.cache_key);
+        if let Some(cubin) = self.cache.load(&key) {
+            match Module::from_cubin(&cubin, &[]) {
+                Ok(m) => {
+                    self.counters.disk_hits += 1;
+                    return Ok(m);
+                }
+                // Damaged, or from another driver: compile again and replace it.
+                Err(_) => self.cache.remove(&key),
+            }
+        }
+        match link(ptx) {
+            Ok(cubin) => {
+                let module = Module::from_cubin(&cubin, &[])?;
+                self.cache.store(&key, &cubin);
+                Ok(module)
+            }
+            // The linker refused: compiling directly gives the driver's own error.
+            Err(_) => Module::from_ptx(ptx, &[]),
+        }
     }
 
     fn launch(
         &mut self,
         op: &'static str,
         kernel: &Kernel,
+        storage: &BufferStorage,
         out: Buffer,
         inputs: &[Buffer],
     ) -> Result<(), RuntimeError> {
         let stream = self.stream.as_inner();
-        let compiled = self.compiled(op, kernel)?;
+        let compiled = self.compiled(op, kernel, storage)?;
         let mut args: Vec<u64> = std::iter::once(out.ptr).chain(inputs.iter().map(|b| b.ptr)).collect();
         let mut params: Vec<*mut c_void> = args.iter_mut().map(|a| a as *mut u64 as *mut c_void).collect();
         let (g, b) = (compiled.launch.grid, compiled.launch.block);
@@ -317,7 +390,7 @@ impl CudaBackend {
                 b.0,
                 b.1,
                 b.2,
-                0,
+                compiled.launch.shared,
                 stream,
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
@@ -328,10 +401,10 @@ impl CudaBackend {
         Ok(())
     }
 
-    fn upload(&mut self, op: &'static str, dst: Buffer, data: &[f32]) -> Result<(), RuntimeError> {
+    fn upload(&mut self, op: &'static str, dst: Buffer, data: &[u8]) -> Result<(), RuntimeError> {
         // From pageable memory the copy is staged before the call returns, so `data` may be
         // dropped right after.
-        let bytes = std::mem::size_of_val(data);
+        let bytes = data.len();
         check(unsafe {
             cu::cuMemcpyHtoDAsync_v2(dst.ptr, data.as_ptr() as *const c_void, bytes, self.stream.as_inner())
         })
@@ -342,38 +415,91 @@ impl CudaBackend {
         self.values.get(&v).map(|t| t.ty.clone()).ok_or(TypeError::UnknownValue(v))
     }
 
+    /// The storage of each buffer of each kernel of `step` (the first pass of two writes
+    /// its partials in `f32`), given the instruction's result types.
+    fn step_storage(&self, step: &Step, types: &[TensorType]) -> Vec<BufferStorage> {
+        let of = |ty: &TensorType| Storage::of(ty.dtype).unwrap_or_default();
+        let inputs = |vs: &[ValueId]| vs.iter().map(|v| self.values[v].storage()).collect::<Vec<_>>();
+        match step {
+            Step::Launch { inputs: vs, output, .. } => {
+                vec![BufferStorage { output: of(&types[*output]), inputs: inputs(vs) }]
+            }
+            Step::TwoPass { inputs: vs, output, .. } => vec![
+                BufferStorage { output: Storage::F32, inputs: inputs(vs) },
+                BufferStorage { output: of(&types[*output]), inputs: vec![Storage::F32] },
+            ],
+            Step::Upload { .. } => vec![],
+        }
+    }
+
     fn run_steps(
         &mut self,
         op: &'static str,
         instr: &Instr,
-        steps: &[Step],
+        (steps, types): (&[Step], &[TensorType]),
         outputs: &[Buffer],
     ) -> Result<(), RuntimeError> {
         for step in steps {
+            let storage = self.step_storage(step, types);
             match step {
                 Step::Launch { kernel, inputs, output } => {
                     let buffers: Vec<Buffer> = inputs.iter().map(|v| self.values[v].buffer).collect();
-                    self.launch(op, kernel, outputs[*output], &buffers)?;
+                    self.launch(op, kernel, &storage[0], outputs[*output], &buffers)?;
                 }
                 Step::TwoPass { first, inputs, partials, second, output } => {
                     let buffers: Vec<Buffer> = inputs.iter().map(|v| self.values[v].buffer).collect();
-                    let temp = self.alloc(op, partials * ELEMENT_BYTES)?;
+                    let temp = self.alloc(op, partials * Storage::F32.bytes())?;
                     let result = self
-                        .launch(op, first, temp, &buffers)
-                        .and_then(|()| self.launch(op, second, outputs[*output], &[temp]));
+                        .launch(op, first, &storage[0], temp, &buffers)
+                        .and_then(|()| self.launch(op, second, &storage[1], outputs[*output], &[temp]));
                     // Stream order: the pool hands the temporary out again only to later work.
                     self.release(temp);
                     result?;
                 }
                 Step::Upload { output } => {
                     if let Instr::Literal { data, .. } = instr {
-                        self.upload(op, outputs[*output], &data.to_f32())?;
+                        let dtype = types[*output].dtype;
+                        let data = if data.dtype() == dtype {
+                            data.to_le_bytes()
+                        } else {
+                            data.cast(dtype).to_le_bytes().into_owned().into()
+                        };
+                        self.upload(op, outputs[*output], &data)?;
                     }
                 }
             }
         }
         Ok(())
     }
+}
+
+/// Compiles a PTX module to machine code (a cubin) with the driver's linker.
+fn link(ptx: &str) -> Result<Vec<u8>, DriverError> {
+    let text = std::ffi::CString::new(ptx).map_err(|_| DriverError(cu::CUresult::CUDA_ERROR_INVALID_VALUE))?;
+    let name = c"gt_kernel.ptx";
+    let mut state: cu::CUlinkState = std::ptr::null_mut();
+    check(unsafe { cu::cuLinkCreate_v2(0, std::ptr::null_mut(), std::ptr::null_mut(), &mut state) })?;
+    let result = (|| {
+        let bytes = text.as_bytes_with_nul();
+        check(unsafe {
+            cu::cuLinkAddData_v2(
+                state,
+                cu::CUjitInputType::CU_JIT_INPUT_PTX,
+                bytes.as_ptr() as *mut c_void,
+                bytes.len(),
+                name.as_ptr(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        })?;
+        let (mut cubin, mut size): (*mut c_void, usize) = (std::ptr::null_mut(), 0);
+        check(unsafe { cu::cuLinkComplete(state, &mut cubin, &mut size) })?;
+        // The linker owns the cubin until it is destroyed: copy it out first.
+        Ok(unsafe { std::slice::from_raw_parts(cubin as *const u8, size) }.to_vec())
+    })();
+    unsafe { cu::cuLinkDestroy(state) };
+    result
 }
 
 /// The device times of a timed batch: an anchor event recorded on the idle stream when the
@@ -426,9 +552,9 @@ impl CudaBackend {
     fn execute_instr(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         let op = instr.mnemonic();
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
-        // Kernels compute in f32 (the tensor-core and half-precision kernels are issue 21's
-        // next part): other dtypes are refused by name rather than reinterpreted.
-        checks::f32_only(&instr, &types, "cuda", &|v| self.type_of(v))?;
+        // Kernels compute in f32 over buffers of f32, f16 or bf16: other dtypes are refused
+        // by name rather than reinterpreted.
+        checks::storable_only(&instr, &types, "cuda", &|v| self.type_of(v))?;
         let mut steps = lower(&instr, &|v| self.values[&v].ty.clone(), &types);
         if self.precision == Precision::Tf32 {
             for step in &mut steps {
@@ -439,20 +565,21 @@ impl CudaBackend {
         }
         // Compile first: a kernel that cannot be generated fails before any allocation.
         for step in &steps {
+            let storage = self.step_storage(step, &types);
             match step {
                 Step::Launch { kernel, .. } => {
-                    self.compiled(op, kernel)?;
+                    self.compiled(op, kernel, &storage[0])?;
                 }
                 Step::TwoPass { first, second, .. } => {
-                    self.compiled(op, first)?;
-                    self.compiled(op, second)?;
+                    self.compiled(op, first, &storage[0])?;
+                    self.compiled(op, second, &storage[1])?;
                 }
                 Step::Upload { .. } => {}
             }
         }
         let mut outputs = Vec::with_capacity(types.len());
         for ty in &types {
-            match self.alloc(op, ty.shape.numel() * ELEMENT_BYTES) {
+            match self.alloc(op, ty.size_bytes()) {
                 Ok(b) => outputs.push(b),
                 Err(e) => {
                     outputs.into_iter().for_each(|b| self.release(b));
@@ -460,13 +587,13 @@ impl CudaBackend {
                 }
             }
         }
-        if let Err(e) = self.run_steps(op, &instr, &steps, &outputs) {
+        if let Err(e) = self.run_steps(op, &instr, (&steps, &types), &outputs) {
             outputs.into_iter().for_each(|b| self.release(b));
             return Err(e);
         }
         if let Instr::Free { src } = &*instr {
             if let Some(t) = self.values.remove(src) {
-                self.bytes.remove(t.ty.shape.numel() * ELEMENT_BYTES);
+                self.bytes.remove(t.ty.size_bytes());
                 self.release(t.buffer);
             }
         }
@@ -528,16 +655,26 @@ impl Backend for CudaBackend {
 
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
         let t = self.values.get(&value).ok_or(RuntimeError::Undefined { op: "get", value })?;
-        let mut data = vec![0f32; t.ty.shape.numel()];
         let (ptr, ty) = (t.buffer.ptr, t.ty.clone());
         let fail = |e: CudaError| device("get", DeviceStep::CopyFromDevice, e);
-        if !data.is_empty() {
-            let bytes = data.len() * ELEMENT_BYTES;
-            let stream = self.stream.as_inner();
-            check(unsafe { cu::cuMemcpyDtoHAsync_v2(data.as_mut_ptr() as *mut c_void, ptr, bytes, stream) })
-                .map_err(|e| device("get", DeviceStep::CopyFromDevice, e))?;
+        let stream = self.stream.as_inner();
+        // Copies the value's bytes into `host` (as long as the value) and waits for them.
+        let copy = |host: *mut c_void, bytes: usize| {
+            if bytes > 0 {
+                check(unsafe { cu::cuMemcpyDtoHAsync_v2(host, ptr, bytes, stream) })
+                    .map_err(|e| device("get", DeviceStep::CopyFromDevice, e))?;
+            }
+            self.stream.synchronize().map_err(fail)
+        };
+        if ty.dtype == DType::F32 {
+            let mut data = vec![0f32; ty.shape.numel()];
+            copy(data.as_mut_ptr() as *mut c_void, ty.size_bytes())?;
+            return Ok(HostTensor::new(ty, data));
         }
-        self.stream.synchronize().map_err(fail)?;
+        let mut bytes = vec![0u8; ty.size_bytes()];
+        copy(bytes.as_mut_ptr() as *mut c_void, bytes.len())?;
+        let data =
+            Elements::from_le_bytes(ty.dtype, &bytes).map_err(|e| device("get", DeviceStep::CopyFromDevice, e))?;
         Ok(HostTensor::new(ty, data))
     }
 

@@ -3,6 +3,8 @@
 //! of one element is in `math.rs`.
 
 use super::{ENTRY, PTX_TARGET, PTX_VERSION};
+use gt_ir::kernel::{BufferStorage, Storage};
+use std::collections::HashMap;
 use std::fmt::Write;
 
 /// An f32 immediate in PTX's exact hex form.
@@ -15,11 +17,18 @@ pub(super) fn f64_imm(x: f64) -> String {
 }
 
 /// Builds a kernel body with fresh virtual registers; declarations are written at the end.
+/// It knows each buffer's storage, so loads widen to `f32` and stores round from it.
 #[derive(Default)]
 pub(super) struct Emitter {
     body: String,
-    regs: [usize; 5],
+    regs: [usize; 6],
     labels: usize,
+    /// Storage of parameter `i`'s buffer (0 the output, then the inputs); `f32` past the end.
+    params: Vec<Storage>,
+    /// Storage of each buffer address register made by [`Emitter::param_pointer`].
+    storage: HashMap<String, Storage>,
+    /// Whether `%rs0` (a zero half, for widening bf16) is used.
+    zero16: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -29,12 +38,24 @@ pub(super) enum Reg {
     F32 = 2,
     F64 = 3,
     Pred = 4,
+    B16 = 5,
 }
 
-const REG_PREFIX: [(&str, &str); 5] =
-    [("%r", ".b32"), ("%rd", ".b64"), ("%f", ".f32"), ("%fd", ".f64"), ("%p", ".pred")];
+const REG_PREFIX: [(&str, &str); 6] =
+    [("%r", ".b32"), ("%rd", ".b64"), ("%f", ".f32"), ("%fd", ".f64"), ("%p", ".pred"), ("%rs", ".b16")];
 
 impl Emitter {
+    /// An emitter for a kernel whose buffers are stored as `storage` says.
+    pub(super) fn new(storage: &BufferStorage) -> Emitter {
+        let params = std::iter::once(storage.output).chain(storage.inputs.iter().copied()).collect();
+        Emitter { params, ..Emitter::default() }
+    }
+
+    /// The storage of the buffer at address register `base`.
+    pub(super) fn storage(&self, base: &str) -> Storage {
+        self.storage.get(base).copied().unwrap_or_default()
+    }
+
     pub(super) fn reg(&mut self, kind: Reg) -> String {
         let n = &mut self.regs[kind as usize];
         *n += 1;
@@ -63,9 +84,14 @@ impl Emitter {
         d
     }
 
+    /// The global address in parameter `name` (`gt_param_<i>`), with its buffer's storage.
     pub(super) fn param_pointer(&mut self, name: &str) -> String {
         let raw = self.value(Reg::B64, "ld.param.u64", &format!("[{name}]"));
-        self.value(Reg::B64, "cvta.to.global.u64", &raw)
+        let ptr = self.value(Reg::B64, "cvta.to.global.u64", &raw);
+        let index = name.strip_prefix("gt_param_").and_then(|i| i.parse::<usize>().ok());
+        let storage = index.and_then(|i| self.params.get(i).copied()).unwrap_or_default();
+        self.storage.insert(ptr.clone(), storage);
+        ptr
     }
 
     /// `while var < bound { body; var += step }` over an initialised s32 register `var`, with
@@ -113,14 +139,18 @@ impl Emitter {
                 let _ = writeln!(out, "\t.reg {ty} {prefix}<{}>;", self.regs[i] + 1);
             }
         }
+        if self.zero16 {
+            out.push_str("\tmov.b16 %rs0, 0;\n");
+        }
         out.push_str(&self.body);
         out.push_str("\tret;\n}\n");
         out
     }
 
-    /// `base + index * 4`, the address of element `index` (s32) of an f32 buffer.
+    /// `base + index * size`, the address of element `index` (s32) of the buffer at `base`.
     pub(super) fn element_address(&mut self, base: &str, index: &str) -> String {
-        self.value(Reg::B64, "mad.wide.s32", &format!("{index}, 4, {base}"))
+        let size = self.storage(base).bytes();
+        self.value(Reg::B64, "mad.wide.s32", &format!("{index}, {size}, {base}"))
     }
 
     /// Decodes `index` (s32) into coordinates over `dims` (row-major); `None` for axes of
@@ -168,10 +198,153 @@ impl Emitter {
         self.value(Reg::Pred, &format!("setp.{cmp}"), &format!("{a}, {b}"))
     }
 
-    /// Loads input `i` of element `offset` (an s32 element index).
+    /// Loads element `offset` (an s32 element index) of the read-only buffer at `base`, as
+    /// `f32`.
     pub(super) fn load(&mut self, base: &str, offset: &str) -> String {
+        self.load_if(None, base, offset)
+    }
+
+    /// [`Emitter::load`] when `guard` holds, else 0 (nothing is read).
+    pub(super) fn load_if(&mut self, guard: Option<&str>, base: &str, offset: &str) -> String {
+        let x = self.reg(Reg::F32);
+        self.load_into(&x, guard, base, offset);
+        x
+    }
+
+    /// [`Emitter::load_if`] into the existing register `dst`.
+    pub(super) fn load_into(&mut self, dst: &str, guard: Option<&str>, base: &str, offset: &str) {
         let addr = self.element_address(base, offset);
-        self.value(Reg::F32, "ld.global.nc.f32", &format!("[{addr}]"))
+        let at = guard.map(|p| format!("@{p} ")).unwrap_or_default();
+        match self.storage(base) {
+            Storage::F32 => {
+                if guard.is_some() {
+                    self.op(format!("mov.f32 {dst}, {}", f32_imm(0.0)));
+                }
+                self.op(format!("{at}ld.global.nc.f32 {dst}, [{addr}]"));
+            }
+            half => {
+                let h = self.reg(Reg::B16);
+                if guard.is_some() {
+                    self.op(format!("mov.b16 {h}, 0"));
+                }
+                self.op(format!("{at}ld.global.nc.b16 {h}, [{addr}]"));
+                self.widen_into(dst, half, &h);
+            }
+        }
+    }
+
+    /// `width` (4 or 8) consecutive elements from `first` (a multiple of `width`), in
+    /// 16-byte vector loads (8 halves are one `v4.b32`, unpacked).
+    pub(super) fn load_vec(&mut self, base: &str, first: &str, width: usize) -> Vec<String> {
+        let storage = self.storage(base);
+        if width == 4 {
+            return self.load4(base, first);
+        }
+        if storage == Storage::F32 {
+            let second = self.value(Reg::B32, "add.s32", &format!("{first}, 4"));
+            let mut regs = self.load4(base, first);
+            regs.extend(self.load4(base, &second));
+            return regs;
+        }
+        let addr = self.element_address(base, first);
+        let words: Vec<String> = (0..4).map(|_| self.reg(Reg::B32)).collect();
+        self.op(format!("ld.global.nc.v4.b32 {{{}}}, [{addr}]", words.join(", ")));
+        let mut regs = Vec::new();
+        for w in &words {
+            let (lo, hi) = (self.reg(Reg::B16), self.reg(Reg::B16));
+            self.op(format!("mov.b32 {{{lo}, {hi}}}, {w}"));
+            for h in [lo, hi] {
+                let r = self.reg(Reg::F32);
+                self.widen_into(&r, storage, &h);
+                regs.push(r);
+            }
+        }
+        regs
+    }
+
+    /// Stores `values` (4 or 8) as consecutive elements from `first` (a multiple of their
+    /// count), in 16-byte vector stores.
+    pub(super) fn store_vec(&mut self, base: &str, first: &str, values: &[String]) {
+        let storage = self.storage(base);
+        if values.len() == 4 {
+            return self.store4(base, first, values);
+        }
+        if storage == Storage::F32 {
+            let second = self.value(Reg::B32, "add.s32", &format!("{first}, 4"));
+            self.store4(base, first, &values[..4]);
+            return self.store4(base, &second, &values[4..]);
+        }
+        let addr = self.element_address(base, first);
+        let words: Vec<String> = values
+            .chunks(2)
+            .map(|pair| {
+                let (lo, hi) = (self.narrow(storage, &pair[0]), self.narrow(storage, &pair[1]));
+                self.value(Reg::B32, "mov.b32", &format!("{{{lo}, {hi}}}"))
+            })
+            .collect();
+        self.op(format!("st.global.v4.b32 [{addr}], {{{}}}", words.join(", ")));
+    }
+
+    /// Four consecutive elements from `first` (a multiple of 4), in one vector load.
+    pub(super) fn load4(&mut self, base: &str, first: &str) -> Vec<String> {
+        let addr = self.element_address(base, first);
+        let regs: Vec<String> = (0..4).map(|_| self.reg(Reg::F32)).collect();
+        match self.storage(base) {
+            Storage::F32 => self.op(format!("ld.global.nc.v4.f32 {{{}}}, [{addr}]", regs.join(", "))),
+            half => {
+                let hs: Vec<String> = (0..4).map(|_| self.reg(Reg::B16)).collect();
+                self.op(format!("ld.global.nc.v4.b16 {{{}}}, [{addr}]", hs.join(", ")));
+                for (r, h) in regs.iter().zip(&hs) {
+                    self.widen_into(r, half, h);
+                }
+            }
+        }
+        regs
+    }
+
+    /// Stores the `f32` register `value` as element `offset` of the buffer at `base`, when
+    /// `guard` holds.
+    pub(super) fn store(&mut self, guard: Option<&str>, base: &str, offset: &str, value: &str) {
+        let addr = self.element_address(base, offset);
+        let at = guard.map(|p| format!("@{p} ")).unwrap_or_default();
+        match self.storage(base) {
+            Storage::F32 => self.op(format!("{at}st.global.f32 [{addr}], {value}")),
+            half => {
+                let h = self.narrow(half, value);
+                self.op(format!("{at}st.global.b16 [{addr}], {h}"));
+            }
+        }
+    }
+
+    /// Stores four `f32` registers as elements `first..first + 4` (`first` a multiple of 4).
+    pub(super) fn store4(&mut self, base: &str, first: &str, values: &[String]) {
+        let addr = self.element_address(base, first);
+        match self.storage(base) {
+            Storage::F32 => self.op(format!("st.global.v4.f32 [{addr}], {{{}}}", values.join(", "))),
+            half => {
+                let hs: Vec<String> = values.iter().map(|v| self.narrow(half, v)).collect();
+                self.op(format!("st.global.v4.b16 [{addr}], {{{}}}", hs.join(", ")));
+            }
+        }
+    }
+
+    /// `dst = h as f32` for a half `h` stored as `half`.
+    fn widen_into(&mut self, dst: &str, half: Storage, h: &str) {
+        match half {
+            Storage::F16 => self.op(format!("cvt.f32.f16 {dst}, {h}")),
+            // A bfloat16 is the top half of the f32 with the same bits (PTX 7.0 has no cvt
+            // from bf16).
+            _ => {
+                self.zero16 = true;
+                self.op(format!("mov.b32 {dst}, {{%rs0, {h}}}"));
+            }
+        }
+    }
+
+    /// `x` rounded to the nearest `half` (ties to even), in a b16 register.
+    pub(super) fn narrow(&mut self, half: Storage, x: &str) -> String {
+        let ty = if half == Storage::F16 { "f16" } else { "bf16" };
+        self.value(Reg::B16, &format!("cvt.rn.{ty}.f32"), x)
     }
 
     /// This thread's global index (s32) and the grid's stride.

@@ -3,17 +3,17 @@
 //! maps that read along an axis other than the last, which go through 32x32 shared-memory
 //! tiles so that reads and writes are both coalesced.
 
-use super::emit::{f32_imm, Emitter, Reg};
+use super::emit::{Emitter, Reg};
 use super::math::Leaf;
 use super::{check, pick, PtxError, PtxKernel};
-use gt_ir::kernel::{Access, MapKernel};
+use gt_ir::kernel::{Access, BufferStorage, MapKernel};
 
 /// Threads per block of a grid-stride map.
 const BLOCK: u32 = 256;
 /// Grid-stride loops cap the grid here; more blocks than this add no parallelism.
 const MAX_BLOCKS: usize = 65_535;
 
-pub(super) fn map(k: &MapKernel) -> Result<PtxKernel, PtxError> {
+pub(super) fn map(k: &MapKernel, storage: &BufferStorage) -> Result<PtxKernel, PtxError> {
     let n = k.numel();
     check(n)?;
     check(k.output.span(&k.shape))?;
@@ -22,34 +22,46 @@ pub(super) fn map(k: &MapKernel) -> Result<PtxKernel, PtxError> {
     }
     let dims = &k.shape[..];
     if let Some(axis) = transposed_axis(k) {
-        return transpose(k, axis);
+        return transpose(k, axis, storage);
     }
     let flat = |a: &Access| a.is_contiguous_over(dims) || a.is_uniform_over(dims);
     let vector = n.is_multiple_of(4) && k.output.is_contiguous_over(dims) && k.inputs.iter().all(flat);
-    let width = if vector { 4 } else { 1 };
+    // 16 bytes per access: 4 f32, or 8 halves when every buffer read or written whole is one.
+    let all_half = storage.output.is_half()
+        && k.inputs.iter().zip(&storage.inputs).all(|(a, s)| s.is_half() || a.is_uniform_over(dims));
+    let width = match vector {
+        true if all_half && n.is_multiple_of(8) => 8,
+        true => 4,
+        false => 1,
+    };
     let work = n / width;
 
-    let mut e = Emitter::default();
+    let mut e = Emitter::new(storage);
     let (out, inputs) = e.buffers(k.inputs.len());
     let (index, stride) = e.global_thread();
-    e.counted_loop(("loop", "done"), &index, work, &stride, |e| map_body(e, k, vector, &index, &out, &inputs));
+    e.counted_loop(("loop", "done"), &index, work, &stride, |e| map_body(e, k, width, &index, &out, &inputs));
     let blocks = work.div_ceil(BLOCK as usize).clamp(1, MAX_BLOCKS) as u32;
-    let comment = format!("map of {n} elements, {} per thread step", width);
-    Ok(PtxKernel { text: e.finish(&comment, "", k.inputs.len() + 1), grid: (blocks, 1, 1), block: (BLOCK, 1, 1) })
+    let comment = format!("map of {n} elements, {width} per thread step");
+    Ok(PtxKernel {
+        text: e.finish(&comment, "", k.inputs.len() + 1),
+        grid: (blocks, 1, 1),
+        block: (BLOCK, 1, 1),
+        shared: 0,
+    })
 }
 
-/// One grid-stride step of a map: element `index` (or elements 4 index .. +3 when `vector`).
-fn map_body(e: &mut Emitter, k: &MapKernel, vector: bool, index: &str, out: &str, inputs: &[String]) {
+/// One grid-stride step of a map: element `index`, or elements `width * index ..` when
+/// `width` is 4 or 8.
+fn map_body(e: &mut Emitter, k: &MapKernel, width: usize, index: &str, out: &str, inputs: &[String]) {
     let dims = &k.shape[..];
-    if vector {
-        // Element indices 4i..4i+3, contiguous everywhere: v4 loads and one v4 store.
-        let first = e.value(Reg::B32, "shl.b32", &format!("{index}, 2"));
-        let mut lanes: Vec<Vec<String>> = vec![Vec::new(); 4];
+    if width > 1 {
+        // Element indices width i .. width (i + 1), contiguous everywhere: vector loads and
+        // one vector store.
+        let first = e.value(Reg::B32, "shl.b32", &format!("{index}, {}", width.trailing_zeros()));
+        let mut lanes: Vec<Vec<String>> = vec![Vec::new(); width];
         for (access, base) in k.inputs.iter().zip(inputs) {
             if access.is_contiguous_over(dims) {
-                let addr = e.element_address(base, &first);
-                let regs: Vec<String> = (0..4).map(|_| e.reg(Reg::F32)).collect();
-                e.op(format!("ld.global.nc.v4.f32 {{{}}}, [{addr}]", regs.join(", ")));
+                let regs = e.load_vec(base, &first, width);
                 for (lane, r) in lanes.iter_mut().zip(regs) {
                     lane.push(r);
                 }
@@ -69,8 +81,7 @@ fn map_body(e: &mut Emitter, k: &MapKernel, vector: bool, index: &str, out: &str
             };
             results.push(e.eval(&k.nodes, k.nodes.len() - 1, &mut vec![None; k.nodes.len()], &mut leaf));
         }
-        let addr = e.element_address(out, &first);
-        e.op(format!("st.global.v4.f32 [{addr}], {{{}}}", results.join(", ")));
+        e.store_vec(out, &first, &results);
     } else {
         let all_flat =
             k.inputs.iter().chain([&k.output]).all(|a| a.is_contiguous_over(dims) || a.is_uniform_over(dims));
@@ -93,8 +104,7 @@ fn map_body(e: &mut Emitter, k: &MapKernel, vector: bool, index: &str, out: &str
         };
         let value = e.eval(&k.nodes, k.nodes.len() - 1, &mut vec![None; k.nodes.len()], &mut leaf);
         let off = offset_of(e, &k.output);
-        let addr = e.element_address(out, &off);
-        e.op(format!("st.global.f32 [{addr}], {value}"));
+        e.store(None, out, &off, &value);
     }
 }
 
@@ -120,13 +130,13 @@ const TILE: usize = 32;
 /// A map through 32x32 shared-memory tiles: a block reads a tile along the input's fast
 /// axis (`axis`) and writes it along the output's (the last), both coalesced; the
 /// expression is applied as the tile is written.
-fn transpose(k: &MapKernel, axis: usize) -> Result<PtxKernel, PtxError> {
+fn transpose(k: &MapKernel, axis: usize, storage: &BufferStorage) -> Result<PtxKernel, PtxError> {
     let dims = &k.shape[..];
     let last = dims.len() - 1;
     let batch_axes: Vec<usize> = (0..dims.len()).filter(|&a| a != axis && a != last).collect();
     let batch_dims: Vec<usize> = batch_axes.iter().map(|&a| dims[a]).collect();
     let full = gt_ir::kernel::row_major_strides(dims);
-    let mut e = Emitter::default();
+    let mut e = Emitter::new(storage);
     let (out, inputs) = e.buffers(k.inputs.len());
     let (tx, ty) = (e.special("%tid.x"), e.special("%tid.y"));
     let (bx, by, bz) = (e.special("%ctaid.x"), e.special("%ctaid.y"), e.special("%ctaid.z"));
@@ -148,9 +158,7 @@ fn transpose(k: &MapKernel, axis: usize) -> Result<PtxKernel, PtxError> {
         let ok = e.value(Reg::Pred, "and.pred", &format!("{a_ok}, {l_ok}"));
         let off = e.value(Reg::B32, "mad.lo.s32", &format!("{ai}, {sa}, {}", bases[strided]));
         let off = e.value(Reg::B32, "mad.lo.s32", &format!("{li}, {sl}, {off}"));
-        let x = e.value(Reg::F32, "mov.f32", &f32_imm(0.0));
-        let addr = e.element_address(&inputs[strided], &off);
-        e.op(format!("@{ok} ld.global.nc.f32 {x}, [{addr}]"));
+        let x = e.load_if(Some(&ok), &inputs[strided], &off);
         // tile[l][a], rows padded to TILE + 1 against bank conflicts.
         let row = e.value(Reg::B32, "add.u32", &format!("{ty}, {}", j * 8));
         let slot = e.value(Reg::B32, "mad.lo.u32", &format!("{row}, {}, {tx}", TILE + 1));
@@ -186,8 +194,7 @@ fn transpose(k: &MapKernel, axis: usize) -> Result<PtxKernel, PtxError> {
             }
         };
         let value = e.eval(&k.nodes, k.nodes.len() - 1, &mut vec![None; k.nodes.len()], &mut leaf);
-        let addr = e.element_address(&out, &off);
-        e.op(format!("@{ok} st.global.f32 [{addr}], {value}"));
+        e.store(Some(&ok), &out, &off, &value);
     }
     let globals = format!(".shared .align 4 .b8 gt_tile[{}];\n\n", TILE * (TILE + 1) * 4);
     let comment = format!("tiled transpose of axis {axis} with the last, {TILE}x{TILE} tiles, {} elements", k.numel());
@@ -196,5 +203,10 @@ fn transpose(k: &MapKernel, axis: usize) -> Result<PtxKernel, PtxError> {
         dims[axis].div_ceil(TILE) as u32,
         batch_dims.iter().product::<usize>() as u32,
     );
-    Ok(PtxKernel { text: e.finish(&comment, &globals, k.inputs.len() + 1), grid, block: (TILE as u32, 8, 1) })
+    Ok(PtxKernel {
+        text: e.finish(&comment, &globals, k.inputs.len() + 1),
+        grid,
+        block: (TILE as u32, 8, 1),
+        shared: 0,
+    })
 }

@@ -6,7 +6,7 @@
 use super::emit::{f32_imm, Emitter, Reg};
 use super::math::Leaf;
 use super::{check, PtxError, PtxKernel, MAX_GRID_YZ};
-use gt_ir::kernel::{MatMulKernel, Precision};
+use gt_ir::kernel::{BufferStorage, MatMulKernel, Precision};
 
 /// A matmul tiling: block tile `bm x bn`, `tm x tn` outputs per thread, `bk` deep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,25 +52,14 @@ impl Tiling {
     }
 }
 
-pub(super) fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
-    let mut lhs_dims = k.batch.clone();
-    lhs_dims.extend([k.m, k.k]);
-    let mut rhs_dims = k.batch.clone();
-    rhs_dims.extend([k.k, k.n]);
-    check(k.lhs.span(&lhs_dims))?;
-    check(k.rhs.span(&rhs_dims))?;
-    check(k.batch_count().saturating_mul(k.m).saturating_mul(k.n))?;
-    let mut out_dims = k.batch.clone();
-    out_dims.extend([k.m, k.n]);
-    for a in &k.epilogue_inputs {
-        check(a.span(&out_dims))?;
-    }
+pub(super) fn matmul(k: &MatMulKernel, storage: &BufferStorage) -> Result<PtxKernel, PtxError> {
+    check_sizes(k)?;
     let t = if k.precision == Precision::Tf32 { Tiling::tensor_cores() } else { Tiling::for_shape(k.m, k.n) };
     let threads = t.threads();
     let (lda, ldb) = (t.bm + t.pad, t.bn + t.pad);
 
-    let mut e = Emitter::default();
-    let block = block_setup(&mut e, k, t);
+    let mut e = Emitter::new(storage);
+    let block = block_setup(&mut e, k, t.bm, t.bn);
     let tiles = tile_loads(&mut e, k, t, &block);
     // What this thread accumulates, and the code of one stage's products.
     let (products, compute) = if t.tensor_cores {
@@ -99,32 +88,56 @@ pub(super) fn matmul(k: &MatMulKernel) -> Result<PtxKernel, PtxError> {
         t.tn,
         k.epilogue.len()
     );
-    let grid = (k.n.div_ceil(t.bn) as u32, k.m.div_ceil(t.bm) as u32, k.batch_count() as u32);
-    if grid.1 > MAX_GRID_YZ || grid.2 > MAX_GRID_YZ {
-        return Err(PtxError::Grid { row_tiles: grid.1, matrices: grid.2 });
-    }
+    let grid = grid(k, t.bm, t.bn)?;
     Ok(PtxKernel {
         text: e.finish(&comment, &globals, 3 + k.epilogue_inputs.len()),
         grid,
         block: (threads as u32, 1, 1),
+        shared: 0,
     })
+}
+
+/// Refuses operands or results too large for 32-bit indexing.
+pub(super) fn check_sizes(k: &MatMulKernel) -> Result<(), PtxError> {
+    let mut lhs_dims = k.batch.clone();
+    lhs_dims.extend([k.m, k.k]);
+    let mut rhs_dims = k.batch.clone();
+    rhs_dims.extend([k.k, k.n]);
+    check(k.lhs.span(&lhs_dims))?;
+    check(k.rhs.span(&rhs_dims))?;
+    check(k.batch_count().saturating_mul(k.m).saturating_mul(k.n))?;
+    let mut out_dims = k.batch.clone();
+    out_dims.extend([k.m, k.n]);
+    for a in &k.epilogue_inputs {
+        check(a.span(&out_dims))?;
+    }
+    Ok(())
+}
+
+/// The grid of `bm x bn` block tiles over the result, one z-slice per matrix of the batch.
+pub(super) fn grid(k: &MatMulKernel, bm: usize, bn: usize) -> Result<(u32, u32, u32), PtxError> {
+    let grid = (k.n.div_ceil(bn) as u32, k.m.div_ceil(bm) as u32, k.batch_count() as u32);
+    if grid.1 > MAX_GRID_YZ || grid.2 > MAX_GRID_YZ {
+        return Err(PtxError::Grid { row_tiles: grid.1, matrices: grid.2 });
+    }
+    Ok(grid)
 }
 
 /// What a block computes before its tiles: buffer addresses, its tile's origin and the
 /// batch offsets of its matrices.
-struct Block {
-    out: String,
-    a_ptr: String,
-    b_ptr: String,
-    epi_ptrs: Vec<String>,
-    tid: String,
-    row0: String,
-    col0: String,
-    a_base: String,
-    b_base: String,
-    out_base: String,
+pub(super) struct Block {
+    pub(super) out: String,
+    pub(super) a_ptr: String,
+    pub(super) b_ptr: String,
+    pub(super) epi_ptrs: Vec<String>,
+    pub(super) tid: String,
+    pub(super) row0: String,
+    pub(super) col0: String,
+    pub(super) a_base: String,
+    pub(super) b_base: String,
+    pub(super) out_base: String,
     /// Per epilogue input: its batch offset and its (row, column) strides.
-    epi_bases: Vec<(String, [i64; 2])>,
+    pub(super) epi_bases: Vec<(String, [i64; 2])>,
 }
 
 /// One global load of a stage: the element offset at k0 = 0 (advanced each stage), its
@@ -147,7 +160,7 @@ struct Tiles {
 /// The code of one stage's products, emitted once per stage of the main loop.
 type Stage = Box<dyn Fn(&mut Emitter)>;
 
-fn block_setup(e: &mut Emitter, k: &MatMulKernel, t: Tiling) -> Block {
+pub(super) fn block_setup(e: &mut Emitter, k: &MatMulKernel, bm: usize, bn: usize) -> Block {
     let nb = k.batch.len();
     let out = e.param_pointer("gt_param_0");
     let a_ptr = e.param_pointer("gt_param_1");
@@ -156,8 +169,8 @@ fn block_setup(e: &mut Emitter, k: &MatMulKernel, t: Tiling) -> Block {
         (0..k.epilogue_inputs.len()).map(|i| e.param_pointer(&format!("gt_param_{}", i + 3))).collect();
     let tid = e.special("%tid.x");
     let (bx, by, bz) = (e.special("%ctaid.x"), e.special("%ctaid.y"), e.special("%ctaid.z"));
-    let row0 = e.value(Reg::B32, "mul.lo.s32", &format!("{by}, {}", t.bm));
-    let col0 = e.value(Reg::B32, "mul.lo.s32", &format!("{bx}, {}", t.bn));
+    let row0 = e.value(Reg::B32, "mul.lo.s32", &format!("{by}, {bm}"));
+    let col0 = e.value(Reg::B32, "mul.lo.s32", &format!("{bx}, {bn}"));
     let batch_coords = e.coords(&bz, &k.batch);
     let a_base = e.dot(k.lhs.offset, &batch_coords, &k.lhs.strides[..nb]);
     let b_base = e.dot(k.rhs.offset, &batch_coords, &k.rhs.strides[..nb]);
@@ -352,9 +365,7 @@ fn main_loop(
         for ((l, base), v) in all.zip(regs) {
             let k_ok = e.predicate("lt.s32", &l.k, &k.k.to_string());
             let ok = e.value(Reg::Pred, "and.pred", &format!("{k_ok}, {}", l.in_range));
-            e.op(format!("mov.f32 {v}, {}", f32_imm(0.0)));
-            let addr = e.element_address(base, &l.offset);
-            e.op(format!("@{ok} ld.global.nc.f32 {v}, [{addr}]"));
+            e.load_into(v, Some(&ok), base, &l.offset);
         }
     };
     let staged: Vec<String> = (0..a_loads.len() + b_loads.len()).map(|_| e.reg(Reg::F32)).collect();
@@ -380,7 +391,7 @@ fn main_loop(
 }
 
 /// Writes each product element that is in bounds, through the epilogue if there is one.
-fn store(e: &mut Emitter, k: &MatMulKernel, block: &Block, products: &[Product]) {
+pub(super) fn store(e: &mut Emitter, k: &MatMulKernel, block: &Block, products: &[Product]) {
     let Block { out, epi_ptrs, row0, col0, out_base, epi_bases, .. } = block;
     for Product { row: (row_base, dr), col: (col_base, dc), acc: c } in products {
         let r = e.value(Reg::B32, "add.s32", &format!("{row_base}, {dr}"));
@@ -402,10 +413,7 @@ fn store(e: &mut Emitter, k: &MatMulKernel, block: &Block, products: &[Product])
                     let (sr, sc) = (a.1[0], a.1[1]);
                     let o = e.value(Reg::B32, "mad.lo.s32", &format!("{r}, {sr}, {}", a.0));
                     let o = e.value(Reg::B32, "mad.lo.s32", &format!("{col}, {sc}, {o}"));
-                    let x = e.value(Reg::F32, "mov.f32", &f32_imm(0.0));
-                    let addr = e.element_address(&epi_ptrs[i as usize], &o);
-                    e.op(format!("@{ok} ld.global.nc.f32 {x}, [{addr}]"));
-                    x
+                    e.load_if(Some(&ok), &epi_ptrs[i as usize], &o)
                 }
                 Leaf::Acc => c.clone(),
                 // Linear index of the output element (iota / random nodes).
@@ -413,18 +421,17 @@ fn store(e: &mut Emitter, k: &MatMulKernel, block: &Block, products: &[Product])
             };
             e.eval(&k.epilogue, k.epilogue.len() - 1, &mut vec![None; k.epilogue.len()], &mut leaf)
         };
-        let addr = e.element_address(out, &off);
-        e.op(format!("@{ok} st.global.f32 [{addr}], {value}"));
+        e.store(Some(&ok), out, &off, &value);
     }
 }
 
 /// One product element a matmul thread accumulates: its row and column in the block tile,
 /// each a base register plus a constant (few registers live through the main loop), and
 /// its accumulator register.
-struct Product {
-    row: (String, usize),
-    col: (String, usize),
-    acc: String,
+pub(super) struct Product {
+    pub(super) row: (String, usize),
+    pub(super) col: (String, usize),
+    pub(super) acc: String,
 }
 
 /// Loads `count` consecutive f32 from shared memory at `base + byte`, in v4/v2/v1 pieces.

@@ -28,11 +28,12 @@ mod emit;
 mod map;
 mod math;
 mod matmul;
+mod mma;
 mod rows;
 
 pub use matmul::Tiling;
 
-use gt_ir::kernel::Kernel;
+use gt_ir::kernel::{BufferStorage, Kernel};
 use thiserror::Error;
 
 /// The entry point's name in every generated module.
@@ -66,6 +67,14 @@ pub enum PtxError {
     /// A kernel that breaks the kernel IR's rules (a bug in whoever built it).
     #[error("malformed kernel: {0}")]
     Malformed(#[from] gt_ir::kernel::KernelError),
+    /// A storage list that does not match the kernel's buffers (a bug in whoever built it).
+    #[error("the kernel has {expected} inputs but storage was given for {given}")]
+    StorageCount {
+        /// The kernel's inputs.
+        expected: usize,
+        /// Storages given.
+        given: usize,
+    },
     /// Too many elements for 32-bit indexing.
     #[error("{elements} elements is too large for the CUDA backend's 32-bit indexing (at most {MAX_ELEMENTS})")]
     TooLarge {
@@ -83,16 +92,29 @@ pub struct PtxKernel {
     pub grid: (u32, u32, u32),
     /// Threads per block `(x, y, z)`.
     pub block: (u32, u32, u32),
+    /// Bytes of dynamic shared memory per block (the pipelined matmul's stages; 0 for
+    /// kernels that declare theirs statically).
+    pub shared: u32,
 }
 
-/// Generates the PTX of `kernel`. Its parameters are the output buffer's address, then one
-/// address per input (`u64` each).
+/// Generates the PTX of `kernel` over `f32` buffers. Its parameters are the output buffer's
+/// address, then one address per input (`u64` each).
 pub fn generate(kernel: &Kernel) -> Result<PtxKernel, PtxError> {
+    generate_stored(kernel, &BufferStorage::f32(kernel.num_inputs()))
+}
+
+/// Generates the PTX of `kernel` over buffers stored as `storage` says (halves are widened
+/// to `f32` on load and rounded on store; a matmul of two halves runs on tensor cores).
+pub fn generate_stored(kernel: &Kernel, storage: &BufferStorage) -> Result<PtxKernel, PtxError> {
     gt_ir::kernel::validate(kernel)?;
+    if storage.inputs.len() != kernel.num_inputs() {
+        return Err(PtxError::StorageCount { expected: kernel.num_inputs(), given: storage.inputs.len() });
+    }
     match kernel {
-        Kernel::Map(k) if k.is_row_kernel() => rows::rows(k),
-        Kernel::Map(k) => map::map(k),
-        Kernel::MatMul(k) => matmul::matmul(k),
+        Kernel::Map(k) if k.is_row_kernel() => rows::rows(k, storage),
+        Kernel::Map(k) => map::map(k, storage),
+        Kernel::MatMul(k) if mma::applies(k, storage) => mma::matmul(k, storage),
+        Kernel::MatMul(k) => matmul::matmul(k, storage),
     }
 }
 

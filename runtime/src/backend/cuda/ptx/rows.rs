@@ -6,7 +6,7 @@
 use super::emit::{f32_imm, Emitter, Reg};
 use super::math::{fold, identity, Leaf};
 use super::{check, pick, PtxError, PtxKernel};
-use gt_ir::kernel::{Access, MapKernel, Node};
+use gt_ir::kernel::{Access, BufferStorage, MapKernel, Node};
 use gt_ir::ReduceOp;
 
 /// Elements per thread up to which a row kernel keeps its row in registers between phases.
@@ -90,9 +90,7 @@ impl RowKernel<'_> {
                 continue;
             }
             let off = e.value(Reg::B32, "add.s32", &format!("{}, {first}", self.in_bases[i]));
-            let addr = e.element_address(&self.in_ptrs[i], &off);
-            let regs: Vec<String> = (0..width).map(|_| e.reg(Reg::F32)).collect();
-            e.op(format!("ld.global.nc.v4.f32 {{{}}}, [{addr}]", regs.join(", ")));
+            let regs = e.load4(&self.in_ptrs[i], &off);
             for (el, r) in els.iter_mut().zip(regs) {
                 el.loads[i] = Some(r);
             }
@@ -115,13 +113,8 @@ impl RowKernel<'_> {
                     let off = e.value(Reg::B32, "add.s32", &format!("{}, {part}", self.in_bases[i]));
                     let x = match valid {
                         None => e.load(&self.in_ptrs[i], &off),
-                        Some(p) => {
-                            // Past the row's end (an unrolled tail): no load, a harmless 0.
-                            let x = e.value(Reg::F32, "mov.f32", &f32_imm(0.0));
-                            let addr = e.element_address(&self.in_ptrs[i], &off);
-                            e.op(format!("@{p} ld.global.nc.f32 {x}, [{addr}]"));
-                            x
-                        }
+                        // Past the row's end (an unrolled tail): no load, a harmless 0.
+                        Some(p) => e.load_if(Some(p), &self.in_ptrs[i], &off),
                     };
                     loads[i] = Some(x.clone());
                     x
@@ -178,9 +171,7 @@ impl RowKernel<'_> {
         let coords = el.coords.get_or_insert_with(|| e.coords(&el.r, &self.row_dims)).clone();
         let part = e.dot(0, &coords, &self.out_row_strides);
         let off = e.value(Reg::B32, "add.s32", &format!("{}, {part}", self.out_base));
-        let addr = e.element_address(&self.out, &off);
-        let guard = el.valid.as_ref().map(|p| format!("@{p} ")).unwrap_or_default();
-        e.op(format!("{guard}st.global.f32 [{addr}], {x}"));
+        e.store(el.valid.as_deref(), &self.out, &off, &x);
     }
 
     /// Writes the row's outputs: the kept elements, or a loop over the row.
@@ -201,8 +192,7 @@ impl RowKernel<'_> {
                     }
                     let first = e.value(Reg::B32, "shl.b32", &format!("{r}, 2"));
                     let off = e.value(Reg::B32, "add.s32", &format!("{}, {first}", self.out_base));
-                    let addr = e.element_address(&self.out, &off);
-                    e.op(format!("st.global.v4.f32 [{addr}], {{{}}}", values.join(", ")));
+                    e.store4(&self.out, &off, &values);
                 } else {
                     let mut el = self.element(r.clone(), None, reduced);
                     self.store(e, &mut el);
@@ -261,7 +251,7 @@ fn block_reduce(e: &mut Emitter, op: ReduceOp, acc: &str, warps: u32, lane: &str
 /// A kernel that owns rows: one block per row; each in-row reduction is a phase over the
 /// row (its elements kept in registers when they fit), then the row's outputs are written,
 /// or reduced to one value.
-pub(super) fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
+pub(super) fn rows(k: &MapKernel, storage: &BufferStorage) -> Result<PtxKernel, PtxError> {
     check(k.numel())?;
     check(k.output.span(&k.shape))?;
     for a in &k.inputs {
@@ -292,7 +282,7 @@ pub(super) fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
     let kept_dims: Vec<usize> = kept_axes.iter().map(|&i| dims[i]).collect();
     let full = gt_ir::kernel::row_major_strides(dims);
 
-    let mut e = Emitter::default();
+    let mut e = Emitter::new(storage);
     let (out, in_ptrs) = e.buffers(k.inputs.len());
     let row = e.special("%ctaid.x");
     let tid = e.special("%tid.x");
@@ -349,8 +339,7 @@ pub(super) fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
             let acc = rk.phase(&mut e, op, last, &reduced, &mut elements);
             let not_first = e.predicate("ne.u32", &rk.tid, "0");
             e.op(format!("@{not_first} bra {finish}"));
-            let addr = e.element_address(&rk.out, &rk.out_base);
-            e.op(format!("st.global.f32 [{addr}], {acc}"));
+            e.store(None, &rk.out, &rk.out_base, &acc);
         }
         None => rk.store_row(&mut e, &reduced, &mut elements),
     }
@@ -372,5 +361,6 @@ pub(super) fn rows(k: &MapKernel) -> Result<PtxKernel, PtxError> {
         text: e.finish(&comment, &globals, k.inputs.len() + 1),
         grid: (outputs as u32, 1, 1),
         block: (threads, 1, 1),
+        shared: 0,
     })
 }
