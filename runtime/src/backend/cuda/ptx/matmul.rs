@@ -1,12 +1,13 @@
-//! The tiled matmul: a `BM x BN` tile per block, staged through shared memory `BK` deep with
-//! the next stage's global loads in registers, its products by FMA (`TM x TN` per thread) or
-//! by TF32 tensor cores (`mma.sync m16n8k8`), then the epilogue applied to each product
-//! element as it is stored.
+//! The tiled FMA matmul: a `BM x BN` tile per block, staged through shared memory `BK` deep
+//! with the next stage's global loads in registers, its products by FMA (`TM x TN` per
+//! thread), then the epilogue applied to each product element as it is stored (that part,
+//! [`store`], is shared with the tensor-core matmuls of `mma.rs`). Operands of mixed storage
+//! come here whatever the precision asked: `mma.rs` takes two halves or two TF32 operands.
 
 use super::emit::{f32_imm, Emitter, Reg};
 use super::math::Leaf;
 use super::{check, PtxError, PtxKernel, MAX_GRID_YZ};
-use gt_ir::kernel::{BufferStorage, MatMulKernel, Precision};
+use gt_ir::kernel::{BufferStorage, MatMulKernel};
 
 /// A matmul tiling: block tile `bm x bn`, `tm x tn` outputs per thread, `bk` deep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,17 +22,13 @@ pub struct Tiling {
     pub tn: usize,
     /// Depth of one shared-memory stage.
     pub bk: usize,
-    /// Padding of each shared-memory tile row (elements), against bank conflicts.
-    pub pad: usize,
-    /// TF32 tensor cores (`mma.sync m16n8k8`, warps of 64x32) instead of FMA.
-    pub tensor_cores: bool,
 }
 
 impl Tiling {
     /// The tiling used for an `m x n` result: big tiles for big matrices, small ones so that
     /// small products still spread over many blocks.
     pub fn for_shape(m: usize, n: usize) -> Tiling {
-        let fma = |bm, tm, bk| Tiling { bm, bn: bm, tm, tn: tm, bk, pad: 0, tensor_cores: false };
+        let fma = |bm, tm, bk| Tiling { bm, bn: bm, tm, tn: tm, bk };
         if m * n >= 1 << 20 {
             fma(128, 8, 8)
         } else if m * n >= 1 << 17 {
@@ -41,12 +38,6 @@ impl Tiling {
         }
     }
 
-    /// The TF32 tensor-core tiling: 128x128x16 per block, 8 warps of 64x32; rows padded by
-    /// 8 so the fragment reads hit 32 distinct banks.
-    pub fn tensor_cores() -> Tiling {
-        Tiling { bm: 128, bn: 128, tm: 8, tn: 8, bk: 16, pad: 8, tensor_cores: true }
-    }
-
     fn threads(self) -> usize {
         (self.bm / self.tm) * (self.bn / self.tn)
     }
@@ -54,19 +45,15 @@ impl Tiling {
 
 pub(super) fn matmul(k: &MatMulKernel, storage: &BufferStorage) -> Result<PtxKernel, PtxError> {
     check_sizes(k)?;
-    let t = if k.precision == Precision::Tf32 { Tiling::tensor_cores() } else { Tiling::for_shape(k.m, k.n) };
+    let t = Tiling::for_shape(k.m, k.n);
     let threads = t.threads();
-    let (lda, ldb) = (t.bm + t.pad, t.bn + t.pad);
+    let (lda, ldb) = (t.bm, t.bn);
 
     let mut e = Emitter::new(storage);
     let block = block_setup(&mut e, k, t.bm, t.bn);
     let tiles = tile_loads(&mut e, k, t, &block);
     // What this thread accumulates, and the code of one stage's products.
-    let (products, compute) = if t.tensor_cores {
-        tensor_core_products(&mut e, t, &block.tid, &tiles)
-    } else {
-        fma_products(&mut e, t, &block.tid, &tiles)
-    };
+    let (products, compute) = fma_products(&mut e, t, &block.tid, &tiles);
     main_loop(&mut e, k, t, &block, &tiles, &*compute);
     store(&mut e, k, &block, &products);
     let globals = format!(
@@ -80,7 +67,7 @@ pub(super) fn matmul(k: &MatMulKernel, storage: &BufferStorage) -> Result<PtxKer
         k.n,
         k.k,
         k.batch_count(),
-        if t.tensor_cores { "TF32 tensor cores (mma.sync m16n8k8)" } else { "f32 FMA" },
+        "f32 FMA",
         t.bm,
         t.bn,
         t.bk,
@@ -189,7 +176,7 @@ fn tile_loads(e: &mut Emitter, k: &MatMulKernel, t: Tiling, block: &Block) -> Ti
     let Block { tid, row0, col0, a_base, b_base, .. } = block;
     let nb = k.batch.len();
     let threads = t.threads();
-    let (lda, ldb) = (t.bm + t.pad, t.bn + t.pad);
+    let (lda, ldb) = (t.bm, t.bn);
     let (sm, sk) = (k.lhs.strides[nb], k.lhs.strides[nb + 1]);
     let (skb, snb) = (k.rhs.strides[nb], k.rhs.strides[nb + 1]);
     let ak = e.value(Reg::B32, "rem.u32", &format!("{tid}, {}", t.bk));
@@ -236,86 +223,11 @@ fn tile_loads(e: &mut Emitter, k: &MatMulKernel, t: Tiling, block: &Block) -> Ti
     Tiles { a_loads, b_loads, a_sh, b_sh }
 }
 
-/// The TF32 tensor-core products: this thread's accumulators and the `mma.sync` code of a
-/// stage.
-fn tensor_core_products(e: &mut Emitter, t: Tiling, tid: &str, tiles: &Tiles) -> (Vec<Product>, Stage) {
-    let Tiles { a_sh, b_sh, .. } = tiles;
-    let (lda, ldb) = (t.bm + t.pad, t.bn + t.pad);
-    let mut products: Vec<Product> = Vec::new();
-    // Warp w owns rows 64 (w / 4) .. +64 and columns 32 (w % 4) .. +32 of the block tile:
-    // 4 x 4 mma tiles of 16x8. Fragment layouts (PTX ISA, m16n8k8 .tf32), with g = lane / 4
-    // and q = lane % 4: A a0..a3 = (g, q), (g+8, q), (g, q+4), (g+8, q+4); B b0, b1 =
-    // (k q, n g), (k q+4, n g); D d0..d3 = (g, 2q), (g, 2q+1), (g+8, 2q), (g+8, 2q+1).
-    let lane = e.value(Reg::B32, "and.b32", &format!("{tid}, 31"));
-    let warp = e.value(Reg::B32, "shr.u32", &format!("{tid}, 5"));
-    let g = e.value(Reg::B32, "shr.u32", &format!("{lane}, 2"));
-    let q = e.value(Reg::B32, "and.b32", &format!("{lane}, 3"));
-    let wm = e.value(Reg::B32, "shr.u32", &format!("{warp}, 2"));
-    let wm = e.value(Reg::B32, "mul.lo.u32", &format!("{wm}, 64"));
-    let wn = e.value(Reg::B32, "and.b32", &format!("{warp}, 3"));
-    let wn = e.value(Reg::B32, "mul.lo.u32", &format!("{wn}, 32"));
-    let frag = |e: &mut Emitter, ld: usize, origin: &str, sh: &str| {
-        let idx = e.value(Reg::B32, "mad.lo.u32", &format!("{q}, {ld}, {origin}"));
-        let idx = e.value(Reg::B32, "add.u32", &format!("{idx}, {g}"));
-        e.value(Reg::B32, "mad.lo.u32", &format!("{idx}, 4, {sh}"))
-    };
-    let (a_frag, b_frag) = (frag(e, lda, &wm, a_sh), frag(e, ldb, &wn, b_sh));
-    let acc: Vec<Vec<[String; 4]>> = (0..4)
-        .map(|_| (0..4).map(|_| std::array::from_fn(|_| e.value(Reg::F32, "mov.f32", &f32_imm(0.0)))).collect())
-        .collect();
-    let row_base = e.value(Reg::B32, "add.u32", &format!("{wm}, {g}"));
-    let col_base = e.value(Reg::B32, "mad.lo.u32", &format!("{q}, 2, {wn}"));
-    for (mi, row) in acc.iter().enumerate() {
-        for (ni, d) in row.iter().enumerate() {
-            for (r, reg) in d.iter().enumerate() {
-                let at = (mi * 16 + 8 * (r / 2), ni * 8 + r % 2);
-                products.push(Product {
-                    row: (row_base.clone(), at.0),
-                    col: (col_base.clone(), at.1),
-                    acc: reg.clone(),
-                });
-            }
-        }
-    }
-    let bk = t.bk;
-    let compute = Box::new(move |e: &mut Emitter| {
-        let tf32 = |e: &mut Emitter, base: &str, byte: usize| {
-            let x = e.value(Reg::F32, "ld.shared.f32", &format!("[{base}+{byte}]"));
-            e.value(Reg::B32, "cvt.rna.tf32.f32", &x)
-        };
-        for k8 in 0..bk / 8 {
-            let a: Vec<Vec<String>> = (0..4)
-                .map(|mi| {
-                    let at = (k8 * 8 * lda + mi * 16) * 4;
-                    [at, at + 32, at + 16 * lda, at + 16 * lda + 32].iter().map(|&o| tf32(e, &a_frag, o)).collect()
-                })
-                .collect();
-            let b: Vec<Vec<String>> = (0..4)
-                .map(|ni| {
-                    let at = (k8 * 8 * ldb + ni * 8) * 4;
-                    [at, at + 16 * ldb].iter().map(|&o| tf32(e, &b_frag, o)).collect()
-                })
-                .collect();
-            for (mi, row) in acc.iter().enumerate() {
-                for (ni, d) in row.iter().enumerate() {
-                    let d = d.join(", ");
-                    e.op(format!(
-                        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{{d}}}, {{{}}}, {{{}}}, {{{d}}}",
-                        a[mi].join(", "),
-                        b[ni].join(", ")
-                    ));
-                }
-            }
-        }
-    });
-    (products, compute)
-}
-
 /// The FMA products: this thread's `tm x tn` accumulators and the code of a stage, which
 /// reads its rows of A and columns of B from shared memory in vectors.
 fn fma_products(e: &mut Emitter, t: Tiling, tid: &str, tiles: &Tiles) -> (Vec<Product>, Stage) {
     let Tiles { a_sh, b_sh, .. } = tiles;
-    let (lda, ldb) = (t.bm + t.pad, t.bn + t.pad);
+    let (lda, ldb) = (t.bm, t.bn);
     let mut products: Vec<Product> = Vec::new();
     let tx = e.value(Reg::B32, "rem.u32", &format!("{tid}, {}", t.bn / t.tn));
     let ty = e.value(Reg::B32, "div.u32", &format!("{tid}, {}", t.bn / t.tn));
