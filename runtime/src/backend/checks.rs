@@ -39,11 +39,7 @@ pub fn f32_only(
     backend: &'static str,
     type_of: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
 ) -> Result<(), RuntimeError> {
-    let operands = instr.operands().into_iter().filter_map(|v| type_of(v).ok().map(|t| t.dtype));
-    match types.iter().map(|t| t.dtype).chain(operands).find(|&d| d != gt_ir::DType::F32) {
-        Some(dtype) => Err(RuntimeError::BackendDType { op: instr.mnemonic(), backend, dtype }),
-        None => Ok(()),
-    }
+    only(instr, types, (backend, type_of), |d| d == gt_ir::DType::F32)
 }
 
 /// Refuses, naming `backend`, an instruction with an operand or result (`types`) whose dtype
@@ -55,8 +51,18 @@ pub fn storable_only(
     backend: &'static str,
     type_of: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
 ) -> Result<(), RuntimeError> {
+    only(instr, types, (backend, type_of), |d| gt_ir::kernel::Storage::of(d).is_some())
+}
+
+/// The first operand or result dtype `takes` refuses, as an error naming `backend`.
+fn only(
+    instr: &Instr,
+    types: &[TensorType],
+    (backend, type_of): (&'static str, &dyn Fn(ValueId) -> Result<TensorType, TypeError>),
+    takes: impl Fn(gt_ir::DType) -> bool,
+) -> Result<(), RuntimeError> {
     let operands = instr.operands().into_iter().filter_map(|v| type_of(v).ok().map(|t| t.dtype));
-    match types.iter().map(|t| t.dtype).chain(operands).find(|&d| gt_ir::kernel::Storage::of(d).is_none()) {
+    match types.iter().map(|t| t.dtype).chain(operands).find(|&d| !takes(d)) {
         Some(dtype) => Err(RuntimeError::BackendDType { op: instr.mnemonic(), backend, dtype }),
         None => Ok(()),
     }

@@ -310,30 +310,27 @@ enum Plan {
 }
 
 impl Plan {
-    /// A's tile rows run along k: chunks when k is contiguous and every row starts 16-byte
-    /// aligned.
+    /// A's tile rows run along k.
     fn lhs(k: &MatMulKernel, inputs: Inputs) -> Plan {
-        let nb = k.batch.len();
-        let c = inputs.chunk() as i64;
-        let (sm, sk) = (k.lhs.strides[nb], k.lhs.strides[nb + 1]);
-        let aligned = k.lhs.offset % c == 0 && k.lhs.strides[..nb].iter().all(|s| s % c == 0);
-        if sk == 1 && sm % c == 0 && k.k.is_multiple_of(inputs.chunk()) && aligned {
-            Plan::Async
-        } else {
-            Plan::Elements { along_fast: sk == 1 || sm != 1 }
-        }
+        Plan::of(&k.lhs, k.batch.len(), k.k, inputs)
     }
 
     /// B's tile rows run along n.
     fn rhs(k: &MatMulKernel, inputs: Inputs) -> Plan {
-        let nb = k.batch.len();
+        Plan::of(&k.rhs, k.batch.len(), k.n, inputs)
+    }
+
+    /// An operand read through `a` (`nb` batch axes, then the tile's other axis, then its
+    /// fast one, `fast_len` long): chunks when the fast axis is contiguous and every row
+    /// starts 16-byte aligned.
+    fn of(a: &gt_ir::kernel::Access, nb: usize, fast_len: usize, inputs: Inputs) -> Plan {
         let c = inputs.chunk() as i64;
-        let (sk, sn) = (k.rhs.strides[nb], k.rhs.strides[nb + 1]);
-        let aligned = k.rhs.offset % c == 0 && k.rhs.strides[..nb].iter().all(|s| s % c == 0);
-        if sn == 1 && sk % c == 0 && k.n.is_multiple_of(inputs.chunk()) && aligned {
+        let (s_other, s_fast) = (a.strides[nb], a.strides[nb + 1]);
+        let aligned = a.offset % c == 0 && a.strides[..nb].iter().all(|s| s % c == 0);
+        if s_fast == 1 && s_other % c == 0 && fast_len.is_multiple_of(inputs.chunk()) && aligned {
             Plan::Async
         } else {
-            Plan::Elements { along_fast: sn == 1 || sk != 1 }
+            Plan::Elements { along_fast: s_fast == 1 || s_other != 1 }
         }
     }
 
