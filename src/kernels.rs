@@ -4,7 +4,7 @@
 //! assemble the PTX of every kernel the filetests use.
 
 use gt_ir::kernel::lower::{lower, Step};
-use gt_ir::kernel::Kernel;
+use gt_ir::kernel::{BufferStorage, Kernel, Storage};
 use gt_ir::verify::shape;
 use gt_ir::{Executor, HostTensor, Instr, Span, TensorType, ValueId};
 use gt_runtime::backend::cuda::ptx;
@@ -13,14 +13,17 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 /// Runs instructions on the interpreter and keeps every distinct kernel they lower to, in
-/// first-use order.
+/// first-use order, with the storage of its buffers.
 #[derive(Debug, Default)]
 pub struct KernelRecorder {
     interp: Interpreter,
     types: HashMap<ValueId, TensorType>,
-    seen: HashSet<Kernel>,
-    /// The kernels, each once.
+    seen: HashSet<(Kernel, Option<BufferStorage>)>,
+    /// The kernels, each once per storage of its buffers.
     pub kernels: Vec<Kernel>,
+    /// `storage[i]`: how the buffers of `kernels[i]` are stored on a GPU (`None`: a dtype
+    /// the CUDA backend refuses, such as `i32`).
+    pub storage: Vec<Option<BufferStorage>>,
 }
 
 impl KernelRecorder {
@@ -32,9 +35,14 @@ impl KernelRecorder {
     /// Writes `NNN.kernel` (kernel IR) and `NNN.ptx` per kernel into `dir`; returns how many.
     pub fn write(&self, dir: &Path) -> anyhow::Result<usize> {
         std::fs::create_dir_all(dir)?;
-        for (i, kernel) in self.kernels.iter().enumerate() {
+        for (i, (kernel, storage)) in self.kernels.iter().zip(&self.storage).enumerate() {
             std::fs::write(dir.join(format!("{i:03}-{}.kernel", kernel.kind())), format!("{kernel}\n"))?;
-            match ptx::generate(kernel) {
+            let Some(storage) = storage else {
+                let why = "the CUDA backend refuses this kernel's dtypes: its kernels store f32, f16 and bf16\n";
+                std::fs::write(dir.join(format!("{i:03}-{}.ptx-refused", kernel.kind())), why)?;
+                continue;
+            };
+            match ptx::generate_stored(kernel, storage) {
                 Ok(p) => std::fs::write(dir.join(format!("{i:03}-{}.ptx", kernel.kind())), p.text)?,
                 Err(e) => std::fs::write(dir.join(format!("{i:03}-{}.ptx-error", kernel.kind())), e.to_string())?,
             }
@@ -56,15 +64,28 @@ impl Executor for KernelRecorder {
         let ty = |v: ValueId| self.types.get(&v).cloned().ok_or(gt_ir::TypeError::UnknownValue(v));
         if let Ok(results) = shape::infer(instr, &ty) {
             let ty = |v: ValueId| self.types[&v].clone();
+            // What a GPU would store each buffer as (None: a dtype it refuses).
+            let stored = |d: gt_ir::DType| Storage::of(d);
+            let inputs = |vs: &[ValueId]| vs.iter().map(|v| stored(self.types[v].dtype)).collect::<Option<Vec<_>>>();
             for step in lower(instr, &ty, &results) {
                 let kernels = match step {
-                    Step::Launch { kernel, .. } => vec![kernel],
-                    Step::TwoPass { first, second, .. } => vec![first, second],
+                    Step::Launch { kernel, inputs: vs, output } => {
+                        let s = inputs(&vs).zip(stored(results[output].dtype));
+                        vec![(kernel, s.map(|(inputs, output)| BufferStorage { output, inputs }))]
+                    }
+                    Step::TwoPass { first, second, inputs: vs, output, .. } => {
+                        // The partials between the passes are f32.
+                        let s1 = inputs(&vs).map(|inputs| BufferStorage { output: Storage::F32, inputs });
+                        let out = stored(results[output].dtype);
+                        let s2 = out.map(|output| BufferStorage { output, inputs: vec![Storage::F32] });
+                        vec![(first, s1), (second, s2)]
+                    }
                     Step::Upload { .. } => vec![],
                 };
-                for kernel in kernels {
-                    if self.seen.insert(kernel.clone()) {
+                for (kernel, storage) in kernels {
+                    if self.seen.insert((kernel.clone(), storage.clone())) {
                         self.kernels.push(kernel);
+                        self.storage.push(storage);
                     }
                 }
             }

@@ -325,6 +325,29 @@ fn dump_kernels_writes_kernel_ir_and_ptx() {
 }
 
 #[test]
+fn dump_kernels_says_how_buffers_are_stored() {
+    // A bf16 matmul is generated for tensor cores over bf16 buffers; an i32 add, which the
+    // CUDA backend refuses, gets a note instead of PTX.
+    let dir = std::env::temp_dir().join(format!("gt-cli-{}-kernels-bf16", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let source = b"%a = randn bf16[64, 32] seed=1\n%w = randn bf16[32, 16] seed=2\n%m = matmul %a, %w\n\
+                   %i = tensor i32[2] [1, 2]\n%j = add %i, %i\n";
+    let path = script("bf16-kernels", source);
+    let o = gt_run(&["--quiet", "--dump-kernels", dir.to_str().unwrap(), path.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let names: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let matmul = names.iter().find(|n| n.ends_with("-matmul.ptx")).expect("a matmul kernel");
+    let ptx = std::fs::read_to_string(dir.join(matmul)).unwrap();
+    let header = ptx.lines().next().unwrap();
+    assert!(header.contains("bf16 tensor cores") && header.ends_with("; buffers: out bf16, in bf16 bf16"), "{header}");
+    assert!(ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+    let refused = names.iter().find(|n| n.ends_with(".ptx-refused")).expect("the i32 add's note");
+    assert!(std::fs::read_to_string(dir.join(refused)).unwrap().contains("refuses"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn backend_setting_is_checked() {
     let o = gt_run_env(&["examples/mlp.gtir"], &[("GT_BACKEND", "tpu".as_ref())]);
     assert_eq!(code(&o), 1);

@@ -129,7 +129,15 @@ impl Emitter {
     /// parameters and register declarations.
     pub(super) fn finish(self, comment: &str, globals: &str, params: usize) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "// gt generated kernel: {comment}");
+        let _ = write!(out, "// gt generated kernel: {comment}");
+        if self.params.iter().any(|&s| s != Storage::F32) {
+            // Which buffers hold halves: the kernel IR itself does not say.
+            let name = |s: &Storage| format!("{s:?}").to_lowercase();
+            let inputs: Vec<String> = self.params.iter().skip(1).map(name).collect();
+            let inputs = if inputs.is_empty() { "none".to_string() } else { inputs.join(" ") };
+            let _ = write!(out, "; buffers: out {}, in {inputs}", name(&self.params[0]));
+        }
+        out.push('\n');
         let _ = writeln!(out, ".version {PTX_VERSION}\n.target {PTX_TARGET}\n.address_size 64\n");
         out.push_str(globals);
         let names: Vec<String> = (0..params).map(|i| format!("\t.param .u64 gt_param_{i}")).collect();
