@@ -2,10 +2,11 @@
 //! m16n8k16`), or `f32` operands rounded to TF32 (`m16n8k8`, `GT_MATMUL_PRECISION=high`), summed
 //! in `f32`: a 128x128 tile per block of 4 warps (64x64 each; [`Tile`]), A's fragments read by
 //! `ldmatrix` (B's too for halves, transposed; TF32's B by 32-bit shared loads) from shared
-//! tiles that a multi-stage `cp.async` pipeline fills while earlier stages are multiplied. An operand whose rows are contiguous and 16-byte aligned is copied by
-//! `cp.async` in 16-byte chunks (zero-filled past the edges); any other (transposed, odd
-//! sizes) is loaded element by element into the same tiles, so every shape is correct and
-//! the common one is fast. The epilogue and the rounding store are the FMA matmul's.
+//! tiles that a multi-stage `cp.async` pipeline fills while earlier stages are multiplied.
+//! An operand whose rows are contiguous and 16-byte aligned is copied by `cp.async` in
+//! 16-byte chunks (zero-filled past the edges); any other (transposed, odd sizes) is loaded
+//! element by element into the same tiles, so every shape is correct and the common one is
+//! fast. The epilogue and the rounding store are the FMA matmul's.
 
 use super::emit::{f32_imm, Emitter, Reg};
 use super::matmul::{block_setup, check_sizes, grid, store, Block, Product};
