@@ -309,33 +309,26 @@ fn main() {
     });
     g.set_matmul_precision(Precision::F32);
     let _ = writeln!(report, "\n## matmul {size}^3 f32");
-    for (label, ms, torch_key, torch_label) in
-        [("f32 FMA", mm, "matmul_f32_ms", "f32 "), ("TF32 mma", tf32, "matmul_tf32_ms", "tf32")]
-    {
+    // gt's time (`label`), then cuBLAS's at the same precision (`blas`) and the ratio.
+    let row = |report: &mut String, (label, ms): (&str, f64), (key, blas, short): (&str, &str, &str), goal: &str| {
         let _ = writeln!(report, "{:<16} {ms:9.3} ms  {:6.2} TFLOP/s", format!("gt ({label})"), tflops(ms));
-        if let Some(t) = tnum(torch_key) {
+        if let Some(t) = tnum(key) {
             let _ = writeln!(
                 report,
-                "cuBLAS {torch_label}      {t:9.3} ms  {:6.2} TFLOP/s -> gt {label} at {:.0}%",
+                "cuBLAS {blas:<4}      {t:9.3} ms  {:6.2} TFLOP/s -> gt {short} at {:.0}%{goal}",
                 tflops(t),
                 100.0 * t / ms
             );
         }
-    }
+    };
+    row(&mut report, ("f32 FMA", mm), ("matmul_f32_ms", "f32", "f32 FMA"), "");
+    row(&mut report, ("TF32 mma", tf32), ("matmul_tf32_ms", "tf32", "TF32 mma"), "");
     // Half precision on tensor cores: the same operands cast to bf16 and f16.
     for (dtype, name, key) in [(DType::BF16, "bf16", "matmul_bf16_ms"), (DType::F16, "f16", "matmul_f16_ms")] {
         exec(&mut g, Instr::Cast { dst: v(50), src: v(30), dtype });
         exec(&mut g, Instr::Cast { dst: v(51), src: v(31), dtype });
         let ms = time(&mut g, reps, |g| exec(g, Instr::MatMul { dst: v(52), lhs: v(50), rhs: v(51) }));
-        let _ = writeln!(report, "{:<16} {ms:9.3} ms  {:6.2} TFLOP/s", format!("gt ({name} mma)"), tflops(ms));
-        if let Some(t) = tnum(key) {
-            let _ = writeln!(
-                report,
-                "cuBLAS {name:<4}      {t:9.3} ms  {:6.2} TFLOP/s -> gt {name} at {:.0}% (goal >= 70%)",
-                tflops(t),
-                100.0 * t / ms
-            );
-        }
+        row(&mut report, (&format!("{name} mma"), ms), (key, name, name), " (goal >= 70%)");
         for i in 50..=52 {
             exec(&mut g, Instr::Free { src: v(i) });
         }

@@ -4,7 +4,7 @@
 //! assemble the PTX of every kernel the filetests use.
 
 use gt_ir::kernel::lower::{lower, Step};
-use gt_ir::kernel::{BufferStorage, Kernel, Storage};
+use gt_ir::kernel::{BufferStorage, Kernel};
 use gt_ir::verify::shape;
 use gt_ir::{Executor, HostTensor, Instr, Span, TensorType, ValueId};
 use gt_runtime::backend::cuda::ptx;
@@ -64,22 +64,13 @@ impl Executor for KernelRecorder {
         let ty = |v: ValueId| self.types.get(&v).cloned().ok_or(gt_ir::TypeError::UnknownValue(v));
         if let Ok(results) = shape::infer(instr, &ty) {
             let ty = |v: ValueId| self.types[&v].clone();
-            // What a GPU would store each buffer as (None: a dtype it refuses).
-            let stored = |d: gt_ir::DType| Storage::of(d);
-            let inputs = |vs: &[ValueId]| vs.iter().map(|v| stored(self.types[v].dtype)).collect::<Option<Vec<_>>>();
             for step in lower(instr, &ty, &results) {
+                // What a GPU would store each buffer as (None: a dtype it refuses).
+                let storage = step.storage(|v| self.types[&v].dtype, &results).ok();
+                let storage = |i: usize| storage.as_ref().map(|s| s[i].clone());
                 let kernels = match step {
-                    Step::Launch { kernel, inputs: vs, output } => {
-                        let s = inputs(&vs).zip(stored(results[output].dtype));
-                        vec![(kernel, s.map(|(inputs, output)| BufferStorage { output, inputs }))]
-                    }
-                    Step::TwoPass { first, second, inputs: vs, output, .. } => {
-                        // The partials between the passes are f32.
-                        let s1 = inputs(&vs).map(|inputs| BufferStorage { output: Storage::F32, inputs });
-                        let out = stored(results[output].dtype);
-                        let s2 = out.map(|output| BufferStorage { output, inputs: vec![Storage::F32] });
-                        vec![(first, s1), (second, s2)]
-                    }
+                    Step::Launch { kernel, .. } => vec![(kernel, storage(0))],
+                    Step::TwoPass { first, second, .. } => vec![(first, storage(0)), (second, storage(1))],
                     Step::Upload { .. } => vec![],
                 };
                 for (kernel, storage) in kernels {

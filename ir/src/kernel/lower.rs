@@ -3,9 +3,9 @@
 //! per operand, `split` one strided read per piece; creation ops become maps with no
 //! inputs. The instruction's types must already be checked ([`crate::verify::shape::infer`]).
 
-use super::{row_major_strides, Access, Kernel, MapKernel, MatMulKernel, Node};
+use super::{row_major_strides, Access, BufferStorage, Kernel, MapKernel, MatMulKernel, Node, Storage};
 use crate::verify::shape::{normalize_axes, normalize_axis, resolve_slice};
-use crate::{BinaryOp, CollectiveOp, Instr, Operand, ReduceOp, TensorType, ValueId};
+use crate::{BinaryOp, CollectiveOp, DType, Instr, Operand, ReduceOp, TensorType, ValueId};
 
 /// One thing a backend does to execute an instruction.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,10 +40,35 @@ pub enum Step {
     },
 }
 
+impl Step {
+    /// How the buffers of this step's kernels are stored (one per kernel, in order), given
+    /// the dtype of each input value and the instruction's result types: the first pass of
+    /// two writes `f32` partials that the second reads. `Err` names a dtype kernels cannot
+    /// store.
+    pub fn storage(
+        &self,
+        dtype_of: impl Fn(ValueId) -> DType,
+        results: &[TensorType],
+    ) -> Result<Vec<BufferStorage>, DType> {
+        let of = |d: DType| Storage::of(d).ok_or(d);
+        let inputs = |vs: &[ValueId]| vs.iter().map(|&v| of(dtype_of(v))).collect::<Result<Vec<_>, _>>();
+        Ok(match self {
+            Step::Launch { inputs: vs, output, .. } => {
+                vec![BufferStorage { output: of(results[*output].dtype)?, inputs: inputs(vs)? }]
+            }
+            Step::TwoPass { inputs: vs, output, .. } => vec![
+                BufferStorage { output: Storage::F32, inputs: inputs(vs)? },
+                BufferStorage { output: of(results[*output].dtype)?, inputs: vec![Storage::F32] },
+            ],
+            Step::Upload { .. } => vec![],
+        })
+    }
+}
+
 /// The steps that compute `instr`'s results (typed `results`, operands typed by `ty`).
 /// Instructions with no results (`free`, `get`, markers) and empty results need no steps.
-/// Kernels compute in `f32`: callers lower only instructions whose operands and results are
-/// all `f32` (a `cast` is then a copy).
+/// Kernels compute in `f32` whatever their buffers hold ([`Step::storage`]): a `cast` is a
+/// copy whose input and output are stored differently.
 pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[TensorType]) -> Vec<Step> {
     let out_dims = || results.first().map(|t| t.shape.0.clone()).unwrap_or_default();
     let mut steps = Vec::new();

@@ -78,8 +78,9 @@ pub struct CudaBackend {
     values: HashMap<ValueId, DeviceTensor>,
     bytes: Residency,
     pool: HashMap<usize, Vec<cu::CUdeviceptr>>,
-    /// Keyed by the kernel and its buffers' storage: the same kernel over `bf16` is other code.
-    modules: HashMap<(Kernel, BufferStorage), Compiled>,
+    /// By kernel, then by its buffers' storage (the same kernel over `bf16` is other code);
+    /// looked up by reference, so a launch clones nothing.
+    modules: HashMap<Kernel, Vec<(BufferStorage, Compiled)>>,
     max_tensor_bytes: usize,
     precision: Precision,
     counters: DeviceCounters,
@@ -318,8 +319,10 @@ impl CudaBackend {
         kernel: &Kernel,
         storage: &BufferStorage,
     ) -> Result<&Compiled, RuntimeError> {
-        let key = (kernel.clone(), storage.clone());
-        if !self.modules.contains_key(&key) {
+        let known = |m: &HashMap<Kernel, Vec<(BufferStorage, Compiled)>>| {
+            m.get(kernel).and_then(|v| v.iter().position(|(s, _)| s == storage))
+        };
+        if known(&self.modules).is_none() {
             let launch = ptx::generate_stored(kernel, storage).map_err(|source| RuntimeError::Ptx { op, source })?;
             let module = self
                 .load_module(&launch.text)
@@ -335,9 +338,11 @@ impl CudaBackend {
                     .map_err(|e| device(op, DeviceStep::LoadModule { kernel: kernel.kind() }, e))?;
             }
             self.counters.compiles += 1;
-            self.modules.insert(key.clone(), Compiled { _module: module, function, launch });
+            let compiled = Compiled { _module: module, function, launch };
+            self.modules.entry(kernel.clone()).or_default().push((storage.clone(), compiled));
         }
-        Ok(&self.modules[&key])
+        let i = known(&self.modules).expect("compiled above");
+        Ok(&self.modules[kernel][i].1)
     }
 
     /// The module of `ptx`: from the disk cache when it holds it, else compiled (through the
@@ -415,32 +420,15 @@ impl CudaBackend {
         self.values.get(&v).map(|t| t.ty.clone()).ok_or(TypeError::UnknownValue(v))
     }
 
-    /// The storage of each buffer of each kernel of `step` (the first pass of two writes
-    /// its partials in `f32`), given the instruction's result types.
-    fn step_storage(&self, step: &Step, types: &[TensorType]) -> Vec<BufferStorage> {
-        let of = |ty: &TensorType| Storage::of(ty.dtype).unwrap_or_default();
-        let inputs = |vs: &[ValueId]| vs.iter().map(|v| self.values[v].storage()).collect::<Vec<_>>();
-        match step {
-            Step::Launch { inputs: vs, output, .. } => {
-                vec![BufferStorage { output: of(&types[*output]), inputs: inputs(vs) }]
-            }
-            Step::TwoPass { inputs: vs, output, .. } => vec![
-                BufferStorage { output: Storage::F32, inputs: inputs(vs) },
-                BufferStorage { output: of(&types[*output]), inputs: vec![Storage::F32] },
-            ],
-            Step::Upload { .. } => vec![],
-        }
-    }
-
+    /// Runs `steps` with the storage of their kernels' buffers (`storage[i]` for step `i`).
     fn run_steps(
         &mut self,
         op: &'static str,
         instr: &Instr,
-        (steps, types): (&[Step], &[TensorType]),
+        (steps, storage): (&[Step], &[Vec<BufferStorage>]),
         outputs: &[Buffer],
     ) -> Result<(), RuntimeError> {
-        for step in steps {
-            let storage = self.step_storage(step, types);
+        for (step, storage) in steps.iter().zip(storage) {
             match step {
                 Step::Launch { kernel, inputs, output } => {
                     let buffers: Vec<Buffer> = inputs.iter().map(|v| self.values[v].buffer).collect();
@@ -457,14 +445,9 @@ impl CudaBackend {
                     result?;
                 }
                 Step::Upload { output } => {
+                    // The type rule made the data's dtype the literal's.
                     if let Instr::Literal { data, .. } = instr {
-                        let dtype = types[*output].dtype;
-                        let data = if data.dtype() == dtype {
-                            data.to_le_bytes()
-                        } else {
-                            data.cast(dtype).to_le_bytes().into_owned().into()
-                        };
-                        self.upload(op, outputs[*output], &data)?;
+                        self.upload(op, outputs[*output], &data.to_le_bytes())?;
                     }
                 }
             }
@@ -563,9 +546,13 @@ impl CudaBackend {
                 }
             }
         }
+        let storage = steps
+            .iter()
+            .map(|s| s.storage(|v| self.values[&v].ty.dtype, &types))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|dtype| RuntimeError::BackendDType { op, backend: "cuda", dtype })?;
         // Compile first: a kernel that cannot be generated fails before any allocation.
-        for step in &steps {
-            let storage = self.step_storage(step, &types);
+        for (step, storage) in steps.iter().zip(&storage) {
             match step {
                 Step::Launch { kernel, .. } => {
                     self.compiled(op, kernel, &storage[0])?;
@@ -587,7 +574,7 @@ impl CudaBackend {
                 }
             }
         }
-        if let Err(e) = self.run_steps(op, &instr, (&steps, &types), &outputs) {
+        if let Err(e) = self.run_steps(op, &instr, (&steps, &storage), &outputs) {
             outputs.into_iter().for_each(|b| self.release(b));
             return Err(e);
         }

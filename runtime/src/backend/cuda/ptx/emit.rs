@@ -29,6 +29,8 @@ pub(super) struct Emitter {
     storage: HashMap<String, Storage>,
     /// Whether `%rs0` (a zero half, for widening bf16) is used.
     zero16: bool,
+    /// Performance directives of the entry (`.maxntid`, `.minnctapersm`), if any.
+    bounds: Option<(usize, usize)>,
 }
 
 #[derive(Clone, Copy)]
@@ -60,6 +62,12 @@ impl Emitter {
         let n = &mut self.regs[kind as usize];
         *n += 1;
         format!("{}{}", REG_PREFIX[kind as usize].0, *n)
+    }
+
+    /// Tells ptxas the block size and how many blocks should fit an SM at once, so that it
+    /// keeps registers to what that allows.
+    pub(super) fn launch_bounds(&mut self, threads: usize, min_blocks: usize) {
+        self.bounds = Some((threads, min_blocks));
     }
 
     pub(super) fn label(&mut self, what: &str) -> String {
@@ -141,7 +149,11 @@ impl Emitter {
         let _ = writeln!(out, ".version {PTX_VERSION}\n.target {PTX_TARGET}\n.address_size 64\n");
         out.push_str(globals);
         let names: Vec<String> = (0..params).map(|i| format!("\t.param .u64 gt_param_{i}")).collect();
-        let _ = writeln!(out, ".visible .entry {ENTRY}(\n{}\n)\n{{", names.join(",\n"));
+        let bounds = self
+            .bounds
+            .map(|(threads, blocks)| format!(".maxntid {threads}, 1, 1\n.minnctapersm {blocks}\n"))
+            .unwrap_or_default();
+        let _ = writeln!(out, ".visible .entry {ENTRY}(\n{}\n)\n{bounds}{{", names.join(",\n"));
         for (i, (prefix, ty)) in REG_PREFIX.iter().enumerate() {
             if self.regs[i] > 0 {
                 let _ = writeln!(out, "\t.reg {ty} {prefix}<{}>;", self.regs[i] + 1);

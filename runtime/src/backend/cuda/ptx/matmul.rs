@@ -62,12 +62,11 @@ pub(super) fn matmul(k: &MatMulKernel, storage: &BufferStorage) -> Result<PtxKer
         t.bk * ldb * 4
     );
     let comment = format!(
-        "matmul {}x{}x{} (batch {}), {}, tile {}x{}x{}, {}x{} per thread, epilogue of {} nodes",
+        "matmul {}x{}x{} (batch {}), f32 FMA, tile {}x{}x{}, {}x{} per thread, epilogue of {} nodes",
         k.m,
         k.n,
         k.k,
         k.batch_count(),
-        "f32 FMA",
         t.bm,
         t.bn,
         t.bk,
