@@ -486,6 +486,7 @@ fn worker(
     options.memory_budget = env.worker_memory;
     options.collective_timeout = env.collective_timeout;
     options.op_timeout = env.op_timeout;
+    options.spin = env.spin;
     options.threads = threads;
     options.key = key;
     let ctx = crate::transport::zmq::Context::new();

@@ -31,8 +31,12 @@ pub struct Session {
 /// Client options from the environment (`GT_CLIENT_BATCH_SIZE`, `GT_CLIENT_WINDOW`,
 /// `GT_CONNECT_TIMEOUT` in seconds, `GT_MAX_MESSAGE_BYTES`).
 pub fn client_options(name: &str, env: &EnvConfig) -> anyhow::Result<ClientOptions> {
-    let mut o =
-        ClientOptions { name: name.to_string(), max_message_bytes: env.max_message_bytes, ..Default::default() };
+    let mut o = ClientOptions {
+        name: name.to_string(),
+        max_message_bytes: env.max_message_bytes,
+        spin: env.spin,
+        ..Default::default()
+    };
     if let Some(n) = positive("GT_CLIENT_BATCH_SIZE")? {
         o.batch_size = n as usize;
     }

@@ -30,6 +30,9 @@ pub struct ClientOptions {
     pub connect_timeout: Duration,
     /// The cluster key (`--key`, `GT_KEY_FILE`): a TCP dispatcher is reached with CURVE.
     pub key: Option<ClusterKey>,
+    /// How long a wait for an answer polls before it sleeps (`GT_SPIN_US`,
+    /// [`socket::poll_spinning`]).
+    pub spin: Duration,
 }
 
 impl Default for ClientOptions {
@@ -41,6 +44,7 @@ impl Default for ClientOptions {
             max_message_bytes: codec::DEFAULT_MAX_MESSAGE_BYTES,
             connect_timeout: Duration::from_secs(10),
             key: None,
+            spin: socket::DEFAULT_SPIN,
         }
     }
 }
@@ -409,7 +413,7 @@ impl Client {
             if let Some(e) = &self.events {
                 items.push(e.as_poll_item(zmq::POLLIN));
             }
-            socket::retry(|| zmq::poll(&mut items, 1000))?;
+            socket::poll_spinning(&mut items, self.options.spin, 1000)?;
             let (ready, dropped) = (items[0].is_readable(), items.get(1).is_some_and(|i| i.is_readable()));
             if ready {
                 let reply = self.recv()?;

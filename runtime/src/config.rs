@@ -56,6 +56,12 @@ pub enum ConfigProblem {
     /// A dump directory that cannot be written.
     #[error("cannot write there: {0}")]
     DumpDir(#[source] std::io::Error),
+    /// Not a spin time in microseconds.
+    #[error("expected a whole number of microseconds from 0 (never spin) to {max}")]
+    NotSpin {
+        /// The largest accepted.
+        max: u64,
+    },
     /// More compute threads than the machine has cores.
     #[error("this machine has {cores} cores; more threads than cores only slows the work down")]
     TooManyThreads {
@@ -63,6 +69,9 @@ pub enum ConfigProblem {
         cores: usize,
     },
 }
+
+/// The longest `GT_SPIN_US`: past a millisecond a spinning waiter only burns a core.
+pub const MAX_SPIN_US: u64 = 1000;
 
 /// This machine's cores (as the process may use them).
 pub fn cores() -> usize {
@@ -107,6 +116,7 @@ pub const SETTINGS: &[&str] = &[
     "GT_PASSES",
     "GT_PROFILE",
     "GT_SHARD_THRESHOLD",
+    "GT_SPIN_US",
     "GT_THREADS",
     "GT_WORKERS",
     "GT_WORKER_BATCH_SIZE",
@@ -176,6 +186,10 @@ pub struct EnvConfig {
     /// Whether a server may listen beyond the loopback without a key (`GT_INSECURE=1`, as
     /// `--insecure`).
     pub insecure: bool,
+    /// How long clients, the dispatcher and workers poll for an expected message before they
+    /// sleep (`GT_SPIN_US`, microseconds, 0: never; default
+    /// [`gt_transport::socket::DEFAULT_SPIN`]).
+    pub spin: Duration,
 }
 
 /// How long a worker's part of a collective waits for a peer by default: long enough for a
@@ -216,6 +230,7 @@ impl Default for EnvConfig {
             op_timeout: None,
             key_file: None,
             insecure: false,
+            spin: gt_transport::socket::DEFAULT_SPIN,
         }
     }
 }
@@ -267,6 +282,11 @@ impl EnvConfig {
                 });
             }
             c.threads = Some(threads);
+        }
+        if let Some(v) = get("GT_SPIN_US").filter(|v| !v.trim().is_empty()) {
+            let us = v.trim().parse::<u64>().ok().filter(|us| *us <= MAX_SPIN_US);
+            let problem = ConfigProblem::NotSpin { max: MAX_SPIN_US };
+            c.spin = Duration::from_micros(us.ok_or(EnvConfigError { var: "GT_SPIN_US", value: v, problem })?);
         }
         if get("GT_CLIENT_MEMORY").is_some() {
             c.client_memory = positive("GT_CLIENT_MEMORY", 0)? as u64;
@@ -440,10 +460,19 @@ mod tests {
             ("GT_AUTO_SHARD", "maybe"),
             ("GT_INSECURE", "yes"),
             ("GT_SHARD_THRESHOLD", "0"),
+            ("GT_SPIN_US", "-5"),
+            ("GT_SPIN_US", "1001"),
         ] {
             let e = EnvConfig::from_lookup(env(&[(k, v), ("GT_HOTPATH", "1")])).unwrap_err();
             assert!(e.to_string().starts_with(&format!("{k}=")), "{e}");
         }
+        let e = EnvConfig::from_lookup(env(&[("GT_SPIN_US", "2ms")])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "GT_SPIN_US=\"2ms\": expected a whole number of microseconds from 0 (never spin) to 1000"
+        );
+        let c = EnvConfig::from_lookup(env(&[("GT_SPIN_US", "0")])).unwrap();
+        assert!(c.spin.is_zero());
         let e = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath,shards")])).unwrap_err();
         assert_eq!(
             e.to_string(),

@@ -117,6 +117,7 @@ impl ClusterOptions {
         self.dispatcher.client_memory = env.client_memory;
         self.dispatcher.client_credit = env.client_credit;
         self.dispatcher.client_unread_bytes = env.client_unread_bytes;
+        self.dispatcher.spin = env.spin;
         self.instruction_log = env.instruction_log.clone();
         self.profile = env.profile.clone();
         self.backend = env.backend;
@@ -318,6 +319,7 @@ impl Cluster {
             wo.memory_budget = options.worker_memory;
             wo.collective_timeout = options.collective_timeout;
             wo.op_timeout = options.op_timeout;
+            wo.spin = options.dispatcher.spin;
             wo.key = options.key.clone();
             wo.threads = options.threads.unwrap_or_else(|| crate::config::cores_per_worker(options.workers));
             let h = std::thread::Builder::new()

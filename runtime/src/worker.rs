@@ -55,6 +55,9 @@ pub struct WorkerOptions {
     /// The cluster key (`--key`, `GT_KEY_FILE`): the dispatcher and peers are reached over TCP
     /// with CURVE, and the peer socket lets in only the key's holders.
     pub key: Option<ClusterKey>,
+    /// How long the worker polls for its next command before it sleeps (`GT_SPIN_US`,
+    /// [`socket::poll_spinning`]).
+    pub spin: Duration,
 }
 
 impl WorkerOptions {
@@ -73,6 +76,7 @@ impl WorkerOptions {
             collective_timeout: crate::config::DEFAULT_COLLECTIVE_TIMEOUT,
             op_timeout: None,
             key: None,
+            spin: socket::DEFAULT_SPIN,
         }
     }
 }
@@ -371,10 +375,12 @@ pub fn run_worker(
                 if let Some(ev) = &events {
                     let mut items =
                         [sock.as_poll_item(gt_transport::zmq::POLLIN), ev.as_poll_item(gt_transport::zmq::POLLIN)];
-                    socket::retry(|| gt_transport::zmq::poll(&mut items, -1))?;
+                    socket::poll_spinning(&mut items, options.spin, -1)?;
                     if !items[0].is_readable() && items[1].is_readable() {
                         return Err(gone());
                     }
+                } else {
+                    socket::poll_spinning(&mut [sock.as_poll_item(gt_transport::zmq::POLLIN)], options.spin, -1)?;
                 }
                 if let Some(c) = decode_command(&socket::retry(|| sock.recv_bytes(0))?, max, &options.name) {
                     take(c, &mut queue, &mut dropped);

@@ -47,6 +47,33 @@ pub fn retry<T>(mut call: impl FnMut() -> zmq::Result<T>) -> zmq::Result<T> {
     }
 }
 
+/// How long a peer that waits for a message polls before it sleeps, by default
+/// (`GT_SPIN_US`): a few wake-ups' worth, so that a quick answer is taken without one, and a
+/// waiter idle longer costs this much CPU once per wait.
+pub const DEFAULT_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// Waits for `items` as `zmq::poll` does, `timeout_ms` at most (-1: forever), but first polls
+/// without sleeping for up to `spin`. A thread asleep in `poll` is woken through the kernel,
+/// and on a virtual machine whose other vCPU idles that wake-up alone can cost tens of µs per
+/// hop; an answer expected within `spin` is taken without it. Between polls the thread
+/// yields, so a spinning waiter gives its core to any runnable thread (a worker's compute).
+pub fn poll_spinning(items: &mut [zmq::PollItem], spin: std::time::Duration, timeout_ms: i64) -> zmq::Result<i32> {
+    if !spin.is_zero() {
+        let start = std::time::Instant::now();
+        loop {
+            let ready = retry(|| zmq::poll(items, 0))?;
+            if ready > 0 {
+                return Ok(ready);
+            }
+            if start.elapsed() >= spin {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    }
+    retry(|| zmq::poll(items, timeout_ms))
+}
+
 /// Whether a ZeroMQ address goes over TCP (what a cluster key protects).
 pub fn is_tcp(address: &str) -> bool {
     address.starts_with("tcp://")
@@ -251,6 +278,34 @@ fn with_signals_blocked<T>(call: impl FnOnce() -> zmq::Result<T>) -> zmq::Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spinning_wait_takes_what_arrives_and_times_out_as_poll_does() {
+        use std::time::{Duration, Instant};
+        let ctx = Context::new();
+        for (i, spin) in [Duration::ZERO, Duration::from_micros(200), Duration::from_millis(1)].into_iter().enumerate()
+        {
+            let pull = ctx.socket(zmq::PAIR).unwrap();
+            pull.bind(&format!("inproc://spin-test-{i}")).unwrap();
+            let push = ctx.socket(zmq::PAIR).unwrap();
+            push.connect(&format!("inproc://spin-test-{i}")).unwrap();
+            // Nothing waiting: the wait spins, then sleeps out its timeout, and says so.
+            let start = Instant::now();
+            let ready = poll_spinning(&mut [pull.as_poll_item(zmq::POLLIN)], spin, 20).unwrap();
+            assert_eq!(ready, 0, "spin {spin:?}");
+            assert!(start.elapsed() >= Duration::from_millis(20), "spin {spin:?}: returned before its timeout");
+            // A message sent while the receiver waits (spinning or asleep) is seen, whole.
+            let sender = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros(100));
+                push.send(&b"ping"[..], 0).unwrap();
+                push
+            });
+            let ready = poll_spinning(&mut [pull.as_poll_item(zmq::POLLIN)], spin, 5000).unwrap();
+            assert_eq!(ready, 1, "spin {spin:?}");
+            assert_eq!(pull.recv_bytes(zmq::DONTWAIT).unwrap(), b"ping");
+            drop(sender.join().unwrap());
+        }
+    }
 
     /// A keyed or plain ROUTER on a fresh loopback port, on its own context.
     fn server(key: Option<&ClusterKey>) -> (Context, Socket, Endpoint) {

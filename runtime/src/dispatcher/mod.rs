@@ -73,6 +73,9 @@ pub struct DispatcherConfig {
     /// Bytes of read answers one client may leave unread (`GT_CLIENT_UNREAD_BYTES`): they sit
     /// in the dispatcher's socket buffers until the client takes them.
     pub client_unread_bytes: u64,
+    /// How long the dispatcher polls for the next message before it sleeps (`GT_SPIN_US`,
+    /// [`socket::poll_spinning`]).
+    pub spin: Duration,
 }
 
 impl Default for DispatcherConfig {
@@ -86,6 +89,7 @@ impl Default for DispatcherConfig {
             client_memory: u64::MAX,
             client_credit: CLIENT_CREDIT_INSTRUCTIONS,
             client_unread_bytes: CLIENT_UNREAD_BYTES,
+            spin: socket::DEFAULT_SPIN,
         }
     }
 }
@@ -339,7 +343,8 @@ impl Dispatcher {
             }
             // Whether every waiting message was read (not cut off at the cap).
             let mut drained = true;
-            if socket::retry(|| self.router.poll(zmq::POLLIN, timeout))? > 0 {
+            let mut items = [self.router.as_poll_item(zmq::POLLIN)];
+            if socket::poll_spinning(&mut items, self.config.spin, timeout)? > 0 {
                 drained = false;
                 for _ in 0..4096 {
                     match socket::recv_frames(&self.router, zmq::DONTWAIT) {
