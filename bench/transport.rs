@@ -8,7 +8,9 @@
 //! Fairness of the baseline: the raw sockets get the options of `gt_transport::socket` (unbounded high-water
 //! marks, ZMTP heartbeats, 1 s linger, `ROUTER_MANDATORY`), one context for inproc and one per side for ipc
 //! and tcp, as a gt client that connects on its own context. gt runs one embedded cluster with one worker,
-//! which listens on all three transports; its worker is always connected over inproc.
+//! which listens on all three transports; its worker is always connected over inproc. Both sides wait alike:
+//! gt's client, dispatcher and worker poll for `GT_SPIN_US` (default 200 µs) before they sleep, and so do
+//! the raw echo thread and the raw client (`GT_SPIN_US=0`: both sleep at once).
 //!
 //! On a small VM a wake-up of a thread on another (idle) vCPU can cost tens of µs and then dominates every
 //! round trip; `taskset -c 0 target/release/deps/transport-* --bench` puts all threads on one CPU, which
@@ -19,7 +21,7 @@ use gt::frontend::{Client, ClientOptions, Origin};
 use gt::ir::{Instr, TensorType, UnaryOp, ValueId};
 use gt::runtime::{Cluster, ClusterOptions};
 use gt::transport::endpoint::ipc_path;
-use gt::transport::socket::{HEARTBEAT_IVL_MS, HEARTBEAT_TIMEOUT_MS};
+use gt::transport::socket::{poll_spinning, HEARTBEAT_IVL_MS, HEARTBEAT_TIMEOUT_MS};
 use gt::transport::{zmq, Endpoint};
 use std::fmt::Write as _;
 use std::sync::{Barrier, Mutex};
@@ -54,6 +56,11 @@ impl Config {
             }
         }
     }
+}
+
+/// How long every waiting thread of both sides polls before it sleeps (`GT_SPIN_US`).
+fn spin() -> Result<Duration> {
+    Ok(gt::runtime::config::EnvConfig::from_env()?.spin)
 }
 
 fn secs(s: u64) -> Duration {
@@ -146,6 +153,7 @@ impl GtCluster {
         for _ in 0..5 {
             let port = free_port(|p| !ipc_path(p).exists())?;
             let mut options = ClusterOptions::embedded(1);
+            options.dispatcher.spin = spin()?;
             options.listen = Endpoint::for_server("127.0.0.1", port);
             match Cluster::start(options) {
                 Ok(cluster) => {
@@ -166,7 +174,7 @@ impl GtCluster {
 impl Connector {
     /// A client over `t` that holds `%0 = full f32[1] 1.0`, created and synced before any timing.
     fn client(&self, t: Transport) -> Result<Client> {
-        let options = ClientOptions { name: format!("bench-{}", t.name()), ..ClientOptions::default() };
+        let options = ClientOptions { name: format!("bench-{}", t.name()), spin: spin()?, ..ClientOptions::default() };
         let mut client = match t {
             Transport::Inproc => Client::connect_in(&self.ctx, &self.inproc, options),
             Transport::Ipc => Client::connect(&self.ipc, options),
@@ -213,6 +221,7 @@ struct RawPair {
     dealer: zmq::Socket,
     echo: Option<std::thread::JoinHandle<zmq::Result<()>>>,
     ipc_file: Option<std::path::PathBuf>,
+    spin: Duration,
 }
 
 const STOP: &[u8] = b"stop";
@@ -235,8 +244,10 @@ impl RawPair {
             Transport::Tcp => format!("tcp://127.0.0.1:{}", free_port(|_| true)?),
         };
         router.bind(&address).with_context(|| format!("binding {address}"))?;
+        let spin = spin()?;
         let echo = std::thread::Builder::new().name("raw-echo".into()).spawn(move || -> zmq::Result<()> {
             loop {
+                poll_spinning(&mut [router.as_poll_item(zmq::POLLIN)], spin, -1)?;
                 let frames = router.recv_multipart(0)?;
                 let stop = frames.last().is_some_and(|f| f.as_slice() == STOP);
                 router.send_multipart(frames, 0)?;
@@ -248,7 +259,7 @@ impl RawPair {
         let dealer = client_ctx.socket(zmq::DEALER)?;
         raw_options(&dealer)?;
         dealer.connect(&address)?;
-        Ok(RawPair { dealer, echo: Some(echo), ipc_file })
+        Ok(RawPair { dealer, echo: Some(echo), ipc_file, spin })
     }
 
     /// Seconds per round trip of an 8-byte message.
@@ -258,6 +269,7 @@ impl RawPair {
         let start = Instant::now();
         for _ in 0..iters {
             self.dealer.send(&payload[..], 0)?;
+            poll_spinning(&mut [self.dealer.as_poll_item(zmq::POLLIN)], self.spin, -1)?;
             self.dealer.recv(&mut buf, 0)?;
         }
         Ok(start.elapsed().as_secs_f64() / iters as f64)
@@ -412,6 +424,8 @@ fn report(config: &Config, rtt: &[RoundTrip], tput: &[Throughput], took: Duratio
         took.as_secs_f64()
     );
     let _ = writeln!(s, "cluster: embedded dispatcher + 1 worker (worker over inproc); spread = (max-min)/median");
+    let spin = spin().map_or_else(|e| e.to_string(), |d| format!("{} µs", d.as_micros()));
+    let _ = writeln!(s, "waits (both sides): poll for {spin} before sleeping (GT_SPIN_US)");
     let _ = writeln!(s);
     let _ = writeln!(
         s,

@@ -7,7 +7,7 @@
 
 use crate::auth::{self, ClusterKey};
 use crate::endpoint::Endpoint;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use zmq::{Context, Socket, SocketType};
 
 /// ZMTP heartbeat interval: a silent peer is pinged this often (ms).
@@ -58,20 +58,61 @@ pub const DEFAULT_SPIN: std::time::Duration = std::time::Duration::from_micros(2
 /// hop; an answer expected within `spin` is taken without it. Between polls the thread
 /// yields, so a spinning waiter gives its core to any runnable thread (a worker's compute).
 pub fn poll_spinning(items: &mut [zmq::PollItem], spin: std::time::Duration, timeout_ms: i64) -> zmq::Result<i32> {
-    if !spin.is_zero() {
-        let start = std::time::Instant::now();
-        loop {
-            let ready = retry(|| zmq::poll(items, 0))?;
-            if ready > 0 {
-                return Ok(ready);
-            }
-            if start.elapsed() >= spin {
-                break;
-            }
-            std::thread::yield_now();
+    // At most one spinner per core in the process, and a thread whose last waits all
+    // outlasted the spin (a client waiting on long work) stops spinning but for an
+    // occasional probe: with more waiters than cores, or answers slower than `spin`,
+    // spinning would only take the cores from the threads doing the work.
+    let slots = *SPIN_SLOTS.get_or_init(spin_slots);
+    let wanted = !spin.is_zero()
+        && SPUN_OUT.with(|misses| {
+            let m = misses.get();
+            m < SPIN_MISSES || (m - SPIN_MISSES).is_multiple_of(SPIN_PROBE)
+        });
+    if wanted && SPINNING.fetch_add(1, Ordering::Relaxed) < slots {
+        let ready = spin_poll(items, spin);
+        SPINNING.fetch_sub(1, Ordering::Relaxed);
+        let hit = matches!(ready, Ok(n) if n > 0);
+        SPUN_OUT.with(|misses| misses.set(if hit { 0 } else { misses.get().saturating_add(1) }));
+        if hit || ready.is_err() {
+            return ready;
         }
+    } else if wanted {
+        SPINNING.fetch_sub(1, Ordering::Relaxed);
+    } else {
+        // Not spinning this time still counts toward the next probe.
+        SPUN_OUT.with(|misses| misses.set(misses.get().saturating_add(1)));
     }
     retry(|| zmq::poll(items, timeout_ms))
+}
+
+/// Spins in a row that found nothing after which a thread stops spinning ...
+const SPIN_MISSES: u32 = 4;
+/// ... but for one wait in this many, which spins again to see whether answers came back.
+const SPIN_PROBE: u32 = 16;
+
+std::thread_local! {
+    /// This thread's spins in a row that found nothing (and waits since it stopped spinning).
+    static SPUN_OUT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Threads of this process in [`poll_spinning`]'s spin, and how many may be.
+static SPINNING: AtomicUsize = AtomicUsize::new(0);
+static SPIN_SLOTS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+fn spin_slots() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Polls `items` without sleeping until one is ready (> 0) or `spin` has passed (0).
+fn spin_poll(items: &mut [zmq::PollItem], spin: std::time::Duration) -> zmq::Result<i32> {
+    let start = std::time::Instant::now();
+    loop {
+        let ready = retry(|| zmq::poll(items, 0))?;
+        if ready > 0 || start.elapsed() >= spin {
+            return Ok(ready);
+        }
+        std::thread::yield_now();
+    }
 }
 
 /// Whether a ZeroMQ address goes over TCP (what a cluster key protects).
