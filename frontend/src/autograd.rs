@@ -325,7 +325,17 @@ fn sum_to(g: Tensor, dims: &[usize]) -> Result<Tensor> {
         }
     }
     let s = if axes.is_empty() { g } else { g.sum_dims(&axes, true)? };
-    s.reshape(&dims_i64(dims))
+    reshaped(s, dims)
+}
+
+/// `g` with shape `dims`: itself when it has it already (gradients are fresh values, so no
+/// copy is needed; a matmul's backward asked for four such copies, one of each weight's size).
+fn reshaped(g: Tensor, dims: &[usize]) -> Result<Tensor> {
+    if g.shape() == dims {
+        Ok(g)
+    } else {
+        g.reshape(&dims_i64(dims))
+    }
 }
 
 /// Zeros shaped like `like` with `axis` of length `len`.
@@ -532,12 +542,12 @@ fn input_grads(node: &GradNode, g: &Tensor, inputs: &[Tensor], wants: &[bool]) -
             let b2 = if b.rank() == 1 { b.unsqueeze(-1)? } else { b.clone() };
             let promoted =
                 shape::matmul_type(a2.ty(), b2.ty()).map_err(|source| TensorError::Type { op: "matmul", source })?;
-            let g2 = g.reshape(&dims_i64(promoted.shape.dims()))?;
+            let g2 = reshaped(g.clone(), promoted.shape.dims())?;
             if wants(0) {
-                out[0] = Some(sum_to(g2.matmul(&b2.t()?)?, a2.shape())?.reshape(&dims_i64(a.shape()))?);
+                out[0] = Some(reshaped(sum_to(g2.matmul(&b2.t()?)?, a2.shape())?, a.shape())?);
             }
             if wants(1) {
-                out[1] = Some(sum_to(a2.t()?.matmul(&g2)?, b2.shape())?.reshape(&dims_i64(b.shape()))?);
+                out[1] = Some(reshaped(sum_to(a2.t()?.matmul(&g2)?, b2.shape())?, b.shape())?);
             }
         }
         GradOp::Reduce { op, axes, keepdim } => {
@@ -579,7 +589,7 @@ fn input_grads(node: &GradNode, g: &Tensor, inputs: &[Tensor], wants: &[bool]) -
             }
             out[0] = Some(g.permute(&inverse)?);
         }
-        GradOp::Reshape => out[0] = Some(g.reshape(&dims_i64(inputs[0].shape()))?),
+        GradOp::Reshape => out[0] = Some(reshaped(g.clone(), inputs[0].shape())?),
         GradOp::Cast => out[0] = Some(g.to(inputs[0].dtype())?),
         GradOp::BroadcastTo => out[0] = Some(sum_to(g.clone(), inputs[0].shape())?),
         GradOp::Slice { index } => out[0] = Some(slice_grad(g, inputs[0].shape(), index)?),
