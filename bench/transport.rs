@@ -58,9 +58,12 @@ impl Config {
     }
 }
 
-/// How long every waiting thread of both sides polls before it sleeps (`GT_SPIN_US`).
-fn spin() -> Result<Duration> {
-    Ok(gt::runtime::config::EnvConfig::from_env()?.spin)
+/// How long every waiting thread of both sides polls before it sleeps (`GT_SPIN_US`), read
+/// once by `main`.
+static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+fn spin() -> Duration {
+    *SPIN.get().expect("read at the start of main")
 }
 
 fn secs(s: u64) -> Duration {
@@ -95,6 +98,7 @@ fn phase(text: impl Into<String>) {
 
 fn main() -> Result<()> {
     let config = Config::from_env();
+    let _ = SPIN.set(gt::runtime::config::EnvConfig::from_env()?.spin);
     let limit = config.limit;
     std::thread::spawn(move || {
         std::thread::sleep(limit);
@@ -153,7 +157,7 @@ impl GtCluster {
         for _ in 0..5 {
             let port = free_port(|p| !ipc_path(p).exists())?;
             let mut options = ClusterOptions::embedded(1);
-            options.dispatcher.spin = spin()?;
+            options.dispatcher.spin = spin();
             options.listen = Endpoint::for_server("127.0.0.1", port);
             match Cluster::start(options) {
                 Ok(cluster) => {
@@ -174,7 +178,7 @@ impl GtCluster {
 impl Connector {
     /// A client over `t` that holds `%0 = full f32[1] 1.0`, created and synced before any timing.
     fn client(&self, t: Transport) -> Result<Client> {
-        let options = ClientOptions { name: format!("bench-{}", t.name()), spin: spin()?, ..ClientOptions::default() };
+        let options = ClientOptions { name: format!("bench-{}", t.name()), spin: spin(), ..ClientOptions::default() };
         let mut client = match t {
             Transport::Inproc => Client::connect_in(&self.ctx, &self.inproc, options),
             Transport::Ipc => Client::connect(&self.ipc, options),
@@ -244,7 +248,7 @@ impl RawPair {
             Transport::Tcp => format!("tcp://127.0.0.1:{}", free_port(|_| true)?),
         };
         router.bind(&address).with_context(|| format!("binding {address}"))?;
-        let spin = spin()?;
+        let spin = spin();
         let echo = std::thread::Builder::new().name("raw-echo".into()).spawn(move || -> zmq::Result<()> {
             loop {
                 poll_spinning(&mut [router.as_poll_item(zmq::POLLIN)], spin, -1)?;
@@ -424,8 +428,7 @@ fn report(config: &Config, rtt: &[RoundTrip], tput: &[Throughput], took: Duratio
         took.as_secs_f64()
     );
     let _ = writeln!(s, "cluster: embedded dispatcher + 1 worker (worker over inproc); spread = (max-min)/median");
-    let spin = spin().map_or_else(|e| e.to_string(), |d| format!("{} µs", d.as_micros()));
-    let _ = writeln!(s, "waits (both sides): poll for {spin} before sleeping (GT_SPIN_US)");
+    let _ = writeln!(s, "waits (both sides): poll for {} µs before sleeping (GT_SPIN_US)", spin().as_micros());
     let _ = writeln!(s);
     let _ = writeln!(
         s,

@@ -62,27 +62,29 @@ pub fn poll_spinning(items: &mut [zmq::PollItem], spin: std::time::Duration, tim
     // outlasted the spin (a client waiting on long work) stops spinning but for an
     // occasional probe: with more waiters than cores, or answers slower than `spin`,
     // spinning would only take the cores from the threads doing the work.
-    let slots = *SPIN_SLOTS.get_or_init(spin_slots);
-    let wanted = !spin.is_zero()
-        && SPUN_OUT.with(|misses| {
-            let m = misses.get();
-            m < SPIN_MISSES || (m - SPIN_MISSES).is_multiple_of(SPIN_PROBE)
-        });
-    if wanted && SPINNING.fetch_add(1, Ordering::Relaxed) < slots {
-        let ready = spin_poll(items, spin);
-        SPINNING.fetch_sub(1, Ordering::Relaxed);
-        let hit = matches!(ready, Ok(n) if n > 0);
-        SPUN_OUT.with(|misses| misses.set(if hit { 0 } else { misses.get().saturating_add(1) }));
-        if hit || ready.is_err() {
-            return ready;
+    if !spin.is_zero() {
+        let misses = SPUN_OUT.with(std::cell::Cell::get);
+        if misses >= SPIN_MISSES && !(misses - SPIN_MISSES).is_multiple_of(SPIN_PROBE) {
+            // Not spinning this time still counts toward the next probe.
+            SPUN_OUT.with(|m| m.set(misses.saturating_add(1)));
+        } else if let Some(ready) = in_spin_slot(|| spin_poll(items, spin)) {
+            let hit = matches!(ready, Ok(n) if n > 0);
+            SPUN_OUT.with(|m| m.set(if hit { 0 } else { misses.saturating_add(1) }));
+            if hit || ready.is_err() {
+                return ready;
+            }
         }
-    } else if wanted {
-        SPINNING.fetch_sub(1, Ordering::Relaxed);
-    } else {
-        // Not spinning this time still counts toward the next probe.
-        SPUN_OUT.with(|misses| misses.set(misses.get().saturating_add(1)));
     }
     retry(|| zmq::poll(items, timeout_ms))
+}
+
+/// Runs `f` holding one of the process's spin slots; `None` when all are taken.
+fn in_spin_slot<T>(f: impl FnOnce() -> T) -> Option<T> {
+    let slots = *SPIN_SLOTS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let taken = SPINNING.fetch_add(1, Ordering::Relaxed) < slots;
+    let out = taken.then(f);
+    SPINNING.fetch_sub(1, Ordering::Relaxed);
+    out
 }
 
 /// Spins in a row that found nothing after which a thread stops spinning ...
@@ -98,10 +100,6 @@ std::thread_local! {
 /// Threads of this process in [`poll_spinning`]'s spin, and how many may be.
 static SPINNING: AtomicUsize = AtomicUsize::new(0);
 static SPIN_SLOTS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-
-fn spin_slots() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
 
 /// Polls `items` without sleeping until one is ready (> 0) or `spin` has passed (0).
 fn spin_poll(items: &mut [zmq::PollItem], spin: std::time::Duration) -> zmq::Result<i32> {
