@@ -16,6 +16,7 @@
 use crate::backend::cpu::jit::{Jit, JitError};
 use crate::backend::cpu::threads::{self, Sgemm};
 use crate::backend::cpu::value::{self, Value};
+use crate::backend::cpu::vmath;
 use crate::backend::{checks, Residency};
 use crate::error::JitFailure;
 use crate::RuntimeError;
@@ -30,6 +31,7 @@ use gt_ir::{
     ValueId,
 };
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, CowArray, IxDyn, Zip};
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
@@ -503,10 +505,31 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Tensor {
         }
     }
     match op.def() {
-        // One monomorphised loop per op: the match is outside the element loop.
-        OpDef::Prim(p) => p.specialize(Map(a)),
+        OpDef::Prim(p) => match vmath::slice_fn(p) {
+            Some(f) => map_slices(a, f),
+            // One monomorphised loop per op: the match is outside the element loop.
+            None => p.specialize(Map(a)),
+        },
         OpDef::Composite(t) => composite(t, &[a.view()], a.shape()),
     }
+}
+
+/// `f` over `a`'s elements in row-major order, split in chunks over the pool when large.
+fn map_slices(a: &Tensor, f: vmath::SliceFn) -> Tensor {
+    // Chunks big enough that handing one to a pool thread costs little beside it.
+    const CHUNK: usize = 1 << 16;
+    let a = a.as_standard_layout();
+    let x = a.as_slice().expect("a standard layout is one slice");
+    let fill = |parallel: bool| {
+        let mut out = vec![0.0; x.len()];
+        if parallel {
+            out.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(o, x)| f(x, o));
+        } else {
+            f(x, &mut out);
+        }
+        out
+    };
+    from_vec(a.shape(), threads::elementwise(x.len(), || fill(true), || fill(false)))
 }
 
 pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: &[usize]) -> Tensor {

@@ -7,3 +7,4 @@ pub mod jit;
 pub mod kernels;
 pub mod threads;
 pub(crate) mod value;
+pub mod vmath;

@@ -925,3 +925,42 @@ fn kernels_split_over_threads_give_the_same_bits() {
         use_threads(1).unwrap();
     }
 }
+
+#[test]
+fn the_interpreters_vector_functions_give_the_jits_bits() {
+    use crate::backend::cpu::vmath;
+    let mut jit = jit();
+    // Cranelift and the interpreter's loops decide on fused multiply-adds alike.
+    assert_eq!(jit.target.fma, vmath::uses_fma());
+    let mut xs = special_values();
+    xs.extend(values(1, 5_000, -20.0, 20.0));
+    xs.extend(values(2, 5_000, -110.0, 90.0));
+    xs.extend((0..5_000u64).map(|i| f32::from_bits(1 + (random::uniform(4, i) * 2_139_095_039.0) as u32)));
+    // Negative magnitudes too, and a length with a vector tail.
+    let negatives: Vec<f32> = xs.iter().map(|x| -x).collect();
+    xs.extend(negatives);
+    xs.push(0.3);
+    let n = xs.len();
+    for op in [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Erf] {
+        let gt_ir::OpDef::Prim(prim) = op.def() else { unreachable!("{op:?} is a primitive") };
+        let f = vmath::slice_fn(prim).expect("a polynomial function");
+        let mut interpreted = vec![UNWRITTEN; n];
+        f(&xs, &mut interpreted);
+        let k = map(
+            &[n],
+            vec![Access::contiguous(&[n])],
+            vec![Node::Input(0), Node::Unary(op, 0)],
+            Access::contiguous(&[n]),
+        );
+        let mut fused = vec![UNWRITTEN; n];
+        jit.run(&k, &[&xs], &mut fused).unwrap();
+        for ((&x, &i), &j) in xs.iter().zip(&interpreted).zip(&fused) {
+            assert!(
+                agrees(j, i, Tol::Exact),
+                "{op:?}({x:e}): interpreter {i:e} ({:#x}), jit {j:e} ({:#x})",
+                i.to_bits(),
+                j.to_bits()
+            );
+        }
+    }
+}

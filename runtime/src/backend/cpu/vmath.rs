@@ -1,0 +1,211 @@
+//! The fused kernels' polynomial `exp`, `log`, `tanh`, `sigmoid` and `erf`
+//! (`jit/math.rs`) as Rust loops over slices that the compiler vectorizes, for the
+//! interpreter's `f32` ops: libm's scalar calls cost 10-20 ns an element, these about one.
+//!
+//! Every function here is the same sequence of IEEE operations as its CLIF twin, with fused
+//! multiply-adds exactly where the JIT uses them (on hosts with FMA, detected at run time as
+//! Cranelift detects it), so an op gives the same bits interpreted and fused. Accuracy (within
+//! 2 ulp of libm) and special values are described and tested in `jit/math.rs`; the tests
+//! here hold the two implementations to each other.
+
+use gt_ir::UnaryPrim;
+
+/// An op over a slice: `out[i] = f(x[i])`, `out.len() == x.len()`.
+pub type SliceFn = fn(&[f32], &mut [f32]);
+
+/// The vector loop for `op`, where it is one of the polynomial functions.
+pub fn slice_fn(op: UnaryPrim) -> Option<SliceFn> {
+    Some(match op {
+        UnaryPrim::Exp => map_exp,
+        UnaryPrim::Log => map_log,
+        UnaryPrim::Tanh => map_tanh,
+        UnaryPrim::Sigmoid => map_sigmoid,
+        UnaryPrim::Erf => map_erf,
+        _ => return None,
+    })
+}
+
+/// Which loop the host runs: 0 the baseline (no fused multiply-adds), 1 FMA (as Cranelift
+/// decides for the JIT), 2 FMA with AVX2's 8-lane integer ops.
+fn host_level() -> u8 {
+    static LEVEL: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    *LEVEL.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            match (has!("fma"), has!("avx2")) {
+                (true, true) => 2,
+                (true, false) => 1,
+                (false, _) => 0,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            0
+        }
+    })
+}
+
+/// Whether the loops use fused multiply-adds on this host (the JIT's `fma` flag agrees).
+pub fn uses_fma() -> bool {
+    host_level() > 0
+}
+
+/// One entry point per function: the loop compiled for the host's vector features, fused
+/// multiply-adds where the host has them (the JIT's choice too), else the build's baseline.
+macro_rules! slice_fns {
+    ($($map:ident => $scalar:ident,)*) => {$(
+        fn $map(x: &[f32], out: &mut [f32]) {
+            assert_eq!(x.len(), out.len());
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2(x: &[f32], out: &mut [f32]) {
+                    for (o, &x) in out.iter_mut().zip(x) {
+                        *o = $scalar::<true>(x);
+                    }
+                }
+                #[target_feature(enable = "fma")]
+                fn fma(x: &[f32], out: &mut [f32]) {
+                    for (o, &x) in out.iter_mut().zip(x) {
+                        *o = $scalar::<true>(x);
+                    }
+                }
+                match host_level() {
+                    // SAFETY: the host has the features these are compiled for.
+                    #[allow(unsafe_code)]
+                    2 => return unsafe { avx2(x, out) },
+                    #[allow(unsafe_code)]
+                    1 => return unsafe { fma(x, out) },
+                    _ => {}
+                }
+            }
+            for (o, &x) in out.iter_mut().zip(x) {
+                *o = $scalar::<false>(x);
+            }
+        }
+    )*};
+}
+
+slice_fns! {
+    map_exp => exp,
+    map_log => log,
+    map_tanh => tanh,
+    map_sigmoid => sigmoid,
+    map_erf => erf,
+}
+
+/// `p(x)` by Horner's rule, highest power first, fused as the JIT's `horner`.
+#[inline(always)]
+fn horner<const FMA: bool>(x: f32, coefficients: &[f32]) -> f32 {
+    let mut p = coefficients[0];
+    for &c in &coefficients[1..] {
+        p = if FMA { p.mul_add(x, c) } else { p * x + c };
+    }
+    p
+}
+
+/// `mask ? t : f`, branch-free so the loop vectorizes.
+#[inline(always)]
+fn select(mask: bool, t: f32, f: f32) -> f32 {
+    if mask {
+        t
+    } else {
+        f
+    }
+}
+
+/// `2^n` for `-126 <= n <= 127`, built in the exponent bits.
+#[inline(always)]
+fn pow2(n: i32) -> f32 {
+    f32::from_bits((n.wrapping_add(127) << 23) as u32)
+}
+
+/// `e^x` (`Emit::exp`).
+#[inline(always)]
+pub fn exp<const FMA: bool>(x: f32) -> f32 {
+    // Comparisons are false for NaN, which passes through both clamps.
+    let x = select(x < -104.0, -104.0, x);
+    let x = select(x > 89.0, 89.0, x);
+    let magic = 12_582_912.0f32;
+    let t = x * std::f32::consts::LOG2_E + magic;
+    let nf = t - magic;
+    let n = (t.to_bits() as i32).wrapping_sub(magic.to_bits() as i32);
+    let r = x - nf * 0.693_359_4;
+    let r = r - nf * -2.121_944_4e-4;
+    let z = r * r;
+    let p = horner::<FMA>(r, &[1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5e-1]);
+    let y = p * z + r + 1.0;
+    let n1 = n >> 1;
+    let n2 = n.wrapping_sub(n1);
+    y * pow2(n1) * pow2(n2)
+}
+
+/// Natural logarithm (`Emit::log`).
+#[inline(always)]
+pub fn log<const FMA: bool>(x0: f32) -> f32 {
+    let sub = x0 < f32::MIN_POSITIVE;
+    let x = select(sub, x0 * 8_388_608.0, x0);
+    let bits = x.to_bits() as i32;
+    let e = ((bits as u32) >> 23) as i32 - 126 - if sub { 23 } else { 0 };
+    let m = f32::from_bits(((bits & 0x007f_ffff) | 0x3f00_0000) as u32);
+    let small = m < std::f32::consts::FRAC_1_SQRT_2;
+    let e = e - i32::from(small);
+    let m = select(small, m + m, m) - 1.0;
+    let ef = e as f32;
+    let z = m * m;
+    let y = horner::<FMA>(
+        m,
+        &[
+            7.037_683_6e-2,
+            -1.151_461e-1,
+            1.167_699_9e-1,
+            -1.242_014_1e-1,
+            1.424_932_3e-1,
+            -1.666_805_8e-1,
+            2.000_071_4e-1,
+            -2.499_999_4e-1,
+            3.333_333e-1,
+        ],
+    );
+    let y = y * m * z;
+    let y = y + ef * -2.121_944_4e-4;
+    let y = y + z * -0.5;
+    let r = m + y + ef * 0.693_359_4;
+    // Special values, last wins: inf, zeros, negatives, NaN.
+    let r = select(x0 == f32::INFINITY, f32::INFINITY, r);
+    let r = select(x0 == 0.0, f32::NEG_INFINITY, r);
+    let r = select(x0 < 0.0, f32::NAN, r);
+    select(x0.is_nan(), x0, r)
+}
+
+/// Hyperbolic tangent (`Emit::tanh`).
+#[inline(always)]
+pub fn tanh<const FMA: bool>(x: f32) -> f32 {
+    let ax = x.abs();
+    let z = x * x;
+    let p = horner::<FMA>(z, &[-5.704_988_7e-3, 2.063_909e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328e-1]);
+    let small = p * z * x + x;
+    let e = exp::<FMA>(ax + ax);
+    let big = 1.0 - 2.0 / (e + 1.0);
+    let big = f32::from_bits(big.to_bits() | (x.to_bits() & 0x8000_0000));
+    select(ax < 0.625, small, big)
+}
+
+/// The logistic function (`Emit::sigmoid`).
+#[inline(always)]
+pub fn sigmoid<const FMA: bool>(x: f32) -> f32 {
+    let e = exp::<FMA>(-x.abs());
+    let d = e + 1.0;
+    select(x < 0.0, e / d, 1.0 / d)
+}
+
+/// `erf(x)` (`Emit::erf`): Eigen's rational function on `x` clamped to `[-4, 4]`.
+#[inline(always)]
+pub fn erf<const FMA: bool>(x: f32) -> f32 {
+    use gt_ir::ops::{ERF_DENOMINATOR as Q, ERF_NUMERATOR as P};
+    let x = select(x > 4.0, 4.0, x);
+    let x = select(x < -4.0, -4.0, x);
+    let x2 = x * x;
+    horner::<FMA>(x2, &P) / horner::<FMA>(x2, &Q) * x
+}
