@@ -963,4 +963,28 @@ fn the_interpreters_vector_functions_give_the_jits_bits() {
             );
         }
     }
+    // Without fused multiply-adds (hosts without FMA): the baseline functions.
+    let mut jit = self::jit();
+    jit.target.fma = false;
+    let baseline: [(UnaryOp, fn(f32) -> f32); 5] = [
+        (UnaryOp::Exp, vmath::exp::<false>),
+        (UnaryOp::Log, vmath::log::<false>),
+        (UnaryOp::Tanh, vmath::tanh::<false>),
+        (UnaryOp::Sigmoid, vmath::sigmoid::<false>),
+        (UnaryOp::Erf, vmath::erf::<false>),
+    ];
+    for (op, f) in baseline {
+        let k = map(
+            &[n],
+            vec![Access::contiguous(&[n])],
+            vec![Node::Input(0), Node::Unary(op, 0)],
+            Access::contiguous(&[n]),
+        );
+        let mut fused = vec![UNWRITTEN; n];
+        jit.run(&k, &[&xs], &mut fused).unwrap();
+        for (&x, &j) in xs.iter().zip(&fused) {
+            let i = f(x);
+            assert!(agrees(j, i, Tol::Exact), "{op:?}({x:e}) without FMA: interpreter {i:e}, jit {j:e}");
+        }
+    }
 }
