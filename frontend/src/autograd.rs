@@ -5,11 +5,11 @@
 //! non-leaves keep none, a graph is freed by the `backward` that used it.
 
 use crate::tensor::{creation_zeros, Arg, Context, Misuse, Result, Tensor, TensorError};
+use foldhash::HashMap;
 use gt_ir::formula::{Algebra, Term, Var};
 use gt_ir::verify::shape;
 use gt_ir::{BinaryOp, ReduceOp, SliceItem, TensorType, UnaryOp, ValueId};
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
 /// An operand of a recorded binary op: input `i` of the node, or a scalar.
@@ -200,7 +200,7 @@ impl Tensor {
         };
         // Every node the loss depends on; recording order is a topological order.
         let mut order = vec![root.clone()];
-        let mut seen: HashMap<*const GradNode, ()> = HashMap::from([(Rc::as_ptr(&root), ())]);
+        let mut seen: HashMap<*const GradNode, ()> = [(Rc::as_ptr(&root), ())].into_iter().collect();
         let mut i = 0;
         while i < order.len() {
             let inputs = order[i].inputs.borrow().clone();
@@ -214,7 +214,7 @@ impl Tensor {
             i += 1;
         }
         order.sort_by_key(|n| std::cmp::Reverse(n.seq));
-        let mut grads: HashMap<*const GradNode, Tensor> = HashMap::from([(Rc::as_ptr(&root), grad.detach())]);
+        let mut grads: HashMap<*const GradNode, Tensor> = [(Rc::as_ptr(&root), grad.detach())].into_iter().collect();
         let mut leaves: Vec<(Tensor, Tensor)> = Vec::new();
         let mut signal = BackwardSignal { ctx: &ctx, open: None };
         for node in &order {

@@ -2,10 +2,10 @@
 //! [`Executor`], prints what `print` asks for and checks `expect`s. Errors carry the
 //! statement's span so that they name the script line.
 
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use gt_ir::data::Elements;
 use gt_ir::text::print::fmt_float;
 use gt_ir::{Comparison, Executor, HostTensor, Instr, Program, Span, Stmt, StmtKind, TensorType, ValueId};
-use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use thiserror::Error;
 

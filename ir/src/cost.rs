@@ -70,7 +70,7 @@ mod tests {
     use crate::types::DType;
     use crate::verify::shape::infer;
     use crate::{Program, StmtKind, ValueId};
-    use std::collections::HashMap;
+    use foldhash::{HashMap, HashMapExt};
 
     /// The cost of each instruction of a program, typed as the verifier types it.
     fn costs(text: &str) -> Vec<(String, Cost)> {

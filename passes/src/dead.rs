@@ -19,8 +19,8 @@
 //! (a free of a value that is not defined is reported against it).
 
 use crate::pipeline::{Emit, Meta, StreamPass};
+use foldhash::{HashMap, HashMapExt};
 use gt_ir::{Instr, ValueId};
-use std::collections::HashMap;
 
 /// Settings of the dead-value pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

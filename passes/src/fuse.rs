@@ -20,8 +20,8 @@ mod build;
 mod egraph;
 
 use crate::pipeline::{Emit, Meta, StreamPass, StreamTypes, Typing};
+use foldhash::{HashMap, HashMapExt};
 use gt_ir::{Instr, TensorType, ValueId};
-use std::collections::HashMap;
 use std::time::Duration;
 
 pub use egraph::Limits;

@@ -15,8 +15,9 @@
 //! windows of tokens and one buffered repetition.
 
 use crate::pipeline::{Emit, Meta, StreamPass};
+use foldhash::{HashMap, HashMapExt};
 use gt_ir::{Instr, ValueId};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Detection settings (`GT_HOTPATH_WINDOW`, `GT_HOTPATH_THRESHOLD`, `GT_HOTPATH_MIN_SEQ`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,9 +15,9 @@
 //! the model). A pipeline can switch passes off by name and report each pass's stream to a
 //! dump hook.
 
+use foldhash::HashMap;
 use gt_ir::verify::shape::{self, TypeError};
 use gt_ir::{Instr, TensorType, ValueId};
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 

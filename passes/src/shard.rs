@@ -27,9 +27,9 @@
 //! ops over every worker by itself; what they compute stays split until something reads it.
 
 use crate::pipeline::{Emit, StreamPass, StreamTypes, FIRST_PASS_ID};
+use foldhash::{HashMap, HashMapExt};
 use gt_ir::verify::shape::{array_split, normalize_axes, normalize_axis};
 use gt_ir::{BinaryOp, CollectiveOp, Instr, Operand, Placement, ReduceOp, SliceItem, SplitSpec, TensorType, ValueId};
-use std::collections::HashMap;
 
 /// Settings of the shard pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,7 +201,7 @@ pub struct Shard {
     produced: Vec<(ValueId, Dist)>,
     stats: ShardStats,
     /// The unapplied placements already written to the log (per signal and reason).
-    noted: std::collections::HashSet<(String, u8)>,
+    noted: foldhash::HashSet<(String, u8)>,
 }
 
 impl Default for Shard {
@@ -262,7 +262,7 @@ impl Shard {
             free_ids: Vec::new(),
             produced: Vec::new(),
             stats: ShardStats::default(),
-            noted: std::collections::HashSet::new(),
+            noted: <foldhash::HashSet<_> as foldhash::HashSetExt>::new(),
         }
     }
 

@@ -14,12 +14,13 @@
 //! the collective goes on. A well-formed message of the wrong length fails the collective,
 //! naming the peer.
 
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use gt_ir::ops::{nan_max, nan_min, ReduceOp};
 use gt_transport::codec::{data_frame, from_le_bytes};
 use gt_transport::endpoint::{ensure_runtime_dir, is_local, make_private, RuntimeDirError};
 use gt_transport::socket::{recv_frames, retry, send_with_data};
 use gt_transport::{socket, zmq, ClusterKey, Endpoint};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

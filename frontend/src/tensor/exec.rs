@@ -5,8 +5,9 @@
 
 use super::{apply_instr, Context, ContextGuard, Misuse, Result, Tensor, TensorError};
 use crate::nn::{Adam, Optimizer, Sgd};
+use foldhash::{HashMap, HashMapExt};
 use gt_ir::{Executor, HostTensor, Instr, Optimizer as OptimizerSpec, Span, Train, ValueId};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 /// Runs instructions and training statements on a context of its own (current while it lives).

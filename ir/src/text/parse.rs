@@ -9,7 +9,7 @@ use crate::{
     BinaryOp, CollectiveOp, Comparison, DType, Instr, Number, Operand, Optimizer, Placement, Program, ReduceOp, Shape,
     SliceItem, Span, SplitSpec, Stmt, StmtKind, TensorType, Train, UnaryOp, ValueId,
 };
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 /// Deepest nesting of `repeat`/`signal` blocks and bracketed lists.
 pub const MAX_NESTING: usize = 64;

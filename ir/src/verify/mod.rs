@@ -5,8 +5,8 @@
 pub mod shape;
 
 use crate::{Comparison, Instr, Optimizer, Program, Span, Stmt, StmtKind, TensorType, Train, ValueId};
+use foldhash::{HashSet, HashSetExt};
 pub use shape::TypeError;
-use std::collections::HashSet;
 use thiserror::Error;
 
 /// One verifier finding, at a statement.

@@ -7,10 +7,10 @@
 //! instruction that is not fused, or cannot be recomputed where it is read.
 
 use super::egraph::{self, Expr, Facts, Limits, Op, Saturation};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use gt_ir::kernel::{row_major_strides, Access, Kernel, MapKernel, MatMulKernel, Node, Precision};
 use gt_ir::verify::shape::{normalize_axes, normalize_axis, resolve_slice};
 use gt_ir::{DType, Instr, Operand, ReduceOp, Shape, TensorType, ValueId};
-use std::collections::{HashMap, HashSet};
 
 /// How deep the partitioner follows the values and expression nodes of one kernel before it
 /// materialises the value it reached: bounds its recursion whatever the region, and a long

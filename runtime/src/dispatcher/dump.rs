@@ -2,10 +2,10 @@
 //! per client stream (`client-3.hotpath.gtir`), written as instructions flow; the CLIF the
 //! CPU JIT makes of each `fused` kernel goes next to it (`client-3.fuse.clif`).
 
+use foldhash::{HashMap, HashMapExt};
 use gt_ir::text::print::print_instr;
 use gt_ir::Instr;
 use gt_passes::pipeline::{DumpHook, Meta};
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;

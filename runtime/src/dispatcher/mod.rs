@@ -28,6 +28,7 @@ mod namespace;
 pub mod profile;
 mod workers;
 
+use foldhash::{HashMap, HashMapExt};
 use gt_ir::text::print::print_instr;
 use gt_ir::verify::shape;
 use gt_ir::{CollectiveOp, Instr, TensorType, TypeError, ValueId};
@@ -41,7 +42,7 @@ use gt_transport::{codec, socket, zmq, ClusterKey, EventKind, Inbound};
 use log::EventLog;
 use namespace::{Charge, Limits, Location, Namespace, Refusal, Unavailable};
 use profile::{Facts, Profiler};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

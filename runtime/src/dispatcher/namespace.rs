@@ -8,8 +8,8 @@
 //! - `bytes` is the sum of the sizes of the live values; only `Namespace::set` changes
 //!   either, so the two cannot drift apart (and the count cannot underflow).
 
+use foldhash::HashMap;
 use gt_ir::{TensorType, ValueId};
-use std::collections::HashMap;
 use std::fmt;
 
 /// A buffer on a worker: the worker's own value id, which a client's [`ValueId`] is renamed

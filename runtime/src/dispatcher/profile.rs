@@ -7,12 +7,13 @@
 
 use super::log::{now_rfc3339, private_file};
 use super::workers::ExecNote;
+use foldhash::{HashMap, HashMapExt};
 use gt_ir::{Instr, TensorType};
 use gt_transport::profile::{
     worker_file, Direction, Machine, Manifest, ManifestClient, ManifestWorker, Record, RecordKind, SignalRecord,
     FORMAT_VERSION, MANIFEST, RECORD_COLUMNS, SIGNALS, SIGNAL_COLUMNS,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};

@@ -4,9 +4,10 @@
 
 use super::namespace::{Buffer, Charge};
 use super::profile::Facts;
+use foldhash::{HashMap, HashMapExt};
 use gt_ir::Instr;
 use gt_transport::message::Exchange;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// A batch sent to a worker and not yet answered.
 pub(super) struct Batch {

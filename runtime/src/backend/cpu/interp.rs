@@ -20,6 +20,7 @@ use crate::backend::cpu::vmath;
 use crate::backend::{checks, Residency};
 use crate::error::JitFailure;
 use crate::RuntimeError;
+use foldhash::{HashMap, HashMapExt};
 use gt_ir::data::Elements;
 use gt_ir::formula::{Algebra, Term, Var};
 use gt_ir::kernel::Kernel;
@@ -32,7 +33,6 @@ use gt_ir::{
 };
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, CowArray, IxDyn, Zip};
 use rayon::prelude::*;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 

@@ -8,12 +8,12 @@ use super::interp::{binary, from_vec, matmul, reduce, select, unary, Tensor};
 use crate::backend::checks::{self, ELEMENT_BYTES};
 use crate::backend::{Backend, Residency};
 use crate::RuntimeError;
+use foldhash::{HashMap, HashMapExt};
 use gt_ir::kernel::lower::{lower, Step};
 use gt_ir::kernel::{Access, Kernel, MapKernel, MatMulKernel, Node};
 use gt_ir::random;
 use gt_ir::{HostTensor, Instr, TensorType, TypeError, ValueId};
 use ndarray::{Dimension, IxDyn};
-use std::collections::HashMap;
 
 /// Element offset of iteration point `index` under `access`.
 fn offset(access: &Access, index: &[usize]) -> usize {

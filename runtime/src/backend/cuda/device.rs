@@ -22,11 +22,11 @@ use cust::error::{CudaError, CudaResult};
 use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
 use cust::sys as cu;
+use foldhash::{HashMap, HashMapExt};
 use gt_ir::data::Elements;
 use gt_ir::kernel::lower::{lower, Step};
 use gt_ir::kernel::{BufferStorage, Kernel, Precision, Storage};
 use gt_ir::{DType, HostTensor, Instr, TensorType, TypeError, ValueId};
-use std::collections::HashMap;
 use std::ffi::c_void;
 
 /// A value on the device: its type and buffer (address 0 for an empty tensor), elements

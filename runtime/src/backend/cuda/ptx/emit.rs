@@ -3,8 +3,8 @@
 //! of one element is in `math.rs`.
 
 use super::{ENTRY, PTX_TARGET, PTX_VERSION};
+use foldhash::HashMap;
 use gt_ir::kernel::{BufferStorage, Storage};
-use std::collections::HashMap;
 use std::fmt::Write;
 
 /// An f32 immediate in PTX's exact hex form.
