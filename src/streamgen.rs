@@ -203,7 +203,7 @@ impl Gen<'_> {
         }
         if let Ok(tys) = inferred {
             for (r, t) in instr.results().into_iter().zip(tys) {
-                known.push((r, t.shape.0));
+                known.push((r, t.shape.0.to_vec()));
             }
         }
         Step::Instr(instr)

@@ -166,7 +166,7 @@ impl Tensor {
         if self.numel() != 1 {
             return Err(TensorError::invalid(
                 "backward",
-                Misuse::LossNotScalar { numel: self.numel(), ty: self.ty().clone() },
+                Misuse::LossNotScalar { numel: self.numel(), ty: Box::new(self.ty().clone()) },
             ));
         }
         self.check_requires_grad()?;
@@ -188,7 +188,7 @@ impl Tensor {
     /// As [`Tensor::backward`], starting from `grad` (this tensor's gradient, same type).
     pub fn backward_with(&self, grad: &Tensor) -> Result<()> {
         if grad.ty() != self.ty() {
-            let misuse = Misuse::GradType { grad: grad.ty().clone(), tensor: self.ty().clone() };
+            let misuse = Misuse::GradType { grad: Box::new(grad.ty().clone()), tensor: Box::new(self.ty().clone()) };
             return Err(TensorError::invalid("backward", misuse));
         }
         self.check_requires_grad()?;

@@ -59,9 +59,9 @@ pub enum ScriptErrorKind {
         /// The value.
         name: String,
         /// Type given.
-        expected: TensorType,
+        expected: Box<TensorType>,
         /// Type found.
-        found: TensorType,
+        found: Box<TensorType>,
     },
     /// A value with another number of elements than `expect` gives values.
     #[error("expect %{name}: value has type {found}, expected {expected} values")]
@@ -71,7 +71,7 @@ pub enum ScriptErrorKind {
         /// Values given.
         expected: usize,
         /// Type found.
-        found: TensorType,
+        found: Box<TensorType>,
     },
     /// Values that differ from the expectation.
     #[error("expect %{name} {cmp} failed: {mismatches} of {total} elements differ; first at index {index:?}: found {}, expected {}{tol}", .values.0, .values.1)]
@@ -187,7 +187,11 @@ impl<E: Executor> Runner<'_, E> {
                 let name = self.program.name(*src);
                 if let Some(expected) = ty {
                     if *expected != t.ty {
-                        return Err(err(ScriptErrorKind::ExpectType { name, expected: expected.clone(), found: t.ty }));
+                        return Err(err(ScriptErrorKind::ExpectType {
+                            name,
+                            expected: Box::new(expected.clone()),
+                            found: Box::new(t.ty),
+                        }));
                     }
                 }
                 check_values(&name, *cmp, &t, data).map_err(err)?;
@@ -289,7 +293,7 @@ fn plan_block(
 /// The values a statement reads and defines (for a block, every one inside it).
 fn mentions(stmt: &Stmt) -> (Vec<ValueId>, Vec<ValueId>) {
     match &stmt.kind {
-        StmtKind::Instr(i) => (i.operands(), i.results()),
+        StmtKind::Instr(i) => (i.operands().into_vec(), i.results().into_vec()),
         StmtKind::Print { src } | StmtKind::Expect { src, .. } => (vec![*src], vec![]),
         StmtKind::Const { .. } => (vec![], vec![]),
         StmtKind::Train(t) => (t.operands(), t.result().into_iter().collect()),
@@ -348,7 +352,7 @@ fn check_values(name: &str, cmp: Comparison, t: &HostTensor, expected: &Elements
         return Err(ScriptErrorKind::ExpectCount {
             name: name.to_string(),
             expected: expected.len(),
-            found: t.ty.clone(),
+            found: Box::new(t.ty.clone()),
         });
     }
     // The expected values in the value's dtype: `expect %x == [0.1]` means the f32 nearest 0.1.

@@ -124,6 +124,11 @@ pub enum Placement {
     },
 }
 
+/// An instruction's operands or results: inline up to four (every instruction but a
+/// `fused` kernel's or a collective's), so listing them allocates nothing on the
+/// per-instruction paths of the dispatcher and workers.
+pub type InstrValues = smallvec::SmallVec<[ValueId; 4]>;
+
 /// Every operation of the IR. Each defines at most its `dst` values (SSA: once each) and
 /// reads the values named by its operands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -539,8 +544,8 @@ impl Instr {
     }
 
     /// The values this instruction defines, in result order.
-    pub fn results(&self) -> Vec<ValueId> {
-        let mut out = Vec::new();
+    pub fn results(&self) -> InstrValues {
+        let mut out = InstrValues::new();
         let mut take = |v: &ValueId, is_result: bool| {
             if is_result {
                 out.push(*v)
@@ -551,8 +556,8 @@ impl Instr {
     }
 
     /// The values this instruction reads, in operand order.
-    pub fn operands(&self) -> Vec<ValueId> {
-        let mut out = Vec::new();
+    pub fn operands(&self) -> InstrValues {
+        let mut out = InstrValues::new();
         let mut take = |v: &ValueId, is_result: bool| {
             if !is_result {
                 out.push(*v)

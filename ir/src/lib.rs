@@ -44,7 +44,7 @@ pub mod verify;
 pub use data::HostTensor;
 pub use entity::ValueId;
 pub use exec::{Executor, FailureKind};
-pub use instr::{CollectiveOp, Instr, Operand, Placement, SliceItem, SplitSpec};
+pub use instr::{CollectiveOp, Instr, InstrValues, Operand, Placement, SliceItem, SplitSpec};
 pub use ops::{BinaryOp, BinaryPrim, OpDef, ReduceOp, UnaryOp, UnaryPrim};
 pub use program::{Comparison, Number, Optimizer, Program, Stmt, StmtKind, Train};
 pub use span::Span;

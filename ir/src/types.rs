@@ -143,19 +143,23 @@ impl fmt::Display for DType {
     }
 }
 
+/// A shape's dimensions: inline up to rank 4, so types of most tensors are built and cloned
+/// without allocating (the type checks on every instruction's path do both).
+pub type Dims = smallvec::SmallVec<[usize; 4]>;
+
 /// Dimensions of a tensor, outermost first. A 0-d tensor (scalar) has no dimensions.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-pub struct Shape(pub Vec<usize>);
+pub struct Shape(pub Dims);
 
 impl Shape {
     /// A shape from dimensions.
     pub fn new(dims: impl Into<Vec<usize>>) -> Shape {
-        Shape(dims.into())
+        Shape(Dims::from_vec(dims.into()))
     }
 
     /// The 0-d shape.
     pub fn scalar() -> Shape {
-        Shape(Vec::new())
+        Shape(Dims::new())
     }
 
     /// Number of dimensions.
@@ -194,13 +198,13 @@ impl fmt::Display for Shape {
 
 impl From<Vec<usize>> for Shape {
     fn from(dims: Vec<usize>) -> Shape {
-        Shape(dims)
+        Shape(Dims::from_vec(dims))
     }
 }
 
 impl From<&[usize]> for Shape {
     fn from(dims: &[usize]) -> Shape {
-        Shape(dims.to_vec())
+        Shape(Dims::from_slice(dims))
     }
 }
 
@@ -221,7 +225,7 @@ impl TensorType {
 
     /// An `f32` tensor type.
     pub fn f32(dims: impl Into<Vec<usize>>) -> TensorType {
-        TensorType { dtype: DType::F32, shape: Shape(dims.into()) }
+        TensorType { dtype: DType::F32, shape: Shape::new(dims) }
     }
 
     /// Number of bytes the tensor occupies, saturating.

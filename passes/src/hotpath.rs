@@ -16,7 +16,7 @@
 
 use crate::pipeline::{Emit, Meta, StreamPass};
 use foldhash::{HashMap, HashMapExt};
-use gt_ir::{Instr, ValueId};
+use gt_ir::{Instr, InstrValues, ValueId};
 use std::collections::VecDeque;
 
 /// Detection settings (`GT_HOTPATH_WINDOW`, `GT_HOTPATH_THRESHOLD`, `GT_HOTPATH_MIN_SEQ`).
@@ -53,8 +53,8 @@ pub struct HotPathStats {
 #[derive(Debug, Clone)]
 struct Seen {
     token: u64,
-    results: Vec<ValueId>,
-    operands: Vec<ValueId>,
+    results: InstrValues,
+    operands: InstrValues,
 }
 
 /// A hot sequence: its id, tokens and dataflow.

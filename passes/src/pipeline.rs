@@ -114,7 +114,7 @@ pub struct StreamTypes {
 impl StreamTypes {
     /// Types `instr` against the stream so far and records what it defines and frees; an
     /// instruction that does not type defines nothing (its results are gone).
-    pub fn admit(&mut self, instr: &Instr) -> Result<Vec<TensorType>, TypeError> {
+    pub fn admit(&mut self, instr: &Instr) -> Result<gt_ir::verify::shape::ResultTypes, TypeError> {
         let result = self.infer(instr);
         match &result {
             Ok(results) => self.record(instr, results),
@@ -128,7 +128,7 @@ impl StreamTypes {
     }
 
     /// Types `instr` against the stream so far, recording nothing.
-    pub fn infer(&self, instr: &Instr) -> Result<Vec<TensorType>, TypeError> {
+    pub fn infer(&self, instr: &Instr) -> Result<gt_ir::verify::shape::ResultTypes, TypeError> {
         shape::infer(instr, &|v| self.types.get(&v).cloned().ok_or(TypeError::UnknownValue(v)))
     }
 
@@ -456,7 +456,7 @@ impl Pipeline {
             }
             _ => {}
         }
-        let types = Some(self.entry.admit(&instr).map(Arc::from).map_err(Arc::new));
+        let types = Some(self.entry.admit(&instr).map(|t| Arc::from(&t[..])).map_err(Arc::new));
         let compile = self.signals.iter().any(|(_, c)| *c);
         self.feed(0, vec![(instr, Meta { seq, injected_by: None, types, compile, place: Vec::new() })], out, None);
     }
@@ -506,7 +506,7 @@ impl Pipeline {
                             pass: emit.pass,
                             instr: Box::new(instr.clone()),
                             carried: carried.to_vec(),
-                            inferred,
+                            inferred: inferred.map(|t| t.into_vec()),
                         };
                         self.errors.push((meta.clone(), e));
                     }

@@ -763,7 +763,7 @@ impl Shard {
                     Instr::BroadcastTo { dst, src, .. } => {
                         let mut shape = to.clone();
                         shape[axis] = sizes[k];
-                        Instr::BroadcastTo { dst: *dst, src: *src, shape }
+                        Instr::BroadcastTo { dst: *dst, src: *src, shape: shape.to_vec() }
                     }
                     // Squeezing every size-1 axis of a piece could take the split axis
                     // (a piece of length 1): the whole value's size-1 axes, named.

@@ -589,3 +589,97 @@ fn snapshot(name: &str, stats: &Stats, backend: &dyn Backend) -> WorkerStats {
         ops,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gt_ir::{Shape, TensorType, UnaryOp, ValueId};
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    /// Counts the allocations of the threads that ask it to ([`counted`]).
+    struct Counting;
+
+    thread_local! {
+        // `const` and without a destructor, so the allocator may touch it at any time.
+        static COUNT: Cell<Option<u64>> = const { Cell::new(None) };
+    }
+
+    fn note() {
+        let _ = COUNT.try_with(|c| {
+            if let Some(n) = c.get() {
+                c.set(Some(n + 1));
+            }
+        });
+    }
+
+    #[allow(unsafe_code)]
+    // SAFETY: forwards every call to `System` unchanged.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            note();
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            note();
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static GLOBAL: Counting = Counting;
+
+    /// `f`'s result and how many allocations this thread made while it ran.
+    fn counted<R>(f: impl FnOnce() -> R) -> (R, u64) {
+        COUNT.with(|c| c.set(Some(0)));
+        let r = f();
+        let n = COUNT.with(|c| c.replace(None)).unwrap_or(0);
+        (r, n)
+    }
+
+    /// A batch of `n` small ops as a training loop issues them: `neg` of a one-element
+    /// value, then the free of the one before.
+    fn small_ops(first: u32, n: u32) -> Vec<Instr> {
+        let v = ValueId;
+        let mut instrs = Vec::new();
+        for i in first..first + n {
+            instrs.push(Instr::Unary { dst: v(i + 1), op: UnaryOp::Neg, src: v(0) });
+            if i > 1 {
+                instrs.push(Instr::Free { src: v(i) });
+            }
+        }
+        instrs
+    }
+
+    #[test]
+    fn the_small_op_path_allocates_only_each_results_data() {
+        let options = WorkerOptions::named("alloc-test");
+        let mut backend =
+            options.backend.start(options.max_tensor_bytes, 1 << 30, options.matmul_precision, false).unwrap();
+        let ctx = gt_transport::zmq::Context::new();
+        let endpoint = Endpoint::Inproc("alloc-test".into());
+        let mut net =
+            ZmqCollectives::bind(&ctx, &endpoint, "alloc-test", Duration::from_secs(1), 1 << 20, None).unwrap();
+        let ty = TensorType::new(gt_ir::DType::F32, Shape::new(vec![1]));
+        backend.write(ValueId(0), ty, Elements::F32(vec![1.0])).unwrap();
+        let (watch, dropped, mut stats) = (Watch::new(), HashSet::new(), Stats::default());
+        let watching = Watching { watch: &watch, timeout: None, epoch: Instant::now() };
+        let mut run = |mut instrs: Vec<Instr>| {
+            let batch = BatchRef { instrs: &mut instrs, exchanges: &[], owners: &[], dropped: &dropped };
+            counted(|| execute_batch((backend.as_mut(), &mut net), &mut stats, batch, &watching, None))
+        };
+        // Warm up (the stats' map, the values' map at its size), then a steady loop.
+        let (failures, _) = run(small_ops(1, 100));
+        assert!(failures.is_empty(), "{failures:?}");
+        let n = 1000;
+        let (failures, allocations) = run(small_ops(101, n));
+        assert!(failures.is_empty(), "{failures:?}");
+        let per_op = allocations as f64 / f64::from(n);
+        println!("{allocations} allocations for {n} small ops and their frees: {per_op} per op");
+        // The result's data, and nothing else: types, operand and result lists are inline.
+        assert_eq!(allocations, u64::from(n), "{per_op} allocations per small op");
+    }
+}

@@ -205,7 +205,7 @@ impl<'a> Emitter<'a> {
         let dtype = dtype(t.dtype);
         let Shape(dims) = &t.shape;
         let dims = self.usizes(dims);
-        quote!(::gt::ir::TensorType { dtype: #dtype, shape: ::gt::ir::Shape(#dims) })
+        quote!(::gt::ir::TensorType { dtype: #dtype, shape: ::gt::ir::Shape::new(#dims) })
     }
 
     fn operand(&mut self, o: &Operand) -> TokenStream {

@@ -31,7 +31,8 @@ pub fn binary_cross_entropy_with_logits(logits: &Tensor, target: &Tensor) -> Res
 /// (one-hot rows for class labels: [`one_hot`]), through a stable log-softmax; mean over rows.
 pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
     if logits.rank() != 2 || target.shape() != logits.shape() {
-        let misuse = Misuse::CrossEntropyShapes { logits: logits.ty().clone(), target: target.ty().clone() };
+        let misuse =
+            Misuse::CrossEntropyShapes { logits: Box::new(logits.ty().clone()), target: Box::new(target.ty().clone()) };
         return Err(TensorError::invalid("cross_entropy", misuse));
     }
     log_softmax(logits, -1)?.mul(target)?.sum_dims(&[-1], false)?.mean()?.neg()

@@ -11,9 +11,9 @@ pub enum Misuse {
     #[error("expects logits [N, C] and targets of the same shape, got {logits} and {target}")]
     CrossEntropyShapes {
         /// The logits' type.
-        logits: TensorType,
+        logits: Box<TensorType>,
         /// The targets' type.
-        target: TensorType,
+        target: Box<TensorType>,
     },
     /// `one_hot` of a label outside the classes.
     #[error("label {label} is not below the class count {classes}")]
@@ -43,7 +43,7 @@ pub enum Misuse {
         /// Its elements.
         numel: usize,
         /// Its type.
-        ty: TensorType,
+        ty: Box<TensorType>,
     },
     /// `backward` of a tensor outside the graph.
     #[error("the tensor does not require grad (no input of it requires grad, or it was computed under no_grad)")]
@@ -52,9 +52,9 @@ pub enum Misuse {
     #[error("the gradient has type {grad}, the tensor {tensor}")]
     GradType {
         /// The gradient's type.
-        grad: TensorType,
+        grad: Box<TensorType>,
         /// The tensor's.
-        tensor: TensorType,
+        tensor: Box<TensorType>,
     },
     /// A second `backward` through a freed graph.
     #[error("the graph through `{op}` was already used by a backward and freed; run the forward again")]
@@ -103,7 +103,7 @@ pub enum Misuse {
         /// The tensor of the other runtime.
         tensor: ValueId,
         /// Its type.
-        ty: TensorType,
+        ty: Box<TensorType>,
         /// The first operand.
         first: ValueId,
         /// Its type.
@@ -135,7 +135,7 @@ pub enum Misuse {
         /// The answer's type.
         answered: TensorType,
         /// The tensor's.
-        tensor: TensorType,
+        tensor: Box<TensorType>,
     },
     /// `item()` of a tensor with other than one element.
     #[error("the tensor has {numel} elements, not one ({ty})")]
@@ -143,7 +143,7 @@ pub enum Misuse {
         /// Its elements.
         numel: usize,
         /// Its type.
-        ty: TensorType,
+        ty: Box<TensorType>,
     },
     /// `requires_grad_` of a computed tensor.
     #[error("only a leaf (a tensor not computed by a recorded op) can change requires_grad; detach() gives one")]
@@ -152,7 +152,7 @@ pub enum Misuse {
     #[error("an in-place update must keep the type {tensor}; the update gives {update}")]
     UpdateType {
         /// The tensor's type.
-        tensor: TensorType,
+        tensor: Box<TensorType>,
         /// The update's.
         update: TensorType,
     },

@@ -209,7 +209,7 @@ impl Tensor {
         let host = self.ctx().fetch(self.id())?;
         // The tensor's type is known here: an answer of another type is not its value.
         if host.ty != self.0.ty {
-            let why = Misuse::AnswerType { answered: host.ty, tensor: self.0.ty.clone() };
+            let why = Misuse::AnswerType { answered: host.ty, tensor: Box::new(self.0.ty.clone()) };
             return Err(TensorError::invalid("get", why));
         }
         Ok(host)
@@ -220,7 +220,7 @@ impl Tensor {
         if self.numel() != 1 {
             return Err(TensorError::invalid(
                 "item",
-                Misuse::NotOneElement { numel: self.numel(), ty: self.0.ty.clone() },
+                Misuse::NotOneElement { numel: self.numel(), ty: Box::new(self.0.ty.clone()) },
             ));
         }
         Ok(self.to_vec()?[0])
@@ -276,7 +276,7 @@ impl Tensor {
     /// Replaces the value with `new` (same type), counting an in-place update.
     fn replace_value(&self, op: &'static str, new: Tensor) -> Result<()> {
         if new.0.ty != self.0.ty {
-            let misuse = Misuse::UpdateType { tensor: self.0.ty.clone(), update: new.0.ty.clone() };
+            let misuse = Misuse::UpdateType { tensor: Box::new(self.0.ty.clone()), update: new.0.ty.clone() };
             return Err(TensorError::invalid(op, misuse));
         }
         let value = new.0.value.borrow().clone();

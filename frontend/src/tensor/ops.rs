@@ -24,7 +24,7 @@ fn apply_multi(
     if let Some(other) = inputs.iter().find(|t| !Rc::ptr_eq(&t.ctx(), &ctx)) {
         let misuse = Misuse::OtherRuntime {
             tensor: other.id(),
-            ty: other.ty().clone(),
+            ty: Box::new(other.ty().clone()),
             first: inputs[0].id(),
             first_ty: inputs[0].ty().clone(),
         };

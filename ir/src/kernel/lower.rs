@@ -89,7 +89,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
     let creation = |node: Node| {
         let dims = out_dims();
         let output = Access::contiguous(&dims);
-        MapParts { shape: dims, inputs: vec![], nodes: vec![node], output }
+        MapParts { shape: dims.to_vec(), inputs: vec![], nodes: vec![node], output }
     };
     match instr {
         Instr::Randn { seed, .. } => map(creation(Node::Randn { seed: *seed })),
@@ -107,7 +107,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
             let dims = out_dims();
             let input = (*src, Access::contiguous(&dims));
             map(MapParts::new(
-                dims.clone(),
+                dims.to_vec(),
                 vec![input],
                 vec![Node::Input(0), Node::Unary(*op, 0)],
                 Access::contiguous(&dims),
@@ -116,7 +116,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
         Instr::Cast { src, .. } => {
             let dims = out_dims();
             let input = (*src, Access::contiguous(&dims));
-            map(MapParts::new(dims.clone(), vec![input], vec![Node::Input(0)], Access::contiguous(&dims)))
+            map(MapParts::new(dims.to_vec(), vec![input], vec![Node::Input(0)], Access::contiguous(&dims)))
         }
         Instr::Binary { op, lhs, rhs, .. } => {
             let dims = out_dims();
@@ -124,7 +124,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
             let (a, b) = (operands.add(*lhs), operands.add(*rhs));
             operands.nodes.push(Node::Binary(*op, a, b));
             let (inputs, nodes) = (operands.inputs, operands.nodes);
-            map(MapParts::new(dims.clone(), inputs, nodes, Access::contiguous(&dims)))
+            map(MapParts::new(dims.to_vec(), inputs, nodes, Access::contiguous(&dims)))
         }
         Instr::Where { cond, on_true, on_false, .. } => {
             let dims = out_dims();
@@ -133,7 +133,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
             let (t, f) = (operands.add(*on_true), operands.add(*on_false));
             operands.nodes.push(Node::Select(c, t, f));
             let (inputs, nodes) = (operands.inputs, operands.nodes);
-            map(MapParts::new(dims.clone(), inputs, nodes, Access::contiguous(&dims)))
+            map(MapParts::new(dims.to_vec(), inputs, nodes, Access::contiguous(&dims)))
         }
         Instr::MatMul { lhs, rhs, .. } => {
             if let Some(kernel) = matmul(&ty(*lhs).shape.0, &ty(*rhs).shape.0) {
@@ -154,7 +154,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
             let mut next = kept_strides.into_iter();
             let strides = (0..rank).map(|i| if axes.contains(&i) { 0 } else { next.next().unwrap_or(0) }).collect();
             let kernel = MapKernel {
-                shape: dims.clone(),
+                shape: dims.to_vec(),
                 inputs: vec![Access::contiguous(&dims)],
                 nodes: vec![Node::Input(0)],
                 output: Access { offset: 0, strides },
@@ -194,7 +194,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
             // Same elements in the same order: a contiguous copy.
             let dims = out_dims();
             map(MapParts::new(
-                dims.clone(),
+                dims.to_vec(),
                 vec![(*src, Access::contiguous(&dims))],
                 vec![Node::Input(0)],
                 Access::contiguous(&dims),
@@ -203,7 +203,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
         Instr::BroadcastTo { src, .. } => {
             let dims = out_dims();
             let access = broadcast_access(&ty(*src).shape.0, &dims);
-            map(MapParts::new(dims.clone(), vec![(*src, access)], vec![Node::Input(0)], Access::contiguous(&dims)))
+            map(MapParts::new(dims.to_vec(), vec![(*src, access)], vec![Node::Input(0)], Access::contiguous(&dims)))
         }
         Instr::Slice { src, index, .. } => {
             let src_dims = ty(*src).shape.0;
@@ -217,7 +217,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
                 let dims = resolved.shape.0.clone();
                 let strides = dims.iter().map(|&d| if d == 1 { 0 } else { taken.next().unwrap_or(0) }).collect();
                 let access = Access { offset, strides };
-                map(MapParts::new(dims.clone(), vec![(*src, access)], vec![Node::Input(0)], Access::contiguous(&dims)))
+                map(MapParts::new(dims.to_vec(), vec![(*src, access)], vec![Node::Input(0)], Access::contiguous(&dims)))
             }
         }
         Instr::Concat { srcs, axis, .. } => {
@@ -229,7 +229,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
                 let piece = ty(*src).shape.0;
                 let output = Access { offset: start * out_strides[axis], strides: out_strides.clone() };
                 map(MapParts::new(
-                    piece.clone(),
+                    piece.to_vec(),
                     vec![(*src, Access::contiguous(&piece))],
                     vec![Node::Input(0)],
                     output,
@@ -246,7 +246,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
                 let dims = piece.shape.0.clone();
                 let input = Access { offset: start * src_strides[axis], strides: src_strides.clone() };
                 let kernel = MapKernel {
-                    shape: dims.clone(),
+                    shape: dims.to_vec(),
                     inputs: vec![input],
                     nodes: vec![Node::Input(0)],
                     output: Access::contiguous(&dims),
@@ -358,7 +358,7 @@ fn collective(
                     let piece = ty(src).shape.0;
                     let output = Access { offset: start * out_strides[axis], strides: out_strides.clone() };
                     start += piece.get(axis).copied().unwrap_or(0) as i64;
-                    (copy(piece.clone(), Access::contiguous(&piece), output), vec![src])
+                    (copy(piece.to_vec(), Access::contiguous(&piece), output), vec![src])
                 })
                 .collect()
         }

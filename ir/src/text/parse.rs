@@ -888,7 +888,7 @@ impl Parser {
                 ),
             })
             .collect::<PResult<Vec<_>>>()?;
-        Ok(TensorType { dtype, shape: Shape(dims) })
+        Ok(TensorType { dtype, shape: Shape(dims.into()) })
     }
 
     /// `[0:2, ::2, 1, new, ...]`

@@ -72,9 +72,9 @@ pub enum TypeError {
     #[error("cannot broadcast {lhs} with {rhs}: dimension {lhs_dim} does not match {rhs_dim} (aligned from the right, sizes must be equal or 1)")]
     Broadcast {
         /// Left shape.
-        lhs: Shape,
+        lhs: Box<Shape>,
         /// Right shape.
-        rhs: Shape,
+        rhs: Box<Shape>,
         /// Offending size on the left.
         lhs_dim: usize,
         /// Offending size on the right.
@@ -84,25 +84,25 @@ pub enum TypeError {
     #[error("cannot broadcast {from} to {to}")]
     BroadcastTo {
         /// Operand shape.
-        from: Shape,
+        from: Box<Shape>,
         /// Target.
-        to: Shape,
+        to: Box<Shape>,
     },
     /// A 0-d matmul operand.
     #[error("operands must have rank >= 1, found {lhs} and {rhs}")]
     MatMulRank {
         /// Left shape.
-        lhs: Shape,
+        lhs: Box<Shape>,
         /// Right shape.
-        rhs: Shape,
+        rhs: Box<Shape>,
     },
     /// Inner dimensions that differ.
     #[error("inner dimensions differ: left {lhs} has {lhs_k} columns, right {rhs} has {rhs_k} rows")]
     MatMulInner {
         /// Left shape.
-        lhs: Shape,
+        lhs: Box<Shape>,
         /// Right shape.
-        rhs: Shape,
+        rhs: Box<Shape>,
         /// Left's last dimension.
         lhs_k: usize,
         /// Right's contracting dimension.
@@ -130,7 +130,7 @@ pub enum TypeError {
     #[error("cannot reshape {from} ({from_numel} elements) to [{}] ({to_numel} elements)", joined(to))]
     ReshapeCount {
         /// Operand shape.
-        from: Shape,
+        from: Box<Shape>,
         /// Operand elements.
         from_numel: usize,
         /// Target as written.
@@ -171,9 +171,9 @@ pub enum TypeError {
         /// Operand position.
         index: usize,
         /// First operand's type.
-        expected: TensorType,
+        expected: Box<TensorType>,
         /// This operand's type.
-        found: TensorType,
+        found: Box<TensorType>,
         /// The concat axis.
         axis: usize,
     },
@@ -234,9 +234,9 @@ pub enum TypeError {
         /// Operand position.
         index: usize,
         /// Operand 0's type.
-        expected: TensorType,
+        expected: Box<TensorType>,
         /// This operand's type.
-        found: TensorType,
+        found: Box<TensorType>,
     },
     /// A split with a different number of results than pieces.
     #[error("split gives {pieces} pieces here, but {results} results are named")]
@@ -373,7 +373,12 @@ fn joined_along(
             && t.shape.rank() == first.shape.rank()
             && (0..dims.len()).all(|i| i == a || t.shape.0[i] == first.shape.0[i]);
         if !fits {
-            return Err(TypeError::ConcatMismatch { index, expected: first.clone(), found: t, axis: a });
+            return Err(TypeError::ConcatMismatch {
+                index,
+                expected: Box::new(first.clone()),
+                found: Box::new(t),
+                axis: a,
+            });
         }
         dims[a] = dims[a].saturating_add(t.shape.0[a]);
     }
@@ -388,7 +393,7 @@ fn collective(
     dsts: usize,
     srcs: &[ValueId],
     ty: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
-) -> Result<Vec<TensorType>, TypeError> {
+) -> Result<ResultTypes, TypeError> {
     let (expected, results, fits) = match op {
         CollectiveOp::Broadcast => ("one operand", "one result per participant", srcs.len() == 1 && dsts >= 1),
         CollectiveOp::Move => ("one operand", "one result", srcs.len() == 1 && dsts == 1),
@@ -405,16 +410,16 @@ fn collective(
         if t == first {
             Ok(())
         } else {
-            Err(TypeError::CollectiveMismatch { index, expected: first.clone(), found: t })
+            Err(TypeError::CollectiveMismatch { index, expected: Box::new(first.clone()), found: Box::new(t) })
         }
     };
     match op {
-        CollectiveOp::Broadcast | CollectiveOp::Move => Ok(vec![first.clone(); dsts]),
+        CollectiveOp::Broadcast | CollectiveOp::Move => Ok((vec![first.clone(); dsts]).into()),
         CollectiveOp::AllReduce(_) => {
             for (index, &v) in srcs.iter().enumerate().skip(1) {
                 same(index, ty(v)?)?;
             }
-            Ok(vec![first.clone(); dsts])
+            Ok((vec![first.clone(); dsts]).into())
         }
         CollectiveOp::ReduceScatter { axis, .. } => {
             for (index, &v) in srcs.iter().enumerate().skip(1) {
@@ -430,7 +435,7 @@ fn collective(
                 })
                 .collect())
         }
-        CollectiveOp::AllGather { axis } => Ok(vec![joined_along(first, srcs, axis, ty)?; dsts]),
+        CollectiveOp::AllGather { axis } => Ok((vec![joined_along(first, srcs, axis, ty)?; dsts]).into()),
     }
 }
 
@@ -470,10 +475,15 @@ pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Result<Shape, TypeError> {
         } else if da == 1 {
             db
         } else {
-            return Err(TypeError::Broadcast { lhs: a.clone(), rhs: b.clone(), lhs_dim: da, rhs_dim: db });
+            return Err(TypeError::Broadcast {
+                lhs: Box::new(a.clone()),
+                rhs: Box::new(b.clone()),
+                lhs_dim: da,
+                rhs_dim: db,
+            });
         };
     }
-    Ok(Shape(dims))
+    Ok(Shape(dims.into()))
 }
 
 /// Resolves a reshape target (one `-1` allowed) against an element count.
@@ -506,9 +516,14 @@ pub fn resolve_reshape(from: &Shape, to: &[i64]) -> Result<Shape, TypeError> {
         known *= dims[i];
     }
     if known != numel {
-        return Err(TypeError::ReshapeCount { from: from.clone(), from_numel: numel, to: written(), to_numel: known });
+        return Err(TypeError::ReshapeCount {
+            from: Box::new(from.clone()),
+            from_numel: numel,
+            to: written(),
+            to_numel: known,
+        });
     }
-    Ok(Shape(dims))
+    Ok(Shape(dims.into()))
 }
 
 /// One input axis of a resolved slice: elements `start, start+step, ..` (`len` of them).
@@ -596,7 +611,7 @@ pub fn resolve_slice(index: &[SliceItem], shape: &Shape) -> Result<ResolvedSlice
             SliceItem::Ellipsis => unreachable!("expanded above"),
         }
     }
-    Ok(ResolvedSlice { axes, shape: Shape(out) })
+    Ok(ResolvedSlice { axes, shape: Shape(out.into()) })
 }
 
 /// How many pieces a split of an axis of length `len` gives (without building them).
@@ -659,19 +674,24 @@ pub fn arange_len(start: f64, end: f64, step: f64) -> Result<usize, TypeError> {
 pub fn matmul_type(lhs: &TensorType, rhs: &TensorType) -> Result<TensorType, TypeError> {
     let (a, b) = (&lhs.shape, &rhs.shape);
     if a.rank() == 0 || b.rank() == 0 {
-        return Err(TypeError::MatMulRank { lhs: a.clone(), rhs: b.clone() });
+        return Err(TypeError::MatMulRank { lhs: Box::new(a.clone()), rhs: Box::new(b.clone()) });
     }
     let dtype = Domain::Numeric
         .compute(DType::promote(lhs.dtype, rhs.dtype))
         .ok_or(TypeError::OpDType { op: "matmul", dtype: DType::Bool })?;
-    let a2 = if a.rank() == 1 { Shape(vec![1, a.0[0]]) } else { a.clone() };
-    let b2 = if b.rank() == 1 { Shape(vec![b.0[0], 1]) } else { b.clone() };
+    let a2 = if a.rank() == 1 { Shape(smallvec::smallvec![1, a.0[0]]) } else { a.clone() };
+    let b2 = if b.rank() == 1 { Shape(smallvec::smallvec![b.0[0], 1]) } else { b.clone() };
     let (m, ka) = (a2.0[a2.rank() - 2], a2.0[a2.rank() - 1]);
     let (kb, n) = (b2.0[b2.rank() - 2], b2.0[b2.rank() - 1]);
     if ka != kb {
-        return Err(TypeError::MatMulInner { lhs: a.clone(), rhs: b.clone(), lhs_k: ka, rhs_k: kb });
+        return Err(TypeError::MatMulInner {
+            lhs: Box::new(a.clone()),
+            rhs: Box::new(b.clone()),
+            lhs_k: ka,
+            rhs_k: kb,
+        });
     }
-    let batch = broadcast_shapes(&Shape(a2.0[..a2.rank() - 2].to_vec()), &Shape(b2.0[..b2.rank() - 2].to_vec()))?;
+    let batch = broadcast_shapes(&Shape::from(&a2.0[..a2.rank() - 2]), &Shape::from(&b2.0[..b2.rank() - 2]))?;
     let mut dims = batch.0;
     if a.rank() > 1 {
         dims.push(m);
@@ -741,9 +761,9 @@ pub fn reduce_dtype(op: crate::ReduceOp, mnemonic: &'static str, dtype: DType) -
     }
 }
 
-fn created(ty: &TensorType) -> Result<Vec<TensorType>, TypeError> {
+fn created(ty: &TensorType) -> Result<ResultTypes, TypeError> {
     check_size(&ty.shape)?;
-    Ok(vec![ty.clone()])
+    Ok(smallvec::smallvec![ty.clone()])
 }
 
 /// Whether `dtype` holds `value` exactly (a `full` or literal value).
@@ -759,13 +779,14 @@ fn holds(dtype: DType, value: f64) -> bool {
     }
 }
 
+/// An instruction's result types: inline for the one result of almost every instruction, so
+/// typing one allocates nothing but its shapes beyond rank 4.
+pub type ResultTypes = smallvec::SmallVec<[TensorType; 1]>;
+
 /// The result types of an instruction, given the types of the values it reads.
 ///
 /// `ty` answers the type of each operand value. Results come in [`Instr::results`] order.
-pub fn infer(
-    instr: &Instr,
-    ty: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
-) -> Result<Vec<TensorType>, TypeError> {
+pub fn infer(instr: &Instr, ty: &dyn Fn(ValueId) -> Result<TensorType, TypeError>) -> Result<ResultTypes, TypeError> {
     let results = infer_any_rank(instr, ty)?;
     match results.iter().find(|t| t.shape.rank() > MAX_RANK) {
         Some(t) => Err(TypeError::RankTooLarge { rank: t.shape.rank() }),
@@ -777,8 +798,8 @@ pub fn infer(
 fn infer_any_rank(
     instr: &Instr,
     ty: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
-) -> Result<Vec<TensorType>, TypeError> {
-    let one = |t: TensorType| Ok(vec![t]);
+) -> Result<ResultTypes, TypeError> {
+    let one = |t: TensorType| Ok(smallvec::smallvec![t]);
     match instr {
         Instr::Randn { ty: t, .. } | Instr::Rand { ty: t, .. } => {
             if !t.dtype.is_float() {
@@ -882,7 +903,7 @@ fn infer_any_rank(
             for &p in perm {
                 dims.push(t.shape.0[normalize_axis(p, rank)?]);
             }
-            one(TensorType { dtype: t.dtype, shape: Shape(dims) })
+            one(TensorType { dtype: t.dtype, shape: Shape(dims.into()) })
         }
         Instr::Reshape { src, shape, .. } => {
             let t = ty(*src)?;
@@ -913,11 +934,11 @@ fn infer_any_rank(
         }
         Instr::BroadcastTo { src, shape, .. } => {
             let t = ty(*src)?;
-            let to = Shape(shape.clone());
+            let to = Shape::from(shape.as_slice());
             check_size(&to)?;
             match broadcast_shapes(&t.shape, &to) {
                 Ok(s) if s == to => one(TensorType { dtype: t.dtype, shape: to }),
-                _ => Err(TypeError::BroadcastTo { from: t.shape, to }),
+                _ => Err(TypeError::BroadcastTo { from: Box::new(t.shape), to: Box::new(to) }),
             }
         }
         Instr::Concat { srcs, axis, .. } => {
@@ -948,7 +969,7 @@ fn infer_any_rank(
         Instr::Collective { dsts, op, srcs } => collective(*op, dsts.len(), srcs, ty),
         Instr::Free { src } | Instr::GetData { src } => {
             ty(*src)?;
-            Ok(Vec::new())
+            Ok(ResultTypes::new())
         }
         Instr::Fused { ty: t, srcs, kernel, .. } => {
             check_kernel_dtype(t.dtype)?;
@@ -964,7 +985,7 @@ fn infer_any_rank(
             Ok(out)
         }
         Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } | Instr::SignalStart { .. } | Instr::SignalEnd { .. } => {
-            Ok(Vec::new())
+            Ok(ResultTypes::new())
         }
     }
 }

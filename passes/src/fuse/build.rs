@@ -274,7 +274,7 @@ impl<'a> Region<'a> {
     }
 
     fn dims(&self, v: ValueId) -> Vec<usize> {
-        self.types.get(&v).map(|t| t.shape.0.clone()).unwrap_or_default()
+        self.types.get(&v).map(|t| t.shape.0.to_vec()).unwrap_or_default()
     }
 
     /// Whether every value `instr` names is `f32` or `bool` (what an elementwise op may
@@ -932,7 +932,7 @@ impl<'a> Region<'a> {
             }
             Instr::BroadcastTo { .. } => return Some(map.broadcast(&vd, &sd)),
             Instr::Slice { index, .. } => {
-                let resolved = resolve_slice(index, &Shape(sd.clone())).ok()?;
+                let resolved = resolve_slice(index, &Shape::from(&sd[..])).ok()?;
                 // The view's axes of size > 1 are the taken axes of size > 1, in order.
                 let mut moving = (0..vd.len()).filter(|&i| vd[i] != 1);
                 resolved

@@ -17,18 +17,25 @@ pub fn prepare<'i>(
     instr: &'i Instr,
     type_of: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
     max_tensor_bytes: usize,
-) -> Result<(Cow<'i, Instr>, Vec<TensorType>), RuntimeError> {
+) -> Result<(Cow<'i, Instr>, shape::ResultTypes), RuntimeError> {
     let op = instr.mnemonic();
-    // Undefined operands first, so they are reported as such rather than as type errors.
-    for value in instr.operands() {
-        type_of(value).map_err(|_| RuntimeError::Undefined { op, value })?;
+    let checked = || {
+        let instr = guard(instr, type_of, max_tensor_bytes)?;
+        let types = shape::infer(&instr, type_of).map_err(|source| RuntimeError::Type { op, source })?;
+        for ty in &types {
+            check_result(op, &ty.shape, max_tensor_bytes)?;
+        }
+        Ok((instr, types))
+    };
+    let result = checked();
+    if result.is_err() {
+        // An undefined operand is reported as such rather than as the type error it caused
+        // (looked for only on failure: each look builds a type, an allocation per operand).
+        for value in instr.operands() {
+            type_of(value).map_err(|_| RuntimeError::Undefined { op, value })?;
+        }
     }
-    let instr = guard(instr, type_of, max_tensor_bytes)?;
-    let types = shape::infer(&instr, type_of).map_err(|source| RuntimeError::Type { op, source })?;
-    for ty in &types {
-        check_result(op, &ty.shape, max_tensor_bytes)?;
-    }
-    Ok((instr, types))
+    result
 }
 
 /// Refuses, naming `backend`, an instruction with an operand or result (`types`) other than

@@ -811,7 +811,8 @@ impl Dispatcher {
             Err(e) => return self.fail(c, seq, &instr, Failure::new(FailureKind::Undefined, format!("{op}: {e}"))),
         };
         // Typed once, at the pipeline's entry; instructions a pass made are typed here.
-        let typing = typing.map(|t| t.map(|types| types.to_vec()).map_err(|e| (*e).clone()));
+        let typing = typing
+            .map(|t| t.map(|types| types.iter().cloned().collect::<shape::ResultTypes>()).map_err(|e| (*e).clone()));
         let typing = typing
             .unwrap_or_else(|| shape::infer(&instr, &|v| ns.type_of(v).cloned().ok_or(TypeError::UnknownValue(v))));
         let types = match typing {
@@ -819,7 +820,7 @@ impl Dispatcher {
             Err(e) => return self.fail(c, seq, &instr, Failure::new(e.kind(), format!("{op}: {e}"))),
         };
         if matches!(instr, Instr::Collective { .. }) {
-            return self.route_collective(c, seq, instr, types, operands, place);
+            return self.route_collective(c, seq, instr, types.into_vec(), operands, place);
         }
         let w = match self.placed(c, place, instr.results().len(), op) {
             Ok(at) if at.iter().all(|&w| w == at[0]) => at[0],
@@ -829,7 +830,7 @@ impl Dispatcher {
             }
             Err(failure) => return self.fail(c, seq, &instr, failure),
         };
-        self.route_on(c, seq, instr, types, &operands, w);
+        self.route_on(c, seq, instr, types.into_vec(), &operands, w);
     }
 
     /// The workers an instruction's `results` go to: `place` checked (one worker for all, or

@@ -175,10 +175,7 @@ impl Interpreter {
     }
 
     fn type_of(&self, value: ValueId) -> Result<TensorType, TypeError> {
-        self.values
-            .get(&value)
-            .map(|a| TensorType::new(a.dtype(), a.shape().to_vec()))
-            .ok_or(TypeError::UnknownValue(value))
+        self.values.get(&value).map(|a| TensorType::new(a.dtype(), a.shape())).ok_or(TypeError::UnknownValue(value))
     }
 
     /// An `f32` tensor operand; a scalar acts as a 0-d tensor.
@@ -285,10 +282,10 @@ impl Interpreter {
 
     /// Computes the results of an instruction whose result `types` the type rule gave:
     /// all-`f32` work on the `f32` functions here, the rest through `value.rs`.
-    fn compute(&mut self, instr: &Instr, types: &[TensorType]) -> Result<Vec<Value>, RuntimeError> {
+    fn compute(&mut self, instr: &Instr, types: &[TensorType]) -> Result<Results, RuntimeError> {
         if self.all_f32(instr, types) {
             if let Some(t) = self.compute_f32(instr, types)? {
-                return Ok(vec![Value::F32(t)]);
+                return Ok(smallvec::smallvec![Value::F32(t)]);
             }
         }
         let op = instr.mnemonic();
@@ -366,21 +363,23 @@ impl Interpreter {
             Instr::Split { src, axis, .. } => {
                 let a = self.get(op, *src)?;
                 let axis = shape::normalize_axis(*axis, a.ndim()).map_err(type_error)?;
-                return Ok(a.split(axis, &types.iter().map(|t| t.shape.dims()[axis]).collect::<Vec<_>>()));
+                return Ok(a.split(axis, &types.iter().map(|t| t.shape.dims()[axis]).collect::<Vec<_>>()).into());
             }
             Instr::Fused { .. } => {
                 // The verifier let only f32 kernels through, and those took the f32 path.
                 return Err(type_error(TypeError::KernelDType { dtype }));
             }
-            Instr::Collective { op: collective, srcs, .. } => return self.collective(*collective, srcs, types),
+            Instr::Collective { op: collective, srcs, .. } => {
+                return self.collective(*collective, srcs, types).map(Results::from_vec)
+            }
             Instr::Free { .. }
             | Instr::GetData { .. }
             | Instr::HotPathStart { .. }
             | Instr::HotPathEnd { .. }
             | Instr::SignalStart { .. }
-            | Instr::SignalEnd { .. } => return Ok(Vec::new()),
+            | Instr::SignalEnd { .. } => return Ok(Results::new()),
         };
-        Ok(vec![result])
+        Ok(smallvec::smallvec![result])
     }
 
     /// [`Interpreter::compute`] of an instruction whose operands and results are all `f32`,
@@ -454,6 +453,10 @@ impl Executor for Interpreter {
         Interpreter::read(self, value)
     }
 }
+
+/// An instruction's results: inline for the one result of almost every instruction, so a
+/// small op's only allocation is its data.
+type Results = smallvec::SmallVec<[Value; 1]>;
 
 /// Value `value` of `values` as `f32` (a borrow of the map alone, so that `fused` can hold
 /// its inputs while it uses the JIT).
