@@ -95,6 +95,24 @@ slice_fns! {
     map_erf => erf,
 }
 
+/// Cephes' polynomial for `e^r - 1 - r` over `r^2` on `|r| <= ln2 / 2`, highest power first
+/// (shared with `jit/math.rs`).
+pub(super) const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5e-1];
+/// Cephes' polynomial for `log(1 + m)` (over `m^3`) on the folded mantissa.
+pub(super) const LOG_P: [f32; 9] = [
+    7.037_683_6e-2,
+    -1.151_461e-1,
+    1.167_699_9e-1,
+    -1.242_014_1e-1,
+    1.424_932_3e-1,
+    -1.666_805_8e-1,
+    2.000_071_4e-1,
+    -2.499_999_4e-1,
+    3.333_333e-1,
+];
+/// Cephes' odd polynomial for `tanh` below `|x| = 0.625` (in `x^2`).
+pub(super) const TANH_P: [f32; 5] = [-5.704_988_7e-3, 2.063_909e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328e-1];
+
 /// `p(x)` by Horner's rule, highest power first, fused as the JIT's `horner`.
 #[inline(always)]
 fn horner<const FMA: bool>(x: f32, coefficients: &[f32]) -> f32 {
@@ -134,7 +152,7 @@ pub fn exp<const FMA: bool>(x: f32) -> f32 {
     let r = x - nf * 0.693_359_4;
     let r = r - nf * -2.121_944_4e-4;
     let z = r * r;
-    let p = horner::<FMA>(r, &[1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5e-1]);
+    let p = horner::<FMA>(r, &EXP_P);
     let y = p * z + r + 1.0;
     let n1 = n >> 1;
     let n2 = n.wrapping_sub(n1);
@@ -154,20 +172,7 @@ pub fn log<const FMA: bool>(x0: f32) -> f32 {
     let m = select(small, m + m, m) - 1.0;
     let ef = e as f32;
     let z = m * m;
-    let y = horner::<FMA>(
-        m,
-        &[
-            7.037_683_6e-2,
-            -1.151_461e-1,
-            1.167_699_9e-1,
-            -1.242_014_1e-1,
-            1.424_932_3e-1,
-            -1.666_805_8e-1,
-            2.000_071_4e-1,
-            -2.499_999_4e-1,
-            3.333_333e-1,
-        ],
-    );
+    let y = horner::<FMA>(m, &LOG_P);
     let y = y * m * z;
     let y = y + ef * -2.121_944_4e-4;
     let y = y + z * -0.5;
@@ -184,7 +189,7 @@ pub fn log<const FMA: bool>(x0: f32) -> f32 {
 pub fn tanh<const FMA: bool>(x: f32) -> f32 {
     let ax = x.abs();
     let z = x * x;
-    let p = horner::<FMA>(z, &[-5.704_988_7e-3, 2.063_909e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328e-1]);
+    let p = horner::<FMA>(z, &TANH_P);
     let small = p * z * x + x;
     let e = exp::<FMA>(ax + ax);
     let big = 1.0 - 2.0 / (e + 1.0);

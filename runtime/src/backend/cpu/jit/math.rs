@@ -35,6 +35,7 @@
 //! `exp(inf) = inf`; `log(0) = -inf`, `log(x < 0) = NaN`, `log(inf) = inf`;
 //! `tanh(+-inf) = +-1`; `sigmoid(-inf) = 0`, `sigmoid(inf) = 1`.
 
+use crate::backend::cpu::vmath::{EXP_P, LOG_P, TANH_P};
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::immediates::Ieee32;
 use cranelift_codegen::ir::{types, Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value};
@@ -363,7 +364,7 @@ impl Emit<'_, '_> {
         let r2 = self.mulc(nf, -2.121_944_4e-4);
         let r = self.sub(r, r2);
         let z = self.mul(r, r);
-        let p = self.horner(r, &[1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5e-1]);
+        let p = self.horner(r, &EXP_P);
         let y = self.mul(p, z);
         let y = self.add(y, r);
         let y = self.addc(y, 1.0);
@@ -418,20 +419,7 @@ impl Emit<'_, '_> {
         let fty = self.fty();
         let ef = self.b.ins().fcvt_from_sint(fty, e);
         let z = self.mul(m, m);
-        let y = self.horner(
-            m,
-            &[
-                7.037_683_6e-2,
-                -1.151_461e-1,
-                1.167_699_9e-1,
-                -1.242_014_1e-1,
-                1.424_932_3e-1,
-                -1.666_805_8e-1,
-                2.000_071_4e-1,
-                -2.499_999_4e-1,
-                3.333_333e-1,
-            ],
-        );
+        let y = self.horner(m, &LOG_P);
         let y = self.mul(y, m);
         let y = self.mul(y, z);
         let t = self.mulc(ef, -2.121_944_4e-4);
@@ -461,7 +449,7 @@ impl Emit<'_, '_> {
         let ax = self.b.ins().fabs(x);
         // Small |x|: x + x^3 P(x^2).
         let z = self.mul(x, x);
-        let p = self.horner(z, &[-5.704_988_7e-3, 2.063_909e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328e-1]);
+        let p = self.horner(z, &TANH_P);
         let p = self.mul(p, z);
         let p = self.mul(p, x);
         let small = self.add(p, x);

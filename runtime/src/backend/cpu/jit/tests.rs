@@ -926,6 +926,16 @@ fn kernels_split_over_threads_give_the_same_bits() {
     }
 }
 
+/// `op` of each of `xs`, compiled.
+fn jit_unary(jit: &mut Jit, op: UnaryOp, xs: &[f32]) -> Vec<f32> {
+    let n = xs.len();
+    let k =
+        map(&[n], vec![Access::contiguous(&[n])], vec![Node::Input(0), Node::Unary(op, 0)], Access::contiguous(&[n]));
+    let mut out = vec![UNWRITTEN; n];
+    jit.run(&k, &[xs], &mut out).unwrap();
+    out
+}
+
 #[test]
 fn the_interpreters_vector_functions_give_the_jits_bits() {
     use crate::backend::cpu::vmath;
@@ -946,14 +956,7 @@ fn the_interpreters_vector_functions_give_the_jits_bits() {
         let f = vmath::slice_fn(prim).expect("a polynomial function");
         let mut interpreted = vec![UNWRITTEN; n];
         f(&xs, &mut interpreted);
-        let k = map(
-            &[n],
-            vec![Access::contiguous(&[n])],
-            vec![Node::Input(0), Node::Unary(op, 0)],
-            Access::contiguous(&[n]),
-        );
-        let mut fused = vec![UNWRITTEN; n];
-        jit.run(&k, &[&xs], &mut fused).unwrap();
+        let fused = jit_unary(&mut jit, op, &xs);
         for ((&x, &i), &j) in xs.iter().zip(&interpreted).zip(&fused) {
             assert!(
                 agrees(j, i, Tol::Exact),
@@ -974,14 +977,7 @@ fn the_interpreters_vector_functions_give_the_jits_bits() {
         (UnaryOp::Erf, vmath::erf::<false>),
     ];
     for (op, f) in baseline {
-        let k = map(
-            &[n],
-            vec![Access::contiguous(&[n])],
-            vec![Node::Input(0), Node::Unary(op, 0)],
-            Access::contiguous(&[n]),
-        );
-        let mut fused = vec![UNWRITTEN; n];
-        jit.run(&k, &[&xs], &mut fused).unwrap();
+        let fused = jit_unary(&mut jit, op, &xs);
         for (&x, &j) in xs.iter().zip(&fused) {
             let i = f(x);
             assert!(agrees(j, i, Tol::Exact), "{op:?}({x:e}) without FMA: interpreter {i:e}, jit {j:e}");
