@@ -456,7 +456,8 @@ impl Pipeline {
             }
             _ => {}
         }
-        let types = Some(self.entry.admit(&instr).map(|t| Arc::from(&t[..])).map_err(Arc::new));
+        let types =
+            Some(self.entry.admit(&instr).map(|t| t.into_iter().collect::<Arc<[TensorType]>>()).map_err(Arc::new));
         let compile = self.signals.iter().any(|(_, c)| *c);
         self.feed(0, vec![(instr, Meta { seq, injected_by: None, types, compile, place: Vec::new() })], out, None);
     }
