@@ -2,13 +2,18 @@
 //! f32 as one JIT-compiled kernel versus the interpreter running the 8 instructions one by
 //! one; the fused kernel's bandwidth versus a STREAM triad compiled by rustc; a row softmax
 //! of 4096 x 4096 as one kernel versus its 5 unfused instructions; compile latency per
-//! kernel; and PyTorch eager on one thread (`bench/fusion_torch.py`) when installed. One
-//! thread throughout, medians of several runs.
+//! kernel; the chain over bf16 values, eager and fused; and PyTorch eager on one thread
+//! (`bench/fusion_torch.py`) when installed. One thread throughout, medians of several runs.
 //! Run: `cargo bench --bench fusion` (`GT_BENCH_QUICK=1`: 2^16 elements, 256 x 256;
 //! `GT_BENCH_SAVE=1` writes `bench/results/fusion-vm.txt`).
 
+/// gt's allocator, as its binaries and Python package run on (large buffers are reused, not
+/// faulted in afresh by every op).
+#[global_allocator]
+static GLOBAL: gt::Allocator = gt::Allocator;
+
 use gt_ir::kernel::{samples, Access, Kernel, MapKernel, Node};
-use gt_ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
+use gt_ir::{BinaryOp, DType, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
 use gt_runtime::backend::cpu::jit::Jit;
 use gt_runtime::Interpreter;
 use std::fmt::Write as _;
@@ -278,12 +283,50 @@ fn main() {
     all.sort();
     let _ = writeln!(report, "median over these kernels: {:.2} ms", ms(all[all.len() / 2]));
 
-    // 5. PyTorch eager, one thread.
-    let _ = writeln!(report, "\n5. PyTorch eager CPU, torch.set_num_threads(1)");
+    // 5. The chain over bf16 values: eager, each op widens its operands to f32, computes
+    // and rounds; fused, the kernel reads bf16 widened once, computes in f32, rounds once.
+    let mut hb = Interpreter::new().with_jit();
+    let bf16_of =
+        |dst: u32, seed: u64| Instr::Randn { dst: ValueId(dst), ty: TensorType::new(DType::BF16, vec![n]), seed };
+    hb.execute(&bf16_of(0, 1)).expect("randn");
+    hb.execute(&bf16_of(1, 2)).expect("randn");
+    let eager_bf16 = median(reps, || {
+        for i in &instrs {
+            hb.execute(i).expect("interpreted");
+        }
+    });
+    let fused_instr = Instr::Fused {
+        dst: ValueId(20),
+        ty: TensorType::new(DType::BF16, vec![n]),
+        srcs: vec![ValueId(0), ValueId(1)],
+        kernel: Box::new(chain.clone()),
+    };
+    let fused_bf16 = median(reps, || hb.execute(&fused_instr).expect("fused"));
+    let eager_out = hb.read(ValueId(10)).expect("eager").to_f32();
+    let fused_out = hb.read(ValueId(20)).expect("fused").to_f32();
+    let bf16_bytes = (3 * 2 * n) as f64;
+    let _ = writeln!(report, "\n5. the same chain over {n} bf16 (computed in f32)");
+    let _ = writeln!(report, "{:<34} {:>10} {:>10}", "", "ms", "GB/s");
+    for (name, t) in [("interpreter, 8 instructions", eager_bf16), ("one fused kernel", fused_bf16)] {
+        let _ = writeln!(report, "{name:<34} {:>10.2} {:>10.2}", ms(t), bf16_bytes / t.as_secs_f64() / 1e9);
+    }
+    let _ = writeln!(
+        report,
+        "speedup {:.1}x; max relative difference {:.1e} (eager rounds after each op, fused once)",
+        eager_bf16.as_secs_f64() / fused_bf16.as_secs_f64(),
+        max_diff(&eager_out, &fused_out)
+    );
+
+    // 6. PyTorch eager, one thread.
+    let _ = writeln!(report, "\n6. PyTorch eager CPU, torch.set_num_threads(1)");
     match torch(quick) {
         Ok(rows) => {
             for (name, t) in rows {
-                let ours = if name == "chain" { ms(fused) } else { ms(fused_s) };
+                let ours = match name.as_str() {
+                    "chain" => ms(fused),
+                    "chain_bf16" => ms(fused_bf16),
+                    _ => ms(fused_s),
+                };
                 let _ = writeln!(
                     report,
                     "{:<34} {:>10.2} ms (gt JIT {:.2} ms: {:.1}x)",

@@ -1,4 +1,4 @@
-"""PyTorch's side of `cargo bench --bench fusion`: the same 8-op chain and row softmax on one
+"""PyTorch's side of `cargo bench --bench fusion`: the same 8-op chain (f32 and bf16) and row softmax on one
 CPU thread, eager mode, printed as `name milliseconds` lines (medians). Exits 3 when torch
 is missing, so the Rust bench can say so and go on."""
 import statistics
@@ -39,4 +39,7 @@ def chain():
 
 s = torch.randn(side, side)
 print(f"chain {timed(chain):.3f}")
+x = x.to(torch.bfloat16)
+y = y.to(torch.bfloat16)
+print(f"chain_bf16 {timed(chain):.3f}")
 print(f"softmax {timed(lambda: torch.softmax(s, dim=-1)):.3f}")

@@ -3,7 +3,7 @@
 //! layer) give the unfused numbers, with the fused kernels evaluated by the kernel oracle
 //! and compiled by the JIT. (Every run filetest runs with the pass on in `cluster.rs`.)
 
-use gt_ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
+use gt_ir::{BinaryOp, DType, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
 use gt_passes::{Emit, Fuse, FuseConfig, StreamPass};
 use gt_runtime::backend::cpu::interp::Interpreter;
 use proptest::prelude::*;
@@ -214,6 +214,124 @@ proptest! {
         prop_assert_eq!(pass.fuse_stats().fallbacks, 0);
         prop_assert!(kernels(&fused) >= 1, "nothing fused:\n{:?}", fused);
     }
+}
+
+/// `program` with its inputs made as `dtype` (everything after follows by promotion), and
+/// its f32 reference: the same inputs (made as `dtype`, then cast to `f32`), every op in
+/// `f32`.
+fn program_in(dtype: DType, a: usize, b: usize, steps: &[Step]) -> (Vec<Instr>, Vec<Instr>, ValueId) {
+    let (instrs, read) = program(a, b, steps);
+    let mut typed = Vec::new();
+    let mut reference = Vec::new();
+    for i in instrs {
+        match i {
+            Instr::Randn { dst, ty, seed } => {
+                let ty = TensorType { dtype, ..ty };
+                typed.push(Instr::Randn { dst, ty: ty.clone(), seed });
+                let made = ValueId(10_000 + dst.0);
+                reference.push(Instr::Randn { dst: made, ty, seed });
+                reference.push(Instr::Cast { dst, src: made, dtype: DType::F32 });
+            }
+            i => {
+                typed.push(i.clone());
+                reference.push(i);
+            }
+        }
+    }
+    let last = *read.last().unwrap();
+    (with_frees(typed, &[last]), with_frees(reference, &[last]), last)
+}
+
+/// `x` as `dtype` holds it.
+fn rounded(x: f32, dtype: DType) -> f32 {
+    match dtype {
+        DType::F16 => half::f16::from_f32(x).to_f32(),
+        DType::BF16 => half::bf16::from_f32(x).to_f32(),
+        _ => x,
+    }
+}
+
+/// One unit in the last place of `x` as `dtype` holds it.
+fn ulp(x: f32, dtype: DType) -> f32 {
+    let bits = match dtype {
+        DType::F16 => 10,
+        DType::BF16 => 7,
+        _ => 23,
+    };
+    let exponent = if x == 0.0 || !x.is_finite() { -14 } else { x.abs().log2().floor() as i32 };
+    2f32.powi(exponent.max(-14) - bits)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// Kernels compute in f32 over halves: an elementwise program over `f16` or `bf16`
+    /// inputs, fused, gives what the same program computed in `f32` gives, rounded once
+    /// (within the one ulp a rounding boundary between the JIT's f32 and the
+    /// interpreter's can flip). Eager ops round at every step instead.
+    #[test]
+    fn fused_halves_compute_in_f32_and_round_once(
+        half in any::<bool>(), a in 1usize..7, b in 1usize..9,
+        steps in prop::collection::vec(step(), 1..12),
+    ) {
+        let dtype = if half { DType::F16 } else { DType::BF16 };
+        let steps: Vec<Step> = steps.into_iter().filter(|s| !matches!(s, Step::Reduce(..))).collect();
+        prop_assume!(!steps.is_empty());
+        let (typed, reference, last) = program_in(dtype, a, b, &steps);
+        let (fused, pass) = fuse(&typed, FuseConfig::default());
+        prop_assert_eq!(pass.fuse_stats().fallbacks, 0);
+        prop_assert!(kernels(&fused) >= 1, "nothing fused:\n{:?}", fused);
+        let mut jit = Interpreter::new().with_jit();
+        for i in &fused {
+            jit.execute(i).unwrap_or_else(|e| panic!("{e}: {}", gt_ir::text::print_instr(i)));
+        }
+        let got = jit.read(last).unwrap();
+        let want = run(&reference, &[last]).remove(0);
+        let read_dtype = got.ty.dtype;
+        for (&x, &y) in got.to_f32().iter().zip(&want) {
+            let y = rounded(y, read_dtype);
+            prop_assert!(
+                (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= ulp(y, read_dtype) + 1e-4 * (1.0 + y.abs()),
+                "{read_dtype}: fused {x} vs f32 rounded once {y}\nfused:\n{}",
+                fused.iter().map(gt_ir::text::print_instr).collect::<Vec<_>>().join("\n")
+            );
+        }
+    }
+}
+
+#[test]
+fn a_chain_of_halves_is_one_kernel_rounding_once() {
+    // x * 2 + 1, tanh, exp, * x, sigmoid: one kernel; the eager chain rounds five times.
+    let src = "%x = randn bf16[64, 33] seed=7
+%a = mul %x, 2.0
+%b = add %a, 1.0
+%c = tanh %b
+%d = exp %c
+%e = mul %d, %x
+%y = sigmoid %e
+";
+    let (instrs, names) = parse(src);
+    let y = names["y"];
+    let stream = with_frees(instrs, &[y]);
+    let (fused, _) = fuse(&stream, FuseConfig::default());
+    assert_eq!(kernels(&fused), 1, "{fused:?}");
+    let mut jit = Interpreter::new().with_jit();
+    for i in &fused {
+        jit.execute(i).unwrap();
+    }
+    let got = jit.read(y).unwrap();
+    assert_eq!(got.ty.dtype, DType::BF16);
+    // The reference: the same bf16 inputs, every op in f32, one rounding at the end. The
+    // JIT's transcendental functions are the interpreter's bit for bit, so this is exact.
+    let reference =
+        src.replacen("%x = randn bf16[64, 33] seed=7", "%x0 = randn bf16[64, 33] seed=7\n%x = cast %x0 f32", 1);
+    let (instrs, names) = parse(&reference);
+    let want = run(&with_frees(instrs, &[names["y"]]), &[names["y"]]).remove(0);
+    let want: Vec<f32> = want.iter().map(|&v| rounded(v, DType::BF16)).collect();
+    assert_eq!(got.to_f32(), want);
+    // And the eager chain, rounding at each step, is not that (so the test can tell).
+    let eager = run(&stream, &[y]).remove(0);
+    assert_ne!(eager, want);
 }
 
 /// Parses a program's instructions (no script statements).

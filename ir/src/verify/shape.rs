@@ -21,8 +21,9 @@ pub const MAX_RANK: usize = 64;
 /// Why an instruction's operands do not fit it. Messages say what was expected and found.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum TypeError {
-    /// A `fused` kernel over something other than `f32` (kernels compute in `f32`).
-    #[error("`fused` kernels take and give f32 only, found {dtype}")]
+    /// A `fused` kernel over a dtype kernels cannot store (they compute in `f32` over
+    /// buffers of `f32`, `f16` or `bf16`).
+    #[error("`fused` kernels take and give f32, f16 or bf16 only, found {dtype}")]
     KernelDType {
         /// The dtype.
         dtype: DType,
@@ -325,9 +326,10 @@ fn joined(dims: &[i64]) -> String {
     dims.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
 }
 
-/// Checks a `fused` kernel's operand or result dtype: kernels compute in `f32`.
+/// Checks a `fused` kernel's operand or result dtype: kernels compute in `f32` over buffers
+/// of `f32`, `f16` or `bf16` ([`crate::kernel::Storage`]).
 pub fn check_kernel_dtype(dtype: DType) -> Result<(), TypeError> {
-    if dtype == DType::F32 {
+    if crate::kernel::Storage::of(dtype).is_some() {
         Ok(())
     } else {
         Err(TypeError::KernelDType { dtype })

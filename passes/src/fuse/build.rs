@@ -8,7 +8,7 @@
 
 use super::egraph::{self, Expr, Facts, Limits, Op, Saturation};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
-use gt_ir::kernel::{row_major_strides, Access, Kernel, MapKernel, MatMulKernel, Node, Precision};
+use gt_ir::kernel::{row_major_strides, Access, Kernel, MapKernel, MatMulKernel, Node, Precision, Storage};
 use gt_ir::verify::shape::{normalize_axes, normalize_axis, resolve_slice};
 use gt_ir::{DType, Instr, Operand, ReduceOp, Shape, TensorType, ValueId};
 
@@ -277,14 +277,15 @@ impl<'a> Region<'a> {
         self.types.get(&v).map(|t| t.shape.0.to_vec()).unwrap_or_default()
     }
 
-    /// Whether every value `instr` names is `f32` or `bool` (what an elementwise op may
-    /// compute inside a kernel), and whether every one is `f32` (what the other ops need).
+    /// Whether every value `instr` names is a float kernels store (`f32`, `f16`, `bf16`) or
+    /// `bool` (what an elementwise op may compute inside a kernel), and whether every one is
+    /// a stored float (what the other ops need).
     fn dtypes_of(&self, instr: &Instr) -> (bool, bool) {
         let dtype = |v: &ValueId| self.types.get(v).map(|t| t.dtype);
         let mut all = true;
         for v in instr.results().into_iter().chain(instr.operands()) {
             match dtype(&v) {
-                Some(DType::F32) => {}
+                Some(d) if Storage::of(d).is_some() => {}
                 Some(DType::Bool) => all = false,
                 _ => return (false, false),
             }
@@ -292,10 +293,26 @@ impl<'a> Region<'a> {
         (true, all)
     }
 
-    /// Whether a kernel can read `v` from memory: only `f32` buffers (a `bool` computed in
-    /// the region is recomputed inside the kernel instead).
+    /// Whether a kernel can read `v` from memory: buffers of `f32`, `f16` or `bf16` (a
+    /// `bool` computed in the region is recomputed inside the kernel instead). Kernels
+    /// compute in `f32` whatever they read, so a chain of halves rounds once, where it is
+    /// written, as PyTorch's compiler does; eager ops round at each step.
     fn kernel_reads(&self, v: ValueId) -> bool {
-        self.types.get(&v).is_some_and(|t| t.dtype == DType::F32)
+        self.types.get(&v).is_some_and(|t| Storage::of(t.dtype).is_some())
+    }
+
+    /// Whether `v` is stored as a half (`f16`, `bf16`).
+    fn half(&self, v: ValueId) -> bool {
+        self.types.get(&v).and_then(|t| Storage::of(t.dtype)).is_some_and(Storage::is_half)
+    }
+
+    /// `value` as `v`'s dtype holds it, in the `f32` kernels compute in.
+    fn rounded(&self, v: ValueId, value: f64) -> f32 {
+        match self.types.get(&v).map(|t| t.dtype) {
+            Some(DType::F16) => half::f16::from_f64(value).to_f32(),
+            Some(DType::BF16) => half::bf16::from_f64(value).to_f32(),
+            _ => value as f32,
+        }
     }
 
     /// Sorts each instruction into a [`Def`] and runs the e-graph over the elementwise ones.
@@ -307,9 +324,9 @@ impl<'a> Region<'a> {
         let mut elementwise: Vec<ValueId> = Vec::new();
         for instr in instrs {
             let Some(&dst) = instr.results().first() else { continue };
-            // Kernels compute in f32: comparisons' bools are 0 and 1 inside them, every other
-            // dtype stays out (see `kernel_reads`).
-            let (elementwise_types, f32_types) = self.dtypes_of(instr);
+            // Kernels compute in f32: comparisons' bools are 0 and 1 inside them, halves are
+            // widened as read, f64 and integers stay out (see `kernel_reads`).
+            let (elementwise_types, stored_types) = self.dtypes_of(instr);
             let def = match instr {
                 _ if !elementwise_types => Def::Opaque,
                 Instr::Unary { .. } | Instr::Binary { .. } | Instr::Where { .. } => {
@@ -352,7 +369,7 @@ impl<'a> Region<'a> {
                     elementwise.push(dst);
                     Def::Elem(usize::MAX)
                 }
-                _ if !f32_types => Def::Opaque,
+                _ if !stored_types => Def::Opaque,
                 Instr::Reduce { op, src, axes, keepdim, .. } => {
                     let rank = self.dims(*src).len();
                     let axes = match axes {
@@ -379,7 +396,11 @@ impl<'a> Region<'a> {
                 Instr::Reshape { src, .. } => Def::Reshape { src: *src },
                 Instr::Zeros { .. } => Def::Constant(0.0),
                 Instr::Ones { .. } => Def::Constant(1.0),
-                Instr::Full { value, .. } => Def::Constant(*value as f32),
+                // What the value holds: a half's constant rounded, and values made from
+                // indices (random, ranges) of halves made in memory, rounded, not recomputed
+                // in f32 by each kernel that reads them.
+                Instr::Full { value, .. } => Def::Constant(self.rounded(dst, *value)),
+                Instr::Rand { .. } | Instr::Randn { .. } | Instr::Arange { .. } if self.half(dst) => Def::Opaque,
                 Instr::Rand { seed, .. } => Def::Indexed(Node::Rand { seed: *seed }),
                 Instr::Randn { seed, .. } => Def::Indexed(Node::Randn { seed: *seed }),
                 Instr::Arange { start, step, .. } => {

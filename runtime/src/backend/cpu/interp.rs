@@ -202,12 +202,16 @@ impl Interpreter {
 
     /// A `fused` kernel's result: compiled by the JIT when there is one, else evaluated by
     /// the kernel oracle.
+    /// Kernels compute in `f32` (as on the GPU): halves are widened as read, and the caller
+    /// rounds the result to its dtype, so a fused chain of halves rounds once, at its end.
     fn fused(&mut self, srcs: &[ValueId], kernel: &Kernel, dims: &[usize]) -> Result<Tensor, RuntimeError> {
         let op = "fused";
-        let inputs = srcs
+        let values = &self.values;
+        let widened = srcs
             .iter()
-            .map(|&v| Ok(f32_value(&self.values, op, v)?.as_slice().unwrap_or(&[])))
+            .map(|&value| Ok(values.get(&value).ok_or(RuntimeError::Undefined { op, value })?.f32()))
             .collect::<Result<Vec<_>, RuntimeError>>()?;
+        let inputs: Vec<&[f32]> = widened.iter().map(|t| t.as_slice().unwrap_or(&[])).collect();
         let mut out = Tensor::zeros(dims);
         let slice = out.as_slice_mut().unwrap_or(&mut []);
         let Some(jit) = &mut self.jit else {
@@ -365,9 +369,11 @@ impl Interpreter {
                 let axis = shape::normalize_axis(*axis, a.ndim()).map_err(type_error)?;
                 return Ok(a.split(axis, &types.iter().map(|t| t.shape.dims()[axis]).collect::<Vec<_>>()).into());
             }
-            Instr::Fused { .. } => {
-                // The verifier let only f32 kernels through, and those took the f32 path.
-                return Err(type_error(TypeError::KernelDType { dtype }));
+            Instr::Fused { srcs, kernel, .. } => {
+                // Halves (the verifier lets only f32, f16 and bf16 through; all-f32 kernels
+                // took the f32 path).
+                let dims = dims().to_vec();
+                Value::F32(self.fused(srcs, kernel, &dims)?).cast(dtype)
             }
             Instr::Collective { op: collective, srcs, .. } => {
                 return self.collective(*collective, srcs, types).map(Results::from_vec)

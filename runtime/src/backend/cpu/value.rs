@@ -8,6 +8,7 @@ use super::interp::{self, Tensor};
 use crate::cancel;
 use gt_ir::data::{convert, Element, Elements};
 use gt_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use ndarray::{ArrayD, ArrayViewD, Axis, Dimension, IxDyn, Slice, Zip};
 
@@ -102,6 +103,31 @@ fn converted<S: Element, T: Element>(a: &ArrayD<S>) -> ArrayD<T> {
     array(a.shape(), data)
 }
 
+/// Halves as `f32` (exact), through `half`'s slice conversion (F16C or SIMD where the CPU
+/// has them): what every op on halves and every `fused` kernel reading them pays.
+fn widened<H: Element>(a: &ArrayD<H>) -> Tensor
+where
+    [H]: HalfFloatSliceExt,
+{
+    let a = a.as_standard_layout();
+    let halves = a.as_slice().expect("standard layout");
+    let mut out = vec![0.0f32; halves.len()];
+    halves.convert_to_f32_slice(&mut out);
+    array(a.shape(), out)
+}
+
+/// `f32`s rounded to nearest even halves (the other way of [`widened`]).
+fn narrowed<H: Element + Default>(a: &Tensor) -> ArrayD<H>
+where
+    [H]: HalfFloatSliceExt,
+{
+    let a = a.as_standard_layout();
+    let floats = a.as_slice().expect("standard layout");
+    let mut out = vec![H::default(); floats.len()];
+    out.convert_from_f32_slice(floats);
+    array(a.shape(), out)
+}
+
 impl Value {
     /// Its dtype.
     pub(crate) fn dtype(&self) -> DType {
@@ -175,10 +201,13 @@ impl Value {
 
     /// The value converted to `dtype` (a copy when it already is).
     pub(crate) fn cast(&self, dtype: DType) -> Value {
-        if self.dtype() == dtype {
-            return self.clone();
+        match (self, dtype) {
+            _ if self.dtype() == dtype => self.clone(),
+            (Value::F32(a), DType::F16) => Value::F16(narrowed(a)),
+            (Value::F32(a), DType::BF16) => Value::BF16(narrowed(a)),
+            (Value::F16(_) | Value::BF16(_), DType::F32) => Value::F32(self.f32().into_owned()),
+            _ => with_value!(self, a => by_dtype!(dtype, T => converted::<_, T>(a))),
         }
-        with_value!(self, a => by_dtype!(dtype, T => converted::<_, T>(a)))
     }
 
     /// The value as `dtype`, borrowed when it already is.
@@ -191,9 +220,11 @@ impl Value {
     }
 
     /// The value as `f32` (borrowed when it is one).
-    fn f32(&self) -> std::borrow::Cow<'_, Tensor> {
+    pub(crate) fn f32(&self) -> std::borrow::Cow<'_, Tensor> {
         match self {
             Value::F32(a) => std::borrow::Cow::Borrowed(a),
+            Value::F16(a) => std::borrow::Cow::Owned(widened(a)),
+            Value::BF16(a) => std::borrow::Cow::Owned(widened(a)),
             v => with_value!(v, a => std::borrow::Cow::Owned(converted(a))),
         }
     }
