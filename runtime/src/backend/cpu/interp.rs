@@ -200,28 +200,34 @@ impl Interpreter {
             && instr.operands().iter().all(|v| self.values.get(v).is_none_or(|a| a.dtype() == gt_ir::DType::F32))
     }
 
-    /// A `fused` kernel's result: compiled by the JIT when there is one, else evaluated by
-    /// the kernel oracle.
-    /// Kernels compute in `f32` (as on the GPU): halves are widened as read, and the caller
-    /// rounds the result to its dtype, so a fused chain of halves rounds once, at its end.
-    fn fused(&mut self, srcs: &[ValueId], kernel: &Kernel, dims: &[usize]) -> Result<Tensor, RuntimeError> {
+    /// A `fused` kernel's result (typed `ty`): run by the JIT when there is one, else
+    /// evaluated by the kernel oracle. Kernels compute in `f32` (as on the GPU): halves are
+    /// widened as read and the result rounded as written, so a fused chain of halves rounds
+    /// once, at its end.
+    fn fused(&mut self, srcs: &[ValueId], kernel: &Kernel, ty: &TensorType) -> Result<Value, RuntimeError> {
         let op = "fused";
         let values = &self.values;
-        let widened = srcs
+        let operands = srcs
             .iter()
-            .map(|&value| Ok(values.get(&value).ok_or(RuntimeError::Undefined { op, value })?.f32()))
+            .map(|&value| values.get(&value).ok_or(RuntimeError::Undefined { op, value }))
             .collect::<Result<Vec<_>, RuntimeError>>()?;
-        let inputs: Vec<&[f32]> = widened.iter().map(|t| t.as_slice().unwrap_or(&[])).collect();
-        let mut out = Tensor::zeros(dims);
-        let slice = out.as_slice_mut().unwrap_or(&mut []);
+        let dims = ty.shape.dims();
         let Some(jit) = &mut self.jit else {
+            let widened: Vec<_> = operands.iter().map(|v| v.f32()).collect();
+            let inputs: Vec<&[f32]> = widened.iter().map(|t| t.as_slice().unwrap_or(&[])).collect();
+            let mut out = Tensor::zeros(dims);
+            let slice = out.as_slice_mut().unwrap_or(&mut []);
             super::kernels::run(kernel, &inputs, slice).map_err(|e| super::kernels::failed(op, e))?;
-            return Ok(out);
+            return Ok(Value::F32(out).cast(ty.dtype));
         };
-        let took = jit.run(kernel, &inputs, slice).map_err(|e| match e {
-            JitError::Invalid(source) | JitError::Bounds(source) => RuntimeError::Kernel { op, source },
-            e => RuntimeError::Jit { op, source: JitFailure(Arc::new(e)) },
-        })?;
+        let not_stored = |dtype| RuntimeError::Type { op, source: TypeError::KernelDType { dtype } };
+        let inputs = operands.iter().map(|v| v.stored().ok_or(not_stored(v.dtype()))).collect::<Result<Vec<_>, _>>()?;
+        let mut out = Value::full(ty.dtype, dims, 0.0);
+        let took =
+            jit.run_stored(kernel, &inputs, out.stored_mut().ok_or(not_stored(ty.dtype))?).map_err(|e| match e {
+                JitError::Invalid(source) | JitError::Bounds(source) => RuntimeError::Kernel { op, source },
+                e => RuntimeError::Jit { op, source: JitFailure(Arc::new(e)) },
+            })?;
         if !took.is_zero() {
             tracing::debug!(
                 target: "gt::compile",
@@ -369,12 +375,7 @@ impl Interpreter {
                 let axis = shape::normalize_axis(*axis, a.ndim()).map_err(type_error)?;
                 return Ok(a.split(axis, &types.iter().map(|t| t.shape.dims()[axis]).collect::<Vec<_>>()).into());
             }
-            Instr::Fused { srcs, kernel, .. } => {
-                // Halves (the verifier lets only f32, f16 and bf16 through; all-f32 kernels
-                // took the f32 path).
-                let dims = dims().to_vec();
-                Value::F32(self.fused(srcs, kernel, &dims)?).cast(dtype)
-            }
+            Instr::Fused { srcs, kernel, ty, .. } => self.fused(srcs, kernel, ty)?,
             Instr::Collective { op: collective, srcs, .. } => {
                 return self.collective(*collective, srcs, types).map(Results::from_vec)
             }
@@ -416,10 +417,6 @@ impl Interpreter {
                     None => (0..a.ndim()).collect(),
                 };
                 reduce(*reduce_op, a, &axes, dims())
-            }
-            Instr::Fused { srcs, kernel, .. } => {
-                let dims = dims().to_vec();
-                self.fused(srcs, kernel, &dims)?
             }
             _ => return Ok(None),
         }))

@@ -5,6 +5,7 @@
 //! casts and the moves of data.
 
 use super::interp::{self, Tensor};
+use super::jit::{Stored, StoredMut};
 use crate::cancel;
 use gt_ir::data::{convert, Element, Elements};
 use gt_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
@@ -220,6 +221,26 @@ impl Value {
     }
 
     /// The value as `f32` (borrowed when it is one).
+    /// Its elements as a kernel buffer, for the dtypes kernels store.
+    pub(crate) fn stored(&self) -> Option<Stored<'_>> {
+        Some(match self {
+            Value::F32(a) => Stored::F32(a.as_slice()?),
+            Value::F16(a) => Stored::F16(a.as_slice()?),
+            Value::BF16(a) => Stored::Bf16(a.as_slice()?),
+            _ => return None,
+        })
+    }
+
+    /// Its elements as a kernel's output buffer, for the dtypes kernels store.
+    pub(crate) fn stored_mut(&mut self) -> Option<StoredMut<'_>> {
+        Some(match self {
+            Value::F32(a) => StoredMut::F32(a.as_slice_mut()?),
+            Value::F16(a) => StoredMut::F16(a.as_slice_mut()?),
+            Value::BF16(a) => StoredMut::Bf16(a.as_slice_mut()?),
+            _ => return None,
+        })
+    }
+
     pub(crate) fn f32(&self) -> std::borrow::Cow<'_, Tensor> {
         match self {
             Value::F32(a) => std::borrow::Cow::Borrowed(a),

@@ -4,7 +4,10 @@
 //! memory, vectorised four lanes wide, where the interpreter materialises every node.
 //!
 //! - Map kernels (plain, with in-row reductions, or ending in a reduction) become one
-//!   function each (`codegen.rs`; the loop structure is documented there).
+//!   function each (`codegen.rs`; the loop structure is documented there), except plain
+//!   maps with costly ops (`exp`, `tanh`, ...) read whole or broadcast: those run tile by
+//!   tile through `vmath`'s 8-lane functions (`tiles.rs`), faster than Cranelift's 4 lanes,
+//!   with the same bits and nothing to compile.
 //! - Matmul kernels run `matrixmultiply::sgemm` per batch index into the contiguous
 //!   output, then a compiled map applies the epilogue in place. `Precision::Tf32` is f32
 //!   here (the oracle's products).
@@ -41,6 +44,9 @@ mod codegen;
 mod math;
 #[cfg(test)]
 mod tests;
+mod tiles;
+
+pub use tiles::{Stored, StoredMut};
 
 use super::threads::Sgemm;
 use codegen::{epilogue_map, map_function, Shim, Target};
@@ -159,6 +165,8 @@ pub struct Jit {
     current: (usize, u64),
     previous_bytes: u64,
     stats: JitStats,
+    /// Whether plain maps with costly ops run by tiles (`tiles.rs`) instead of compiled.
+    tiles: bool,
 }
 
 impl fmt::Debug for Jit {
@@ -217,7 +225,15 @@ impl Jit {
             current: (0, 0),
             previous_bytes: 0,
             stats: JitStats::default(),
+            tiles: true,
         })
+    }
+
+    /// This JIT compiling every kernel, plain maps with costly ops too (which it otherwise
+    /// runs by tiles, `tiles.rs`): for tests of the generated code.
+    pub fn compiling_all(mut self) -> Jit {
+        self.tiles = false;
+        self
     }
 
     /// Starts a new generation (the current one is full): the current module becomes the
@@ -254,6 +270,13 @@ impl Jit {
         if out.is_empty() {
             return Ok(Duration::ZERO);
         }
+        if let Some(m) = self.tiled(kernel) {
+            validate(kernel).map_err(JitError::Invalid)?;
+            let stored: Vec<Stored> = inputs.iter().map(|b| Stored::F32(b)).collect();
+            let token = crate::cancel::Token::current();
+            tiles::run(m, &stored, StoredMut::F32(out), &|| token.stop());
+            return Ok(Duration::ZERO);
+        }
         if let Kernel::Map(m) = kernel {
             let parts = split_outer(m);
             if parts.len() > 1 {
@@ -273,6 +296,47 @@ impl Jit {
             _ => return Err(JitError::CachedKind),
         }
         Ok(took)
+    }
+
+    /// [`Jit::run`] over buffers of any storage kernels take: a kernel that runs by tiles
+    /// widens and rounds a tile at a time; compiled code reads and writes `f32`, so halves
+    /// are widened whole first and its result rounded after.
+    pub fn run_stored(&mut self, kernel: &Kernel, inputs: &[Stored], out: StoredMut) -> Result<Duration, JitError> {
+        if let Some(m) = self.tiled(kernel) {
+            let lens: Vec<usize> = inputs.iter().map(Stored::len).collect();
+            kernel.check_bounds(&lens, out.len()).map_err(JitError::Bounds)?;
+            validate(kernel).map_err(JitError::Invalid)?;
+            if !out.is_empty() {
+                let token = crate::cancel::Token::current();
+                tiles::run(m, inputs, out, &|| token.stop());
+            }
+            return Ok(Duration::ZERO);
+        }
+        let widened: Vec<std::borrow::Cow<[f32]>> = inputs.iter().map(Stored::widened).collect();
+        let refs: Vec<&[f32]> = widened.iter().map(|b| &b[..]).collect();
+        match out {
+            StoredMut::F32(out) => self.run(kernel, &refs, out),
+            StoredMut::F16(out) => {
+                let mut wide = vec![0.0f32; out.len()];
+                let took = self.run(kernel, &refs, &mut wide)?;
+                half::slice::HalfFloatSliceExt::convert_from_f32_slice(out, &wide);
+                Ok(took)
+            }
+            StoredMut::Bf16(out) => {
+                let mut wide = vec![0.0f32; out.len()];
+                let took = self.run(kernel, &refs, &mut wide)?;
+                half::slice::HalfFloatSliceExt::convert_from_f32_slice(out, &wide);
+                Ok(took)
+            }
+        }
+    }
+
+    /// `kernel` as a map this JIT runs by tiles (`tiles.rs`), if it is one.
+    fn tiled<'k>(&self, kernel: &'k Kernel) -> Option<&'k MapKernel> {
+        match kernel {
+            Kernel::Map(m) if self.tiles && tiles::applies(m) => Some(m),
+            _ => None,
+        }
     }
 
     /// Runs a map kernel as `parts` (ranges of its outer axis, [`split_outer`]) on the

@@ -98,8 +98,10 @@ fn tolerance(kernel: &Kernel) -> Tol {
     }
 }
 
+/// A JIT compiling every kernel (the code under test here; `tiles.rs` is checked against it
+/// at the end).
 fn jit() -> Jit {
-    Jit::new().expect("the host has a Cranelift backend")
+    Jit::new().expect("the host has a Cranelift backend").compiling_all()
 }
 
 fn map(shape: &[usize], inputs: Vec<Access>, nodes: Vec<Node>, output: Access) -> Kernel {
@@ -983,4 +985,187 @@ fn the_interpreters_vector_functions_give_the_jits_bits() {
             assert!(agrees(j, i, Tol::Exact), "{op:?}({x:e}) without FMA: interpreter {i:e}, jit {j:e}");
         }
     }
+}
+
+/// A plain map that runs by tiles: 1-D over `n`, inputs read whole or as one element,
+/// random primitive nodes (creation nodes, selects and every binary op too), at least one
+/// costly op.
+fn tiled_case() -> impl Strategy<Value = (Kernel, Vec<Vec<f32>>)> {
+    let n = prop_oneof![1usize..40, 500usize..530, 1000usize..2100];
+    (n, any::<u64>(), prop::collection::vec(any::<(u8, u32, u32, u32)>(), 1..16)).prop_map(|(n, seed, ops)| {
+        let mut rng = seed;
+        let mut next = move || {
+            rng = random::splitmix64(rng);
+            rng
+        };
+        let n_inputs = 1 + (next() % 3) as usize;
+        let (mut inputs, mut data) = (Vec::new(), Vec::new());
+        for i in 0..n_inputs {
+            let whole = i == 0 || next() % 2 == 0;
+            let len = if whole { n } else { 1 };
+            inputs.push(if whole { Access::contiguous(&[n]) } else { Access { offset: 0, strides: vec![0] } });
+            data.push((0..len).map(|j| random::uniform(next(), j as u64) * 8.0 - 4.0).collect::<Vec<f32>>());
+        }
+        let mut nodes: Vec<Node> = (0..n_inputs as u32).map(Node::Input).collect();
+        let unary = [
+            UnaryOp::Exp,
+            UnaryOp::Log,
+            UnaryOp::Tanh,
+            UnaryOp::Sigmoid,
+            UnaryOp::Erf,
+            UnaryOp::Neg,
+            UnaryOp::Abs,
+            UnaryOp::Relu,
+            UnaryOp::Sqrt,
+            UnaryOp::Rsqrt,
+        ];
+        let binaries: Vec<BinaryOp> =
+            BinaryOp::ALL.iter().copied().filter(|op| matches!(op.def(), gt_ir::OpDef::Prim(_))).collect();
+        for (kind, a, b, c) in ops {
+            let len = nodes.len() as u32;
+            let (a, b, c) = (a % len, b % len, c % len);
+            let pick = (kind / 8) as usize;
+            nodes.push(match kind % 8 {
+                0 | 1 => Node::Unary(unary[pick % unary.len()], a),
+                2 | 3 => Node::Binary(binaries[pick % binaries.len()], a, b),
+                4 => Node::Select(a, b, c),
+                5 => Node::constant(POOL[pick % POOL.len()]),
+                6 => [
+                    Node::Iota { start: 0.5f64.to_bits(), step: (-0.25f64).to_bits() },
+                    Node::Rand { seed: 9 },
+                    Node::Randn { seed: 4 },
+                ][pick % 3],
+                _ => Node::Unary(UnaryOp::Tanh, a),
+            });
+        }
+        let last = nodes.len() as u32 - 1;
+        nodes.push(Node::Unary(UnaryOp::Exp, last));
+        (map(&[n], inputs, nodes, Access::contiguous(&[n])), data)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Kernels run by tiles give the compiled kernel's bits, across tile boundaries.
+    #[test]
+    fn tiles_give_the_compiled_bits((kernel, data) in tiled_case()) {
+        let Kernel::Map(m) = &kernel else { unreachable!("a map") };
+        prop_assert!(tiles::applies(m));
+        let refs: Vec<&[f32]> = data.iter().map(|d| &d[..]).collect();
+        let n = m.numel();
+        let (mut tiled, mut compiled) = (vec![UNWRITTEN; n], vec![UNWRITTEN; n]);
+        let mut by_tiles = Jit::new().unwrap();
+        prop_assert_eq!(by_tiles.run(&kernel, &refs, &mut tiled).unwrap(), Duration::ZERO);
+        prop_assert_eq!(by_tiles.stats().compiled, 0, "tiles compile nothing");
+        jit().run(&kernel, &refs, &mut compiled).unwrap();
+        for (i, (&t, &c)) in tiled.iter().zip(&compiled).enumerate() {
+            prop_assert!(agrees(c, t, Tol::Exact), "element {}: tiles {:e}, compiled {:e}\n{}", i, t, c, kernel);
+        }
+    }
+}
+
+#[test]
+fn what_runs_by_tiles() {
+    let n = 64;
+    let whole = Access::contiguous(&[n]);
+    let tanh = vec![Node::Input(0), Node::Unary(UnaryOp::Tanh, 0)];
+    let Kernel::Map(plain) = map(&[n], vec![whole.clone()], tanh.clone(), whole.clone()) else { unreachable!() };
+    assert!(tiles::applies(&plain));
+    // Without a costly op the compiled loop is as fast; strided reads and writes, rows and
+    // composites are compiled.
+    let cheap = map(&[n], vec![whole.clone()], vec![Node::Input(0), Node::Unary(UnaryOp::Neg, 0)], whole.clone());
+    let backwards = Access { offset: n as i64 - 1, strides: vec![-1] };
+    let reversed = map(&[n], vec![backwards.clone()], tanh.clone(), whole.clone());
+    let reversed_out = map(&[n], vec![whole.clone()], tanh.clone(), backwards);
+    let rows = row_map(&[n], vec![0], vec![whole.clone()], tanh.clone(), whole.clone());
+    let softplus =
+        map(&[n], vec![whole.clone()], vec![Node::Input(0), Node::Unary(UnaryOp::Softplus, 0)], whole.clone());
+    for k in [cheap, reversed, reversed_out, rows, softplus] {
+        let Kernel::Map(m) = &k else { unreachable!() };
+        assert!(!tiles::applies(m), "{k}");
+    }
+}
+
+#[test]
+fn tiles_split_over_threads_give_the_same_bits() {
+    use crate::backend::cpu::threads::use_threads;
+    let n = (1 << 20) + 1234;
+    let x = values(5, n, -6.0, 6.0);
+    let nodes = vec![
+        Node::Input(0),
+        Node::Unary(UnaryOp::Tanh, 0),
+        Node::Iota { start: 0f64.to_bits(), step: 1e-6f64.to_bits() },
+        Node::Binary(BinaryOp::Mul, 1, 2),
+        Node::Unary(UnaryOp::Exp, 3),
+    ];
+    let k = map(&[n], vec![Access::contiguous(&[n])], nodes, Access::contiguous(&[n]));
+    let run = |threads, tiles: bool| {
+        use_threads(threads).unwrap();
+        let mut out = vec![UNWRITTEN; n];
+        let mut jit = if tiles { Jit::new().unwrap() } else { jit() };
+        jit.run(&k, &[&x], &mut out).unwrap();
+        out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    };
+    let (alone, split, compiled) = (run(1, true), run(2, true), run(1, false));
+    use_threads(1).unwrap();
+    assert!(alone == split && alone == compiled);
+}
+
+/// Buffers of halves: widened as read and rounded once as written, by tiles and compiled
+/// alike, with every element as the `f32` kernel over the widened values gives it, rounded.
+#[test]
+fn halves_are_widened_as_read_and_rounded_as_written() {
+    use half::{bf16, f16};
+    let n = 1500;
+    let x = values(3, n, -3.0, 3.0);
+    let whole = Access::contiguous(&[n]);
+    let one = Access { offset: 0, strides: vec![0] };
+    let tiled = map(
+        &[n],
+        vec![whole.clone(), one.clone()],
+        vec![Node::Input(0), Node::Input(1), Node::Binary(BinaryOp::Mul, 0, 1), Node::Unary(UnaryOp::Tanh, 2)],
+        whole.clone(),
+    );
+    let compiled = map(
+        &[n],
+        vec![whole.clone(), one],
+        vec![Node::Input(0), Node::Input(1), Node::Binary(BinaryOp::Mul, 0, 1), Node::Unary(UnaryOp::Neg, 2)],
+        whole,
+    );
+    let (xb, xh): (Vec<bf16>, Vec<f16>) =
+        (x.iter().map(|&v| bf16::from_f32(v)).collect(), x.iter().map(|&v| f16::from_f32(v)).collect());
+    let (sb, sh) = ([bf16::from_f32(1.3)], [f16::from_f32(1.3)]);
+    for kernel in [&tiled, &compiled] {
+        let mut jit = Jit::new().unwrap();
+        // bf16 in, bf16 out.
+        let mut want = vec![0f32; n];
+        let wide: Vec<f32> = xb.iter().map(|v| v.to_f32()).collect();
+        jit.run(kernel, &[&wide, &[sb[0].to_f32()]], &mut want).unwrap();
+        let mut got = vec![bf16::ZERO; n];
+        jit.run_stored(kernel, &[Stored::Bf16(&xb), Stored::Bf16(&sb)], StoredMut::Bf16(&mut got)).unwrap();
+        let want_b: Vec<u16> = want.iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
+        assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want_b, "{kernel}");
+        // f16 and f32 in, f32 out (no rounding of the result).
+        let wide: Vec<f32> = xh.iter().map(|v| v.to_f32()).collect();
+        jit.run(kernel, &[&wide, &[1.3]], &mut want).unwrap();
+        let mut got = vec![0f32; n];
+        jit.run_stored(kernel, &[Stored::F16(&xh), Stored::F32(&[1.3])], StoredMut::F32(&mut got)).unwrap();
+        assert_eq!(bits(&got), bits(&want), "{kernel}");
+        // f16 out.
+        let mut got = vec![f16::ZERO; n];
+        jit.run_stored(kernel, &[Stored::F16(&xh), Stored::F16(&sh)], StoredMut::F16(&mut got)).unwrap();
+        let wide_s = sh[0].to_f32();
+        jit.run(kernel, &[&wide, &[wide_s]], &mut want).unwrap();
+        let want_h: Vec<u16> = want.iter().map(|&v| f16::from_f32(v).to_bits()).collect();
+        assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want_h, "{kernel}");
+        // Out of bounds is an error, not a read past the end.
+        let short = vec![bf16::ZERO; n - 1];
+        let mut out = vec![bf16::ZERO; n];
+        assert!(jit.run_stored(kernel, &[Stored::Bf16(&short), Stored::Bf16(&sb)], StoredMut::Bf16(&mut out)).is_err());
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
 }

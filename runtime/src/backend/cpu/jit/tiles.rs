@@ -1,0 +1,279 @@
+//! Plain map kernels with costly nodes (`exp log tanh sigmoid erf`), run tile by tile: each
+//! node is computed over a tile of a few hundred elements by a slice loop (the costly ones by
+//! `vmath`'s functions, eight lanes wide with AVX2, where Cranelift emits four; the others by
+//! the op table's scalar functions in loops the compiler vectorizes), so the kernel still
+//! reads its inputs and writes its output once, as compiled code does, and its tiles stay in
+//! the cache. The same bits as the compiled kernel: `vmath` is the JIT's math, every other
+//! node the same IEEE operation. Buffers of halves are widened and rounded a tile at a time
+//! ([`Stored`]), so a kernel over `bf16` passes over memory once too.
+
+use crate::backend::cpu::{threads, vmath};
+use gt_ir::kernel::{MapKernel, Node};
+use gt_ir::ops::{BinaryKernel, OpDef, UnaryKernel};
+use gt_ir::random;
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+
+/// A kernel's input buffer as its storage holds it (kernels compute in `f32`).
+#[derive(Debug, Clone, Copy)]
+pub enum Stored<'a> {
+    /// `f32` elements.
+    F32(&'a [f32]),
+    /// `f16` elements, widened as read.
+    F16(&'a [f16]),
+    /// `bf16` elements, widened as read.
+    Bf16(&'a [bf16]),
+}
+
+impl Stored<'_> {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Stored::F32(b) => b.len(),
+            Stored::F16(b) => b.len(),
+            Stored::Bf16(b) => b.len(),
+        }
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every element as `f32` (borrowed when they are).
+    pub(super) fn widened(&self) -> std::borrow::Cow<'_, [f32]> {
+        match self {
+            Stored::F32(b) => std::borrow::Cow::Borrowed(b),
+            _ => {
+                let mut out = vec![0.0f32; self.len()];
+                self.widen(0, &mut out);
+                std::borrow::Cow::Owned(out)
+            }
+        }
+    }
+
+    /// Elements `first..first + out.len()`, widened into `out`.
+    fn widen(&self, first: usize, out: &mut [f32]) {
+        let range = first..first + out.len();
+        match self {
+            Stored::F32(b) => out.copy_from_slice(&b[range]),
+            Stored::F16(b) => b[range].convert_to_f32_slice(out),
+            Stored::Bf16(b) => b[range].convert_to_f32_slice(out),
+        }
+    }
+
+    /// Element `i`, widened.
+    fn at(&self, i: usize) -> f32 {
+        match self {
+            Stored::F32(b) => b[i],
+            Stored::F16(b) => b[i].to_f32(),
+            Stored::Bf16(b) => b[i].to_f32(),
+        }
+    }
+}
+
+/// A kernel's output buffer as its storage holds it: results are rounded as written.
+#[derive(Debug)]
+pub enum StoredMut<'a> {
+    /// `f32` elements.
+    F32(&'a mut [f32]),
+    /// `f16` elements, rounded to nearest even.
+    F16(&'a mut [f16]),
+    /// `bf16` elements, rounded to nearest even.
+    Bf16(&'a mut [bf16]),
+}
+
+impl StoredMut<'_> {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        match self {
+            StoredMut::F32(b) => b.len(),
+            StoredMut::F16(b) => b.len(),
+            StoredMut::Bf16(b) => b.len(),
+        }
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// An element type kernels store: how a tile of `f32` results is written into it.
+trait Store: Copy + Send + Sync {
+    fn write(tile: &[f32], out: &mut [Self]);
+}
+
+impl Store for f32 {
+    fn write(tile: &[f32], out: &mut [f32]) {
+        out.copy_from_slice(tile);
+    }
+}
+
+impl Store for f16 {
+    fn write(tile: &[f32], out: &mut [f16]) {
+        out.convert_from_f32_slice(tile);
+    }
+}
+
+impl Store for bf16 {
+    fn write(tile: &[f32], out: &mut [bf16]) {
+        out.convert_from_f32_slice(tile);
+    }
+}
+
+/// Elements per tile: a tile of every node of a large kernel stays in the L2 cache, and a
+/// tile is long enough that a node's loop and its dispatch cost little beside it.
+const TILE: usize = 512;
+
+/// How one input is read: every element in turn (row-major over the kernel's space, from
+/// element 0), or one element broadcast to all.
+#[derive(Clone, Copy)]
+enum Read {
+    Whole,
+    One(usize),
+}
+
+/// Whether `k` runs by tiles: a plain map (no rows, no reduction) written row-major from
+/// element 0, each input read whole or as one element, primitive ops only, and at least one
+/// costly op (without one, the compiled loop is as fast).
+pub(super) fn applies(k: &MapKernel) -> bool {
+    let dims = &k.shape[..];
+    k.rows.is_empty()
+        && k.reduce.is_none()
+        && k.output.is_contiguous_over(dims)
+        && k.inputs.iter().all(|a| a.is_contiguous_over(dims) || a.is_uniform_over(dims))
+        && k.nodes.iter().all(|n| match *n {
+            Node::Unary(op, _) => matches!(op.def(), OpDef::Prim(_)),
+            Node::Binary(op, _, _) => matches!(op.def(), OpDef::Prim(_)),
+            Node::Reduce(..) | Node::Acc => false,
+            _ => true,
+        })
+        && k.nodes.iter().any(|n| matches!(*n, Node::Unary(op, _) if costly(op).is_some()))
+}
+
+/// `vmath`'s slice function for a costly op.
+fn costly(op: gt_ir::UnaryOp) -> Option<vmath::SliceFn> {
+    match op.def() {
+        OpDef::Prim(p) => vmath::slice_fn(p),
+        OpDef::Composite(_) => None,
+    }
+}
+
+/// Runs `k` ([`applies`]; bounds checked by the caller) over `inputs` into `out`, its tiles
+/// split over the calling thread's pool when large; stops between tiles once `stop` says so.
+pub(super) fn run(k: &MapKernel, inputs: &[Stored], out: StoredMut, stop: &(dyn Fn() -> bool + Sync)) {
+    match out {
+        StoredMut::F32(out) => run_into(k, inputs, out, stop),
+        StoredMut::F16(out) => run_into(k, inputs, out, stop),
+        StoredMut::Bf16(out) => run_into(k, inputs, out, stop),
+    }
+}
+
+fn run_into<T: Store>(k: &MapKernel, inputs: &[Stored], out: &mut [T], stop: &(dyn Fn() -> bool + Sync)) {
+    let n = k.numel();
+    let reads: Vec<Read> = k
+        .inputs
+        .iter()
+        .map(|a| if a.is_contiguous_over(&k.shape) { Read::Whole } else { Read::One(a.offset as usize) })
+        .collect();
+    let tiles = n.div_ceil(TILE);
+    let parts = threads::loop_parts(tiles, n);
+    let per_part = tiles.div_ceil(parts.max(1)) * TILE;
+    // Each part owns its chunk of the output; a mutex hands it over (taken once per part).
+    let chunks: Vec<std::sync::Mutex<(usize, &mut [T])>> =
+        out[..n].chunks_mut(per_part).enumerate().map(|(i, c)| std::sync::Mutex::new((i * per_part, c))).collect();
+    threads::run_parts(chunks.len(), |p| {
+        let mut guard = chunks[p].lock().unwrap_or_else(|e| e.into_inner());
+        let (start, chunk) = &mut *guard;
+        let mut scratch = vec![0.0f32; k.nodes.len() * TILE.min(n)];
+        for (t, tile_out) in chunk.chunks_mut(TILE).enumerate() {
+            if stop() {
+                return;
+            }
+            let last = tile(k, inputs, &reads, *start + t * TILE, tile_out.len(), &mut scratch);
+            T::write(last, tile_out);
+        }
+    });
+}
+
+/// Elements `first..first + len` of the kernel, every node into its row of `scratch`; the
+/// last node's row.
+fn tile<'s>(
+    k: &MapKernel,
+    inputs: &[Stored],
+    reads: &[Read],
+    first: usize,
+    len: usize,
+    scratch: &'s mut [f32],
+) -> &'s [f32] {
+    let width = scratch.len() / k.nodes.len();
+    for (i, node) in k.nodes.iter().enumerate() {
+        let (done, rest) = scratch.split_at_mut(i * width);
+        let row = &done[..];
+        let value = |n: u32| &row[n as usize * width..][..len];
+        let dst = &mut rest[..len];
+        match *node {
+            Node::Input(n) => match reads[n as usize] {
+                Read::Whole => inputs[n as usize].widen(first, dst),
+                Read::One(at) => dst.fill(inputs[n as usize].at(at)),
+            },
+            Node::Const(bits) => dst.fill(f32::from_bits(bits)),
+            Node::Iota { start, step } => {
+                let (start, step) = (f64::from_bits(start), f64::from_bits(step));
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = (start + (first + j) as f64 * step) as f32;
+                }
+            }
+            Node::Rand { seed } => {
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = random::uniform(seed, (first + j) as u64);
+                }
+            }
+            Node::Randn { seed } => {
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = random::normal(seed, (first + j) as u64);
+                }
+            }
+            Node::Unary(op, a) => match (costly(op), op.def()) {
+                (Some(f), _) => f(value(a), dst),
+                (None, OpDef::Prim(p)) => p.specialize(UnaryTile(value(a), dst)),
+                (None, OpDef::Composite(_)) => unreachable!("`applies` takes primitives only"),
+            },
+            Node::Binary(op, a, b) => match op.def() {
+                OpDef::Prim(p) => p.specialize(BinaryTile(value(a), value(b), dst)),
+                OpDef::Composite(_) => unreachable!("`applies` takes primitives only"),
+            },
+            Node::Select(c, t, f) => {
+                let (c, t, f) = (value(c), value(t), value(f));
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = if c[j] != 0.0 { t[j] } else { f[j] };
+                }
+            }
+            Node::Reduce(..) | Node::Acc => unreachable!("`applies` takes plain maps only"),
+        }
+    }
+    &scratch[(k.nodes.len() - 1) * width..][..len]
+}
+
+/// A unary op's loop over one tile.
+struct UnaryTile<'a>(&'a [f32], &'a mut [f32]);
+
+impl UnaryKernel<()> for UnaryTile<'_> {
+    fn call<F: Fn(f32) -> f32 + Copy + Send + Sync>(self, f: F) {
+        for (d, &x) in self.1.iter_mut().zip(self.0) {
+            *d = f(x);
+        }
+    }
+}
+
+/// A binary op's loop over one tile.
+struct BinaryTile<'a>(&'a [f32], &'a [f32], &'a mut [f32]);
+
+impl BinaryKernel<()> for BinaryTile<'_> {
+    fn call<F: Fn(f32, f32) -> f32 + Copy + Send + Sync>(self, f: F) {
+        for ((d, &x), &y) in self.2.iter_mut().zip(self.0).zip(self.1) {
+            *d = f(x, y);
+        }
+    }
+}
