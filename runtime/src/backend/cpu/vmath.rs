@@ -25,6 +25,27 @@ pub fn slice_fn(op: UnaryPrim) -> Option<SliceFn> {
     })
 }
 
+/// Runs `body` inlined into a function built for AVX2 and FMA where the host has them, so
+/// the loops in it are vectorized eight lanes wide. Plain IEEE operations give the same bits
+/// either way (Rust never fuses a multiply and an add on its own).
+#[inline(always)]
+pub fn wide<R>(body: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2,fma")]
+        #[inline]
+        fn avx2<R>(body: impl FnOnce() -> R) -> R {
+            body()
+        }
+        if host_level() == 2 {
+            // SAFETY: the host has the features it is built for.
+            #[allow(unsafe_code)]
+            return unsafe { avx2(body) };
+        }
+    }
+    body()
+}
+
 /// Which loop the host runs: 0 the baseline (no fused multiply-adds), 1 FMA (as Cranelift
 /// decides for the JIT), 2 FMA with AVX2's 8-lane integer ops.
 fn host_level() -> u8 {
