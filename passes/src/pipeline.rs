@@ -326,6 +326,9 @@ pub struct Pipeline {
     errors: Vec<(Meta, PassError)>,
     refusals: Vec<Refusal>,
     notes: Vec<PassNote>,
+    /// Emptied buffers of instructions between stages, used again (a small op would
+    /// otherwise allocate one per stage).
+    spare: Vec<Vec<Emitted>>,
 }
 
 impl Default for Pipeline {
@@ -339,12 +342,17 @@ impl Default for Pipeline {
             errors: Vec::new(),
             refusals: Vec::new(),
             notes: Vec::new(),
+            spare: Vec::new(),
         }
     }
 }
 
 /// An instruction out of a pipeline, with its meta.
 pub type Emitted = (Instr, Meta);
+
+/// Spare buffers a pipeline keeps between instructions, and the capacity each keeps.
+const SPARE_BUFFERS: usize = 8;
+const SPARE_CAPACITY: usize = 64;
 
 impl Pipeline {
     /// A pipeline with no passes: instructions go through typed and unchanged.
@@ -456,10 +464,12 @@ impl Pipeline {
             }
             _ => {}
         }
-        let types =
-            Some(self.entry.admit(&instr).map(|t| t.into_iter().collect::<Arc<[TensorType]>>()).map_err(Arc::new));
+        // One allocation: collecting into an `Arc` would go through a `Vec` first.
+        let types = Some(self.entry.admit(&instr).map(|t| Arc::<[TensorType]>::from(&t[..])).map_err(Arc::new));
         let compile = self.signals.iter().any(|(_, c)| *c);
-        self.feed(0, vec![(instr, Meta { seq, injected_by: None, types, compile, place: Vec::new() })], out, None);
+        let mut items = self.spare.pop().unwrap_or_default();
+        items.push((instr, Meta { seq, injected_by: None, types, compile, place: Vec::new() }));
+        self.feed(0, items, out, None);
     }
 
     /// Flushes every pass in order (for the sync point `seq`): what one pass releases still
@@ -525,6 +535,7 @@ impl Pipeline {
                 continue;
             }
             let mut emit = Emit::new(stage.pass.name());
+            emit.items = self.spare.pop().unwrap_or_default();
             if let (Some(seq), true) = (flush, k == from) {
                 emit.current = Meta::client(seq);
                 stage.pass.flush(&mut emit);
@@ -534,9 +545,15 @@ impl Pipeline {
                 stage.pass.run(instr, &mut emit);
             }
             self.report(k, &mut emit);
-            items = emit.items;
+            self.spare.push(std::mem::replace(&mut items, std::mem::take(&mut emit.items)));
         }
         out.append(&mut items);
+        self.spare.push(items);
+        // A burst's buffers are kept, not its peak: a few, each no larger than a batch.
+        self.spare.truncate(SPARE_BUFFERS);
+        for b in &mut self.spare {
+            b.shrink_to(SPARE_CAPACITY);
+        }
     }
 }
 

@@ -936,7 +936,7 @@ impl Shard {
     /// An instruction that computes (not a marker or a free).
     fn compute(&mut self, out: &mut Emit, instr: Instr) {
         let results = match out.types() {
-            Some(Ok(t)) => t.to_vec(),
+            Some(Ok(t)) => t.clone(),
             // Not typed (the dispatcher reports it) or made by an earlier pass: as it is.
             _ => return out.keep(instr),
         };

@@ -233,6 +233,9 @@ pub struct Dispatcher {
     stats: HashMap<u64, PendingStats>,
     stats_tags: HashMap<u64, (u64, usize)>,
     next_tag: u64,
+    /// What a client's pipeline emitted for the request being handled (kept between
+    /// requests: its buffer is used again).
+    emitted: Vec<gt_passes::Emitted>,
     hellos: Vec<PendingHello>,
     lost_clients: Vec<(u64, &'static str)>,
     lost_workers: Vec<usize>,
@@ -278,6 +281,7 @@ impl Dispatcher {
             stats: HashMap::new(),
             stats_tags: HashMap::new(),
             next_tag: 1,
+            emitted: Vec::new(),
             receipts: std::collections::hash_map::RandomState::new(),
             next_receipt: 0,
             hellos: Vec::new(),
@@ -700,14 +704,17 @@ impl Dispatcher {
                 );
             }
         }
-        let mut out = Vec::new();
+        // The buffer of emitted instructions is used again by the next request.
+        let mut out = std::mem::take(&mut self.emitted);
         client.pipeline.run(instr, seq, &mut out);
-        self.route_emitted(c, out);
+        self.route_emitted(c, out.drain(..));
+        out.shrink_to(64);
+        self.emitted = out;
     }
 
     /// Routes what a pipeline emitted, each instruction as its client's instruction of origin;
     /// instructions a pass injected are logged as INJECT.
-    fn route_emitted(&mut self, c: u64, out: Vec<gt_passes::Emitted>) {
+    fn route_emitted(&mut self, c: u64, out: impl IntoIterator<Item = gt_passes::Emitted>) {
         self.pass_errors(c);
         for (i, meta) in out {
             let seq = meta.seq;
@@ -820,7 +827,7 @@ impl Dispatcher {
             Err(e) => return self.fail(c, seq, &instr, Failure::new(e.kind(), format!("{op}: {e}"))),
         };
         if matches!(instr, Instr::Collective { .. }) {
-            return self.route_collective(c, seq, instr, types.into_vec(), operands, place);
+            return self.route_collective(c, seq, instr, types, operands, place);
         }
         let w = match self.placed(c, place, instr.results().len(), op) {
             Ok(at) if at.iter().all(|&w| w == at[0]) => at[0],
@@ -830,24 +837,30 @@ impl Dispatcher {
             }
             Err(failure) => return self.fail(c, seq, &instr, failure),
         };
-        self.route_on(c, seq, instr, types.into_vec(), &operands, w);
+        self.route_on(c, seq, instr, types, &operands, w);
     }
 
     /// The workers an instruction's `results` go to: `place` checked (one worker for all, or
     /// one per result; each must exist and be alive), or the client's home for each.
-    fn placed(&mut self, c: u64, place: &[u32], results: usize, op: &str) -> Result<Vec<usize>, Failure> {
+    fn placed(
+        &mut self,
+        c: u64,
+        place: &[u32],
+        results: usize,
+        op: &str,
+    ) -> Result<smallvec::SmallVec<[usize; 4]>, Failure> {
         let Some(client) = self.clients.get_mut(&c) else {
             return Err(Failure::new(FailureKind::Connection, format!("{op}: the client is gone")));
         };
         if place.is_empty() {
             let home = home(&mut self.workers, &mut client.namespace, op)?;
-            return Ok(vec![home; results.max(1)]);
+            return Ok(smallvec::smallvec![home; results.max(1)]);
         }
         if place.len() != 1 && place.len() != results {
             let why = format!("{op}: placed on {} workers for {results} results (a pass bug)", place.len());
             return Err(Failure::new(FailureKind::Internal, why));
         }
-        let mut workers = Vec::with_capacity(results.max(1));
+        let mut workers = smallvec::SmallVec::with_capacity(results.max(1));
         for &p in place {
             let w = p as usize;
             match self.workers.get(w) {
@@ -879,7 +892,7 @@ impl Dispatcher {
         c: u64,
         seq: u64,
         mut instr: Instr,
-        types: Vec<TensorType>,
+        types: shape::ResultTypes,
         operands: &[Location],
         w: usize,
     ) {
@@ -925,8 +938,8 @@ impl Dispatcher {
         c: u64,
         seq: u64,
         instr: Instr,
-        types: Vec<TensorType>,
-        operands: Vec<Location>,
+        types: shape::ResultTypes,
+        operands: namespace::Locations,
         place: &[u32],
     ) {
         let Instr::Collective { dsts, op, srcs } = &instr else { return };

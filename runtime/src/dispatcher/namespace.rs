@@ -79,10 +79,13 @@ pub enum Refusal {
 #[derive(Debug, Default)]
 pub struct Defined {
     /// Each result's buffer, in result order.
-    pub bufs: Vec<Buffer>,
+    pub bufs: smallvec::SmallVec<[Buffer; 2]>,
     /// Buffers the redefined values held on another worker: to be freed there.
     pub stale: Vec<Location>,
 }
+
+/// Where an instruction's operands are (inline for up to four: no allocation per small op).
+pub type Locations = smallvec::SmallVec<[Location; 4]>;
 
 /// A client value's state.
 #[derive(Debug, Clone)]
@@ -188,7 +191,7 @@ impl Namespace {
     }
 
     /// Where each operand is (in order); the first that is not live is the error.
-    pub fn operands(&self, operands: &[ValueId]) -> Result<Vec<Location>, Unavailable> {
+    pub fn operands(&self, operands: &[ValueId]) -> Result<Locations, Unavailable> {
         operands.iter().map(|v| self.lookup(*v).map(|(at, _)| at)).collect()
     }
 
@@ -215,10 +218,10 @@ impl Namespace {
         worker: usize,
         seq: u64,
         results: &[ValueId],
-        types: Vec<TensorType>,
+        types: impl IntoIterator<Item = TensorType>,
         alloc: &mut dyn FnMut() -> Buffer,
     ) -> Defined {
-        let mut defined = Defined { bufs: Vec::with_capacity(results.len()), stale: Vec::new() };
+        let mut defined = Defined { bufs: smallvec::SmallVec::new(), stale: Vec::new() };
         for (dst, ty) in results.iter().zip(types) {
             let (buf, replaced) = match self.values.get(dst) {
                 Some(Slot::Live { at, .. }) if at.worker == worker => (at.buf, true),
@@ -404,7 +407,7 @@ mod tests {
         let mut alloc = counter(7);
         let buf = define_one(&mut ns, 1, 1, 4, &mut alloc);
         assert_eq!(ns.fail(&[v(2)], 5), Vec::new());
-        assert_eq!(ns.operands(&[v(1), v(1)]), Ok(vec![Location { worker: 0, buf }; 2]));
+        assert_eq!(ns.operands(&[v(1), v(1)]), Ok(smallvec::smallvec![Location { worker: 0, buf }; 2]));
         assert_eq!(ns.operands(&[v(1), v(2), v(3)]), Err(Unavailable::NotComputed { value: v(2), seq: 5 }));
         assert_eq!(ns.operands(&[v(3), v(2)]), Err(Unavailable::Undefined { value: v(3) }));
         assert_eq!(ns.failed_by(v(2)), Some(5));
