@@ -220,7 +220,6 @@ impl Value {
         }
     }
 
-    /// The value as `f32` (borrowed when it is one).
     /// Its elements as a kernel buffer, for the dtypes kernels store.
     pub(crate) fn stored(&self) -> Option<Stored<'_>> {
         Some(match self {
@@ -241,6 +240,7 @@ impl Value {
         })
     }
 
+    /// The value as `f32` (borrowed when it is one).
     pub(crate) fn f32(&self) -> std::borrow::Cow<'_, Tensor> {
         match self {
             Value::F32(a) => std::borrow::Cow::Borrowed(a),

@@ -316,19 +316,22 @@ impl Jit {
         let refs: Vec<&[f32]> = widened.iter().map(|b| &b[..]).collect();
         match out {
             StoredMut::F32(out) => self.run(kernel, &refs, out),
-            StoredMut::F16(out) => {
-                let mut wide = vec![0.0f32; out.len()];
-                let took = self.run(kernel, &refs, &mut wide)?;
-                half::slice::HalfFloatSliceExt::convert_from_f32_slice(out, &wide);
-                Ok(took)
-            }
-            StoredMut::Bf16(out) => {
-                let mut wide = vec![0.0f32; out.len()];
-                let took = self.run(kernel, &refs, &mut wide)?;
-                half::slice::HalfFloatSliceExt::convert_from_f32_slice(out, &wide);
-                Ok(took)
-            }
+            StoredMut::F16(out) => self.run_rounded(kernel, &refs, out),
+            StoredMut::Bf16(out) => self.run_rounded(kernel, &refs, out),
         }
+    }
+
+    /// [`Jit::run`] into an `f32` copy of `out`, then rounded into it.
+    fn run_rounded<T: tiles::Store>(
+        &mut self,
+        kernel: &Kernel,
+        inputs: &[&[f32]],
+        out: &mut [T],
+    ) -> Result<Duration, JitError> {
+        let mut wide = vec![0.0f32; out.len()];
+        let took = self.run(kernel, inputs, &mut wide)?;
+        T::write(&wide, out);
+        Ok(took)
     }
 
     /// `kernel` as a map this JIT runs by tiles (`tiles.rs`), if it is one.

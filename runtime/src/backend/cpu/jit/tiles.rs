@@ -99,8 +99,8 @@ impl StoredMut<'_> {
     }
 }
 
-/// An element type kernels store: how a tile of `f32` results is written into it.
-trait Store: Copy + Send + Sync {
+/// An element type kernels store: how `f32` results are written into it.
+pub(super) trait Store: Copy + Send + Sync {
     fn write(tile: &[f32], out: &mut [Self]);
 }
 
@@ -214,8 +214,8 @@ fn tile<'s>(
 ) -> &'s [f32] {
     let width = scratch.len() / k.nodes.len();
     // A node that reads an `f32` input whole is that input's slice, not a copy of it.
-    let direct = |n: usize| match (k.nodes[n], inputs) {
-        (Node::Input(m), _) => match (reads[m as usize], inputs[m as usize]) {
+    let direct = |n: usize| match k.nodes[n] {
+        Node::Input(m) => match (reads[m as usize], inputs[m as usize]) {
             (Read::Whole, Stored::F32(b)) => Some(&b[first..first + len]),
             _ => None,
         },
