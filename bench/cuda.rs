@@ -9,8 +9,10 @@
 //!   kernel (what the fuse pass will produce);
 //! - the chain again over bf16 buffers (computed in f32), against a copy of the bf16 bytes;
 //! - matmul 4096^3 in TFLOP/s, f32 (FMA tiles), TF32 (tensor cores, `GT_MATMUL_PRECISION=high`),
-//!   bf16 and f16 (tensor cores, `mma.sync m16n8k16`), each next to cuBLAS at the same
-//!   precision, and `relu(x @ w + b)` with its epilogue fused;
+//!   bf16 and f16 (tensor cores: `wgmma` on an H100, `mma.sync m16n8k16` elsewhere and with
+//!   `GT_WGMMA=0`, both timed on an H100), each next to cuBLAS at the same precision, and
+//!   `relu(x @ w + b)` with its epilogue fused;
+//! - a 256 MB upload and read, through pinned chunks and from pageable memory;
 //! - per-op overhead of tiny ops on the backend alone and through client -> dispatcher -> worker.
 //!
 //! Times are wall-clock around a stream synchronisation, medians of several repetitions.
@@ -19,6 +21,7 @@ use gt::frontend::{Client, ClientOptions, Origin};
 use gt::ir::kernel::{samples, Access, Kernel, MapKernel, Node, Precision};
 use gt::ir::{BinaryOp, DType, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
 use gt::runtime::backend::cuda::cache::KernelCache;
+use gt::runtime::backend::cuda::ptx::Target;
 use gt::runtime::backend::cuda::CudaBackend;
 use gt::runtime::backend::{Backend, BackendKind};
 use gt::runtime::{Cluster, ClusterOptions};
@@ -324,28 +327,46 @@ fn main() {
     row(&mut report, ("f32 FMA", mm), ("matmul_f32_ms", "f32", "f32 FMA"), "");
     row(&mut report, ("TF32 mma", tf32), ("matmul_tf32_ms", "tf32", "TF32 mma"), "");
     // Half precision on tensor cores: the same operands cast to bf16 and f16.
+    let hopper = g.target() == Target::Sm90a;
+    let kind = if hopper { "wgmma" } else { "mma" };
     for (dtype, name, key) in [(DType::BF16, "bf16", "matmul_bf16_ms"), (DType::F16, "f16", "matmul_f16_ms")] {
         exec(&mut g, Instr::Cast { dst: v(50), src: v(30), dtype });
         exec(&mut g, Instr::Cast { dst: v(51), src: v(31), dtype });
         let ms = time(&mut g, reps, |g| exec(g, Instr::MatMul { dst: v(52), lhs: v(50), rhs: v(51) }));
-        row(&mut report, (&format!("{name} mma"), ms), (key, name, name), " (goal >= 70%)");
+        row(&mut report, (&format!("{name} {kind}"), ms), (key, name, name), " (goal >= 70%)");
         for i in 50..=52 {
             exec(&mut g, Instr::Free { src: v(i) });
         }
     }
-    // Other tilings of the bf16 kernel (`GT_MMA_TILES=BMxBNxWMxWNxSTAGES,...`), each in a
-    // fresh backend (kernels are compiled per backend).
-    if let Some(tiles) = std::env::var("GT_MMA_TILES").ok().filter(|t| !t.is_empty()) {
-        let bf = |shape: Vec<usize>| TensorType::new(DType::BF16, shape);
-        for tile in tiles.split(',') {
-            std::env::set_var("GT_MMA_TILE", tile);
-            let mut fresh = CudaBackend::new(0, usize::MAX).unwrap();
-            exec(&mut fresh, Instr::Randn { dst: v(0), ty: bf(vec![size, size]), seed: 1 });
-            exec(&mut fresh, Instr::Randn { dst: v(1), ty: bf(vec![size, size]), seed: 2 });
-            let ms = time(&mut fresh, reps, |g| exec(g, Instr::MatMul { dst: v(2), lhs: v(0), rhs: v(1) }));
-            let _ = writeln!(report, "gt bf16, tile {tile:<18} {ms:9.3} ms  {:6.2} TFLOP/s", tflops(ms));
+    // A fresh backend's bf16 matmul of new operands, with the kernel chosen by `env` (a
+    // kernel is generated once per backend).
+    let bf16_matmul = |env: &[(&str, &str)]| {
+        for (k, val) in env {
+            std::env::set_var(k, val);
         }
-        std::env::remove_var("GT_MMA_TILE");
+        let bf = |shape: Vec<usize>| TensorType::new(DType::BF16, shape);
+        let mut fresh = CudaBackend::new(0, usize::MAX).unwrap();
+        exec(&mut fresh, Instr::Randn { dst: v(0), ty: bf(vec![size, size]), seed: 1 });
+        exec(&mut fresh, Instr::Randn { dst: v(1), ty: bf(vec![size, size]), seed: 2 });
+        let ms = time(&mut fresh, reps, |g| exec(g, Instr::MatMul { dst: v(2), lhs: v(0), rhs: v(1) }));
+        for (k, _) in env {
+            std::env::remove_var(k);
+        }
+        ms
+    };
+    if hopper {
+        let ms = bf16_matmul(&[("GT_WGMMA", "0")]);
+        let _ = writeln!(report, "gt bf16, mma.sync (GT_WGMMA=0) {ms:9.3} ms  {:6.2} TFLOP/s", tflops(ms));
+        // Other tilings of the wgmma kernel (`GT_WGMMA_TILES=BMxBNxSTAGES,...`).
+        for tile in std::env::var("GT_WGMMA_TILES").unwrap_or_default().split(',').filter(|t| !t.is_empty()) {
+            let ms = bf16_matmul(&[("GT_WGMMA_TILE", tile)]);
+            let _ = writeln!(report, "gt bf16 wgmma, tile {tile:<12} {ms:9.3} ms  {:6.2} TFLOP/s", tflops(ms));
+        }
+    }
+    // Other tilings of the mma.sync kernel (`GT_MMA_TILES=BMxBNxWMxWNxSTAGES,...`).
+    for tile in std::env::var("GT_MMA_TILES").unwrap_or_default().split(',').filter(|t| !t.is_empty()) {
+        let ms = bf16_matmul(&[("GT_MMA_TILE", tile), ("GT_WGMMA", "0")]);
+        let _ = writeln!(report, "gt bf16 mma.sync, tile {tile:<18} {ms:9.3} ms  {:6.2} TFLOP/s", tflops(ms));
     }
     // A fresh process's first bf16 matmul: its kernels compiled by the driver, or loaded
     // from gt's disk cache (the driver's own cache is off for this bench: CUDA_CACHE_DISABLE).
@@ -389,7 +410,41 @@ fn main() {
         exec(&mut g, Instr::Free { src: v(i) });
     }
 
-    // 4. Tiny ops: the backend alone, then through the whole runtime.
+    // 4. Host <-> device: a 256 MB f32 value uploaded (a literal) and read, through pinned
+    // chunks (the default) and from pageable memory (`GT_PINNED=0`).
+    let n = if quick { 1 << 22 } else { 1 << 26 };
+    let host: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let literal = Instr::Literal { dst: v(60), ty: TensorType::f32(vec![n]), data: gt::ir::data::Elements::F32(host) };
+    let _ = writeln!(report, "\n## upload and read of {} MB (f32)", (n * 4) >> 20);
+    for pinned in [true, false] {
+        g.set_pinned(pinned);
+        let up = time(&mut g, reps, |g| g.execute(&literal).unwrap());
+        let down = time(&mut g, reps, |g| {
+            g.read(v(60)).unwrap();
+        });
+        let label = if pinned { "pinned chunks" } else { "pageable     " };
+        let _ = writeln!(
+            report,
+            "{label}  upload {up:8.2} ms {:6.1} GB/s   read {down:8.2} ms {:6.1} GB/s",
+            gbs_of(n, up) / 2.0,
+            gbs_of(n, down) / 2.0
+        );
+    }
+    g.set_pinned(true);
+    exec(&mut g, Instr::Free { src: v(60) });
+    // For scale: writing the same bytes into fresh host memory (first touch, page faults).
+    let touch = median(
+        (0..reps)
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(vec![1u8; n * 4]);
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect(),
+    );
+    let _ = writeln!(report, "first touch of {} MB of fresh host memory: {touch:8.2} ms", (n * 4) >> 20);
+
+    // 5. Tiny ops: the backend alone, then through the whole runtime.
     let ops = if quick { 2_000 } else { 20_000 };
     exec(&mut g, Instr::Ones { dst: v(40), ty: TensorType::f32(vec![4]) });
     let backend_ms = time(&mut g, 3, |g| {

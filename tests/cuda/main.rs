@@ -593,3 +593,92 @@ fn timed_batches_report_device_times() {
     gpu.finish().unwrap();
     assert_eq!(gpu.take_timings(), None);
 }
+
+#[test]
+fn warpgroup_matmuls_agree() {
+    // On an H100 half matmuls with aligned rows run on warpgroups (wgmma): both block tiles
+    // (128x256 where the product has enough of them, else 128x128), tails in m, n and a k
+    // that is not a multiple of the 64-deep stage, a batch, a one-block product. On other
+    // GPUs these take mma.sync and must agree all the same.
+    type Case = (&'static [usize], &'static [usize]);
+    let cases: [Case; 5] = [
+        (&[2304, 256], &[256, 4096]),
+        (&[200, 264], &[264, 520]),
+        (&[2, 192, 328], &[2, 328, 72]),
+        (&[64, 8], &[8, 8]),
+        (&[1000, 1000], &[1000, 1000]),
+    ];
+    for dtype in [DType::BF16, DType::F16] {
+        for (a, b) in cases {
+            let k = a[a.len() - 1];
+            let tolerance = Tolerance { abs: (k as f32).sqrt() / 64.0, rel: 1e-4 };
+            let instrs = half_matmul(dtype, (a, b), (false, false));
+            mirrored_within(&instrs, tolerance).unwrap_or_else(|e| panic!("{dtype:?} {a:?} {b:?}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn large_uploads_and_reads_keep_every_byte_pinned_or_not() {
+    // 40 MB of f32 (two and a half pinned chunks) and an odd count of bf16, each uploaded and
+    // read back through the pinned chunks and through pageable memory; between them a kernel
+    // reads the value, so a read waits for the work queued before it.
+    use gt_ir::data::Elements;
+    for pinned in [true, false] {
+        let Some(mut gpu) = gpu() else { return };
+        gpu.set_pinned(pinned);
+        let n = 10_000_003;
+        let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 7.0).collect();
+        let halves: Vec<f64> = (0..n as u64 / 2).map(|i| f64::from(normal(3, i))).collect();
+        let b = Elements::from_f64s(DType::BF16, &halves);
+        let instrs = [
+            Instr::Literal { dst: v(0), ty: TensorType::f32(vec![n]), data: Elements::F32(x.clone()) },
+            Instr::Literal { dst: v(1), ty: TensorType::new(DType::BF16, vec![halves.len()]), data: b.clone() },
+            Instr::Unary { dst: v(2), op: UnaryOp::Neg, src: v(0) },
+        ];
+        for i in &instrs {
+            gpu.execute(i).unwrap();
+        }
+        assert_eq!(gpu.read(v(0)).unwrap().to_f32(), x, "pinned {pinned}");
+        assert_eq!(gpu.read(v(1)).unwrap().data, b, "pinned {pinned}");
+        let neg: Vec<f32> = x.iter().map(|v| -v).collect();
+        assert_eq!(gpu.read(v(2)).unwrap().to_f32(), neg, "pinned {pinned}");
+    }
+}
+
+#[test]
+fn fused_halves_on_a_cuda_worker_round_once_like_the_cpu() {
+    // A bf16 chain that the fuse pass makes one kernel: on the GPU (kernel over bf16
+    // buffers, computed in f32, rounded once) it prints what the CPU's fused kernel prints,
+    // which differs from the eager run's (rounded after every op) in the last bits.
+    let Some(_) = gpu() else { return };
+    let dir = std::env::temp_dir().join(format!("gt-cuda-fused-halves-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("chain.gtir");
+    std::fs::write(
+        &path,
+        "%x = tensor bf16[2, 4] [[0.5, -1.25, 2, 3.5], [-0.75, 1, 0.125, -2]]\n%a = mul %x, 1.5\n\
+         %b = add %a, 0.25\n%c = tanh %b\n%d = exp %c\n%e = sub %d, 1\n%f = mul %e, %x\nprint %f\n",
+    )
+    .unwrap();
+    let run = |backend: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gt-run"))
+            .arg("--pass-stats")
+            .arg(&path)
+            .env("GT_BACKEND", backend)
+            .env("GT_COMPILE", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{backend}: {stderr}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+    };
+    let (cpu, _) = run("cpu");
+    let (gpu_out, stats) = run("cuda");
+    let eager =
+        std::process::Command::new(env!("CARGO_BIN_EXE_gt-run")).arg("--reference").arg(&path).output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(stats.contains("kernels=1"), "one fused kernel: {stats}");
+    assert_eq!(gpu_out, cpu);
+    assert_ne!(gpu_out, String::from_utf8_lossy(&eager.stdout), "fused and eager round differently here");
+}

@@ -1,6 +1,7 @@
 //! The CUDA code generator without a GPU: the PTX of every kernel that the filetests and
-//! examples lower to assembles with `ptxas` for sm_80 and sm_90 (`GT_PTXAS`, else `ptxas` on
-//! PATH; under `CI` a missing ptxas fails the test), and snapshots of representative kernels.
+//! examples lower to assembles with `ptxas` for sm_80 and sm_90, and Hopper's own kernels for
+//! sm_90a (`GT_PTXAS`, else `ptxas` on PATH; under `CI` a missing ptxas fails the test), and
+//! snapshots of representative kernels.
 
 use gt::kernels::KernelRecorder;
 use gt::script::{load, run_any};
@@ -183,15 +184,23 @@ fn every_kernel_of_the_filetests_assembles_for_sm80_and_sm90() {
     stored.extend(stored_kernels());
     let dir = std::env::temp_dir().join(format!("gt-ptx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let files: Vec<(PathBuf, String)> = stored
-        .iter()
-        .enumerate()
-        .map(|(i, (k, s))| {
-            let path = dir.join(format!("k{i}.ptx"));
-            std::fs::write(&path, ptx::generate_stored(k, s).unwrap().text).unwrap();
-            (path, format!("{k}\nstorage {s:?}"))
-        })
-        .collect();
+    // Each kernel for every GPU (sm_80 code, assembled for sm_80 and sm_90), and again where
+    // Hopper gets other code (warpgroup matmuls, assembled for sm_90a).
+    let mut files: Vec<(PathBuf, String, &[&str])> = Vec::new();
+    for (i, (k, s)) in stored.iter().enumerate() {
+        let path = dir.join(format!("k{i}.ptx"));
+        let text = ptx::generate_stored(k, s).unwrap().text;
+        let hopper = ptx::generate_for(k, s, ptx::Target::Sm90a).unwrap().text;
+        std::fs::write(&path, &text).unwrap();
+        files.push((path, format!("{k}\nstorage {s:?}"), &["sm_80", "sm_90"]));
+        if hopper != text {
+            let path = dir.join(format!("k{i}_sm90a.ptx"));
+            std::fs::write(&path, hopper).unwrap();
+            files.push((path, format!("{k}\nstorage {s:?}, for sm_90a"), &["sm_90a"]));
+        }
+    }
+    let wgmma = files.iter().filter(|f| f.2 == ["sm_90a"]).count();
+    assert!(wgmma >= 4, "only {wgmma} kernels take wgmma on sm_90a");
     let failures: Vec<String> = std::thread::scope(|s| {
         let chunks: Vec<_> = files
             .chunks(files.len().div_ceil(4))
@@ -199,8 +208,8 @@ fn every_kernel_of_the_filetests_assembles_for_sm80_and_sm90() {
                 let ptxas = &ptxas;
                 s.spawn(move || {
                     let mut bad = Vec::new();
-                    for (path, kernel) in chunk {
-                        for arch in ["sm_80", "sm_90"] {
+                    for (path, kernel, archs) in chunk {
+                        for arch in archs.iter() {
                             let out = Command::new(ptxas)
                                 .args(["--gpu-name", arch, "-o", "/dev/null"])
                                 .arg(path)

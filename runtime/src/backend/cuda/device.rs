@@ -11,6 +11,7 @@
 
 use super::cache::KernelCache;
 use super::ptx::{self, PtxKernel, ENTRY};
+use super::staging::{Staging, MIN_STAGED};
 use crate::backend::checks;
 use crate::backend::{Backend, Residency};
 use crate::backend::{BackendError, CudaStartStep, CudaUnavailable};
@@ -28,6 +29,7 @@ use gt_ir::kernel::lower::{lower, Step};
 use gt_ir::kernel::{BufferStorage, Kernel, Precision, Storage};
 use gt_ir::{DType, HostTensor, Instr, TensorType, TypeError, ValueId};
 use std::ffi::c_void;
+use std::mem::MaybeUninit;
 
 /// A value on the device: its type and buffer (address 0 for an empty tensor), elements
 /// stored as its dtype says (`f32`, `f16` or `bf16`; kernels widen them to `f32`).
@@ -89,6 +91,12 @@ pub struct CudaBackend {
     /// driver version).
     cache: KernelCache,
     cache_key: String,
+    /// What the generated code is for: Hopper gets its warpgroup matmuls.
+    target: ptx::Target,
+    /// Pinned chunks for large uploads and reads (made on the first), unless `GT_PINNED=0`
+    /// or they could not be made.
+    staging: Option<Staging>,
+    pinned: bool,
     stream: Stream,
     timer: Option<Timer>,
     /// Events kept for reuse by later timed batches.
@@ -103,9 +111,22 @@ impl std::fmt::Debug for CudaBackend {
     }
 }
 
+/// Asks for 2 MiB pages (transparent huge pages) under the whole 2 MiB spans of the `len`
+/// bytes at `at`, not yet touched, so that the copy writing them first faults once per 2 MiB
+/// instead of once per 4 KiB (page faults, not the copy, bound large reads into fresh memory).
+fn advise_huge_pages(at: *mut u8, len: usize) {
+    const HUGE: usize = 2 << 20;
+    let start = (at as usize).next_multiple_of(HUGE);
+    let end = (at as usize + len) / HUGE * HUGE;
+    if end > start {
+        // Only advice: where the kernel has no huge pages the call fails and nothing changes.
+        unsafe { libc::madvise(start as *mut c_void, end - start, libc::MADV_HUGEPAGE) };
+    }
+}
+
 /// A failed driver call's result code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct DriverError(cu::CUresult);
+pub(super) struct DriverError(cu::CUresult);
 
 impl std::fmt::Display for DriverError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -121,7 +142,7 @@ impl std::fmt::Display for DriverError {
     }
 }
 
-fn check(result: cu::CUresult) -> Result<(), DriverError> {
+pub(super) fn check(result: cu::CUresult) -> Result<(), DriverError> {
     if result == cu::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
@@ -171,11 +192,65 @@ impl CudaBackend {
             device_name,
             cache: KernelCache::from_env(),
             cache_key,
+            target: ptx::Target::of(major, minor),
+            staging: None,
+            pinned: std::env::var("GT_PINNED").map_or(true, |v| v != "0"),
             stream,
             timer: None,
             spare_events: Vec::new(),
             _context: context,
         })
+    }
+
+    /// Whether large uploads and reads go through pinned host buffers (`GT_PINNED`, on by
+    /// default).
+    pub fn set_pinned(&mut self, pinned: bool) {
+        self.pinned = pinned;
+    }
+
+    /// The pinned chunks for a copy of `bytes`, if it is staged.
+    fn staging_for(&mut self, bytes: usize) -> Option<&mut Staging> {
+        if !self.pinned || bytes < MIN_STAGED {
+            return None;
+        }
+        if self.staging.is_none() {
+            // Without pinned memory (a locked-memory limit) copies stay pageable.
+            self.staging = Staging::new().ok();
+            self.pinned = self.staging.is_some();
+        }
+        self.staging.as_mut()
+    }
+
+    /// Copies device memory at `src` into `host` and waits for it; every byte of `host` is
+    /// written when this returns `Ok`.
+    fn copy_out(&mut self, src: cu::CUdeviceptr, host: &mut [MaybeUninit<u8>]) -> Result<(), RuntimeError> {
+        let fail = |e: DriverError| device("get", DeviceStep::CopyFromDevice, e);
+        let stream = self.stream.as_inner();
+        if let Some(staging) = self.staging_for(host.len()) {
+            return staging.read(src, host, stream).map_err(fail);
+        }
+        if !host.is_empty() {
+            check(unsafe { cu::cuMemcpyDtoHAsync_v2(host.as_mut_ptr() as *mut c_void, src, host.len(), stream) })
+                .map_err(fail)?;
+        }
+        self.stream.synchronize().map_err(|e| device("get", DeviceStep::CopyFromDevice, e))
+    }
+
+    /// A read's `len` elements, copied from device memory at `src` into a new vector.
+    fn read_vec<T: bytemuck::Pod>(&mut self, src: cu::CUdeviceptr, len: usize) -> Result<Vec<T>, RuntimeError> {
+        let mut v: Vec<T> = Vec::with_capacity(len);
+        let bytes = len * std::mem::size_of::<T>();
+        advise_huge_pages(v.as_mut_ptr() as *mut u8, bytes);
+        // The spare capacity as bytes, all of them written by the copy before `set_len`.
+        let spare = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut MaybeUninit<u8>, bytes) };
+        self.copy_out(src, spare)?;
+        unsafe { v.set_len(len) };
+        Ok(v)
+    }
+
+    /// What this device's kernels are generated for.
+    pub fn target(&self) -> ptx::Target {
+        self.target
     }
 
     /// How matmul instructions multiply (`GT_MATMUL_PRECISION`): f32 by default, TF32
@@ -323,7 +398,8 @@ impl CudaBackend {
             m.get(kernel).and_then(|v| v.iter().position(|(s, _)| s == storage))
         };
         if known(&self.modules).is_none() {
-            let launch = ptx::generate_stored(kernel, storage).map_err(|source| RuntimeError::Ptx { op, source })?;
+            let launch =
+                ptx::generate_for(kernel, storage, self.target).map_err(|source| RuntimeError::Ptx { op, source })?;
             let module = self
                 .load_module(&launch.text)
                 .map_err(|e| device(op, DeviceStep::LoadModule { kernel: kernel.kind() }, e))?;
@@ -407,13 +483,14 @@ impl CudaBackend {
     }
 
     fn upload(&mut self, op: &'static str, dst: Buffer, data: &[u8]) -> Result<(), RuntimeError> {
-        // From pageable memory the copy is staged before the call returns, so `data` may be
+        // Pinned or pageable, the copy is staged before the call returns, so `data` may be
         // dropped right after.
-        let bytes = data.len();
-        check(unsafe {
-            cu::cuMemcpyHtoDAsync_v2(dst.ptr, data.as_ptr() as *const c_void, bytes, self.stream.as_inner())
-        })
-        .map_err(|e| device(op, DeviceStep::CopyToDevice, e))
+        let (bytes, stream) = (data.len(), self.stream.as_inner());
+        if let Some(staging) = self.staging_for(bytes) {
+            return staging.upload(dst.ptr, data, stream).map_err(|e| device(op, DeviceStep::CopyToDevice, e));
+        }
+        check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst.ptr, data.as_ptr() as *const c_void, bytes, stream) })
+            .map_err(|e| device(op, DeviceStep::CopyToDevice, e))
     }
 
     fn type_of(&self, v: ValueId) -> Result<TensorType, TypeError> {
@@ -643,23 +720,11 @@ impl Backend for CudaBackend {
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
         let t = self.values.get(&value).ok_or(RuntimeError::Undefined { op: "get", value })?;
         let (ptr, ty) = (t.buffer.ptr, t.ty.clone());
-        let fail = |e: CudaError| device("get", DeviceStep::CopyFromDevice, e);
-        let stream = self.stream.as_inner();
-        // Copies the value's bytes into `host` (as long as the value) and waits for them.
-        let copy = |host: *mut c_void, bytes: usize| {
-            if bytes > 0 {
-                check(unsafe { cu::cuMemcpyDtoHAsync_v2(host, ptr, bytes, stream) })
-                    .map_err(|e| device("get", DeviceStep::CopyFromDevice, e))?;
-            }
-            self.stream.synchronize().map_err(fail)
-        };
         if ty.dtype == DType::F32 {
-            let mut data = vec![0f32; ty.shape.numel()];
-            copy(data.as_mut_ptr() as *mut c_void, ty.size_bytes())?;
+            let data: Vec<f32> = self.read_vec(ptr, ty.shape.numel())?;
             return Ok(HostTensor::new(ty, data));
         }
-        let mut bytes = vec![0u8; ty.size_bytes()];
-        copy(bytes.as_mut_ptr() as *mut c_void, bytes.len())?;
+        let bytes: Vec<u8> = self.read_vec(ptr, ty.size_bytes())?;
         let data =
             Elements::from_le_bytes(ty.dtype, &bytes).map_err(|e| device("get", DeviceStep::CopyFromDevice, e))?;
         Ok(HostTensor::new(ty, data))

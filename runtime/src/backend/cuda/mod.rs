@@ -8,6 +8,8 @@ pub mod ptx;
 
 #[cfg(feature = "cuda")]
 mod device;
+#[cfg(feature = "cuda")]
+mod staging;
 
 #[cfg(feature = "cuda")]
 pub use device::CudaBackend;

@@ -31,6 +31,9 @@ pub(super) struct Emitter {
     zero16: bool,
     /// Performance directives of the entry (`.maxntid`, `.minnctapersm`), if any.
     bounds: Option<(usize, usize)>,
+    /// The PTX ISA version and target, when not [`PTX_VERSION`] and [`PTX_TARGET`] (kernels
+    /// using instructions of one architecture only, as `wgmma` on `sm_90a`).
+    header: Option<(&'static str, &'static str)>,
 }
 
 #[derive(Clone, Copy)]
@@ -68,6 +71,11 @@ impl Emitter {
     /// keeps registers to what that allows.
     pub(super) fn launch_bounds(&mut self, threads: usize, min_blocks: usize) {
         self.bounds = Some((threads, min_blocks));
+    }
+
+    /// Writes the module for `version` and `target` instead of the defaults.
+    pub(super) fn target(&mut self, version: &'static str, target: &'static str) {
+        self.header = Some((version, target));
     }
 
     pub(super) fn label(&mut self, what: &str) -> String {
@@ -146,7 +154,8 @@ impl Emitter {
             let _ = write!(out, "; buffers: out {}, in {inputs}", name(&self.params[0]));
         }
         out.push('\n');
-        let _ = writeln!(out, ".version {PTX_VERSION}\n.target {PTX_TARGET}\n.address_size 64\n");
+        let (version, target) = self.header.unwrap_or((PTX_VERSION, PTX_TARGET));
+        let _ = writeln!(out, ".version {version}\n.target {target}\n.address_size 64\n");
         out.push_str(globals);
         let names: Vec<String> = (0..params).map(|i| format!("\t.param .u64 gt_param_{i}")).collect();
         let bounds = self

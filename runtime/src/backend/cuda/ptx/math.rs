@@ -291,8 +291,10 @@ impl Emitter {
                 let na = self.value(Reg::F32, "neg.f32", &a);
                 let e = self.exp(&na);
                 let den = self.value(Reg::F32, "add.rn.f32", &format!("{e}, {one}"));
-                let neg_side = self.value(Reg::F32, "div.rn.f32", &format!("{e}, {den}"));
-                let pos_side = self.value(Reg::F32, "div.rn.f32", &format!("{one}, {den}"));
+                // Already approximate (ex2.approx): divisions within 2 ulp (`div.full`), with
+                // no slow path for IEEE's corner cases, change nothing that shows.
+                let neg_side = self.value(Reg::F32, "div.full.f32", &format!("{e}, {den}"));
+                let pos_side = self.value(Reg::F32, "div.full.f32", &format!("{one}, {den}"));
                 let p = self.predicate("lt.f32", x, &zero);
                 self.select(&p, &neg_side, &pos_side)
             }
@@ -303,7 +305,7 @@ impl Emitter {
                 let e = self.exp(&m2);
                 let num = self.value(Reg::F32, "sub.rn.f32", &format!("{one}, {e}"));
                 let den = self.value(Reg::F32, "add.rn.f32", &format!("{one}, {e}"));
-                let t = self.value(Reg::F32, "div.rn.f32", &format!("{num}, {den}"));
+                let t = self.value(Reg::F32, "div.full.f32", &format!("{num}, {den}"));
                 self.value(Reg::F32, "copysign.f32", &format!("{x}, {t}"))
             }
             UnaryPrim::Exp => self.exp(x),

@@ -18,7 +18,7 @@ const BK: usize = 32;
 
 /// What the tensor cores multiply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Inputs {
+pub(super) enum Inputs {
     /// Two operands of this half type (`m16n8k16`).
     Half(Storage),
     /// `f32` operands rounded to TF32 (`m16n8k8`).
@@ -27,7 +27,7 @@ enum Inputs {
 
 impl Inputs {
     /// Bytes per element.
-    fn elem(self) -> usize {
+    pub(super) fn elem(self) -> usize {
         if self == Inputs::Tf32 {
             4
         } else {
@@ -36,7 +36,7 @@ impl Inputs {
     }
 
     /// Elements per 16-byte chunk (one `cp.async`, one `ldmatrix` row).
-    fn chunk(self) -> usize {
+    pub(super) fn chunk(self) -> usize {
         16 / self.elem()
     }
 
@@ -132,7 +132,7 @@ impl Tile {
 
 /// What this kernel multiplies on tensor cores, if it does: two operands of the same half
 /// type, or `f32` operands when TF32 was asked for.
-fn inputs_of(k: &MatMulKernel, storage: &BufferStorage) -> Option<Inputs> {
+pub(super) fn inputs_of(k: &MatMulKernel, storage: &BufferStorage) -> Option<Inputs> {
     let (a, b) = (storage.inputs[0], storage.inputs[1]);
     match (a, b) {
         _ if a != b => None,
@@ -295,14 +295,14 @@ pub(super) fn matmul(k: &MatMulKernel, storage: &BufferStorage) -> Result<PtxKer
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Operand {
+pub(super) enum Operand {
     A,
     B,
 }
 
 /// How an operand's tile is loaded.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Plan {
+pub(super) enum Plan {
     /// 16-byte `cp.async` chunks along the tile's contiguous rows.
     Async,
     /// One element per load, threads along the operand's unit-stride axis (`true`: along
@@ -312,12 +312,12 @@ enum Plan {
 
 impl Plan {
     /// A's tile rows run along k.
-    fn lhs(k: &MatMulKernel, inputs: Inputs) -> Plan {
+    pub(super) fn lhs(k: &MatMulKernel, inputs: Inputs) -> Plan {
         Plan::of(&k.lhs, k.batch.len(), k.k, inputs)
     }
 
     /// B's tile rows run along n.
-    fn rhs(k: &MatMulKernel, inputs: Inputs) -> Plan {
+    pub(super) fn rhs(k: &MatMulKernel, inputs: Inputs) -> Plan {
         Plan::of(&k.rhs, k.batch.len(), k.n, inputs)
     }
 
@@ -347,21 +347,21 @@ impl Plan {
 /// them (so the loads cost no registers each), and per load constant offsets from them.
 /// A load reads the tile element (or 16-byte chunk starting at) fixed coordinate
 /// `origin + fixed0 + fixed` (a row of A, a column of B) and contracted index `k0 + kk0 + kk`.
-struct Loads {
-    operand: Operand,
+pub(super) struct Loads {
+    pub(super) operand: Operand,
     /// 16-byte chunks by `cp.async`, or single elements.
-    chunk: bool,
+    pub(super) chunk: bool,
     /// `origin + fixed0`, its global offset (`* stride + batch base`), and `kk0`.
-    fixed: String,
-    fixed_off: String,
-    kk: String,
+    pub(super) fixed: String,
+    pub(super) fixed_off: String,
+    pub(super) kk: String,
     /// The byte offset in a stage's tiles of (fixed0, kk0).
-    tile: String,
+    pub(super) tile: String,
     /// The fixed coordinate's stride in the operand, and its bound.
-    fixed_stride: i64,
-    bound: usize,
+    pub(super) fixed_stride: i64,
+    pub(super) bound: usize,
     /// Per load: (fixed, kk) offsets from the bases, and the tile byte offset they make.
-    offsets: Vec<(usize, usize, usize)>,
+    pub(super) offsets: Vec<(usize, usize, usize)>,
 }
 
 /// The loads this thread makes of each stage of operand `which`.
@@ -436,7 +436,7 @@ fn operand_loads(
 
 /// Issues this thread's loads of the stage starting at `k0` into the stage at shared
 /// address `slot`: past k or the fixed bound, chunks are zero-filled and elements are 0.
-fn load_stage(
+pub(super) fn load_stage(
     e: &mut Emitter,
     k: &MatMulKernel,
     (block, elem): (&Block, usize),

@@ -22,7 +22,8 @@
 //! the order a kernel is built: `emit.rs` (the `Emitter`: registers, labels, addresses,
 //! loops), `math.rs` (one element's expression: the unary and binary ops, reductions'
 //! combine, `exp`/`log`/`tanh`, random numbers), then one file per kind of kernel:
-//! `map.rs`, `rows.rs`, `matmul.rs`.
+//! `map.rs`, `rows.rs`, `matmul.rs` (FMA), `mma.rs` (tensor cores, `mma.sync`) and
+//! `wgmma.rs` (Hopper's warpgroup tensor-core matmul, for [`Target::Sm90a`] only).
 
 mod emit;
 mod map;
@@ -30,6 +31,7 @@ mod math;
 mod matmul;
 mod mma;
 mod rows;
+mod wgmma;
 
 pub use matmul::Tiling;
 
@@ -44,6 +46,28 @@ pub const ENTRY: &str = "gt_kernel";
 pub const PTX_VERSION: &str = "7.0";
 /// See [`PTX_VERSION`].
 pub const PTX_TARGET: &str = "sm_80";
+
+/// The GPU a module is generated for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Target {
+    /// What every CUDA GPU from Ampere on runs ([`PTX_TARGET`]).
+    #[default]
+    Sm80,
+    /// Hopper (H100, H200) only: half-precision matmuls by warpgroups (`wgmma`), which
+    /// `sm_80` code cannot use and later GPUs do not run.
+    Sm90a,
+}
+
+impl Target {
+    /// The target for a device of compute capability `major.minor`.
+    pub fn of(major: i32, minor: i32) -> Target {
+        if (major, minor) == (9, 0) {
+            Target::Sm90a
+        } else {
+            Target::Sm80
+        }
+    }
+}
 
 /// CUDA's limit on grid dimensions y and z.
 pub const MAX_GRID_YZ: u32 = 65_535;
@@ -106,6 +130,12 @@ pub fn generate(kernel: &Kernel) -> Result<PtxKernel, PtxError> {
 /// Generates the PTX of `kernel` over buffers stored as `storage` says (halves are widened
 /// to `f32` on load and rounded on store; a matmul of two halves runs on tensor cores).
 pub fn generate_stored(kernel: &Kernel, storage: &BufferStorage) -> Result<PtxKernel, PtxError> {
+    generate_for(kernel, storage, Target::Sm80)
+}
+
+/// [`generate_stored`] for `target`: on [`Target::Sm90a`], matmuls of two halves whose rows
+/// are 16-byte aligned run on warpgroups (`wgmma`) unless `GT_WGMMA=0`.
+pub fn generate_for(kernel: &Kernel, storage: &BufferStorage, target: Target) -> Result<PtxKernel, PtxError> {
     gt_ir::kernel::validate(kernel)?;
     if storage.inputs.len() != kernel.num_inputs() {
         return Err(PtxError::StorageCount { expected: kernel.num_inputs(), given: storage.inputs.len() });
@@ -113,6 +143,7 @@ pub fn generate_stored(kernel: &Kernel, storage: &BufferStorage) -> Result<PtxKe
     match kernel {
         Kernel::Map(k) if k.is_row_kernel() => rows::rows(k, storage),
         Kernel::Map(k) => map::map(k, storage),
+        Kernel::MatMul(k) if target == Target::Sm90a && wgmma::applies(k, storage) => wgmma::matmul(k, storage),
         Kernel::MatMul(k) if mma::applies(k, storage) => mma::matmul(k, storage),
         Kernel::MatMul(k) => matmul::matmul(k, storage),
     }
