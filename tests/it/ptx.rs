@@ -140,6 +140,10 @@ fn stored_kernels() -> Vec<(Kernel, BufferStorage)> {
     odd.k = 509;
     odd.lhs = Access { offset: 0, strides: vec![509, 1] };
     out.push((Kernel::MatMul(odd.clone()), all(&Kernel::MatMul(odd), Storage::F16)));
+    // TF32 (f32 buffers), which Hopper runs on warpgroups after transposing B.
+    let mut tf32 = mm.clone();
+    tf32.precision = gt_ir::kernel::Precision::Tf32;
+    out.push((Kernel::MatMul(tf32), BufferStorage::f32(3)));
     let mut batched = mm;
     batched.batch = vec![3];
     batched.lhs = Access { offset: 0, strides: vec![256 * 512, 1, 256] };
@@ -198,9 +202,14 @@ fn every_kernel_of_the_filetests_assembles_for_sm80_and_sm90() {
             std::fs::write(&path, hopper).unwrap();
             files.push((path, format!("{k}\nstorage {s:?}, for sm_90a"), &["sm_90a"]));
         }
+        if let Some(t) = ptx::transposed_rhs(k, s, ptx::Target::Sm90a) {
+            let path = dir.join(format!("k{i}_sm90a_transposed.ptx"));
+            std::fs::write(&path, ptx::generate_for(&t.matmul, s, ptx::Target::Sm90a).unwrap().text).unwrap();
+            files.push((path, format!("{}\nstorage {s:?}, for sm_90a", t.matmul), &["sm_90a"]));
+        }
     }
     let wgmma = files.iter().filter(|f| f.2 == ["sm_90a"]).count();
-    assert!(wgmma >= 4, "only {wgmma} kernels take wgmma on sm_90a");
+    assert!(wgmma >= 6, "only {wgmma} kernels take wgmma on sm_90a");
     let failures: Vec<String> = std::thread::scope(|s| {
         let chunks: Vec<_> = files
             .chunks(files.len().div_ceil(4))

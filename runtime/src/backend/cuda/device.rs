@@ -449,7 +449,45 @@ impl CudaBackend {
         }
     }
 
+    /// Compiles what [`CudaBackend::launch`] will run for `kernel`.
+    fn prepare(&mut self, op: &'static str, kernel: &Kernel, storage: &BufferStorage) -> Result<(), RuntimeError> {
+        match ptx::transposed_rhs(kernel, storage, self.target) {
+            Some(t) => {
+                self.compiled(op, &t.transpose, &BufferStorage::f32(1))?;
+                self.compiled(op, &t.matmul, storage)?;
+            }
+            None => {
+                self.compiled(op, kernel, storage)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `kernel`: one launch, or on Hopper a TF32 matmul of a row-major B as a transpose
+    /// of B into a pooled temporary and the matmul reading it ([`ptx::transposed_rhs`]).
     fn launch(
+        &mut self,
+        op: &'static str,
+        kernel: &Kernel,
+        storage: &BufferStorage,
+        out: Buffer,
+        inputs: &[Buffer],
+    ) -> Result<(), RuntimeError> {
+        let Some(t) = ptx::transposed_rhs(kernel, storage, self.target) else {
+            return self.launch_one(op, kernel, storage, out, inputs);
+        };
+        let temp = self.alloc(op, t.elements * Storage::F32.bytes())?;
+        let mut buffers = inputs.to_vec();
+        buffers[1] = temp;
+        let result = self
+            .launch_one(op, &t.transpose, &BufferStorage::f32(1), temp, &inputs[1..2])
+            .and_then(|()| self.launch_one(op, &t.matmul, storage, out, &buffers));
+        // Stream order: the pool hands the temporary out again only to later work.
+        self.release(temp);
+        result
+    }
+
+    fn launch_one(
         &mut self,
         op: &'static str,
         kernel: &Kernel,
@@ -631,9 +669,7 @@ impl CudaBackend {
         // Compile first: a kernel that cannot be generated fails before any allocation.
         for (step, storage) in steps.iter().zip(&storage) {
             match step {
-                Step::Launch { kernel, .. } => {
-                    self.compiled(op, kernel, &storage[0])?;
-                }
+                Step::Launch { kernel, .. } => self.prepare(op, kernel, &storage[0])?,
                 Step::TwoPass { first, second, .. } => {
                     self.compiled(op, first, &storage[0])?;
                     self.compiled(op, second, &storage[1])?;

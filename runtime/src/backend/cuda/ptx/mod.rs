@@ -34,6 +34,7 @@ mod rows;
 mod wgmma;
 
 pub use matmul::Tiling;
+pub use wgmma::TransposedRhs;
 
 use gt_ir::kernel::{BufferStorage, Kernel};
 use thiserror::Error;
@@ -146,6 +147,16 @@ pub fn generate_for(kernel: &Kernel, storage: &BufferStorage, target: Target) ->
         Kernel::MatMul(k) if target == Target::Sm90a && wgmma::applies(k, storage) => wgmma::matmul(k, storage),
         Kernel::MatMul(k) if mma::applies(k, storage) => mma::matmul(k, storage),
         Kernel::MatMul(k) => matmul::matmul(k, storage),
+    }
+}
+
+/// How `kernel` runs on `target` when not as one kernel: on Hopper a TF32 matmul whose B is
+/// row-major copies B transposed first, so that warpgroups (which take TF32 operands with
+/// k fastest only) multiply it.
+pub fn transposed_rhs(kernel: &Kernel, storage: &BufferStorage, target: Target) -> Option<TransposedRhs> {
+    match kernel {
+        Kernel::MatMul(k) if target == Target::Sm90a => wgmma::transposed_rhs(k, storage),
+        _ => None,
     }
 }
 
