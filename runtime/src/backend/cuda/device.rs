@@ -487,6 +487,7 @@ impl CudaBackend {
         result
     }
 
+    /// One launch of `kernel` on the stream, compiled first if new.
     fn launch_one(
         &mut self,
         op: &'static str,
