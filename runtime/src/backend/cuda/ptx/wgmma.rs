@@ -16,6 +16,7 @@ use super::matmul::{block_setup, check_sizes, grid, store, Block, Product};
 use super::mma::{inputs_of, load_stage, Inputs, Loads, Operand, Plan};
 use super::{PtxError, PtxKernel};
 use gt_ir::kernel::{row_major_strides, Access, BufferStorage, Kernel, MapKernel, MatMulKernel, Node, Storage};
+
 /// A swizzled row (the swizzle's width), in bytes; 8 rows make the swizzle's 1024-byte atom.
 const ROW: usize = 128;
 const ATOM: usize = 8 * ROW;
