@@ -12,14 +12,8 @@ fn types_of<'a>(inputs: &'a [&'a Tensor]) -> impl Fn(ValueId) -> Result<TensorTy
     move |v| inputs.iter().find(|t| t.id() == v).map(|t| t.ty().clone()).ok_or(TypeError::UnknownValue(v))
 }
 
-/// Runs an instruction over `inputs` (at least one), giving one tensor per result; records
-/// `grad` for each result when gradients flow.
-fn apply_multi(
-    inputs: &[&Tensor],
-    results: usize,
-    make: impl FnOnce(Vec<ValueId>) -> Instr,
-    grad: impl Fn(usize, &TensorType) -> Option<GradOp>,
-) -> Result<Vec<Tensor>> {
+/// The runtime all `inputs` (at least one) belong to, or the misuse of mixing two.
+fn context_of(inputs: &[&Tensor]) -> Result<Rc<super::Context>> {
     let ctx = inputs[0].ctx();
     if let Some(other) = inputs.iter().find(|t| !Rc::ptr_eq(&t.ctx(), &ctx)) {
         let misuse = Misuse::OtherRuntime {
@@ -30,34 +24,71 @@ fn apply_multi(
         };
         return Err(TensorError::invalid("op", misuse));
     }
+    Ok(ctx)
+}
+
+/// Whether the results of an op over `inputs` get autograd nodes.
+fn tracked(ctx: &super::Context, inputs: &[&Tensor]) -> bool {
+    ctx.is_grad_enabled() && inputs.iter().any(|t| t.requires_grad())
+}
+
+/// The tensor of result `dst` (of type `ty`) of instruction `op` over `inputs`, with its
+/// autograd node when `grad` is given.
+fn result(
+    ctx: &Rc<super::Context>,
+    inputs: &[&Tensor],
+    (op, dst, ty): (&'static str, ValueId, TensorType),
+    grad: Option<GradOp>,
+) -> Tensor {
+    let node = grad.map(|g| {
+        let node = GradNode::new(ctx, g, op, inputs, dst, ty.clone());
+        ctx.record(&node);
+        node
+    });
+    let t = Tensor::wrap(ctx.clone(), dst, ty, node.clone());
+    if let Some(n) = &node {
+        n.set_output(&t);
+    }
+    t
+}
+
+/// Runs an instruction over `inputs` (at least one), giving one tensor per result; records
+/// `grad` for each result when gradients flow.
+fn apply_multi(
+    inputs: &[&Tensor],
+    results: usize,
+    make: impl FnOnce(Vec<ValueId>) -> Instr,
+    grad: impl Fn(usize, &TensorType) -> Option<GradOp>,
+) -> Result<Vec<Tensor>> {
+    let ctx = context_of(inputs)?;
     let dsts: Vec<ValueId> = (0..results).map(|_| ctx.fresh_id()).collect();
     let instr = make(dsts.clone());
     let op = instr.mnemonic();
     let types = shape::infer(&instr, &types_of(inputs)).map_err(|source| TensorError::Type { op, source })?;
     ctx.submit(&instr)?;
-    let track = ctx.is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
+    let track = tracked(&ctx, inputs);
     Ok(dsts
         .into_iter()
         .zip(types)
         .enumerate()
         .map(|(i, (dst, ty))| {
-            let node = if track { grad(i, &ty) } else { None }.map(|g| {
-                let node = GradNode::new(&ctx, g, op, inputs, dst, ty.clone());
-                ctx.record(&node);
-                node
-            });
-            let t = Tensor::wrap(ctx.clone(), dst, ty, node.clone());
-            if let Some(n) = &node {
-                n.set_output(&t);
-            }
-            t
+            let grad = if track { grad(i, &ty) } else { None };
+            result(&ctx, inputs, (op, dst, ty), grad)
         })
         .collect())
 }
 
+/// [`apply_multi`] for an instruction of one result (no lists to build: the small-op path).
 fn apply(inputs: &[&Tensor], make: impl FnOnce(ValueId) -> Instr, grad: Option<GradOp>) -> Result<Tensor> {
-    let mut out = apply_multi(inputs, 1, |d| make(d[0]), |_, _| grad.clone())?;
-    Ok(out.remove(0))
+    let ctx = context_of(inputs)?;
+    let dst = ctx.fresh_id();
+    let instr = make(dst);
+    let op = instr.mnemonic();
+    let mut types = shape::infer(&instr, &types_of(inputs)).map_err(|source| TensorError::Type { op, source })?;
+    ctx.submit(&instr)?;
+    let ty = types.swap_remove(0);
+    let grad = grad.filter(|_| tracked(&ctx, inputs));
+    Ok(result(&ctx, inputs, (op, dst, ty), grad))
 }
 
 /// One method per elementwise op of one operand, named by its mnemonic (called with the
