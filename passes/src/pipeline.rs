@@ -350,9 +350,11 @@ impl Default for Pipeline {
 /// An instruction out of a pipeline, with its meta.
 pub type Emitted = (Instr, Meta);
 
-/// Spare buffers a pipeline keeps between instructions, and the capacity each keeps.
+/// Spare buffers a pipeline keeps between instructions.
 const SPARE_BUFFERS: usize = 8;
-const SPARE_CAPACITY: usize = 64;
+/// The capacity each spare buffer keeps (also what the dispatcher keeps of the buffer a
+/// pipeline emits into): a burst's buffers are kept, not its peak.
+pub const SPARE_CAPACITY: usize = 64;
 
 impl Pipeline {
     /// A pipeline with no passes: instructions go through typed and unchanged.

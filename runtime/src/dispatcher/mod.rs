@@ -708,7 +708,7 @@ impl Dispatcher {
         let mut out = std::mem::take(&mut self.emitted);
         client.pipeline.run(instr, seq, &mut out);
         self.route_emitted(c, out.drain(..));
-        out.shrink_to(64);
+        out.shrink_to(gt_passes::pipeline::SPARE_CAPACITY);
         self.emitted = out;
     }
 

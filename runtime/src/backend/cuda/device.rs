@@ -192,7 +192,7 @@ impl CudaBackend {
             device_name,
             cache: KernelCache::from_env(),
             cache_key,
-            target: ptx::Target::of(major, minor),
+            target: ptx::Target::of(major, minor, std::env::var("GT_WGMMA").map_or(true, |v| v != "0")),
             staging: None,
             pinned: std::env::var("GT_PINNED").map_or(true, |v| v != "0"),
             stream,

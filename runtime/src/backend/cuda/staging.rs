@@ -25,20 +25,15 @@ pub(super) struct Staging {
 }
 
 impl Staging {
-    /// Allocates the chunks and their events (in the current context).
+    /// Allocates the chunks and their events (in the current context). On an error, what was
+    /// made is freed as the half-made value drops (the rest is null).
     pub(super) fn new() -> CudaResult<Staging> {
-        let mut chunks = [(std::ptr::null_mut(), std::ptr::null_mut()); 2];
-        for (i, (host, event)) in chunks.iter_mut().enumerate() {
-            let made = check(unsafe { cu::cuMemAllocHost_v2(host, CHUNK) }).and_then(|_| {
-                check(unsafe { cu::cuEventCreate(event, cu::CUevent_flags_enum::CU_EVENT_DISABLE_TIMING as u32) })
-            });
-            if let Err(e) = made {
-                // Free what was made, this chunk's allocation included.
-                Staging { chunks }.release(i + 1);
-                return Err(e);
-            }
+        let mut staging = Staging { chunks: [(std::ptr::null_mut(), std::ptr::null_mut()); 2] };
+        for (host, event) in &mut staging.chunks {
+            check(unsafe { cu::cuMemAllocHost_v2(host, CHUNK) })?;
+            check(unsafe { cu::cuEventCreate(event, cu::CUevent_flags_enum::CU_EVENT_DISABLE_TIMING as u32) })?;
         }
-        Ok(Staging { chunks })
+        Ok(staging)
     }
 
     /// Copies `data` to device memory at `dst` on `stream`, a chunk at a time. Returns once
@@ -90,10 +85,12 @@ impl Staging {
         }
         Ok(())
     }
+}
 
-    /// Frees the first `made` chunks and events (waiting for their copies first).
-    fn release(&mut self, made: usize) {
-        for (host, event) in self.chunks.iter_mut().take(made) {
+impl Drop for Staging {
+    /// Frees the chunks and events that were made (waiting for their copies first).
+    fn drop(&mut self) {
+        for (host, event) in &mut self.chunks {
             if !event.is_null() {
                 unsafe {
                     cu::cuEventSynchronize(*event);
@@ -103,14 +100,6 @@ impl Staging {
             if !host.is_null() {
                 unsafe { cu::cuMemFreeHost(*host) };
             }
-            *host = std::ptr::null_mut();
-            *event = std::ptr::null_mut();
         }
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        self.release(2);
     }
 }

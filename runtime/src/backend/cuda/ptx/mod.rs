@@ -60,9 +60,10 @@ pub enum Target {
 }
 
 impl Target {
-    /// The target for a device of compute capability `major.minor`.
-    pub fn of(major: i32, minor: i32) -> Target {
-        if (major, minor) == (9, 0) {
+    /// The target for a device of compute capability `major.minor`; `wgmma` off
+    /// (`GT_WGMMA=0`, its matmuls on `mma.sync`) gives [`Target::Sm80`] everywhere.
+    pub fn of(major: i32, minor: i32, wgmma: bool) -> Target {
+        if wgmma && (major, minor) == (9, 0) {
             Target::Sm90a
         } else {
             Target::Sm80
@@ -135,7 +136,7 @@ pub fn generate_stored(kernel: &Kernel, storage: &BufferStorage) -> Result<PtxKe
 }
 
 /// [`generate_stored`] for `target`: on [`Target::Sm90a`], matmuls of two halves whose rows
-/// are 16-byte aligned run on warpgroups (`wgmma`) unless `GT_WGMMA=0`.
+/// are 16-byte aligned run on warpgroups (`wgmma`).
 pub fn generate_for(kernel: &Kernel, storage: &BufferStorage, target: Target) -> Result<PtxKernel, PtxError> {
     gt_ir::kernel::validate(kernel)?;
     if storage.inputs.len() != kernel.num_inputs() {

@@ -133,11 +133,10 @@ impl WgTile {
 }
 
 /// What this matmul multiplies here, if it runs here: two halves of one type or TF32, A's
-/// rows contiguous and aligned along k, B's along n (halves) or k; `GT_WGMMA` not `0`.
+/// rows contiguous and aligned along k, B's along n (halves) or k.
 fn operands(k: &MatMulKernel, storage: &BufferStorage) -> Option<Operands> {
     let inputs = inputs_of(k, storage)?;
-    let on = std::env::var("GT_WGMMA").map_or(true, |v| v != "0");
-    if !on || Plan::lhs(k, inputs) != Plan::Async {
+    if Plan::lhs(k, inputs) != Plan::Async {
         return None;
     }
     let b = if k_major_rhs(k, inputs) {
