@@ -274,7 +274,7 @@ pub fn run_worker(
     options: &WorkerOptions,
 ) -> Result<(), WorkerError> {
     // The backend first: a worker that cannot execute should not register.
-    crate::backend::cpu::threads::use_threads(options.threads)?;
+    crate::backend::cpu::threads::use_threads(options.threads, options.spin)?;
     let mut backend = options.backend.start(
         options.max_tensor_bytes,
         options.memory_budget,

@@ -1,17 +1,19 @@
-//! The CPU worker's threads: a `rayon` pool per worker thread (embedded workers each get
-//! their share of the machine's cores), used to split large work: the matrix product
-//! (`sgemm`: rows or columns of the result per thread), the interpreter's elementwise
-//! loops (chunks, through `ndarray`'s parallel `Zip`) and the JIT's map kernels (ranges of
-//! their outer axis, [`run_parts`]). Small work stays on the calling
-//! thread: waking the pool costs more than it saves below [`PARALLEL_MIN_FLOPS`] and
-//! [`PARALLEL_MIN_ELEMENTS`].
+//! The CPU worker's threads (embedded workers each get their share of the machine's cores),
+//! used to split large work: a team (`micropool`: the worker's thread and spinning helpers)
+//! for the matrix product (`sgemm`: rows or columns of the result per thread) and the JIT's
+//! kernels (ranges of their outer axis, [`run_parts`]), and a `rayon` pool for the
+//! interpreter's elementwise loops (chunks, through `ndarray`'s parallel `Zip`). Small work
+//! stays on the calling thread: splitting costs more than it saves below
+//! [`PARALLEL_MIN_FLOPS`] and [`PARALLEL_MIN_ELEMENTS`].
 
 use std::cell::RefCell;
 use std::sync::Arc;
 
-/// Products of fewer multiply-adds than this run on the calling thread (measured on the
-/// 2-core VM: `sgemm` 256³ is as fast alone as split; 512³ is 1.7x faster split).
-pub const PARALLEL_MIN_FLOPS: usize = 1 << 25;
+/// Products of fewer multiply-adds than this (about 25 µs on one core) run on the calling
+/// thread. Measured on the 2-core VM with the team: 128³ (2M) 54 µs alone, 32 µs split;
+/// the MLP's 64x784x256 351 µs alone, 188 µs split (a `rayon` scope took 290 µs there,
+/// its wake-ups costing as much as the split saved below 256³).
+pub const PARALLEL_MIN_FLOPS: usize = 1 << 20;
 
 /// Elementwise results with fewer elements than this are computed on the calling thread
 /// (measured on the 2-core VM, where waking a pool thread costs tens of µs: splitting the
@@ -34,7 +36,10 @@ const MIN_BLOCK: usize = 256;
 pub const K_BLOCK: usize = 1 << 28;
 
 thread_local! {
+    /// Where `ndarray`'s parallel loops split (large elementwise ops, [`elementwise`]).
     static POOL: RefCell<Option<Arc<rayon::ThreadPool>>> = const { RefCell::new(None) };
+    /// Where products and compiled kernels split ([`run_parts`]).
+    static TEAM: RefCell<Option<Arc<micropool::ThreadPool>>> = const { RefCell::new(None) };
 }
 
 /// Why a pool could not start.
@@ -47,21 +52,57 @@ pub struct ThreadsError {
     pub source: rayon::ThreadPoolBuildError,
 }
 
+/// How long a compute thread of the team waits, spinning, for the worker's next split before
+/// it sleeps (when waits spin at all: `GT_SPIN_US` > 0). Longer than a message wait: the
+/// splits of a training step come a few hundred µs apart, and a sleeping thread woken
+/// through the kernel costs 20-100 µs on a VM (more than the split saves on a 64-row
+/// product). As OpenMP's `KMP_BLOCKTIME`, only shorter (OpenMP spins 200 ms).
+pub const TEAM_SPIN: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// Gives the calling thread (a worker) `threads` compute threads; 1 (or 0) keeps all work
-/// on it.
-pub fn use_threads(threads: usize) -> Result<(), ThreadsError> {
-    let pool = if threads > 1 {
+/// on it. `spin`: how long its waits spin before they sleep (zero: the team's threads sleep
+/// as soon as they have nothing to do; else they spin [`TEAM_SPIN`]).
+pub fn use_threads(threads: usize, spin: std::time::Duration) -> Result<(), ThreadsError> {
+    let (pool, team) = if threads > 1 {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("gt-compute-{i}"))
             .build()
             .map_err(|source| ThreadsError { threads, source })?;
-        Some(Arc::new(pool))
+        // The team: the calling thread and `threads - 1` helpers.
+        let spins = if spin.is_zero() { 0 } else { spin_loops(TEAM_SPIN) };
+        let team = micropool::ThreadPoolBuilder::default()
+            .num_threads(threads - 1)
+            .idle_spin_cycles(spins)
+            .spawn_handler(|i, body| {
+                std::thread::Builder::new()
+                    .name(format!("gt-team-{i}"))
+                    .spawn(body)
+                    .expect("the rayon pool's threads of this worker started, so can its team's")
+            })
+            .build();
+        (Some(Arc::new(pool)), Some(Arc::new(team)))
     } else {
-        None
+        (None, None)
     };
     POOL.with(|p| *p.borrow_mut() = pool);
+    TEAM.with(|p| *p.borrow_mut() = team);
     Ok(())
+}
+
+/// How many `spin_loop` hints take about `time` on this CPU (a pause costs 1-40 ns depending
+/// on the core; measured once per process).
+fn spin_loops(time: std::time::Duration) -> usize {
+    static NANOS_PER_LOOP: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    let per = *NANOS_PER_LOOP.get_or_init(|| {
+        const LOOPS: u32 = 4096;
+        let start = std::time::Instant::now();
+        for _ in 0..LOOPS {
+            std::hint::spin_loop();
+        }
+        (start.elapsed().as_nanos() as f64 / f64::from(LOOPS)).max(0.5)
+    });
+    (time.as_nanos() as f64 / per) as usize
 }
 
 /// The calling thread's compute threads (1: none but itself).
@@ -92,18 +133,37 @@ pub fn loop_parts(extent: usize, elements: usize) -> usize {
     }
 }
 
-/// Runs `part(0..parts)` on the calling thread's pool (here, in order, without one) and
-/// returns when all are done.
+/// Runs `part(0..parts)` on the calling thread and its team (here, in order, without one)
+/// and returns when all are done. The calling thread computes parts too, and the team's
+/// threads spin between splits, so a split costs about a µs instead of the two kernel
+/// wake-ups a `rayon` scope entered from outside its pool costs. A part that panics does not
+/// take the process down: the panic is carried to the caller once every part is done.
 pub fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
-    let pool = POOL.with(|p| p.borrow().clone());
-    match pool {
-        Some(pool) if parts > 1 => pool.scope(|s| {
-            for i in 0..parts {
-                let part = &part;
-                s.spawn(move |_| part(i));
+    let team = TEAM.with(|p| p.borrow().clone());
+    match team {
+        Some(team) if parts > 1 => {
+            let panicked = std::sync::Mutex::new(None);
+            let guarded = |i: usize| {
+                if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| part(i))) {
+                    panicked.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(payload);
+                }
+            };
+            split(&team, 0, parts, &guarded);
+            if let Some(payload) = panicked.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                std::panic::resume_unwind(payload);
             }
-        }),
+        }
         _ => (0..parts).for_each(part),
+    }
+}
+
+/// Parts `lo..hi` by halves: `micropool` joins two closures at a time (the caller takes one).
+fn split(team: &micropool::ThreadPool, lo: usize, hi: usize, part: &(impl Fn(usize) + Sync)) {
+    if hi - lo == 1 {
+        part(lo)
+    } else {
+        let mid = lo + (hi - lo) / 2;
+        team.join(|| split(team, lo, mid, part), || split(team, mid, hi, part));
     }
 }
 
@@ -221,6 +281,8 @@ impl Sgemm {
 mod tests {
     use super::*;
 
+    const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+
     /// `c = a b` on this thread's pool and directly, for an `a` given transposed or not.
     fn both(m: usize, k: usize, n: usize, a_transposed: bool) -> (Vec<f32>, Vec<f32>) {
         let a: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1009) as f32 / 1009.0 - 0.5).collect();
@@ -261,7 +323,7 @@ mod tests {
 
     #[test]
     fn a_split_product_is_bit_for_bit_the_whole_one() {
-        use_threads(2).unwrap();
+        use_threads(2, SPIN).unwrap();
         assert_eq!(threads(), 2);
         // Split by rows, by columns (more columns than rows), with a transposed operand,
         // with ragged parts; and a small one that stays whole.
@@ -272,8 +334,37 @@ mod tests {
         }
         assert_eq!((parts(600, 90_000_000, 2), parts(40, 56_000_000, 2), parts(8, 512, 2)), (2, 1, 1));
         assert_eq!(parts(700, 56_000_000, 2), 2);
-        use_threads(1).unwrap();
+        use_threads(1, SPIN).unwrap();
         assert_eq!(threads(), 1);
+    }
+
+    #[test]
+    fn every_part_runs_once_and_a_panicking_part_reaches_the_caller() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use_threads(3, SPIN).unwrap();
+        let runs: Vec<AtomicUsize> = (0..7).map(|_| AtomicUsize::new(0)).collect();
+        run_parts(7, |i| {
+            runs[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+        // A panic in a part (on the team's thread or this one) unwinds here, after the
+        // other parts ran, instead of aborting the process.
+        let done = AtomicUsize::new(0);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_parts(4, |i| {
+                assert_ne!(i, 2, "part 2 fails");
+                done.fetch_add(1, Ordering::Relaxed);
+            })
+        }));
+        let message = caught.expect_err("the panic reaches the caller");
+        assert!(message.downcast_ref::<String>().is_some_and(|m| m.contains("part 2 fails")));
+        assert_eq!(done.load(Ordering::Relaxed), 3);
+        // The team still works afterwards.
+        run_parts(2, |i| {
+            runs[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(runs[1].load(Ordering::Relaxed), 2);
+        use_threads(1, SPIN).unwrap();
     }
 
     #[test]
@@ -284,11 +375,11 @@ mod tests {
         let x = ndarray::ArrayD::from_shape_fn(vec![n], |i| (i[0] % 1013) as f32 / 101.0 - 5.0);
         let y = ndarray::ArrayD::from_shape_fn(vec![1], |_| 0.75f32);
         let run = || (unary(UnaryOp::Tanh, &x), binary(BinaryOp::Pow, &x.view(), &y.view(), &[n]));
-        use_threads(1).unwrap();
+        use_threads(1, SPIN).unwrap();
         let alone = run();
-        use_threads(2).unwrap();
+        use_threads(2, SPIN).unwrap();
         let split = run();
-        use_threads(1).unwrap();
+        use_threads(1, SPIN).unwrap();
         let bits = |t: &ndarray::ArrayD<f32>| t.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!((bits(&split.0), bits(&split.1)), (bits(&alone.0), bits(&alone.1)));
     }

@@ -914,7 +914,7 @@ fn kernels_split_over_threads_give_the_same_bits() {
         let Kernel::Map(m) = k else { unreachable!("samples are maps") };
         let inputs: Vec<&[f32]> = m.inputs.iter().map(|_| &x[..]).collect();
         let run = |threads| {
-            use_threads(threads).unwrap();
+            use_threads(threads, std::time::Duration::ZERO).unwrap();
             let mut out = vec![0f32; n];
             jit().run(k, &inputs, &mut out).unwrap();
             out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
@@ -922,9 +922,9 @@ fn kernels_split_over_threads_give_the_same_bits() {
         let (alone, split) = (run(1), run(2));
         assert!(alone == split, "{}", k.kind());
         let randn = m.nodes.iter().any(|n| matches!(n, Node::Randn { .. }));
-        use_threads(2).unwrap();
+        use_threads(2, std::time::Duration::ZERO).unwrap();
         assert_eq!(super::split_outer(m).len(), if randn { 1 } else { 2 }, "{}", k.kind());
-        use_threads(1).unwrap();
+        use_threads(1, std::time::Duration::ZERO).unwrap();
     }
 }
 
@@ -1101,14 +1101,14 @@ fn tiles_split_over_threads_give_the_same_bits() {
     ];
     let k = map(&[n], vec![Access::contiguous(&[n])], nodes, Access::contiguous(&[n]));
     let run = |threads, tiles: bool| {
-        use_threads(threads).unwrap();
+        use_threads(threads, std::time::Duration::ZERO).unwrap();
         let mut out = vec![UNWRITTEN; n];
         let mut jit = if tiles { Jit::new().unwrap() } else { jit() };
         jit.run(&k, &[&x], &mut out).unwrap();
         out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
     };
     let (alone, split, compiled) = (run(1, true), run(2, true), run(1, false));
-    use_threads(1).unwrap();
+    use_threads(1, std::time::Duration::ZERO).unwrap();
     assert!(alone == split && alone == compiled);
 }
 
