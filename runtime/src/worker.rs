@@ -603,12 +603,14 @@ mod tests {
     thread_local! {
         // `const` and without a destructor, so the allocator may touch it at any time.
         static COUNT: Cell<Option<u64>> = const { Cell::new(None) };
+        static BYTES: Cell<u64> = const { Cell::new(0) };
     }
 
-    fn note() {
+    fn note(bytes: usize) {
         let _ = COUNT.try_with(|c| {
             if let Some(n) = c.get() {
                 c.set(Some(n + 1));
+                let _ = BYTES.try_with(|b| b.set(b.get() + bytes as u64));
             }
         });
     }
@@ -617,14 +619,14 @@ mod tests {
     // SAFETY: forwards every call to `System` unchanged.
     unsafe impl GlobalAlloc for Counting {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            note();
+            note(layout.size());
             unsafe { System.alloc(layout) }
         }
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
             unsafe { System.dealloc(ptr, layout) }
         }
         unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-            note();
+            note(new_size);
             unsafe { System.realloc(ptr, layout, new_size) }
         }
     }
@@ -634,10 +636,17 @@ mod tests {
 
     /// `f`'s result and how many allocations this thread made while it ran.
     fn counted<R>(f: impl FnOnce() -> R) -> (R, u64) {
+        let (r, n, _) = counted_bytes(f);
+        (r, n)
+    }
+
+    /// `f`'s result, how many allocations this thread made while it ran and their bytes.
+    fn counted_bytes<R>(f: impl FnOnce() -> R) -> (R, u64, u64) {
+        BYTES.with(|b| b.set(0));
         COUNT.with(|c| c.set(Some(0)));
         let r = f();
         let n = COUNT.with(|c| c.replace(None)).unwrap_or(0);
-        (r, n)
+        (r, n, BYTES.with(Cell::get))
     }
 
     /// A batch of `n` small ops as a training loop issues them: `neg` of a one-element
@@ -681,5 +690,49 @@ mod tests {
         println!("{allocations} allocations for {n} small ops and their frees: {per_op} per op");
         // The result's data, and nothing else: types, operand and result lists are inline.
         assert_eq!(allocations, u64::from(n), "{per_op} allocations per small op");
+    }
+
+    #[test]
+    fn large_results_are_computed_in_place_not_copied_after() {
+        // A product, an elementwise op and a reduction of f32 values: each allocates its
+        // result's bytes once (a result copied after it was computed, or zeroed before a
+        // product that writes all of it, shows up as twice that).
+        let options = WorkerOptions::named("bytes-test");
+        let mut backend =
+            options.backend.start(options.max_tensor_bytes, 1 << 30, options.matmul_precision, false).unwrap();
+        let ctx = gt_transport::zmq::Context::new();
+        let endpoint = Endpoint::Inproc("bytes-test".into());
+        let mut net =
+            ZmqCollectives::bind(&ctx, &endpoint, "bytes-test", Duration::from_secs(1), 1 << 20, None).unwrap();
+        let (rows, k, cols) = (256usize, 64usize, 512usize);
+        for (id, (r, c)) in [(0, (rows, k)), (1, (k, cols)), (2, (rows, cols))] {
+            let ty = TensorType::new(gt_ir::DType::F32, Shape::new(vec![r, c]));
+            backend.write(ValueId(id), ty, Elements::F32((0..r * c).map(|i| (i % 7) as f32).collect())).unwrap();
+        }
+        let (watch, dropped, mut stats) = (Watch::new(), HashSet::new(), Stats::default());
+        let watching = Watching { watch: &watch, timeout: None, epoch: Instant::now() };
+        let result_bytes = (rows * cols * 4) as u64;
+        let v = ValueId;
+        for instr in [
+            Instr::MatMul { dst: v(3), lhs: v(0), rhs: v(1) },
+            Instr::Binary {
+                dst: v(4),
+                op: gt_ir::BinaryOp::Sub,
+                lhs: gt_ir::Operand::Value(v(2)),
+                rhs: gt_ir::Operand::Value(v(3)),
+            },
+            Instr::Unary { dst: v(5), op: UnaryOp::Neg, src: v(4) },
+        ] {
+            let name = instr.mnemonic();
+            let mut instrs = vec![instr];
+            let batch = BatchRef { instrs: &mut instrs, exchanges: &[], owners: &[], dropped: &dropped };
+            let (failures, _, bytes) =
+                counted_bytes(|| execute_batch((backend.as_mut(), &mut net), &mut stats, batch, &watching, None));
+            assert!(failures.is_empty(), "{failures:?}");
+            assert!(
+                (result_bytes..result_bytes + result_bytes / 2).contains(&bytes),
+                "{name}: {bytes} bytes allocated for a {result_bytes}-byte result"
+            );
+        }
     }
 }

@@ -218,7 +218,7 @@ impl Interpreter {
             let mut out = Tensor::zeros(dims);
             let slice = out.as_slice_mut().unwrap_or(&mut []);
             super::kernels::run(kernel, &inputs, slice).map_err(|e| super::kernels::failed(op, e))?;
-            return Ok(Value::F32(out).cast(ty.dtype));
+            return Ok(Value::F32(out).into_dtype(ty.dtype));
         };
         let not_stored = |dtype| RuntimeError::Type { op, source: TypeError::KernelDType { dtype } };
         let inputs = operands.iter().map(|v| v.stored().ok_or(not_stored(v.dtype()))).collect::<Result<Vec<_>, _>>()?;
@@ -270,7 +270,7 @@ impl Interpreter {
                 let count = Value::full(compute, &[], srcs.len() as f64);
                 acc = value::binary(BinaryOp::Div, &acc, &count, &dims, compute, compute);
             }
-            Ok(acc.cast(dtype))
+            Ok(acc.into_dtype(dtype))
         };
         Ok(match collective {
             CollectiveOp::Broadcast | CollectiveOp::Move => vec![self.get(op, srcs[0])?.clone(); types.len()],
@@ -304,15 +304,19 @@ impl Interpreter {
         let dtype = types.first().map_or(gt_ir::DType::F32, |t| t.dtype);
         let ty = |v: ValueId| self.type_of(v);
         let result = match instr {
-            Instr::Randn { seed, .. } => Value::F32(random_tensor(dims(), |i| random::normal(*seed, i))).cast(dtype),
-            Instr::Rand { seed, .. } => Value::F32(random_tensor(dims(), |i| random::uniform(*seed, i))).cast(dtype),
+            Instr::Randn { seed, .. } => {
+                Value::F32(random_tensor(dims(), |i| random::normal(*seed, i))).into_dtype(dtype)
+            }
+            Instr::Rand { seed, .. } => {
+                Value::F32(random_tensor(dims(), |i| random::uniform(*seed, i))).into_dtype(dtype)
+            }
             Instr::Zeros { .. } => Value::full(dtype, dims(), 0.0),
             Instr::Ones { .. } => Value::full(dtype, dims(), 1.0),
             Instr::Full { value, .. } => Value::full(dtype, dims(), *value),
             Instr::Arange { start, step, .. } => {
                 let n = dims().first().copied().unwrap_or(0);
                 let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
-                Value::from_elements(dims(), gt_ir::data::Elements::F64(values)).cast(dtype)
+                Value::from_elements(dims(), gt_ir::data::Elements::F64(values)).into_dtype(dtype)
             }
             Instr::Literal { data, .. } => Value::from_elements(dims(), data.clone()),
             Instr::Cast { src, .. } => self.get(op, *src)?.cast(dtype),

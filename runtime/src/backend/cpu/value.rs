@@ -211,6 +211,16 @@ impl Value {
         }
     }
 
+    /// The value converted to `dtype`, moved (not copied) when it already is: for results
+    /// computed in a wider type than they are kept in, most of them already kept in it.
+    pub(crate) fn into_dtype(self, dtype: DType) -> Value {
+        if self.dtype() == dtype {
+            self
+        } else {
+            self.cast(dtype)
+        }
+    }
+
     /// The value as `dtype`, borrowed when it already is.
     pub(crate) fn to(&self, dtype: DType) -> std::borrow::Cow<'_, Value> {
         if self.dtype() == dtype {
@@ -341,8 +351,10 @@ pub(crate) fn unary(op: UnaryOp, a: &Value, dtype: DType) -> Value {
     match &*a {
         Value::F32(a) => Value::F32(interp::unary(op, a)),
         Value::F64(a) => Value::F64(a.mapv(|x| op.apply_f64(x))),
-        Value::F16(_) | Value::BF16(_) => Value::F32(interp::unary(op, &a.f32())).cast(dtype),
-        Value::I64(_) | Value::I32(_) => Value::I64(a.i64().mapv(|x| op.apply_int(x).unwrap_or_default())).cast(dtype),
+        Value::F16(_) | Value::BF16(_) => Value::F32(interp::unary(op, &a.f32())).into_dtype(dtype),
+        Value::I64(_) | Value::I32(_) => {
+            Value::I64(a.i64().mapv(|x| op.apply_int(x).unwrap_or_default())).into_dtype(dtype)
+        }
         // The type rules give `bool` to no arithmetic op.
         Value::Bool(_) => a.into_owned(),
     }
@@ -395,7 +407,7 @@ pub(crate) fn binary(op: BinaryOp, a: &Value, b: &Value, dims: &[usize], compute
         }
     };
     // Comparisons computed 0 or 1; arithmetic narrows back (`i32` wraps, halves round).
-    out.cast(result)
+    out.into_dtype(result)
 }
 
 /// `where`: `on_true` where `cond`, else `on_false`, as `dtype` broadcast to `dims`.
@@ -429,7 +441,7 @@ pub(crate) fn reduce(op: ReduceOp, a: &Value, axes: &[usize], dims: &[usize], dt
     match a {
         // Halves accumulate in f32 (the f32 reduction sums in f64) and round once.
         Value::F32(_) | Value::F16(_) | Value::BF16(_) => {
-            Value::F32(interp::reduce(op, &a.f32(), axes, dims)).cast(dtype)
+            Value::F32(interp::reduce(op, &a.f32(), axes, dims)).into_dtype(dtype)
         }
         Value::F64(a) => Value::F64(rows(a, axes, dims, |row| match op {
             ReduceOp::Sum => row.iter().sum(),
@@ -445,7 +457,7 @@ pub(crate) fn reduce(op: ReduceOp, a: &Value, axes: &[usize], dims: &[usize], dt
                 // The type rules give integer means no operand.
                 ReduceOp::Sum | ReduceOp::Mean => row.iter().fold(0i64, |s, &x| s.wrapping_add(x)),
             });
-            Value::I64(out).cast(dtype)
+            Value::I64(out).into_dtype(dtype)
         }
     }
 }
@@ -470,7 +482,9 @@ fn rows<T: Copy + Default, R>(a: &ArrayD<T>, axes: &[usize], dims: &[usize], f: 
 /// the cancel mark between rows.
 pub(crate) fn matmul(a: &Value, b: &Value, dims: &[usize], dtype: DType) -> Result<Value, gt_ir::TypeError> {
     Ok(match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => Value::F32(interp::matmul(&a.f32(), &b.f32(), dims)?).cast(dtype),
+        DType::F32 | DType::F16 | DType::BF16 => {
+            Value::F32(interp::matmul(&a.f32(), &b.f32(), dims)?).into_dtype(dtype)
+        }
         DType::F64 => Value::F64(batched(&a.f64(), &b.f64(), dims, |x, y, mut c| {
             ndarray::linalg::general_mat_mul(1.0, &x, &y, 0.0, &mut c)
         })?),
@@ -493,7 +507,7 @@ pub(crate) fn matmul(a: &Value, b: &Value, dims: &[usize], dtype: DType) -> Resu
                     }
                 }
             })?)
-            .cast(dtype)
+            .into_dtype(dtype)
         }
     })
 }
@@ -531,7 +545,8 @@ pub(crate) fn batched<T: Copy + Default + 'static>(
             mm(x, y, c);
         }
     }
-    Ok(out.to_shape(dims).expect("the type rule kept the element count").as_standard_layout().into_owned())
+    // Row-major already: reshaping it moves the data, no copy.
+    Ok(out.into_shape_with_order(IxDyn(dims)).expect("the type rule kept the element count"))
 }
 
 #[cfg(test)]
