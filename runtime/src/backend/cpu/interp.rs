@@ -32,7 +32,6 @@ use gt_ir::{
     ValueId,
 };
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, CowArray, IxDyn, Zip};
-use rayon::prelude::*;
 use std::fmt;
 use std::sync::Arc;
 
@@ -511,7 +510,10 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Tensor {
     impl UnaryKernel<Tensor> for Map<'_> {
         fn call<F: Fn(f32) -> f32 + Copy + Send + Sync>(self, f: F) -> Tensor {
             let a = self.0;
-            threads::elementwise(a.len(), || Zip::from(a).par_map_collect(|&x| f(x)), || a.mapv(f))
+            match a.as_slice() {
+                Some(x) => from_vec(a.shape(), threads::filled(x.len(), |at, out| map_into(&x[at..], out, f))),
+                None => threads::elementwise(a.len(), || Zip::from(a).par_map_collect(|&x| f(x)), || a.mapv(f)),
+            }
         }
     }
     match op.def() {
@@ -524,22 +526,18 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Tensor {
     }
 }
 
-/// `f` over `a`'s elements in row-major order, split in chunks over the pool when large.
+/// `f` over `a`'s elements in row-major order, split in stretches over the team when large.
 fn map_slices(a: &Tensor, f: vmath::SliceFn) -> Tensor {
-    // Chunks big enough that handing one to a pool thread costs little beside it.
-    const CHUNK: usize = 1 << 16;
     let a = a.as_standard_layout();
     let x = a.as_slice().expect("a standard layout is one slice");
-    let fill = |parallel: bool| {
-        let mut out = vec![0.0; x.len()];
-        if parallel {
-            out.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(o, x)| f(x, o));
-        } else {
-            f(x, &mut out);
-        }
-        out
-    };
-    from_vec(a.shape(), threads::elementwise(x.len(), || fill(true), || fill(false)))
+    from_vec(a.shape(), threads::filled(x.len(), |at, out| f(&x[at..at + out.len()], out)))
+}
+
+/// `out[i] = f(x[i])` for each element of `out` (`x` at least as long).
+fn map_into(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32) {
+    for (o, &x) in out.iter_mut().zip(x) {
+        *o = f(x);
+    }
 }
 
 pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: &[usize]) -> Tensor {
@@ -549,17 +547,30 @@ pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f
             let Zipped(a, b, dims) = self;
             let zip = || Zip::from(broadcast(a, dims)).and(broadcast(b, dims));
             let n = dims.iter().product();
-            let serial = || match (Flat::of(a, dims), Flat::of(b, dims)) {
+            let compute = || match (Flat::of(a, dims), Flat::of(b, dims)) {
                 // Plain loops over slices, which the compiler vectorizes (`Zip` walks
                 // dynamic-rank arrays row by row with strides).
-                (Some(Flat::Whole(x)), Some(Flat::Whole(y))) => {
-                    from_vec(dims, x.iter().zip(y).map(|(&x, &y)| f(x, y)).collect())
+                (Some(Flat::Whole(x)), Some(Flat::Whole(y))) => from_vec(
+                    dims,
+                    threads::filled(n, |at, out| {
+                        for ((o, &x), &y) in out.iter_mut().zip(&x[at..]).zip(&y[at..]) {
+                            *o = f(x, y);
+                        }
+                    }),
+                ),
+                (Some(Flat::Whole(x)), Some(Flat::One(y))) => {
+                    from_vec(dims, threads::filled(n, |at, out| map_into(&x[at..], out, |x| f(x, y))))
                 }
-                (Some(Flat::Whole(x)), Some(Flat::One(y))) => from_vec(dims, x.iter().map(|&x| f(x, y)).collect()),
-                (Some(Flat::One(x)), Some(Flat::Whole(y))) => from_vec(dims, y.iter().map(|&y| f(x, y)).collect()),
-                _ => zip().map_collect(|&x, &y| f(x, y)),
+                (Some(Flat::One(x)), Some(Flat::Whole(y))) => {
+                    from_vec(dims, threads::filled(n, |at, out| map_into(&y[at..], out, |y| f(x, y))))
+                }
+                _ => threads::elementwise(
+                    n,
+                    || zip().par_map_collect(|&x, &y| f(x, y)),
+                    || zip().map_collect(|&x, &y| f(x, y)),
+                ),
             };
-            threads::elementwise(n, || zip().par_map_collect(|&x, &y| f(x, y)), serial)
+            compute()
         }
     }
     match op.def() {

@@ -15,10 +15,16 @@ use std::sync::Arc;
 /// its wake-ups costing as much as the split saved below 256³).
 pub const PARALLEL_MIN_FLOPS: usize = 1 << 20;
 
-/// Elementwise results with fewer elements than this are computed on the calling thread
-/// (measured on the 2-core VM, where waking a pool thread costs tens of µs: splitting the
-/// MLP's 200k-element SGD updates made its step 30% slower).
+/// Elementwise results with fewer elements than this are computed on the calling thread by
+/// `ndarray`'s strided loops, whose split runs on the `rayon` pool (measured on the 2-core
+/// VM, where waking a pool thread costs tens of µs: splitting the MLP's 200k-element SGD
+/// updates through it made its step 30% slower).
 pub const PARALLEL_MIN_ELEMENTS: usize = 1 << 20;
+
+/// Contiguous elementwise results (and compiled map kernels) with at least this many
+/// elements (256 KiB of f32, ~10 µs of a cheap op on one core) split over the team, whose
+/// split costs about a µs.
+pub const TEAM_MIN_ELEMENTS: usize = 1 << 16;
 
 /// Rows or columns each part of a split product has at least.
 const MIN_PART: usize = 32;
@@ -126,7 +132,7 @@ pub fn elementwise<R: Send>(elements: usize, parallel: impl FnOnce() -> R + Send
 /// pay, else 1.
 pub fn loop_parts(extent: usize, elements: usize) -> usize {
     let threads = threads();
-    if threads <= 1 || elements < PARALLEL_MIN_ELEMENTS {
+    if threads <= 1 || elements < TEAM_MIN_ELEMENTS {
         1
     } else {
         threads.min(extent).max(1)
@@ -155,6 +161,26 @@ pub fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
         }
         _ => (0..parts).for_each(part),
     }
+}
+
+/// `n` values written by `fill(start, out)` for consecutive stretches `out` of the result
+/// starting at element `start`: one stretch on the calling thread when small, else one per
+/// thread of the team. `fill` must give each element the same value whatever the stretch.
+pub fn filled(n: usize, fill: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
+    let mut out = vec![0.0; n];
+    let parts = if n < TEAM_MIN_ELEMENTS { 1 } else { threads() };
+    if parts <= 1 {
+        fill(0, &mut out);
+        return out;
+    }
+    let step = n.div_ceil(parts);
+    let stretches: Vec<std::sync::Mutex<&mut [f32]>> = out.chunks_mut(step).map(std::sync::Mutex::new).collect();
+    run_parts(stretches.len(), |i| {
+        let mut stretch = stretches[i].lock().unwrap_or_else(|e| e.into_inner());
+        fill(i * step, &mut stretch);
+    });
+    drop(stretches);
+    out
 }
 
 /// Parts `lo..hi` by halves: `micropool` joins two closures at a time (the caller takes one).
@@ -371,16 +397,35 @@ mod tests {
     fn elementwise_ops_give_the_same_bits_split() {
         use crate::backend::cpu::interp::{binary, unary};
         use gt_ir::{BinaryOp, UnaryOp};
-        let n = PARALLEL_MIN_ELEMENTS * 3 + 17;
-        let x = ndarray::ArrayD::from_shape_fn(vec![n], |i| (i[0] % 1013) as f32 / 101.0 - 5.0);
-        let y = ndarray::ArrayD::from_shape_fn(vec![1], |_| 0.75f32);
-        let run = || (unary(UnaryOp::Tanh, &x), binary(BinaryOp::Pow, &x.view(), &y.view(), &[n]));
-        use_threads(1, SPIN).unwrap();
-        let alone = run();
-        use_threads(2, SPIN).unwrap();
-        let split = run();
-        use_threads(1, SPIN).unwrap();
-        let bits = |t: &ndarray::ArrayD<f32>| t.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!((bits(&split.0), bits(&split.1)), (bits(&alone.0), bits(&alone.1)));
+        // Contiguous operands split over the team from TEAM_MIN_ELEMENTS (a vector function,
+        // a plain map, both operands whole, one a scalar); broadcast ones over the rayon
+        // pool from PARALLEL_MIN_ELEMENTS.
+        for n in [TEAM_MIN_ELEMENTS + 17, PARALLEL_MIN_ELEMENTS * 3 + 17] {
+            let x = ndarray::ArrayD::from_shape_fn(vec![n], |i| (i[0] % 1013) as f32 / 101.0 - 5.0);
+            let z = ndarray::ArrayD::from_shape_fn(vec![n], |i| (i[0] % 97) as f32 / 7.0 - 3.0);
+            let y = ndarray::ArrayD::from_shape_fn(vec![1], |_| 0.75f32);
+            let rows = ndarray::ArrayD::from_shape_fn(vec![n / 16, 16], |i| i[0] as f32 - i[1] as f32);
+            let row = ndarray::ArrayD::from_shape_fn(vec![16], |i| i[0] as f32 * 0.5);
+            let run = || {
+                [
+                    unary(UnaryOp::Tanh, &x),
+                    unary(UnaryOp::Relu, &z),
+                    binary(BinaryOp::Pow, &x.view(), &y.view(), &[n]),
+                    binary(BinaryOp::Sub, &x.view(), &z.view(), &[n]),
+                    binary(BinaryOp::Mul, &y.view(), &z.view(), &[n]),
+                    binary(BinaryOp::Add, &rows.view(), &row.view(), &[n / 16, 16]),
+                ]
+            };
+            use_threads(1, SPIN).unwrap();
+            let alone = run();
+            use_threads(2, SPIN).unwrap();
+            let split = run();
+            use_threads(1, SPIN).unwrap();
+            let bits =
+                |t: &ndarray::ArrayD<f32>| (t.shape().to_vec(), t.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            for (k, (s, a)) in split.iter().zip(&alone).enumerate() {
+                assert_eq!(bits(s), bits(a), "op {k} of {n} elements");
+            }
+        }
     }
 }
