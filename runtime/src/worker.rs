@@ -634,12 +634,6 @@ mod tests {
     #[global_allocator]
     static GLOBAL: Counting = Counting;
 
-    /// `f`'s result and how many allocations this thread made while it ran.
-    fn counted<R>(f: impl FnOnce() -> R) -> (R, u64) {
-        let (r, n, _) = counted_bytes(f);
-        (r, n)
-    }
-
     /// `f`'s result, how many allocations this thread made while it ran and their bytes.
     fn counted_bytes<R>(f: impl FnOnce() -> R) -> (R, u64, u64) {
         BYTES.with(|b| b.set(0));
@@ -663,28 +657,47 @@ mod tests {
         instrs
     }
 
+    /// A CPU worker's backend and batch runner on this thread, without a dispatcher.
+    struct Harness {
+        backend: Box<dyn crate::backend::Backend>,
+        net: ZmqCollectives,
+        _ctx: gt_transport::zmq::Context,
+        watch: Arc<Watch>,
+        stats: Stats,
+    }
+
+    impl Harness {
+        fn new(name: &str) -> Harness {
+            let options = WorkerOptions::named(name);
+            let backend =
+                options.backend.start(options.max_tensor_bytes, 1 << 30, options.matmul_precision, false).unwrap();
+            let ctx = gt_transport::zmq::Context::new();
+            let endpoint = Endpoint::Inproc(name.into());
+            let net = ZmqCollectives::bind(&ctx, &endpoint, name, Duration::from_secs(1), 1 << 20, None).unwrap();
+            Harness { backend, net, _ctx: ctx, watch: Watch::new(), stats: Stats::default() }
+        }
+
+        /// Runs `instrs` as one batch: its failures, and the allocations this thread made
+        /// meanwhile and their bytes.
+        fn run(&mut self, mut instrs: Vec<Instr>) -> (Vec<(u32, Failure)>, u64, u64) {
+            let dropped = HashSet::new();
+            let watching = Watching { watch: &self.watch, timeout: None, epoch: Instant::now() };
+            let batch = BatchRef { instrs: &mut instrs, exchanges: &[], owners: &[], dropped: &dropped };
+            let (backend, net, stats) = (self.backend.as_mut(), &mut self.net, &mut self.stats);
+            counted_bytes(|| execute_batch((backend, net), stats, batch, &watching, None))
+        }
+    }
+
     #[test]
     fn the_small_op_path_allocates_only_each_results_data() {
-        let options = WorkerOptions::named("alloc-test");
-        let mut backend =
-            options.backend.start(options.max_tensor_bytes, 1 << 30, options.matmul_precision, false).unwrap();
-        let ctx = gt_transport::zmq::Context::new();
-        let endpoint = Endpoint::Inproc("alloc-test".into());
-        let mut net =
-            ZmqCollectives::bind(&ctx, &endpoint, "alloc-test", Duration::from_secs(1), 1 << 20, None).unwrap();
+        let mut worker = Harness::new("alloc-test");
         let ty = TensorType::new(gt_ir::DType::F32, Shape::new(vec![1]));
-        backend.write(ValueId(0), ty, Elements::F32(vec![1.0])).unwrap();
-        let (watch, dropped, mut stats) = (Watch::new(), HashSet::new(), Stats::default());
-        let watching = Watching { watch: &watch, timeout: None, epoch: Instant::now() };
-        let mut run = |mut instrs: Vec<Instr>| {
-            let batch = BatchRef { instrs: &mut instrs, exchanges: &[], owners: &[], dropped: &dropped };
-            counted(|| execute_batch((backend.as_mut(), &mut net), &mut stats, batch, &watching, None))
-        };
+        worker.backend.write(ValueId(0), ty, Elements::F32(vec![1.0])).unwrap();
         // Warm up (the stats' map, the values' map at its size), then a steady loop.
-        let (failures, _) = run(small_ops(1, 100));
+        let (failures, _, _) = worker.run(small_ops(1, 100));
         assert!(failures.is_empty(), "{failures:?}");
         let n = 1000;
-        let (failures, allocations) = run(small_ops(101, n));
+        let (failures, allocations, _) = worker.run(small_ops(101, n));
         assert!(failures.is_empty(), "{failures:?}");
         let per_op = allocations as f64 / f64::from(n);
         println!("{allocations} allocations for {n} small ops and their frees: {per_op} per op");
@@ -694,23 +707,15 @@ mod tests {
 
     #[test]
     fn large_results_are_computed_in_place_not_copied_after() {
-        // A product, an elementwise op and a reduction of f32 values: each allocates its
-        // result's bytes once (a result copied after it was computed, or zeroed before a
-        // product that writes all of it, shows up as twice that).
-        let options = WorkerOptions::named("bytes-test");
-        let mut backend =
-            options.backend.start(options.max_tensor_bytes, 1 << 30, options.matmul_precision, false).unwrap();
-        let ctx = gt_transport::zmq::Context::new();
-        let endpoint = Endpoint::Inproc("bytes-test".into());
-        let mut net =
-            ZmqCollectives::bind(&ctx, &endpoint, "bytes-test", Duration::from_secs(1), 1 << 20, None).unwrap();
+        // A product, a binary and a unary op of f32 values: each allocates its result's
+        // bytes once (a result copied after it was computed shows up as twice that).
+        let mut worker = Harness::new("bytes-test");
         let (rows, k, cols) = (256usize, 64usize, 512usize);
         for (id, (r, c)) in [(0, (rows, k)), (1, (k, cols)), (2, (rows, cols))] {
             let ty = TensorType::new(gt_ir::DType::F32, Shape::new(vec![r, c]));
-            backend.write(ValueId(id), ty, Elements::F32((0..r * c).map(|i| (i % 7) as f32).collect())).unwrap();
+            let data = Elements::F32((0..r * c).map(|i| (i % 7) as f32).collect());
+            worker.backend.write(ValueId(id), ty, data).unwrap();
         }
-        let (watch, dropped, mut stats) = (Watch::new(), HashSet::new(), Stats::default());
-        let watching = Watching { watch: &watch, timeout: None, epoch: Instant::now() };
         let result_bytes = (rows * cols * 4) as u64;
         let v = ValueId;
         for instr in [
@@ -724,10 +729,7 @@ mod tests {
             Instr::Unary { dst: v(5), op: UnaryOp::Neg, src: v(4) },
         ] {
             let name = instr.mnemonic();
-            let mut instrs = vec![instr];
-            let batch = BatchRef { instrs: &mut instrs, exchanges: &[], owners: &[], dropped: &dropped };
-            let (failures, _, bytes) =
-                counted_bytes(|| execute_batch((backend.as_mut(), &mut net), &mut stats, batch, &watching, None));
+            let (failures, _, bytes) = worker.run(vec![instr]);
             assert!(failures.is_empty(), "{failures:?}");
             assert!(
                 (result_bytes..result_bytes + result_bytes / 2).contains(&bytes),
