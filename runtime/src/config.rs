@@ -62,6 +62,12 @@ pub enum ConfigProblem {
         /// The largest accepted.
         max: u64,
     },
+    /// A worker memory budget larger than the machine's memory.
+    #[error("this machine has {total} bytes of memory; a worker cannot hold more")]
+    MoreMemoryThanMachine {
+        /// The machine's memory in bytes.
+        total: usize,
+    },
     /// More compute threads than the machine has cores.
     #[error("this machine has {cores} cores; more threads than cores only slows the work down")]
     TooManyThreads {
@@ -198,14 +204,16 @@ pub struct EnvConfig {
 /// peer's earlier work, short enough that a hung peer is reported.
 pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Four fifths of this machine's memory (`MemTotal` in `/proc/meminfo`), or no limit where
-/// that cannot be read.
+/// Four fifths of this machine's memory, or no limit where that cannot be read.
 pub fn default_worker_memory() -> usize {
-    let total_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
-        let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-        line.split_whitespace().nth(1)?.parse::<usize>().ok()
-    });
-    total_kib.map_or(usize::MAX, |kib| kib.saturating_mul(1024) / 5 * 4)
+    machine_memory().map_or(usize::MAX, |bytes| bytes / 5 * 4)
+}
+
+/// This machine's memory in bytes (`MemTotal` in `/proc/meminfo`), where it can be read.
+pub fn machine_memory() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<usize>().ok()?.saturating_mul(1024))
 }
 
 impl Default for EnvConfig {
@@ -265,6 +273,16 @@ impl EnvConfig {
         c.worker_batch_size = positive("GT_WORKER_BATCH_SIZE", c.worker_batch_size)?;
         c.max_message_bytes = positive("GT_MAX_MESSAGE_BYTES", c.max_message_bytes)?;
         c.worker_memory = positive("GT_WORKER_MEMORY", c.worker_memory)?;
+        if let Some(total) = machine_memory().filter(|&total| c.worker_memory > total) {
+            // A budget the machine cannot hold would let the process be killed for memory
+            // instead of failing the op that passes it.
+            let value = get("GT_WORKER_MEMORY").unwrap_or_default();
+            return Err(EnvConfigError {
+                var: "GT_WORKER_MEMORY",
+                value,
+                problem: ConfigProblem::MoreMemoryThanMachine { total },
+            });
+        }
         c.client_credit = positive("GT_CLIENT_CREDIT", c.client_credit as usize)? as u64;
         c.client_unread_bytes = positive("GT_CLIENT_UNREAD_BYTES", c.client_unread_bytes as usize)? as u64;
         let timeout = positive("GT_COLLECTIVE_TIMEOUT", c.collective_timeout.as_secs() as usize)?;
@@ -464,6 +482,7 @@ mod tests {
             ("GT_SHARD_THRESHOLD", "0"),
             ("GT_SPIN_US", "-5"),
             ("GT_SPIN_US", "1001"),
+            ("GT_WORKER_MEMORY", "0"),
         ] {
             let e = EnvConfig::from_lookup(env(&[(k, v), ("GT_HOTPATH", "1")])).unwrap_err();
             assert!(e.to_string().starts_with(&format!("{k}=")), "{e}");
@@ -473,6 +492,17 @@ mod tests {
             e.to_string(),
             "GT_SPIN_US=\"2ms\": expected a whole number of microseconds from 0 (never spin) to 1000"
         );
+        if let Some(total) = machine_memory() {
+            let more = (total + 1).to_string();
+            let e = EnvConfig::from_lookup(env(&[("GT_WORKER_MEMORY", &more)])).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "GT_WORKER_MEMORY=\"{more}\": this machine has {total} bytes of memory; a worker cannot hold more"
+                )
+            );
+            assert!(EnvConfig::from_lookup(env(&[("GT_WORKER_MEMORY", &total.to_string())])).is_ok());
+        }
         let c = EnvConfig::from_lookup(env(&[("GT_SPIN_US", "0")])).unwrap();
         assert!(c.spin.is_zero());
         let e = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath,shards")])).unwrap_err();
