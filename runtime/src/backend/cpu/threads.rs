@@ -164,23 +164,55 @@ pub fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
 }
 
 /// `n` values written by `fill(start, out)` for consecutive stretches `out` of the result
-/// starting at element `start`: one stretch on the calling thread when small, else one per
-/// thread of the team. `fill` must give each element the same value whatever the stretch.
+/// starting at element `start`: one stretch on the calling thread when small, else
+/// stretches over the team, one per thread or, for large results, of [`TEAM_MIN_ELEMENTS`]
+/// each (the team's threads take them as they come free, so one thread held up by the
+/// other threads of the process does not hold up the op). `fill` must give each element
+/// the same value whatever the stretch.
+#[allow(unsafe_code)]
 pub fn filled(n: usize, fill: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
-    let mut out = vec![0.0; n];
-    let parts = if n < TEAM_MIN_ELEMENTS { 1 } else { threads() };
-    if parts <= 1 {
+    let threads = if n < TEAM_MIN_ELEMENTS { 1 } else { threads() };
+    if threads <= 1 {
+        let mut out = vec![0.0; n];
         fill(0, &mut out);
         return out;
     }
-    let step = n.div_ceil(parts);
-    let stretches: Vec<std::sync::Mutex<&mut [f32]>> = out.chunks_mut(step).map(std::sync::Mutex::new).collect();
-    run_parts(stretches.len(), |i| {
-        let mut stretch = stretches[i].lock().unwrap_or_else(|e| e.into_inner());
-        fill(i * step, &mut stretch);
+    let step = if n >= threads * 4 * TEAM_MIN_ELEMENTS { TEAM_MIN_ELEMENTS } else { n.div_ceil(threads) };
+    let mut out: Vec<f32> = Vec::with_capacity(n);
+    let base = Base(out.as_mut_ptr());
+    run_parts(n.div_ceil(step), |i| {
+        let (lo, hi) = (i * step, ((i + 1) * step).min(n));
+        // SAFETY: `lo..hi` lies inside `out`'s capacity and no other part's range; it is
+        // zeroed (initialized) right before the slice is made, while it is in cache.
+        let stretch = unsafe {
+            let at = base.at(lo);
+            std::ptr::write_bytes(at, 0, hi - lo);
+            std::slice::from_raw_parts_mut(at, hi - lo)
+        };
+        fill(lo, stretch);
     });
-    drop(stretches);
+    // SAFETY: the parts' ranges cover `0..n` and each part initialized its own; a part that
+    // panicked unwinds out of `run_parts` before this, and `out` drops empty.
+    unsafe { out.set_len(n) };
     out
+}
+
+/// The start of a result being filled, shared by the parts that write disjoint ranges of it.
+#[derive(Clone, Copy)]
+struct Base(*mut f32);
+
+// SAFETY: only `filled` makes one, and its parts write disjoint ranges of the buffer, which
+// outlives `run_parts`.
+#[allow(unsafe_code)]
+unsafe impl Send for Base {}
+#[allow(unsafe_code)]
+unsafe impl Sync for Base {}
+
+impl Base {
+    /// The element at `index` (a method, so closures capture the `Send` wrapper whole).
+    fn at(self, index: usize) -> *mut f32 {
+        self.0.wrapping_add(index)
+    }
 }
 
 /// Parts `lo..hi` by halves: `micropool` joins two closures at a time (the caller takes one).
