@@ -547,7 +547,7 @@ pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f
             let Zipped(a, b, dims) = self;
             let zip = || Zip::from(broadcast(a, dims)).and(broadcast(b, dims));
             let n = dims.iter().product();
-            let compute = || match (Flat::of(a, dims), Flat::of(b, dims)) {
+            match (Flat::of(a, dims), Flat::of(b, dims)) {
                 // Plain loops over slices, which the compiler vectorizes (`Zip` walks
                 // dynamic-rank arrays row by row with strides).
                 (Some(Flat::Whole(x)), Some(Flat::Whole(y))) => from_vec(
@@ -569,8 +569,7 @@ pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f
                     || zip().par_map_collect(|&x, &y| f(x, y)),
                     || zip().map_collect(|&x, &y| f(x, y)),
                 ),
-            };
-            compute()
+            }
         }
     }
     match op.def() {

@@ -1,10 +1,11 @@
 //! The CPU worker's threads (embedded workers each get their share of the machine's cores),
 //! used to split large work: a team (`micropool`: the worker's thread and spinning helpers)
-//! for the matrix product (`sgemm`: rows or columns of the result per thread) and the JIT's
-//! kernels (ranges of their outer axis, [`run_parts`]), and a `rayon` pool for the
-//! interpreter's elementwise loops (chunks, through `ndarray`'s parallel `Zip`). Small work
-//! stays on the calling thread: splitting costs more than it saves below
-//! [`PARALLEL_MIN_FLOPS`] and [`PARALLEL_MIN_ELEMENTS`].
+//! for the matrix product (`sgemm`: rows or columns of the result per thread), the JIT's
+//! kernels (ranges of their outer axis, [`run_parts`]) and the interpreter's elementwise
+//! loops over contiguous operands (stretches, [`filled`]), and a `rayon` pool for its
+//! strided or broadcast ones (through `ndarray`'s parallel `Zip`). Small work stays on the
+//! calling thread: splitting costs more than it saves below [`PARALLEL_MIN_FLOPS`],
+//! [`TEAM_MIN_ELEMENTS`] and [`PARALLEL_MIN_ELEMENTS`].
 
 use std::cell::RefCell;
 use std::sync::Arc;
