@@ -273,15 +273,13 @@ impl EnvConfig {
         c.worker_batch_size = positive("GT_WORKER_BATCH_SIZE", c.worker_batch_size)?;
         c.max_message_bytes = positive("GT_MAX_MESSAGE_BYTES", c.max_message_bytes)?;
         c.worker_memory = positive("GT_WORKER_MEMORY", c.worker_memory)?;
-        if let Some(total) = machine_memory().filter(|&total| c.worker_memory > total) {
-            // A budget the machine cannot hold would let the process be killed for memory
-            // instead of failing the op that passes it.
-            let value = get("GT_WORKER_MEMORY").unwrap_or_default();
-            return Err(EnvConfigError {
-                var: "GT_WORKER_MEMORY",
-                value,
-                problem: ConfigProblem::MoreMemoryThanMachine { total },
-            });
+        // A budget the machine cannot hold would let the process be killed for memory instead
+        // of failing the op that passes it. Only a set one can (the default is 4/5 of it).
+        if let Some(value) = get("GT_WORKER_MEMORY") {
+            if let Some(total) = machine_memory().filter(|&total| c.worker_memory > total) {
+                let problem = ConfigProblem::MoreMemoryThanMachine { total };
+                return Err(EnvConfigError { var: "GT_WORKER_MEMORY", value, problem });
+            }
         }
         c.client_credit = positive("GT_CLIENT_CREDIT", c.client_credit as usize)? as u64;
         c.client_unread_bytes = positive("GT_CLIENT_UNREAD_BYTES", c.client_unread_bytes as usize)? as u64;
