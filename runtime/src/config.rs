@@ -93,6 +93,7 @@ pub fn cores_per_worker(workers: usize) -> usize {
 /// --set NAME=...` accepts.
 pub const SETTINGS: &[&str] = &[
     "GT_AUTO_COMPILE",
+    "GT_AVX512",
     "GT_AUTO_SHARD",
     "GT_BACKEND",
     "GT_CLIENT_BATCH_SIZE",

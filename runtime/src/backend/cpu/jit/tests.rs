@@ -955,17 +955,28 @@ fn the_interpreters_vector_functions_give_the_jits_bits() {
     let n = xs.len();
     for op in [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Erf] {
         let gt_ir::OpDef::Prim(prim) = op.def() else { unreachable!("{op:?} is a primitive") };
+        let fused = jit_unary(&mut jit, op, &xs);
         let f = vmath::slice_fn(prim).expect("a polynomial function");
         let mut interpreted = vec![UNWRITTEN; n];
         f(&xs, &mut interpreted);
-        let fused = jit_unary(&mut jit, op, &xs);
-        for ((&x, &i), &j) in xs.iter().zip(&interpreted).zip(&fused) {
-            assert!(
-                agrees(j, i, Tol::Exact),
-                "{op:?}({x:e}): interpreter {i:e} ({:#x}), jit {j:e} ({:#x})",
-                i.to_bits(),
-                j.to_bits()
-            );
+        let mut runs = vec![("the host's", interpreted)];
+        // Every vector width this host can run (AVX-512, AVX2, FMA alone) gives the same bits.
+        if vmath::uses_fma() {
+            for level in vmath::fma_levels() {
+                let mut out = vec![UNWRITTEN; n];
+                vmath::slice_fn_at(prim).expect("a polynomial function")(level, &xs, &mut out);
+                runs.push((["", "FMA", "AVX2", "AVX-512"][level as usize], out));
+            }
+        }
+        for (level, interpreted) in runs {
+            for ((&x, &i), &j) in xs.iter().zip(&interpreted).zip(&fused) {
+                assert!(
+                    agrees(j, i, Tol::Exact),
+                    "{op:?}({x:e}): interpreter ({level} loop) {i:e} ({:#x}), jit {j:e} ({:#x})",
+                    i.to_bits(),
+                    j.to_bits()
+                );
+            }
         }
     }
     // Without fused multiply-adds (hosts without FMA): the baseline functions.

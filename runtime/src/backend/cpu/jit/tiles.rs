@@ -1,7 +1,8 @@
 //! Plain map kernels with costly nodes (`exp log tanh sigmoid erf`), run tile by tile: each
 //! node is computed over a tile of a few hundred elements by a slice loop (the costly ones by
-//! `vmath`'s functions, eight lanes wide with AVX2, where Cranelift emits four; the others by
-//! the op table's scalar functions in loops the compiler vectorizes), so the kernel still
+//! `vmath`'s functions, sixteen lanes wide with AVX-512 or eight with AVX2, where Cranelift
+//! emits four; the others by the op table's scalar functions in loops the compiler
+//! vectorizes), so the kernel still
 //! reads its inputs and writes its output once, as compiled code does, and its tiles stay in
 //! the cache. The same bits as the compiled kernel: `vmath` is the JIT's math, every other
 //! node the same IEEE operation. Buffers of halves are widened and rounded a tile at a time
@@ -191,7 +192,7 @@ fn run_into<T: Store>(k: &MapKernel, inputs: &[Stored], out: &mut [T], stop: &(d
             if stop() {
                 return;
             }
-            // Built for AVX2 where the host has it: the loops of cheap nodes eight lanes wide
+            // Built for AVX-512 or AVX2 where the host has it: the loops of cheap nodes as wide
             // too (the same bits: Rust never fuses a multiply and an add).
             vmath::wide(|| {
                 let last = tile(k, inputs, &reads, *start + t * TILE, tile_out.len(), &mut scratch);
