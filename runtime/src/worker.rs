@@ -718,6 +718,10 @@ mod tests {
         }
         let result_bytes = (rows * cols * 4) as u64;
         let v = ValueId;
+        // A first product takes its threads' packing space for good (`gemm` keeps a slab of
+        // the L2 cache's size per thread on AVX-512 hosts), which is not a copy of a result.
+        let (failures, ..) = worker.run(vec![Instr::MatMul { dst: v(6), lhs: v(0), rhs: v(1) }]);
+        assert!(failures.is_empty(), "{failures:?}");
         for instr in [
             Instr::MatMul { dst: v(3), lhs: v(0), rhs: v(1) },
             Instr::Binary {

@@ -7,6 +7,7 @@
 //! calling thread: splitting costs more than it saves below [`PARALLEL_MIN_FLOPS`],
 //! [`TEAM_MIN_ELEMENTS`] and [`PARALLEL_MIN_ELEMENTS`].
 
+use crate::backend::cpu::vmath;
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -299,8 +300,9 @@ impl Sgemm {
         });
     }
 
-    /// Rows `m0..m1` and columns `n0..n1` of `c`: one `sgemm`, or, over a `k` longer than
-    /// [`K_BLOCK`] (only zero-stride operands of a compiled kernel reach one), one per
+    /// Rows `m0..m1` and columns `n0..n1` of `c`: one `sgemm` (on AVX-512 hosts, one call per
+    /// [`GEMM_KC`] of `k`, through `gemm` where it gives the same bits), or, over a `k` longer
+    /// than [`K_BLOCK`] (only zero-stride operands of a compiled kernel reach one), that per
     /// stretch of `k`, accumulated, with a look at `token` between them.
     unsafe fn block(&self, (m0, m1): (usize, usize), (n0, n1): (usize, usize), token: &crate::cancel::Token) {
         let ((a, rsa, csa), (b, rsb, csb), (c, rsc, csc)) = (self.a, self.b, self.c);
@@ -314,23 +316,103 @@ impl Sgemm {
             let k1 = (k0 + K_BLOCK).min(self.k);
             // SAFETY: inside the caller's matrices (see `run`).
             unsafe {
-                matrixmultiply::sgemm(
-                    m1 - m0,
-                    k1 - k0,
-                    n1 - n0,
-                    1.0,
-                    a.offset(m0 as isize * rsa + k0 as isize * csa),
-                    rsa,
-                    csa,
-                    b.offset(n0 as isize * csb + k0 as isize * rsb),
-                    rsb,
-                    csb,
-                    if k0 == 0 { 0.0 } else { 1.0 },
-                    c.offset(m0 as isize * rsc + n0 as isize * csc),
-                    rsc,
-                    csc,
-                )
+                let (a, b) =
+                    (a.offset(m0 as isize * rsa + k0 as isize * csa), b.offset(n0 as isize * csb + k0 as isize * rsb));
+                let c = c.offset(m0 as isize * rsc + n0 as isize * csc);
+                let (m, k, n) = (m1 - m0, k1 - k0, n1 - n0);
+                if vmath::avx512() {
+                    for s in (0..k).step_by(GEMM_KC) {
+                        let (a, b) = (a.offset(s as isize * csa), b.offset(s as isize * rsb));
+                        let kc = GEMM_KC.min(k - s);
+                        let accumulate = k0 + s > 0;
+                        stretch(
+                            Library::for_stretch(m, kc, n, csa, rsb),
+                            (m, kc, n),
+                            (a, rsa, csa),
+                            (b, rsb, csb),
+                            (c, rsc, csc),
+                            accumulate,
+                        );
+                    }
+                } else {
+                    stretch(Library::MatrixMultiply, (m, k, n), (a, rsa, csa), (b, rsb, csb), (c, rsc, csc), k0 > 0);
+                }
             }
+        }
+    }
+}
+
+/// `matrixmultiply`'s stretch of `k` for `f32` (its `kc`): on AVX-512 hosts products are cut
+/// into stretches this long, each `c (+)= a b` over it, so that an element sums alike in
+/// both libraries: one fused multiply-add chain per stretch from zero, then added to `c`.
+const GEMM_KC: usize = 256;
+
+/// Which library computes a stretch of a product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Library {
+    MatrixMultiply,
+    /// `gemm`'s AVX-512 kernels: 1.05-2x `matrixmultiply`'s on the MLP's and 1000³ products
+    /// (Xeon Skylake-SP), with the same bits where its packed kernel runs.
+    Gemm,
+}
+
+impl Library {
+    /// `gemm` where it runs its packed kernel, whose bits are `matrixmultiply`'s; not where it
+    /// takes its other paths (`k <= 2`, a row or column vector, or a small result with `a`'s
+    /// rows and `b`'s columns contiguous), which sum in another order.
+    fn for_stretch(m: usize, k: usize, n: usize, csa: isize, rsb: isize) -> Library {
+        let other_path = k <= 2 || m <= 1 || n <= 1 || (m * n <= 256 && csa == 1 && rsb == 1);
+        if other_path {
+            Library::MatrixMultiply
+        } else {
+            Library::Gemm
+        }
+    }
+}
+
+/// `c = a b`, or `c += a b` when `accumulate`, for an `m x k` `a`, `k x n` `b` and `m x n` `c`,
+/// each a pointer with row and column strides, through `library`.
+///
+/// # Safety
+/// As [`Sgemm::run`].
+#[allow(unsafe_code, clippy::type_complexity)]
+unsafe fn stretch(
+    library: Library,
+    (m, k, n): (usize, usize, usize),
+    (a, rsa, csa): (*const f32, isize, isize),
+    (b, rsb, csb): (*const f32, isize, isize),
+    (c, rsc, csc): (*mut f32, isize, isize),
+    accumulate: bool,
+) {
+    // SAFETY: the caller's.
+    unsafe {
+        match library {
+            Library::MatrixMultiply => {
+                let beta = if accumulate { 1.0 } else { 0.0 };
+                matrixmultiply::sgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
+            }
+            // `c = (accumulate ? c : unread) + a b`; gemm takes columns' strides first.
+            Library::Gemm => gemm::gemm(
+                m,
+                n,
+                k,
+                c,
+                csc,
+                rsc,
+                accumulate,
+                a,
+                csa,
+                rsa,
+                b,
+                csb,
+                rsb,
+                1.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            ),
         }
     }
 }
@@ -342,42 +424,53 @@ mod tests {
 
     const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 
-    /// `c = a b` on this thread's pool and directly, for an `a` given transposed or not.
-    fn both(m: usize, k: usize, n: usize, a_transposed: bool) -> (Vec<f32>, Vec<f32>) {
+    /// `c = a b` through [`Sgemm::run`] (on this thread's pool) and by one `matrixmultiply`
+    /// call, for an `a` and a `b` each given transposed or not.
+    fn both(m: usize, k: usize, n: usize, (a_transposed, b_transposed): (bool, bool)) -> (Vec<f32>, Vec<f32>) {
         let a: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1009) as f32 / 1009.0 - 0.5).collect();
         let b: Vec<f32> = (0..k * n).map(|i| ((i * 104_729) % 997) as f32 / 997.0 - 0.5).collect();
         let (rsa, csa) = if a_transposed { (1, m as isize) } else { (k as isize, 1) };
-        let mut split = vec![0f32; m * n];
-        let mut direct = vec![0f32; m * n];
+        let (rsb, csb) = if b_transposed { (1, k as isize) } else { (n as isize, 1) };
+        let mut split = vec![f32::NAN; m * n];
+        let mut direct = vec![f32::NAN; m * n];
         let product = |c: &mut Vec<f32>| Sgemm {
             m,
             k,
             n,
             a: (a.as_ptr(), rsa, csa),
-            b: (b.as_ptr(), n as isize, 1),
+            b: (b.as_ptr(), rsb, csb),
             c: (c.as_mut_ptr(), n as isize, 1),
         };
         // SAFETY: the vectors hold exactly the shapes the strides describe.
         unsafe {
             product(&mut split).run();
-            matrixmultiply::sgemm(
-                m,
-                k,
-                n,
-                1.0,
-                a.as_ptr(),
-                rsa,
-                csa,
-                b.as_ptr(),
-                n as isize,
-                1,
-                0.0,
-                direct.as_mut_ptr(),
-                n as isize,
-                1,
-            );
+            let (a, b, c) = (a.as_ptr(), b.as_ptr(), direct.as_mut_ptr());
+            matrixmultiply::sgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, n as isize, 1);
         }
         (split, direct)
+    }
+
+    fn same_bits(x: &[f32], y: &[f32]) -> bool {
+        x.iter().zip(y).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    #[test]
+    fn products_through_gemm_are_matrixmultiplys_bits() {
+        // On AVX-512 hosts stretches run through `gemm` where its packed kernel does: every
+        // shape and layout, those that take its other paths (a vector, k <= 2, a small result
+        // from contiguous rows and columns) and `k`s of several stretches among them, sums
+        // as one `matrixmultiply` call does.
+        let shapes = [(64, 784, 256), (784, 64, 256), (64, 256, 10), (256, 64, 10), (5, 7, 6), (16, 16, 16)];
+        let odd = [(1, 100, 300), (300, 100, 1), (2, 100, 100), (100, 2, 100), (33, 513, 65), (17, 258, 40)];
+        for (m, k, n) in shapes.into_iter().chain(odd) {
+            for layout in [(false, false), (true, false), (false, true), (true, true)] {
+                let (split, direct) = both(m, k, n, layout);
+                assert!(same_bits(&split, &direct), "{m}x{k}x{n} transposed {layout:?}");
+            }
+        }
+        let gemm = |m, k, n, csa, rsb| Library::for_stretch(m, k, n, csa, rsb) == Library::Gemm;
+        assert!(gemm(64, 256, 256, 1, 256) && gemm(5, 7, 6, 5, 6) && gemm(20, 20, 20, 1, 1));
+        assert!(!gemm(5, 7, 6, 1, 1) && !gemm(1, 9, 9, 9, 9) && !gemm(9, 9, 1, 9, 9) && !gemm(9, 2, 9, 9, 9));
     }
 
     #[test]
@@ -387,8 +480,8 @@ mod tests {
         // Split by rows, by columns (more columns than rows), with a transposed operand,
         // with ragged parts; and a small one that stays whole.
         for (m, k, n, t) in [(600, 300, 500, false), (40, 2000, 700, false), (513, 257, 301, true), (8, 8, 8, false)] {
-            let (split, direct) = both(m, k, n, t);
-            assert!(split.iter().zip(&direct).all(|(x, y)| x.to_bits() == y.to_bits()), "{m}x{k}x{n}");
+            let (split, direct) = both(m, k, n, (t, false));
+            assert!(same_bits(&split, &direct), "{m}x{k}x{n}");
             assert!(split.iter().any(|&x| x != 0.0));
         }
         assert_eq!((parts(600, 90_000_000, 2), parts(40, 56_000_000, 2), parts(8, 512, 2)), (2, 1, 1));

@@ -86,6 +86,12 @@ pub(crate) fn fma_levels() -> std::ops::RangeInclusive<u8> {
     1..=host_level()
 }
 
+/// Whether CPU work runs AVX-512 code on this host (it has it, and `GT_AVX512` is not `0`):
+/// these loops sixteen lanes wide, and products through `gemm`'s AVX-512 kernels.
+pub fn avx512() -> bool {
+    host_level() == 3
+}
+
 /// Whether the loops use fused multiply-adds on this host (the JIT's `fma` flag agrees).
 pub fn uses_fma() -> bool {
     host_level() > 0
