@@ -409,14 +409,23 @@ impl Client {
         tracing::debug!(target: "gt::client", "client {}: {op} #{seq}, waiting", self.id);
         self.send(&make(seq))?;
         let reply = loop {
-            let mut items = vec![self.socket.as_poll_item(zmq::POLLIN)];
-            if let Some(e) = &self.events {
-                items.push(e.as_poll_item(zmq::POLLIN));
-            }
-            socket::poll_spinning(&mut items, self.options.spin, 1000)?;
-            let (ready, dropped) = (items[0].is_readable(), items.get(1).is_some_and(|i| i.is_readable()));
-            if ready {
-                let reply = self.recv()?;
+            let frames = if let Some(e) = &self.events {
+                let mut items = [self.socket.as_poll_item(zmq::POLLIN), e.as_poll_item(zmq::POLLIN)];
+                socket::poll_spinning(&mut items, self.options.spin, 1000)?;
+                if items[0].is_readable() {
+                    Some(socket::recv_frames(&self.socket, 0)?)
+                } else if items[1].is_readable() {
+                    self.closed = true;
+                    return Err(ClientError::Disconnected(self.endpoint.clone()));
+                } else {
+                    None
+                }
+            } else {
+                // In-process: nothing reports a lost connection, and one socket is waited on.
+                socket::recv_waiting(&self.socket, self.options.spin, 1000)?
+            };
+            if let Some(frames) = frames {
+                let reply = self.reply(frames)?;
                 match reply {
                     Reply::Data { seq: s, .. }
                     | Reply::Synced { seq: s }
@@ -428,9 +437,6 @@ impl Client {
                     }
                     other => self.absorb(other, seq)?,
                 }
-            } else if dropped {
-                self.closed = true;
-                return Err(ClientError::Disconnected(self.endpoint.clone()));
             }
         };
         let earlier = self.take_error();
@@ -503,6 +509,11 @@ impl Client {
     /// Receives one reply; a `Data` reply's data frame is kept for [`Client::read`].
     fn recv(&mut self) -> Result<Reply, ClientError> {
         let frames = socket::recv_frames(&self.socket, 0)?;
+        self.reply(frames)
+    }
+
+    /// One reply from its frames; a `Data` reply's data frame is kept for [`Client::read`].
+    fn reply(&mut self, frames: Vec<zmq::Message>) -> Result<Reply, ClientError> {
         let reply = codec::decode(&frames[0], self.options.max_message_bytes)?;
         if let Reply::Data { ty, receipt, .. } = &reply {
             self.last_receipt = *receipt;

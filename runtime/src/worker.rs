@@ -380,11 +380,14 @@ pub fn run_worker(
                     if !items[0].is_readable() && items[1].is_readable() {
                         return Err(gone());
                     }
-                } else {
-                    socket::poll_spinning(&mut [sock.as_poll_item(gt_transport::zmq::POLLIN)], options.spin, -1)?;
-                }
-                if let Some(c) = decode_command(&socket::retry(|| sock.recv_bytes(0))?, max, &options.name) {
-                    take(c, &mut queue, &mut dropped);
+                    if let Some(c) = decode_command(&socket::retry(|| sock.recv_bytes(0))?, max, &options.name) {
+                        take(c, &mut queue, &mut dropped);
+                    }
+                } else if let Some(frames) = socket::recv_waiting(sock, options.spin, -1)? {
+                    // A command is one frame; the dispatcher sends no others.
+                    if let Some(c) = decode_command(&frames[0], max, &options.name) {
+                        take(c, &mut queue, &mut dropped);
+                    }
                 }
             }
             while let Ok(frame) = socket::retry(|| sock.recv_bytes(gt_transport::zmq::DONTWAIT)) {

@@ -348,10 +348,14 @@ impl Dispatcher {
             }
             // Whether every waiting message was read (not cut off at the cap).
             let mut drained = true;
-            let mut items = [self.router.as_poll_item(zmq::POLLIN)];
-            if socket::poll_spinning(&mut items, self.config.spin, timeout)? > 0 {
+            if let Some(frames) = socket::recv_waiting(&self.router, self.config.spin, timeout)? {
+                self.on_frames(frames);
+                self.reap();
                 drained = false;
-                for _ in 0..4096 {
+                for _ in 1..4096 {
+                    if self.stopping {
+                        break;
+                    }
                     match socket::recv_frames(&self.router, zmq::DONTWAIT) {
                         Ok(frames) => self.on_frames(frames),
                         Err(zmq::Error::EAGAIN) => {
@@ -361,9 +365,6 @@ impl Dispatcher {
                         Err(e) => return Err(e),
                     }
                     self.reap();
-                    if self.stopping {
-                        break;
-                    }
                 }
             }
             if self.stopping {
