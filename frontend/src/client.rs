@@ -541,10 +541,15 @@ impl gt_ir::Executor for Client {
     }
 
     fn execute_at(&mut self, instr: &Instr, span: Option<Span>) -> Result<(), ClientError> {
+        self.execute_owned(instr.clone(), span)
+    }
+
+    fn execute_owned(&mut self, instr: Instr, span: Option<Span>) -> Result<(), ClientError> {
         if let Instr::GetData { src } = instr {
-            return self.read(*src).map(|_| ());
+            return self.read(src).map(|_| ());
         }
-        self.submit(instr.clone(), Origin { op: instr.mnemonic(), span })
+        let op = instr.mnemonic();
+        self.submit(instr, Origin { op, span })
     }
 
     fn read(&mut self, value: ValueId) -> Result<HostTensor, ClientError> {

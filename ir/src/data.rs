@@ -234,6 +234,14 @@ impl Elements {
         }
     }
 
+    /// The elements as `f32`s, moved (not copied) when they already are.
+    pub fn into_f32(self) -> Vec<f32> {
+        match self {
+            Elements::F32(v) => v,
+            e => e.to_f32(),
+        }
+    }
+
     /// The elements converted to `f64`.
     pub fn to_f64(&self) -> Vec<f64> {
         each_elements!(self, v => v.iter().map(|x| x.to_f64()).collect())

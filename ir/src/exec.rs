@@ -48,6 +48,12 @@ pub trait Executor {
         self.execute(instr)
     }
 
+    /// [`Executor::execute_at`] with the instruction handed over: an executor that keeps
+    /// instructions (a client batching them) takes a literal's data without copying it.
+    fn execute_owned(&mut self, instr: Instr, span: Option<Span>) -> Result<(), Self::Error> {
+        self.execute_at(&instr, span)
+    }
+
     /// Returns a value's data (a sync point).
     fn read(&mut self, value: ValueId) -> Result<HostTensor, Self::Error>;
 
@@ -91,6 +97,9 @@ impl<E: Executor + ?Sized> Executor for &mut E {
     }
     fn execute_at(&mut self, instr: &Instr, span: Option<Span>) -> Result<(), E::Error> {
         (**self).execute_at(instr, span)
+    }
+    fn execute_owned(&mut self, instr: Instr, span: Option<Span>) -> Result<(), E::Error> {
+        (**self).execute_owned(instr, span)
     }
     fn read(&mut self, value: ValueId) -> Result<HostTensor, E::Error> {
         (**self).read(value)

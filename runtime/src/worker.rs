@@ -339,18 +339,14 @@ pub fn run_worker(
     };
     // A read's answer: its type, then its data as a frame of raw bytes (one copy, no
     // encoding); a value over the message limit is a failure named to the client.
-    let send_data = |tag: u64, tensor: gt_ir::HostTensor| -> Result<(), WorkerError> {
-        let size = tensor.ty.size_bytes();
+    let send_data = |tag: u64, (ty, bytes): (gt_ir::TensorType, Vec<u8>)| -> Result<(), WorkerError> {
+        let size = bytes.len();
         if size > max {
-            let why =
-                format!("get: {} is {size} bytes, over the message limit of {max} (GT_MAX_MESSAGE_BYTES)", tensor.ty);
+            let why = format!("get: {ty} is {size} bytes, over the message limit of {max} (GT_MAX_MESSAGE_BYTES)");
             return send(&WorkerEvent::Failed { tag, failure: Failure::new(FailureKind::Limit, why) });
         }
-        let gt_ir::HostTensor { ty, data } = tensor;
         let head = codec::encode(&InboundRef::Worker(&WorkerEvent::Data { tag, ty }), max).expect("small");
-        let frame = codec::elements_frame(&data);
-        drop(data);
-        match socket::send_with_data(&lock().sock, &[&head], frame) {
+        match socket::send_with_data(&lock().sock, &[&head], gt_transport::zmq::Message::from(bytes)) {
             Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),
             r => Ok(r?),
         }
@@ -418,8 +414,8 @@ pub fn run_worker(
             WorkerCommand::DropClient { .. } => {}
             WorkerCommand::Get { tag, value } => {
                 stats.reads += 1;
-                match backend.read(value) {
-                    Ok(tensor) => send_data(tag, tensor)?,
+                match backend.read_bytes(value) {
+                    Ok(data) => send_data(tag, data)?,
                     Err(e) => send(&WorkerEvent::Failed { tag, failure: Failure::new(e.kind(), e.to_string()) })?,
                 }
             }

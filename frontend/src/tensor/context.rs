@@ -25,6 +25,8 @@ pub struct ExecFailure {
 pub trait DynExecutor {
     /// Queues or runs one instruction, issued for `span` of a script (if any).
     fn submit(&mut self, instr: &Instr, span: Option<Span>) -> Result<(), ExecFailure>;
+    /// Queues an instruction handed over (a literal's data is not copied).
+    fn submit_owned(&mut self, instr: Instr, span: Option<Span>) -> Result<(), ExecFailure>;
     /// A value's data (a sync point).
     fn fetch(&mut self, value: ValueId) -> Result<HostTensor, ExecFailure>;
     /// Waits for everything submitted; reports failures not reported yet.
@@ -38,6 +40,9 @@ pub trait DynExecutor {
 impl<E: Executor + 'static> DynExecutor for E {
     fn submit(&mut self, instr: &Instr, span: Option<Span>) -> Result<(), ExecFailure> {
         self.execute_at(instr, span).map_err(failure::<E>)
+    }
+    fn submit_owned(&mut self, instr: Instr, span: Option<Span>) -> Result<(), ExecFailure> {
+        self.execute_owned(instr, span).map_err(failure::<E>)
     }
     fn fetch(&mut self, value: ValueId) -> Result<HostTensor, ExecFailure> {
         self.read(value).map_err(failure::<E>)
@@ -166,6 +171,12 @@ impl Context {
     /// Queues an instruction.
     pub(crate) fn submit(&self, instr: &Instr) -> Result<(), TensorError> {
         self.with_exec(|e| e.submit(instr, self.span.get()), instr.mnemonic())
+    }
+
+    /// Queues an instruction handed over (a literal's data moves to the executor).
+    pub(crate) fn submit_owned(&self, instr: Instr) -> Result<(), TensorError> {
+        let op = instr.mnemonic();
+        self.with_exec(|e| e.submit_owned(instr, self.span.get()), op)
     }
 
     /// Runs `f` with the ops it issues attributed to `span` of a script.

@@ -13,7 +13,7 @@ pub(crate) fn create(ctx: &Rc<Context>, make: impl FnOnce(ValueId) -> Instr) -> 
     let ty = gt_ir::verify::shape::infer(&instr, &|v| Err(gt_ir::TypeError::UnknownValue(v)))
         .map_err(|source| TensorError::Type { op, source })?
         .remove(0);
-    ctx.submit(&instr)?;
+    ctx.submit_owned(instr)?;
     Ok(Tensor::wrap(ctx.clone(), dst, ty, None))
 }
 

@@ -201,7 +201,7 @@ impl Tensor {
     /// The values, row-major, as `f32`s whatever the dtype (a sync point: waits for
     /// everything before it). [`Tensor::to_host`] gives them in their own dtype.
     pub fn to_vec(&self) -> Result<Vec<f32>> {
-        Ok(self.to_host()?.data.to_f32())
+        Ok(self.to_host()?.data.into_f32())
     }
 
     /// Type and values (a sync point).

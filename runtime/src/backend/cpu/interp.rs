@@ -149,6 +149,12 @@ impl Interpreter {
         Ok(HostTensor::new(TensorType::new(a.dtype(), a.shape().to_vec()), a.to_elements()))
     }
 
+    /// A value's type and row-major data as little-endian bytes (one copy).
+    pub fn read_bytes(&self, value: ValueId) -> Result<(TensorType, Vec<u8>), RuntimeError> {
+        let a = self.get("get", value)?;
+        Ok((TensorType::new(a.dtype(), a.shape().to_vec()), a.to_le_bytes()))
+    }
+
     /// How many values are defined and not freed.
     pub fn live_values(&self) -> usize {
         self.values.len()
