@@ -54,7 +54,7 @@ pub struct DeadStats {
 #[derive(Debug, Default)]
 pub struct Dead {
     config: DeadConfig,
-    region: Vec<(Instr, Meta)>,
+    region: Vec<Option<(Instr, Meta)>>,
     stats: DeadStats,
     /// Scratch: each value's last touch in the region.
     last_touch: HashMap<ValueId, usize>,
@@ -78,13 +78,14 @@ impl Dead {
             return;
         }
         self.stats.regions += 1;
-        let region = std::mem::take(&mut self.region);
+        // Each instruction leaves the region once, moved (not cloned); the buffer is kept.
+        let mut region = std::mem::take(&mut self.region);
         // `after[k]`: the frees that go right after instruction k; `first`: before all.
         let mut after: HashMap<usize, Vec<usize>> = HashMap::new();
         let mut first: Vec<usize> = Vec::new();
         let mut moved = vec![false; region.len()];
         self.last_touch.clear();
-        for (k, (instr, _)) in region.iter().enumerate() {
+        for (k, (instr, _)) in region.iter().flatten().enumerate() {
             if let Instr::Free { src } = instr {
                 let to = self.last_touch.get(src).copied();
                 let overtaken = to.map_or(k, |t| k - t - 1) as u64;
@@ -107,23 +108,26 @@ impl Dead {
             });
         }
         // A moved free is still the client's instruction: it keeps its origin.
-        let free = |out: &mut Emit, k: usize| {
-            let (instr, origin) = &region[k];
-            out.keep_from(instr.clone(), origin.clone());
+        let emit = |out: &mut Emit, item: &mut Option<(Instr, Meta)>| {
+            if let Some((instr, origin)) = item.take() {
+                out.keep_from(instr, origin);
+            }
         };
         for &k in &first {
-            free(out, k);
+            emit(out, &mut region[k]);
         }
-        for (k, (instr, origin)) in region.iter().enumerate() {
+        for k in 0..region.len() {
             if !moved[k] {
-                out.keep_from(instr.clone(), origin.clone());
+                emit(out, &mut region[k]);
             }
             if let Some(frees) = after.get(&k) {
                 for &f in frees {
-                    free(out, f);
+                    emit(out, &mut region[f]);
                 }
             }
         }
+        region.clear();
+        self.region = region;
     }
 }
 
@@ -142,7 +146,7 @@ impl StreamPass for Dead {
         if matches!(instr, Instr::Free { .. }) {
             self.stats.frees += 1;
         }
-        self.region.push((instr, out.meta()));
+        self.region.push(Some((instr, out.meta())));
         if self.region.len() >= self.config.window {
             self.release(out);
         }

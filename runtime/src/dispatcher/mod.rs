@@ -527,8 +527,13 @@ impl Dispatcher {
                     p.lines(c, first_seq, &lines, instrs.len());
                 }
                 let share = bytes / instrs.len().max(1);
-                for (k, instr) in instrs.into_iter().enumerate() {
-                    self.on_instr(c, first_seq + k as u64, instr, share);
+                if self.log.active() || self.profile.is_some() {
+                    // One by one: the log and the profile follow each instruction as it is taken.
+                    for (k, instr) in instrs.into_iter().enumerate() {
+                        self.on_instr(c, first_seq + k as u64, instr, share);
+                    }
+                } else {
+                    self.on_instrs(c, first_seq, instrs);
                 }
             }
             Request::Get { seq, value, read } => {
@@ -711,6 +716,37 @@ impl Dispatcher {
         self.route_emitted(c, out.drain(..));
         out.shrink_to(gt_passes::pipeline::SPARE_CAPACITY);
         self.emitted = out;
+    }
+
+    /// A batch's instructions from `first_seq` on, as [`Dispatcher::on_instr`] one by one
+    /// would take them with the log and profiles off, through the client's pipeline together
+    /// ([`gt_passes::Pipeline::run_many`]): an instruction naming the passes' ids is failed
+    /// in its place, after those before it went through.
+    fn on_instrs(&mut self, c: u64, first_seq: u64, instrs: Vec<Instr>) {
+        let mut run = Vec::with_capacity(instrs.len());
+        for (seq, instr) in (first_seq..).zip(instrs) {
+            if first_pass_id(&instr).is_some() {
+                self.run_pipeline(c, std::mem::take(&mut run));
+                self.on_instr(c, seq, instr, 0);
+            } else {
+                run.push((instr, seq));
+            }
+        }
+        self.run_pipeline(c, run);
+    }
+
+    /// Client `c`'s instructions through its pipeline, and what comes out routed, a
+    /// pipeline's worth of spare capacity at a time (so the buffers keep their size).
+    fn run_pipeline(&mut self, c: u64, run: Vec<(Instr, u64)>) {
+        let mut run = run.into_iter().peekable();
+        while run.peek().is_some() {
+            let Some(client) = self.clients.get_mut(&c) else { return };
+            let mut out = std::mem::take(&mut self.emitted);
+            client.pipeline.run_many(run.by_ref().take(gt_passes::pipeline::SPARE_CAPACITY), &mut out);
+            self.route_emitted(c, out.drain(..));
+            out.shrink_to(gt_passes::pipeline::SPARE_CAPACITY);
+            self.emitted = out;
+        }
     }
 
     /// Routes what a pipeline emitted, each instruction as its client's instruction of origin;

@@ -128,7 +128,16 @@ impl Worker {
     pub fn take_batch(&mut self) -> (u64, Queued) {
         let number = self.next_batch;
         self.next_batch += 1;
-        (number, std::mem::take(&mut self.pending))
+        // The next queue sized as this one was: a burst of small ops fills it without the
+        // copies of doubling (bounded, so one large batch does not stay reserved).
+        let size = self.pending.instrs.len().min(4096);
+        let next = Queued {
+            instrs: Vec::with_capacity(size),
+            origins: Vec::with_capacity(size),
+            facts: Vec::with_capacity(size),
+            exchanges: Vec::new(),
+        };
+        (number, std::mem::replace(&mut self.pending, next))
     }
 }
 
