@@ -375,16 +375,22 @@ fn with_signals_blocked<T>(call: impl FnOnce() -> zmq::Result<T>) -> zmq::Result
 mod tests {
     use super::*;
 
+    /// A connected pair of PAIR sockets on `inproc://NAME`: (receiving end, sending end).
+    fn pair(ctx: &Context, name: &str) -> (Socket, Socket) {
+        let pull = ctx.socket(zmq::PAIR).unwrap();
+        pull.bind(&format!("inproc://{name}")).unwrap();
+        let push = ctx.socket(zmq::PAIR).unwrap();
+        push.connect(&format!("inproc://{name}")).unwrap();
+        (pull, push)
+    }
+
     #[test]
     fn a_spinning_wait_takes_what_arrives_and_times_out_as_poll_does() {
         use std::time::{Duration, Instant};
         let ctx = Context::new();
         for (i, spin) in [Duration::ZERO, Duration::from_micros(200), Duration::from_millis(1)].into_iter().enumerate()
         {
-            let pull = ctx.socket(zmq::PAIR).unwrap();
-            pull.bind(&format!("inproc://spin-test-{i}")).unwrap();
-            let push = ctx.socket(zmq::PAIR).unwrap();
-            push.connect(&format!("inproc://spin-test-{i}")).unwrap();
+            let (pull, push) = pair(&ctx, &format!("spin-test-{i}"));
             // Nothing waiting: the wait spins, then sleeps out its timeout, and says so.
             let start = Instant::now();
             let ready = poll_spinning(&mut [pull.as_poll_item(zmq::POLLIN)], spin, 20).unwrap();
@@ -409,10 +415,7 @@ mod tests {
         let ctx = Context::new();
         for (i, spin) in [Duration::ZERO, Duration::from_micros(200), Duration::from_millis(1)].into_iter().enumerate()
         {
-            let pull = ctx.socket(zmq::PAIR).unwrap();
-            pull.bind(&format!("inproc://recv-test-{i}")).unwrap();
-            let push = ctx.socket(zmq::PAIR).unwrap();
-            push.connect(&format!("inproc://recv-test-{i}")).unwrap();
+            let (pull, push) = pair(&ctx, &format!("recv-test-{i}"));
             // Nothing waiting: the wait spins, then sleeps out its timeout, and says so.
             let start = Instant::now();
             assert!(recv_waiting(&pull, spin, 20).unwrap().is_none(), "spin {spin:?}");
@@ -438,10 +441,7 @@ mod tests {
     #[test]
     fn small_and_large_data_frames_arrive_whole() {
         let ctx = Context::new();
-        let pull = ctx.socket(zmq::PAIR).unwrap();
-        pull.bind("inproc://data-frames").unwrap();
-        let push = ctx.socket(zmq::PAIR).unwrap();
-        push.connect("inproc://data-frames").unwrap();
+        let (pull, push) = pair(&ctx, "data-frames");
         // Either side of the size below which a data frame is copied rather than moved.
         for n in [0, 1, COPIED_DATA, COPIED_DATA + 1, 1 << 20] {
             let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
