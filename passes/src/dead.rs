@@ -83,14 +83,12 @@ impl Dead {
         // `after[k]`: the frees that go right after instruction k; `first`: before all.
         let mut after: HashMap<usize, Vec<usize>> = HashMap::new();
         let mut first: Vec<usize> = Vec::new();
-        let mut moved = vec![false; region.len()];
         self.last_touch.clear();
         for (k, (instr, _)) in region.iter().flatten().enumerate() {
             if let Instr::Free { src } = instr {
                 let to = self.last_touch.get(src).copied();
                 let overtaken = to.map_or(k, |t| k - t - 1) as u64;
                 if overtaken > 0 {
-                    moved[k] = true;
                     self.stats.moved += 1;
                     self.stats.overtaken += overtaken;
                     match to {
@@ -107,7 +105,8 @@ impl Dead {
                 self.last_touch.insert(v, k);
             });
         }
-        // A moved free is still the client's instruction: it keeps its origin.
+        // A moved free is still the client's instruction: it keeps its origin. It leaves its
+        // slot empty, so reaching the slot later emits nothing.
         let emit = |out: &mut Emit, item: &mut Option<(Instr, Meta)>| {
             if let Some((instr, origin)) = item.take() {
                 out.keep_from(instr, origin);
@@ -117,9 +116,7 @@ impl Dead {
             emit(out, &mut region[k]);
         }
         for k in 0..region.len() {
-            if !moved[k] {
-                emit(out, &mut region[k]);
-            }
+            emit(out, &mut region[k]);
             if let Some(frees) = after.get(&k) {
                 for &f in frees {
                     emit(out, &mut region[f]);

@@ -458,9 +458,7 @@ impl Pipeline {
     /// Runs the client's instruction `seq` through every enabled pass, typing it first; what
     /// comes out is pushed onto `out`, in order.
     pub fn run(&mut self, instr: Instr, seq: u64, out: &mut Vec<Emitted>) {
-        let mut items = self.spare.pop().unwrap_or_default();
-        items.push(self.admit(instr, seq));
-        self.feed(0, items, out, None);
+        self.run_many([(instr, seq)], out);
     }
 
     /// Runs the client's instructions, each with its sequence number, through every enabled

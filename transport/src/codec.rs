@@ -149,13 +149,6 @@ pub fn from_le_bytes(bytes: &[u8]) -> Vec<f32> {
     out
 }
 
-/// The data frame of a `Data` message of any dtype: its elements' little-endian bytes, copied
-/// into memory from the process's allocator (which gt's binaries make one that reuses freed
-/// large buffers) and handed to ZeroMQ without another copy.
-pub fn elements_frame(data: &gt_ir::data::Elements) -> zmq::Message {
-    zmq::Message::from(data.to_le_bytes().into_owned())
-}
-
 /// The elements of a `ty` value's data frame; a frame of another length, or a `bool` byte
 /// other than 0 or 1, is an error.
 pub fn data_of(frame: &[u8], ty: &gt_ir::TensorType) -> Result<gt_ir::data::Elements, CodecError> {
@@ -207,7 +200,7 @@ mod tests {
         // Every dtype: i64 bit for bit, and a bool byte that is not 0 or 1 refused.
         let ints = gt_ir::data::Elements::I64(vec![i64::MIN, -1, 0, i64::MAX]);
         let ty = TensorType::new(gt_ir::DType::I64, vec![4]);
-        assert_eq!(data_of(&elements_frame(&ints), &ty).unwrap(), ints);
+        assert_eq!(data_of(&ints.to_le_bytes(), &ty).unwrap(), ints);
         let e = data_of(&[0, 1, 2], &TensorType::new(gt_ir::DType::Bool, vec![3])).unwrap_err();
         assert_eq!(e.to_string(), "a data frame that is not its dtype's elements: byte 2 is 2, not a bool (0 or 1)");
     }
