@@ -8,8 +8,10 @@
 //! A message is three frames at the receiving ROUTER: the routing id (unused: the sender's rank
 //! is in the header), a 17-byte little-endian header (collective id u64, step u32, sender rank
 //! u32, kind u8: 0 data, 1 abort) and the payload (raw bytes; `f32` data little-endian). A
-//! message is keyed by (id, step, sender), which each algorithm makes unique per receiver, so a
-//! message for a later collective or step (a peer ran ahead) is stashed until it is asked for.
+//! message is keyed by (id, step, sender), so a message for a later collective or step (a peer
+//! ran ahead) is stashed until it is asked for. The rings send a step's chunk in pieces under one
+//! key: they arrive in the order sent (one DEALER per peer, and ZeroMQ keeps a connection's
+//! order), and are stashed and taken in that order.
 //! Frames that do not parse cannot be attributed to a rank: they are dropped with a warning and
 //! the collective goes on. A well-formed message of the wrong length fails the collective,
 //! naming the peer.
@@ -21,6 +23,7 @@ use gt_transport::endpoint::{ensure_runtime_dir, is_local, make_private, Runtime
 use gt_transport::socket::{recv_frames, retry, send_with_data};
 use gt_transport::{socket, zmq, ClusterKey, Endpoint};
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -236,6 +239,10 @@ const FINISHED_MEMORY: usize = 4096;
 /// A closing DEALER gets this long to deliver what it queued: the ring's last message is often
 /// still queued when a rank finishes, and its peer needs it. (Linger 0 would discard it.)
 const DEALER_LINGER_MS: i32 = 1000;
+/// The pieces the rings cut chunks into: small enough to stay in a core's cache between arriving
+/// and going on, and for the allocator to reuse their memory instead of faulting in fresh pages,
+/// large enough that a message's own cost (a few microseconds) is small beside its bytes'.
+const PIECE_BYTES: usize = 256 << 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Header {
@@ -336,18 +343,24 @@ fn with_f32s<T>(bytes: &[u8], body: impl FnOnce(&[f32]) -> T) -> T {
     }
 }
 
-/// Folds a peer's partial `acc` into `chunk` (the partial on the left, as
-/// [`reference_reduce_scatter`] folds), with `op` chosen once so that the loop vectorizes.
-fn fold_into(op: ReduceOp, chunk: &mut [f32], acc: &[f32]) {
-    // One loop per op (each closure its own instance): `combine` with a constant op inlines
-    // to the bare operation.
-    fn each(chunk: &mut [f32], acc: &[f32], f: impl Fn(f32, f32) -> f32) {
-        chunk.iter_mut().zip(acc).for_each(|(x, &a)| *x = f(a, *x));
+/// Folds `other` into `into`, elementwise; `into_is_left` says which holds the received partial,
+/// which goes on the left as [`reference_reduce_scatter`] folds. `op` is chosen once so that the
+/// loop vectorizes.
+fn fold_into(op: ReduceOp, into: &mut [f32], other: &[f32], into_is_left: bool) {
+    // One loop per op and side (each closure its own instance): `combine` with a constant op
+    // inlines to the bare operation.
+    fn each(into: &mut [f32], other: &[f32], left: bool, f: impl Fn(f32, f32) -> f32) {
+        if left {
+            into.iter_mut().zip(other).for_each(|(x, &y)| *x = f(*x, y));
+        } else {
+            into.iter_mut().zip(other).for_each(|(x, &y)| *x = f(y, *x));
+        }
     }
+    let left = into_is_left;
     match op {
-        ReduceOp::Sum | ReduceOp::Mean => each(chunk, acc, |a, x| combine(ReduceOp::Sum, a, x)),
-        ReduceOp::Max => each(chunk, acc, |a, x| combine(ReduceOp::Max, a, x)),
-        ReduceOp::Min => each(chunk, acc, |a, x| combine(ReduceOp::Min, a, x)),
+        ReduceOp::Sum | ReduceOp::Mean => each(into, other, left, |a, b| combine(ReduceOp::Sum, a, b)),
+        ReduceOp::Max => each(into, other, left, |a, b| combine(ReduceOp::Max, a, b)),
+        ReduceOp::Min => each(into, other, left, |a, b| combine(ReduceOp::Min, a, b)),
     }
 }
 
@@ -360,6 +373,9 @@ pub struct ZmqCollectives {
     ipc_file: Option<PathBuf>,
     timeout: Duration,
     max_message_bytes: usize,
+    /// The most bytes one ring message carries (a chunk travels in pieces of this size); the same
+    /// on every rank.
+    piece_bytes: usize,
     dealers: HashMap<String, zmq::Socket>,
     /// The cluster key: over TCP the ROUTER lets in only its holders, and the DEALERs prove it.
     key: Option<ClusterKey>,
@@ -431,6 +447,7 @@ impl ZmqCollectives {
             ipc_file,
             timeout,
             max_message_bytes,
+            piece_bytes: PIECE_BYTES,
             dealers: HashMap::new(),
             key,
             stash: HashMap::new(),
@@ -453,6 +470,13 @@ impl ZmqCollectives {
     /// Sets how long one receive waits for a peer.
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
+    }
+
+    /// Sets the most bytes one ring message carries (tests cut small chunks into many pieces).
+    /// Every rank of a group must use the same, or the pieces' lengths do not match.
+    #[cfg(test)]
+    fn set_piece_bytes(&mut self, bytes: usize) {
+        self.piece_bytes = bytes.max(4);
     }
 
     /// Runs `body` for `g`, then forgets `g`'s messages; on a failure of this rank's own (anything
@@ -590,30 +614,84 @@ impl ZmqCollectives {
         Ok(msg)
     }
 
+    /// The pieces a ring sends `range` of elements in: [`ZmqCollectives::piece_bytes`] each, the
+    /// last shorter; none for an empty range. Every rank cuts a chunk the same way, so a receiver
+    /// knows each piece's length.
+    fn pieces(&self, range: Range<usize>) -> impl Iterator<Item = Range<usize>> {
+        let per = (self.piece_bytes / 4).max(1);
+        let end = range.end;
+        range.step_by(per).map(move |a| a..(a + per).min(end))
+    }
+
     /// Ring reduce-scatter over the chunks `at[c]..at[c + 1]` of `data`: at step s rank r sends
-    /// chunk r - s - 1 to r + 1 and folds chunk r - s - 2 from r - 1 into its own copy, so chunk c
-    /// is folded from rank c + 1 round to rank c, which ends with it whole. Steps 0..n-1.
+    /// chunk r - s - 1 to r + 1 and folds chunk r - s - 2 from r - 1, so chunk c is folded from
+    /// rank c + 1 round to rank c, which ends with it whole (in `data`, divided by n for Mean).
+    /// Steps 0..n-1. Pipelined: chunks travel in [`ZmqCollectives::pieces`], and a piece goes on to
+    /// the next step as soon as it is folded, in the message that brought it (folded in place,
+    /// the received partial on the left as [`reference_reduce_scatter`] folds), so links and
+    /// folds overlap, a piece is still in cache when it is forwarded, and no step allocates.
+    /// With `then_gather`, each finished piece of this rank's chunk goes on as the first step
+    /// (`n - 1`) of [`ZmqCollectives::ring_all_gather_f32`]. Chunks other than this rank's are left
+    /// partly folded.
     fn ring_reduce_scatter(
         &mut self,
         g: &Group,
         op: ReduceOp,
         data: &mut [f32],
         at: &[usize],
+        then_gather: bool,
     ) -> Result<(), CollectiveError> {
         let (n, r) = (g.n(), g.rank);
-        for s in 0..n - 1 {
-            let (out, inc) = ((r + 2 * n - s - 1) % n, (r + 2 * n - s - 2) % n);
-            self.send(g, (r + 1) % n, s as u32, KIND_DATA, data_frame(&data[at[out]..at[out + 1]]))?;
-            let chunk = &mut data[at[inc]..at[inc + 1]];
-            let msg = self.recv_f32(g, (r + n - 1) % n, s as u32, chunk.len())?;
-            // The received partial fold goes on the left: the order reference_reduce_scatter uses.
-            with_f32s(&msg, |acc| fold_into(op, chunk, acc));
+        if n == 1 {
+            return Ok(());
+        }
+        let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+        // The chunk this rank sends at step s; it receives the one it sends at step s + 1.
+        let chunk = |s: usize| {
+            let c = (r + 2 * n - s - 1) % n;
+            at[c]..at[c + 1]
+        };
+        for p in self.pieces(chunk(0)) {
+            self.send(g, next, 0, KIND_DATA, data_frame(&data[p]))?;
+        }
+        let last = n - 2;
+        for s in 0..=last {
+            for p in self.pieces(chunk(s + 1)) {
+                let mut msg = self.recv_f32(g, prev, s as u32, p.len())?;
+                let mine = &mut data[p];
+                let out = match bytemuck::try_cast_slice_mut::<u8, f32>(&mut msg) {
+                    Ok(acc) if cfg!(target_endian = "little") => {
+                        if s == last {
+                            fold_final(op, n, acc, mine);
+                        } else {
+                            fold_into(op, acc, mine, true);
+                        }
+                        msg
+                    }
+                    // Not aligned (a TCP receive buffer may not be): fold into our own copy.
+                    _ => {
+                        with_f32s(&msg, |acc| fold_into(op, mine, acc, false));
+                        if s == last {
+                            divide_mean(op, n, mine);
+                        }
+                        data_frame(mine)
+                    }
+                };
+                if s < last {
+                    self.send(g, next, s as u32 + 1, KIND_DATA, out)?;
+                } else if then_gather {
+                    self.send(g, next, n as u32 - 1, KIND_DATA, out)?;
+                }
+            }
         }
         Ok(())
     }
 
     /// Ring all-gather of the chunks of `data` (rank r holds chunk r): at step s rank r sends
-    /// chunk r - s and receives chunk r - s - 1. Steps `first..first + n - 1`.
+    /// chunk r - s and receives chunk r - s - 1, in pieces; a received piece is copied in and
+    /// its message goes on to the next step as it is. Steps `first..first + n - 1`; the first
+    /// step's sends are the caller's (see `then_gather` of
+    /// [`ZmqCollectives::ring_reduce_scatter`]).
     fn ring_all_gather_f32(
         &mut self,
         g: &Group,
@@ -622,15 +700,42 @@ impl ZmqCollectives {
         first: u32,
     ) -> Result<(), CollectiveError> {
         let (n, r) = (g.n(), g.rank);
-        for s in 0..n - 1 {
-            let (out, inc) = ((r + n - s) % n, (r + 2 * n - s - 1) % n);
-            let step = first + s as u32;
-            self.send(g, (r + 1) % n, step, KIND_DATA, data_frame(&data[at[out]..at[out + 1]]))?;
-            let chunk = &mut data[at[inc]..at[inc + 1]];
-            let msg = self.recv_f32(g, (r + n - 1) % n, step, chunk.len())?;
-            with_f32s(&msg, |v| chunk.copy_from_slice(v));
+        for s in 0..n.saturating_sub(1) {
+            let c = (r + 2 * n - s - 1) % n;
+            for p in self.pieces(at[c]..at[c + 1]) {
+                let msg = self.recv_f32(g, (r + n - 1) % n, first + s as u32, p.len())?;
+                with_f32s(&msg, |v| data[p].copy_from_slice(v));
+                if s + 2 < n {
+                    self.send(g, (r + 1) % n, first + s as u32 + 1, KIND_DATA, msg)?;
+                }
+            }
         }
         Ok(())
+    }
+}
+
+/// The last fold of a piece, in one pass: the received partial `acc` folded with `mine`, divided
+/// by n for Mean, into both (`mine` keeps it, `acc`'s message carries it on).
+fn fold_final(op: ReduceOp, n: usize, acc: &mut [f32], mine: &mut [f32]) {
+    fn each(acc: &mut [f32], mine: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+        acc.iter_mut().zip(mine).for_each(|(a, x)| {
+            *a = f(*a, *x);
+            *x = *a;
+        });
+    }
+    let n = n as f32;
+    match op {
+        ReduceOp::Sum => each(acc, mine, |a, x| combine(ReduceOp::Sum, a, x)),
+        ReduceOp::Mean => each(acc, mine, |a, x| combine(ReduceOp::Sum, a, x) / n),
+        ReduceOp::Max => each(acc, mine, |a, x| combine(ReduceOp::Max, a, x)),
+        ReduceOp::Min => each(acc, mine, |a, x| combine(ReduceOp::Min, a, x)),
+    }
+}
+
+/// Mean's division, once, by the rank that ends with the whole sum: every rank gets its bits.
+fn divide_mean(op: ReduceOp, n: usize, v: &mut [f32]) {
+    if op == ReduceOp::Mean {
+        v.iter_mut().for_each(|x| *x /= n as f32);
     }
 }
 
@@ -639,11 +744,7 @@ impl Collectives for ZmqCollectives {
         self.guarded(g, |me| {
             let n = g.n();
             let at = offsets(&even_counts(data.len(), n));
-            me.ring_reduce_scatter(g, op, data, &at)?;
-            if op == ReduceOp::Mean {
-                // Divided once, by the owner, before it is copied: every rank gets the same bits.
-                data[at[g.rank]..at[g.rank + 1]].iter_mut().for_each(|x| *x /= n as f32);
-            }
+            me.ring_reduce_scatter(g, op, data, &at, true)?;
             me.ring_all_gather_f32(g, data, &at, (n - 1) as u32)
         })
     }
@@ -684,12 +785,8 @@ impl Collectives for ZmqCollectives {
                 return invalid("reduce-scatter counts do not sum to the data's length");
             }
             let mut data = data.to_vec();
-            me.ring_reduce_scatter(g, op, &mut data, &at)?;
-            let mut mine = data[at[g.rank]..at[g.rank + 1]].to_vec();
-            if op == ReduceOp::Mean {
-                mine.iter_mut().for_each(|x| *x /= g.n() as f32);
-            }
-            Ok(mine)
+            me.ring_reduce_scatter(g, op, &mut data, &at, false)?;
+            Ok(data[at[g.rank]..at[g.rank + 1]].to_vec())
         })
     }
 
@@ -848,8 +945,10 @@ mod tests {
 
     #[test]
     fn all_reduce_gives_every_rank_the_reference_bits() {
-        for n in 1..=5 {
+        // Whole chunks, and chunks cut into pieces of one element and of three.
+        for (n, piece) in (1..=5).flat_map(|n| [PIECE_BYTES, 4, 12].map(|p| (n, p))) {
             let (mut colls, peers) = inproc(n);
+            colls.iter_mut().for_each(|c| c.set_piece_bytes(piece));
             let cases: Vec<(ReduceOp, usize)> =
                 OPS.iter().flat_map(|&op| [0, 1, n - 1, n, 7, 100].map(|len| (op, len))).collect();
             let got = on_every_rank(&mut colls, |r, c| {
@@ -865,7 +964,7 @@ mod tests {
                 let refs: Vec<&[f32]> = inputs.iter().map(|v| &v[..]).collect();
                 let want = reference_all_reduce(op, &refs);
                 for (r, per_rank) in got.iter().enumerate() {
-                    assert_eq!(bits(&per_rank[i]), bits(&want), "n {n} {op:?} len {len} rank {r}");
+                    assert_eq!(bits(&per_rank[i]), bits(&want), "n {n} piece {piece} {op:?} len {len} rank {r}");
                 }
                 // The reference is the plain serial reduction, up to rounding.
                 for (e, w) in want.iter().enumerate() {
@@ -895,8 +994,9 @@ mod tests {
 
     #[test]
     fn reduce_scatter_with_uneven_and_zero_counts() {
-        for n in 1..=5 {
+        for (n, piece) in (1..=5).flat_map(|n| [PIECE_BYTES, 4, 8].map(|p| (n, p))) {
             let (mut colls, peers) = inproc(n);
+            colls.iter_mut().for_each(|c| c.set_piece_bytes(piece));
             let counts: Vec<usize> = (0..n).map(|r| (r * 3 + 2) % 5).collect();
             let len = counts.iter().sum();
             for (i, op) in OPS.into_iter().enumerate() {
@@ -908,7 +1008,7 @@ mod tests {
                 let want = reference_reduce_scatter(op, &refs, &counts);
                 for r in 0..n {
                     assert_eq!(got[r].len(), counts[r]);
-                    assert_eq!(bits(&got[r]), bits(&want[r]), "n {n} {op:?} rank {r}");
+                    assert_eq!(bits(&got[r]), bits(&want[r]), "n {n} piece {piece} {op:?} rank {r}");
                 }
             }
         }
@@ -945,6 +1045,8 @@ mod tests {
     #[test]
     fn a_rank_running_ahead_loses_nothing() {
         let (mut colls, peers) = inproc(3);
+        // Pieces of two elements: a step's pieces wait in order under one key.
+        colls.iter_mut().for_each(|c| c.set_piece_bytes(8));
         let got = on_every_rank(&mut colls, |r, c| {
             (0..10u64)
                 .map(|id| {
@@ -1093,10 +1195,13 @@ mod tests {
         let ipc = Endpoint::Ipc("/ignored/d.ipc".into());
         let tcp = Endpoint::Tcp { host: "localhost".into(), port: 1 };
         for like in [ipc, tcp] {
-            let (mut colls, peers) = cluster(2, &like, LONG);
+            let (mut colls, peers) = cluster(3, &like, LONG);
+            // Many pieces, of a length (25 elements) that leaves some of a TCP receive buffer's
+            // messages unaligned.
+            colls.iter_mut().for_each(|c| c.set_piece_bytes(100));
             let files: Vec<_> = colls.iter().filter_map(|c| c.ipc_file.clone()).collect();
             if matches!(like, Endpoint::Ipc(_)) {
-                assert_eq!(files.len(), 2);
+                assert_eq!(files.len(), 3);
                 assert!(peers.iter().all(|p| p.starts_with("ipc://")));
                 #[cfg(unix)]
                 for f in &files {
@@ -1112,8 +1217,12 @@ mod tests {
                 let all = owned(c.all_gather(&group(2, r, &peers), &[r as u8; 100]).unwrap());
                 (data, all)
             });
-            assert_eq!(bits(&got[0].0), bits(&got[1].0));
-            assert_eq!(got[0].1, vec![vec![0; 100], vec![1; 100]]);
+            let inputs: Vec<_> = (0..3).map(|r| input(0, r, 1000)).collect();
+            let want = reference_all_reduce(ReduceOp::Mean, &inputs.iter().map(|v| &v[..]).collect::<Vec<_>>());
+            for (data, all) in &got {
+                assert_eq!(bits(data), bits(&want));
+                assert_eq!(*all, vec![vec![0; 100], vec![1; 100], vec![2; 100]]);
+            }
             drop(colls);
             assert!(files.iter().all(|f| !f.exists()), "socket files left behind");
         }
