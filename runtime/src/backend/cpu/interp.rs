@@ -33,6 +33,7 @@ use gt_ir::{
 };
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, CowArray, IxDyn, Zip};
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 /// An `f32` value as the interpreter computes it: row-major contiguous.
@@ -227,12 +228,27 @@ impl Interpreter {
         };
         let not_stored = |dtype| RuntimeError::Type { op, source: TypeError::KernelDType { dtype } };
         let inputs = operands.iter().map(|v| v.stored().ok_or(not_stored(v.dtype()))).collect::<Result<Vec<_>, _>>()?;
-        let mut out = Value::full(ty.dtype, dims, 0.0);
-        let took =
-            jit.run_stored(kernel, &inputs, out.stored_mut().ok_or(not_stored(ty.dtype))?).map_err(|e| match e {
-                JitError::Invalid(source) | JitError::Bounds(source) => RuntimeError::Kernel { op, source },
-                e => RuntimeError::Jit { op, source: JitFailure(Arc::new(e)) },
-            })?;
+        let failed = |e| match e {
+            JitError::Invalid(source) | JitError::Bounds(source) => RuntimeError::Kernel { op, source },
+            e => RuntimeError::Jit { op, source: JitFailure(Arc::new(e)) },
+        };
+        let (out, took) = if ty.dtype == gt_ir::DType::F32 {
+            // Written by the kernel without zeros first (`run_uninit`).
+            let n = ty.shape.numel();
+            let mut data = Vec::with_capacity(n);
+            let took = jit.run_uninit(kernel, &inputs, &mut data.spare_capacity_mut()[..n]).map_err(failed)?;
+            // SAFETY: `run_uninit` returned `Ok`, so it wrote each of the first `n` elements.
+            #[allow(unsafe_code)]
+            unsafe {
+                data.set_len(n)
+            };
+            (Value::F32(from_vec(dims, data)), took)
+        } else {
+            let mut out = Value::full(ty.dtype, dims, 0.0);
+            let took =
+                jit.run_stored(kernel, &inputs, out.stored_mut().ok_or(not_stored(ty.dtype))?).map_err(failed)?;
+            (out, took)
+        };
         if !took.is_zero() {
             tracing::debug!(
                 target: "gt::compile",
@@ -517,7 +533,7 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Tensor {
         fn call<F: Fn(f32) -> f32 + Copy + Send + Sync>(self, f: F) -> Tensor {
             let a = self.0;
             match a.as_slice() {
-                Some(x) => from_vec(a.shape(), threads::filled(x.len(), |at, out| map_into(&x[at..], out, f))),
+                Some(x) => from_vec(a.shape(), threads::written(x.len(), |at, out| map_into(&x[at..], out, f))),
                 None => threads::elementwise(a.len(), || Zip::from(a).par_map_collect(|&x| f(x)), || a.mapv(f)),
             }
         }
@@ -540,9 +556,9 @@ fn map_slices(a: &Tensor, f: vmath::SliceFn) -> Tensor {
 }
 
 /// `out[i] = f(x[i])` for each element of `out` (`x` at least as long).
-fn map_into(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32) {
+fn map_into(x: &[f32], out: &mut [MaybeUninit<f32>], f: impl Fn(f32) -> f32) {
     for (o, &x) in out.iter_mut().zip(x) {
-        *o = f(x);
+        o.write(f(x));
     }
 }
 
@@ -558,17 +574,17 @@ pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f
                 // dynamic-rank arrays row by row with strides).
                 (Some(Flat::Whole(x)), Some(Flat::Whole(y))) => from_vec(
                     dims,
-                    threads::filled(n, |at, out| {
+                    threads::written(n, |at, out| {
                         for ((o, &x), &y) in out.iter_mut().zip(&x[at..]).zip(&y[at..]) {
-                            *o = f(x, y);
+                            o.write(f(x, y));
                         }
                     }),
                 ),
                 (Some(Flat::Whole(x)), Some(Flat::One(y))) => {
-                    from_vec(dims, threads::filled(n, |at, out| map_into(&x[at..], out, |x| f(x, y))))
+                    from_vec(dims, threads::written(n, |at, out| map_into(&x[at..], out, |x| f(x, y))))
                 }
                 (Some(Flat::One(x)), Some(Flat::Whole(y))) => {
-                    from_vec(dims, threads::filled(n, |at, out| map_into(&y[at..], out, |y| f(x, y))))
+                    from_vec(dims, threads::written(n, |at, out| map_into(&y[at..], out, |y| f(x, y))))
                 }
                 _ => threads::elementwise(
                     n,
@@ -657,16 +673,19 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, dims: &[usize]) -> Result<Tensor, T
     value::batched(a, b, dims, |x, y, c| gemm(x.into_dyn(), y.into_dyn(), c.into_dyn()))
 }
 
-/// `c = a b` for 2-d views `a` (m x k), `b` (k x n) and a contiguous `c` (m x n).
+/// `c = a b` for 2-d views `a` (m x k, k > 0), `b` (k x n) and a contiguous `c` (m x n) not yet
+/// written: every element of `c` is written when this returns (zeros where a cancelled
+/// product stopped early).
 #[allow(unsafe_code)]
-fn gemm(a: ArrayViewD<'_, f32>, b: ArrayViewD<'_, f32>, mut c: ArrayViewMutD<'_, f32>) {
+fn gemm(a: ArrayViewD<'_, f32>, b: ArrayViewD<'_, f32>, mut c: ArrayViewMutD<'_, std::mem::MaybeUninit<f32>>) {
     let (m, k, n) = (a.shape()[0], a.shape()[1], b.shape()[1]);
     debug_assert_eq!((b.shape()[0], c.shape()), (k, &[m, n][..]));
     let (sa, sb, sc) = (a.strides(), b.strides(), c.strides().to_vec());
     // SAFETY (`Sgemm::run`): the pointers and strides come from live views of exactly these shapes
     // (m x k, k x n, m x n), so every element sgemm reads or writes is inside its array.
     // `c` is a view into a freshly allocated row-major array, so its strides do not alias
-    // two elements, and it is borrowed mutably while `a` and `b` are only read.
+    // two elements, and it is borrowed mutably while `a` and `b` are only read. With k > 0 and
+    // beta = 0, sgemm writes every element of `c` and reads none.
     unsafe {
         Sgemm {
             m,
@@ -674,9 +693,14 @@ fn gemm(a: ArrayViewD<'_, f32>, b: ArrayViewD<'_, f32>, mut c: ArrayViewMutD<'_,
             n,
             a: (a.as_ptr(), sa[0], sa[1]),
             b: (b.as_ptr(), sb[0], sb[1]),
-            c: (c.as_mut_ptr(), sc[0], sc[1]),
+            c: (c.as_mut_ptr().cast::<f32>(), sc[0], sc[1]),
         }
         .run();
+    }
+    // A cancelled product stops between blocks: what it left is written now (the worker
+    // discards the result; its memory must hold values all the same).
+    if crate::cancel::Token::current().stop() {
+        c.fill(std::mem::MaybeUninit::new(0.0));
     }
 }
 
@@ -756,6 +780,34 @@ mod tests {
 
     fn v(i: u32) -> ValueId {
         ValueId(i)
+    }
+
+    /// A `fused` result of `f32` is written by its kernel with no zeros first (the type rule
+    /// refuses a kernel that does not write every element), so each element holds what the
+    /// kernel wrote, not what the allocator handed over: each run first frees a value of the
+    /// same size full of nines, whose memory the result likely gets.
+    #[test]
+    fn fused_results_hold_only_what_their_kernel_wrote() {
+        let kernel = |extent: usize| {
+            let text = format!(
+                "kernel map [{extent}] {{\n in0 +0 strides [1]\n %0 = load in0\n %1 = neg %0\n out +0 strides [1]\n}}"
+            );
+            Box::new(gt_ir::kernel::text::parse(&text).unwrap())
+        };
+        for jit in [false, true] {
+            let mut it = if jit { Interpreter::new().with_jit() } else { Interpreter::new() };
+            lit(&mut it, 0, &[4], &[1., 2., 3., 4.]);
+            for _ in 0..3 {
+                lit(&mut it, 5, &[4], &[9.; 4]);
+                it.execute(&Instr::Free { src: v(5) }).unwrap();
+                let instr =
+                    Instr::Fused { dst: v(1), ty: TensorType::f32(vec![4]), srcs: vec![v(0)], kernel: kernel(4) };
+                it.execute(&instr).unwrap();
+                assert_eq!(it.read(v(1)).unwrap().data, Elements::F32(vec![-1., -2., -3., -4.]), "jit {jit}");
+            }
+            let short = Instr::Fused { dst: v(2), ty: TensorType::f32(vec![4]), srcs: vec![v(0)], kernel: kernel(2) };
+            assert!(matches!(it.execute(&short), Err(RuntimeError::Type { .. })), "jit {jit}");
+        }
     }
 
     fn lit(it: &mut Interpreter, dst: u32, dims: &[usize], data: &[f32]) {

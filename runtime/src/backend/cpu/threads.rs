@@ -9,6 +9,7 @@
 
 use crate::backend::cpu::vmath;
 use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 /// Products of fewer multiply-adds than this (about 25 µs on one core) run on the calling
@@ -169,34 +170,43 @@ pub fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
 /// starting at element `start`: one stretch on the calling thread when small, else
 /// stretches over the team, one per thread or, for large results, of [`TEAM_MIN_ELEMENTS`]
 /// each (the team's threads take them as they come free, so one thread held up by the
-/// other threads of the process does not hold up the op). `fill` must give each element
-/// the same value whatever the stretch.
+/// other threads of the process does not hold up the op). `fill` must write every element of
+/// its stretch, each the same value whatever the stretch; nothing is written before it (zeros
+/// first would cost a pass over the result).
 #[allow(unsafe_code)]
-pub fn filled(n: usize, fill: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
+pub fn written(n: usize, fill: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync) -> Vec<f32> {
     let threads = if n < TEAM_MIN_ELEMENTS { 1 } else { threads() };
-    if threads <= 1 {
-        let mut out = vec![0.0; n];
-        fill(0, &mut out);
-        return out;
-    }
-    let step = if n >= threads * 4 * TEAM_MIN_ELEMENTS { TEAM_MIN_ELEMENTS } else { n.div_ceil(threads) };
+    let step = if threads <= 1 {
+        n.max(1)
+    } else if n >= threads * 4 * TEAM_MIN_ELEMENTS {
+        TEAM_MIN_ELEMENTS
+    } else {
+        n.div_ceil(threads)
+    };
     let mut out: Vec<f32> = Vec::with_capacity(n);
     let base = Base(out.as_mut_ptr());
     run_parts(n.div_ceil(step), |i| {
         let (lo, hi) = (i * step, ((i + 1) * step).min(n));
-        // SAFETY: `lo..hi` lies inside `out`'s capacity and no other part's range; it is
-        // zeroed (initialized) right before the slice is made, while it is in cache.
-        let stretch = unsafe {
-            let at = base.at(lo);
-            std::ptr::write_bytes(at, 0, hi - lo);
-            std::slice::from_raw_parts_mut(at, hi - lo)
-        };
+        // SAFETY: `lo..hi` lies inside `out`'s capacity and no other part's range; a slice of
+        // `MaybeUninit` may cover memory not yet written.
+        let stretch = unsafe { std::slice::from_raw_parts_mut(base.at(lo).cast::<MaybeUninit<f32>>(), hi - lo) };
         fill(lo, stretch);
     });
-    // SAFETY: the parts' ranges cover `0..n` and each part initialized its own; a part that
-    // panicked unwinds out of `run_parts` before this, and `out` drops empty.
+    // SAFETY: the parts' ranges cover `0..n` and `fill` wrote each element of its own; a part
+    // that panicked unwinds out of `run_parts` before this, and `out` drops empty.
     unsafe { out.set_len(n) };
     out
+}
+
+/// [`written`] for a `fill` that takes initialized stretches (`vmath`'s slice functions): each
+/// stretch is zeroed right before it is filled, while it is in cache.
+#[allow(unsafe_code)]
+pub fn filled(n: usize, fill: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
+    written(n, |at, out| {
+        out.fill(MaybeUninit::new(0.0));
+        // SAFETY: every element was just written; `MaybeUninit<f32>` has `f32`'s layout.
+        fill(at, unsafe { &mut *(std::ptr::from_mut(out) as *mut [f32]) })
+    })
 }
 
 /// The start of a result being filled, shared by the parts that write disjoint ranges of it.

@@ -503,12 +503,14 @@ pub(crate) fn matmul(a: &Value, b: &Value, dims: &[usize], dtype: DType) -> Resu
         DType::F32 | DType::F16 | DType::BF16 => {
             Value::F32(interp::matmul(&a.f32(), &b.f32(), dims)?).into_dtype(dtype)
         }
-        DType::F64 => Value::F64(batched(&a.f64(), &b.f64(), dims, |x, y, mut c| {
-            ndarray::linalg::general_mat_mul(1.0, &x, &y, 0.0, &mut c)
+        DType::F64 => Value::F64(batched(&a.f64(), &b.f64(), dims, |x, y, c| {
+            ndarray::linalg::general_mat_mul(1.0, &x, &y, 0.0, &mut zeroed(c))
         })?),
         _ => {
             let token = cancel::Token::current();
-            Value::I64(batched(&a.i64(), &b.i64(), dims, |x, y, mut c| {
+            Value::I64(batched(&a.i64(), &b.i64(), dims, |x, y, c| {
+                // Zeroed first: a cancelled product leaves rows unwritten.
+                let mut c = zeroed(c);
                 // Rows of x against rows of y's transpose: both contiguous, so the inner loop
                 // is a straight dot product.
                 let (x, yt) = (x.as_standard_layout(), y.t().as_standard_layout().into_owned());
@@ -530,13 +532,30 @@ pub(crate) fn matmul(a: &Value, b: &Value, dims: &[usize], dtype: DType) -> Resu
     })
 }
 
-/// NumPy `matmul` over batches (1-d operands promoted), `mm` on each 2-d pair (into a
-/// zeroed result; an empty product leaves the zeros).
+/// `c` with every element set to zero, as a view of initialized values.
+#[allow(unsafe_code)]
+fn zeroed<T: Copy + Default>(
+    mut c: ndarray::ArrayViewMut2<'_, std::mem::MaybeUninit<T>>,
+) -> ndarray::ArrayViewMut2<'_, T> {
+    c.fill(std::mem::MaybeUninit::new(T::default()));
+    // SAFETY: every element was just written.
+    unsafe { c.assume_init() }
+}
+
+/// NumPy `matmul` over batches (1-d operands promoted), `mm` on each 2-d pair (a sum over an
+/// empty `k` is zeros, without `mm`). The result is allocated and not zeroed: `mm` must write
+/// every element of its `c` (a product with `beta = 0` does, with no pass over memory before it;
+/// zeroing a large result first costs as much as an elementwise op).
+#[allow(unsafe_code)]
 pub(crate) fn batched<T: Copy + Default + 'static>(
     a: &ArrayD<T>,
     b: &ArrayD<T>,
     dims: &[usize],
-    mm: impl Fn(ndarray::ArrayView2<'_, T>, ndarray::ArrayView2<'_, T>, ndarray::ArrayViewMut2<'_, T>),
+    mm: impl Fn(
+        ndarray::ArrayView2<'_, T>,
+        ndarray::ArrayView2<'_, T>,
+        ndarray::ArrayViewMut2<'_, std::mem::MaybeUninit<T>>,
+    ),
 ) -> Result<ArrayD<T>, gt_ir::TypeError> {
     use gt_ir::verify::shape;
     use gt_ir::Shape;
@@ -547,8 +566,11 @@ pub(crate) fn batched<T: Copy + Default + 'static>(
     let batch = shape::broadcast_shapes(&Shape::from(&a.shape()[..ra - 2]), &Shape::from(&b.shape()[..rb - 2]))?;
     let with = |rows: usize, cols: usize| batch.dims().iter().copied().chain([rows, cols]).collect::<Vec<_>>();
     let (a, b) = (a.broadcast(with(m, k)).expect("broadcast"), b.broadcast(with(k, n)).expect("broadcast"));
-    let mut out = ArrayD::from_elem(IxDyn(&with(m, n)), T::default());
-    if m > 0 && n > 0 && k > 0 {
+    let mut out = ArrayD::<T>::uninit(IxDyn(&with(m, n)));
+    if k == 0 {
+        // A sum of nothing.
+        out.fill(std::mem::MaybeUninit::new(T::default()));
+    } else if m > 0 && n > 0 {
         for index in ndarray::indices(batch.dims()) {
             let index = index.slice();
             let (mut x, mut y, mut c) = (a.view(), b.view(), out.view_mut());
@@ -563,6 +585,9 @@ pub(crate) fn batched<T: Copy + Default + 'static>(
             mm(x, y, c);
         }
     }
+    // SAFETY: every element was written: zeros for k = 0, else by `mm` (its contract), batch
+    // index by batch index over the whole broadcast batch.
+    let out = unsafe { out.assume_init() };
     // Row-major already: reshaping it moves the data, no copy.
     Ok(out.into_shape_with_order(IxDyn(dims)).expect("the type rule kept the element count"))
 }

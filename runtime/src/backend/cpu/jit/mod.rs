@@ -60,6 +60,7 @@ use gt_ir::kernel::{validate, Kernel, KernelError, MapKernel, MatMulKernel, Node
 use gt_ir::random;
 use std::fmt;
 use std::mem::ManuallyDrop;
+use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 
 /// Why a kernel could not be compiled or run.
@@ -262,25 +263,95 @@ impl Jit {
     /// Checks bounds ([`Kernel::check_bounds`]), compiles on first sight (cached by the
     /// kernel value), runs: `inputs` one buffer per kernel input, results into `out`.
     /// Returns the time spent compiling (zero when the kernel was cached).
+    #[allow(unsafe_code)]
     pub fn run(&mut self, kernel: &Kernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<Duration, JitError> {
-        let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
-        kernel.check_bounds(&lens, out.len()).map_err(JitError::Bounds)?;
-        // Nothing to write (covered exactly: `check_covers`), so nothing to compute; the
-        // loops of an empty space's other axes could still run for hours (`f32[2^40, 0]`).
-        if out.is_empty() {
+        if let Some(m) = self.tiled(kernel) {
+            let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
+            kernel.check_bounds(&lens, out.len()).map_err(JitError::Bounds)?;
+            validate(kernel).map_err(JitError::Invalid)?;
+            if !out.is_empty() {
+                let stored: Vec<Stored> = inputs.iter().map(|b| Stored::F32(b)).collect();
+                let token = crate::cancel::Token::current();
+                tiles::run(m, &stored, StoredMut::F32(out), &|| token.stop());
+            }
             return Ok(Duration::ZERO);
         }
-        if let Some(m) = self.tiled(kernel) {
+        // SAFETY: `out` is a live exclusive slice of `out.len()` elements.
+        unsafe { self.run_compiled(kernel, inputs, out.as_mut_ptr(), out.len()) }
+    }
+
+    /// [`Jit::run_stored`] into an `f32` result not yet written, which the kernel writes without
+    /// a pass of zeros before it (as much memory traffic as an elementwise op, for a large
+    /// result): plain maps and products covering `out` exactly ([`Kernel::check_covers`]), by
+    /// tiles or compiled. Kernels with rows or a reduction, or that do not cover `out`, get it
+    /// zeroed first. Every element of `out` is written when this returns `Ok` (zeros where a
+    /// cancelled kernel stopped early).
+    #[allow(unsafe_code)]
+    pub fn run_uninit(
+        &mut self,
+        kernel: &Kernel,
+        inputs: &[Stored],
+        out: &mut [MaybeUninit<f32>],
+    ) -> Result<Duration, JitError> {
+        let writes_each_once = match kernel {
+            Kernel::Map(m) => m.rows.is_empty() && m.reduce.is_none(),
+            Kernel::MatMul(_) => true,
+        } && kernel.check_covers(out.len()).is_ok();
+        if !writes_each_once {
+            out.fill(MaybeUninit::new(0.0));
+            // SAFETY: every element was just written; `MaybeUninit<f32>` has `f32`'s layout.
+            let out = unsafe { &mut *(std::ptr::from_mut(out) as *mut [f32]) };
+            return self.run_stored(kernel, inputs, StoredMut::F32(out));
+        }
+        let token = crate::cancel::Token::current();
+        let took = if let Some(m) = self.tiled(kernel) {
+            let lens: Vec<usize> = inputs.iter().map(Stored::len).collect();
+            kernel.check_bounds(&lens, out.len()).map_err(JitError::Bounds)?;
             validate(kernel).map_err(JitError::Invalid)?;
-            let stored: Vec<Stored> = inputs.iter().map(|b| Stored::F32(b)).collect();
-            let token = crate::cancel::Token::current();
-            tiles::run(m, &stored, StoredMut::F32(out), &|| token.stop());
+            if !out.is_empty() {
+                tiles::run_uninit(m, inputs, out, &|| token.stop());
+            }
+            Duration::ZERO
+        } else {
+            let widened: Vec<std::borrow::Cow<[f32]>> = inputs.iter().map(Stored::widened).collect();
+            let refs: Vec<&[f32]> = widened.iter().map(|b| &b[..]).collect();
+            // SAFETY: `out` is a live exclusive slice of `out.len()` elements; the compiled code
+            // only writes them.
+            unsafe { self.run_compiled(kernel, &refs, out.as_mut_ptr().cast::<f32>(), out.len())? }
+        };
+        // The kernel covers `out` (checked above) unless it stopped early when cancelled: what
+        // it left is written now (the worker discards the result; its memory must hold values).
+        if token.stop() {
+            out.fill(MaybeUninit::new(0.0));
+        }
+        Ok(took)
+    }
+
+    /// [`Jit::run`] of a kernel not run by tiles, into `out_len` elements at `out`.
+    ///
+    /// # Safety
+    /// `out` is valid for writes of `out_len` elements, and nothing else reads or writes them
+    /// meanwhile. They need not be initialized: a kernel writes its output and reads none of it,
+    /// but a product's epilogue, which reads the product it rewrites after `sgemm` wrote it.
+    #[allow(unsafe_code)]
+    unsafe fn run_compiled(
+        &mut self,
+        kernel: &Kernel,
+        inputs: &[&[f32]],
+        out: *mut f32,
+        out_len: usize,
+    ) -> Result<Duration, JitError> {
+        let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
+        kernel.check_bounds(&lens, out_len).map_err(JitError::Bounds)?;
+        // Nothing to write (covered exactly: `check_covers`), so nothing to compute; the
+        // loops of an empty space's other axes could still run for hours (`f32[2^40, 0]`).
+        if out_len == 0 {
             return Ok(Duration::ZERO);
         }
         if let Kernel::Map(m) = kernel {
             let parts = split_outer(m);
             if parts.len() > 1 {
-                if let Some(took) = self.run_parts(&parts, inputs, out)? {
+                if let Some(took) = self.run_parts(&parts, inputs, out, out_len)? {
                     return Ok(took);
                 }
             }
@@ -290,9 +361,10 @@ impl Jit {
         match (kernel, compiled) {
             (Kernel::Map(_), Compiled::Map(f)) => {
                 let ptrs: Vec<*const f32> = inputs.iter().map(|b| b.as_ptr()).collect();
-                call(f, &ptrs, out.as_mut_ptr(), &crate::cancel::Token::current());
+                call(f, &ptrs, out, &crate::cancel::Token::current());
             }
-            (Kernel::MatMul(k), Compiled::MatMul(epilogue)) => matmul(k, inputs, out, epilogue),
+            // SAFETY: the caller's, and the bounds just checked.
+            (Kernel::MatMul(k), Compiled::MatMul(epilogue)) => unsafe { matmul(k, inputs, out, epilogue) },
             _ => return Err(JitError::CachedKind),
         }
         Ok(took)
@@ -351,12 +423,13 @@ impl Jit {
         &mut self,
         parts: &[Kernel],
         inputs: &[&[f32]],
-        out: &mut [f32],
+        out: *mut f32,
+        out_len: usize,
     ) -> Result<Option<Duration>, JitError> {
         let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
         let mut took = Duration::ZERO;
         for p in parts {
-            p.check_bounds(&lens, out.len()).map_err(JitError::Bounds)?;
+            p.check_bounds(&lens, out_len).map_err(JitError::Bounds)?;
             took += self.compile(p)?;
         }
         // A full cache is emptied by a compile: the parts compiled before it are gone.
@@ -372,7 +445,7 @@ impl Jit {
         // access is a permutation, checked by `validate`, and the parts take disjoint ranges
         // of the outer axis) and only read the inputs.
         let ptrs: Vec<usize> = inputs.iter().map(|b| b.as_ptr() as usize).collect();
-        let out = out.as_mut_ptr() as usize;
+        let out = out as usize;
         let token = crate::cancel::Token::current();
         super::threads::run_parts(fns.len(), |i| {
             let ptrs: Vec<*const f32> = ptrs.iter().map(|&p| p as *const f32).collect();
@@ -518,22 +591,26 @@ fn split_outer(k: &MapKernel) -> Vec<Kernel> {
 }
 
 /// A matmul kernel (bounds already checked): `sgemm` per batch index, then the epilogue.
+///
+/// # Safety
+/// `out` is valid for writes of the `count * m * n` elements the bounds check covered, which
+/// need not be initialized, and nothing else touches them meanwhile.
 #[allow(unsafe_code)]
-fn matmul(k: &MatMulKernel, inputs: &[&[f32]], out: &mut [f32], epilogue: Option<KernelFn>) {
+unsafe fn matmul(k: &MatMulKernel, inputs: &[&[f32]], out: *mut f32, epilogue: Option<KernelFn>) {
     let count = k.batch_count();
     if count == 0 || k.m == 0 || k.n == 0 {
         return;
     }
     // With a non-empty batch, the bounds check guaranteed `count * m * n <= out.len()`.
     let per = k.m * k.n;
-    let out = &mut out[..count * per];
     if k.k == 0 {
-        // A sum of nothing.
-        out.fill(0.0);
+        // A sum of nothing. SAFETY: the caller's.
+        unsafe { std::ptr::write_bytes(out, 0, count * per) };
     } else {
         let rank = k.batch.len();
         let mut index = vec![0usize; rank];
-        for (b, c) in out.chunks_exact_mut(per).enumerate() {
+        for b in 0..count {
+            let c = out.wrapping_add(b * per);
             let mut rest = b;
             for (i, &d) in index.iter_mut().zip(&k.batch).rev() {
                 *i = rest % d;
@@ -556,7 +633,7 @@ fn matmul(k: &MatMulKernel, inputs: &[&[f32]], out: &mut [f32], epilogue: Option
                     n: k.n,
                     a: (lhs, ls[0] as isize, ls[1] as isize),
                     b: (rhs, rs[0] as isize, rs[1] as isize),
-                    c: (c.as_mut_ptr(), k.n as isize, 1),
+                    c: (c, k.n as isize, 1),
                 }
                 .run();
             }
@@ -564,7 +641,7 @@ fn matmul(k: &MatMulKernel, inputs: &[&[f32]], out: &mut [f32], epilogue: Option
     }
     if let Some(f) = epilogue {
         // The product is the epilogue map's last input, read at the element it rewrites.
-        let product = out.as_mut_ptr();
+        let product = out;
         let mut ptrs: Vec<*const f32> = inputs[2..].iter().map(|b| b.as_ptr()).collect();
         ptrs.push(product);
         call(f, &ptrs, product, &crate::cancel::Token::current());

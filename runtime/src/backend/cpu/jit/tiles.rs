@@ -111,6 +111,13 @@ impl Store for f32 {
     }
 }
 
+/// An `f32` result not yet written ([`run_uninit`]).
+impl Store for std::mem::MaybeUninit<f32> {
+    fn write(tile: &[f32], out: &mut [Self]) {
+        out.write_copy_of_slice(tile);
+    }
+}
+
 impl Store for f16 {
     fn write(tile: &[f32], out: &mut [f16]) {
         out.convert_from_f32_slice(tile);
@@ -169,6 +176,17 @@ pub(super) fn run(k: &MapKernel, inputs: &[Stored], out: StoredMut, stop: &(dyn 
         StoredMut::F16(out) => run_into(k, inputs, out, stop),
         StoredMut::Bf16(out) => run_into(k, inputs, out, stop),
     }
+}
+
+/// [`run`] into an `f32` result not yet written: each tile is written once, so every element
+/// is when this returns, unless `stop` said so first.
+pub(super) fn run_uninit(
+    k: &MapKernel,
+    inputs: &[Stored],
+    out: &mut [std::mem::MaybeUninit<f32>],
+    stop: &(dyn Fn() -> bool + Sync),
+) {
+    run_into(k, inputs, out, stop);
 }
 
 fn run_into<T: Store>(k: &MapKernel, inputs: &[Stored], out: &mut [T], stop: &(dyn Fn() -> bool + Sync)) {
