@@ -57,12 +57,18 @@ struct Seen {
     operands: InstrValues,
 }
 
-/// A hot sequence: its id, tokens and dataflow.
+/// A hot sequence: its id, tokens and dataflow (`None` after a flush turned it to start
+/// elsewhere, until its next whole repetition gives it).
 #[derive(Debug, Clone)]
 struct Hot {
     id: u64,
     tokens: Vec<u64>,
-    flow: Vec<u32>,
+    flow: Option<Vec<u32>>,
+}
+
+/// A sequence's id: FNV-1a over its tokens and dataflow.
+fn sequence_id(tokens: &[u64], flow: &[u32]) -> u64 {
+    tokens.iter().copied().chain(flow.iter().map(|f| u64::from(*f))).fold(FNV_OFFSET, |h, t| fnv1a(&t.to_le_bytes(), h))
 }
 
 /// The hot-path pass.
@@ -138,12 +144,7 @@ impl HotPath {
             let flow = dataflow(last.iter().map(|s| (&s.results, &s.operands)));
             if flow == dataflow(before.iter().map(|s| (&s.results, &s.operands))) {
                 let tokens: Vec<u64> = last.iter().map(|s| s.token).collect();
-                let id = tokens
-                    .iter()
-                    .copied()
-                    .chain(flow.iter().map(|f| u64::from(*f)))
-                    .fold(FNV_OFFSET, |h, t| fnv1a(&t.to_le_bytes(), h));
-                return Some(Hot { id, tokens, flow });
+                return Some(Hot { id: sequence_id(&tokens, &flow), tokens, flow: Some(flow) });
             }
         }
         None
@@ -173,9 +174,20 @@ impl StreamPass for HotPath {
                 if self.pending.len() < hot.tokens.len() {
                     return;
                 }
-                // A whole repetition: marked if its dataflow is the sequence's too.
+                // A whole repetition: marked if its dataflow is the sequence's too (the first
+                // one after a flush turned the sequence gives it: the stream repeated it in the
+                // other turn, with the same dataflow).
                 let flow = dataflow(self.pending.iter().map(|(i, _)| (i.results(), i.operands())));
-                if flow == hot.flow {
+                if hot.flow.is_none() {
+                    let id = sequence_id(&hot.tokens, &flow);
+                    if !self.found.contains(&id) {
+                        self.found.push(id);
+                        self.stats.sequences += 1;
+                    }
+                    self.hot = Some(Hot { id, tokens: hot.tokens.clone(), flow: Some(flow.clone()) });
+                }
+                let Some(hot) = &self.hot else { return };
+                if Some(&flow) == hot.flow.as_ref() {
                     let (id, len) = (hot.id, hot.tokens.len() as u64);
                     out.inject(Instr::HotPathStart { id });
                     self.release(out);
@@ -206,8 +218,17 @@ impl StreamPass for HotPath {
         }
     }
 
+    /// A flush (a read or a sync) inside a repetition cuts it: what was held goes out unmarked.
+    /// The stream's period is the same, so the sequence is kept, turned to start where the cut
+    /// left it: a training loop that reads its loss at each step then has its repetitions
+    /// between the reads instead of across them.
     fn flush(&mut self, out: &mut Emit) {
+        let cut = self.pending.len();
         self.release(out);
+        if let Some(hot) = self.hot.as_mut().filter(|_| cut > 0) {
+            hot.tokens.rotate_left(cut);
+            hot.flow = None;
+        }
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
@@ -452,6 +473,42 @@ mod tests {
             instrs(out)
         };
         assert!(unmarked(&out) == input, "markers only");
+    }
+
+    #[test]
+    fn a_loop_that_reads_at_each_step_is_wrapped_between_the_reads() {
+        // The client reads the loss after each step: the dispatcher flushes the passes there.
+        let (mut ids, mut w1, mut w2) = (10, v(2), v(3));
+        let mut pass = HotPath::new(HotPathConfig::default());
+        let mut input = Vec::new();
+        let mut marked_steps = 0;
+        for step in 0..20 {
+            let mut out = Emit::new("hotpath");
+            let mut instrs_of_step = mlp_step(&mut ids, &mut w1, &mut w2);
+            if step == 0 {
+                // The first step starts otherwise, so the stream repeats from its second
+                // instruction on, and the sequence is first found out of step with the reads.
+                let Instr::MatMul { dst, lhs, .. } = instrs_of_step[0] else { unreachable!() };
+                instrs_of_step[0] = Instr::Unary { op: UnaryOp::Neg, dst, src: lhs };
+            }
+            for i in instrs_of_step {
+                input.push(i.clone());
+                pass.run(i, &mut out);
+            }
+            pass.flush(&mut out);
+            let out = instrs(out);
+            let wrapped = matches!(
+                (out.first(), out.last()),
+                (Some(Instr::HotPathStart { id: a }), Some(Instr::HotPathEnd { id: b })) if a == b
+            );
+            if wrapped {
+                assert_eq!(out.len(), 12 + 2, "step {step}: the whole step, once: {out:#?}");
+                marked_steps += 1;
+            }
+        }
+        let stats = pass.stats();
+        assert!(marked_steps >= 20 - 5, "{marked_steps} steps wrapped; {stats:?}");
+        assert_eq!(stats.covered, 12 * stats.repetitions, "{stats:?}");
     }
 
     #[test]
