@@ -53,6 +53,11 @@ pub struct Interpreter {
     /// Runs `fused` kernels as machine code; without it they are evaluated by the kernel
     /// oracle (`cpu::kernels`), which is the reference.
     jit: Option<Box<Jit>>,
+    /// Transposes of the last two axes of `f32` values, not computed yet: value → its source.
+    /// A product reads the source in place through transposed strides (autograd's weight
+    /// gradients are `x.T @ dy`: no copy of `x`); anything else that reads one, frees or
+    /// redefines its source computes it first ([`Interpreter::settle`]).
+    lazy: HashMap<ValueId, ValueId>,
 }
 
 impl Interpreter {
@@ -72,6 +77,7 @@ impl Interpreter {
             max_tensor_bytes,
             max_live_bytes: usize::MAX,
             jit: None,
+            lazy: HashMap::new(),
         }
     }
 
@@ -97,10 +103,28 @@ impl Interpreter {
         self
     }
 
-    /// Runs one instruction. On error no value is defined, changed or freed.
+    /// Runs one instruction. On error no value is defined, changed or freed (a transpose it
+    /// reads may have been computed: the same value).
     pub fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
+        if !self.lazy.is_empty() {
+            if let Instr::Free { src } = instr {
+                if self.lazy.remove(src).is_some() {
+                    return Ok(());
+                }
+            }
+            self.settle(instr);
+        }
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
         self.admit(&instr, &types)?;
+        if let Instr::Transpose { dst, src, .. } = &*instr {
+            if self.transposes_last_two(&instr) {
+                if let Some(old) = self.values.remove(dst) {
+                    self.bytes.remove(old.bytes());
+                }
+                self.lazy.insert(*dst, *src);
+                return Ok(());
+            }
+        }
         let results = self.compute(&instr, &types)?;
         if let Instr::Free { src } = &*instr {
             if let Some(gone) = self.values.remove(src) {
@@ -122,6 +146,63 @@ impl Interpreter {
         let Instr::Literal { dst, ty, data } = instr else { unreachable!("built as a literal above") };
         self.define(dst, Value::from_elements(ty.shape.dims(), data));
         Ok(())
+    }
+
+    /// Whether `instr` (checked) swaps the last two axes of a stored `f32` value: what is left
+    /// for a product to read in place ([`Interpreter::lazy`]).
+    fn transposes_last_two(&self, instr: &Instr) -> bool {
+        let Instr::Transpose { src, dim0, dim1, .. } = instr else { return false };
+        let Some(Value::F32(a)) = self.values.get(src) else { return false };
+        let rank = a.ndim();
+        let axes = (shape::normalize_axis(*dim0, rank), shape::normalize_axis(*dim1, rank));
+        rank >= 2 && matches!(axes, (Ok(x), Ok(y)) if x.min(y) == rank - 2 && x.max(y) == rank - 1)
+    }
+
+    /// Before `instr` runs: computes the pending transposes it reads (a product reads them in
+    /// place) and those whose source it frees or redefines, and forgets those it redefines.
+    fn settle(&mut self, instr: &Instr) {
+        let product = matches!(instr, Instr::MatMul { .. });
+        let mut written = instr.results();
+        if let Instr::Free { src } = instr {
+            written.push(*src);
+        }
+        let mut due: Vec<ValueId> = Vec::new();
+        if !product {
+            due.extend(instr.operands().iter().copied().filter(|v| self.lazy.contains_key(v)));
+        }
+        due.extend(self.lazy.iter().filter(|(_, src)| written.contains(src)).map(|(&v, _)| v));
+        for v in due {
+            if let Some(value) = self.pending_value(v) {
+                self.lazy.remove(&v);
+                self.define(v, value);
+            }
+        }
+        for w in &written {
+            self.lazy.remove(w);
+        }
+    }
+
+    /// A pending transpose, computed.
+    fn pending_value(&self, v: ValueId) -> Option<Value> {
+        let src = self.values.get(self.lazy.get(&v)?)?;
+        let rank = src.ndim();
+        let mut perm: Vec<usize> = (0..rank).collect();
+        perm.swap(rank - 2, rank - 1);
+        Some(src.permuted(&perm))
+    }
+
+    /// An `f32` operand of a product: a stored value, or a pending transpose's source seen
+    /// through swapped strides.
+    fn product_operand(&self, op: &'static str, v: ValueId) -> Result<ArrayViewD<'_, f32>, RuntimeError> {
+        match self.lazy.get(&v) {
+            Some(&src) => {
+                let mut view = self.get_f32(op, src)?.view();
+                let rank = view.ndim();
+                view.swap_axes(rank - 2, rank - 1);
+                Ok(view)
+            }
+            None => Ok(self.get_f32(op, v)?.view()),
+        }
     }
 
     /// Refuses an instruction whose results would take the live values past the budget.
@@ -146,19 +227,27 @@ impl Interpreter {
 
     /// A value's type and row-major data.
     pub fn read(&self, value: ValueId) -> Result<HostTensor, RuntimeError> {
-        let a = self.get("get", value)?;
+        let a = self.readable(value)?;
         Ok(HostTensor::new(TensorType::new(a.dtype(), a.shape().to_vec()), a.to_elements()))
     }
 
     /// A value's type and row-major data as little-endian bytes (one copy).
     pub fn read_bytes(&self, value: ValueId) -> Result<(TensorType, Vec<u8>), RuntimeError> {
-        let a = self.get("get", value)?;
+        let a = self.readable(value)?;
         Ok((TensorType::new(a.dtype(), a.shape().to_vec()), a.to_le_bytes()))
+    }
+
+    /// A value to read out: stored, or a pending transpose computed for the read.
+    fn readable(&self, value: ValueId) -> Result<std::borrow::Cow<'_, Value>, RuntimeError> {
+        match self.pending_value(value) {
+            Some(v) => Ok(std::borrow::Cow::Owned(v)),
+            None => self.get("get", value).map(std::borrow::Cow::Borrowed),
+        }
     }
 
     /// How many values are defined and not freed.
     pub fn live_values(&self) -> usize {
-        self.values.len()
+        self.values.len() + self.lazy.len()
     }
 
     /// The bytes of data the live values hold.
@@ -181,6 +270,12 @@ impl Interpreter {
     }
 
     fn type_of(&self, value: ValueId) -> Result<TensorType, TypeError> {
+        if let Some(src) = self.lazy.get(&value).and_then(|src| self.values.get(src)) {
+            let mut dims = src.shape().to_vec();
+            let rank = dims.len();
+            dims.swap(rank - 2, rank - 1);
+            return Ok(TensorType::new(src.dtype(), dims));
+        }
         self.values.get(&value).map(|a| TensorType::new(a.dtype(), a.shape())).ok_or(TypeError::UnknownValue(value))
     }
 
@@ -433,7 +528,7 @@ impl Interpreter {
                 binary(*binary_op, &self.operand(op, *lhs)?.view(), &self.operand(op, *rhs)?.view(), dims())
             }
             Instr::MatMul { lhs, rhs, .. } => {
-                matmul(self.get_f32(op, *lhs)?, self.get_f32(op, *rhs)?, dims()).map_err(type_error)?
+                matmul(self.product_operand(op, *lhs)?, self.product_operand(op, *rhs)?, dims()).map_err(type_error)?
             }
             Instr::Reduce { op: reduce_op, src, axes, .. } => {
                 let a = self.get_f32(op, *src)?;
@@ -669,7 +764,7 @@ pub(crate) fn select(
 }
 
 /// NumPy `matmul`: one `sgemm` per (broadcast) batch index, on strided views.
-pub(crate) fn matmul(a: &Tensor, b: &Tensor, dims: &[usize]) -> Result<Tensor, TypeError> {
+pub(crate) fn matmul(a: ArrayViewD<'_, f32>, b: ArrayViewD<'_, f32>, dims: &[usize]) -> Result<Tensor, TypeError> {
     value::batched(a, b, dims, |x, y, c| gemm(x.into_dyn(), y.into_dyn(), c.into_dyn()))
 }
 
@@ -1128,6 +1223,73 @@ mod tests {
         it.execute(&Instr::Zeros { dst: v(3), ty: TensorType::f32(vec![0, 2, 2]) }).unwrap();
         let t = run(&mut it, Instr::MatMul { dst: v(4), lhs: v(3), rhs: v(3) });
         assert_eq!(t.ty.shape.dims(), &[0, 2, 2]);
+    }
+
+    /// A transpose of the last two axes waits for its reader: a product reads its source
+    /// through swapped strides, anything else (or a read) gets it computed, and freeing or
+    /// redefining its source first computes it; either way every value reads as computed at
+    /// once (`[[1, 4], [2, 5], [3, 6]]`, transposed).
+    #[test]
+    fn pending_transposes_read_as_computed_ones() {
+        let t = |dst: u32| Instr::Transpose { dst: v(dst), src: v(0), dim0: -1, dim1: -2 };
+        let fresh = || {
+            let mut it = Interpreter::new();
+            lit(&mut it, 0, &[3, 2], &[1., 4., 2., 5., 3., 6.]);
+            lit(&mut it, 2, &[3, 2], &[7., 8., 9., 10., 11., 12.]);
+            it
+        };
+        let transposed = [1., 2., 3., 4., 5., 6.];
+        // Read by a product, then freed: nothing computed, nothing left.
+        let mut it = fresh();
+        it.execute(&t(1)).unwrap();
+        assert_eq!((it.live_values(), it.live_bytes()), (3, 48), "pending, not computed");
+        assert_tensor(
+            &run(&mut it, Instr::MatMul { dst: v(3), lhs: v(1), rhs: v(2) }),
+            &[2, 2],
+            &[58., 64., 139., 154.],
+        );
+        it.execute(&Instr::Free { src: v(1) }).unwrap();
+        assert_eq!(it.live_values(), 3);
+        // Read out, and read by another op.
+        let mut it = fresh();
+        it.execute(&t(1)).unwrap();
+        assert_tensor(&it.read(v(1)).unwrap(), &[2, 3], &transposed);
+        assert_tensor(
+            &run(&mut it, Instr::Unary { dst: v(3), op: gt_ir::UnaryOp::Neg, src: v(1) }),
+            &[2, 3],
+            &transposed.map(|x| -x),
+        );
+        // Its source freed, then redefined: it keeps the source's values of when it was made.
+        for redefine in [false, true] {
+            let mut it = fresh();
+            it.execute(&t(1)).unwrap();
+            if redefine {
+                lit(&mut it, 0, &[1], &[0.]);
+            } else {
+                it.execute(&Instr::Free { src: v(0) }).unwrap();
+            }
+            assert_tensor(&it.read(v(1)).unwrap(), &[2, 3], &transposed);
+            assert_tensor(
+                &run(&mut it, Instr::MatMul { dst: v(3), lhs: v(1), rhs: v(2) }),
+                &[2, 2],
+                &[58., 64., 139., 154.],
+            );
+        }
+        // Redefined itself: the new value, and the source is left alone.
+        let mut it = fresh();
+        it.execute(&t(1)).unwrap();
+        lit(&mut it, 1, &[1], &[5.]);
+        assert_tensor(&it.read(v(1)).unwrap(), &[1], &[5.]);
+        assert_tensor(&it.read(v(0)).unwrap(), &[3, 2], &[1., 4., 2., 5., 3., 6.]);
+        // A batch of matrices, its last two axes swapped, in a batched product.
+        let mut it = Interpreter::new();
+        lit(&mut it, 0, &[2, 2, 1], &[1., 2., 3., 4.]);
+        it.execute(&Instr::Transpose { dst: v(1), src: v(0), dim0: 1, dim1: 2 }).unwrap();
+        assert_tensor(
+            &run(&mut it, Instr::MatMul { dst: v(2), lhs: v(0), rhs: v(1) }),
+            &[2, 2, 2],
+            &[1., 2., 2., 4., 9., 12., 12., 16.],
+        );
     }
 
     #[test]

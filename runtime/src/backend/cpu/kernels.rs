@@ -99,7 +99,7 @@ fn matmul_kernel(k: &MatMulKernel, inputs: &[&[f32]], out: &mut [f32]) -> Result
     let a = gather(&k.lhs, inputs[0], &with(k.m, k.k));
     let b = gather(&k.rhs, inputs[1], &with(k.k, k.n));
     let dims = with(k.m, k.n);
-    let mut c = matmul(&a, &b, &dims)?;
+    let mut c = matmul(a.view(), b.view(), &dims)?;
     if !k.epilogue.is_empty() {
         let leaf = |node: Node| match node {
             Node::Input(i) => gather(&k.epilogue_inputs[i as usize], inputs[2 + i as usize], &dims),

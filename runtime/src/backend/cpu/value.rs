@@ -501,14 +501,14 @@ fn rows<T: Copy + Default, R>(a: &ArrayD<T>, axes: &[usize], dims: &[usize], f: 
 pub(crate) fn matmul(a: &Value, b: &Value, dims: &[usize], dtype: DType) -> Result<Value, gt_ir::TypeError> {
     Ok(match dtype {
         DType::F32 | DType::F16 | DType::BF16 => {
-            Value::F32(interp::matmul(&a.f32(), &b.f32(), dims)?).into_dtype(dtype)
+            Value::F32(interp::matmul(a.f32().view(), b.f32().view(), dims)?).into_dtype(dtype)
         }
-        DType::F64 => Value::F64(batched(&a.f64(), &b.f64(), dims, |x, y, c| {
+        DType::F64 => Value::F64(batched(a.f64().view(), b.f64().view(), dims, |x, y, c| {
             ndarray::linalg::general_mat_mul(1.0, &x, &y, 0.0, &mut zeroed(c))
         })?),
         _ => {
             let token = cancel::Token::current();
-            Value::I64(batched(&a.i64(), &b.i64(), dims, |x, y, c| {
+            Value::I64(batched(a.i64().view(), b.i64().view(), dims, |x, y, c| {
                 // Zeroed first: a cancelled product leaves rows unwritten.
                 let mut c = zeroed(c);
                 // Rows of x against rows of y's transpose: both contiguous, so the inner loop
@@ -548,8 +548,8 @@ fn zeroed<T: Copy + Default>(
 /// zeroing a large result first costs as much as an elementwise op).
 #[allow(unsafe_code)]
 pub(crate) fn batched<T: Copy + Default + 'static>(
-    a: &ArrayD<T>,
-    b: &ArrayD<T>,
+    a: ArrayViewD<'_, T>,
+    b: ArrayViewD<'_, T>,
     dims: &[usize],
     mm: impl Fn(
         ndarray::ArrayView2<'_, T>,
@@ -559,8 +559,8 @@ pub(crate) fn batched<T: Copy + Default + 'static>(
 ) -> Result<ArrayD<T>, gt_ir::TypeError> {
     use gt_ir::verify::shape;
     use gt_ir::Shape;
-    let a = if a.ndim() == 1 { a.view().insert_axis(Axis(0)) } else { a.view() };
-    let b = if b.ndim() == 1 { b.view().insert_axis(Axis(1)) } else { b.view() };
+    let a = if a.ndim() == 1 { a.insert_axis(Axis(0)) } else { a };
+    let b = if b.ndim() == 1 { b.insert_axis(Axis(1)) } else { b };
     let (ra, rb) = (a.ndim(), b.ndim());
     let (m, k, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 1]);
     let batch = shape::broadcast_shapes(&Shape::from(&a.shape()[..ra - 2]), &Shape::from(&b.shape()[..rb - 2]))?;
