@@ -141,6 +141,9 @@ impl Interpreter {
     /// than copied: a collective's result, which can be as large as a model's gradients.
     pub fn write(&mut self, dst: ValueId, ty: TensorType, data: Elements) -> Result<(), RuntimeError> {
         let instr = Instr::Literal { dst, ty, data };
+        if !self.lazy.is_empty() {
+            self.settle(&instr);
+        }
         let (_, types) = checks::prepare(&instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
         self.admit(&instr, &types)?;
         let Instr::Literal { dst, ty, data } = instr else { unreachable!("built as a literal above") };
@@ -151,8 +154,9 @@ impl Interpreter {
     /// Whether `instr` (checked) swaps the last two axes of a stored `f32` value: what is left
     /// for a product to read in place ([`Interpreter::lazy`]).
     fn transposes_last_two(&self, instr: &Instr) -> bool {
-        let Instr::Transpose { src, dim0, dim1, .. } = instr else { return false };
-        let Some(Value::F32(a)) = self.values.get(src) else { return false };
+        let Instr::Transpose { dst, src, dim0, dim1 } = instr else { return false };
+        // `%x = transpose %x` replaces its own source: computed at once.
+        let Some(Value::F32(a)) = self.values.get(src).filter(|_| dst != src) else { return false };
         let rank = a.ndim();
         let axes = (shape::normalize_axis(*dim0, rank), shape::normalize_axis(*dim1, rank));
         rank >= 2 && matches!(axes, (Ok(x), Ok(y)) if x.min(y) == rank - 2 && x.max(y) == rank - 1)
@@ -186,6 +190,9 @@ impl Interpreter {
     fn pending_value(&self, v: ValueId) -> Option<Value> {
         let src = self.values.get(self.lazy.get(&v)?)?;
         let rank = src.ndim();
+        if rank < 2 {
+            return None;
+        }
         let mut perm: Vec<usize> = (0..rank).collect();
         perm.swap(rank - 2, rank - 1);
         Some(src.permuted(&perm))
@@ -198,7 +205,9 @@ impl Interpreter {
             Some(&src) => {
                 let mut view = self.get_f32(op, src)?.view();
                 let rank = view.ndim();
-                view.swap_axes(rank - 2, rank - 1);
+                if rank >= 2 {
+                    view.swap_axes(rank - 2, rank - 1);
+                }
                 Ok(view)
             }
             None => Ok(self.get_f32(op, v)?.view()),
@@ -270,7 +279,7 @@ impl Interpreter {
     }
 
     fn type_of(&self, value: ValueId) -> Result<TensorType, TypeError> {
-        if let Some(src) = self.lazy.get(&value).and_then(|src| self.values.get(src)) {
+        if let Some(src) = self.lazy.get(&value).and_then(|src| self.values.get(src)).filter(|src| src.ndim() >= 2) {
             let mut dims = src.shape().to_vec();
             let rank = dims.len();
             dims.swap(rank - 2, rank - 1);
@@ -1275,12 +1284,28 @@ mod tests {
                 &[58., 64., 139., 154.],
             );
         }
-        // Redefined itself: the new value, and the source is left alone.
+        // Its source written over as a collective's result is: the same.
         let mut it = fresh();
         it.execute(&t(1)).unwrap();
-        lit(&mut it, 1, &[1], &[5.]);
-        assert_tensor(&it.read(v(1)).unwrap(), &[1], &[5.]);
-        assert_tensor(&it.read(v(0)).unwrap(), &[3, 2], &[1., 4., 2., 5., 3., 6.]);
+        it.write(v(0), TensorType::f32(vec![1]), Elements::F32(vec![0.])).unwrap();
+        assert_tensor(&it.read(v(1)).unwrap(), &[2, 3], &transposed);
+        // Redefined itself (by an instruction or a write): the new value, the source left alone.
+        for by_write in [false, true] {
+            let mut it = fresh();
+            it.execute(&t(1)).unwrap();
+            if by_write {
+                it.write(v(1), TensorType::f32(vec![1]), Elements::F32(vec![5.])).unwrap();
+            } else {
+                lit(&mut it, 1, &[1], &[5.]);
+            }
+            assert_tensor(&it.read(v(1)).unwrap(), &[1], &[5.]);
+            assert_tensor(&run(&mut it, Instr::Unary { dst: v(3), op: gt_ir::UnaryOp::Neg, src: v(1) }), &[1], &[-5.]);
+            assert_tensor(&it.read(v(0)).unwrap(), &[3, 2], &[1., 4., 2., 5., 3., 6.]);
+        }
+        // Its own source: `%0 = transpose %0`.
+        let mut it = fresh();
+        it.execute(&Instr::Transpose { dst: v(0), src: v(0), dim0: 0, dim1: 1 }).unwrap();
+        assert_tensor(&it.read(v(0)).unwrap(), &[2, 3], &transposed);
         // A batch of matrices, its last two axes swapped, in a batched product.
         let mut it = Interpreter::new();
         lit(&mut it, 0, &[2, 2, 1], &[1., 2., 3., 4.]);
