@@ -165,7 +165,10 @@ impl Interpreter {
     /// Before `instr` runs: computes the pending transposes it reads (a product reads them in
     /// place) and those whose source it frees or redefines, and forgets those it redefines.
     fn settle(&mut self, instr: &Instr) {
-        let product = matches!(instr, Instr::MatMul { .. });
+        // A product of `f32` values reads them in place (`compute_f32`); one of mixed dtypes
+        // reads stored values.
+        let f32_operand = |v: &ValueId| self.lazy.contains_key(v) || matches!(self.values.get(v), Some(Value::F32(_)));
+        let product = matches!(instr, Instr::MatMul { .. }) && instr.operands().iter().all(f32_operand);
         let mut written = instr.results();
         if let Instr::Free { src } = instr {
             written.push(*src);
@@ -1302,6 +1305,15 @@ mod tests {
             assert_tensor(&run(&mut it, Instr::Unary { dst: v(3), op: gt_ir::UnaryOp::Neg, src: v(1) }), &[1], &[-5.]);
             assert_tensor(&it.read(v(0)).unwrap(), &[3, 2], &[1., 4., 2., 5., 3., 6.]);
         }
+        // Read by a product of mixed dtypes, which takes the general path: computed first.
+        let mut it = fresh();
+        it.execute(&t(1)).unwrap();
+        typed(&mut it, 2, &[3, 2], Elements::BF16([7., 8., 9., 10., 11., 12.].map(half::bf16::from_f32).to_vec()));
+        assert_tensor(
+            &run(&mut it, Instr::MatMul { dst: v(3), lhs: v(1), rhs: v(2) }),
+            &[2, 2],
+            &[58., 64., 139., 154.],
+        );
         // Its own source: `%0 = transpose %0`.
         let mut it = fresh();
         it.execute(&Instr::Transpose { dst: v(0), src: v(0), dim0: 0, dim1: 1 }).unwrap();
