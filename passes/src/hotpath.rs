@@ -150,6 +150,14 @@ impl HotPath {
         None
     }
 
+    /// Counts a sequence the first time it is hot.
+    fn note_found(&mut self, id: u64) {
+        if !self.found.contains(&id) {
+            self.found.push(id);
+            self.stats.sequences += 1;
+        }
+    }
+
     fn release(&mut self, out: &mut Emit) {
         for (i, origin) in self.pending.drain(..) {
             out.keep_from(i, origin);
@@ -178,17 +186,20 @@ impl StreamPass for HotPath {
                 // one after a flush turned the sequence gives it: the stream repeated it in the
                 // other turn, with the same dataflow).
                 let flow = dataflow(self.pending.iter().map(|(i, _)| (i.results(), i.operands())));
-                if hot.flow.is_none() {
-                    let id = sequence_id(&hot.tokens, &flow);
-                    if !self.found.contains(&id) {
-                        self.found.push(id);
-                        self.stats.sequences += 1;
-                    }
-                    self.hot = Some(Hot { id, tokens: hot.tokens.clone(), flow: Some(flow.clone()) });
+                let Some(hot) = self.hot.as_mut() else { return };
+                let learned = hot.flow.is_none();
+                let matches = if learned {
+                    hot.id = sequence_id(&hot.tokens, &flow);
+                    hot.flow = Some(flow);
+                    true
+                } else {
+                    hot.flow.as_ref() == Some(&flow)
+                };
+                let (id, len) = (hot.id, hot.tokens.len() as u64);
+                if learned {
+                    self.note_found(id);
                 }
-                let Some(hot) = &self.hot else { return };
-                if Some(&flow) == hot.flow.as_ref() {
-                    let (id, len) = (hot.id, hot.tokens.len() as u64);
+                if matches {
                     out.inject(Instr::HotPathStart { id });
                     self.release(out);
                     out.inject(Instr::HotPathEnd { id });
@@ -209,10 +220,7 @@ impl StreamPass for HotPath {
         }
         out.keep(instr);
         if let Some(hot) = newly_hot {
-            if !self.found.contains(&hot.id) {
-                self.found.push(hot.id);
-                self.stats.sequences += 1;
-            }
+            self.note_found(hot.id);
             // This instruction ended a repetition; the next one starts the next.
             self.hot = Some(hot);
         }

@@ -200,13 +200,16 @@ pub fn written(n: usize, fill: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync) -
 
 /// [`written`] for a `fill` that takes initialized stretches (`vmath`'s slice functions): each
 /// stretch is zeroed right before it is filled, while it is in cache.
-#[allow(unsafe_code)]
 pub fn filled(n: usize, fill: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
-    written(n, |at, out| {
-        out.fill(MaybeUninit::new(0.0));
-        // SAFETY: every element was just written; `MaybeUninit<f32>` has `f32`'s layout.
-        fill(at, unsafe { &mut *(std::ptr::from_mut(out) as *mut [f32]) })
-    })
+    written(n, |at, out| fill(at, zeroed(out)))
+}
+
+/// `out` with every element set to zero, as initialized `f32`s.
+#[allow(unsafe_code)]
+pub fn zeroed(out: &mut [MaybeUninit<f32>]) -> &mut [f32] {
+    out.fill(MaybeUninit::new(0.0));
+    // SAFETY: every element was just written; `MaybeUninit<f32>` has `f32`'s layout.
+    unsafe { &mut *(std::ptr::from_mut(out) as *mut [f32]) }
 }
 
 /// The start of a result being filled, shared by the parts that write disjoint ranges of it.

@@ -265,16 +265,9 @@ impl Jit {
     /// Returns the time spent compiling (zero when the kernel was cached).
     #[allow(unsafe_code)]
     pub fn run(&mut self, kernel: &Kernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<Duration, JitError> {
-        if let Some(m) = self.tiled(kernel) {
-            let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
-            kernel.check_bounds(&lens, out.len()).map_err(JitError::Bounds)?;
-            validate(kernel).map_err(JitError::Invalid)?;
-            if !out.is_empty() {
-                let stored: Vec<Stored> = inputs.iter().map(|b| Stored::F32(b)).collect();
-                let token = crate::cancel::Token::current();
-                tiles::run(m, &stored, StoredMut::F32(out), &|| token.stop());
-            }
-            return Ok(Duration::ZERO);
+        if self.tiled(kernel).is_some() {
+            let stored: Vec<Stored> = inputs.iter().map(|b| Stored::F32(b)).collect();
+            return self.run_stored(kernel, &stored, StoredMut::F32(out));
         }
         // SAFETY: `out` is a live exclusive slice of `out.len()` elements.
         unsafe { self.run_compiled(kernel, inputs, out.as_mut_ptr(), out.len()) }
@@ -298,10 +291,7 @@ impl Jit {
             Kernel::MatMul(_) => true,
         } && kernel.check_covers(out.len()).is_ok();
         if !writes_each_once {
-            out.fill(MaybeUninit::new(0.0));
-            // SAFETY: every element was just written; `MaybeUninit<f32>` has `f32`'s layout.
-            let out = unsafe { &mut *(std::ptr::from_mut(out) as *mut [f32]) };
-            return self.run_stored(kernel, inputs, StoredMut::F32(out));
+            return self.run_stored(kernel, inputs, StoredMut::F32(super::threads::zeroed(out)));
         }
         let token = crate::cancel::Token::current();
         let took = if let Some(m) = self.tiled(kernel) {
