@@ -196,8 +196,7 @@ impl Client {
 
     /// Connects on `ctx` (the embedded cluster's context, for `inproc://`).
     pub fn connect_in(ctx: &zmq::Context, endpoint: &Endpoint, options: ClientOptions) -> Result<Client, ClientError> {
-        let socket = socket::dealer(ctx, endpoint, options.max_message_bytes, options.key.as_ref())?;
-        let events = socket::disconnect_events(ctx, &socket, endpoint)?;
+        let (socket, events) = socket::dealer(ctx, endpoint, options.max_message_bytes, options.key.as_ref())?;
         let mut client = Client {
             socket,
             events,
@@ -225,7 +224,16 @@ impl Client {
     fn hello(&mut self) -> Result<(), ClientError> {
         let wait = self.options.connect_timeout;
         let hello = Request::Hello { name: self.options.name.clone(), wait_ms: wait.as_millis() as u64 };
-        self.send(&hello)?;
+        if let Err(e) = self.send(&hello) {
+            // A handshake refused before the hello left drops the connection it was queued on.
+            let refused = match (&e, &self.events) {
+                (ClientError::Disconnected(_), Some(events)) => {
+                    socket::handshake_failure_within(events, socket::HANDSHAKE_REPORT)?
+                }
+                _ => None,
+            };
+            return Err(refused.map_or(e, |why| ClientError::Handshake { endpoint: self.endpoint.clone(), why }));
+        }
         // The dispatcher answers within `wait` (Welcome or Rejected); a little slack for the trip.
         let deadline = Instant::now() + wait + Duration::from_secs(1);
         loop {

@@ -291,10 +291,9 @@ pub fn run_worker(
         options.max_message_bytes,
         options.key.clone(),
     )?;
-    let sock = socket::dealer(ctx, endpoint, options.max_message_bytes, options.key.as_ref())?;
-    // Watch for the connection breaking before registering, so that no disconnect can
-    // happen unseen once the dispatcher knows this worker.
-    let events = socket::disconnect_events(ctx, &sock, endpoint)?;
+    // Its connection's events are watched from before it connects, so that neither a refused
+    // handshake nor a disconnect once the dispatcher knows this worker goes unseen.
+    let (sock, events) = socket::dealer(ctx, endpoint, options.max_message_bytes, options.key.as_ref())?;
     let max = options.max_message_bytes;
     // The worker's clock: timings are nanoseconds since here; the dispatcher maps them onto
     // its own timeline from the clock readings in `Register` and each `Pong`.
@@ -307,7 +306,19 @@ pub fn run_worker(
         peer: net.address().to_string(),
     });
     let register = codec::encode(&register, max).expect("a registration is small");
-    socket::retry(|| sock.send(&register[..], gt_transport::zmq::DONTWAIT))?;
+    if let Err(e) = socket::retry(|| sock.send(&register[..], gt_transport::zmq::DONTWAIT)) {
+        // A handshake refused before the registration left drops the connection it was
+        // queued on: say why rather than that a send failed.
+        let refused = match (e, &events) {
+            (gt_transport::zmq::Error::EAGAIN, Some(ev)) => {
+                socket::handshake_failure_within(ev, socket::HANDSHAKE_REPORT)?
+            }
+            _ => None,
+        };
+        return Err(
+            refused.map_or(WorkerError::from(e), |why| WorkerError::Handshake { endpoint: endpoint.clone(), why })
+        );
+    }
     wait_for_welcome(&sock, events.as_ref(), endpoint, options.register_timeout)?;
     // From here the socket is shared with the watcher, which reads it while an instruction
     // runs long (see `watch_running`).

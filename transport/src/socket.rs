@@ -206,17 +206,21 @@ pub fn router(
 }
 
 /// A DEALER connected to `endpoint` (TCP as a CURVE client with `key`), taking messages of at
-/// most about `max_message_bytes`.
+/// most about `max_message_bytes`, and the PAIR that receives its connection's events (see
+/// [`disconnect_events`]).
 pub fn dealer(
     ctx: &Context,
     endpoint: &Endpoint,
     max_message_bytes: usize,
     key: Option<&ClusterKey>,
-) -> zmq::Result<Socket> {
+) -> zmq::Result<(Socket, Option<Socket>)> {
     let socket = ctx.socket(SocketType::DEALER)?;
     common(&socket, max_message_bytes)?;
+    // Watched before connecting: a handshake refused within microseconds (a loopback peer
+    // with another key) still reaches the monitor.
+    let events = disconnect_events(ctx, &socket, endpoint)?;
     connect(&socket, &endpoint.zmq_address(), key)?;
-    Ok(socket)
+    Ok((socket, events))
 }
 
 /// An XPUB (a PUB that sees subscriptions) bound to every endpoint (TCP as a CURVE server
@@ -313,6 +317,26 @@ pub fn handshake_failure(events: &Socket) -> zmq::Result<Option<HandshakeFailure
             if first.is_none() || first == Some(HandshakeFailure::Closed) && this.is_some() {
                 first = this.or(first);
             }
+        }
+    }
+}
+
+/// How long a peer whose first send failed waits for its monitor to report a refused
+/// handshake (it is reported before the connection is dropped, so at once in practice).
+pub const HANDSHAKE_REPORT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// [`handshake_failure`], waiting up to `wait` for one to be reported: a send that found no
+/// connection to queue on (the handshake failed and ZeroMQ dropped the pipe) asks this to
+/// tell a refusal from a peer that went away.
+pub fn handshake_failure_within(events: &Socket, wait: std::time::Duration) -> zmq::Result<Option<HandshakeFailure>> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        if let Some(why) = handshake_failure(events)? {
+            return Ok(Some(why));
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || retry(|| events.poll(zmq::POLLIN, left.as_millis().max(1) as i64))? == 0 {
+            return handshake_failure(events);
         }
     }
 }
@@ -559,5 +583,46 @@ mod tests {
         let (_ctx2, plain, ep2) = server(None);
         assert_eq!(attempt(&plain, &ep2, None, None), Ok(()));
         assert!(mismatch.contains(&attempt(&plain, &ep2, Some(&a), None)));
+    }
+
+    #[test]
+    fn a_peer_refused_before_its_first_send_learns_why_from_the_failed_send() {
+        use std::time::{Duration, Instant};
+        // When the peer itself finds the handshake impossible (here: a server greeting it with
+        // CURVE while it has no key), ZeroMQ drops the connection and its queue. If that
+        // happens before the first message leaves (a loaded machine deschedules the peer
+        // between connect and send), the send has nowhere to go, and the watch set up by
+        // `dealer` holds the reason. A raw TCP server sends the greeting at once, so the
+        // order is certain here.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let server = std::thread::spawn(move || {
+            use std::io::Write;
+            let (mut conn, _) = listener.accept().unwrap();
+            // A ZMTP 3.0 greeting: signature, version, mechanism "CURVE" padded to 20 bytes,
+            // as-server, filler.
+            let mut greeting = vec![0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 0];
+            greeting.extend(b"CURVE".iter().copied().chain(std::iter::repeat_n(0, 15)));
+            greeting.push(1);
+            greeting.extend([0; 31]);
+            conn.write_all(&greeting).unwrap();
+            let _ = wait.recv();
+        });
+        let ctx = Context::new();
+        let ep = Endpoint::Tcp { host: "127.0.0.1".into(), port };
+        let (sock, events) = dealer(&ctx, &ep, 1 << 20, None).unwrap();
+        sock.set_linger(0).unwrap();
+        let events = events.expect("TCP connections are watched");
+        // The first sends may still find the queue (ZeroMQ drops it when the socket next
+        // takes its commands, at most a millisecond apart); then they find none.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while sock.send(&b"late"[..], zmq::DONTWAIT).is_ok() {
+            assert!(Instant::now() < deadline, "the refused connection's queue was never dropped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(handshake_failure_within(&events, HANDSHAKE_REPORT).unwrap(), Some(HandshakeFailure::Mechanism));
+        drop(done);
+        server.join().unwrap();
     }
 }
