@@ -9,7 +9,7 @@
 use gt_ir::{HostTensor, Instr, Span, ValueId};
 use gt_transport::message::{Failure, FailureKind, PassStats, Reply, Request, WorkerInfo, WorkerStats};
 use gt_transport::socket::HandshakeFailure;
-use gt_transport::{codec, socket, zmq, ClusterKey, CodecError, Endpoint, InboundRef};
+use gt_transport::{codec, loan, socket, zmq, ClusterKey, CodecError, Endpoint, InboundRef};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -521,12 +521,17 @@ impl Client {
     }
 
     /// One reply from its frames; a `Data` reply's data frame is kept for [`Client::read`].
-    fn reply(&mut self, frames: Vec<zmq::Message>) -> Result<Reply, ClientError> {
+    fn reply(&mut self, mut frames: Vec<zmq::Message>) -> Result<Reply, ClientError> {
         let reply = codec::decode(&frames[0], self.options.max_message_bytes)?;
         if let Reply::Data { ty, receipt, .. } = &reply {
             self.last_receipt = *receipt;
-            let frame = frames.get(1).map_or(&[][..], |f| &f[..]);
-            self.data = Some(codec::data_of(frame, ty).map_err(|_| frame.len()));
+            // A frame lent by a worker in this process is taken as it is; others are copied.
+            let data = match (frames.len() > 1).then(|| frames.swap_remove(1)) {
+                Some(frame) if frame.len() == ty.size_bytes() => loan::take(frame, ty.dtype),
+                Some(frame) => Err(frame),
+                None => Err(zmq::Message::new()),
+            };
+            self.data = Some(data.or_else(|frame| codec::data_of(&frame, ty).map_err(|_| frame.len())));
         }
         Ok(reply)
     }

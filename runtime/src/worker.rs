@@ -17,10 +17,10 @@ use crate::Interpreter;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use gt_ir::data::Elements;
 use gt_ir::kernel::Precision;
-use gt_ir::Instr;
+use gt_ir::{HostTensor, Instr};
 use gt_transport::message::{Exchange, Failure, FailureKind, OpStats, Timing, WorkerCommand, WorkerEvent, WorkerStats};
 use gt_transport::socket::HandshakeFailure;
-use gt_transport::{codec, socket, ClusterKey, Endpoint, Inbound, InboundRef};
+use gt_transport::{codec, loan, socket, ClusterKey, Endpoint, Inbound, InboundRef};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -348,16 +348,22 @@ pub fn run_worker(
         // Every message but `Data` (sent below) is small.
         send_bytes(codec::encode(&InboundRef::Worker(event), max).expect("small"))
     };
-    // A read's answer: its type, then its data as a frame of raw bytes (one copy, no
-    // encoding); a value over the message limit is a failure named to the client.
-    let send_data = |tag: u64, (ty, bytes): (gt_ir::TensorType, Vec<u8>)| -> Result<(), WorkerError> {
-        let size = bytes.len();
+    // A read's answer: its type, then its data as a frame of raw bytes (its buffer lent, so
+    // a client in this process takes it without a copy); a value over the message limit is
+    // a failure named to the client.
+    let send_data = |tag: u64, HostTensor { ty, data }: HostTensor| -> Result<(), WorkerError> {
+        let size = ty.size_bytes();
         if size > max {
             let why = format!("get: {ty} is {size} bytes, over the message limit of {max} (GT_MAX_MESSAGE_BYTES)");
             return send(&WorkerEvent::Failed { tag, failure: Failure::new(FailureKind::Limit, why) });
         }
         let head = codec::encode(&InboundRef::Worker(&WorkerEvent::Data { tag, ty }), max).expect("small");
-        match socket::send_with_data(&lock().sock, &[&head], gt_transport::zmq::Message::from(bytes)) {
+        // One lock for both frames: the watcher shares the socket.
+        let mut link = lock();
+        let sent =
+            socket::retry(|| link.sock.send(&head[..], gt_transport::zmq::SNDMORE | gt_transport::zmq::DONTWAIT))
+                .and_then(|()| loan::send(&mut link.sock, data, gt_transport::zmq::DONTWAIT));
+        match sent {
             Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),
             r => Ok(r?),
         }
@@ -425,7 +431,7 @@ pub fn run_worker(
             WorkerCommand::DropClient { .. } => {}
             WorkerCommand::Get { tag, value } => {
                 stats.reads += 1;
-                match backend.read_bytes(value) {
+                match backend.read(value) {
                     Ok(data) => send_data(tag, data)?,
                     Err(e) => send(&WorkerEvent::Failed { tag, failure: Failure::new(e.kind(), e.to_string()) })?,
                 }

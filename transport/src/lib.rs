@@ -15,6 +15,7 @@ pub mod auth;
 pub mod codec;
 pub mod endpoint;
 pub mod event;
+pub mod loan;
 pub mod message;
 pub mod profile;
 pub mod socket;

@@ -21,12 +21,6 @@ pub trait Backend {
     fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError>;
     /// A value's type and row-major data (waits for the work that computes it).
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError>;
-    /// [`Backend::read`] as little-endian bytes, what a read's data frame carries (a backend
-    /// that can write them without an intermediate copy overrides this).
-    fn read_bytes(&mut self, value: ValueId) -> Result<(TensorType, Vec<u8>), RuntimeError> {
-        let HostTensor { ty, data } = self.read(value)?;
-        Ok((ty, data.to_le_bytes().into_owned()))
-    }
     /// Defines `dst` as `data` of type `ty`, as the `literal` instruction would (a backend
     /// that can take the data without copying it overrides this).
     fn write(&mut self, dst: ValueId, ty: TensorType, data: Elements) -> Result<(), RuntimeError> {
@@ -97,10 +91,6 @@ impl Backend for Interpreter {
 
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
         Interpreter::read(self, value)
-    }
-
-    fn read_bytes(&mut self, value: ValueId) -> Result<(TensorType, Vec<u8>), RuntimeError> {
-        Interpreter::read_bytes(self, value)
     }
 
     fn write(&mut self, dst: ValueId, ty: TensorType, data: Elements) -> Result<(), RuntimeError> {

@@ -243,12 +243,6 @@ impl Interpreter {
         Ok(HostTensor::new(TensorType::new(a.dtype(), a.shape().to_vec()), a.to_elements()))
     }
 
-    /// A value's type and row-major data as little-endian bytes (one copy).
-    pub fn read_bytes(&self, value: ValueId) -> Result<(TensorType, Vec<u8>), RuntimeError> {
-        let a = self.readable(value)?;
-        Ok((TensorType::new(a.dtype(), a.shape().to_vec()), a.to_le_bytes()))
-    }
-
     /// A value to read out: stored, or a pending transpose computed for the read.
     fn readable(&self, value: ValueId) -> Result<std::borrow::Cow<'_, Value>, RuntimeError> {
         match self.pending_value(value) {

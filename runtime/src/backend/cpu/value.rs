@@ -200,24 +200,6 @@ impl Value {
         }
     }
 
-    /// Its row-major elements as little-endian bytes, copied once: a read's data frame.
-    pub(crate) fn to_le_bytes(&self) -> Vec<u8> {
-        fn bytes<T: bytemuck::Pod>(a: &ArrayD<T>) -> Option<Vec<u8>> {
-            let s = a.as_slice().filter(|_| cfg!(target_endian = "little"))?;
-            Some(bytemuck::cast_slice(s).to_vec())
-        }
-        let direct = match self {
-            Value::F64(a) => bytes(a),
-            Value::F32(a) => bytes(a),
-            Value::F16(a) => bytes(a),
-            Value::BF16(a) => bytes(a),
-            Value::I64(a) => bytes(a),
-            Value::I32(a) => bytes(a),
-            Value::Bool(_) => None,
-        };
-        direct.unwrap_or_else(|| self.to_elements().to_le_bytes().into_owned())
-    }
-
     /// The value converted to `dtype` (a copy when it already is).
     pub(crate) fn cast(&self, dtype: DType) -> Value {
         match (self, dtype) {
@@ -596,24 +578,14 @@ pub(crate) fn batched<T: Copy + Default + 'static>(
 mod tests {
     use super::*;
 
-    /// A read's bytes are the row-major elements' bytes, for a contiguous value of each
-    /// byte-copied dtype, a strided view and bools (which take the element path).
+    /// A read's elements follow the value's row-major order, for a strided view too, not
+    /// its memory's.
     #[test]
-    fn le_bytes_are_the_row_major_elements() {
+    fn read_elements_are_row_major() {
         let f = ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![1.5f32, -2.0, 3.25, 0.0, -0.0, 7.0]).unwrap();
-        let strided = Value::F32(f.clone().reversed_axes());
-        let values = [
-            Value::F32(f),
-            strided,
-            Value::I64(ArrayD::from_shape_vec(IxDyn(&[3]), vec![1i64, -1, i64::MAX]).unwrap()),
-            Value::F16(ArrayD::from_shape_vec(IxDyn(&[2]), vec![f16::from_f32(0.5), f16::MAX]).unwrap()),
-            Value::Bool(ArrayD::from_shape_vec(IxDyn(&[3]), vec![true, false, true]).unwrap()),
-        ];
-        for v in &values {
-            assert_eq!(v.to_le_bytes(), v.to_elements().to_le_bytes().into_owned(), "{v:?}");
-        }
-        // The strided view's bytes follow its own row-major order, not its memory's.
-        assert_eq!(values[1].to_le_bytes()[4..8], 0.0f32.to_le_bytes());
+        assert_eq!(Value::F32(f.clone()).to_elements(), Elements::F32(vec![1.5, -2.0, 3.25, 0.0, -0.0, 7.0]));
+        let strided = Value::F32(f.reversed_axes());
+        assert_eq!(strided.to_elements(), Elements::F32(vec![1.5, 0.0, -2.0, -0.0, 3.25, 7.0]));
     }
 
     /// The blocked transpose of the last two axes gives what `ndarray`'s element-by-element
