@@ -173,6 +173,8 @@ pub struct Client {
     buffer: Vec<Instr>,
     buffer_first_seq: u64,
     buffer_data: usize,
+    /// How many of the buffered literals travel as frames of their own.
+    buffer_literal_frames: usize,
     origins: VecDeque<Origin>,
     origins_base: u64,
     first_error: Option<(u64, Failure)>,
@@ -208,6 +210,7 @@ impl Client {
             buffer: Vec::new(),
             buffer_first_seq: 0,
             buffer_data: 0,
+            buffer_literal_frames: 0,
             origins: VecDeque::new(),
             origins_base: 0,
             first_error: None,
@@ -305,10 +308,14 @@ impl Client {
             self.buffer_first_seq = seq;
         }
         if let Instr::Literal { data, .. } = &instr {
-            self.buffer_data += data.len() * 4;
+            self.buffer_data += data.len() * data.dtype().size_bytes();
+            self.buffer_literal_frames += usize::from(codec::is_detached_literal(&instr));
         }
         self.buffer.push(instr);
-        if self.buffer.len() >= self.options.batch_size || self.buffer_data >= MAX_BATCH_DATA {
+        if self.buffer.len() >= self.options.batch_size
+            || self.buffer_data >= MAX_BATCH_DATA
+            || self.buffer_literal_frames >= codec::MAX_LITERAL_FRAMES
+        {
             self.flush()?;
             if self.origins.len() > self.options.window {
                 // Flow control: everything confirmed before going on. A failure found here
@@ -349,24 +356,41 @@ impl Client {
         if self.buffer.is_empty() {
             return Ok(());
         }
-        let (first_seq, instrs) = (self.buffer_first_seq, std::mem::take(&mut self.buffer));
+        let (first_seq, mut instrs) = (self.buffer_first_seq, std::mem::take(&mut self.buffer));
         let n = instrs.len();
         tracing::debug!(target: "gt::client", "client {}: sends #{first_seq}..#{} ({n} instructions)", self.id, first_seq + n as u64);
+        self.buffer_literal_frames = 0;
         let data = std::mem::take(&mut self.buffer_data);
         let lines = match self.line_starts {
             Some(_) => (first_seq..first_seq + n as u64).map(|seq| self.line_of(seq)).collect(),
             None => Vec::new(),
         };
-        match self.send_sized(&Request::Batch { first_seq, instrs, lines }, data) {
+        // Large literals leave as frames of their own (lent: an in-process dispatcher takes
+        // them without a copy); the message carries the rest.
+        let literals = codec::detach_literals(&mut instrs);
+        let max = self.options.max_message_bytes;
+        let framed: usize = literals.iter().map(|d| d.len() * d.dtype().size_bytes()).sum();
+        let encoded = match literals.iter().map(|d| d.len() * d.dtype().size_bytes()).find(|&size| size > max) {
+            Some(size) => Err(CodecError::TooLarge { size, max }),
+            None => codec::encode_sized(
+                &InboundRef::Client(&Request::Batch { first_seq, instrs, lines }),
+                max,
+                data - framed,
+            ),
+        };
+        match encoded {
             // Too large to send: reported as the failure of its first instruction.
-            Err(ClientError::Codec(e)) => {
+            Err(e) => {
                 self.note_failure(
                     first_seq,
                     Failure::new(FailureKind::Limit, format!("{e} ({n} instructions in the batch)")),
                 );
                 Ok(())
             }
-            r => r,
+            Ok(head) => match socket::send_with_literals(&mut self.socket, &[], head, literals) {
+                Err(zmq::Error::EAGAIN) => Err(ClientError::Disconnected(self.endpoint.clone())),
+                r => Ok(r?),
+            },
         }
     }
 

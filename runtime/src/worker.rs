@@ -20,7 +20,7 @@ use gt_ir::kernel::Precision;
 use gt_ir::{HostTensor, Instr};
 use gt_transport::message::{Exchange, Failure, FailureKind, OpStats, Timing, WorkerCommand, WorkerEvent, WorkerStats};
 use gt_transport::socket::HandshakeFailure;
-use gt_transport::{codec, loan, socket, ClusterKey, Endpoint, Inbound, InboundRef};
+use gt_transport::{codec, loan, socket, ClusterKey, CodecError, Endpoint, Inbound, InboundRef};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -156,10 +156,26 @@ struct Link {
 const WATCH_PERIOD: Duration = Duration::from_millis(10);
 
 /// A command from the dispatcher, or `None` (logged) for a frame that does not decode.
-fn decode_command(frame: &[u8], max: usize, name: &str) -> Option<WorkerCommand> {
-    codec::decode(frame, max)
-        .map_err(|e| tracing::warn!(target: "gt::worker", "{name}: dropped a message from the dispatcher: {e}"))
-        .ok()
+fn decode_command(frames: Vec<gt_transport::zmq::Message>, max: usize, name: &str) -> Option<WorkerCommand> {
+    let dropped =
+        |e: CodecError| tracing::warn!(target: "gt::worker", "{name}: dropped a message from the dispatcher: {e}");
+    let mut frames = frames.into_iter();
+    let mut command = codec::decode(&frames.next()?, max).map_err(dropped).ok()?;
+    let literals: Vec<_> = frames.collect();
+    match &mut command {
+        // A batch's large literals come as frames of their own. Should they not match, the
+        // batch still runs: a literal left without its data fails, and its client is told.
+        WorkerCommand::Exec { instrs, .. } => {
+            if let Err(e) = codec::attach_literals(instrs, literals) {
+                tracing::warn!(target: "gt::worker", "{name}: a batch's literal data: {e}");
+            }
+        }
+        _ if !literals.is_empty() => {
+            tracing::warn!(target: "gt::worker", "{name}: dropped {} data frames after a message that has none", literals.len());
+        }
+        _ => {}
+    }
+    Some(command)
 }
 
 /// The watcher: while an instruction has run longer than a period, it reads what the
@@ -189,8 +205,8 @@ fn watch_running(
         // The worker's thread holds the socket only to send or receive, never while it computes.
         let Ok(mut guard) = link.try_lock() else { continue };
         let Link { sock, inbox } = &mut *guard;
-        while let Ok(frame) = socket::retry(|| sock.recv_bytes(gt_transport::zmq::DONTWAIT)) {
-            let Some(command) = decode_command(&frame, max, &name) else { continue };
+        while let Ok(frames) = socket::recv_frames(sock, gt_transport::zmq::DONTWAIT) {
+            let Some(command) = decode_command(frames, max, &name) else { continue };
             if matches!(command, WorkerCommand::DropClient { client } if client == owner) {
                 watch.cancel(n, Why::ClientLeft);
             }
@@ -393,18 +409,17 @@ pub fn run_worker(
                     if !items[0].is_readable() && items[1].is_readable() {
                         return Err(gone());
                     }
-                    if let Some(c) = decode_command(&socket::retry(|| sock.recv_bytes(0))?, max, &options.name) {
+                    if let Some(c) = decode_command(socket::recv_frames(sock, 0)?, max, &options.name) {
                         take(c, &mut queue, &mut dropped);
                     }
                 } else if let Some(frames) = socket::recv_waiting(sock, options.spin, -1)? {
-                    // A command is one frame; the dispatcher sends no others.
-                    if let Some(c) = decode_command(&frames[0], max, &options.name) {
+                    if let Some(c) = decode_command(frames, max, &options.name) {
                         take(c, &mut queue, &mut dropped);
                     }
                 }
             }
-            while let Ok(frame) = socket::retry(|| sock.recv_bytes(gt_transport::zmq::DONTWAIT)) {
-                if let Some(c) = decode_command(&frame, max, &options.name) {
+            while let Ok(frames) = socket::recv_frames(sock, gt_transport::zmq::DONTWAIT) {
+                if let Some(c) = decode_command(frames, max, &options.name) {
                     take(c, &mut queue, &mut dropped);
                 }
             }

@@ -243,3 +243,37 @@ fn a_client_past_its_window_waits_and_reports_failures_there() {
     assert!(reported_at.is_some_and(|k| k < 64), "reported at {reported_at:?}");
     assert_eq!(a.read(ValueId(0)).unwrap().to_f32(), vec![1.0, 1.0]);
 }
+
+/// Literals of every dtype and size, more large ones than one message carries, uploaded in
+/// one go and read back: large ones travel as frames of their own (lent within a process),
+/// small ones inside their batch; every value arrives whole.
+pub(crate) fn literals_arrive_whole(client: &mut Client) {
+    use gt::ir::data::Elements;
+    use half::bf16;
+    let mut sent = Vec::new();
+    for k in 0..40u32 {
+        let n = [5000usize, 4096, 10, 20_000, 0][k as usize % 5] + k as usize;
+        let data = match k % 6 {
+            0 => Elements::F32((0..n).map(|i| i as f32 * 0.25 - k as f32).collect()),
+            1 => Elements::F64((0..n).map(|i| i as f64 / 3.0).collect()),
+            2 => Elements::I64((0..n).map(|i| i as i64 * -7 + i64::from(k)).collect()),
+            3 => Elements::BF16((0..n).map(|i| bf16::from_f32(i as f32 * 0.5)).collect()),
+            4 => Elements::I32((0..n).map(|i| i as i32 ^ 0x5555).collect()),
+            _ => Elements::Bool((0..n).map(|i| i % 3 == 0).collect()),
+        };
+        let ty = TensorType::new(data.dtype(), vec![n]);
+        client.submit(Instr::Literal { dst: ValueId(k), ty, data: data.clone() }, origin("tensor")).unwrap();
+        sent.push(data);
+    }
+    for (k, data) in sent.iter().enumerate() {
+        let got = client.read(ValueId(k as u32)).unwrap();
+        assert_eq!(&got.data, data, "literal {k} ({} of {})", data.len(), data.dtype());
+    }
+}
+
+#[test]
+fn large_literals_and_reads_travel_as_frames_of_their_own() {
+    let c = cluster(1);
+    let mut client = client(&c);
+    literals_arrive_whole(&mut client);
+}

@@ -5,7 +5,8 @@
 //! instruction log and the monitor socket.
 
 use gt::frontend::{Client, ClientError, ClientOptions, Origin};
-use gt::ir::{Instr, TensorType, ValueId};
+use gt::ir::data::Elements;
+use gt::ir::{DType, Instr, TensorType, ValueId};
 use gt::transport::message::{Reply, Request};
 use gt::transport::{codec, zmq, Endpoint, EventKind, LogEvent};
 use std::io::{BufRead, BufReader};
@@ -108,6 +109,8 @@ fn two_terminals_give_the_embedded_numbers_over_ipc_and_tcp() {
             assert_eq!(remote.stdout, embedded.stdout, "{example} via {address}");
         }
     }
+    // Large literals and reads, as frames of their own across processes (copied there).
+    crate::cluster::literals_arrive_whole(&mut connect(&format!("127.0.0.1:{port}")));
 }
 
 #[test]
@@ -155,10 +158,21 @@ fn garbage_is_rejected_and_everyone_else_is_still_served() {
     rejected(raw_exchange(&raw, &[&codec::frame_with_version(99, b"\x80")]), "protocol version 99");
     let unknown = rmp_serde::to_vec(&std::collections::BTreeMap::from([("Launch", 1u8)])).unwrap();
     rejected(raw_exchange(&raw, &[&codec::frame_with_version(codec::PROTOCOL_VERSION, &unknown)]), "malformed");
-    rejected(raw_exchange(&raw, &[b"a", b"b", b"c"]), "more than two frames");
-    // Only a worker's `Data` carries a second frame.
+    // Only a worker's `Data` and a batch with large literals carry more frames.
     let sync = codec::encode(&gt::transport::Inbound::Client(Request::Sync { seq: 1 }), 1 << 10).unwrap();
-    rejected(raw_exchange(&raw, &[&sync, b"data"]), "a data frame after a message that has none");
+    rejected(raw_exchange(&raw, &[&sync, b"data"]), "data frames after a message that has none");
+    rejected(raw_exchange(&raw, &[&sync, b"a", b"b"]), "data frames after a message that has none");
+    // A batch's literal left empty for a frame must get one, of its type's length.
+    let literal =
+        Instr::Literal { dst: ValueId(5), ty: TensorType::f32(vec![2]), data: Elements::zeros(DType::F32, 0) };
+    let batch = Request::Batch { first_seq: 1, instrs: vec![literal], lines: vec![] };
+    let batch = codec::encode(&gt::transport::Inbound::Client(batch), 1 << 10).unwrap();
+    rejected(raw_exchange(&raw, &[&batch]), "1 literals wait for their data frame, and 0 frames came");
+    rejected(raw_exchange(&raw, &[&batch, b"abc"]), "a data frame of 3 bytes for a f32[2] value (8 bytes)");
+    rejected(
+        raw_exchange(&raw, &[&batch, &[0; 8], &[0; 8]]),
+        "1 literals wait for their data frame, and 2 frames came",
+    );
     rejected(raw_exchange(&raw, &[&vec![0u8; 100_000]]), "over the limit");
     // Far over the limit (a huge declared frame): cut off at the header, never buffered.
     let huge = ctx.socket(zmq::DEALER).unwrap();

@@ -3,12 +3,14 @@
 //! before anything else, then the header, so garbage, an old peer and an oversized frame
 //! each get their own error.
 
+use gt_ir::data::Elements;
+use gt_ir::Instr;
 use serde::de::{Deserialize, DeserializeOwned};
 use serde::Serialize;
 use thiserror::Error;
 
 /// The protocol version this build speaks. Bump it on any change to [`crate::message`].
-pub const PROTOCOL_VERSION: u16 = 14;
+pub const PROTOCOL_VERSION: u16 = 15;
 
 /// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;
@@ -63,6 +65,14 @@ pub enum CodecError {
     /// A `Data` message without its data frame, or another message with one.
     #[error("malformed message: {0}")]
     Frames(&'static str),
+    /// A message's literal frames do not match the literals it leaves empty.
+    #[error("malformed message: {literals} literals wait for their data frame, and {frames} frames came")]
+    LiteralFrames {
+        /// The literals left empty for a frame.
+        literals: usize,
+        /// The frames after the message.
+        frames: usize,
+    },
     /// A message that serde could not write (none of gt's messages).
     #[error("cannot encode the message: {0}")]
     Encode(#[source] rmp_serde::encode::Error),
@@ -86,6 +96,59 @@ pub fn encode_sized<T: Serialize>(msg: &T, max: usize, data: usize) -> Result<Ve
         return Err(CodecError::TooLarge { size: buf.len(), max });
     }
     Ok(buf)
+}
+
+/// Literals with at least this many bytes of data travel as frames of their own after
+/// their message ([`detach_literals`]), lent so that a receiver in the same process takes
+/// them without a copy ([`crate::loan`]); smaller ones travel inside it.
+pub const DETACHED_LITERAL_BYTES: usize = 16 << 10;
+
+/// The most literal frames one message carries: a sender sends its batch once it holds this
+/// many (with the routing id, the message and one more to notice, see
+/// [`crate::socket::MAX_FRAMES`]).
+pub const MAX_LITERAL_FRAMES: usize = 16;
+
+/// Whether `instr` is a literal whose data travels as a frame of its own.
+pub fn is_detached_literal(instr: &Instr) -> bool {
+    matches!(instr, Instr::Literal { data, .. } if data.len() * data.dtype().size_bytes() >= DETACHED_LITERAL_BYTES)
+}
+
+/// Takes the data of `instrs`' large literals out, in order, leaving each empty (of its
+/// dtype): the frames to send after the message that carries them.
+pub fn detach_literals(instrs: &mut [Instr]) -> Vec<Elements> {
+    let mut frames = Vec::new();
+    for instr in instrs.iter_mut() {
+        if is_detached_literal(instr) {
+            if let Instr::Literal { data, .. } = instr {
+                let empty = Elements::zeros(data.dtype(), 0);
+                frames.push(std::mem::replace(data, empty));
+            }
+        }
+    }
+    frames
+}
+
+/// Puts `frames` back into the literals [`detach_literals`] emptied (those with no data and
+/// a type that has elements), in order: a frame lent from this process is taken as it is,
+/// another is copied. The frames must match those literals one for one.
+pub fn attach_literals(instrs: &mut [Instr], frames: Vec<zmq::Message>) -> Result<(), CodecError> {
+    let waiting = |i: &Instr| matches!(i, Instr::Literal { ty, data, .. } if data.is_empty() && ty.shape.numel() > 0);
+    let literals = instrs.iter().filter(|i| waiting(i)).count();
+    if literals != frames.len() {
+        return Err(CodecError::LiteralFrames { literals, frames: frames.len() });
+    }
+    let mut frames = frames.into_iter();
+    for instr in instrs.iter_mut().filter(|i| waiting(i)) {
+        let (Instr::Literal { ty, data, .. }, Some(frame)) = (instr, frames.next()) else { continue };
+        if frame.len() != ty.size_bytes() {
+            return Err(CodecError::DataLength { ty: ty.clone(), expected: ty.size_bytes(), got: frame.len() });
+        }
+        *data = match crate::loan::take(frame, ty.dtype) {
+            Ok(lent) => lent,
+            Err(frame) => Elements::from_le_bytes(ty.dtype, &frame).map_err(CodecError::Elements)?,
+        };
+    }
+    Ok(())
 }
 
 /// Decodes a frame: size, header, then body. Never panics on any input.

@@ -96,11 +96,7 @@ pub fn send(sock: &mut Socket, data: Elements, flags: i32) -> zmq::Result<()> {
         Elements::BF16(v) if little => lend(sock, v, DType::BF16, flags),
         Elements::I64(v) if little => lend(sock, v, DType::I64, flags),
         Elements::I32(v) if little => lend(sock, v, DType::I32, flags),
-        other => {
-            let bytes = other.to_le_bytes().into_owned();
-            debug_assert!(flags & zmq::SNDMORE == 0, "a data frame ends its message");
-            crate::socket::send_with_data(sock, &[], zmq::Message::from(bytes))
-        }
+        other => crate::socket::send_bytes(sock, other.to_le_bytes().into_owned(), flags),
     }
 }
 

@@ -341,9 +341,9 @@ pub fn handshake_failure_within(events: &Socket, wait: std::time::Duration) -> z
     }
 }
 
-/// The most frames of one message kept by [`recv_frames`] (a routing id, a message and a
-/// data frame, and one more so that an extra frame is seen); the rest are read and dropped.
-pub const MAX_FRAMES: usize = 4;
+/// The most frames of one message kept by [`recv_frames`] (a routing id, a message and its
+/// data frames, and one more so that an extra frame is seen); the rest are read and dropped.
+pub const MAX_FRAMES: usize = 3 + crate::codec::MAX_LITERAL_FRAMES;
 
 /// Receives one whole message (all its frames, as ZeroMQ messages: a data frame can be sent
 /// on without a copy). `flags` apply to the first frame (`DONTWAIT`); the rest are already
@@ -378,6 +378,37 @@ pub fn send_with_data(sock: &Socket, frames: &[&[u8]], data: zmq::Message) -> zm
         return retry(|| sock.send(&data[..], zmq::DONTWAIT));
     }
     with_signals_blocked(|| sock.send(data, zmq::DONTWAIT))
+}
+
+/// Sends one message: `frames` (a routing id, or nothing), the encoded message `head`
+/// (moved to ZeroMQ, not copied), then each of `literals` as a data frame of its own, lent
+/// (see [`crate::loan`]); none of it blocking. `EAGAIN` comes from the first frame.
+pub fn send_with_literals(
+    sock: &mut Socket,
+    frames: &[&[u8]],
+    head: Vec<u8>,
+    literals: Vec<gt_ir::data::Elements>,
+) -> zmq::Result<()> {
+    let more = |last: bool| if last { zmq::DONTWAIT } else { zmq::SNDMORE | zmq::DONTWAIT };
+    for frame in frames {
+        retry(|| sock.send(*frame, zmq::SNDMORE | zmq::DONTWAIT))?;
+    }
+    let n = literals.len();
+    send_bytes(sock, head, more(n == 0))?;
+    for (i, data) in literals.into_iter().enumerate() {
+        crate::loan::send(sock, data, more(i + 1 == n))?;
+    }
+    Ok(())
+}
+
+/// Sends `bytes` as one frame with `flags`: copied when small (a send a signal interrupts
+/// can then be made again), else moved to ZeroMQ with signals held back.
+pub(crate) fn send_bytes(sock: &Socket, bytes: Vec<u8>, flags: i32) -> zmq::Result<()> {
+    if bytes.len() <= COPIED_DATA {
+        retry(|| sock.send(&bytes[..], flags))
+    } else {
+        with_signals_blocked(|| sock.send(bytes, flags))
+    }
 }
 
 /// The largest data frame [`send_with_data`] sends as a copy (which it can send again after

@@ -29,6 +29,7 @@ pub mod profile;
 mod workers;
 
 use foldhash::{HashMap, HashMapExt};
+use gt_ir::data::Elements;
 use gt_ir::text::print::print_instr;
 use gt_ir::verify::shape;
 use gt_ir::{CollectiveOp, Instr, TensorType, TypeError, ValueId};
@@ -421,7 +422,7 @@ impl Dispatcher {
     // ---- frames ------------------------------------------------------------------------
 
     /// One message: the peer's routing id, the message, and for a worker's `Data` its data
-    /// frame (passed on to the client as it is).
+    /// frame (passed on to the client as it is), for a client's batch its large literals'.
     fn on_frames(&mut self, frames: Vec<zmq::Message>) {
         if frames.first().is_some_and(|id| id.starts_with(&self.stop_key)) {
             self.stopping = true;
@@ -433,24 +434,34 @@ impl Dispatcher {
         let Some(payload) = frames.next() else {
             return self.bad_message(&identity, 0, "expected a message after the routing id, got none".into());
         };
-        let data = frames.next();
-        if frames.next().is_some() {
-            return self.bad_message(&identity, payload.len(), "a message of more than two frames".into());
-        }
+        // Data frames: a read's, or a batch's large literals.
+        let mut data: Vec<zmq::Message> = frames.collect();
         // Handling a message cannot panic by design; should a bug make it, the peer that sent
         // the message loses its session and everyone else carries on.
-        let (len, peer) = (payload.len() + data.as_ref().map_or(0, |d| d.len()), identity.clone());
-        let handled = catch_unwind(AssertUnwindSafe(|| match (codec::decode::<Inbound>(&payload, max), data) {
-            (Ok(Inbound::Worker(WorkerEvent::Data { tag, ty })), Some(data)) => {
-                self.on_worker_data(identity, (tag, ty), data, len)
+        let (len, peer) = (payload.len() + data.iter().map(|d| d.len()).sum::<usize>(), identity.clone());
+        let handled = catch_unwind(AssertUnwindSafe(|| match codec::decode::<Inbound>(&payload, max) {
+            Ok(Inbound::Worker(WorkerEvent::Data { tag, ty })) if data.len() == 1 => {
+                self.on_worker_data(identity, (tag, ty), data.swap_remove(0), len)
             }
-            (Ok(Inbound::Worker(WorkerEvent::Data { .. })), None) => {
+            Ok(Inbound::Worker(WorkerEvent::Data { .. })) if data.is_empty() => {
                 self.bad_message(&identity, len, "a Data message without its data frame".into())
             }
-            (Ok(_), Some(_)) => self.bad_message(&identity, len, "a data frame after a message that has none".into()),
-            (Ok(Inbound::Client(req)), None) => self.on_request(identity, req, len),
-            (Ok(Inbound::Worker(event)), None) => self.on_worker_event(identity, event, len),
-            (Err(e), _) => self.bad_message(&identity, len, e.to_string()),
+            Ok(Inbound::Worker(WorkerEvent::Data { .. })) => {
+                self.bad_message(&identity, len, "a Data message with more than one data frame".into())
+            }
+            Ok(Inbound::Client(Request::Batch { first_seq, mut instrs, lines })) => {
+                // Its large literals' data, each in a frame of its own.
+                match codec::attach_literals(&mut instrs, data) {
+                    Ok(()) => self.on_request(identity, Request::Batch { first_seq, instrs, lines }, len),
+                    Err(e) => self.bad_message(&identity, len, e.to_string()),
+                }
+            }
+            Ok(_) if !data.is_empty() => {
+                self.bad_message(&identity, len, "data frames after a message that has none".into())
+            }
+            Ok(Inbound::Client(req)) => self.on_request(identity, req, len),
+            Ok(Inbound::Worker(event)) => self.on_worker_event(identity, event, len),
+            Err(e) => self.bad_message(&identity, len, e.to_string()),
         }));
         if let Err(panic) = handled {
             self.peer_panicked(&peer, len, panic_message(panic.as_ref()));
@@ -1100,7 +1111,9 @@ impl Dispatcher {
     }
 
     fn flush_if_full(&mut self, w: usize) {
-        if self.workers[w].pending.instrs.len() >= self.config.worker_batch_size {
+        let pending = &self.workers[w].pending;
+        if pending.instrs.len() >= self.config.worker_batch_size || pending.literal_frames >= codec::MAX_LITERAL_FRAMES
+        {
             self.flush_worker(w, None);
         }
     }
@@ -1655,7 +1668,7 @@ impl Dispatcher {
         if worker.pending.instrs.is_empty() && wait.is_none() {
             return;
         }
-        let (number, Queued { instrs, origins, facts, exchanges }) = worker.take_batch();
+        let (number, Queued { instrs, origins, facts, exchanges, .. }) = worker.take_batch();
         if !worker.alive {
             let why = format!("worker `{}`, which held this client's values, is gone", worker.name);
             let failure = Failure::new(FailureKind::WorkerLost, why);
@@ -1687,9 +1700,13 @@ impl Dispatcher {
         let charges = workers::charges(&instrs, &origins);
         let owners = origins.iter().map(|(c, _)| *c).collect();
         let parts: Vec<(u32, u64)> = exchanges.iter().map(|ex| (ex.index, ex.id)).collect();
-        let data = charges.values().map(|c| c.bytes as usize).sum();
+        let data: usize = charges.values().map(|c| c.bytes as usize).sum();
+        // Large literals go as frames of their own, lent on as they came.
+        let mut instrs = instrs;
+        let literals = codec::detach_literals(&mut instrs);
+        let framed: usize = literals.iter().map(|d| d.len() * d.dtype().size_bytes()).sum();
         let cmd = WorkerCommand::Exec { batch: number, instrs, owners, timed, exchanges };
-        let bytes = match codec::encode_sized(&cmd, self.config.max_message_bytes, data) {
+        let bytes = match codec::encode_sized(&cmd, self.config.max_message_bytes, data.saturating_sub(framed)) {
             Ok(b) => b,
             Err(e) => {
                 // Only literal data can make a batch this large: fail each client's part.
@@ -1716,7 +1733,7 @@ impl Dispatcher {
         // Stamped before sending: the worker may start on it before the send returns.
         let sent = self.log.now();
         self.workers[w].inflight.push_back(Batch { number, origins, charges, wait, exchanges: parts, notes, sent });
-        if self.send_worker_bytes(w, bytes) {
+        if self.send_worker_bytes(w, bytes, literals) {
             if let Some(details) = details {
                 let source = format!("WORKER {}", self.workers[w].name);
                 self.log.emit_at(EventKind::WorkerSend, source, "Exec", size as u64, (sent, None), details);
@@ -1784,14 +1801,14 @@ impl Dispatcher {
     fn send_worker(&mut self, w: usize, cmd: &WorkerCommand) -> Option<usize> {
         let bytes = codec::encode(cmd, self.config.max_message_bytes).expect("commands other than Exec are small");
         let size = bytes.len();
-        self.send_worker_bytes(w, bytes).then_some(size)
+        self.send_worker_bytes(w, bytes, Vec::new()).then_some(size)
     }
 
     /// Returns whether the worker took it; a worker that cannot be routed to is gone.
-    fn send_worker_bytes(&mut self, w: usize, bytes: Vec<u8>) -> bool {
+    fn send_worker_bytes(&mut self, w: usize, bytes: Vec<u8>, literals: Vec<Elements>) -> bool {
         let identity = &self.workers[w].identity;
-        // The encoded batch is moved to ZeroMQ, not copied: a batch can carry large literals.
-        match socket::send_with_data(&self.router, &[identity.as_slice()], zmq::Message::from(bytes)) {
+        // The encoded batch is moved to ZeroMQ, not copied, and its large literals lent.
+        match socket::send_with_literals(&mut self.router, &[identity.as_slice()], bytes, literals) {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(target: "gt::dispatcher", "worker `{}` cannot be reached: {e}", self.workers[w].name);

@@ -39,6 +39,9 @@ pub(super) struct Queued {
     /// The instructions that are parts of collectives across workers (`index` into `instrs`:
     /// a queue only ever leaves whole, so the index is the batch's).
     pub exchanges: Vec<Exchange>,
+    /// How many of `instrs` are literals that travel as frames of their own: a batch leaves
+    /// before it holds more than one message carries.
+    pub literal_frames: usize,
 }
 
 /// What an EXEC event says of an instruction besides its timing.
@@ -93,6 +96,7 @@ impl Worker {
     /// Queues an instruction (already in this worker's buffer ids) for the next batch.
     pub fn queue(&mut self, instr: Instr, origin: (u64, u64), facts: Facts) {
         debug_assert!(!matches!(instr, Instr::Free { .. }), "frees go through queue_free");
+        self.pending.literal_frames += usize::from(gt_transport::codec::is_detached_literal(&instr));
         self.pending.instrs.push(instr);
         self.pending.origins.push(origin);
         self.pending.facts.push(facts);
@@ -136,6 +140,7 @@ impl Worker {
             origins: Vec::with_capacity(size),
             facts: Vec::with_capacity(size),
             exchanges: Vec::new(),
+            literal_frames: 0,
         };
         (number, std::mem::replace(&mut self.pending, next))
     }
