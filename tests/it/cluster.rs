@@ -277,3 +277,24 @@ fn large_literals_and_reads_travel_as_frames_of_their_own() {
     let mut client = client(&c);
     literals_arrive_whole(&mut client);
 }
+
+#[test]
+fn a_large_literal_of_the_wrong_length_fails_alone_at_its_instruction() {
+    // It is not sent as a frame of its own (it does not fit its type): it stays in its batch,
+    // and the checks name it; the batch's other instructions run.
+    use gt::ir::data::Elements;
+    let c = cluster(1);
+    let mut client = client(&c);
+    let literal = |dst: u32, n: usize, declared: usize| Instr::Literal {
+        dst: ValueId(dst),
+        ty: TensorType::f32(vec![declared]),
+        data: Elements::F32(vec![0.5; n]),
+    };
+    client.submit(literal(0, 5000, 5000), origin("tensor")).unwrap();
+    client.submit(literal(1, 5001, 5000), origin("tensor")).unwrap();
+    client.submit(literal(2, 6000, 6000), origin("tensor")).unwrap();
+    let err = client.sync().unwrap_err().to_string();
+    assert!(err.contains("needs 5000 values, found 5001"), "{err}");
+    assert_eq!(client.read(ValueId(0)).unwrap().data, Elements::F32(vec![0.5; 5000]));
+    assert_eq!(client.read(ValueId(2)).unwrap().data, Elements::F32(vec![0.5; 6000]));
+}

@@ -66,7 +66,7 @@ pub enum CodecError {
     #[error("malformed message: {0}")]
     Frames(&'static str),
     /// A message's literal frames do not match the literals it leaves empty.
-    #[error("malformed message: {literals} literals wait for their data frame, and {frames} frames came")]
+    #[error("malformed message: {literals} literals wait for their data frame, and {frames} frames came (at most {MAX_LITERAL_FRAMES} a message)")]
     LiteralFrames {
         /// The literals left empty for a frame.
         literals: usize,
@@ -108,9 +108,13 @@ pub const DETACHED_LITERAL_BYTES: usize = 16 << 10;
 /// [`crate::socket::MAX_FRAMES`]).
 pub const MAX_LITERAL_FRAMES: usize = 16;
 
-/// Whether `instr` is a literal whose data travels as a frame of its own.
+/// Whether `instr` is a literal whose data travels as a frame of its own: large, and of its
+/// type's dtype and length (one that is not stays inside, where the checks name it).
 pub fn is_detached_literal(instr: &Instr) -> bool {
-    matches!(instr, Instr::Literal { data, .. } if data.len() * data.dtype().size_bytes() >= DETACHED_LITERAL_BYTES)
+    matches!(instr, Instr::Literal { ty, data, .. }
+        if data.dtype() == ty.dtype
+            && data.len() == ty.shape.numel()
+            && data.len() * data.dtype().size_bytes() >= DETACHED_LITERAL_BYTES)
 }
 
 /// Takes the data of `instrs`' large literals out, in order, leaving each empty (of its
@@ -132,9 +136,9 @@ pub fn detach_literals(instrs: &mut [Instr]) -> Vec<Elements> {
 /// a type that has elements), in order: a frame lent from this process is taken as it is,
 /// another is copied. The frames must match those literals one for one.
 pub fn attach_literals(instrs: &mut [Instr], frames: Vec<zmq::Message>) -> Result<(), CodecError> {
-    let waiting = |i: &Instr| matches!(i, Instr::Literal { ty, data, .. } if data.is_empty() && ty.shape.numel() > 0);
+    let waiting = |i: &Instr| matches!(i, Instr::Literal { ty, data, .. } if data.is_empty() && data.dtype() == ty.dtype && ty.shape.numel() > 0);
     let literals = instrs.iter().filter(|i| waiting(i)).count();
-    if literals != frames.len() {
+    if literals != frames.len() || frames.len() > MAX_LITERAL_FRAMES {
         return Err(CodecError::LiteralFrames { literals, frames: frames.len() });
     }
     let mut frames = frames.into_iter();

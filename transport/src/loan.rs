@@ -14,11 +14,14 @@ use gt_ir::data::Elements;
 use gt_ir::DType;
 use std::collections::HashMap;
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use zmq::Socket;
 
-/// A lent vector: its length in bytes, its capacity in elements, and how to free it.
+/// A lent vector: the loan's number, its length in bytes, its capacity in elements, and how
+/// to free it.
 struct Lent {
+    loan: usize,
     bytes: usize,
     capacity: usize,
     dtype: DType,
@@ -37,10 +40,18 @@ unsafe fn free_vec<T>(ptr: *mut u8, len: usize, capacity: usize) {
     drop(unsafe { Vec::from_raw_parts(ptr.cast::<T>(), len, capacity) });
 }
 
-/// ZeroMQ's release of a frame's buffer: frees the vector unless a receiver took it.
-unsafe extern "C" fn release(data: *mut c_void, _hint: *mut c_void) {
-    let lent = lent().remove(&(data as usize));
-    if let Some(Lent { bytes, capacity, dtype, free }) = lent {
+/// ZeroMQ's release of a frame's buffer (`hint`: the loan's number): frees the vector unless
+/// a receiver took it. The number makes sure that a release can only ever free its own loan,
+/// never a later one of the same address (a buffer taken, then lent again).
+unsafe extern "C" fn release(data: *mut c_void, hint: *mut c_void) {
+    let lent = {
+        let mut lent = lent();
+        match lent.get(&(data as usize)) {
+            Some(l) if l.loan == hint as usize => lent.remove(&(data as usize)),
+            _ => None,
+        }
+    };
+    if let Some(Lent { bytes, capacity, dtype, free, .. }) = lent {
         // SAFETY: registered by `send` with these parts; removed here, so freed once.
         unsafe { free(data.cast(), bytes / dtype.size_bytes(), capacity) };
     }
@@ -57,16 +68,19 @@ pub fn send(sock: &mut Socket, data: Elements, flags: i32) -> zmq::Result<()> {
         }
         let mut v = std::mem::ManuallyDrop::new(v);
         let (ptr, capacity) = (v.as_mut_ptr(), v.capacity());
-        lent().insert(ptr as usize, Lent { bytes, capacity, dtype, free: free_vec::<T> });
+        static LOANS: AtomicUsize = AtomicUsize::new(1);
+        let loan = LOANS.fetch_add(1, Ordering::Relaxed);
+        let before = lent().insert(ptr as usize, Lent { loan, bytes, capacity, dtype, free: free_vec::<T> });
+        debug_assert!(before.is_none(), "a live buffer lent twice");
+        let hint = loan as *mut c_void;
         let mut msg = zmq_sys::zmq_msg_t::default();
         // SAFETY: `msg` is fresh; the buffer stays valid until `release` (it is lent).
-        let rc =
-            unsafe { zmq_sys::zmq_msg_init_data(&mut msg, ptr.cast(), bytes, Some(release), std::ptr::null_mut()) };
+        let rc = unsafe { zmq_sys::zmq_msg_init_data(&mut msg, ptr.cast(), bytes, Some(release), hint) };
         if rc == -1 {
             // Not sent: the vector is freed here instead.
             let err = zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() });
             // SAFETY: ZeroMQ did not take the buffer, so it is still ours to release.
-            unsafe { release(ptr.cast(), std::ptr::null_mut()) };
+            unsafe { release(ptr.cast(), hint) };
             return Err(err);
         }
         // A send that fails leaves the message with its sender, so one that a signal
@@ -101,7 +115,10 @@ pub fn send(sock: &mut Socket, data: Elements, flags: i32) -> zmq::Result<()> {
 }
 
 /// The elements of `dtype` that `frame` lends, taken without a copy; the frame back when it
-/// lends none (it came from another process, or holds another dtype or length).
+/// lends none (it came from another process, or holds another dtype or length). Sound
+/// because a lent frame is only ever moved (DEALER, ROUTER and PAIR sockets move messages;
+/// `zmq::Message` is not `Clone`), so the receiver holds its only reference; a socket or
+/// proxy that shares messages (PUB, `zmq_proxy` with capture) must never carry one.
 pub fn take(frame: zmq::Message, dtype: DType) -> Result<Elements, zmq::Message> {
     let ptr = frame.as_ptr() as usize;
     let found = {

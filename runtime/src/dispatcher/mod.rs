@@ -39,7 +39,7 @@ use gt_transport::message::{
     Exchange, Failure, FailureKind, PassStats, Reply, Request, Timing, WorkerCommand, WorkerEvent, WorkerInfo,
     WorkerStats,
 };
-use gt_transport::{codec, socket, zmq, ClusterKey, EventKind, Inbound};
+use gt_transport::{codec, socket, zmq, ClusterKey, CodecError, EventKind, Inbound};
 use log::EventLog;
 use namespace::{Charge, Limits, Location, Namespace, Refusal, Unavailable};
 use profile::{Facts, Profiler};
@@ -450,7 +450,12 @@ impl Dispatcher {
                 self.bad_message(&identity, len, "a Data message with more than one data frame".into())
             }
             Ok(Inbound::Client(Request::Batch { first_seq, mut instrs, lines })) => {
-                // Its large literals' data, each in a frame of its own.
+                // Its large literals' data, each in a frame of its own and none over the limit
+                // (the socket lets a frame of up to twice it through).
+                if let Some(size) = data.iter().map(|d| d.len()).find(|&size| size > max) {
+                    let why = CodecError::TooLarge { size, max }.to_string();
+                    return self.bad_message(&identity, len, format!("a literal's data frame: {why}"));
+                }
                 match codec::attach_literals(&mut instrs, data) {
                     Ok(()) => self.on_request(identity, Request::Batch { first_seq, instrs, lines }, len),
                     Err(e) => self.bad_message(&identity, len, e.to_string()),

@@ -119,7 +119,7 @@ impl Interpreter {
         if let Instr::Transpose { dst, src, .. } = &*instr {
             if self.transposes_last_two(&instr) {
                 if let Some(old) = self.values.remove(dst) {
-                    self.bytes.remove(old.bytes());
+                    self.let_go(old);
                 }
                 self.lazy.insert(*dst, *src);
                 return Ok(());
@@ -128,7 +128,7 @@ impl Interpreter {
         let results = self.compute(&instr, &types)?;
         if let Instr::Free { src } = &*instr {
             if let Some(gone) = self.values.remove(src) {
-                self.bytes.remove(gone.bytes());
+                self.let_go(gone);
             }
         }
         for (dst, value) in instr.results().into_iter().zip(results) {
@@ -233,8 +233,15 @@ impl Interpreter {
         self.bytes.add(value.bytes());
         let value = value::map_value!(value, a => standard(a));
         if let Some(old) = self.values.insert(dst, value) {
-            self.bytes.remove(old.bytes());
+            self.let_go(old);
         }
+    }
+
+    /// Lets go of a value no longer held: its bytes leave the count, and a small result's
+    /// buffer is kept for the next one (`spare`).
+    fn let_go(&mut self, value: Value) {
+        self.bytes.remove(value.bytes());
+        super::spare::give(value);
     }
 
     /// A value's type and row-major data.

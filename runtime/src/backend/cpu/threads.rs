@@ -183,7 +183,8 @@ pub fn written(n: usize, fill: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync) -
     } else {
         n.div_ceil(threads)
     };
-    let mut out: Vec<f32> = Vec::with_capacity(n);
+    // A small result takes a buffer a value let go of (`spare`).
+    let mut out: Vec<f32> = super::spare::take(n);
     let base = Base(out.as_mut_ptr());
     run_parts(n.div_ceil(step), |i| {
         let (lo, hi) = (i * step, ((i + 1) * step).min(n));
