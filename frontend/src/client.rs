@@ -6,6 +6,7 @@
 //! A batch leaves when it reaches `batch_size` instructions or 1 MiB of literal data, at
 //! every sync point, on [`Client::flush`] and when the client is dropped.
 
+use gt_ir::data::Elements;
 use gt_ir::{HostTensor, Instr, Span, ValueId};
 use gt_transport::message::{Failure, FailureKind, PassStats, Reply, Request, WorkerInfo, WorkerStats};
 use gt_transport::socket::HandshakeFailure;
@@ -308,7 +309,7 @@ impl Client {
             self.buffer_first_seq = seq;
         }
         if let Instr::Literal { data, .. } = &instr {
-            self.buffer_data += data.len() * data.dtype().size_bytes();
+            self.buffer_data += data.size_bytes();
             self.buffer_literal_frames += usize::from(codec::is_detached_literal(&instr));
         }
         self.buffer.push(instr);
@@ -369,8 +370,8 @@ impl Client {
         // them without a copy); the message carries the rest.
         let literals = codec::detach_literals(&mut instrs);
         let max = self.options.max_message_bytes;
-        let framed: usize = literals.iter().map(|d| d.len() * d.dtype().size_bytes()).sum();
-        let encoded = match literals.iter().map(|d| d.len() * d.dtype().size_bytes()).find(|&size| size > max) {
+        let framed: usize = literals.iter().map(Elements::size_bytes).sum();
+        let encoded = match literals.iter().map(Elements::size_bytes).find(|&size| size > max) {
             Some(size) => Err(CodecError::TooLarge { size, max }),
             None => codec::encode_sized(
                 &InboundRef::Client(&Request::Batch { first_seq, instrs, lines }),
@@ -522,16 +523,11 @@ impl Client {
         }
     }
 
+    /// Sends `req` (a batch goes through `send_buffer`, with its literal frames).
     fn send(&self, req: &Request) -> Result<(), ClientError> {
-        self.send_sized(req, 0)
-    }
-
-    /// Sends `req`, which carries about `data` bytes of literal data.
-    fn send_sized(&self, req: &Request, data: usize) -> Result<(), ClientError> {
-        let bytes = codec::encode_sized(&InboundRef::Client(req), self.options.max_message_bytes, data)?;
+        let bytes = codec::encode(&InboundRef::Client(req), self.options.max_message_bytes)?;
         // Never block: a send can only wait when the dispatcher is gone (an in-process one
-        // that stopped); connected sockets queue without limit. The bytes are moved to
-        // ZeroMQ, not copied: a batch can carry large literals.
+        // that stopped); connected sockets queue without limit.
         match socket::send_with_data(&self.socket, &[], zmq::Message::from(bytes)) {
             Err(zmq::Error::EAGAIN) => Err(ClientError::Disconnected(self.endpoint.clone())),
             r => Ok(r?),

@@ -213,6 +213,11 @@ impl Elements {
         each_elements!(self, v => v.len())
     }
 
+    /// How many bytes the elements take (their little-endian bytes on the wire).
+    pub fn size_bytes(&self) -> usize {
+        self.len() * self.dtype().size_bytes()
+    }
+
     /// No elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

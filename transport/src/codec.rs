@@ -114,7 +114,7 @@ pub fn is_detached_literal(instr: &Instr) -> bool {
     matches!(instr, Instr::Literal { ty, data, .. }
         if data.dtype() == ty.dtype
             && data.len() == ty.shape.numel()
-            && data.len() * data.dtype().size_bytes() >= DETACHED_LITERAL_BYTES)
+            && data.size_bytes() >= DETACHED_LITERAL_BYTES)
 }
 
 /// Takes the data of `instrs`' large literals out, in order, leaving each empty (of its

@@ -1709,7 +1709,7 @@ impl Dispatcher {
         // Large literals go as frames of their own, lent on as they came.
         let mut instrs = instrs;
         let literals = codec::detach_literals(&mut instrs);
-        let framed: usize = literals.iter().map(|d| d.len() * d.dtype().size_bytes()).sum();
+        let framed: usize = literals.iter().map(Elements::size_bytes).sum();
         let cmd = WorkerCommand::Exec { batch: number, instrs, owners, timed, exchanges };
         let bytes = match codec::encode_sized(&cmd, self.config.max_message_bytes, data.saturating_sub(framed)) {
             Ok(b) => b,

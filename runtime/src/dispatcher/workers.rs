@@ -217,8 +217,7 @@ pub(super) fn least_loaded(workers: &[Worker]) -> Option<usize> {
 pub(super) fn charges(instrs: &[Instr], origins: &[(u64, u64)]) -> HashMap<u64, Charge> {
     let mut charges: HashMap<u64, Charge> = HashMap::new();
     for (instr, (c, _)) in instrs.iter().zip(origins) {
-        let literal =
-            if let Instr::Literal { data, .. } = instr { (data.len() * data.dtype().size_bytes()) as u64 } else { 0 };
+        let literal = if let Instr::Literal { data, .. } = instr { data.size_bytes() as u64 } else { 0 };
         let charge = charges.entry(*c).or_default();
         charge.instrs += 1;
         charge.bytes += literal;
