@@ -2,12 +2,13 @@
 //! pass, the runtime's default passes (fuse on compile signals, dead) and every pass on
 //! (fuse compiling every region), on a 1,000,000-instruction stream, and hot-path detection's time per
 //! instruction at 10^4, 10^5 and 10^6 instructions (it must stay flat: linear in the stream),
+//! what `GT_AUTO_COMPILE=1`'s pipeline adds to the defaults (a loop of tiny ops, the training loop),
 //! and the fuse pass's time per region.
 //! Run: `cargo bench --bench passes` (`GT_BENCH_QUICK=1`: 10^5 at most; `GT_BENCH_SAVE=1`
 //! writes `bench/results/passes-HOST.txt`).
 
 use gt::ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
-use gt::passes::{registry, Emit, Fuse, FuseConfig, PassOptions, Pipeline, StreamPass, KNOWN_PASSES};
+use gt::passes::{registry, Emit, Fuse, FuseConfig, PassOptions, Pipeline, Regions, StreamPass, KNOWN_PASSES};
 use gt_runtime::backend::cpu::jit::Jit;
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -81,10 +82,22 @@ fn ns_per_instr(make: &dyn Fn() -> Pipeline, input: &[Instr], reps: usize) -> f6
     times[times.len() / 2]
 }
 
+/// A loop of `neg` on one input, each result freed at once: `n` instructions.
+fn tiny_ops(n: usize) -> Vec<Instr> {
+    let x = ValueId(1);
+    let mut out = vec![Instr::Randn { dst: x, ty: TensorType::new(gt::ir::DType::F32, vec![1]), seed: 1 }];
+    for k in 0..(n as u32 - 1) / 2 {
+        let dst = ValueId(10 + k);
+        out.push(Instr::Unary { dst, op: UnaryOp::Neg, src: x });
+        out.push(Instr::Free { src: dst });
+    }
+    out
+}
+
 /// The fuse pass's time per region (e-graph saturation and extraction plus partitioning):
 /// a 200-instruction elementwise region, a softmax, and each example script as one region.
 fn fuse_latency(report: &mut String, reps: usize) {
-    let _ = writeln!(report, "\n3. fuse pass per region (e-graph + partitioner), median ms");
+    let _ = writeln!(report, "\n4. fuse pass per region (e-graph + partitioner), median ms");
     // Median fuse time, the kernels made, and the median Cranelift compile time per kernel.
     let time = |stream: &[Instr]| -> (f64, u64, f64) {
         let mut times = Vec::new();
@@ -205,6 +218,23 @@ fn main() {
         let row: String =
             sizes.iter().map(|&n| format!("{:>10.1}", ns_per_instr(&hotpath, &stream(n, noise), reps))).collect();
         let _ = writeln!(report, "{name:<22} {row}");
+    }
+    // What GT_AUTO_COMPILE=1 adds to the defaults (the dispatcher's pipeline as config.rs
+    // builds it), on a loop of tiny unrelated ops (a result dropped at once, as the vs_torch
+    // tiny-op row issues them) and on the training loop.
+    let _ = writeln!(report, "\n3. GT_AUTO_COMPILE's pipeline against the defaults, ns/instr, {big} instructions");
+    let _ = writeln!(report, "{:<22} {:>10} {:>10} {:>10}", "stream", "defaults", "auto", "added");
+    let auto = || {
+        let mut o = registry::default_options();
+        o.fuse.regions = Regions::HotPaths;
+        let mut names: Vec<&'static str> = registry::DEFAULT_PASSES.to_vec();
+        names.push("hotpath");
+        registry::in_pipeline_order(&mut names);
+        registry::pipeline(&names, &o).expect("known")
+    };
+    for (name, input) in [("tiny ops (neg, free)", tiny_ops(big)), ("training loop", stream(big, false))] {
+        let (default, on) = (ns_per_instr(&defaults, &input, reps), ns_per_instr(&auto, &input, reps));
+        let _ = writeln!(report, "{name:<22} {default:>10.1} {on:>10.1} {:>10.1}", on - default);
     }
     fuse_latency(&mut report, reps);
     print!("{report}");

@@ -11,8 +11,12 @@
 //! (unlike the Python GT's detector). Hashes are FNV-1a over those bytes, so an id is the same
 //! in every process and every run.
 //!
-//! Cost: O(`window`) token compares per instruction, so linear in the stream; memory: two
-//! windows of tokens and one buffered repetition.
+//! A hot sequence none of whose computing instructions reads what another of it computed (a
+//! loop of unrelated small ops, each result dropped) is followed but not marked: compiling it
+//! gains nothing, and holding its repetitions would only cost each instruction.
+//!
+//! Cost: O(`window`) token compares per instruction (over contiguous slices, vectorized), so
+//! linear in the stream; memory: two windows of tokens and one buffered repetition.
 
 use crate::pipeline::{Emit, Meta, StreamPass};
 use foldhash::{HashMap, HashMapExt};
@@ -64,6 +68,11 @@ struct Hot {
     id: u64,
     tokens: Vec<u64>,
     flow: Option<Vec<u32>>,
+    /// No instruction of it that computes something reads what another one computed (a loop
+    /// of unrelated small ops): it is followed but not marked, as compiling it gains nothing,
+    /// and holding and marking each repetition would cost every instruction. `at` is where the
+    /// stream is in it.
+    inert: Option<usize>,
 }
 
 /// A sequence's id: FNV-1a over its tokens and dataflow.
@@ -77,7 +86,14 @@ pub struct HotPath {
     config: HotPathConfig,
     /// The last `2 * window` instructions' tokens and value ids.
     recent: VecDeque<Seen>,
-    /// `run[len]`: instructions in a row equal to the one `len` before.
+    /// The last `window + 1` tokens, oldest first, as one contiguous slice: a ring of
+    /// `window + 1` written twice over (`tokens[i]` and `tokens[i + window + 1]`), so the
+    /// per-instruction compares below run over plain slices and vectorize.
+    tokens: Vec<u64>,
+    /// Tokens seen so far.
+    pushed: usize,
+    /// `run[window - len]`: instructions in a row equal to the one `len` before (reversed, to
+    /// line up with `tokens`).
     run: Vec<usize>,
     /// Scratch buffer for tokens.
     scratch: Vec<u8>,
@@ -85,6 +101,9 @@ pub struct HotPath {
     hot: Option<Hot>,
     /// Instructions of a repetition in progress (a prefix of the hot sequence).
     pending: Vec<(Instr, Meta)>,
+    /// Scratch for a repetition's dataflow.
+    defined: HashMap<ValueId, u32>,
+    flow: Vec<u32>,
     found: Vec<u64>,
     stats: HotPathStats,
 }
@@ -100,10 +119,14 @@ impl HotPath {
         HotPath {
             config,
             recent: VecDeque::new(),
-            run: vec![0; config.window.max(1) + 1],
+            tokens: vec![0; 2 * (config.window + 1)],
+            pushed: 0,
+            run: vec![0; config.window + 1],
             scratch: Vec::new(),
             hot: None,
             pending: Vec::new(),
+            defined: HashMap::new(),
+            flow: Vec::new(),
             found: Vec::new(),
             stats: HotPathStats::default(),
         }
@@ -116,26 +139,41 @@ impl HotPath {
 
     /// Takes the newest instruction and returns a newly hot sequence, when `want`.
     ///
-    /// `run[len]` counts how many instructions in a row equalled the one `len` earlier, so
+    /// `run[w - len]` counts how many instructions in a row equalled the one `len` earlier, so
     /// the last `len` instructions have repeated `threshold` times back to back exactly when
-    /// `run[len] >= len * (threshold - 1)`: O(window) compares per instruction, no tables.
+    /// it is `>= len * (threshold - 1)`: O(window) compares per instruction over contiguous
+    /// slices (vectorized), no tables.
     fn observe(&mut self, seen: Seen, want: bool) -> Option<Hot> {
         let w = self.config.window;
+        let newest = seen.token;
         self.recent.push_back(seen);
         if self.recent.len() > 2 * w + 1 {
             self.recent.pop_front();
         }
         let n = self.recent.len();
-        let newest = self.recent[n - 1].token;
-        for len in self.config.min_seq..=w {
-            self.run[len] = if n > len && self.recent[n - 1 - len].token == newest { self.run[len] + 1 } else { 0 };
+        // The last w + 1 tokens, oldest first: `last[w - len]` is the one `len` before the newest.
+        let cap = w + 1;
+        let slot = self.pushed % cap;
+        self.tokens[slot] = newest;
+        self.tokens[slot + cap] = newest;
+        self.pushed += 1;
+        let last = &self.tokens[slot + 1..slot + 1 + cap];
+        // Entries before `first` are not tokens yet (fewer than w + 1 seen).
+        let first = cap - self.pushed.min(cap);
+        let hi = w - self.config.min_seq;
+        self.run[..first.min(hi + 1)].fill(0);
+        if first <= hi {
+            for (r, t) in self.run[first..=hi].iter_mut().zip(&last[first..=hi]) {
+                // Branch-free (`0` or `r + 1`), so the loop vectorizes.
+                *r = (*r + 1) & usize::from(*t == newest).wrapping_neg();
+            }
         }
         if !want {
             return None;
         }
         let repeats = self.config.threshold.max(2) as usize - 1;
         for len in self.config.min_seq..=w.min(n / 2) {
-            if self.run[len] < len * repeats {
+            if self.run[w - len] < len * repeats {
                 continue;
             }
             // The tokens repeat; so must the dataflow, or it is another computation.
@@ -144,7 +182,8 @@ impl HotPath {
             let flow = dataflow(last.iter().map(|s| (&s.results, &s.operands)));
             if flow == dataflow(before.iter().map(|s| (&s.results, &s.operands))) {
                 let tokens: Vec<u64> = last.iter().map(|s| s.token).collect();
-                return Some(Hot { id: sequence_id(&tokens, &flow), tokens, flow: Some(flow) });
+                let inert = (!feeds_itself(&flow, last.iter().map(|s| s.results.len()))).then_some(0);
+                return Some(Hot { id: sequence_id(&tokens, &flow), tokens, flow: Some(flow), inert });
             }
         }
         None
@@ -176,6 +215,15 @@ impl StreamPass for HotPath {
             Seen { token: token(&instr, &mut self.scratch), results: instr.results(), operands: instr.operands() };
         let token = seen.token;
         let newly_hot = self.observe(seen, self.hot.is_none());
+        if let Some(Hot { tokens, inert: Some(at), .. }) = &mut self.hot {
+            if tokens[*at] == token {
+                *at = (*at + 1) % tokens.len();
+            } else {
+                self.hot = None;
+            }
+            out.keep(instr);
+            return;
+        }
         if let Some(hot) = &self.hot {
             if hot.tokens[self.pending.len()] == token {
                 self.pending.push((instr, out.meta()));
@@ -185,15 +233,24 @@ impl StreamPass for HotPath {
                 // A whole repetition: marked if its dataflow is the sequence's too (the first
                 // one after a flush turned the sequence gives it: the stream repeated it in the
                 // other turn, with the same dataflow).
-                let flow = dataflow(self.pending.iter().map(|(i, _)| (i.results(), i.operands())));
+                let (defined, flow) = (&mut self.defined, &mut self.flow);
+                dataflow_into(self.pending.iter().map(|(i, _)| (i.results(), i.operands())), defined, flow);
                 let Some(hot) = self.hot.as_mut() else { return };
                 let learned = hot.flow.is_none();
                 let matches = if learned {
-                    hot.id = sequence_id(&hot.tokens, &flow);
-                    hot.flow = Some(flow);
+                    hot.id = sequence_id(&hot.tokens, &self.flow);
+                    hot.flow = Some(self.flow.clone());
+                    let results = self.pending.iter().map(|(i, _)| i.results().len());
+                    if !feeds_itself(&self.flow, results) {
+                        hot.inert = Some(0);
+                        let id = hot.id;
+                        self.note_found(id);
+                        self.release(out);
+                        return;
+                    }
                     true
                 } else {
-                    hot.flow.as_ref() == Some(&flow)
+                    hot.flow.as_deref() == Some(&self.flow[..])
                 };
                 let (id, len) = (hot.id, hot.tokens.len() as u64);
                 if learned {
@@ -231,11 +288,20 @@ impl StreamPass for HotPath {
     /// left it: a training loop that reads its loss at each step then has its repetitions
     /// between the reads instead of across them.
     fn flush(&mut self, out: &mut Emit) {
-        let cut = self.pending.len();
+        let mut cut = self.pending.len();
         self.release(out);
-        if let Some(hot) = self.hot.as_mut().filter(|_| cut > 0) {
-            hot.tokens.rotate_left(cut);
-            hot.flow = None;
+        if let Some(hot) = self.hot.as_mut() {
+            // Turned, an inert sequence may feed itself (across the cut): learned again.
+            if let Some(at) = hot.inert {
+                cut = at;
+                if at > 0 {
+                    hot.inert = None;
+                }
+            }
+            if cut > 0 {
+                hot.tokens.rotate_left(cut);
+                hot.flow = None;
+            }
         }
     }
 
@@ -277,8 +343,27 @@ where
     R: AsRef<[ValueId]>,
     O: AsRef<[ValueId]>,
 {
-    let mut defined: HashMap<ValueId, u32> = HashMap::new();
     let mut flow = Vec::new();
+    dataflow_into(seq, &mut HashMap::new(), &mut flow);
+    flow
+}
+
+/// Whether an instruction of a sequence that computes something (has results) reads a value
+/// that the sequence computed, from its dataflow and the number of results of each instruction.
+fn feeds_itself(flow: &[u32], results: impl Iterator<Item = usize>) -> bool {
+    let mut results = results;
+    flow.split(|f| *f == u32::MAX).zip(&mut results).any(|(operands, n)| n > 0 && operands.iter().any(|f| *f > 0))
+}
+
+/// [`dataflow`] into `flow`, with `defined` as scratch (both emptied first): a repetition's
+/// check allocates nothing.
+fn dataflow_into<R, O>(seq: impl Iterator<Item = (R, O)>, defined: &mut HashMap<ValueId, u32>, flow: &mut Vec<u32>)
+where
+    R: AsRef<[ValueId]>,
+    O: AsRef<[ValueId]>,
+{
+    defined.clear();
+    flow.clear();
     for (k, (results, operands)) in seq.enumerate() {
         flow.extend(operands.as_ref().iter().map(|v| defined.get(v).map_or(0, |i| i + 1)));
         flow.push(u32::MAX);
@@ -286,7 +371,6 @@ where
             defined.insert(*r, k as u32);
         }
     }
-    flow
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -517,6 +601,34 @@ mod tests {
         let stats = pass.stats();
         assert!(marked_steps >= 20 - 5, "{marked_steps} steps wrapped; {stats:?}");
         assert_eq!(stats.covered, 12 * stats.repetitions, "{stats:?}");
+    }
+
+    #[test]
+    fn a_loop_of_unrelated_ops_is_followed_but_not_marked() {
+        // A tiny op whose result is dropped at once, again and again: nothing to compile.
+        let mut input = Vec::new();
+        for k in 0..40 {
+            input.push(Instr::Unary { op: UnaryOp::Neg, dst: v(10 + k), src: v(0) });
+            input.push(Instr::Free { src: v(10 + k) });
+        }
+        let mut pass = HotPath::new(HotPathConfig::default());
+        let mut out = Emit::new("hotpath");
+        for (k, i) in input.iter().cloned().enumerate() {
+            pass.run(i, &mut out);
+            // Nothing is held: each instruction goes out as it comes.
+            assert_eq!(out.len(), k + 1);
+        }
+        assert_eq!(instrs(out), input);
+        assert_eq!((pass.stats().sequences, pass.stats().repetitions), (1, 0));
+        // When the loop starts to feed itself, it is marked.
+        let mut input = looped(8);
+        let mut out = Emit::new("hotpath");
+        input.push(Instr::Free { src: v(3) });
+        for i in input {
+            pass.run(i, &mut out);
+        }
+        pass.flush(&mut out);
+        assert!(pass.stats().repetitions > 0, "{:?}", pass.stats());
     }
 
     #[test]
