@@ -97,6 +97,8 @@ pub struct HotPath {
     run: Vec<usize>,
     /// Scratch buffer for tokens.
     scratch: Vec<u8>,
+    /// Every free's token.
+    free_token: u64,
     /// The hot sequence.
     hot: Option<Hot>,
     /// Instructions of a repetition in progress (a prefix of the hot sequence).
@@ -123,6 +125,7 @@ impl HotPath {
             pushed: 0,
             run: vec![0; config.window + 1],
             scratch: Vec::new(),
+            free_token: token(&Instr::Free { src: ValueId(0) }, &mut Vec::new()),
             hot: None,
             pending: Vec::new(),
             defined: HashMap::new(),
@@ -189,6 +192,13 @@ impl HotPath {
         None
     }
 
+    /// Forgets the recent stream (detection starts again from the next instruction).
+    fn forget(&mut self) {
+        self.recent.clear();
+        self.pushed = 0;
+        self.run.fill(0);
+    }
+
     /// Counts a sequence the first time it is hot.
     fn note_found(&mut self, id: u64) {
         if !self.found.contains(&id) {
@@ -211,19 +221,24 @@ impl StreamPass for HotPath {
 
     fn run(&mut self, instr: Instr, out: &mut Emit) {
         self.stats.instructions += 1;
-        let seen =
-            Seen { token: token(&instr, &mut self.scratch), results: instr.results(), operands: instr.operands() };
-        let token = seen.token;
-        let newly_hot = self.observe(seen, self.hot.is_none());
+        // Frees are a good part of any stream, and all alike.
+        let token = match instr {
+            Instr::Free { .. } => self.free_token,
+            _ => token(&instr, &mut self.scratch),
+        };
         if let Some(Hot { tokens, inert: Some(at), .. }) = &mut self.hot {
+            // An inert sequence is only followed: while the stream repeats it, nothing else
+            // is looked at; when it breaks off, detection starts afresh.
             if tokens[*at] == token {
                 *at = (*at + 1) % tokens.len();
-            } else {
-                self.hot = None;
+                out.keep(instr);
+                return;
             }
-            out.keep(instr);
-            return;
+            self.hot = None;
+            self.forget();
         }
+        let seen = Seen { token, results: instr.results(), operands: instr.operands() };
+        let newly_hot = self.observe(seen, self.hot.is_none());
         if let Some(hot) = &self.hot {
             if hot.tokens[self.pending.len()] == token {
                 self.pending.push((instr, out.meta()));
