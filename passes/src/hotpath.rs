@@ -105,6 +105,8 @@ pub struct HotPath {
     pending: Vec<(Instr, Meta)>,
     /// Scratch for a repetition's dataflow.
     defined: HashMap<ValueId, u32>,
+    /// What the current repetition of an inert sequence computed.
+    inert_values: Vec<ValueId>,
     flow: Vec<u32>,
     found: Vec<u64>,
     stats: HotPathStats,
@@ -129,6 +131,7 @@ impl HotPath {
             hot: None,
             pending: Vec::new(),
             defined: HashMap::new(),
+            inert_values: Vec::new(),
             flow: Vec::new(),
             found: Vec::new(),
             stats: HotPathStats::default(),
@@ -192,13 +195,6 @@ impl HotPath {
         None
     }
 
-    /// Forgets the recent stream (detection starts again from the next instruction).
-    fn forget(&mut self) {
-        self.recent.clear();
-        self.pushed = 0;
-        self.run.fill(0);
-    }
-
     /// Counts a sequence the first time it is hot.
     fn note_found(&mut self, id: u64) {
         if !self.found.contains(&id) {
@@ -226,19 +222,25 @@ impl StreamPass for HotPath {
             Instr::Free { .. } => self.free_token,
             _ => token(&instr, &mut self.scratch),
         };
-        if let Some(Hot { tokens, inert: Some(at), .. }) = &mut self.hot {
-            // An inert sequence is only followed: while the stream repeats it, nothing else
-            // is looked at; when it breaks off, detection starts afresh.
-            if tokens[*at] == token {
-                *at = (*at + 1) % tokens.len();
-                out.keep(instr);
-                return;
-            }
-            self.hot = None;
-            self.forget();
-        }
         let seen = Seen { token, results: instr.results(), operands: instr.operands() };
         let newly_hot = self.observe(seen, self.hot.is_none());
+        if let Some(Hot { tokens, inert: Some(at), .. }) = &mut self.hot {
+            // An inert sequence is only followed, nothing held, while the stream repeats it
+            // and it stays inert (the same ops may start to read each other's results).
+            if *at == 0 {
+                self.inert_values.clear();
+            }
+            let results = instr.results();
+            let feeds = !results.is_empty() && instr.operands().iter().any(|v| self.inert_values.contains(v));
+            if tokens[*at] == token && !feeds {
+                self.inert_values.extend(results);
+                *at = (*at + 1) % tokens.len();
+            } else {
+                self.hot = None;
+            }
+            out.keep(instr);
+            return;
+        }
         if let Some(hot) = &self.hot {
             if hot.tokens[self.pending.len()] == token {
                 self.pending.push((instr, out.meta()));
@@ -647,6 +649,39 @@ mod tests {
     }
 
     #[test]
+    fn frees_in_a_row_at_each_step_do_not_hide_the_loop() {
+        // Each step drops many values at its end: the frees alone repeat (an inert sequence),
+        // and the step around them must still be found.
+        let mut input = setup();
+        for k in 0..20 {
+            let base = 100 + 10 * k;
+            input.extend(iteration(base));
+            input.extend((0..9).map(|j| Instr::Free { src: v(base + j % 3) }));
+        }
+        let mut pass = HotPath::new(HotPathConfig::default());
+        let out = run(&mut pass, input.clone());
+        assert_eq!(unmarked(&out), input);
+        assert!(pass.stats().repetitions > 0, "{:?}", pass.stats());
+    }
+
+    #[test]
+    fn an_inert_loop_whose_ops_start_to_chain_is_found_again() {
+        // `neg x` again and again, then the same op reading its own result: same tokens, but
+        // now a computation worth compiling.
+        let mut input = Vec::new();
+        for k in 0..20 {
+            input.push(Instr::Unary { op: UnaryOp::Neg, dst: v(10 + k), src: v(0) });
+        }
+        for k in 30..60 {
+            input.push(Instr::Unary { op: UnaryOp::Neg, dst: v(k + 1), src: v(k) });
+        }
+        let mut pass = HotPath::new(HotPathConfig::default());
+        let out = run(&mut pass, input.clone());
+        assert_eq!(unmarked(&out), input);
+        assert!(pass.stats().repetitions > 0, "{:?}", pass.stats());
+    }
+
+    #[test]
     fn below_the_threshold_nothing_is_marked() {
         let input = looped(2);
         let config = HotPathConfig { threshold: 5, ..Default::default() };
@@ -671,6 +706,47 @@ mod tests {
             }
             let config = HotPathConfig { window, threshold: 2, min_seq: 1 };
             let out = run(&mut HotPath::new(config), input.clone());
+            prop_assert_eq!(unmarked(&out), input);
+            let mut open = None;
+            for i in &out {
+                match i {
+                    Instr::HotPathStart { id } => { prop_assert!(open.is_none()); open = Some(*id); }
+                    Instr::HotPathEnd { id } => { prop_assert_eq!(open.take(), Some(*id)); }
+                    _ => {}
+                }
+            }
+            prop_assert!(open.is_none());
+        }
+
+        /// With inert stretches (ops on an outside value, results freed) and flushes anywhere,
+        /// the stream still goes out whole and in order, with balanced markers.
+        #[test]
+        fn inert_stretches_and_flushes_keep_the_stream(
+            ops in proptest::collection::vec(0u8..7, 0..300),
+            window in 1usize..12,
+            threshold in 1u32..4,
+        ) {
+            let mut pass = HotPath::new(HotPathConfig { window, threshold, min_seq: 1 });
+            let mut out = Emit::new("hotpath");
+            let mut input = Vec::new();
+            for (k, op) in ops.iter().enumerate() {
+                let dst = v(10 + k as u32);
+                let src = if k == 0 { v(0) } else { v(9 + k as u32) };
+                let instr = match op {
+                    0 => Instr::Unary { op: UnaryOp::Relu, dst, src },
+                    1 => Instr::Binary { op: BinaryOp::Mul, dst, lhs: Operand::Value(src), rhs: Operand::Scalar(0.5) },
+                    2 | 3 => Instr::Unary { op: UnaryOp::Neg, dst, src: v(0) },
+                    4 | 5 => Instr::Free { src },
+                    _ => {
+                        pass.flush(&mut out);
+                        continue;
+                    }
+                };
+                input.push(instr.clone());
+                pass.run(instr, &mut out);
+            }
+            pass.flush(&mut out);
+            let out = instrs(out);
             prop_assert_eq!(unmarked(&out), input);
             let mut open = None;
             for i in &out {

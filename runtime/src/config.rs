@@ -354,7 +354,8 @@ impl EnvConfig {
         }
         // GT_COMPILE: every region is compiled; GT_AUTO_COMPILE (on by default): hot paths
         // are found and each repetition is compiled, `0` leaves `hotpath` out and compiles
-        // compile signals only. GT_COMPILE wins when both are set.
+        // compile signals only. GT_COMPILE's regions win when both are set (`hotpath`, asked
+        // for, stays).
         // Without auto-compile the default list loses `hotpath` (an explicit GT_PASSES or
         // GT_HOTPATH keeps it), whose markers would only cut regions.
         let auto_compile = flag("GT_AUTO_COMPILE")?;
