@@ -689,6 +689,24 @@ mod tests {
         assert_eq!(out, input);
     }
 
+    /// `out` is `input` with balanced, unnested markers added.
+    fn marked_copy_of(out: &[Instr], input: &[Instr]) -> Result<(), TestCaseError> {
+        prop_assert_eq!(unmarked(out), input.to_vec());
+        let mut open = None;
+        for i in out {
+            match i {
+                Instr::HotPathStart { id } => {
+                    prop_assert!(open.is_none());
+                    open = Some(*id);
+                }
+                Instr::HotPathEnd { id } => prop_assert_eq!(open.take(), Some(*id)),
+                _ => {}
+            }
+        }
+        prop_assert!(open.is_none());
+        Ok(())
+    }
+
     proptest! {
         /// Whatever the stream, the pass only adds balanced markers.
         #[test]
@@ -706,16 +724,7 @@ mod tests {
             }
             let config = HotPathConfig { window, threshold: 2, min_seq: 1 };
             let out = run(&mut HotPath::new(config), input.clone());
-            prop_assert_eq!(unmarked(&out), input);
-            let mut open = None;
-            for i in &out {
-                match i {
-                    Instr::HotPathStart { id } => { prop_assert!(open.is_none()); open = Some(*id); }
-                    Instr::HotPathEnd { id } => { prop_assert_eq!(open.take(), Some(*id)); }
-                    _ => {}
-                }
-            }
-            prop_assert!(open.is_none());
+            marked_copy_of(&out, &input)?;
         }
 
         /// With inert stretches (ops on an outside value, results freed) and flushes anywhere,
@@ -747,16 +756,7 @@ mod tests {
             }
             pass.flush(&mut out);
             let out = instrs(out);
-            prop_assert_eq!(unmarked(&out), input);
-            let mut open = None;
-            for i in &out {
-                match i {
-                    Instr::HotPathStart { id } => { prop_assert!(open.is_none()); open = Some(*id); }
-                    Instr::HotPathEnd { id } => { prop_assert_eq!(open.take(), Some(*id)); }
-                    _ => {}
-                }
-            }
-            prop_assert!(open.is_none());
+            marked_copy_of(&out, &input)?;
         }
     }
 }
