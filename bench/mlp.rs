@@ -2,8 +2,7 @@
 //! w2 256x10, mean-square loss, backward, SGD update, and `loss.item()` (a sync point, as a
 //! training loop reads its loss). Measured on the reference interpreter in this thread, on
 //! an embedded cluster (client -> dispatcher -> worker over inproc ZeroMQ), and on the
-//! cluster with auto-compile (the default) and without (`GT_AUTO_COMPILE=0`), with every region
-//! fused (`GT_COMPILE=1`) and with no pass at all
+//! cluster with fusion (`GT_COMPILE=1`, `GT_AUTO_COMPILE=1`) and with no pass at all
 //! (`GT_PASSES=none`; the worker's peak bytes then show what the `dead` pass saves); next to
 //! PyTorch eager on the CPU (`bench/mlp_torch.py`) when it is installed; both also with the
 //! forward pass under bf16 autocast (`gt::autocast`, `torch.autocast("cpu", torch.bfloat16)`;
@@ -114,9 +113,9 @@ fn main() {
         row(&mut report, "reference interpreter, this thread", measure(steps, warmup, false));
     }
     for (name, vars) in [
-        ("embedded cluster, 1 worker (auto-compile)", &[][..]),
+        ("embedded cluster, 1 worker", &[][..]),
         ("embedded, GT_PASSES=none (no pass)", &[("GT_PASSES", "none")][..]),
-        ("embedded, GT_AUTO_COMPILE=0 (compile signals only)", &[("GT_AUTO_COMPILE", "0")][..]),
+        ("embedded, GT_AUTO_COMPILE=1 (hot paths fused)", &[("GT_AUTO_COMPILE", "1")][..]),
         ("embedded, GT_COMPILE=1 (every region fused)", &[("GT_COMPILE", "1")][..]),
     ] {
         for (k, v) in vars {

@@ -1,9 +1,9 @@
 //! Pass-pipeline overhead: time per instruction through the dispatcher's pipeline with no
-//! pass, the runtime's default passes (shard, hotpath, fuse on compile signals and hot paths, dead) and every pass on
+//! pass, the runtime's default passes (shard, fuse on compile signals, dead) and every pass on
 //! (fuse compiling every region), on a 1,000,000-instruction stream, and hot-path detection's time per
 //! instruction at 10^4, 10^5 and 10^6 instructions (it must stay flat: linear in the stream),
-//! what auto-compile (the defaults) adds to `GT_AUTO_COMPILE=0`'s pipeline (a loop of tiny ops, the
-//! training loop),
+//! what `GT_AUTO_COMPILE=1`'s pipeline adds to the defaults (a loop of tiny ops, the training
+//! loop),
 //! and the fuse pass's time per region.
 //! Run: `cargo bench --bench passes` (`GT_BENCH_QUICK=1`: 10^5 at most; `GT_BENCH_SAVE=1`
 //! writes `bench/results/passes-HOST.txt`).
@@ -193,7 +193,7 @@ fn main() {
     let _ = writeln!(
         report,
         "gt pass-pipeline benchmark: host {host}, median of {reps}; all on: {} (fuse compiling every region); \
-         defaults: {} (fuse compiling compile signals and hot paths)",
+         defaults: {} (fuse compiling compile signals only)",
         KNOWN_PASSES.join(", "),
         registry::DEFAULT_PASSES.join(", ")
     );
@@ -220,21 +220,22 @@ fn main() {
             sizes.iter().map(|&n| format!("{:>10.1}", ns_per_instr(&hotpath, &stream(n, noise), reps))).collect();
         let _ = writeln!(report, "{name:<22} {row}");
     }
-    // What auto-compile (the default) adds to the pipeline GT_AUTO_COMPILE=0 leaves (as
-    // config.rs builds them), on a loop of tiny unrelated ops (a result dropped at once, as
-    // the vs_torch tiny-op row issues them) and on the training loop.
-    let _ =
-        writeln!(report, "\n3. auto-compile (the defaults) against GT_AUTO_COMPILE=0, ns/instr, {big} instructions");
-    let _ = writeln!(report, "{:<22} {:>10} {:>10} {:>10}", "stream", "auto off", "defaults", "added");
-    let auto_off = || {
+    // What GT_AUTO_COMPILE=1 adds to the defaults (the dispatcher's pipeline as config.rs
+    // builds it), on a loop of tiny unrelated ops (a result dropped at once, as the vs_torch
+    // tiny-op row issues them) and on the training loop.
+    let _ = writeln!(report, "\n3. GT_AUTO_COMPILE=1's pipeline against the defaults, ns/instr, {big} instructions");
+    let _ = writeln!(report, "{:<22} {:>10} {:>10} {:>10}", "stream", "defaults", "auto", "added");
+    let auto = || {
         let mut o = registry::default_options();
-        o.fuse.regions = Regions::Signals;
-        let names: Vec<&str> = registry::DEFAULT_PASSES.iter().copied().filter(|p| *p != "hotpath").collect();
+        o.fuse.regions = Regions::HotPaths;
+        let mut names: Vec<&'static str> = registry::DEFAULT_PASSES.to_vec();
+        names.push("hotpath");
+        registry::in_pipeline_order(&mut names);
         registry::pipeline(&names, &o).expect("known")
     };
     for (name, input) in [("tiny ops (neg, free)", tiny_ops(big)), ("training loop", stream(big, false))] {
-        let (off, on) = (ns_per_instr(&auto_off, &input, reps), ns_per_instr(&defaults, &input, reps));
-        let _ = writeln!(report, "{name:<22} {off:>10.1} {on:>10.1} {:>10.1}", on - off);
+        let (default, on) = (ns_per_instr(&defaults, &input, reps), ns_per_instr(&auto, &input, reps));
+        let _ = writeln!(report, "{name:<22} {default:>10.1} {on:>10.1} {:>10.1}", on - default);
     }
     fuse_latency(&mut report, reps);
     print!("{report}");

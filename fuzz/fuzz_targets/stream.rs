@@ -2,8 +2,8 @@
 //! instructions mixed in) from three clients at once against one embedded cluster kept for
 //! the whole run. A finding is a lost or rejected connection, an internal error, or a wrong
 //! number read by a well-behaved client beside them. The pass settings come from the
-//! environment, one run per set: `GT_COMPILE=1 cargo fuzz run stream`, `GT_AUTO_COMPILE=0 ..`
-//! (the default is auto-compile), `GT_PASSES=none ..`.
+//! environment, one run per set: `GT_COMPILE=1 cargo fuzz run stream`, `GT_AUTO_COMPILE=1 ..`,
+//! `GT_PASSES=none ..`.
 
 #![no_main]
 

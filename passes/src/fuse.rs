@@ -1,10 +1,10 @@
 //! `fuse`: compiles regions of the stream into `fused` instructions, each one kernel of the
 //! kernel IR that never writes its intermediates to memory. A region is the stream between
 //! boundaries: with [`Regions::All`] (`GT_COMPILE=1`) every stretch between sync points,
-//! markers and a window limit; with [`Regions::HotPaths`] (auto-compile, the runtime's default) each
+//! markers and a window limit; with [`Regions::HotPaths`] (`GT_AUTO_COMPILE=1`) each
 //! repetition of a hot path (between `hotpath_start` and `hotpath_end`); in every mode, the
 //! scope of a signal whose config says `compile: true` (`signal_start "x" compile`), which
-//! is all [`Regions::Signals`] (`GT_AUTO_COMPILE=0`) compiles.
+//! is all [`Regions::Signals`] (the default) compiles.
 //!
 //! For each region: the elementwise expressions go through an e-graph (`egraph`: algebraic
 //! rewrites, extraction by bytes read plus arithmetic), then the partitioner (`build`)
@@ -32,10 +32,9 @@ pub enum Regions {
     /// Every stretch between boundaries (`GT_COMPILE=1`).
     #[default]
     All,
-    /// Hot-path repetitions and compile signals (auto-compile, the runtime's default, with the
-    /// hotpath pass before this one).
+    /// Hot-path repetitions (`GT_AUTO_COMPILE=1`, with the hotpath pass before this one).
     HotPaths,
-    /// Only the scopes of compile signals (`GT_AUTO_COMPILE=0`).
+    /// Only the scopes of compile signals (what a runtime does when nothing else is asked).
     Signals,
 }
 

@@ -11,16 +11,15 @@ use crate::shard::{Shard, ShardConfig};
 pub const KNOWN_PASSES: &[&str] = &["shard", "hotpath", "fuse", "dead"];
 
 /// The passes a stream runs through when nothing says otherwise: `shard` (which touches
-/// only what signal placements spread), `hotpath`, `fuse` (compiling the scopes of compile
-/// signals and the repetitions of hot paths, see [`default_options`]) and `dead`
-/// (auto-compile; `GT_AUTO_COMPILE=0` leaves out `hotpath` and compiles signals only).
-pub const DEFAULT_PASSES: &[&str] = &["shard", "hotpath", "fuse", "dead"];
+/// only what signal placements spread), `fuse` (compiling only the scopes of compile
+/// signals, see [`default_options`]) and `dead`.
+pub const DEFAULT_PASSES: &[&str] = &["shard", "fuse", "dead"];
 
 /// The settings a runtime starts from: [`PassOptions::default`] with the fuse pass
-/// compiling compile signals and hot paths (`GT_COMPILE` widens it to every region).
+/// compiling compile signals only (`GT_COMPILE`, `GT_AUTO_COMPILE` widen it).
 pub fn default_options() -> PassOptions {
     let mut o = PassOptions::default();
-    o.fuse.regions = Regions::HotPaths;
+    o.fuse.regions = Regions::Signals;
     o
 }
 

@@ -148,13 +148,12 @@ pub struct EnvConfig {
     pub monitor: bool,
     /// Largest message (`GT_MAX_MESSAGE_BYTES`, default 1 GiB).
     pub max_message_bytes: usize,
-    /// The passes each client stream runs through: [`registry::DEFAULT_PASSES`] (`shard`,
-    /// `hotpath`, `fuse` on compile signals and hot paths, `dead`), or exactly the list
-    /// `GT_PASSES=a,b` (`none`: no pass); `GT_HOTPATH=1` adds `hotpath`; `GT_COMPILE=1`
-    /// makes `fuse` compile every region (and leaves out the default `hotpath`),
-    /// `GT_AUTO_COMPILE=0` compile signals only (the same), `=1` adds `hotpath` and `fuse`
-    /// to an explicit list; `GT_FAST_MATH=1`, `GT_FUSE_WINDOW=N` set the fuse pass), in
-    /// pipeline order.
+    /// The passes each client stream runs through: [`registry::DEFAULT_PASSES`] (`fuse` on
+    /// compile signals, `dead`),
+    /// or exactly the list `GT_PASSES=a,b` (`none`: no pass); `GT_HOTPATH=1` adds
+    /// `hotpath`; `GT_COMPILE=1` adds `fuse` over every region, `GT_AUTO_COMPILE=1` adds
+    /// `hotpath` and `fuse` over hot paths; `GT_FAST_MATH=1`, `GT_FUSE_WINDOW=N` set the
+    /// fuse pass), in pipeline order.
     pub passes: Vec<&'static str>,
     /// The passes' settings.
     pub pass_options: PassOptions,
@@ -352,29 +351,15 @@ impl EnvConfig {
         if flag("GT_HOTPATH")? {
             c.enable_passes(&["hotpath"]);
         }
-        // GT_COMPILE: every region is compiled; GT_AUTO_COMPILE (on by default): hot paths
-        // are found and each repetition is compiled, `0` leaves `hotpath` out and compiles
-        // compile signals only. GT_COMPILE's regions win when both are set (`hotpath`, asked
-        // for, stays).
-        // Without auto-compile the default list loses `hotpath` (an explicit GT_PASSES or
-        // GT_HOTPATH keeps it), whose markers would only cut regions.
-        let auto_compile = flag("GT_AUTO_COMPILE")?;
-        let keep_hotpath = auto_compile || get("GT_PASSES").is_some() || flag("GT_HOTPATH")?;
-        if auto_compile {
+        // GT_COMPILE: every region is compiled; GT_AUTO_COMPILE: hot paths are found and
+        // each repetition is compiled. GT_COMPILE wins when both are set.
+        if flag("GT_AUTO_COMPILE")? {
             c.enable_passes(&["hotpath", "fuse"]);
             c.pass_options.fuse.regions = Regions::HotPaths;
-        } else if get("GT_AUTO_COMPILE").is_some_and(|v| !v.trim().is_empty()) {
-            c.pass_options.fuse.regions = Regions::Signals;
-            if !keep_hotpath {
-                c.passes.retain(|p| *p != "hotpath");
-            }
         }
         if flag("GT_COMPILE")? {
             c.enable_passes(&["fuse"]);
             c.pass_options.fuse.regions = Regions::All;
-            if !keep_hotpath {
-                c.passes.retain(|p| *p != "hotpath");
-            }
         }
         c.pass_options.fuse.fast_math = flag("GT_FAST_MATH")?;
         c.pass_options.fuse.window = positive("GT_FUSE_WINDOW", c.pass_options.fuse.window)?;
@@ -451,14 +436,7 @@ mod tests {
         let c = EnvConfig::from_lookup(env(&[("GT_WORKERS", "4"), ("GT_WORKER_BATCH_SIZE", "1"), ("GT_MONITOR", "1")]))
             .unwrap();
         let c4 = (c.workers, c.worker_batch_size, c.monitor, c.passes.as_slice(), c.pass_options.fuse.regions);
-        assert_eq!(c4, (4, 1, true, &["shard", "hotpath", "fuse", "dead"][..], Regions::HotPaths));
-        // Auto-compile is the default; `0` switches it off.
-        let c = EnvConfig::from_lookup(env(&[("GT_AUTO_COMPILE", "0")])).unwrap();
-        let passes = (c.passes.as_slice(), c.pass_options.fuse.regions);
-        assert_eq!(passes, (&["shard", "fuse", "dead"][..], Regions::Signals));
-        let c = EnvConfig::from_lookup(env(&[("GT_AUTO_COMPILE", "0"), ("GT_HOTPATH", "1")])).unwrap();
-        let passes = (c.passes.as_slice(), c.pass_options.fuse.regions);
-        assert_eq!(passes, (&["shard", "hotpath", "fuse", "dead"][..], Regions::Signals));
+        assert_eq!(c4, (4, 1, true, &["shard", "fuse", "dead"][..], Regions::Signals));
         let c = EnvConfig::from_lookup(env(&[("GT_HOTPATH", "1"), ("GT_HOTPATH_THRESHOLD", "7")])).unwrap();
         assert_eq!(c.passes, ["shard", "hotpath", "fuse", "dead"]);
         assert_eq!(c.pass_options.hotpath, HotPathConfig { threshold: 7, ..HotPathConfig::default() });
@@ -478,7 +456,6 @@ mod tests {
         assert_eq!(passes, (&["shard", "hotpath", "fuse", "dead"][..], Regions::HotPaths));
         let c = EnvConfig::from_lookup(env(&[("GT_COMPILE", "1"), ("GT_FUSE_WINDOW", "64")])).unwrap();
         assert_eq!((c.passes.as_slice(), c.pass_options.fuse.window), (&["shard", "fuse", "dead"][..], 64));
-        assert_eq!(c.pass_options.fuse.regions, Regions::All);
         let c =
             EnvConfig::from_lookup(env(&[("GT_PASSES", "dead"), ("GT_AUTO_SHARD", "1"), ("GT_SHARD_THRESHOLD", "64")]))
                 .unwrap();

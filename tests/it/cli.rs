@@ -195,10 +195,10 @@ fn dump_after_prints_gtir_that_parses() {
     assert!(out.contains("; after parse\n") && out.contains("; after verify\n"), "{out}");
     assert!(out.contains("%logits = add %hw2s, %b2  ; f32[8, 4]"), "{out}");
     // Each stage's dump is a program of its own (the passes' too: `all` dumps the passes
-    // that run by default, shard, hotpath, fuse and dead).
+    // that run by default, shard, fuse and dead).
     let mut stages: Vec<&str> = out.split("; after ").skip(1).collect();
     let names: Vec<&str> = stages.iter().map(|s| s.lines().next().unwrap_or_default()).collect();
-    assert_eq!(names, ["parse", "verify", "shard", "hotpath", "fuse", "dead"], "{out}");
+    assert_eq!(names, ["parse", "verify", "shard", "fuse", "dead"], "{out}");
     for stage in stages.drain(..) {
         let program = gt::ir::text::parse(stage.split_once('\n').unwrap().1).expect("the dump is .gtir");
         gt::ir::verify(&program).expect("and it verifies");

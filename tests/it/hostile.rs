@@ -192,7 +192,6 @@ impl Drop for Watchdog {
 const PASS_SETTINGS: &[&[(&str, &str)]] = &[
     &[("GT_PASSES", "none")],
     &[],
-    &[("GT_AUTO_COMPILE", "0")],
     &[("GT_COMPILE", "1")],
     &[("GT_AUTO_COMPILE", "1"), ("GT_HOTPATH_THRESHOLD", "1"), ("GT_HOTPATH_MIN_SEQ", "1")],
     &[("GT_PASSES", "hotpath")],

@@ -190,7 +190,7 @@ fn a_compile_signal_is_compiled_with_no_other_setting() {
         let _rt = gt::Runtime::reference();
         softmax_in("block")
     };
-    // The runtime's default passes: shard, hotpath, fuse (compile signals and hot paths) and dead.
+    // The runtime's default passes: fuse (compile signals only) and dead.
     let cluster = cluster_with(registry::DEFAULT_PASSES, registry::default_options());
     let kernels = |c: &mut Client| -> u64 {
         let (_, passes) = c.stats().unwrap();
