@@ -9,8 +9,9 @@
 //! writes `bench/results/passes-HOST.txt`).
 
 use gt::ir::{BinaryOp, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
-use gt::passes::{registry, Emit, Fuse, FuseConfig, PassOptions, Pipeline, Regions, StreamPass, KNOWN_PASSES};
+use gt::passes::{registry, Emit, Fuse, FuseConfig, PassOptions, Pipeline, StreamPass, KNOWN_PASSES};
 use gt_runtime::backend::cpu::jit::Jit;
+use gt_runtime::config::EnvConfig;
 use std::fmt::Write as _;
 use std::time::Instant;
 
@@ -225,14 +226,8 @@ fn main() {
     // tiny-op row issues them) and on the training loop.
     let _ = writeln!(report, "\n3. GT_AUTO_COMPILE=1's pipeline against the defaults, ns/instr, {big} instructions");
     let _ = writeln!(report, "{:<22} {:>10} {:>10} {:>10}", "stream", "defaults", "auto", "added");
-    let auto = || {
-        let mut o = registry::default_options();
-        o.fuse.regions = Regions::HotPaths;
-        let mut names: Vec<&'static str> = registry::DEFAULT_PASSES.to_vec();
-        names.push("hotpath");
-        registry::in_pipeline_order(&mut names);
-        registry::pipeline(&names, &o).expect("known")
-    };
+    let auto_config = EnvConfig::from_lookup(|k| (k == "GT_AUTO_COMPILE").then(|| "1".to_string())).expect("valid");
+    let auto = || registry::pipeline(&auto_config.passes, &auto_config.pass_options).expect("known");
     for (name, input) in [("tiny ops (neg, free)", tiny_ops(big)), ("training loop", stream(big, false))] {
         let (default, on) = (ns_per_instr(&defaults, &input, reps), ns_per_instr(&auto, &input, reps));
         let _ = writeln!(report, "{name:<22} {default:>10.1} {on:>10.1} {:>10.1}", on - default);

@@ -305,19 +305,16 @@ impl StreamPass for HotPath {
     /// left it: a training loop that reads its loss at each step then has its repetitions
     /// between the reads instead of across them.
     fn flush(&mut self, out: &mut Emit) {
-        let mut cut = self.pending.len();
+        let held = self.pending.len();
         self.release(out);
         if let Some(hot) = self.hot.as_mut() {
-            // Turned, an inert sequence may feed itself (across the cut): learned again.
-            if let Some(at) = hot.inert {
-                cut = at;
-                if at > 0 {
-                    hot.inert = None;
-                }
-            }
+            // Where the stream is in the sequence (an inert one holds nothing).
+            let cut = hot.inert.unwrap_or(held);
             if cut > 0 {
                 hot.tokens.rotate_left(cut);
                 hot.flow = None;
+                // Turned, an inert sequence may feed itself (across the cut): learned again.
+                hot.inert = None;
             }
         }
     }
