@@ -197,9 +197,21 @@ impl Emit {
         &self.current.types
     }
 
-    /// Emits the instruction being taken (keeps its meta).
+    /// Emits the instruction being taken with its meta, moved rather than copied (a copy of
+    /// the types is an atomic count up and down again, per pass and instruction): a pass
+    /// reads the instruction's types and place before it keeps it, and keeps it once (after,
+    /// they read as none). Its sequence number and signal scope stay, for what the pass
+    /// injects after it.
     pub fn keep(&mut self, instr: Instr) {
-        self.items.push((instr, self.current.clone()));
+        let current = &mut self.current;
+        let meta = Meta {
+            seq: current.seq,
+            injected_by: current.injected_by,
+            types: current.types.take(),
+            compile: current.compile,
+            place: std::mem::take(&mut current.place),
+        };
+        self.items.push((instr, meta));
     }
 
     /// Emits an instruction held back from the input, with the meta it came with.
@@ -438,7 +450,7 @@ impl Pipeline {
             }
             let stage = &mut self.stages[k];
             let mut emit = Emit::new(stage.pass.name());
-            emit.current = Meta::client(seq);
+            emit.take_next(Meta::client(seq));
             stage.pass.materialize(value, &mut emit);
             self.report(k, &mut emit);
             if !emit.items.is_empty() {
@@ -562,11 +574,11 @@ impl Pipeline {
             let mut emit = Emit::new(stage.pass.name());
             emit.items = self.spare.pop().unwrap_or_default();
             if let (Some(seq), true) = (flush, k == from) {
-                emit.current = Meta::client(seq);
+                emit.take_next(Meta::client(seq));
                 stage.pass.flush(&mut emit);
             }
             for (instr, meta) in items.drain(..) {
-                emit.current = meta;
+                emit.take_next(meta);
                 stage.pass.run(instr, &mut emit);
             }
             self.report(k, &mut emit);
