@@ -5,7 +5,9 @@
 //! casts and the moves of data.
 
 use super::interp::{self, Tensor};
-use super::jit::{Stored, StoredMut};
+use super::jit::{eager_by_tiles, Stored, StoredMut};
+use gt_ir::kernel::{Access, MapKernel, Node};
+use gt_ir::ops::OpDef;
 use crate::cancel;
 use gt_ir::data::{convert, Element, Elements};
 use gt_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
@@ -351,13 +353,56 @@ pub(crate) fn unary(op: UnaryOp, a: &Value, dtype: DType) -> Value {
     match &*a {
         Value::F32(a) => Value::F32(interp::unary(op, a)),
         Value::F64(a) => Value::F64(a.mapv(|x| op.apply_f64(x))),
-        Value::F16(_) | Value::BF16(_) => Value::F32(interp::unary(op, &a.f32())).into_dtype(dtype),
+        Value::F16(_) | Value::BF16(_) => halves_by_tiles(Node::Unary(op, 0), &[&a], a.shape(), dtype)
+            .unwrap_or_else(|| Value::F32(interp::unary(op, &a.f32())).into_dtype(dtype)),
         Value::I64(_) | Value::I32(_) => {
             Value::I64(a.i64().mapv(|x| op.apply_int(x).unwrap_or_default())).into_dtype(dtype)
         }
         // The type rules give `bool` to no arithmetic op.
         Value::Bool(_) => a.into_owned(),
     }
+}
+
+/// `node`, a primitive op over inputs `0..operands.len()`, of operands of the half type
+/// `dtype`, giving `dtype` over `dims`, tile by tile ([`eager_by_tiles`]); `None` where
+/// that does not apply: another dtype, an operand broadcast other than from one element,
+/// a composite op (its parts round as they go), no element.
+fn halves_by_tiles(node: Node, operands: &[&Value], dims: &[usize], dtype: DType) -> Option<Value> {
+    let n: usize = dims.iter().product();
+    let prim = match node {
+        Node::Unary(op, _) => matches!(op.def(), OpDef::Prim(_)),
+        Node::Binary(op, _, _) => matches!(op.def(), OpDef::Prim(_)),
+        _ => false,
+    };
+    if !matches!(dtype, DType::F16 | DType::BF16) || n == 0 || !prim {
+        return None;
+    }
+    let mut inputs = Vec::with_capacity(operands.len());
+    let mut access = Vec::with_capacity(operands.len());
+    for v in operands {
+        let stored = v.stored().filter(|_| v.dtype() == dtype)?;
+        access.push(match () {
+            _ if v.shape() == dims => Access::contiguous(dims),
+            _ if stored.len() == 1 => Access { offset: 0, strides: vec![0; dims.len()] },
+            _ => return None,
+        });
+        inputs.push(stored);
+    }
+    let mut nodes: Vec<Node> = (0..operands.len() as u32).map(Node::Input).collect();
+    nodes.push(node);
+    let kernel = MapKernel { shape: dims.to_vec(), inputs: access, nodes, output: Access::contiguous(dims), rows: vec![], reduce: None };
+    Some(match dtype {
+        DType::F16 => {
+            let mut out = vec![f16::ZERO; n];
+            eager_by_tiles(&kernel, &inputs, StoredMut::F16(&mut out));
+            Value::F16(array(dims, out))
+        }
+        _ => {
+            let mut out = vec![bf16::ZERO; n];
+            eager_by_tiles(&kernel, &inputs, StoredMut::Bf16(&mut out));
+            Value::BF16(array(dims, out))
+        }
+    })
 }
 
 /// `a` (row-major) with result axis `i` its axis `perm[i]`, row-major. Swapping the last two
@@ -388,6 +433,11 @@ fn permute<T: Copy + Default>(a: &ArrayD<T>, perm: &[usize]) -> ArrayD<T> {
 /// `result` (`bool` for comparisons).
 pub(crate) fn binary(op: BinaryOp, a: &Value, b: &Value, dims: &[usize], compute: DType, result: DType) -> Value {
     let (a, b) = (a.to(compute), b.to(compute));
+    if compute == result {
+        if let Some(v) = halves_by_tiles(Node::Binary(op, 0, 1), &[&a, &b], dims, result) {
+            return v;
+        }
+    }
     let zip = |x: ArrayViewD<'_, f64>, y: ArrayViewD<'_, f64>, f: &dyn Fn(f64, f64) -> f64| {
         Zip::from(x.broadcast(dims).expect("broadcast"))
             .and(y.broadcast(dims).expect("broadcast"))
@@ -611,5 +661,54 @@ mod tests {
         check(&[2, 3, 4], &[2, 1, 0], |i| i % 3 == 0);
         check(&[0, 4], &[1, 0], |i| i as f32);
         check(&[1, 1], &[1, 0], |i| i as i32);
+    }
+
+    /// Elementwise ops on halves by tiles give the bits of widening whole operands,
+    /// computing in `f32` and rounding the whole result: every primitive unary and binary
+    /// op, `f16` and `bf16`, across tile boundaries, with a one-element operand, on special
+    /// values too.
+    #[test]
+    fn halves_by_tiles_give_the_bits_of_the_whole_tensor_path() {
+        let specials = [0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30, 6e4, -7e4, 1.0, -1.0];
+        let data = |n: usize, seed: u64| -> Vec<f32> {
+            (0..n)
+                .map(|i| match i % 11 {
+                    10 => specials[(i / 11 + seed as usize) % specials.len()],
+                    _ => gt_ir::random::uniform(seed, i as u64) * 16.0 - 8.0,
+                })
+                .collect()
+        };
+        let bits = |v: &Value| -> Vec<u64> {
+            match v.to_elements() {
+                Elements::F16(e) => e.iter().map(|x| if x.is_nan() { u64::MAX } else { u64::from(x.to_bits()) }).collect(),
+                Elements::BF16(e) => e.iter().map(|x| if x.is_nan() { u64::MAX } else { u64::from(x.to_bits()) }).collect(),
+                other => panic!("not halves: {other:?}"),
+            }
+        };
+        for dtype in [DType::F16, DType::BF16] {
+            let half = |dims: &[usize], seed| Value::F32(array(dims, data(dims.iter().product(), seed))).cast(dtype);
+            for n in [1usize, 7, 513, 2000] {
+                let dims = [n];
+                let (a, b, one) = (half(&dims, 1), half(&dims, 2), half(&[1], 3));
+                let mut tiled = 0;
+                for &op in UnaryOp::ALL {
+                    let want = Value::F32(interp::unary(op, &a.f32())).into_dtype(dtype);
+                    tiled += usize::from(halves_by_tiles(Node::Unary(op, 0), &[&a], &dims, dtype).is_some());
+                    assert_eq!(bits(&unary(op, &a, dtype)), bits(&want), "{op:?} {dtype:?} n={n}");
+                }
+                for &op in BinaryOp::ALL {
+                    for (x, y) in [(&a, &b), (&a, &one), (&one, &b)] {
+                        if op.is_comparison() {
+                            continue;
+                        }
+                        let result = dtype;
+                        let want = Value::F32(interp::binary(op, &x.f32().view(), &y.f32().view(), &dims))
+                            .into_dtype(result);
+                        assert_eq!(bits(&binary(op, x, y, &dims, dtype, result)), bits(&want), "{op:?} {dtype:?} n={n}");
+                    }
+                }
+                assert!(tiled > 5, "the primitive unary ops run by tiles ({tiled})");
+            }
+        }
     }
 }

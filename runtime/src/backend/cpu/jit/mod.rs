@@ -47,6 +47,7 @@ mod tests;
 mod tiles;
 
 pub use tiles::{Stored, StoredMut};
+pub(crate) use tiles::eager as eager_by_tiles;
 
 use super::threads::Sgemm;
 use codegen::{epilogue_map, map_function, Shim, Target};
