@@ -1,6 +1,6 @@
 //! The interpreter's values of every dtype (`Value`) and the ops on dtypes other than `f32`:
-//! `f32` keeps its fast, threaded functions in `interp.rs`; `f16`/`bf16` compute through
-//! them and round back (as PyTorch's CPU kernels do); `f64` computes in `f64`; integers in
+//! `f32` keeps its fast, threaded functions in `interp.rs`; `f16`/`bf16` compute in `f32`
+//! and round back (as PyTorch's CPU kernels do), elementwise ops tile by tile; `f64` computes in `f64`; integers in
 //! `i64`, wrapping on overflow, then narrow; `bool` takes part in comparisons, `where`,
 //! casts and the moves of data.
 
@@ -666,7 +666,7 @@ mod tests {
     /// Elementwise ops on halves by tiles give the bits of widening whole operands,
     /// computing in `f32` and rounding the whole result: every primitive unary and binary
     /// op, `f16` and `bf16`, across tile boundaries, with a one-element operand, on special
-    /// values too.
+    /// values too, and with a 0-d operand.
     #[test]
     fn halves_by_tiles_give_the_bits_of_the_whole_tensor_path() {
         let specials = [0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30, 6e4, -7e4, 1.0, -1.0];
@@ -689,7 +689,7 @@ mod tests {
             let half = |dims: &[usize], seed| Value::F32(array(dims, data(dims.iter().product(), seed))).cast(dtype);
             for n in [1usize, 7, 513, 2000] {
                 let dims = [n];
-                let (a, b, one) = (half(&dims, 1), half(&dims, 2), half(&[1], 3));
+                let (a, b, one, scalar) = (half(&dims, 1), half(&dims, 2), half(&[1], 3), half(&[], 4));
                 let mut tiled = 0;
                 for &op in UnaryOp::ALL {
                     let want = Value::F32(interp::unary(op, &a.f32())).into_dtype(dtype);
@@ -697,17 +697,18 @@ mod tests {
                     assert_eq!(bits(&unary(op, &a, dtype)), bits(&want), "{op:?} {dtype:?} n={n}");
                 }
                 for &op in BinaryOp::ALL {
-                    for (x, y) in [(&a, &b), (&a, &one), (&one, &b)] {
+                    for (x, y) in [(&a, &b), (&a, &one), (&one, &b), (&scalar, &a)] {
                         if op.is_comparison() {
                             continue;
                         }
                         let result = dtype;
+                        tiled += usize::from(halves_by_tiles(Node::Binary(op, 0, 1), &[x, y], &dims, dtype).is_some());
                         let want = Value::F32(interp::binary(op, &x.f32().view(), &y.f32().view(), &dims))
                             .into_dtype(result);
                         assert_eq!(bits(&binary(op, x, y, &dims, dtype, result)), bits(&want), "{op:?} {dtype:?} n={n}");
                     }
                 }
-                assert!(tiled > 5, "the primitive unary ops run by tiles ({tiled})");
+                assert!(tiled > 20, "the primitive unary and binary ops run by tiles ({tiled})");
             }
         }
     }
