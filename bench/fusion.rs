@@ -237,7 +237,11 @@ fn main() {
     let _ = writeln!(report, "\n2. effective bandwidth (bytes read + written / time)");
     let _ = writeln!(report, "{:<34} {:>10.2} ms {:>8.2} GB/s", "STREAM triad (rustc)", ms(triad_t), triad_bw);
     let _ = writeln!(report, "{:<34} {:>10.2} ms {:>8.2} GB/s", "fused chain (JIT)", ms(fused), fused_bw);
-    let _ = writeln!(report, "fused chain at {:.0}% of triad bandwidth (goal >= 30%, issue 16; the fusion issue asked 70%)", 100.0 * fused_bw / triad_bw);
+    let _ = writeln!(
+        report,
+        "fused chain at {:.0}% of triad bandwidth (goal >= 30%, issue 16; the fusion issue asked 70%)",
+        100.0 * fused_bw / triad_bw
+    );
     // The same shape of kernel with cheap ops only: how close the JIT's loops come to memory
     // speed when arithmetic is not the bound (tanh and exp are ~100 vector instructions per
     // four elements with 128-bit SIMD).
@@ -247,7 +251,11 @@ fn main() {
     });
     let cheap_bw = bytes / cheap_t.as_secs_f64() / 1e9;
     let _ = writeln!(report, "{:<34} {:>10.2} ms {:>8.2} GB/s", "8 cheap ops (JIT)", ms(cheap_t), cheap_bw);
-    let _ = writeln!(report, "8-op chain without tanh/exp at {:.0}% of triad bandwidth (goal >= 85%)", 100.0 * cheap_bw / triad_bw);
+    let _ = writeln!(
+        report,
+        "8-op chain without tanh/exp at {:.0}% of triad bandwidth (goal >= 85%)",
+        100.0 * cheap_bw / triad_bw
+    );
 
     // 3. Softmax over rows, one kernel versus five instructions.
     it.execute(&Instr::Free { src: ValueId(0) }).expect("free");

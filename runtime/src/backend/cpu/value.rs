@@ -6,12 +6,12 @@
 
 use super::interp::{self, Tensor};
 use super::jit::{eager_by_tiles, Stored, StoredMut};
-use gt_ir::kernel::{Access, MapKernel, Node};
-use gt_ir::ops::OpDef;
+use super::vmath::Halves;
 use crate::cancel;
 use gt_ir::data::{convert, Element, Elements};
+use gt_ir::kernel::{Access, MapKernel, Node};
+use gt_ir::ops::OpDef;
 use gt_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use ndarray::{ArrayD, ArrayViewD, Axis, Dimension, IxDyn, Slice, Zip};
 
@@ -106,28 +106,22 @@ fn converted<S: Element, T: Element>(a: &ArrayD<S>) -> ArrayD<T> {
     array(a.shape(), data)
 }
 
-/// Halves as `f32` (exact), through `half`'s slice conversion (F16C or SIMD where the CPU
-/// has them): what every op on halves and every `fused` kernel reading them pays.
-fn widened<H: Element>(a: &ArrayD<H>) -> Tensor
-where
-    [H]: HalfFloatSliceExt,
-{
+/// Halves as `f32` (exact, [`Halves::widen`]): what every op on halves and every `fused`
+/// kernel reading them pays.
+fn widened<H: Element + Halves>(a: &ArrayD<H>) -> Tensor {
     let a = a.as_standard_layout();
     let halves = a.as_slice().expect("standard layout");
     let mut out = vec![0.0f32; halves.len()];
-    halves.convert_to_f32_slice(&mut out);
+    H::widen(halves, &mut out);
     array(a.shape(), out)
 }
 
 /// `f32`s rounded to nearest even halves (the other way of [`widened`]).
-fn narrowed<H: Element + Default>(a: &Tensor) -> ArrayD<H>
-where
-    [H]: HalfFloatSliceExt,
-{
+fn narrowed<H: Element + Default + Halves>(a: &Tensor) -> ArrayD<H> {
     let a = a.as_standard_layout();
     let floats = a.as_slice().expect("standard layout");
     let mut out = vec![H::default(); floats.len()];
-    out.convert_from_f32_slice(floats);
+    H::narrow(floats, &mut out);
     array(a.shape(), out)
 }
 
@@ -390,7 +384,14 @@ fn halves_by_tiles(node: Node, operands: &[&Value], dims: &[usize], dtype: DType
     }
     let mut nodes: Vec<Node> = (0..operands.len() as u32).map(Node::Input).collect();
     nodes.push(node);
-    let kernel = MapKernel { shape: dims.to_vec(), inputs: access, nodes, output: Access::contiguous(dims), rows: vec![], reduce: None };
+    let kernel = MapKernel {
+        shape: dims.to_vec(),
+        inputs: access,
+        nodes,
+        output: Access::contiguous(dims),
+        rows: vec![],
+        reduce: None,
+    };
     Some(match dtype {
         DType::F16 => {
             let mut out = vec![f16::ZERO; n];
@@ -680,8 +681,12 @@ mod tests {
         };
         let bits = |v: &Value| -> Vec<u64> {
             match v.to_elements() {
-                Elements::F16(e) => e.iter().map(|x| if x.is_nan() { u64::MAX } else { u64::from(x.to_bits()) }).collect(),
-                Elements::BF16(e) => e.iter().map(|x| if x.is_nan() { u64::MAX } else { u64::from(x.to_bits()) }).collect(),
+                Elements::F16(e) => {
+                    e.iter().map(|x| if x.is_nan() { u64::MAX } else { u64::from(x.to_bits()) }).collect()
+                }
+                Elements::BF16(e) => {
+                    e.iter().map(|x| if x.is_nan() { u64::MAX } else { u64::from(x.to_bits()) }).collect()
+                }
                 other => panic!("not halves: {other:?}"),
             }
         };
@@ -703,9 +708,13 @@ mod tests {
                         }
                         let result = dtype;
                         tiled += usize::from(halves_by_tiles(Node::Binary(op, 0, 1), &[x, y], &dims, dtype).is_some());
-                        let want = Value::F32(interp::binary(op, &x.f32().view(), &y.f32().view(), &dims))
-                            .into_dtype(result);
-                        assert_eq!(bits(&binary(op, x, y, &dims, dtype, result)), bits(&want), "{op:?} {dtype:?} n={n}");
+                        let want =
+                            Value::F32(interp::binary(op, &x.f32().view(), &y.f32().view(), &dims)).into_dtype(result);
+                        assert_eq!(
+                            bits(&binary(op, x, y, &dims, dtype, result)),
+                            bits(&want),
+                            "{op:?} {dtype:?} n={n}"
+                        );
                     }
                 }
                 assert!(tiled > 20, "the primitive unary and binary ops run by tiles ({tiled})");

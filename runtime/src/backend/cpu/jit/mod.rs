@@ -46,8 +46,8 @@ mod math;
 mod tests;
 mod tiles;
 
-pub use tiles::{Stored, StoredMut};
 pub(crate) use tiles::eager as eager_by_tiles;
+pub use tiles::{Stored, StoredMut};
 
 use super::threads::Sgemm;
 use codegen::{epilogue_map, map_function, Shim, Target};

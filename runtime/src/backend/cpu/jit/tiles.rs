@@ -8,11 +8,11 @@
 //! node the same IEEE operation. Buffers of halves are widened and rounded a tile at a time
 //! ([`Stored`]), so a kernel over `bf16` passes over memory once too.
 
+use crate::backend::cpu::vmath::Halves;
 use crate::backend::cpu::{threads, vmath};
 use gt_ir::kernel::{MapKernel, Node};
 use gt_ir::ops::{BinaryKernel, OpDef, UnaryKernel};
 use gt_ir::random;
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 /// A kernel's input buffer as its storage holds it (kernels compute in `f32`).
@@ -58,8 +58,8 @@ impl Stored<'_> {
         let range = first..first + out.len();
         match self {
             Stored::F32(b) => out.copy_from_slice(&b[range]),
-            Stored::F16(b) => b[range].convert_to_f32_slice(out),
-            Stored::Bf16(b) => b[range].convert_to_f32_slice(out),
+            Stored::F16(b) => f16::widen(&b[range], out),
+            Stored::Bf16(b) => bf16::widen(&b[range], out),
         }
     }
 
@@ -120,13 +120,13 @@ impl Store for std::mem::MaybeUninit<f32> {
 
 impl Store for f16 {
     fn write(tile: &[f32], out: &mut [f16]) {
-        out.convert_from_f32_slice(tile);
+        f16::narrow(tile, out);
     }
 }
 
 impl Store for bf16 {
     fn write(tile: &[f32], out: &mut [bf16]) {
-        out.convert_from_f32_slice(tile);
+        bf16::narrow(tile, out);
     }
 }
 
