@@ -645,6 +645,14 @@ mod tests {
         assert!(pass.stats().repetitions > 0, "{:?}", pass.stats());
     }
 
+    /// Run through a default pass, `input` comes out whole with some repetitions marked.
+    fn assert_repetitions_marked(input: &[Instr]) {
+        let mut pass = HotPath::new(HotPathConfig::default());
+        let out = run(&mut pass, input.to_vec());
+        assert_eq!(unmarked(&out), input);
+        assert!(pass.stats().repetitions > 0, "{:?}", pass.stats());
+    }
+
     #[test]
     fn frees_in_a_row_at_each_step_do_not_hide_the_loop() {
         // Each step drops many values at its end: the frees alone repeat (an inert sequence),
@@ -655,10 +663,7 @@ mod tests {
             input.extend(iteration(base));
             input.extend((0..9).map(|j| Instr::Free { src: v(base + j % 3) }));
         }
-        let mut pass = HotPath::new(HotPathConfig::default());
-        let out = run(&mut pass, input.clone());
-        assert_eq!(unmarked(&out), input);
-        assert!(pass.stats().repetitions > 0, "{:?}", pass.stats());
+        assert_repetitions_marked(&input);
     }
 
     #[test]
@@ -672,10 +677,7 @@ mod tests {
         for k in 30..60 {
             input.push(Instr::Unary { op: UnaryOp::Neg, dst: v(k + 1), src: v(k) });
         }
-        let mut pass = HotPath::new(HotPathConfig::default());
-        let out = run(&mut pass, input.clone());
-        assert_eq!(unmarked(&out), input);
-        assert!(pass.stats().repetitions > 0, "{:?}", pass.stats());
+        assert_repetitions_marked(&input);
     }
 
     #[test]

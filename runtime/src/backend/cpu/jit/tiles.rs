@@ -238,12 +238,12 @@ fn run_into<T: Store>(k: &MapKernel, inputs: &[Stored], out: &mut [T], stop: &(d
 }
 
 /// Asks for the cache lines of the next tile (elements `first..first + TILE`, short of the
-/// part's `end`) of the inputs
-/// read whole and of the output (`out`, from the next tile on) while this one computes. A
-/// tile reads and writes only half a page of each buffer between long stretches of
-/// arithmetic, too little for the hardware's prefetcher, which stops at page boundaries:
-/// without these hints the tile waits on memory, and arithmetic and memory times add up (the
-/// 8-op chain of `bench/fusion` took 40 ms with them apart, 29 ms with them overlapped).
+/// part's `end`) of the inputs read whole and of the output (`out`, from the next tile on)
+/// while this one computes. A tile reads and writes only half a page of each buffer between
+/// long stretches of arithmetic, too little for the hardware's prefetcher, which stops at
+/// page boundaries: without these hints the tile waits on memory, and arithmetic and memory
+/// times add up (the 8-op chain of `bench/fusion` took 40 ms with them apart, 29 ms with
+/// them overlapped).
 fn prefetch_next<T>(inputs: &[Stored], reads: &[Read], out: &[T], first: usize, end: usize) {
     if first >= end {
         return;
