@@ -444,6 +444,23 @@ mod tests {
         (pull, push)
     }
 
+    /// libzmq wakes a waiting thread through its signaler: an eventfd when built with
+    /// `ZMQ_HAVE_EVENTFD` (set in `.cargo/config.toml`), a unix socketpair otherwise, which costs
+    /// a socket send and receive per wake-up. Nothing else in this process makes eventfds, so
+    /// none while a socket lives means the define was lost.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn zmq_wakes_threads_through_an_eventfd() {
+        let ctx = Context::new();
+        let (_pull, _push) = pair(&ctx, "eventfd-test");
+        let eventfds = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target.to_string_lossy().contains("eventfd"))
+            .count();
+        assert!(eventfds > 0, "libzmq signals through socketpairs: was it built without ZMQ_HAVE_EVENTFD?");
+    }
+
     #[test]
     fn a_spinning_wait_takes_what_arrives_and_times_out_as_poll_does() {
         use std::time::{Duration, Instant};
