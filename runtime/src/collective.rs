@@ -11,7 +11,9 @@
 //! message is keyed by (id, step, sender), so a message for a later collective or step (a peer
 //! ran ahead) is stashed until it is asked for. The rings send a step's chunk in pieces under one
 //! key: they arrive in the order sent (one DEALER per peer, and ZeroMQ keeps a connection's
-//! order), and are stashed and taken in that order.
+//! order), and are stashed and taken in that order. An all-gather's chunk, whose length the
+//! receiver does not know, starts with a 16-byte head under the same key: its length and the
+//! length of its pieces (u64 each); the pieces follow.
 //! Frames that do not parse cannot be attributed to a rank: they are dropped with a warning and
 //! the collective goes on. A well-formed message of the wrong length fails the collective,
 //! naming the peer.
@@ -48,7 +50,8 @@ impl Group {
 }
 
 /// Bytes a collective hands back: this rank's own (borrowed from the caller) or a peer's as
-/// its message arrived, so that no received byte is copied on its way to the caller.
+/// its message arrived, so that no received byte is copied on its way to the caller; only a
+/// chunk that came in pieces is copied together, once.
 #[derive(Debug)]
 pub enum Piece<'a> {
     /// This rank's own bytes.
@@ -669,7 +672,9 @@ impl ZmqCollectives {
             usize::try_from(u64::from_le_bytes(word)).unwrap_or(usize::MAX)
         });
         if len > self.max_message_bytes {
-            return malformed("a chunk longer than the message limit");
+            return malformed(
+                "a chunk longer than this rank's message limit (is GT_MAX_MESSAGE_BYTES the same everywhere?)",
+            );
         }
         if per == 0 {
             return malformed("a chunk in pieces of 0 bytes");
@@ -677,21 +682,20 @@ impl ZmqCollectives {
         if let Some(to) = forward {
             self.send(g, to, step + 1, KIND_DATA, head)?;
         }
-        let pieces: Vec<Range<usize>> = pieces_of_bytes(len, per).collect();
+        // Taken as they come, and the chunk grows only by what arrived: a head alone (a length
+        // in pieces of a byte) costs nothing.
+        let one = len <= per;
         let mut whole = None;
         let mut gathered = Vec::new();
-        for (k, p) in pieces.iter().enumerate() {
+        for p in pieces_of_bytes(len, per) {
             let msg = self.recv(g, from, step)?;
             if msg.len() != p.len() {
                 let (expected, got) = (p.len(), msg.len());
                 return Err(CollectiveError::LengthMismatch { id: g.id, peer_rank: from, peer: peer(), expected, got });
             }
-            if pieces.len() == 1 {
+            if one {
                 whole = Some(msg);
                 break;
-            }
-            if k == 0 {
-                gathered.reserve_exact(len);
             }
             gathered.extend_from_slice(&msg);
             if let Some(to) = forward {
@@ -1168,7 +1172,8 @@ mod tests {
                     let g = group(id, r, &peers);
                     let mut data = vec![(r + 1) as f32 * id as f32; 5];
                     c.all_reduce(&g, ReduceOp::Sum, &mut data).unwrap();
-                    let all = owned(c.all_gather(&g_next(&g), &[r as u8; 3]).unwrap());
+                    // 10 bytes in pieces of 8: two messages per chunk wait under one key.
+                    let all = owned(c.all_gather(&g_next(&g), &[r as u8; 10]).unwrap());
                     (data, all)
                 })
                 .collect::<Vec<_>>()
@@ -1176,7 +1181,7 @@ mod tests {
         for per_rank in &got {
             for (id, (data, all)) in per_rank.iter().enumerate() {
                 assert_eq!(*data, vec![6.0 * id as f32; 5]);
-                assert_eq!(*all, vec![vec![0; 3], vec![1; 3], vec![2; 3]]);
+                assert_eq!(*all, vec![vec![0; 10], vec![1; 10], vec![2; 10]]);
             }
         }
         // A root finishes every broadcast before its peer starts the first.
@@ -1296,13 +1301,22 @@ mod tests {
         sock.send_multipart([&header(6)[..], &[0; 4]], 0).unwrap();
         sock.send_multipart([&header(6)[..], &[0; 4]], 0).unwrap();
         sock.send_multipart([&header(7)[..], &head(6, 0)], 0).unwrap();
-        for id in [4, 5, 7] {
+        // A head of a chunk at the message limit in pieces of one byte, then silence: a
+        // timeout, with nothing allocated for pieces that never came.
+        sock.send_multipart([&header(8)[..], &head(1 << 20, 1)], 0).unwrap();
+        for (id, want) in [(4, "not 16 bytes"), (5, "message limit"), (7, "pieces of 0 bytes")] {
             let err = colls[0].all_gather(&group(id, 0, &peers), &[1; 4]).unwrap_err();
-            assert!(matches!(&err, CollectiveError::Malformed { peer_rank: 1, .. }), "{err}");
+            assert!(
+                matches!(&err, CollectiveError::Malformed { peer_rank: 1, why, .. } if why.contains(want)),
+                "{err}"
+            );
         }
         let err = colls[0].all_gather(&group(6, 0, &peers), &[1; 4]).unwrap_err();
         let want = CollectiveError::LengthMismatch { id: 6, peer_rank: 1, peer: peers[1].clone(), expected: 2, got: 4 };
         assert_eq!(err.to_string(), want.to_string());
+        colls[0].set_timeout(Duration::from_millis(200));
+        let err = colls[0].all_gather(&group(8, 0, &peers), &[1; 4]).unwrap_err();
+        assert!(matches!(&err, CollectiveError::Timeout { id: 8, peer_rank: 1, .. }), "{err}");
     }
 
     #[test]

@@ -445,7 +445,7 @@ mod tests {
     }
 
     /// libzmq wakes a waiting thread through its signaler: an eventfd when built with
-    /// `ZMQ_HAVE_EVENTFD` (set in `.cargo/config.toml`), a unix socketpair otherwise, which costs
+    /// `ZMQ_HAVE_EVENTFD` (set by `third_party/zmq-sys`'s build script), a unix socketpair otherwise, which costs
     /// a socket send and receive per wake-up. Nothing else in this process makes eventfds, so
     /// none while a socket lives means the define was lost.
     #[cfg(target_os = "linux")]
