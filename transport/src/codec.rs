@@ -9,8 +9,11 @@ use serde::de::{Deserialize, DeserializeOwned};
 use serde::Serialize;
 use thiserror::Error;
 
-/// The protocol version this build speaks. Bump it on any change to [`crate::message`].
-pub const PROTOCOL_VERSION: u16 = 15;
+/// The protocol version this build speaks. Bump it on any change to [`crate::message`], and
+/// on any change to how workers talk to each other (`gt_runtime::collective`'s wire): workers
+/// of two builds then cannot register with one dispatcher, so they never meet in a collective.
+/// (16: an all_gather chunk starts with a head of its length and its pieces' length.)
+pub const PROTOCOL_VERSION: u16 = 16;
 
 /// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;
