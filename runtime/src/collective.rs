@@ -530,6 +530,15 @@ impl ZmqCollectives {
         }
     }
 
+    /// Whether `bytes` for rank `to` are within the message limit (its socket drops more).
+    fn fits(&self, g: &Group, to: usize, bytes: usize) -> Result<(), CollectiveError> {
+        if bytes > self.max_message_bytes {
+            let (peer, limit) = (g.peers[to].clone(), self.max_message_bytes);
+            return Err(CollectiveError::TooLarge { id: g.id, peer_rank: to, peer, bytes, limit });
+        }
+        Ok(())
+    }
+
     fn send(
         &mut self,
         g: &Group,
@@ -538,11 +547,8 @@ impl ZmqCollectives {
         kind: u8,
         payload: zmq::Message,
     ) -> Result<(), CollectiveError> {
+        self.fits(g, to, payload.len())?;
         let peer = &g.peers[to];
-        if payload.len() > self.max_message_bytes {
-            let (bytes, limit) = (payload.len(), self.max_message_bytes);
-            return Err(CollectiveError::TooLarge { id: g.id, peer_rank: to, peer: peer.clone(), bytes, limit });
-        }
         if !self.dealers.contains_key(peer) {
             let sock = self.ctx.socket(zmq::DEALER)?;
             // No high-water mark: a slow peer makes the queue grow, never a message vanish.
@@ -616,16 +622,11 @@ impl ZmqCollectives {
 
     fn recv_f32(&mut self, g: &Group, from: usize, step: u32, len: usize) -> Result<zmq::Message, CollectiveError> {
         let msg = self.recv(g, from, step)?;
-        let peer = || g.peers[from].clone();
         if msg.len() % 4 != 0 {
-            let why = "f32 data of a length that is not a multiple of 4";
-            return Err(CollectiveError::Malformed { id: g.id, peer_rank: from, peer: peer(), why });
+            let (peer, why) = (g.peers[from].clone(), "f32 data of a length that is not a multiple of 4");
+            return Err(CollectiveError::Malformed { id: g.id, peer_rank: from, peer, why });
         }
-        if msg.len() != len * 4 {
-            let (expected, got) = (len * 4, msg.len());
-            return Err(CollectiveError::LengthMismatch { id: g.id, peer_rank: from, peer: peer(), expected, got });
-        }
-        Ok(msg)
+        exact(g, from, msg, len * 4)
     }
 
     /// Sends a chunk of bytes whose length the receiver does not know: a head of its length and
@@ -634,18 +635,14 @@ impl ZmqCollectives {
     /// [`ZmqCollectives::recv_chunk`] takes them apart.
     fn send_chunk(&mut self, g: &Group, to: usize, step: u32, bytes: &[u8]) -> Result<(), CollectiveError> {
         let len = bytes.len();
-        if len > self.max_message_bytes {
-            let limit = self.max_message_bytes;
-            let peer = g.peers[to].clone();
-            return Err(CollectiveError::TooLarge { id: g.id, peer_rank: to, peer, bytes: len, limit });
-        }
+        self.fits(g, to, len)?;
         let whole = self.whole_over_inproc && g.peers[to].starts_with("inproc://");
         let per = if whole { len.max(1) } else { self.piece_bytes };
         let mut head = [0u8; 16];
         head[..8].copy_from_slice(&(len as u64).to_le_bytes());
         head[8..].copy_from_slice(&(per as u64).to_le_bytes());
         self.send(g, to, step, KIND_DATA, message(&head))?;
-        for p in pieces_of_bytes(len, per) {
+        for p in cut(0..len, per) {
             self.send(g, to, step, KIND_DATA, message(&bytes[p]))?;
         }
         Ok(())
@@ -661,9 +658,9 @@ impl ZmqCollectives {
         step: u32,
         forward: Option<usize>,
     ) -> Result<Piece<'static>, CollectiveError> {
-        let peer = || g.peers[from].clone();
         let head = self.recv(g, from, step)?;
-        let malformed = |why| Err(CollectiveError::Malformed { id: g.id, peer_rank: from, peer: peer(), why });
+        let malformed =
+            |why| Err(CollectiveError::Malformed { id: g.id, peer_rank: from, peer: g.peers[from].clone(), why });
         let Ok(head_bytes) = <[u8; 16]>::try_from(&head[..]) else {
             return malformed("a chunk's head is not 16 bytes");
         };
@@ -684,43 +681,30 @@ impl ZmqCollectives {
         }
         // Taken as they come, and the chunk grows only by what arrived: a head alone (a length
         // in pieces of a byte) costs nothing.
-        let one = len <= per;
-        let mut whole = None;
         let mut gathered = Vec::new();
-        for p in pieces_of_bytes(len, per) {
-            let msg = self.recv(g, from, step)?;
-            if msg.len() != p.len() {
-                let (expected, got) = (p.len(), msg.len());
-                return Err(CollectiveError::LengthMismatch { id: g.id, peer_rank: from, peer: peer(), expected, got });
-            }
-            if one {
-                whole = Some(msg);
-                break;
+        for p in cut(0..len, per) {
+            let msg = exact(g, from, self.recv(g, from, step)?, p.len())?;
+            if len <= per {
+                // The only piece stays in its message; the next rank gets a copy (a message is
+                // moved on, never shared).
+                if let Some(to) = forward {
+                    self.send(g, to, step + 1, KIND_DATA, message(&msg))?;
+                }
+                return Ok(Piece::Received(msg));
             }
             gathered.extend_from_slice(&msg);
             if let Some(to) = forward {
                 self.send(g, to, step + 1, KIND_DATA, msg)?;
             }
         }
-        Ok(match whole {
-            Some(msg) => {
-                if let Some(to) = forward {
-                    // Forwarded after keeping it: a message is moved on, never shared.
-                    self.send(g, to, step + 1, KIND_DATA, message(&msg))?;
-                }
-                Piece::Received(msg)
-            }
-            None => Piece::Gathered(gathered),
-        })
+        Ok(Piece::Gathered(gathered))
     }
 
     /// The pieces a ring sends `range` of elements in: [`ZmqCollectives::piece_bytes`] each, the
     /// last shorter; none for an empty range. Every rank cuts a chunk the same way, so a receiver
     /// knows each piece's length.
     fn pieces(&self, range: Range<usize>) -> impl Iterator<Item = Range<usize>> {
-        let per = (self.piece_bytes / 4).max(1);
-        let end = range.end;
-        range.step_by(per).map(move |a| a..(a + per).min(end))
+        cut(range, self.piece_bytes / 4)
     }
 
     /// Ring reduce-scatter over the chunks `at[c]..at[c + 1]` of `data`: at step s rank r sends
@@ -814,11 +798,20 @@ impl ZmqCollectives {
     }
 }
 
-/// The byte ranges a chunk of `len` bytes travels in: `per` each (at least 1), the last
-/// shorter; none for an empty chunk.
-fn pieces_of_bytes(len: usize, per: usize) -> impl Iterator<Item = Range<usize>> {
-    let per = per.max(1);
-    (0..len).step_by(per).map(move |a| a..(a + per).min(len))
+/// `range` cut in consecutive ranges of `per` (at least 1), the last shorter; none for an
+/// empty range.
+fn cut(range: Range<usize>, per: usize) -> impl Iterator<Item = Range<usize>> {
+    let (per, end) = (per.max(1), range.end);
+    range.step_by(per).map(move |a| a..(a + per).min(end))
+}
+
+/// `msg` when it is `expected` bytes long; else the collective fails naming the peer.
+fn exact(g: &Group, from: usize, msg: zmq::Message, expected: usize) -> Result<zmq::Message, CollectiveError> {
+    if msg.len() != expected {
+        let (peer, got) = (g.peers[from].clone(), msg.len());
+        return Err(CollectiveError::LengthMismatch { id: g.id, peer_rank: from, peer, expected, got });
+    }
+    Ok(msg)
 }
 
 /// The last fold of a piece, in one pass: the received partial `acc` folded with `mine`, divided

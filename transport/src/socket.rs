@@ -445,9 +445,9 @@ mod tests {
     }
 
     /// libzmq wakes a waiting thread through its signaler: an eventfd when built with
-    /// `ZMQ_HAVE_EVENTFD` (set by `third_party/zmq-sys`'s build script), a unix socketpair otherwise, which costs
-    /// a socket send and receive per wake-up. Nothing else in this process makes eventfds, so
-    /// none while a socket lives means the define was lost.
+    /// `ZMQ_HAVE_EVENTFD` (set by `third_party/zmq-sys`'s build script), a unix socketpair
+    /// otherwise, which costs a socket send and receive per wake-up. Nothing else in this
+    /// process makes eventfds, so none while a socket lives means the define was lost.
     #[cfg(target_os = "linux")]
     #[test]
     fn zmq_wakes_threads_through_an_eventfd() {
