@@ -126,7 +126,7 @@ fn collective(like: &Endpoint, n: usize, bytes: usize, reps: usize, gather: bool
             if gather {
                 sock.all_gather(&g, &mine).expect("all_gather");
             } else {
-                sock.all_reduce(&g, gt::ir::ReduceOp::Sum, &mut data).expect("all_reduce");
+                data = sock.all_reduce(&g, gt::ir::ReduceOp::Sum, std::mem::take(&mut data)).expect("all_reduce");
             }
         }
     });

@@ -22,6 +22,7 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use gt_ir::ops::{nan_max, nan_min, ReduceOp};
 use gt_transport::codec::{data_frame, from_le_bytes};
 use gt_transport::endpoint::{ensure_runtime_dir, is_local, make_private, RuntimeDirError};
+use gt_transport::loan::VecLoan;
 use gt_transport::socket::{recv_frames, retry, send_with_data};
 use gt_transport::{socket, zmq, ClusterKey, Endpoint};
 use std::collections::VecDeque;
@@ -90,9 +91,10 @@ impl PartialEq<Vec<u8>> for Piece<'_> {
 /// On an error other than [`CollectiveError::Aborted`], [`ZmqCollectives`] has already told the
 /// other ranks (as [`Collectives::abort`] does); telling them again is harmless.
 pub trait Collectives {
-    /// Elementwise reduction of every rank's `data` (same length everywhere), result in place on
-    /// every rank, bit-identical everywhere. Mean = sum / n.
-    fn all_reduce(&mut self, g: &Group, op: ReduceOp, data: &mut [f32]) -> Result<(), CollectiveError>;
+    /// Elementwise reduction of every rank's `data` (same length everywhere), the result on
+    /// every rank, bit-identical everywhere. Mean = sum / n. Owned, so that its memory can be lent
+    /// to in-process peers instead of copied; on an error it is gone.
+    fn all_reduce(&mut self, g: &Group, op: ReduceOp, data: Vec<f32>) -> Result<Vec<f32>, CollectiveError>;
     /// Every rank's bytes (lengths may differ per rank), in rank order, on every rank.
     fn all_gather<'a>(&mut self, g: &Group, mine: &'a [u8]) -> Result<Vec<Piece<'a>>, CollectiveError>;
     /// Reduces every rank's `data` (same length) and returns this rank's chunk only: chunk `r` has
@@ -217,6 +219,14 @@ pub enum CollectiveError {
         path: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// A peer still held memory this rank lent it when the collective ended (a rank hung).
+    #[error("collective {id}: a peer still held this rank's data {waited:?} after the collective ended")]
+    Unreturned {
+        /// The collective.
+        id: u64,
+        /// How long this rank waited for it.
+        waited: Duration,
     },
     /// ZeroMQ bound a TCP port but does not say which.
     #[error("the peer socket's TCP port is unknown (zmq reported {endpoint:?})")]
@@ -548,18 +558,42 @@ impl ZmqCollectives {
         payload: zmq::Message,
     ) -> Result<(), CollectiveError> {
         self.fits(g, to, payload.len())?;
-        let peer = &g.peers[to];
-        if !self.dealers.contains_key(peer) {
-            let sock = self.ctx.socket(zmq::DEALER)?;
-            // No high-water mark: a slow peer makes the queue grow, never a message vanish.
-            sock.set_sndhwm(0)?;
-            sock.set_linger(DEALER_LINGER_MS)?;
-            socket::connect(&sock, peer, self.key.as_ref())
-                .map_err(|source| CollectiveError::Connect { peer: peer.clone(), source })?;
-            self.dealers.insert(peer.clone(), sock);
-        }
+        let dealer = self.dealer(&g.peers[to])?;
         let header = Header { id: g.id, step, sender: g.rank as u32, kind }.encode();
-        send_with_data(&self.dealers[peer], &[&header], payload)?;
+        send_with_data(dealer, &[&header], payload)?;
+        Ok(())
+    }
+
+    /// The DEALER to `peer`, connected on first use.
+    fn dealer(&mut self, peer: &str) -> Result<&mut zmq::Socket, CollectiveError> {
+        use std::collections::hash_map::Entry;
+        Ok(match self.dealers.entry(peer.to_string()) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let sock = self.ctx.socket(zmq::DEALER)?;
+                // No high-water mark: a slow peer makes the queue grow, never a message vanish.
+                sock.set_sndhwm(0)?;
+                sock.set_linger(DEALER_LINGER_MS)?;
+                socket::connect(&sock, peer, self.key.as_ref())
+                    .map_err(|source| CollectiveError::Connect { peer: peer.to_string(), source })?;
+                e.insert(sock)
+            }
+        })
+    }
+
+    /// Sends `range` of `loan` to rank `to` without a copy (see [`VecLoan`]).
+    fn send_lent(
+        &mut self,
+        g: &Group,
+        to: usize,
+        step: u32,
+        loan: &mut VecLoan,
+        range: Range<usize>,
+    ) -> Result<(), CollectiveError> {
+        self.fits(g, to, range.len() * 4)?;
+        let dealer = self.dealer(&g.peers[to])?;
+        let header = Header { id: g.id, step, sender: g.rank as u32, kind: KIND_DATA }.encode();
+        loan.send(dealer, &[&header], range)?;
         Ok(())
     }
 
@@ -716,12 +750,13 @@ impl ZmqCollectives {
     /// folds overlap, a piece is still in cache when it is forwarded, and no step allocates.
     /// With `then_gather`, each finished piece of this rank's chunk goes on as the first step
     /// (`n - 1`) of [`ZmqCollectives::ring_all_gather_f32`]. Chunks other than this rank's are left
-    /// partly folded.
+    /// partly folded. To an `inproc://` peer the first step's pieces go without a copy, lent
+    /// ([`VecLoan`]): the peers fold into them in place and hand them on.
     fn ring_reduce_scatter(
         &mut self,
         g: &Group,
         op: ReduceOp,
-        data: &mut [f32],
+        data: &mut VecLoan,
         at: &[usize],
         then_gather: bool,
     ) -> Result<(), CollectiveError> {
@@ -735,14 +770,20 @@ impl ZmqCollectives {
             let c = (r + 2 * n - s - 1) % n;
             at[c]..at[c + 1]
         };
+        let lend = g.peers[next].starts_with("inproc://");
         for p in self.pieces(chunk(0)) {
-            self.send(g, next, 0, KIND_DATA, data_frame(&data[p]))?;
+            if lend {
+                self.send_lent(g, next, 0, data, p)?;
+            } else {
+                let mine = data.slice_mut(p).ok_or_else(|| lent_twice(g))?;
+                self.send(g, next, 0, KIND_DATA, data_frame(mine))?;
+            }
         }
         let last = n - 2;
         for s in 0..=last {
             for p in self.pieces(chunk(s + 1)) {
                 let mut msg = self.recv_f32(g, prev, s as u32, p.len())?;
-                let mine = &mut data[p];
+                let mine = data.slice_mut(p).ok_or_else(|| lent_twice(g))?;
                 let out = match bytemuck::try_cast_slice_mut::<u8, f32>(&mut msg) {
                     Ok(acc) if cfg!(target_endian = "little") => {
                         if s == last {
@@ -775,27 +816,45 @@ impl ZmqCollectives {
     /// chunk r - s and receives chunk r - s - 1, in pieces; a received piece is copied in and
     /// its message goes on to the next step as it is. Steps `first..first + n - 1`; the first
     /// step's sends are the caller's (see `then_gather` of
-    /// [`ZmqCollectives::ring_reduce_scatter`]).
+    /// [`ZmqCollectives::ring_reduce_scatter`]). A piece this rank lent comes back in its own
+    /// memory, already in place; one that comes back as a copy (a TCP link in the ring) cannot
+    /// be written while peers may still hold the loan, so it is returned, to be copied in after
+    /// [`VecLoan::reclaim`].
     fn ring_all_gather_f32(
         &mut self,
         g: &Group,
-        data: &mut [f32],
+        data: &mut VecLoan,
         at: &[usize],
         first: u32,
-    ) -> Result<(), CollectiveError> {
+    ) -> Result<Vec<LatePiece>, CollectiveError> {
         let (n, r) = (g.n(), g.rank);
+        let mut late = Vec::new();
         for s in 0..n.saturating_sub(1) {
             let c = (r + 2 * n - s - 1) % n;
             for p in self.pieces(at[c]..at[c + 1]) {
                 let msg = self.recv_f32(g, (r + n - 1) % n, first + s as u32, p.len())?;
-                with_f32s(&msg, |v| data[p].copy_from_slice(v));
+                if !data.is_frame_of(&msg, p.clone()) {
+                    match data.slice_mut(p.clone()) {
+                        Some(into) => with_f32s(&msg, |v| into.copy_from_slice(v)),
+                        None => late.push((p, with_f32s(&msg, <[f32]>::to_vec))),
+                    }
+                }
                 if s + 2 < n {
                     self.send(g, (r + 1) % n, first + s as u32 + 1, KIND_DATA, msg)?;
                 }
             }
         }
-        Ok(())
+        Ok(late)
     }
+}
+
+/// A piece of the result that came back as a copy into a range still lent: where it goes, and
+/// its values, copied in once the loan is back.
+type LatePiece = (Range<usize>, Vec<f32>);
+
+/// A ring touching a piece it lent: the pieces of a ring never overlap, so this is a bug.
+fn lent_twice(g: &Group) -> CollectiveError {
+    CollectiveError::InvalidCall { id: g.id, why: "a ring piece overlaps one already lent" }
 }
 
 /// `range` cut in consecutive ranges of `per` (at least 1), the last shorter; none for an
@@ -840,12 +899,21 @@ fn divide_mean(op: ReduceOp, n: usize, v: &mut [f32]) {
 }
 
 impl Collectives for ZmqCollectives {
-    fn all_reduce(&mut self, g: &Group, op: ReduceOp, data: &mut [f32]) -> Result<(), CollectiveError> {
+    /// Ring reduce-scatter, then ring all-gather. Its own memory comes back once every peer
+    /// let go of what it was lent (at once, mostly: the last holder is finishing a copy).
+    fn all_reduce(&mut self, g: &Group, op: ReduceOp, data: Vec<f32>) -> Result<Vec<f32>, CollectiveError> {
         self.guarded(g, |me| {
             let n = g.n();
             let at = offsets(&even_counts(data.len(), n));
-            me.ring_reduce_scatter(g, op, data, &at, true)?;
-            me.ring_all_gather_f32(g, data, &at, (n - 1) as u32)
+            let mut loan = VecLoan::new(data);
+            me.ring_reduce_scatter(g, op, &mut loan, &at, true)?;
+            let late = me.ring_all_gather_f32(g, &mut loan, &at, (n - 1) as u32)?;
+            let waited = me.timeout;
+            let mut data = loan.reclaim(waited).ok_or(CollectiveError::Unreturned { id: g.id, waited })?;
+            for (p, v) in late {
+                data[p].copy_from_slice(&v);
+            }
+            Ok(data)
         })
     }
 
@@ -889,9 +957,11 @@ impl Collectives for ZmqCollectives {
             if at.last() != Some(&data.len()) {
                 return invalid("reduce-scatter counts do not sum to the data's length");
             }
-            let mut data = data.to_vec();
-            me.ring_reduce_scatter(g, op, &mut data, &at, false)?;
-            Ok(data[at[g.rank]..at[g.rank + 1]].to_vec())
+            // This rank's chunk is never lent; the rest is freed when the last peer lets go.
+            let mut loan = VecLoan::new(data.to_vec());
+            me.ring_reduce_scatter(g, op, &mut loan, &at, false)?;
+            let mine = loan.slice_mut(at[g.rank]..at[g.rank + 1]).ok_or_else(|| lent_twice(g))?;
+            Ok(mine.to_vec())
         })
     }
 
@@ -1058,9 +1128,7 @@ mod tests {
                 OPS.iter().flat_map(|&op| [0, 1, n - 1, n, 7, 100].map(|len| (op, len))).collect();
             let got = on_every_rank(&mut colls, |r, c| {
                 let run = |(i, &(op, len)): (usize, &(ReduceOp, usize))| {
-                    let mut data = input(i, r, len);
-                    c.all_reduce(&group(i as u64, r, &peers), op, &mut data).unwrap();
-                    data
+                    c.all_reduce(&group(i as u64, r, &peers), op, input(i, r, len)).unwrap()
                 };
                 cases.iter().enumerate().map(run).collect::<Vec<_>>()
             });
@@ -1163,8 +1231,7 @@ mod tests {
                     // Rank 0 goes at once; the others lag, so its messages for later ids wait.
                     std::thread::sleep(Duration::from_millis(3 * r as u64));
                     let g = group(id, r, &peers);
-                    let mut data = vec![(r + 1) as f32 * id as f32; 5];
-                    c.all_reduce(&g, ReduceOp::Sum, &mut data).unwrap();
+                    let data = c.all_reduce(&g, ReduceOp::Sum, vec![(r + 1) as f32 * id as f32; 5]).unwrap();
                     // 10 bytes in pieces of 8: two messages per chunk wait under one key.
                     let all = owned(c.all_gather(&g_next(&g), &[r as u8; 10]).unwrap());
                     (data, all)
@@ -1201,7 +1268,7 @@ mod tests {
     fn a_silent_peer_times_out_by_name_and_hears_of_it() {
         let (mut colls, peers) = cluster(2, &Endpoint::Inproc("d".into()), Duration::from_millis(200));
         let start = Instant::now();
-        let err = colls[0].all_reduce(&group(7, 0, &peers), ReduceOp::Sum, &mut [1.0; 4]).unwrap_err();
+        let err = colls[0].all_reduce(&group(7, 0, &peers), ReduceOp::Sum, vec![1.0; 4]).unwrap_err();
         match &err {
             CollectiveError::Timeout { id: 7, peer_rank: 1, peer, waited } => {
                 assert_eq!(*peer, peers[1]);
@@ -1211,7 +1278,7 @@ mod tests {
         }
         assert!(err.to_string().contains(&peers[1]), "{err}");
         // Rank 0 told rank 1 it gave up, so rank 1 fails at once, naming rank 0.
-        let err = colls[1].all_reduce(&group(7, 1, &peers), ReduceOp::Sum, &mut [1.0; 4]).unwrap_err();
+        let err = colls[1].all_reduce(&group(7, 1, &peers), ReduceOp::Sum, vec![1.0; 4]).unwrap_err();
         // (Without the abort it would be a timeout: 200 ms is all it waits.)
         assert!(matches!(err, CollectiveError::Aborted { id: 7, peer_rank: 0, .. }), "{err}");
         // The next collective is unaffected.
@@ -1229,7 +1296,7 @@ mod tests {
                 c.abort(&g);
                 None
             } else {
-                Some(c.all_reduce(&g, ReduceOp::Max, &mut [1.0; 9]).unwrap_err())
+                Some(c.all_reduce(&g, ReduceOp::Max, vec![1.0; 9]).unwrap_err())
             }
         });
         assert!(start.elapsed() < Duration::from_secs(5));
@@ -1237,8 +1304,7 @@ mod tests {
             assert!(matches!(err, Some(CollectiveError::Aborted { id: 3, peer_rank: 2, .. })), "{err:?}");
         }
         let got = on_every_rank(&mut colls, |r, c| {
-            let mut data = [r as f32; 2];
-            c.all_reduce(&group(4, r, &peers), ReduceOp::Max, &mut data).map(|()| data).unwrap()
+            c.all_reduce(&group(4, r, &peers), ReduceOp::Max, vec![r as f32; 2]).unwrap()
         });
         assert!(got.iter().all(|d| *d == [2.0; 2]));
     }
@@ -1262,8 +1328,7 @@ mod tests {
         let header = Header { id: 1, step: 0, sender: 1, kind: KIND_DATA }.encode();
         sock.send_multipart([&header[..], b"a", b"b", b"c", b"d"], 0).unwrap();
         let got = on_every_rank(&mut colls, |r, c| {
-            let mut data = [r as f32 + 0.5; 3];
-            c.all_reduce(&group(1, r, &peers), ReduceOp::Sum, &mut data).map(|()| data).unwrap()
+            c.all_reduce(&group(1, r, &peers), ReduceOp::Sum, vec![r as f32 + 0.5; 3]).unwrap()
         });
         assert!(got.iter().all(|d| *d == [2.0; 3]));
     }
@@ -1276,12 +1341,12 @@ mod tests {
         let header = |id| Header { id, step: 0, sender: 1, kind: KIND_DATA }.encode();
         sock.send_multipart([&header(2)[..], &[0; 3]], 0).unwrap();
         sock.send_multipart([&header(3)[..], &[0; 12]], 0).unwrap();
-        let err = colls[0].all_reduce(&group(2, 0, &peers), ReduceOp::Sum, &mut [0.0; 4]).unwrap_err();
+        let err = colls[0].all_reduce(&group(2, 0, &peers), ReduceOp::Sum, vec![0.0; 4]).unwrap_err();
         assert!(
             matches!(&err, CollectiveError::Malformed { id: 2, peer_rank: 1, peer, .. } if *peer == peers[1]),
             "{err}"
         );
-        let err = colls[0].all_reduce(&group(3, 0, &peers), ReduceOp::Sum, &mut [0.0; 4]).unwrap_err();
+        let err = colls[0].all_reduce(&group(3, 0, &peers), ReduceOp::Sum, vec![0.0; 4]).unwrap_err();
         let want =
             CollectiveError::LengthMismatch { id: 3, peer_rank: 1, peer: peers[1].clone(), expected: 8, got: 12 };
         assert_eq!(err.to_string(), want.to_string());
@@ -1326,6 +1391,37 @@ mod tests {
         assert!(matches!(err, CollectiveError::TooLarge { id: 4, peer_rank: 1, limit: 1048576, .. }), "{err}");
     }
 
+    /// A ring of in-process ranks and one over TCP: a piece a rank lent to an in-process peer
+    /// comes back as a copy (after a TCP link), so it is written only once every peer let go of
+    /// the loan; every rank still gets the reference bits, with pieces of every size.
+    #[test]
+    fn a_ring_mixing_inproc_and_tcp_peers() {
+        let ctx = zmq::Context::new();
+        let tcp = Endpoint::Tcp { host: "localhost".into(), port: 1 };
+        let inproc = Endpoint::Inproc("d".into());
+        for piece in [PIECE_BYTES, 12, 100] {
+            let likes = [&inproc, &inproc, &tcp, &inproc];
+            let bind = |(r, like)| ZmqCollectives::bind(&ctx, like, &format!("m{r}"), LONG, 1 << 20, None).unwrap();
+            let mut colls: Vec<_> = likes.into_iter().enumerate().map(bind).collect();
+            colls.iter_mut().for_each(|c| c.set_piece_bytes(piece));
+            let peers: Vec<String> = colls.iter().map(|c| c.address().to_string()).collect();
+            // 1001 elements do not split evenly; the reduce-scatter's 1000 do.
+            let got = on_every_rank(&mut colls, |r, c| {
+                let sum = c.all_reduce(&group(1, r, &peers), ReduceOp::Sum, input(1, r, 1001)).unwrap();
+                let max = c.reduce_scatter(&group(2, r, &peers), ReduceOp::Max, &input(2, r, 1000), &[250; 4]);
+                (sum, max.unwrap())
+            });
+            let (sums, maxes): (Vec<_>, Vec<_>) = (0..4).map(|r| (input(1, r, 1001), input(2, r, 1000))).unzip();
+            let want = reference_all_reduce(ReduceOp::Sum, &sums.iter().map(|v| &v[..]).collect::<Vec<_>>());
+            let max_refs: Vec<&[f32]> = maxes.iter().map(|v| &v[..]).collect();
+            let want_max = reference_reduce_scatter(ReduceOp::Max, &max_refs, &[250; 4]);
+            for (r, (sum, max)) in got.iter().enumerate() {
+                assert_eq!(bits(sum), bits(&want), "piece {piece} rank {r}");
+                assert_eq!(bits(max), bits(&want_max[r]), "piece {piece} rank {r}");
+            }
+        }
+    }
+
     #[test]
     fn ipc_and_tcp_peers() {
         let ipc = Endpoint::Ipc("/ignored/d.ipc".into());
@@ -1348,8 +1444,7 @@ mod tests {
                 assert!(peers.iter().all(|p| p.starts_with("tcp://127.0.0.1:")), "{peers:?}");
             }
             let got = on_every_rank(&mut colls, |r, c| {
-                let mut data = input(0, r, 1000);
-                c.all_reduce(&group(1, r, &peers), ReduceOp::Mean, &mut data).unwrap();
+                let data = c.all_reduce(&group(1, r, &peers), ReduceOp::Mean, input(0, r, 1000)).unwrap();
                 // Chunks of 250 bytes in messages of 100: unaligned in TCP receive buffers.
                 let all = owned(c.all_gather(&group(2, r, &peers), &[r as u8; 250]).unwrap());
                 (data, all)

@@ -151,10 +151,7 @@ fn run_part(
             let ty = ex.ty.clone().unwrap_or(mine.ty);
             *transported = true;
             let data = match mine.data {
-                Elements::F32(mut data) => {
-                    net.all_reduce(g, reduce, &mut data).map_err(net_err)?;
-                    Elements::F32(data)
-                }
+                Elements::F32(data) => Elements::F32(net.all_reduce(g, reduce, data).map_err(net_err)?),
                 // Other dtypes gather every rank's operand and fold it here (the ring
                 // reduces f32 only): correct first, each link carrying every piece.
                 other => {

@@ -83,24 +83,8 @@ pub fn send(sock: &mut Socket, data: Elements, flags: i32) -> zmq::Result<()> {
             unsafe { release(ptr.cast(), hint) };
             return Err(err);
         }
-        // A send that fails leaves the message with its sender, so one that a signal
-        // interrupted is simply made again.
-        let sent = loop {
-            // SAFETY: a live socket and an initialized message.
-            match unsafe { zmq_sys::zmq_msg_send(&mut msg, sock.as_mut_ptr(), flags) } {
-                -1 => match zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() }) {
-                    zmq::Error::EINTR => continue,
-                    e => break Err(e),
-                },
-                _ => break Ok(()),
-            }
-        };
-        if sent.is_err() {
-            // Still ours: closing it releases the vector.
-            // SAFETY: an initialized message that was not sent.
-            unsafe { zmq_sys::zmq_msg_close(&mut msg) };
-        }
-        sent
+        // Closing an unsent message releases the vector.
+        send_or_close(sock, msg, flags)
     }
     let little = cfg!(target_endian = "little");
     match data {
@@ -112,6 +96,27 @@ pub fn send(sock: &mut Socket, data: Elements, flags: i32) -> zmq::Result<()> {
         Elements::I32(v) if little => lend(sock, v, DType::I32, flags),
         other => crate::socket::send_bytes(sock, other.to_le_bytes().into_owned(), flags),
     }
+}
+
+/// Sends an initialized message; one that cannot be sent is closed (releasing what it holds).
+/// A send that fails leaves the message with its sender, so one a signal interrupted is simply
+/// made again.
+fn send_or_close(sock: &mut Socket, mut msg: zmq_sys::zmq_msg_t, flags: i32) -> zmq::Result<()> {
+    let sent = loop {
+        // SAFETY: a live socket and an initialized message.
+        match unsafe { zmq_sys::zmq_msg_send(&mut msg, sock.as_mut_ptr(), flags) } {
+            -1 => match zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() }) {
+                zmq::Error::EINTR => continue,
+                e => break Err(e),
+            },
+            _ => break Ok(()),
+        }
+    };
+    if sent.is_err() {
+        // SAFETY: an initialized message that was not sent, still ours.
+        unsafe { zmq_sys::zmq_msg_close(&mut msg) };
+    }
+    sent
 }
 
 /// The elements of `dtype` that `frame` lends, taken without a copy; the frame back when it
@@ -150,6 +155,150 @@ pub fn take(frame: zmq::Message, dtype: DType) -> Result<Elements, zmq::Message>
         // Never lent (see `send`).
         DType::Bool => unreachable!("bool frames are not lent"),
     })
+}
+
+/// An `f32` vector whose ranges go out as frames without a copy while its owner works on the
+/// rest: a collective lends its chunk to an in-process peer, which folds into it and hands it on.
+///
+/// A range once lent stays the peers' until [`VecLoan::reclaim`]: [`VecLoan::slice_mut`] refuses
+/// it, and no two lent ranges overlap, so a peer writing into its frame never races the owner.
+/// Each frame holds a reference to the vector, dropped when ZeroMQ releases the frame; `reclaim`
+/// waits for the last one, and a vector whose frames a peer never gives back is freed by the
+/// last release, never while a frame can still reach it.
+pub struct VecLoan {
+    shared: std::sync::Arc<Owned>,
+    lent: Vec<std::ops::Range<usize>>,
+}
+
+/// The vector's parts, freed when the last holder (the loan or a frame) lets go.
+struct Owned {
+    ptr: *mut f32,
+    len: usize,
+    capacity: usize,
+}
+
+// SAFETY: `Owned` is the only owner of its vector's memory; who may touch which range is what
+// `VecLoan` rules, and a frame reaches its range only through ZeroMQ, which moves it.
+unsafe impl Send for Owned {}
+unsafe impl Sync for Owned {}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // SAFETY: the parts of the `Vec` given up by `VecLoan::new`; dropped once, by the last
+        // `Arc` holder.
+        drop(unsafe { Vec::from_raw_parts(self.ptr, self.len, self.capacity) });
+    }
+}
+
+/// ZeroMQ's release of a frame [`VecLoan::frame`] made: drops its reference (`hint`).
+unsafe extern "C" fn release_range(_data: *mut c_void, hint: *mut c_void) {
+    // SAFETY: `hint` is the `Arc` that `VecLoan::frame` turned into a raw pointer for this frame.
+    drop(unsafe { std::sync::Arc::from_raw(hint as *const Owned) });
+}
+
+impl VecLoan {
+    /// Takes `v` to lend ranges of.
+    pub fn new(v: Vec<f32>) -> VecLoan {
+        let mut v = std::mem::ManuallyDrop::new(v);
+        let owned = Owned { ptr: v.as_mut_ptr(), len: v.len(), capacity: v.capacity() };
+        VecLoan { shared: std::sync::Arc::new(owned), lent: Vec::new() }
+    }
+
+    /// The vector's length in elements.
+    pub fn len(&self) -> usize {
+        self.shared.len
+    }
+
+    /// Whether the vector is empty.
+    pub fn is_empty(&self) -> bool {
+        self.shared.len == 0
+    }
+
+    fn overlaps_lent(&self, range: &std::ops::Range<usize>) -> bool {
+        self.lent.iter().any(|l| l.start < range.end && range.start < l.end)
+    }
+
+    fn valid(&self, range: &std::ops::Range<usize>) -> bool {
+        range.start <= range.end && range.end <= self.shared.len
+    }
+
+    /// Sends `frames`, then `range` of the vector as the last frame without a copy (none of it
+    /// blocking). From then on the range is the frame's, and whoever the frame reaches may
+    /// write into it, until [`VecLoan::reclaim`]. `EINVAL` for a range that is empty, out of
+    /// bounds or (partly) lent already.
+    pub fn send(&mut self, sock: &mut Socket, frames: &[&[u8]], range: std::ops::Range<usize>) -> zmq::Result<()> {
+        if range.is_empty() || !self.valid(&range) || self.overlaps_lent(&range) {
+            return Err(zmq::Error::EINVAL);
+        }
+        for frame in frames {
+            crate::socket::retry(|| sock.send(*frame, zmq::SNDMORE | zmq::DONTWAIT))?;
+        }
+        let hint = std::sync::Arc::into_raw(self.shared.clone()) as *mut c_void;
+        // SAFETY: in bounds (checked above).
+        let data = unsafe { self.shared.ptr.add(range.start) };
+        let mut msg = zmq_sys::zmq_msg_t::default();
+        // SAFETY: `msg` is fresh; the range stays valid while the frame holds its reference
+        // (`hint`, dropped by `release_range`), and no one else touches it (it is lent).
+        let rc =
+            unsafe { zmq_sys::zmq_msg_init_data(&mut msg, data.cast(), range.len() * 4, Some(release_range), hint) };
+        if rc == -1 {
+            let err = zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() });
+            // SAFETY: ZeroMQ did not take the reference, so it is still ours to drop.
+            drop(unsafe { std::sync::Arc::from_raw(hint as *const Owned) });
+            return Err(err);
+        }
+        self.lent.push(range);
+        // Closing an unsent message drops its reference (the range stays marked lent, unused).
+        send_or_close(sock, msg, zmq::DONTWAIT)
+    }
+
+    /// `range` of the vector to read and write; `None` when out of bounds or (partly) lent.
+    pub fn slice_mut(&mut self, range: std::ops::Range<usize>) -> Option<&mut [f32]> {
+        if !self.valid(&range) || self.overlaps_lent(&range) {
+            return None;
+        }
+        // SAFETY: in bounds, not lent (no frame reaches it), and borrowed from `&mut self`, so
+        // no other slice of the loan is alive.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.shared.ptr.add(range.start), range.len()) })
+    }
+
+    /// Whether `frame` is this loan's own frame of `range` come back (its data is then already
+    /// in place).
+    pub fn is_frame_of(&self, frame: &zmq::Message, range: std::ops::Range<usize>) -> bool {
+        self.valid(&range)
+            && !range.is_empty()
+            && frame.len() == range.len() * 4
+            && std::ptr::eq(frame.as_ptr(), self.shared.ptr.wrapping_add(range.start).cast())
+    }
+
+    /// The vector, once every frame is released (waiting up to `timeout`); `None` when a frame
+    /// is still held then: the vector is then freed by the last frame's release.
+    pub fn reclaim(self, timeout: std::time::Duration) -> Option<Vec<f32>> {
+        let start = std::time::Instant::now();
+        let mut shared = self.shared;
+        let mut spins = 0u32;
+        loop {
+            // `try_unwrap` synchronizes with every release, so what peers wrote is seen.
+            match std::sync::Arc::try_unwrap(shared) {
+                Ok(owned) => {
+                    let owned = std::mem::ManuallyDrop::new(owned);
+                    // SAFETY: the parts `new` gave up; `owned` is not dropped, so they are moved.
+                    return Some(unsafe { Vec::from_raw_parts(owned.ptr, owned.len, owned.capacity) });
+                }
+                Err(back) => shared = back,
+            }
+            if start.elapsed() >= timeout {
+                return None;
+            }
+            // The last holder is a peer finishing its copy: a moment, mostly.
+            spins += 1;
+            if spins < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+    }
 }
 
 /// How many buffers are lent now (for tests: none may be left behind).
@@ -222,5 +371,48 @@ mod tests {
         send(&mut tx, Elements::F32(vec![]), 0).unwrap();
         assert_eq!(rx.recv_msg(0).unwrap().len(), 0);
         assert_eq!(outstanding(), 0);
+    }
+
+    #[test]
+    fn a_vec_loan_lends_ranges_and_takes_them_back() {
+        let ctx = zmq::Context::new();
+        let (mut tx, rx) = pair(&ctx, "inproc://vec-loan-test");
+        let v: Vec<f32> = (0..8).map(|i| i as f32).collect();
+        let at = v.as_ptr();
+        let mut loan = VecLoan::new(v);
+        loan.send(&mut tx, &[b"head"], 2..5).unwrap();
+        // A lent range is neither the owner's to write nor lent again; empty and out-of-bounds
+        // ranges are refused.
+        assert!(loan.slice_mut(3..4).is_none());
+        for bad in [4..6, 7..9, 6..6] {
+            assert_eq!(loan.send(&mut tx, &[], bad.clone()), Err(zmq::Error::EINVAL), "{bad:?}");
+        }
+        loan.slice_mut(5..8).unwrap()[0] = -5.0;
+        assert_eq!(&rx.recv_msg(0).unwrap()[..], b"head");
+        let mut frame = rx.recv_msg(0).unwrap();
+        assert!(loan.is_frame_of(&frame, 2..5));
+        assert!(!loan.is_frame_of(&frame, 1..4));
+        // The receiver writes into the lender's memory; the lender sees it once the frame is gone.
+        bytemuck::cast_slice_mut::<u8, f32>(&mut frame)[0] = 20.0;
+        drop(frame);
+        let back = loan.reclaim(Duration::from_secs(5)).unwrap();
+        assert_eq!(back.as_ptr(), at);
+        assert_eq!(back, [0.0, 1.0, 20.0, 3.0, 4.0, -5.0, 6.0, 7.0]);
+
+        // A frame still held: the owner gives up on it, and its release frees the vector.
+        let mut loan = VecLoan::new(vec![1.0; 1000]);
+        loan.send(&mut tx, &[], 0..1000).unwrap();
+        let frame = rx.recv_msg(0).unwrap();
+        assert!(loan.reclaim(Duration::from_millis(10)).is_none());
+        assert_eq!(bytemuck::cast_slice::<u8, f32>(&frame)[999], 1.0);
+        drop(frame);
+
+        // Over TCP the receiver gets a copy; ZeroMQ's I/O thread lets go of the loan once sent.
+        let (mut tx, rx) = pair(&ctx, "tcp://127.0.0.1:*");
+        let mut loan = VecLoan::new(vec![2.5; 64]);
+        loan.send(&mut tx, &[], 0..64).unwrap();
+        let frame = rx.recv_msg(0).unwrap();
+        assert!(!loan.is_frame_of(&frame, 0..64));
+        assert_eq!(loan.reclaim(Duration::from_secs(5)).unwrap(), vec![2.5; 64]);
     }
 }
