@@ -20,7 +20,10 @@
 //!   `gathers`), so it is correct before it is fast.
 //!
 //! Inside a scope with a placement, results are then split (`shard`) or copied
-//! (`replicated`) as it says; a result too small to split (rank at most the axis, or fewer
+//! (`replicated`) as it says, except a result its plan spread over the scope's workers
+//! already, which keeps that layout (a transposed batch stays split along its new axis, a
+//! gradient summed by an `all_reduce` stays copied, so data-parallel training keeps its
+//! parameters replicated); a result too small to split (rank at most the axis, or fewer
 //! elements along it than workers) keeps the representation its plan gave. A read
 //! ([`StreamPass::materialize`]) assembles the value whole at home first. With
 //! [`ShardConfig::auto`] (`GT_AUTO_SHARD=1`) the pass splits large matmuls and elementwise
@@ -192,8 +195,9 @@ pub struct Shard {
     /// The client's values' types (every instruction's results, as the pipeline typed them).
     types: StreamTypes,
     dist: HashMap<ValueId, Dist>,
-    /// Open signal scopes, innermost last, with what each asks.
-    scopes: Vec<(String, Option<Want>)>,
+    /// Open signal scopes, innermost last, with what each asks and whether it is a backward
+    /// signal's.
+    scopes: Vec<(String, Option<Want>, bool)>,
     next_id: u32,
     free_ids: Vec<ValueId>,
     /// The representations a plan gave the results of the instruction being taken (they
@@ -300,7 +304,7 @@ impl Shard {
 
     /// The placement the innermost scope that has one asks for.
     fn want(&self) -> Option<&Want> {
-        self.scopes.iter().rev().find_map(|(_, w)| w.as_ref())
+        self.scopes.iter().rev().find_map(|(_, w, _)| w.as_ref())
     }
 
     /// Checks a placement against the workers there are (an empty list: all of them).
@@ -808,10 +812,14 @@ impl Shard {
         partials: Vec<ValueId>,
         mean: Option<usize>,
     ) {
-        // A scope that splits the result over the same workers takes each its piece of the
-        // reduction: a reduce_scatter moves half the bytes of an all_reduce.
-        let scatter = match self.want() {
-            Some(Want::Split { axis, workers: to }) if to == workers && partials.len() > 1 => {
+        // A forward scope that splits the result over the same workers takes each its piece
+        // of the reduction: a reduce_scatter moves half the bytes of an all_reduce. In a
+        // backward scope a reduction over the split axis is a parameter's gradient summed over
+        // the batch: every worker gets it whole, so that a replicated parameter updated by it
+        // stays replicated (data-parallel training: one all_reduce per gradient, no gathering
+        // of split parameters in the next step's forward and backward).
+        let scatter = match self.scopes.iter().rev().find(|(_, w, _)| w.is_some()) {
+            Some((_, Some(Want::Split { axis, workers: to }), false)) if to == workers && partials.len() > 1 => {
                 self.splittable(ty, *axis, workers.len())
             }
             _ => None,
@@ -897,8 +905,23 @@ impl Shard {
     /// Applies the innermost placement to the results of the client's instruction.
     fn place_results(&mut self, out: &mut Emit, results: &[ValueId], types: &[TensorType]) {
         let Some(Want::Split { axis, workers }) = self.want().cloned() else { return };
-        let signal = self.scopes.iter().rev().find(|(_, w)| w.is_some()).map_or(String::new(), |(n, _)| n.clone());
+        let signal =
+            self.scopes.iter().rev().find(|(_, w, _)| w.is_some()).map_or(String::new(), |(n, _, _)| n.clone());
         for (&r, ty) in results.iter().zip(types) {
+            // A result its plan spread over the scope's workers keeps that layout: the
+            // transpose of a batch-split value is split along the batch's new place (splitting
+            // it along the scope's axis would move most of it between workers), and copies made
+            // from copies or by an all_reduce stay copies (a gradient summed over the batch).
+            // Spread over other workers (a pipeline's previous stage), it moves as the scope says.
+            let over_scope = self.split_of(r).map(Split::workers).or_else(|| self.replicas_of(r));
+            if over_scope.is_some_and(|mut on| {
+                on.sort_unstable();
+                let mut to = workers.clone();
+                to.sort_unstable();
+                on == to
+            }) {
+                continue;
+            }
             // With one worker up a split is the value itself: it stays whole (and the log says so).
             let fits = self.splittable(ty, axis, workers.len()).filter(|_| self.workers > 1);
             let Some(a) = fits else {
@@ -991,7 +1014,7 @@ impl StreamPass for Shard {
 
     fn run(&mut self, instr: Instr, out: &mut Emit) {
         match instr {
-            Instr::SignalStart { ref name, ref place, .. } => {
+            Instr::SignalStart { ref name, ref place, backward, .. } => {
                 let want = match place {
                     None => None,
                     Some(p) => match self.resolve(name, p) {
@@ -1000,16 +1023,16 @@ impl StreamPass for Shard {
                             self.stats.refused += 1;
                             let name = name.clone();
                             out.refuse(instr.clone(), e);
-                            self.scopes.push((name, None));
+                            self.scopes.push((name, None, backward));
                             return;
                         }
                     },
                 };
-                self.scopes.push((name.clone(), want));
+                self.scopes.push((name.clone(), want, backward));
                 out.keep(instr);
             }
             Instr::SignalEnd { ref name } => {
-                if self.scopes.last().is_some_and(|(open, _)| open == name) {
+                if self.scopes.last().is_some_and(|(open, _, _)| open == name) {
                     self.scopes.pop();
                 }
                 out.keep(instr);

@@ -224,6 +224,40 @@ print %loss
     );
 }
 
+/// One data-parallel training step as autograd issues it: the batch split, the weight copied,
+/// the weight's gradient (`x^T @ dy`, contracting the batch) computed in the backward signal.
+/// The transpose of the split batch stays split (along its new axis), the gradient is one
+/// `all_reduce` and stays copied like its weight, and the updated weight stays copied: no
+/// gather, in this step or the next one's forward.
+#[test]
+fn data_parallel_training_step_plan() {
+    let text = plan(
+        "signal_start \"params\" replicated workers=[0, 1]
+%w = randn f32[3, 2] seed=2
+signal_end \"params\"
+signal_start \"batch\" shard axis=0 workers=[0, 1]
+%x = randn f32[4, 3] seed=1
+%y = matmul %x, %w
+signal_end \"batch\"
+signal_start \"batch_bwd\" backward shard axis=0 workers=[0, 1]
+%dy = ones f32[4, 2]
+%xt = transpose %x
+%dw = matmul %xt, %dy
+signal_end \"batch_bwd\"
+%step = mul %dw, 0.1
+%w2 = sub %w, %step
+%y2 = matmul %x, %w2
+print %y2
+",
+        2,
+    );
+    // Moves only split the batch, made whole at home, before the step, and assemble the read.
+    let step = &text[text.find("signal_end \"batch\"").unwrap()..text.find("; read").unwrap()];
+    assert!(!text.contains("all_gather") && !text.contains("reduce_scatter") && !step.contains("move"), "{text}");
+    assert_eq!(text.matches("all_reduce").count(), 1, "{text}");
+    snapshot("data_parallel_training_step", &text);
+}
+
 #[test]
 fn column_and_row_parallel_plans() {
     snapshot(
