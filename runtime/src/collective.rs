@@ -220,7 +220,8 @@ pub enum CollectiveError {
         /// Why.
         source: std::io::Error,
     },
-    /// A peer still held memory this rank lent it when the collective ended (a rank hung).
+    /// A peer still held memory this rank lent it a timeout after the collective ended here (a
+    /// rank hung, or fell that far behind); the data is gone with it.
     #[error("collective {id}: a peer still held this rank's data {waited:?} after the collective ended")]
     Unreturned {
         /// The collective.
@@ -566,19 +567,17 @@ impl ZmqCollectives {
 
     /// The DEALER to `peer`, connected on first use.
     fn dealer(&mut self, peer: &str) -> Result<&mut zmq::Socket, CollectiveError> {
-        use std::collections::hash_map::Entry;
-        Ok(match self.dealers.entry(peer.to_string()) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => {
-                let sock = self.ctx.socket(zmq::DEALER)?;
-                // No high-water mark: a slow peer makes the queue grow, never a message vanish.
-                sock.set_sndhwm(0)?;
-                sock.set_linger(DEALER_LINGER_MS)?;
-                socket::connect(&sock, peer, self.key.as_ref())
-                    .map_err(|source| CollectiveError::Connect { peer: peer.to_string(), source })?;
-                e.insert(sock)
-            }
-        })
+        // Looked up by `&str` first: a send allocates nothing once connected.
+        if !self.dealers.contains_key(peer) {
+            let sock = self.ctx.socket(zmq::DEALER)?;
+            // No high-water mark: a slow peer makes the queue grow, never a message vanish.
+            sock.set_sndhwm(0)?;
+            sock.set_linger(DEALER_LINGER_MS)?;
+            socket::connect(&sock, peer, self.key.as_ref())
+                .map_err(|source| CollectiveError::Connect { peer: peer.to_string(), source })?;
+            self.dealers.insert(peer.to_string(), sock);
+        }
+        self.dealers.get_mut(peer).ok_or(CollectiveError::Zmq(zmq::Error::ENOTSOCK))
     }
 
     /// Sends `range` of `loan` to rank `to` without a copy (see [`VecLoan`]).
@@ -770,7 +769,9 @@ impl ZmqCollectives {
             let c = (r + 2 * n - s - 1) % n;
             at[c]..at[c + 1]
         };
-        let lend = g.peers[next].starts_with("inproc://");
+        // A lent frame carries the vector's own bytes, little-endian as peers read them only
+        // on a little-endian machine.
+        let lend = cfg!(target_endian = "little") && g.peers[next].starts_with("inproc://");
         for p in self.pieces(chunk(0)) {
             if lend {
                 self.send_lent(g, next, 0, data, p)?;
@@ -1128,7 +1129,12 @@ mod tests {
                 OPS.iter().flat_map(|&op| [0, 1, n - 1, n, 7, 100].map(|len| (op, len))).collect();
             let got = on_every_rank(&mut colls, |r, c| {
                 let run = |(i, &(op, len)): (usize, &(ReduceOp, usize))| {
-                    c.all_reduce(&group(i as u64, r, &peers), op, input(i, r, len)).unwrap()
+                    let data = input(i, r, len);
+                    let at = data.as_ptr();
+                    let data = c.all_reduce(&group(i as u64, r, &peers), op, data).unwrap();
+                    // Lent and taken back, never copied into a new vector.
+                    assert_eq!(data.as_ptr(), at);
+                    data
                 };
                 cases.iter().enumerate().map(run).collect::<Vec<_>>()
             });
@@ -1316,6 +1322,42 @@ mod tests {
         sock
     }
 
+    /// A peer that keeps the memory a rank lent it past the rank's timeout: the rank fails
+    /// the collective naming it unreturned (its data is gone), and the peer's frame stays
+    /// readable until the peer drops it, which frees the vector.
+    #[test]
+    fn memory_a_peer_keeps_is_never_taken_back_from_under_it() {
+        let ctx = zmq::Context::new();
+        let timeout = Duration::from_millis(200);
+        let mut c = ZmqCollectives::bind(&ctx, &Endpoint::Inproc("d".into()), "u0", timeout, 1 << 20, None).unwrap();
+        // Rank 1 is a bare ROUTER that answers by hand.
+        let peer = ctx.socket(zmq::ROUTER).unwrap();
+        peer.bind("inproc://unreturned-peer").unwrap();
+        let to_rank0 = ctx.socket(zmq::DEALER).unwrap();
+        to_rank0.connect(c.address()).unwrap();
+        let peers = vec![c.address().to_string(), "inproc://unreturned-peer".to_string()];
+        let (err, held) = std::thread::scope(|s| {
+            let rank1 = s.spawn(move || {
+                // A message as it arrives: routing id, header, payload (the payload kept as is).
+                let take = || (0..3).map(|_| peer.recv_msg(0).unwrap()).collect::<Vec<_>>().pop().unwrap();
+                // Rank 0 lends its chunk for rank 1 (elements 4..8): kept.
+                let lent = take();
+                let data = |step| [Header { id: 5, step, sender: 1, kind: KIND_DATA }.encode().to_vec(), vec![0u8; 16]];
+                // Its partial of rank 0's chunk, then its own chunk, reduced, as a copy.
+                to_rank0.send_multipart(data(0), 0).unwrap();
+                drop(take());
+                to_rank0.send_multipart(data(1), 0).unwrap();
+                lent
+            });
+            let err = c.all_reduce(&group(5, 0, &peers), ReduceOp::Sum, vec![2.0; 8]).unwrap_err();
+            (err, rank1.join().unwrap())
+        });
+        assert!(matches!(err, CollectiveError::Unreturned { id: 5, .. }), "{err}");
+        // Still the lender's bytes, readable by the peer; dropping it frees the vector.
+        assert_eq!(bytemuck::cast_slice::<u8, f32>(&held), [2.0; 4]);
+        drop(held);
+    }
+
     #[test]
     fn garbage_on_the_peer_socket_is_dropped() {
         let (mut colls, peers) = inproc(2);
@@ -1391,33 +1433,50 @@ mod tests {
         assert!(matches!(err, CollectiveError::TooLarge { id: 4, peer_rank: 1, limit: 1048576, .. }), "{err}");
     }
 
-    /// A ring of in-process ranks and one over TCP: a piece a rank lent to an in-process peer
-    /// comes back as a copy (after a TCP link), so it is written only once every peer let go of
-    /// the loan; every rank still gets the reference bits, with pieces of every size.
+    /// Rings of in-process ranks and one over TCP, first, in the middle or last: a piece a rank
+    /// lent to an in-process peer comes back as a copy (after the TCP link), so it is written
+    /// only once every peer let go of the loan; every rank still gets the reference bits, for
+    /// lengths shorter than the ring and uneven ones, pieces of one element and more.
     #[test]
     fn a_ring_mixing_inproc_and_tcp_peers() {
         let ctx = zmq::Context::new();
         let tcp = Endpoint::Tcp { host: "localhost".into(), port: 1 };
         let inproc = Endpoint::Inproc("d".into());
-        for piece in [PIECE_BYTES, 12, 100] {
-            let likes = [&inproc, &inproc, &tcp, &inproc];
+        let rings: [&[&Endpoint]; 4] = [
+            &[&inproc, &tcp],
+            &[&tcp, &inproc, &inproc],
+            &[&inproc, &inproc, &tcp, &inproc],
+            &[&inproc, &inproc, &tcp],
+        ];
+        for (ring, piece) in rings.iter().flat_map(|r| [PIECE_BYTES, 4, 12].map(|p| (r, p))) {
+            let n = ring.len();
             let bind = |(r, like)| ZmqCollectives::bind(&ctx, like, &format!("m{r}"), LONG, 1 << 20, None).unwrap();
-            let mut colls: Vec<_> = likes.into_iter().enumerate().map(bind).collect();
+            let mut colls: Vec<_> = ring.iter().copied().enumerate().map(bind).collect();
             colls.iter_mut().for_each(|c| c.set_piece_bytes(piece));
             let peers: Vec<String> = colls.iter().map(|c| c.address().to_string()).collect();
-            // 1001 elements do not split evenly; the reduce-scatter's 1000 do.
+            let cases: Vec<(ReduceOp, usize)> =
+                [(ReduceOp::Sum, 1001), (ReduceOp::Mean, 0), (ReduceOp::Max, 1), (ReduceOp::Min, n - 1)].into();
+            let counts = [25].repeat(n);
             let got = on_every_rank(&mut colls, |r, c| {
-                let sum = c.all_reduce(&group(1, r, &peers), ReduceOp::Sum, input(1, r, 1001)).unwrap();
-                let max = c.reduce_scatter(&group(2, r, &peers), ReduceOp::Max, &input(2, r, 1000), &[250; 4]);
-                (sum, max.unwrap())
+                let reduced: Vec<_> = (0..)
+                    .zip(&cases)
+                    .map(|(i, &(op, len))| c.all_reduce(&group(i, r, &peers), op, input(i as usize, r, len)).unwrap())
+                    .collect();
+                let max = c.reduce_scatter(&group(9, r, &peers), ReduceOp::Max, &input(9, r, 25 * n), &counts);
+                (reduced, max.unwrap())
             });
-            let (sums, maxes): (Vec<_>, Vec<_>) = (0..4).map(|r| (input(1, r, 1001), input(2, r, 1000))).unzip();
-            let want = reference_all_reduce(ReduceOp::Sum, &sums.iter().map(|v| &v[..]).collect::<Vec<_>>());
-            let max_refs: Vec<&[f32]> = maxes.iter().map(|v| &v[..]).collect();
-            let want_max = reference_reduce_scatter(ReduceOp::Max, &max_refs, &[250; 4]);
-            for (r, (sum, max)) in got.iter().enumerate() {
-                assert_eq!(bits(sum), bits(&want), "piece {piece} rank {r}");
-                assert_eq!(bits(max), bits(&want_max[r]), "piece {piece} rank {r}");
+            for (i, &(op, len)) in cases.iter().enumerate() {
+                let inputs: Vec<_> = (0..n).map(|r| input(i, r, len)).collect();
+                let want = reference_all_reduce(op, &inputs.iter().map(|v| &v[..]).collect::<Vec<_>>());
+                for (r, (reduced, _)) in got.iter().enumerate() {
+                    assert_eq!(bits(&reduced[i]), bits(&want), "{ring:?} piece {piece} {op:?} len {len} rank {r}");
+                }
+            }
+            let maxes: Vec<_> = (0..n).map(|r| input(9, r, 25 * n)).collect();
+            let want =
+                reference_reduce_scatter(ReduceOp::Max, &maxes.iter().map(|v| &v[..]).collect::<Vec<_>>(), &counts);
+            for (r, (_, max)) in got.iter().enumerate() {
+                assert_eq!(bits(max), bits(&want[r]), "{ring:?} piece {piece} rank {r}");
             }
         }
     }

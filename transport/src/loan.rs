@@ -8,6 +8,9 @@
 //! receiver that finds its frame there takes the vector out; ZeroMQ's release of a frame whose
 //! vector was taken then frees nothing. A lent frame is only ever moved, never copied
 //! (`zmq_msg_copy`), so whoever holds it holds its only reference.
+//!
+//! [`VecLoan`] lends ranges of one `f32` vector at once (a collective's pieces to in-process
+//! peers, who write into them); it keeps its own count of the frames out, not the table.
 #![allow(unsafe_code)]
 
 use gt_ir::data::Elements;
@@ -214,6 +217,15 @@ impl VecLoan {
         self.shared.len == 0
     }
 
+    /// Marks `range` lent; ranges lent one after another (a ring's pieces) merge, so the
+    /// checks stay short.
+    fn lend(&mut self, range: std::ops::Range<usize>) {
+        match self.lent.last_mut() {
+            Some(last) if last.end == range.start => last.end = range.end,
+            _ => self.lent.push(range),
+        }
+    }
+
     fn overlaps_lent(&self, range: &std::ops::Range<usize>) -> bool {
         self.lent.iter().any(|l| l.start < range.end && range.start < l.end)
     }
@@ -224,14 +236,16 @@ impl VecLoan {
 
     /// Sends `frames`, then `range` of the vector as the last frame without a copy (none of it
     /// blocking). From then on the range is the frame's, and whoever the frame reaches may
-    /// write into it, until [`VecLoan::reclaim`]. `EINVAL` for a range that is empty, out of
-    /// bounds or (partly) lent already.
+    /// write into it, until [`VecLoan::reclaim`]; while any frame is out, the whole vector stays
+    /// allocated. `EINVAL` for a range that is empty, out of bounds or (partly) lent already,
+    /// and for a socket that may share a message between receivers (only DEALER, ROUTER, PAIR
+    /// and PUSH move it, so one receiver at a time can write into the range).
     pub fn send(&mut self, sock: &mut Socket, frames: &[&[u8]], range: std::ops::Range<usize>) -> zmq::Result<()> {
         if range.is_empty() || !self.valid(&range) || self.overlaps_lent(&range) {
             return Err(zmq::Error::EINVAL);
         }
-        for frame in frames {
-            crate::socket::retry(|| sock.send(*frame, zmq::SNDMORE | zmq::DONTWAIT))?;
+        if !matches!(sock.get_socket_type()?, zmq::DEALER | zmq::ROUTER | zmq::PAIR | zmq::PUSH) {
+            return Err(zmq::Error::EINVAL);
         }
         let hint = std::sync::Arc::into_raw(self.shared.clone()) as *mut c_void;
         // SAFETY: in bounds (checked above).
@@ -247,7 +261,15 @@ impl VecLoan {
             drop(unsafe { std::sync::Arc::from_raw(hint as *const Owned) });
             return Err(err);
         }
-        self.lent.push(range);
+        // The message exists before any frame goes, so a failure leaves no message half sent.
+        for frame in frames {
+            if let Err(e) = crate::socket::retry(|| sock.send(*frame, zmq::SNDMORE | zmq::DONTWAIT)) {
+                // SAFETY: an initialized message that was not sent: closing it drops its reference.
+                unsafe { zmq_sys::zmq_msg_close(&mut msg) };
+                return Err(e);
+            }
+        }
+        self.lend(range);
         // Closing an unsent message drops its reference (the range stays marked lent, unused).
         send_or_close(sock, msg, zmq::DONTWAIT)
     }
@@ -271,8 +293,9 @@ impl VecLoan {
             && std::ptr::eq(frame.as_ptr(), self.shared.ptr.wrapping_add(range.start).cast())
     }
 
-    /// The vector, once every frame is released (waiting up to `timeout`); `None` when a frame
-    /// is still held then: the vector is then freed by the last frame's release.
+    /// The vector, once every frame is released (waiting up to `timeout`: a peer still reading
+    /// or forwarding a frame lets go at once, mostly); `None` when a frame is still held then:
+    /// the vector is then freed by the last frame's release.
     pub fn reclaim(self, timeout: std::time::Duration) -> Option<Vec<f32>> {
         let start = std::time::Instant::now();
         let mut shared = self.shared;
@@ -301,7 +324,8 @@ impl VecLoan {
     }
 }
 
-/// How many buffers are lent now (for tests: none may be left behind).
+/// How many buffers [`send`] lent are out now (for tests: none may be left behind; a
+/// [`VecLoan`] counts its own frames).
 pub fn outstanding() -> usize {
     lent().len()
 }
