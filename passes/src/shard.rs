@@ -20,11 +20,11 @@
 //!   `gathers`), so it is correct before it is fast.
 //!
 //! Inside a scope with a placement, results are then split (`shard`) or copied
-//! (`replicated`) as it says, except a result its plan spread over the scope's workers
-//! already, which keeps that layout (a transposed batch stays split along its new axis, a
-//! gradient summed by an `all_reduce` stays copied, so data-parallel training keeps its
-//! parameters replicated); a result too small to split (rank at most the axis, or fewer
-//! elements along it than workers) keeps the representation its plan gave. A read
+//! (`replicated`) as it says, except, in a backward signal, a result its plan spread over the
+//! scope's workers already, which keeps that layout (a transposed batch stays split along its
+//! new axis, a gradient summed by an `all_reduce` stays copied, so data-parallel training
+//! keeps its parameters replicated); a result too small to split (rank at most the axis, or
+//! fewer elements along it than workers) keeps the representation its plan gave. A read
 //! ([`StreamPass::materialize`]) assembles the value whole at home first. With
 //! [`ShardConfig::auto`] (`GT_AUTO_SHARD=1`) the pass splits large matmuls and elementwise
 //! ops over every worker by itself; what they compute stays split until something reads it.
@@ -179,7 +179,8 @@ pub struct ShardStats {
     pub gathers: u64,
     /// Spread values assembled at home for a read.
     pub reads: u64,
-    /// Results a scope asked to split that were too small (kept as they came).
+    /// Results a scope asked to split that were too small (kept as they came); not counted:
+    /// gradients a backward scope keeps as their plan spread them.
     pub unsplit: u64,
     /// Instructions `GT_AUTO_SHARD` split by itself.
     pub auto: u64,
@@ -305,6 +306,21 @@ impl Shard {
     /// The placement the innermost scope that has one asks for.
     fn want(&self) -> Option<&Want> {
         self.scopes.iter().rev().find_map(|(_, w, _)| w.as_ref())
+    }
+
+    /// Whether the placement in force applies to gradients: the scope that has it, or one
+    /// opened inside it (autograd's backward signal without a placement of its own, when the
+    /// training step runs inside the forward scope), is a backward signal's.
+    fn placing_gradients(&self) -> bool {
+        for (_, want, backward) in self.scopes.iter().rev() {
+            if *backward {
+                return true;
+            }
+            if want.is_some() {
+                return false;
+            }
+        }
+        false
     }
 
     /// Checks a placement against the workers there are (an empty list: all of them).
@@ -813,13 +829,16 @@ impl Shard {
         mean: Option<usize>,
     ) {
         // A forward scope that splits the result over the same workers takes each its piece
-        // of the reduction: a reduce_scatter moves half the bytes of an all_reduce. In a
-        // backward scope a reduction over the split axis is a parameter's gradient summed over
-        // the batch: every worker gets it whole, so that a replicated parameter updated by it
-        // stays replicated (data-parallel training: one all_reduce per gradient, no gathering
-        // of split parameters in the next step's forward and backward).
-        let scatter = match self.scopes.iter().rev().find(|(_, w, _)| w.is_some()) {
-            Some((_, Some(Want::Split { axis, workers: to }), false)) if to == workers && partials.len() > 1 => {
+        // of the reduction: a reduce_scatter moves half the bytes of an all_reduce. Placing
+        // gradients, a reduction over the split axis is taken for a parameter's gradient summed
+        // over the batch: every worker gets it whole, so that a replicated parameter updated by
+        // it stays replicated (data-parallel training: one all_reduce per gradient, no gathering
+        // of split parameters in the next step). A tensor-parallel layer's input gradient is
+        // summed whole too (correct, not the cheapest).
+        let scatter = match self.want() {
+            Some(Want::Split { axis, workers: to })
+                if to == workers && partials.len() > 1 && !self.placing_gradients() =>
+            {
                 self.splittable(ty, *axis, workers.len())
             }
             _ => None,
@@ -907,19 +926,23 @@ impl Shard {
         let Some(Want::Split { axis, workers }) = self.want().cloned() else { return };
         let signal =
             self.scopes.iter().rev().find(|(_, w, _)| w.is_some()).map_or(String::new(), |(n, _, _)| n.clone());
+        let gradients = self.placing_gradients();
         for (&r, ty) in results.iter().zip(types) {
-            // A result its plan spread over the scope's workers keeps that layout: the
-            // transpose of a batch-split value is split along the batch's new place (splitting
-            // it along the scope's axis would move most of it between workers), and copies made
-            // from copies or by an all_reduce stay copies (a gradient summed over the batch).
-            // Spread over other workers (a pipeline's previous stage), it moves as the scope says.
+            // Placing gradients, a result its plan spread over the scope's workers keeps that
+            // layout: the transpose of a batch-split value is split along the batch's new place
+            // (splitting it along the scope's axis would move most of it between workers), and
+            // copies made from copies or by an all_reduce stay copies (a gradient summed over
+            // the batch). Spread over other workers (a pipeline's previous stage), it moves as
+            // the scope says; in forward scopes every result is laid out as the scope says.
             let over_scope = self.split_of(r).map(Split::workers).or_else(|| self.replicas_of(r));
-            if over_scope.is_some_and(|mut on| {
-                on.sort_unstable();
-                let mut to = workers.clone();
-                to.sort_unstable();
-                on == to
-            }) {
+            if gradients
+                && over_scope.is_some_and(|mut on| {
+                    on.sort_unstable();
+                    let mut to = workers.clone();
+                    to.sort_unstable();
+                    on == to
+                })
+            {
                 continue;
             }
             // With one worker up a split is the value itself: it stays whole (and the log says so).

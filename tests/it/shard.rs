@@ -231,31 +231,46 @@ print %loss
 /// gather, in this step or the next one's forward.
 #[test]
 fn data_parallel_training_step_plan() {
+    let backward = "signal_end \"batch\"\nsignal_start \"batch_bwd\" backward shard axis=0 workers=[0, 1]";
+    let text = data_parallel_step(backward, "signal_end \"batch_bwd\"");
+    snapshot("data_parallel_training_step", &text);
+    // The step run inside the forward scope, autograd's backward signal without a placement
+    // of its own: the same plan.
+    let nested = data_parallel_step("signal_start \"batch\" backward", "signal_end \"batch\"\nsignal_end \"batch\"");
+    let body = |t: &str| t.lines().filter(|l| !l.contains("signal_")).map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(body(&nested), body(&text), "{nested}");
+}
+
+/// [`data_parallel_training_step_plan`]'s step, its backward signal opened by `open` and
+/// closed by `close`; checks that nothing is gathered or moved and the gradient is one
+/// `all_reduce`.
+fn data_parallel_step(open: &str, close: &str) -> String {
     let text = plan(
-        "signal_start \"params\" replicated workers=[0, 1]
+        &"signal_start \"params\" replicated workers=[0, 1]
 %w = randn f32[3, 2] seed=2
 signal_end \"params\"
 signal_start \"batch\" shard axis=0 workers=[0, 1]
 %x = randn f32[4, 3] seed=1
 %y = matmul %x, %w
-signal_end \"batch\"
-signal_start \"batch_bwd\" backward shard axis=0 workers=[0, 1]
+OPEN
 %dy = ones f32[4, 2]
 %xt = transpose %x
 %dw = matmul %xt, %dy
-signal_end \"batch_bwd\"
+CLOSE
 %step = mul %dw, 0.1
 %w2 = sub %w, %step
 %y2 = matmul %x, %w2
 print %y2
-",
+"
+        .replace("OPEN", open)
+        .replace("CLOSE", close),
         2,
     );
     // Moves only split the batch, made whole at home, before the step, and assemble the read.
-    let step = &text[text.find("signal_end \"batch\"").unwrap()..text.find("; read").unwrap()];
+    let step = &text[text.find("matmul").unwrap()..text.find("; read").unwrap()];
     assert!(!text.contains("all_gather") && !text.contains("reduce_scatter") && !step.contains("move"), "{text}");
     assert_eq!(text.matches("all_reduce").count(), 1, "{text}");
-    snapshot("data_parallel_training_step", &text);
+    text
 }
 
 #[test]
