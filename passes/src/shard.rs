@@ -934,14 +934,11 @@ impl Shard {
             // copies made from copies or by an all_reduce stay copies (a gradient summed over
             // the batch). Spread over other workers (a pipeline's previous stage), it moves as
             // the scope says; in forward scopes every result is laid out as the scope says.
-            let over_scope = self.split_of(r).map(Split::workers).or_else(|| self.replicas_of(r));
+            // (Placements and layouts never name a worker twice, so equal sets are equal lengths
+            // and containment.)
+            let over_scope = || self.split_of(r).map(Split::workers).or_else(|| self.replicas_of(r));
             if gradients
-                && over_scope.is_some_and(|mut on| {
-                    on.sort_unstable();
-                    let mut to = workers.clone();
-                    to.sort_unstable();
-                    on == to
-                })
+                && over_scope().is_some_and(|on| on.len() == workers.len() && on.iter().all(|w| workers.contains(w)))
             {
                 continue;
             }

@@ -193,9 +193,9 @@ impl Drop for Owned {
     }
 }
 
-/// ZeroMQ's release of a frame [`VecLoan::frame`] made: drops its reference (`hint`).
+/// ZeroMQ's release of a frame [`VecLoan::send`] made: drops its reference (`hint`).
 unsafe extern "C" fn release_range(_data: *mut c_void, hint: *mut c_void) {
-    // SAFETY: `hint` is the `Arc` that `VecLoan::frame` turned into a raw pointer for this frame.
+    // SAFETY: `hint` is the `Arc` that `VecLoan::send` turned into a raw pointer for this frame.
     drop(unsafe { std::sync::Arc::from_raw(hint as *const Owned) });
 }
 
@@ -205,16 +205,6 @@ impl VecLoan {
         let mut v = std::mem::ManuallyDrop::new(v);
         let owned = Owned { ptr: v.as_mut_ptr(), len: v.len(), capacity: v.capacity() };
         VecLoan { shared: std::sync::Arc::new(owned), lent: Vec::new() }
-    }
-
-    /// The vector's length in elements.
-    pub fn len(&self) -> usize {
-        self.shared.len
-    }
-
-    /// Whether the vector is empty.
-    pub fn is_empty(&self) -> bool {
-        self.shared.len == 0
     }
 
     /// Marks `range` lent; ranges lent one after another (a ring's pieces) merge, so the
