@@ -23,6 +23,19 @@ pub enum ProfCommand {
         #[arg(long, default_value_t = 20)]
         top: usize,
     },
+    /// The critical path of a profile: what the run's end waited on, walked back through
+    /// each worker's records and, at each collective, to the part that arrived last; its
+    /// time as kernels, copies, transfers and idle time, per worker, and the records on it.
+    Critical {
+        /// The profile folder.
+        dir: PathBuf,
+        /// Records listed, longest time on the path first.
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// Also write every stretch of the path to this CSV file.
+        #[arg(long, value_name = "FILE")]
+        csv: Option<PathBuf>,
+    },
     /// Run a script once per combination of settings (and repetition) with profiling on,
     /// into a timestamped folder with a subfolder per run, a summary log and each run's report.
     Sweep {
@@ -89,6 +102,7 @@ pub enum ProfCommand {
 pub fn run(command: ProfCommand) -> anyhow::Result<()> {
     match command {
         ProfCommand::Report { dir, out, top } => report(&dir, out, top),
+        ProfCommand::Critical { dir, top, csv } => critical(&dir, top, csv),
         ProfCommand::Sweep { script, sets, config, repeat, out } => sweep(script, &sets, config, repeat, out),
         ProfCommand::Variance { sweep, top_k, out } => variance(&sweep, top_k, out),
         ProfCommand::Merge { dir, output } => {
@@ -138,6 +152,19 @@ fn report(dir: &Path, out: Option<PathBuf>, top: usize) -> anyhow::Result<()> {
     let written = prof::report::report(&profile, &out, &options)?;
     print!("{}", prof::report::summary_text(&profile, top));
     println!("Wrote {} pictures to {}", written.files.len(), out.display());
+    Ok(())
+}
+
+fn critical(dir: &Path, top: usize, csv: Option<PathBuf>) -> anyhow::Result<()> {
+    let profile = prof::load_profile(dir)?;
+    warn(&profile.warnings);
+    print!("{}", prof::critical::summary_text(&profile, top));
+    if let Some(file) = csv {
+        let path = prof::critical::critical_path(&profile)?;
+        prof::critical::write_csv(&profile, &path, &file)
+            .with_context(|| format!("cannot write {}", file.display()))?;
+        println!("Wrote {} ({} stretches)", file.display(), path.segments.len());
+    }
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! Profiles on real runs: `gt-run --profile` on the per-layer MLP with two embedded workers
 //! (costs checked against hand computations, lines, signals and backward signals, hot-path
 //! repetitions, per-signal times adding up to the busy time), and the `gt prof` commands end
-//! to end: report, a two-combination sweep, variance, merge, compare, and their bad inputs.
+//! to end: report, the critical path, a two-combination sweep, variance, merge, compare, and
+//! their bad inputs.
 
 use gt::tools::prof::{self, report};
 use gt::transport::profile::{Direction, Record, RecordKind};
@@ -140,6 +141,39 @@ fn collectives_across_workers_are_transfers_on_each_worker() {
     }
     // A part moves what its worker holds and receives.
     assert!(transfers.iter().all(|t| t.bytes_read + t.bytes_written > 0 && t.flops == 0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_critical_path_of_a_sharded_run_covers_it_and_crosses_collectives() {
+    let dir = scratch("critical");
+    let p = profile(&dir, &root().join("examples/sharded.gtir"), "2", &[]);
+    let path = prof::critical::critical_path(&p).unwrap();
+    // Contiguous, from the first record's start to the last one's end.
+    let first = p.records.iter().map(|r| r.start_ns).min().unwrap();
+    let last = p.records.iter().map(Record::end_ns).max().unwrap();
+    assert_eq!((path.start_ns(), path.end_ns()), (first, last));
+    assert!(path.segments.windows(2).all(|w| w[0].end_ns == w[1].start_ns));
+    assert!(path.waits.collectives > 0, "the example's collectives have parts on both workers");
+    // Each stretch of a record lies within that record.
+    for s in &path.segments {
+        if let Some(i) = s.record {
+            let r = &p.records[i];
+            assert!(r.start_ns <= s.start_ns && s.end_ns <= r.end_ns() && r.worker == s.worker, "{s:?} {r:?}");
+        }
+    }
+    // The command prints it and writes one CSV row per stretch, adding up to the span.
+    let out = gt(&["prof", "critical", ".", "--top", "3", "--csv", "path.csv"], &dir);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("Critical path: ") && text(&out).contains("Top 3 of"), "{}", text(&out));
+    let csv = std::fs::read_to_string(dir.join("path.csv")).unwrap();
+    let total: u64 = csv.lines().skip(1).map(|l| l.split(',').nth(3).unwrap().parse::<u64>().unwrap()).sum();
+    assert_eq!((csv.lines().count() - 1, total), (path.segments.len(), last - first));
+    // The report's summary has it too; a folder without a profile is refused.
+    let out = gt(&["prof", "report", "."], &dir);
+    assert!(text(&out).contains("Critical path: "), "{}", text(&out));
+    let out = gt(&["prof", "critical", "no-such-folder"], &dir);
+    assert!(!out.status.success() && text(&out).contains("no-such-folder"), "{}", text(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -335,9 +335,12 @@ pub fn transfer_totals(profile: &Profile) -> Transfers {
     t
 }
 
+/// Records on the critical path the report lists at most (`gt prof critical` lists more).
+const CRITICAL_TOP: usize = 5;
+
 /// The text summary `gt prof report` prints: busy time per worker, the `top_n` kernels by
-/// total time, kernel time per signal and pass, copies and transfers, and the profile's
-/// warnings (a partial profile says so first).
+/// total time, kernel time per signal and pass, the critical path, copies and transfers, and
+/// the profile's warnings (a partial profile says so first).
 pub fn summary_text(profile: &Profile, top_n: usize) -> String {
     let mut s = String::new();
     let complete = if profile.is_complete() { "" } else { " (PARTIAL: see the warnings at the end)" };
@@ -389,6 +392,8 @@ pub fn summary_text(profile: &Profile, top_n: usize) -> String {
             let _ = writeln!(s, "  no backward signals recorded");
         }
     }
+    s.push('\n');
+    s.push_str(&super::critical::summary_text(profile, top_n.min(CRITICAL_TOP)));
     let t = transfer_totals(profile);
     let _ = writeln!(s, "\nData movement");
     let _ = writeln!(
