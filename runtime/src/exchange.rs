@@ -100,16 +100,19 @@ pub fn group(ex: &Exchange) -> Group {
 
 /// Runs this worker's part `instr` of the collective `ex` describes. On a failure before the
 /// transport ran, the other ranks are told (so none waits for this one); the transport tells
-/// them of its own failures itself.
+/// them of its own failures itself. With `consume`, the operand dies here (a `free` of it
+/// follows): it is taken from the backend rather than copied, and the flag says whether it
+/// was (the free then has nothing left to do).
 pub fn run(
     backend: &mut dyn Backend,
     net: &mut dyn Collectives,
     instr: &Instr,
     ex: &Exchange,
+    consume: Option<&mut bool>,
 ) -> Result<(), ExchangeError> {
     let g = group(ex);
     let mut transported = false;
-    let out = run_part(backend, net, instr, ex, &g, &mut transported);
+    let out = run_part(backend, net, (instr, ex, consume), &g, &mut transported);
     if out.is_err() && !transported {
         net.abort(&g);
     }
@@ -119,8 +122,7 @@ pub fn run(
 fn run_part(
     backend: &mut dyn Backend,
     net: &mut dyn Collectives,
-    instr: &Instr,
-    ex: &Exchange,
+    (instr, ex, mut consume): (&Instr, &Exchange, Option<&mut bool>),
     g: &Group,
     transported: &mut bool,
 ) -> Result<(), ExchangeError> {
@@ -139,9 +141,14 @@ fn run_part(
         return Err(malformed("this worker's rank or operands do not fit the group"));
     }
     let src = srcs.first().copied();
-    let read = |backend: &mut dyn Backend| match src {
-        Some(v) => backend.read(v).map(Some).map_err(local),
-        None => Ok(None),
+    let mut read = |backend: &mut dyn Backend| match (src, consume.take()) {
+        (Some(v), Some(taken)) => {
+            let data = backend.take(v).map_err(local)?;
+            *taken = true;
+            Ok(Some(data))
+        }
+        (Some(v), None) => backend.read(v).map(Some).map_err(local),
+        (None, _) => Ok(None),
     };
     match *op {
         CollectiveOp::AllReduce(reduce) => {

@@ -506,8 +506,26 @@ fn execute_batch(
     for ex in exchanges {
         parts.entry(ex.index as usize).or_insert(ex);
     }
+    // A part whose operand dies with it (freed among the frees right after it) takes the
+    // operand from the backend instead of copying it; that free then has nothing to do.
+    let mut dying: HashMap<usize, usize> = HashMap::new();
+    for &i in parts.keys() {
+        let Some(Instr::Collective { dsts, srcs, .. }) = instrs.get(i) else { continue };
+        let [src] = srcs[..] else { continue };
+        let frees = instrs[i + 1..].iter().take_while(|f| matches!(f, Instr::Free { .. }));
+        if let (Some(k), false) = (frees.into_iter().position(|f| *f == Instr::Free { src }), dsts.contains(&src)) {
+            dying.insert(i, i + 1 + k);
+        }
+    }
+    let mut taken: HashSet<usize> = HashSet::new();
     for (i, slot) in instrs.iter_mut().enumerate() {
         let part = parts.get(&i).copied();
+        if taken.contains(&i) {
+            // Its value went with the collective before it.
+            stats.instructions += 1;
+            stats.ops.entry(slot.mnemonic()).or_default().0 += 1;
+            continue;
+        }
         if skip(i, slot, &left) {
             stats.skipped += 1;
             if let Some(ex) = part {
@@ -529,13 +547,20 @@ fn execute_batch(
         let number = watch.begin(owner(i).unwrap_or(u64::MAX), t0.saturating_duration_since(epoch).as_nanos() as u64);
         // The interpreter reports bad input as errors; a panic would be a bug, and it must
         // not take the worker (and every client's values) down with it.
+        let mut took = false;
+        let consume = dying.contains_key(&i).then_some(&mut took);
         let mut result = catch_unwind(AssertUnwindSafe(|| match (part, literal) {
-            (Some(ex), _) => exchange::run(backend, net, instr, ex).map_err(|e| Failure::new(e.kind(), e.to_string())),
+            (Some(ex), _) => {
+                exchange::run(backend, net, instr, ex, consume).map_err(|e| Failure::new(e.kind(), e.to_string()))
+            }
             (None, Some((dst, ty, data))) => {
                 backend.write(dst, ty, data).map_err(|e| Failure::new(e.kind(), e.to_string()))
             }
             (None, None) => backend.execute(instr).map_err(|e| Failure::new(e.kind(), e.to_string())),
         }));
+        if took {
+            taken.extend(dying.get(&i).copied());
+        }
         let cancelled = watch.end(number, *timeout);
         // A part of a collective is never cancelled: its peers finished theirs with it (its
         // waits are bounded by GT_COLLECTIVE_TIMEOUT instead).
@@ -699,10 +724,15 @@ mod tests {
 
     impl Harness {
         fn new(name: &str) -> Harness {
+            Harness::on(&gt_transport::zmq::Context::new(), name)
+        }
+
+        /// A harness whose collective socket is on `ctx` (peers in this process share one).
+        fn on(ctx: &gt_transport::zmq::Context, name: &str) -> Harness {
             let options = WorkerOptions::named(name);
             let backend =
                 options.backend.start(options.max_tensor_bytes, 1 << 30, options.matmul_precision, false).unwrap();
-            let ctx = gt_transport::zmq::Context::new();
+            let ctx = ctx.clone();
             let endpoint = Endpoint::Inproc(name.into());
             let net = ZmqCollectives::bind(&ctx, &endpoint, name, Duration::from_secs(1), 1 << 20, None).unwrap();
             Harness { backend, net, _ctx: ctx, watch: Watch::new(), stats: Stats::default() }
@@ -710,10 +740,19 @@ mod tests {
 
         /// Runs `instrs` as one batch: its failures, and the allocations this thread made
         /// meanwhile and their bytes.
-        fn run(&mut self, mut instrs: Vec<Instr>) -> (Vec<(u32, Failure)>, u64, u64) {
+        fn run(&mut self, instrs: Vec<Instr>) -> (Vec<(u32, Failure)>, u64, u64) {
+            self.run_exchanging(instrs, &[])
+        }
+
+        /// [`Harness::run`] of a batch with parts of collectives.
+        fn run_exchanging(
+            &mut self,
+            mut instrs: Vec<Instr>,
+            exchanges: &[Exchange],
+        ) -> (Vec<(u32, Failure)>, u64, u64) {
             let dropped = HashSet::new();
             let watching = Watching { watch: &self.watch, timeout: None, epoch: Instant::now() };
-            let batch = BatchRef { instrs: &mut instrs, exchanges: &[], owners: &[], dropped: &dropped };
+            let batch = BatchRef { instrs: &mut instrs, exchanges, owners: &[], dropped: &dropped };
             let (backend, net, stats) = (self.backend.as_mut(), &mut self.net, &mut self.stats);
             counted_bytes(|| execute_batch((backend, net), stats, batch, &watching, None))
         }
@@ -735,6 +774,64 @@ mod tests {
         // Nothing: types, operand and result lists are inline, and each result is written
         // into the buffer of the value freed before it (`backend::cpu::spare`).
         assert_eq!(allocations, 0, "{per_op} allocations per small op");
+    }
+
+    #[test]
+    fn a_collectives_operand_that_dies_with_it_is_taken_not_copied() {
+        // Two workers all_reduce 4 MB each; with the operand's free right after the part, the
+        // worker hands its buffer to the ring instead of copying it out.
+        let n = 1 << 20;
+        let operand_bytes = 4 * n as u64;
+        let ty = TensorType::new(gt_ir::DType::F32, Shape::new(vec![n]));
+        let v = ValueId;
+        let part = Instr::Collective {
+            dsts: vec![v(1)],
+            op: gt_ir::CollectiveOp::AllReduce(gt_ir::ReduceOp::Sum),
+            srcs: vec![v(0)],
+        };
+        let ctx = gt_transport::zmq::Context::new();
+        let addresses = std::sync::Mutex::new(vec![String::new(); 2]);
+        let ready = std::sync::Barrier::new(2);
+        std::thread::scope(|scope| {
+            for rank in 0..2 {
+                let (part, ty, ctx, ready, addresses) = (part.clone(), ty.clone(), &ctx, &ready, &addresses);
+                scope.spawn(move || {
+                    let mut w = Harness::on(ctx, &format!("take-test-{rank}"));
+                    addresses.lock().unwrap()[rank] = w.net.address().to_string();
+                    ready.wait();
+                    let peers = addresses.lock().unwrap().clone();
+                    for (id, freed) in [(1, true), (2, false)] {
+                        let data = Elements::F32(vec![rank as f32 + 1.0; n]);
+                        w.backend.write(v(0), ty.clone(), data).unwrap();
+                        let mut instrs = vec![part.clone()];
+                        instrs.extend(freed.then_some(Instr::Free { src: v(0) }));
+                        let ex = Exchange {
+                            index: 0,
+                            id,
+                            rank: rank as u32,
+                            root: 0,
+                            peers: peers.clone(),
+                            ty: Some(ty.clone()),
+                        };
+                        let (failures, _, bytes) = w.run_exchanging(instrs, &[ex]);
+                        assert!(failures.is_empty(), "{failures:?}");
+                        assert_eq!(w.backend.read(v(1)).unwrap().data, Elements::F32(vec![3.0; n]));
+                        if freed {
+                            // The result alone is left, and the free counted as run.
+                            assert_eq!((w.backend.live_values(), w.stats.ops["free"].0), (1, 1));
+                            assert!(bytes < operand_bytes, "{bytes} bytes allocated: the operand was copied");
+                        } else {
+                            // Kept for later: read out, a copy (what the check above would miss).
+                            assert_eq!(w.backend.live_values(), 2);
+                            assert!(bytes >= operand_bytes, "{bytes} bytes allocated, yet the operand stays");
+                            w.backend.execute(&Instr::Free { src: v(0) }).unwrap();
+                        }
+                        w.backend.execute(&Instr::Free { src: v(1) }).unwrap();
+                    }
+                    assert_eq!(w.backend.live_bytes(), 0);
+                });
+            }
+        });
     }
 
     #[test]

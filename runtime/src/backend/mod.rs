@@ -21,6 +21,13 @@ pub trait Backend {
     fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError>;
     /// A value's type and row-major data (waits for the work that computes it).
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError>;
+    /// A value's type and row-major data, and the value freed: [`Backend::read`] then a
+    /// `free` (a backend that can hand its buffer over without a copy overrides this).
+    fn take(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
+        let data = self.read(value)?;
+        self.execute(&Instr::Free { src: value })?;
+        Ok(data)
+    }
     /// Defines `dst` as `data` of type `ty`, as the `literal` instruction would (a backend
     /// that can take the data without copying it overrides this).
     fn write(&mut self, dst: ValueId, ty: TensorType, data: Elements) -> Result<(), RuntimeError> {
@@ -95,6 +102,10 @@ impl Backend for Interpreter {
 
     fn write(&mut self, dst: ValueId, ty: TensorType, data: Elements) -> Result<(), RuntimeError> {
         Interpreter::write(self, dst, ty, data)
+    }
+
+    fn take(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
+        Interpreter::take(self, value)
     }
 
     fn live_values(&self) -> usize {

@@ -237,6 +237,11 @@ pub struct Dispatcher {
     /// What a client's pipeline emitted for the request being handled (kept between
     /// requests: its buffer is used again).
     emitted: Vec<gt_passes::Emitted>,
+    /// Workers holding parts of collectives not yet sent: sent at the end of the request
+    /// being routed ([`Dispatcher::route_emitted`]), so that the frees right after a part
+    /// travel in its batch (its operand is then taken, not copied), and still before the
+    /// dispatcher waits for anything.
+    held_parts: Vec<usize>,
     hellos: Vec<PendingHello>,
     lost_clients: Vec<(u64, &'static str)>,
     lost_workers: Vec<usize>,
@@ -283,6 +288,7 @@ impl Dispatcher {
             stats_tags: HashMap::new(),
             next_tag: 1,
             emitted: Vec::new(),
+            held_parts: Vec::new(),
             receipts: std::collections::hash_map::RandomState::new(),
             next_receipt: 0,
             hellos: Vec::new(),
@@ -782,6 +788,10 @@ impl Dispatcher {
             }
             self.route(c, seq, i, meta.types, &meta.place);
         }
+        // Every part leaves now: a peer must not wait for a part still queued here.
+        while let Some(w) = self.held_parts.pop() {
+            self.flush_worker(w, None);
+        }
     }
 
     /// Reports what the pipeline's validation found: a pass bug, which stops debug builds
@@ -1074,9 +1084,11 @@ impl Dispatcher {
             reported: false,
         };
         self.exchanges.insert(id, state);
-        // Every part leaves now: a peer must not wait for a part still queued here.
+        // Sent when the request's instructions are routed (`route_emitted`).
         for &w in &ranks {
-            self.flush_worker(w, None);
+            if !self.held_parts.contains(&w) {
+                self.held_parts.push(w);
+            }
         }
     }
 

@@ -1,5 +1,5 @@
 //! The critical path of a profile: what the run's end waited on, walked back from the record
-//! that ended last through each worker's records in order and, at every collective, to the
+//! that ended last through each worker's records in the order they ran and, at every collective, to the
 //! part that arrived last; told as kernels, copies, transfers and idle time, per worker.
 //!
 //! The graph (a petgraph `DiGraph`): a node per record, a part of a collective split in two
@@ -196,14 +196,15 @@ pub fn critical_path(profile: &Profile) -> Result<CriticalPath, CriticalError> {
             exit.push(n);
         }
     }
-    // A worker's records in the order they ended: a read (timed from its request to its
-    // answer) ends after the kernels it waited for, even if it started before them.
+    // A worker's records in the order they ran: their order in its file (the dispatcher
+    // writes each batch's as it comes back, and a read, timed from its request to its answer,
+    // after the kernels it waited for). Not by time: each batch's times are mapped onto the
+    // dispatcher's clock by an estimate that moves, so times can disagree with the order.
     let mut by_worker: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, r) in records.iter().enumerate() {
         by_worker.entry(&r.worker).or_default().push(i);
     }
-    for order in by_worker.values_mut() {
-        order.sort_by_key(|&i| (records[i].end_ns(), records[i].start_ns, i));
+    for order in by_worker.values() {
         for w in order.windows(2) {
             graph.add_edge(exit[w[0]], entry[w[1]], ());
         }
@@ -512,12 +513,22 @@ mod tests {
     fn a_read_overlapping_the_kernels_it_waited_for_counts_only_its_tail() {
         let mut read = rec(RecordKind::Copy, "w0", "read", 5, 25);
         read.detail = "d2h".into();
+        // In file order: the read's row comes when its answer did, after the kernels.
         let p =
-            profile(vec![rec(RecordKind::Kernel, "w0", "a", 0, 10), read, rec(RecordKind::Kernel, "w0", "b", 10, 20)]);
+            profile(vec![rec(RecordKind::Kernel, "w0", "a", 0, 10), rec(RecordKind::Kernel, "w0", "b", 10, 20), read]);
         let path = critical_path(&p).unwrap();
         assert_covers(&p, &path);
         use SegmentKind::*;
         assert_eq!(kinds(&path), [(Kernel, "w0", 0, 10), (Kernel, "w0", 10, 20), (Copy, "w0", 20, 25)]);
+    }
+
+    #[test]
+    fn a_worker_runs_in_file_order_whatever_its_mapped_times_say() {
+        // w1's clock was mapped 30 ns late for its second batch: its part of #2 seems to start
+        // before its part of #1 ended. The order still holds, and the path stays contiguous.
+        let p = profile(vec![part("w0", 1, 0, 10), part("w0", 2, 10, 20), part("w1", 1, 5, 40), part("w1", 2, 8, 20)]);
+        let path = critical_path(&p).unwrap();
+        assert_covers(&p, &path);
     }
 
     #[test]

@@ -250,6 +250,23 @@ impl Interpreter {
         Ok(HostTensor::new(TensorType::new(a.dtype(), a.shape().to_vec()), a.to_elements()))
     }
 
+    /// A value's type and row-major data, and the value freed: a read and a `free`, with its
+    /// buffer moved out rather than copied when it is stored whole (a collective's operand
+    /// that dies with it, which can be a model's gradients).
+    pub fn take(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
+        let pending = self.lazy.contains_key(&value) || self.lazy.values().any(|&src| src == value);
+        if pending {
+            // A pending transpose, or the source one still reads: copied, then freed as usual.
+            let data = self.read(value)?;
+            self.execute(&Instr::Free { src: value })?;
+            return Ok(data);
+        }
+        let gone = self.values.remove(&value).ok_or(RuntimeError::Undefined { op: "get", value })?;
+        self.bytes.remove(gone.bytes());
+        let ty = TensorType::new(gone.dtype(), gone.shape().to_vec());
+        Ok(HostTensor::new(ty, gone.into_elements()))
+    }
+
     /// A value to read out: stored, or a pending transpose computed for the read.
     fn readable(&self, value: ValueId) -> Result<std::borrow::Cow<'_, Value>, RuntimeError> {
         match self.pending_value(value) {
@@ -884,6 +901,41 @@ mod tests {
         // Writing over a value replaces it.
         it.write(v(1), TensorType::new(DType::I32, vec![1]), Elements::I32(vec![7])).unwrap();
         assert_eq!(it.live_bytes(), 4);
+    }
+
+    /// `take` hands a stored value's buffer over and frees it; a pending transpose, and the
+    /// source one still reads, are read out and freed as a read and a `free` would.
+    #[test]
+    fn take_moves_a_stored_value_out_and_frees_it() {
+        let mut it = Interpreter::new();
+        let data = Elements::F32(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let at = data.as_f32().map(<[f32]>::as_ptr);
+        it.write(v(1), TensorType::f32(vec![2, 3]), data).unwrap();
+        let taken = it.take(v(1)).unwrap();
+        assert_eq!(taken.ty, TensorType::f32(vec![2, 3]));
+        assert_eq!(taken.data.as_f32().map(<[f32]>::as_ptr), at, "the data was copied");
+        assert_eq!((it.live_values(), it.live_bytes()), (0, 0));
+        assert!(matches!(it.take(v(1)), Err(RuntimeError::Undefined { .. })));
+        // A transpose left pending: its elements transposed; then its source, read in place
+        // by nothing any more.
+        it.write(v(1), TensorType::f32(vec![2, 3]), Elements::F32(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0])).unwrap();
+        it.execute(&Instr::Transpose { dst: v(2), src: v(1), dim0: 0, dim1: 1 }).unwrap();
+        let t = it.take(v(2)).unwrap();
+        assert_eq!((t.ty, t.data), (TensorType::f32(vec![3, 2]), Elements::F32(vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0])));
+        it.execute(&Instr::Transpose { dst: v(2), src: v(1), dim0: 0, dim1: 1 }).unwrap();
+        let src = it.take(v(1)).unwrap();
+        assert_eq!(src.data, Elements::F32(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+        // The transpose of the source taken was computed before it went.
+        assert_eq!(it.read(v(2)).unwrap().data, Elements::F32(vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]));
+        it.execute(&Instr::Free { src: v(2) }).unwrap();
+        assert_eq!((it.live_values(), it.live_bytes()), (0, 0));
+        // A slice, whose rows come from the middle of its source, and an integer value.
+        lit(&mut it, 3, &[3, 2], &[1., 2., 3., 4., 5., 6.]);
+        let rows = SliceItem::Range { start: Some(1), end: None, step: 1 };
+        it.execute(&Instr::Slice { dst: v(4), src: v(3), index: vec![rows] }).unwrap();
+        assert_eq!(it.take(v(4)).unwrap().data, Elements::F32(vec![3.0, 4.0, 5.0, 6.0]));
+        it.write(v(5), TensorType::new(DType::I64, vec![2]), Elements::I64(vec![7, 8])).unwrap();
+        assert_eq!(it.take(v(5)).unwrap().data, Elements::I64(vec![7, 8]));
     }
 
     fn v(i: u32) -> ValueId {

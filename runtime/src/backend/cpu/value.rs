@@ -196,6 +196,34 @@ impl Value {
         }
     }
 
+    /// Its row-major elements, its buffer moved out without a copy when it holds exactly
+    /// them (stored values do: results are kept row-major from the buffer's start).
+    pub(crate) fn into_elements(self) -> Elements {
+        fn flat<T: Copy>(a: ArrayD<T>) -> Vec<T> {
+            if !a.is_standard_layout() {
+                return a.iter().copied().collect();
+            }
+            let n = a.len();
+            let (v, offset) = a.into_raw_vec_and_offset();
+            let start = offset.unwrap_or(0);
+            if start == 0 && v.len() == n {
+                v
+            } else {
+                // Row-major from `start` (a slice that kept its parent's buffer).
+                v[start..start + n].to_vec()
+            }
+        }
+        match self {
+            Value::F64(a) => Elements::F64(flat(a)),
+            Value::F32(a) => Elements::F32(flat(a)),
+            Value::F16(a) => Elements::F16(flat(a)),
+            Value::BF16(a) => Elements::BF16(flat(a)),
+            Value::I64(a) => Elements::I64(flat(a)),
+            Value::I32(a) => Elements::I32(flat(a)),
+            Value::Bool(a) => Elements::Bool(flat(a)),
+        }
+    }
+
     /// The value converted to `dtype` (a copy when it already is).
     pub(crate) fn cast(&self, dtype: DType) -> Value {
         match (self, dtype) {
