@@ -101,8 +101,8 @@ pub fn group(ex: &Exchange) -> Group {
 /// Runs this worker's part `instr` of the collective `ex` describes. On a failure before the
 /// transport ran, the other ranks are told (so none waits for this one); the transport tells
 /// them of its own failures itself. With `consume`, the operand dies here (a `free` of it
-/// follows): it is taken from the backend rather than copied, and the flag says whether it
-/// was (the free then has nothing left to do).
+/// follows): it is taken from a backend that can hand its buffer over rather than copied,
+/// and the flag says whether it was (the free then has nothing left to do).
 pub fn run(
     backend: &mut dyn Backend,
     net: &mut dyn Collectives,
@@ -142,11 +142,14 @@ fn run_part(
     }
     let src = srcs.first().copied();
     let mut read = |backend: &mut dyn Backend| match (src, consume.take()) {
-        (Some(v), Some(taken)) => {
-            let data = backend.take(v).map_err(local)?;
-            *taken = true;
-            Ok(Some(data))
-        }
+        (Some(v), Some(taken)) => match backend.take(v) {
+            Some(data) => {
+                let data = data.map_err(local)?;
+                *taken = true;
+                Ok(Some(data))
+            }
+            None => backend.read(v).map(Some).map_err(local),
+        },
         (Some(v), None) => backend.read(v).map(Some).map_err(local),
         (None, _) => Ok(None),
     };

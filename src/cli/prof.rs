@@ -158,9 +158,9 @@ fn report(dir: &Path, out: Option<PathBuf>, top: usize) -> anyhow::Result<()> {
 fn critical(dir: &Path, top: usize, csv: Option<PathBuf>) -> anyhow::Result<()> {
     let profile = prof::load_profile(dir)?;
     warn(&profile.warnings);
-    print!("{}", prof::critical::summary_text(&profile, top));
+    let path = prof::critical::critical_path(&profile)?;
+    print!("{}", prof::critical::path_text(&profile, &path, top));
     if let Some(file) = csv {
-        let path = prof::critical::critical_path(&profile)?;
         prof::critical::write_csv(&profile, &path, &file)
             .with_context(|| format!("cannot write {}", file.display()))?;
         println!("Wrote {} ({} stretches)", file.display(), path.segments.len());

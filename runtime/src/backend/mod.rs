@@ -21,12 +21,11 @@ pub trait Backend {
     fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError>;
     /// A value's type and row-major data (waits for the work that computes it).
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError>;
-    /// A value's type and row-major data, and the value freed: [`Backend::read`] then a
-    /// `free` (a backend that can hand its buffer over without a copy overrides this).
-    fn take(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
-        let data = self.read(value)?;
-        self.execute(&Instr::Free { src: value })?;
-        Ok(data)
+    /// A value's type and row-major data, its buffer handed over without a copy and the value
+    /// freed; `None` from a backend that cannot (the caller reads the value instead, and frees
+    /// it as usual).
+    fn take(&mut self, _value: ValueId) -> Option<Result<HostTensor, RuntimeError>> {
+        None
     }
     /// Defines `dst` as `data` of type `ty`, as the `literal` instruction would (a backend
     /// that can take the data without copying it overrides this).
@@ -104,8 +103,8 @@ impl Backend for Interpreter {
         Interpreter::write(self, dst, ty, data)
     }
 
-    fn take(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
-        Interpreter::take(self, value)
+    fn take(&mut self, value: ValueId) -> Option<Result<HostTensor, RuntimeError>> {
+        Some(Interpreter::take(self, value))
     }
 
     fn live_values(&self) -> usize {

@@ -237,10 +237,10 @@ pub struct Dispatcher {
     /// What a client's pipeline emitted for the request being handled (kept between
     /// requests: its buffer is used again).
     emitted: Vec<gt_passes::Emitted>,
-    /// Workers holding parts of collectives not yet sent: sent at the end of the request
-    /// being routed ([`Dispatcher::route_emitted`]), so that the frees right after a part
-    /// travel in its batch (its operand is then taken, not copied), and still before the
-    /// dispatcher waits for anything.
+    /// Workers holding parts of collectives not yet sent: sent once the instructions emitted
+    /// with them are routed ([`Dispatcher::route_emitted`]), so that the frees right after a
+    /// part usually travel in its batch (its operand is then taken, not copied), and still
+    /// before the dispatcher waits for anything.
     held_parts: Vec<usize>,
     hellos: Vec<PendingHello>,
     lost_clients: Vec<(u64, &'static str)>,

@@ -3,9 +3,10 @@
 //! part that arrived last; told as kernels, copies, transfers and idle time, per worker.
 //!
 //! The graph (a petgraph `DiGraph`): a node per record, a part of a collective split in two
-//! (its arrival, when its worker reached the collective, and its completion); an edge from
-//! each record to the next one its worker ran, and from every part's arrival to each part's
-//! completion, since a collective completes only once every part has arrived. From each
+//! (its arrival, when its worker reached the collective, and its completion), and a node per
+//! collective; an edge from each record to the next one its worker ran, from every part's
+//! arrival to its collective and from the collective to each part's completion, since a
+//! collective completes only once every part has arrived. From each
 //! node the walk follows the predecessor that released it last. Collectives that ran in
 //! different orders on two workers (a garbled profile) make a cycle, refused by name.
 
@@ -87,6 +88,8 @@ pub struct CriticalPath {
     pub segments: Vec<Segment>,
     /// The collectives' waits.
     pub waits: CollectiveWaits,
+    /// The record that ended last, where the walk began (an index into `records`).
+    pub last: Option<usize>,
 }
 
 impl CriticalPath {
@@ -107,14 +110,15 @@ impl CriticalPath {
 
     /// Its time in segments of `kind`, ns.
     pub fn total_ns(&self, kind: SegmentKind) -> u64 {
-        self.segments.iter().filter(|s| s.kind == kind).map(Segment::ns).sum()
+        self.segments.iter().filter(|s| s.kind == kind).map(Segment::ns).fold(0, u64::saturating_add)
     }
 
     /// Its time on each worker, longest first (ties by name).
     pub fn per_worker(&self) -> Vec<(String, u64)> {
         let mut by: BTreeMap<&str, u64> = BTreeMap::new();
         for s in &self.segments {
-            *by.entry(&s.worker).or_default() += s.ns();
+            let ns = by.entry(&s.worker).or_default();
+            *ns = ns.saturating_add(s.ns());
         }
         let mut out: Vec<(String, u64)> = by.into_iter().map(|(w, ns)| (w.to_string(), ns)).collect();
         out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -131,6 +135,14 @@ impl CriticalPath {
 /// Why a profile has no critical path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CriticalError {
+    /// Two parts of one collective on one worker: a garbled profile.
+    #[error("collective #{id} has two parts on {worker}: the profile is garbled, so it has no critical path")]
+    TwoParts {
+        /// The worker.
+        worker: String,
+        /// The collective.
+        id: u64,
+    },
     /// The records make a cycle: collectives that ran in different orders on two workers.
     #[error(
         "the records of this profile wait on each other in a cycle through {worker}'s `{name}` (starting at {start_ns} ns): its collectives are in different orders on different workers, so it has no critical path"
@@ -154,6 +166,9 @@ enum Node {
     Arrive(usize),
     /// A part of a collective: it completed (the record's end).
     Done(usize),
+    /// A collective (by id): every part's arrival leads to it, and it to every part's
+    /// completion (one node, so a collective of k parts costs 2k edges, not k²).
+    All(u64),
 }
 
 /// The collective a transfer's `detail` names (`collective #ID rank R of W0;W1`).
@@ -178,8 +193,15 @@ pub fn critical_path(profile: &Profile) -> Result<CriticalPath, CriticalError> {
     }
     groups.retain(|_, parts| parts.len() > 1);
     let mut in_group = vec![false; records.len()];
-    for &i in groups.values().flatten() {
-        in_group[i] = true;
+    for (&id, parts) in &groups {
+        let mut workers: Vec<&str> = parts.iter().map(|&i| records[i].worker.as_str()).collect();
+        workers.sort_unstable();
+        if let Some(w) = workers.windows(2).find(|w| w[0] == w[1]) {
+            return Err(CriticalError::TwoParts { worker: w[0].to_string(), id });
+        }
+        for &i in parts {
+            in_group[i] = true;
+        }
     }
 
     // Each record's first and last node (the same node unless it is a part).
@@ -209,15 +231,23 @@ pub fn critical_path(profile: &Profile) -> Result<CriticalPath, CriticalError> {
             graph.add_edge(exit[w[0]], entry[w[1]], ());
         }
     }
-    for parts in groups.values() {
-        for &y in parts {
-            for &x in parts {
-                graph.add_edge(entry[y], exit[x], ());
-            }
+    for (&id, parts) in &groups {
+        let all = graph.add_node(Node::All(id));
+        for &i in parts {
+            graph.add_edge(entry[i], all, ());
+            graph.add_edge(all, exit[i], ());
         }
     }
     if let Err(cycle) = petgraph::algo::toposort(&graph, None) {
-        let (Node::Run(i) | Node::Arrive(i) | Node::Done(i)) = graph[cycle.node_id()];
+        // A collective's node is on the cycle only between two parts', so a part names it.
+        let on_cycle = |n: NodeIndex| match graph[n] {
+            Node::Run(i) | Node::Arrive(i) | Node::Done(i) => Some(i),
+            Node::All(_) => None,
+        };
+        let node = cycle.node_id();
+        let i = on_cycle(node)
+            .or_else(|| graph.neighbors_directed(node, Incoming).find_map(on_cycle))
+            .expect("a collective's node has its parts' arrivals before it");
         let r = &records[i];
         return Err(CriticalError::Cycle { worker: r.worker.clone(), name: r.name.clone(), start_ns: r.start_ns });
     }
@@ -227,14 +257,17 @@ pub fn critical_path(profile: &Profile) -> Result<CriticalPath, CriticalError> {
         (0..records.len()).max_by_key(|&i| (records[i].end_ns(), std::cmp::Reverse(i))),
         records.iter().map(|r| r.start_ns).min(),
     ) else {
-        return Ok(CriticalPath { segments: Vec::new(), waits });
+        return Ok(CriticalPath { segments: Vec::new(), waits, last: None });
     };
+    // When a node was reached: a record's or completion's end, an arrival's start (a
+    // collective's node is never a step of the walk).
     let end_of = |n: NodeIndex| match graph[n] {
         Node::Run(i) | Node::Done(i) => records[i].end_ns(),
         Node::Arrive(i) => records[i].start_ns,
+        Node::All(_) => 0,
     };
     // The one node a record or arrival ran after on its worker (`None`: its first).
-    let previous = |n: NodeIndex| graph.neighbors_directed(n, Incoming).find(|&p| !matches!(graph[p], Node::Arrive(_)));
+    let previous = |n: NodeIndex| graph.neighbors_directed(n, Incoming).next();
 
     let mut back: Vec<Segment> = Vec::new();
     let mut push = |kind: SegmentKind, worker: &str, record: Option<usize>, start_ns: u64, end_ns: u64| {
@@ -249,13 +282,17 @@ pub fn critical_path(profile: &Profile) -> Result<CriticalPath, CriticalError> {
         let step = match graph[node] {
             Node::Done(i) => {
                 // Released by the part that arrived last (itself when it was last).
-                let arrivals = graph.neighbors_directed(node, Incoming);
-                let released =
-                    arrivals.max_by_key(|&a| (end_of(a), a == entry[i])).expect("a part waits for its own arrival");
+                let all = graph
+                    .neighbors_directed(node, Incoming)
+                    .next()
+                    .expect("a part's completion follows its collective");
+                let arrivals = graph.neighbors_directed(all, Incoming);
+                let released = arrivals.max_by_key(|&a| (end_of(a), a == entry[i])).expect("a collective has parts");
                 let at = end_of(released).min(t);
                 push(SegmentKind::Transfer, &records[i].worker, Some(i), at, t);
                 Some((released, at))
             }
+            Node::All(_) => unreachable!("the walk steps from a completion straight to an arrival"),
             Node::Run(i) | Node::Arrive(i) => {
                 let r = &records[i];
                 let before = previous(node);
@@ -282,7 +319,7 @@ pub fn critical_path(profile: &Profile) -> Result<CriticalPath, CriticalError> {
         }
     }
     back.reverse();
-    Ok(CriticalPath { segments: merge_idle(back), waits })
+    Ok(CriticalPath { segments: merge_idle(back), waits, last: Some(last) })
 }
 
 /// Idle stretches next to each other on one worker as one (an arrival's and its record's).
@@ -308,7 +345,8 @@ fn collective_waits(records: &[Record], groups: &BTreeMap<u64, Vec<usize>>) -> C
             continue;
         };
         let arrived = records[late].start_ns;
-        waits.waited_ns += parts.iter().map(|&i| arrived - records[i].start_ns).sum::<u64>();
+        let waited = parts.iter().map(|&i| arrived - records[i].start_ns).fold(0u64, u64::saturating_add);
+        waits.waited_ns = waits.waited_ns.saturating_add(waited);
         *last.entry(&records[late].worker).or_default() += 1;
     }
     let mut last: Vec<(String, usize)> = last.into_iter().map(|(w, n)| (w.to_string(), n)).collect();
@@ -329,15 +367,16 @@ fn label(r: &Record) -> String {
 /// The text `gt prof critical` prints and `gt prof report` includes: the path's time by kind
 /// and worker, the `top_n` records on it by time, and the collectives' waits.
 pub fn summary_text(profile: &Profile, top_n: usize) -> String {
+    match critical_path(profile) {
+        Ok(path) => path_text(profile, &path, top_n),
+        Err(e) => format!("Critical path: none: {e}\n"),
+    }
+}
+
+/// [`summary_text`] of a path already walked.
+pub fn path_text(profile: &Profile, path: &CriticalPath, top_n: usize) -> String {
     let mut s = String::new();
-    let path = match critical_path(profile) {
-        Ok(path) => path,
-        Err(e) => {
-            let _ = writeln!(s, "Critical path: none: {e}");
-            return s;
-        }
-    };
-    let Some(last) = path.segments.iter().rev().find_map(|seg| seg.record) else {
+    let Some(last) = path.last else {
         let _ = writeln!(s, "Critical path: none (the profile has no records)");
         return s;
     };
@@ -375,7 +414,7 @@ pub fn summary_text(profile: &Profile, top_n: usize) -> String {
     for seg in &path.segments {
         if let Some(i) = seg.record {
             let e = by.entry(label(&profile.records[i])).or_default();
-            e.0 += seg.ns();
+            e.0 = e.0.saturating_add(seg.ns());
             e.1 += 1;
         }
     }
@@ -529,6 +568,22 @@ mod tests {
         let p = profile(vec![part("w0", 1, 0, 10), part("w0", 2, 10, 20), part("w1", 1, 5, 40), part("w1", 2, 8, 20)]);
         let path = critical_path(&p).unwrap();
         assert_covers(&p, &path);
+    }
+
+    #[test]
+    fn garbled_collectives_are_refused_or_summed_without_overflow() {
+        // Two parts of one collective on one worker.
+        let p = profile(vec![part("w0", 1, 0, 10), part("w0", 1, 10, 20)]);
+        assert_eq!(critical_path(&p).unwrap_err(), CriticalError::TwoParts { worker: "w0".into(), id: 1 });
+        // Waits near the clock's end saturate instead of overflowing.
+        let far = u64::MAX - 10;
+        let p = profile(vec![part("w0", 1, 0, 1), part("w1", 1, far, far + 1), part("w2", 1, 0, 1)]);
+        let path = critical_path(&p).unwrap();
+        assert_eq!(path.waits.waited_ns, u64::MAX);
+        // Many parts of one collective (one per worker): linear in edges, a path all the same.
+        let many: Vec<Record> = (0..2000).map(|w| part(&format!("w{w}"), 9, w, w + 5)).collect();
+        let path = critical_path(&profile(many)).unwrap();
+        assert_eq!(path.waits.collectives, 1);
     }
 
     #[test]
