@@ -185,15 +185,7 @@ impl Value {
         fn flat<T: Copy>(a: &ArrayD<T>) -> Vec<T> {
             a.as_slice().map_or_else(|| a.iter().copied().collect(), <[T]>::to_vec)
         }
-        match self {
-            Value::F64(a) => Elements::F64(flat(a)),
-            Value::F32(a) => Elements::F32(flat(a)),
-            Value::F16(a) => Elements::F16(flat(a)),
-            Value::BF16(a) => Elements::BF16(flat(a)),
-            Value::I64(a) => Elements::I64(flat(a)),
-            Value::I32(a) => Elements::I32(flat(a)),
-            Value::Bool(a) => Elements::Bool(flat(a)),
-        }
+        with_value!(self, a => Elements::from(flat(a)))
     }
 
     /// Its row-major elements, its buffer moved out without a copy when it holds exactly
@@ -213,15 +205,7 @@ impl Value {
                 v[start..start + n].to_vec()
             }
         }
-        match self {
-            Value::F64(a) => Elements::F64(flat(a)),
-            Value::F32(a) => Elements::F32(flat(a)),
-            Value::F16(a) => Elements::F16(flat(a)),
-            Value::BF16(a) => Elements::BF16(flat(a)),
-            Value::I64(a) => Elements::I64(flat(a)),
-            Value::I32(a) => Elements::I32(flat(a)),
-            Value::Bool(a) => Elements::Bool(flat(a)),
-        }
+        with_value!(self, a => Elements::from(flat(a)))
     }
 
     /// The value converted to `dtype` (a copy when it already is).
