@@ -178,7 +178,13 @@ impl GtCluster {
 impl Connector {
     /// A client over `t` that holds `%0 = full f32[1] 1.0`, created and synced before any timing.
     fn client(&self, t: Transport) -> Result<Client> {
-        let options = ClientOptions { name: format!("bench-{}", t.name()), spin: spin(), ..ClientOptions::default() };
+        self.client_with(t, true)
+    }
+
+    /// [`Connector::client`], offering its doorbell or not (only an `inproc://` client has one).
+    fn client_with(&self, t: Transport, doorbell: bool) -> Result<Client> {
+        let options =
+            ClientOptions { name: format!("bench-{}", t.name()), spin: spin(), doorbell, ..ClientOptions::default() };
         let mut client = match t {
             Transport::Inproc => Client::connect_in(&self.ctx, &self.inproc, options),
             Transport::Ipc => Client::connect(&self.ipc, options),
@@ -302,16 +308,24 @@ struct RoundTrip {
     gt: Stat,
     /// Median of the per-repetition ratios gt/raw.
     ratio: f64,
+    /// Over inproc, gt's round trip without the doorbell (every sync answered by the
+    /// dispatcher, as over ipc and tcp), and its ratio to raw.
+    unrung: Option<(Stat, f64)>,
 }
 
 fn round_trips(config: &Config, gt: &Connector, t: Transport) -> Result<RoundTrip> {
     phase(format!("{} round trips: set-up", t.name()));
     let raw = RawPair::start(t)?;
     let mut client = gt.client(t)?;
+    let mut unrung = if t == Transport::Inproc { Some(gt.client_with(t, false)?) } else { None };
     // Warm up both (connections, allocator, caches).
     raw.round_trips(config.raw_iters / 10 + 1)?;
     gt_round_trips(&mut client, config.gt_iters / 10 + 1)?;
+    if let Some(c) = &mut unrung {
+        gt_round_trips(c, config.gt_iters / 10 + 1)?;
+    }
     let (mut raws, mut gts, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut unrungs, mut unrung_ratios) = (Vec::new(), Vec::new());
     for rep in 0..config.reps {
         phase(format!("{} round trips: repetition {rep} (raw)", t.name()));
         let r = raw.round_trips(config.raw_iters)? * 1e6;
@@ -320,8 +334,15 @@ fn round_trips(config: &Config, gt: &Connector, t: Transport) -> Result<RoundTri
         raws.push(r);
         gts.push(g);
         ratios.push(g / r);
+        if let Some(c) = &mut unrung {
+            phase(format!("{} round trips: repetition {rep} (gt, no doorbell)", t.name()));
+            let u = gt_round_trips(c, config.gt_iters)? * 1e6;
+            unrungs.push(u);
+            unrung_ratios.push(u / r);
+        }
     }
-    Ok(RoundTrip { t, raw: Stat::of(&raws), gt: Stat::of(&gts), ratio: median(&ratios) })
+    let unrung = unrung.map(|_| (Stat::of(&unrungs), median(&unrung_ratios)));
+    Ok(RoundTrip { t, raw: Stat::of(&raws), gt: Stat::of(&gts), ratio: median(&ratios), unrung })
 }
 
 /// Async throughput of tiny ops over one transport with `clients` clients.
@@ -435,12 +456,19 @@ fn report(config: &Config, rtt: &[RoundTrip], tput: &[Throughput], took: Duratio
         "1-2. round trip, µs (raw: DEALER->ROUTER echo of 8 bytes, {} per rep; gt: submit(neg) + sync(), {} per rep)",
         config.raw_iters, config.gt_iters
     );
-    let _ =
-        writeln!(s, "{:<10}{:>10}{:>9}{:>10}{:>9}{:>9}", "transport", "raw", "spread", "gt sync", "spread", "gt/raw");
+    let _ = writeln!(
+        s,
+        "{:<10}{:>10}{:>9}{:>10}{:>9}{:>9}{:>12}{:>9}{:>9}",
+        "transport", "raw", "spread", "gt sync", "spread", "gt/raw", "no doorbell", "spread", "/raw"
+    );
     for r in rtt {
+        let unrung = match &r.unrung {
+            Some((u, ratio)) => format!("{:>12.1}{:>8.0}%{:>8.2}x", u.median, u.spread, ratio),
+            None => format!("{:>12}{:>9}{:>9}", "-", "-", "-"),
+        };
         let _ = writeln!(
             s,
-            "{:<10}{:>10.1}{:>8.0}%{:>10.1}{:>8.0}%{:>8.2}x",
+            "{:<10}{:>10.1}{:>8.0}%{:>10.1}{:>8.0}%{:>8.2}x{unrung}",
             r.t.name(),
             r.raw.median,
             r.raw.spread,
@@ -449,6 +477,10 @@ fn report(config: &Config, rtt: &[RoundTrip], tput: &[Throughput], took: Duratio
             r.ratio
         );
     }
+    let _ = writeln!(
+        s,
+        "(gt sync: an inproc client's syncs are answered by its worker through its doorbell; \"no doorbell\": by the dispatcher, as over ipc and tcp)"
+    );
     let _ = writeln!(s);
     let _ = writeln!(
         s,

@@ -35,6 +35,7 @@ pub fn client_options(name: &str, env: &EnvConfig) -> anyhow::Result<ClientOptio
         name: name.to_string(),
         max_message_bytes: env.max_message_bytes,
         spin: env.spin,
+        doorbell: env.doorbell,
         ..Default::default()
     };
     if let Some(n) = positive("GT_CLIENT_BATCH_SIZE")? {

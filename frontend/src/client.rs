@@ -8,8 +8,9 @@
 
 use gt_ir::data::Elements;
 use gt_ir::{HostTensor, Instr, Span, ValueId};
-use gt_transport::message::{Failure, FailureKind, PassStats, Reply, Request, WorkerInfo, WorkerStats};
-use gt_transport::socket::HandshakeFailure;
+use gt_transport::doorbell::{Answer, Doorbell};
+use gt_transport::message::{Failure, FailureKind, PassStats, Reply, Request, Then, WorkerInfo, WorkerStats};
+use gt_transport::socket::{HandshakeFailure, Waited};
 use gt_transport::{codec, loan, socket, zmq, ClusterKey, CodecError, Endpoint, InboundRef};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -34,6 +35,9 @@ pub struct ClientOptions {
     /// How long a wait for an answer polls before it sleeps (`GT_SPIN_US`,
     /// [`socket::poll_spinning`]).
     pub spin: Duration,
+    /// Whether a client on `inproc://` offers a doorbell, through which a worker in this
+    /// process answers its syncs directly (`GT_DOORBELL`, default on; [`gt_transport::doorbell`]).
+    pub doorbell: bool,
 }
 
 impl Default for ClientOptions {
@@ -46,6 +50,7 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(10),
             key: None,
             spin: socket::DEFAULT_SPIN,
+            doorbell: true,
         }
     }
 }
@@ -189,6 +194,9 @@ pub struct Client {
     /// Where each line of the script starts (byte offsets), when the client was told its
     /// source: batches then say each instruction's line, for profiles.
     line_starts: Option<Vec<u32>>,
+    /// Its doorbell, on `inproc://` (a worker in this process may answer a sync by it) when
+    /// it spins while waiting (it is watched only then).
+    doorbell: Option<std::sync::Arc<Doorbell>>,
 }
 
 impl Client {
@@ -200,6 +208,8 @@ impl Client {
     /// Connects on `ctx` (the embedded cluster's context, for `inproc://`).
     pub fn connect_in(ctx: &zmq::Context, endpoint: &Endpoint, options: ClientOptions) -> Result<Client, ClientError> {
         let (socket, events) = socket::dealer(ctx, endpoint, options.max_message_bytes, options.key.as_ref())?;
+        let inproc = matches!(endpoint, Endpoint::Inproc(_));
+        let doorbell = (options.doorbell && inproc && !options.spin.is_zero()).then(Doorbell::register);
         let mut client = Client {
             socket,
             events,
@@ -220,6 +230,7 @@ impl Client {
             data: None,
             last_receipt: 0,
             line_starts: None,
+            doorbell,
         };
         client.hello()?;
         Ok(client)
@@ -227,7 +238,11 @@ impl Client {
 
     fn hello(&mut self) -> Result<(), ClientError> {
         let wait = self.options.connect_timeout;
-        let hello = Request::Hello { name: self.options.name.clone(), wait_ms: wait.as_millis() as u64 };
+        let hello = Request::Hello {
+            name: self.options.name.clone(),
+            wait_ms: wait.as_millis() as u64,
+            doorbell: self.doorbell.as_ref().map(|b| b.key()),
+        };
         if let Err(e) = self.send(&hello) {
             // A handshake refused before the hello left drops the connection it was queued on.
             let refused = match (&e, &self.events) {
@@ -354,8 +369,14 @@ impl Client {
     }
 
     fn send_buffer(&mut self) -> Result<(), ClientError> {
+        self.send_buffer_then(None).map(|_| ())
+    }
+
+    /// Sends the buffered instructions, ending with the sync point `then` when given: `true`
+    /// when `then` went with them (else the caller sends it alone).
+    fn send_buffer_then(&mut self, then: Option<Then>) -> Result<bool, ClientError> {
         if self.buffer.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let (first_seq, mut instrs) = (self.buffer_first_seq, std::mem::take(&mut self.buffer));
         let n = instrs.len();
@@ -374,7 +395,7 @@ impl Client {
         let encoded = match literals.iter().map(Elements::size_bytes).find(|&size| size > max) {
             Some(size) => Err(CodecError::TooLarge { size, max }),
             None => codec::encode_sized(
-                &InboundRef::Client(&Request::Batch { first_seq, instrs, lines }),
+                &InboundRef::Client(&Request::Batch { first_seq, instrs, lines, then }),
                 max,
                 data - framed,
             ),
@@ -386,11 +407,11 @@ impl Client {
                     first_seq,
                     Failure::new(FailureKind::Limit, format!("{e} ({n} instructions in the batch)")),
                 );
-                Ok(())
+                Ok(false)
             }
             Ok(head) => match socket::send_with_literals(&mut self.socket, &[], head, literals) {
                 Err(zmq::Error::EAGAIN) => Err(ClientError::Disconnected(self.endpoint.clone())),
-                r => Ok(r?),
+                r => r.map(|()| then.is_some()).map_err(ClientError::from),
             },
         }
     }
@@ -436,11 +457,24 @@ impl Client {
 
     /// Sends a request and waits for its answer.
     fn request(&mut self, make: impl FnOnce(u64) -> Request, op: &'static str) -> Result<Reply, ClientError> {
-        // No drain: the wait below reads everything that comes before the answer.
-        self.send_buffer()?;
+        // Numbered after the buffered instructions, which already have their seqs.
         let seq = self.take_seq(Origin { op, span: None });
         tracing::debug!(target: "gt::client", "client {}: {op} #{seq}, waiting", self.id);
-        self.send(&make(seq))?;
+        let request = make(seq);
+        // A sync or a read may be answered by the doorbell: armed before the dispatcher can
+        // see the request.
+        let bell = match (&request, &self.doorbell) {
+            (Request::Sync { .. } | Request::Get { .. }, Some(bell)) => {
+                bell.arm(seq);
+                Some(std::sync::Arc::clone(bell))
+            }
+            _ => None,
+        };
+        // No drain: the wait below reads everything that comes before the answer. A sync
+        // point goes in the same message as the instructions before it.
+        if !self.send_buffer_then(Then::of(&request))? {
+            self.send(&request)?;
+        }
         let reply = loop {
             let frames = if let Some(e) = &self.events {
                 let mut items = [self.socket.as_poll_item(zmq::POLLIN), e.as_poll_item(zmq::POLLIN)];
@@ -452,6 +486,12 @@ impl Client {
                     return Err(ClientError::Disconnected(self.endpoint.clone()));
                 } else {
                     None
+                }
+            } else if let Some(bell) = &bell {
+                match socket::recv_waiting_or_rung(&self.socket, (bell, seq), self.options.spin, 1000)? {
+                    Waited::Frames(frames) => Some(frames),
+                    Waited::Rung => break self.rung(&request, bell),
+                    Waited::TimedOut => None,
                 }
             } else {
                 // In-process: nothing reports a lost connection, and one socket is waited on.
@@ -486,6 +526,25 @@ impl Client {
                 Err(ClientError::Op { seq, origin: Origin { op, span: None }, failure, later: 0 })
             }
             r => Ok(r),
+        }
+    }
+
+    /// The answer a worker gave `request` through the doorbell, as the dispatcher's reply.
+    fn rung(&mut self, request: &Request, bell: &Doorbell) -> Reply {
+        match *request {
+            Request::Get { seq, .. } => match bell.take_answer(seq) {
+                Some(Answer { ty, data, receipt }) => {
+                    self.last_receipt = receipt;
+                    // Checked as the socket's data frame is: the type's length, or not taken.
+                    let fits = data.len() == ty.shape.numel() && data.dtype() == ty.dtype;
+                    self.data = Some(if fits { Ok(data) } else { Err(data.size_bytes()) });
+                    Reply::Data { seq, ty, receipt }
+                }
+                // (A bell rings a read only with its answer.)
+                None => Reply::Rejected { message: format!("read #{seq} was rung without its data") },
+            },
+            Request::Sync { seq } => Reply::Synced { seq },
+            _ => Reply::Rejected { message: "a doorbell rang for a request that is not a wait".into() },
         }
     }
 

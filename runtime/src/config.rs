@@ -105,6 +105,7 @@ pub const SETTINGS: &[&str] = &[
     "GT_COMPILE",
     "GT_CONFIG",
     "GT_DEAD_WINDOW",
+    "GT_DOORBELL",
     "GT_DUMP_PASSES",
     "GT_FAST_MATH",
     "GT_FUSE_WINDOW",
@@ -199,6 +200,9 @@ pub struct EnvConfig {
     /// sleep (`GT_SPIN_US`, microseconds, 0: never; default
     /// [`gt_transport::socket::DEFAULT_SPIN`]).
     pub spin: Duration,
+    /// Whether an embedded client's syncs may be answered by its worker directly, through
+    /// the client's doorbell (`GT_DOORBELL`, default on; `gt_transport::doorbell`).
+    pub doorbell: bool,
 }
 
 /// How long a worker's part of a collective waits for a peer by default: long enough for a
@@ -242,6 +246,7 @@ impl Default for EnvConfig {
             key_file: None,
             insecure: false,
             spin: gt_transport::socket::DEFAULT_SPIN,
+            doorbell: true,
         }
     }
 }
@@ -321,6 +326,7 @@ impl EnvConfig {
         c.insecure = flag("GT_INSECURE")?;
         c.key_file = get("GT_KEY_FILE").filter(|s| !s.trim().is_empty()).map(PathBuf::from);
         c.jit = get("GT_JIT").is_none_or(|v| v.trim().is_empty()) || flag("GT_JIT")?;
+        c.doorbell = get("GT_DOORBELL").is_none_or(|v| v.trim().is_empty()) || flag("GT_DOORBELL")?;
         c.matmul_precision = match get("GT_MATMUL_PRECISION").as_deref().map(str::trim) {
             None | Some("" | "highest") => Precision::F32,
             Some("high") => Precision::Tf32,
@@ -481,6 +487,7 @@ mod tests {
             ("GT_THREADS", "100000"),
             ("GT_AUTO_SHARD", "maybe"),
             ("GT_INSECURE", "yes"),
+            ("GT_DOORBELL", "sometimes"),
             ("GT_SHARD_THRESHOLD", "0"),
             ("GT_SPIN_US", "-5"),
             ("GT_SPIN_US", "1001"),
@@ -507,6 +514,8 @@ mod tests {
         }
         let c = EnvConfig::from_lookup(env(&[("GT_SPIN_US", "0")])).unwrap();
         assert!(c.spin.is_zero());
+        assert!(c.doorbell, "on by default");
+        assert!(!EnvConfig::from_lookup(env(&[("GT_DOORBELL", "0")])).unwrap().doorbell);
         let e = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath,shards")])).unwrap_err();
         assert_eq!(
             e.to_string(),

@@ -18,7 +18,10 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use gt_ir::data::Elements;
 use gt_ir::kernel::Precision;
 use gt_ir::{HostTensor, Instr};
-use gt_transport::message::{Exchange, Failure, FailureKind, OpStats, Timing, WorkerCommand, WorkerEvent, WorkerStats};
+use gt_transport::doorbell::Answer;
+use gt_transport::message::{
+    Exchange, Failure, FailureKind, OpStats, SyncBell, Timing, WorkerCommand, WorkerEvent, WorkerStats,
+};
 use gt_transport::socket::HandshakeFailure;
 use gt_transport::{codec, loan, socket, ClusterKey, CodecError, Endpoint, Inbound, InboundRef};
 use std::collections::VecDeque;
@@ -320,6 +323,7 @@ pub fn run_worker(
         backend: backend.name().into(),
         clock: clock(),
         peer: net.address().to_string(),
+        process: gt_transport::doorbell::process_key(),
     });
     let register = codec::encode(&register, max).expect("a registration is small");
     if let Err(e) = socket::retry(|| sock.send(&register[..], gt_transport::zmq::DONTWAIT)) {
@@ -388,18 +392,23 @@ pub fn run_worker(
     // read before each command runs, so the work a departed client queued is skipped.
     let mut queue: VecDeque<WorkerCommand> = VecDeque::new();
     let mut dropped: HashSet<u64> = HashSet::new();
-    let take = |command: WorkerCommand, queue: &mut VecDeque<WorkerCommand>, dropped: &mut HashSet<u64>| match command {
-        WorkerCommand::DropClient { client } => {
-            dropped.insert(client);
-        }
-        c => queue.push_back(c),
-    };
+    // Clients with an instruction failed here since their last sync by doorbell: their next
+    // one is answered by the dispatcher, which reports the failure first.
+    let mut failed: HashSet<u64> = HashSet::new();
+    let take =
+        |command: WorkerCommand, queue: &mut VecDeque<WorkerCommand>, (dropped, failed): Clients<'_>| match command {
+            WorkerCommand::DropClient { client } => {
+                dropped.insert(client);
+                failed.remove(&client);
+            }
+            c => queue.push_back(c),
+        };
     loop {
         {
             let mut guard = lock();
             let Link { sock, inbox } = &mut *guard;
             for command in inbox.drain(..) {
-                take(command, &mut queue, &mut dropped);
+                take(command, &mut queue, (&mut dropped, &mut failed));
             }
             if queue.is_empty() {
                 if let Some(ev) = &events {
@@ -410,17 +419,17 @@ pub fn run_worker(
                         return Err(gone());
                     }
                     if let Some(c) = decode_command(socket::recv_frames(sock, 0)?, max, &options.name) {
-                        take(c, &mut queue, &mut dropped);
+                        take(c, &mut queue, (&mut dropped, &mut failed));
                     }
                 } else if let Some(frames) = socket::recv_waiting(sock, options.spin, -1)? {
                     if let Some(c) = decode_command(frames, max, &options.name) {
-                        take(c, &mut queue, &mut dropped);
+                        take(c, &mut queue, (&mut dropped, &mut failed));
                     }
                 }
             }
             while let Ok(frames) = socket::recv_frames(sock, gt_transport::zmq::DONTWAIT) {
                 if let Some(c) = decode_command(frames, max, &options.name) {
-                    take(c, &mut queue, &mut dropped);
+                    take(c, &mut queue, (&mut dropped, &mut failed));
                 }
             }
         }
@@ -430,7 +439,7 @@ pub fn run_worker(
                 tracing::info!(target: "gt::worker", "{} registered as worker {worker} at {endpoint}", options.name);
                 send(&WorkerEvent::Pong { clock: clock() })?;
             }
-            WorkerCommand::Exec { batch, mut instrs, owners, timed, exchanges } => {
+            WorkerCommand::Exec { batch, mut instrs, owners, timed, exchanges, doorbell } => {
                 let start = Instant::now();
                 let mut timings = timed.then(Vec::new);
                 let batch_ref =
@@ -440,14 +449,31 @@ pub fn run_worker(
                     execute_batch((backend.as_mut(), &mut net), &mut stats, batch_ref, &watching, timings.as_mut());
                 let nanos = start.elapsed().as_nanos() as u64;
                 tracing::debug!(target: "gt::worker", "{}: batch {batch}: {} instructions, {} failed, {nanos} ns", options.name, instrs.len(), failures.len());
+                // Rung before `Done` leaves: the client wakes one hop sooner.
+                note_failures((&failures, &owners), (&mut dropped, &mut failed));
+                let rang =
+                    doorbell.is_some_and(|b| may_ring(&b, &mut failed) && gt_transport::doorbell::ring(b.key, b.seq));
                 let (timings, live_bytes) = (timings.unwrap_or_default(), backend.live_bytes() as u64);
-                send(&WorkerEvent::Done { batch, failures, nanos, timings, live_bytes })?;
+                send(&WorkerEvent::Done { batch, failures, nanos, timings, live_bytes, rang })?;
             }
             WorkerCommand::DropClient { .. } => {}
-            WorkerCommand::Get { tag, value } => {
+            WorkerCommand::Get { tag, value, doorbell } => {
                 stats.reads += 1;
                 match backend.read(value) {
-                    Ok(data) => send_data(tag, data)?,
+                    Ok(HostTensor { ty, data }) => {
+                        // Through the client's doorbell when it may (the data moves, no copy),
+                        // else by the dispatcher.
+                        match doorbell.filter(|b| may_ring(b, &mut failed)) {
+                            Some(b) => {
+                                let answer = Answer { ty: ty.clone(), data, receipt: b.receipt };
+                                match gt_transport::doorbell::ring_with(b.key, b.seq, answer) {
+                                    Ok(()) => send(&WorkerEvent::Rung { tag, ty })?,
+                                    Err(Answer { ty, data, .. }) => send_data(tag, HostTensor { ty, data })?,
+                                }
+                            }
+                            None => send_data(tag, HostTensor { ty, data })?,
+                        }
+                    }
                     Err(e) => send(&WorkerEvent::Failed { tag, failure: Failure::new(e.kind(), e.to_string()) })?,
                 }
             }
@@ -460,6 +486,36 @@ pub fn run_worker(
         }
     }
 }
+
+/// The clients that left, and those with a failure since their last sync by doorbell.
+type Clients<'a> = (&'a mut HashSet<u64>, &'a mut HashSet<u64>);
+
+/// After a batch ran (its `failures`, the client of each instruction): notes which clients
+/// had a failure. A failure whose client is not known (a batch without owners) could be
+/// anyone's: no doorbell rings on this worker after one.
+fn note_failures((failures, owners): (&[(u32, Failure)], &[u64]), (dropped, failed): Clients<'_>) {
+    for (i, _) in failures {
+        match owners.get(*i as usize) {
+            Some(o) if dropped.contains(o) => {}
+            Some(&o) => {
+                failed.insert(o);
+            }
+            None => {
+                failed.insert(ANYONE);
+            }
+        }
+    }
+}
+
+/// Whether a wait may be answered by its client's doorbell: none of the client's instructions
+/// failed here since its last wait given a bell (else the dispatcher answers, after the
+/// failures). That wait's bell is spent either way.
+fn may_ring(bell: &SyncBell, failed: &mut HashSet<u64>) -> bool {
+    !failed.remove(&bell.client) && !failed.contains(&ANYONE)
+}
+
+/// In the clients with a failure, one whose client was not known.
+const ANYONE: u64 = u64::MAX;
 
 /// A batch's instructions, the exchanges among them, each instruction's client, and the
 /// clients that left (whose instructions, but for frees, are skipped).
@@ -763,6 +819,50 @@ mod tests {
             let (backend, net, stats) = (self.backend.as_mut(), &mut self.net, &mut self.stats);
             counted_bytes(|| execute_batch((backend, net), stats, batch, &watching, None))
         }
+    }
+
+    #[test]
+    fn a_sync_rings_its_doorbell_only_after_no_failure_of_its_client() {
+        use gt_transport::doorbell::Doorbell;
+        let bell = Doorbell::register();
+        let sync = |seq: u64| {
+            bell.arm(seq);
+            Some(SyncBell { key: bell.key(), client: 7, seq, receipt: 0 })
+        };
+        let (mut dropped, mut failed) = (HashSet::new(), HashSet::new());
+        let failure = || (0, Failure::new(FailureKind::Internal, "boom"));
+        // What a worker does after a batch: notes its failures, then rings if it may.
+        let ring_doorbell = |bell: Option<SyncBell>, batch: (&[(u32, Failure)], &[u64]), clients: Clients<'_>| {
+            let (dropped, failed) = clients;
+            note_failures(batch, (&mut *dropped, &mut *failed));
+            bell.is_some_and(|b| may_ring(&b, failed) && gt_transport::doorbell::ring(b.key, b.seq))
+        };
+        // Clean: rung.
+        assert!(ring_doorbell(sync(1), (&[], &[7, 7]), (&mut dropped, &mut failed)));
+        assert!(bell.rung(1));
+        // A failure of client 7 in an earlier batch (not yet reported): the next sync is the
+        // dispatcher's; another client's failure does not count; the one after rings again.
+        assert!(!ring_doorbell(None, (&[failure()], &[7]), (&mut dropped, &mut failed)));
+        assert!(!ring_doorbell(sync(2), (&[], &[7]), (&mut dropped, &mut failed)));
+        assert!(!bell.rung(2));
+        assert!(!ring_doorbell(None, (&[failure()], &[8]), (&mut dropped, &mut failed)));
+        assert!(ring_doorbell(sync(3), (&[], &[7]), (&mut dropped, &mut failed)));
+        // A failure in the sync's own batch; an empty batch (the sync after its work left).
+        assert!(!ring_doorbell(sync(4), (&[failure()], &[7]), (&mut dropped, &mut failed)));
+        assert!(!bell.rung(4));
+        assert!(ring_doorbell(sync(5), (&[], &[]), (&mut dropped, &mut failed)));
+        // A client that left is not remembered.
+        dropped.insert(9);
+        ring_doorbell(None, (&[failure()], &[9]), (&mut dropped, &mut failed));
+        assert!(!failed.contains(&9));
+        // A bell the client declined is not rung: the dispatcher answers.
+        let armed = sync(6);
+        assert!(!bell.decline(6));
+        assert!(!ring_doorbell(armed, (&[], &[7]), (&mut dropped, &mut failed)));
+        // A failure of nobody known: no bell rings here again.
+        assert!(!ring_doorbell(None, (&[failure()], &[]), (&mut dropped, &mut failed)));
+        assert!(!ring_doorbell(sync(7), (&[], &[7]), (&mut dropped, &mut failed)));
+        assert!(!ring_doorbell(sync(8), (&[], &[7]), (&mut dropped, &mut failed)));
     }
 
     #[test]

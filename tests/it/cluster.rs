@@ -298,3 +298,114 @@ fn a_large_literal_of_the_wrong_length_fails_alone_at_its_instruction() {
     assert_eq!(client.read(ValueId(0)).unwrap().data, Elements::F32(vec![0.5; 5000]));
     assert_eq!(client.read(ValueId(2)).unwrap().data, Elements::F32(vec![0.5; 6000]));
 }
+
+/// A sync of an embedded client is answered once: by its doorbell when its worker rings it
+/// (the dispatcher then sends nothing), and over the socket when the client declined the
+/// bell, after a failure it may not have read yet, or when the bell names nothing in this
+/// process (a client that says it has one it does not).
+#[test]
+fn a_sync_is_answered_once_by_the_doorbell_or_by_the_dispatcher() {
+    use gt::transport::doorbell::{Doorbell, DoorbellKey};
+    use gt::transport::message::{Reply, Request, Then};
+    use gt::transport::{codec, socket, zmq, Inbound};
+    use std::time::{Duration, Instant};
+    let c = cluster(1);
+    let connect = |key: DoorbellKey| {
+        let raw = c.context().socket(zmq::DEALER).unwrap();
+        raw.connect(&c.endpoint().zmq_address()).unwrap();
+        let hello = Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: Some(key) };
+        raw.send(codec::encode(&Inbound::Client(hello), 1 << 20).unwrap(), 0).unwrap();
+        raw
+    };
+    let send =
+        |raw: &zmq::Socket, req: Request| raw.send(codec::encode(&Inbound::Client(req), 1 << 20).unwrap(), 0).unwrap();
+    let recv = |raw: &zmq::Socket| -> Reply {
+        assert!(raw.poll(zmq::POLLIN, 5000).unwrap() > 0, "no answer");
+        codec::decode(&socket::recv_frames(raw, 0).unwrap()[0], 1 << 20).unwrap()
+    };
+    let rung = |bell: &Doorbell, seq: u64| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !bell.rung(seq) {
+            assert!(Instant::now() < deadline, "sync #{seq} was not rung");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let batch = |first_seq: u64, instrs: Vec<Instr>, then: Option<Then>| Request::Batch {
+        first_seq,
+        instrs,
+        lines: vec![],
+        then,
+    };
+    let bell = Doorbell::register();
+    let raw = connect(bell.key());
+    assert!(matches!(recv(&raw), Reply::Welcome { .. }));
+    // Rung: the sync alone after its work, and one in the batch's own message.
+    send(&raw, batch(0, vec![full(0, vec![2], 1.0)], None));
+    bell.arm(1);
+    send(&raw, Request::Sync { seq: 1 });
+    rung(&bell, 1);
+    bell.arm(3);
+    send(&raw, batch(2, vec![add(1, 0, 0)], Some(Then::Sync { seq: 3 })));
+    rung(&bell, 3);
+    // Declined before the worker got to it: the dispatcher answers, and only that sync (the
+    // rung ones got no answer on the socket).
+    bell.arm(4);
+    assert!(!bell.decline(4));
+    send(&raw, Request::Sync { seq: 4 });
+    assert_eq!(recv(&raw), Reply::Synced { seq: 4 });
+    // A failure goes to the client over the socket; the sync after it is the dispatcher's
+    // (the client may not have read the failure yet), the next one rings again.
+    bell.arm(6);
+    send(&raw, batch(5, vec![add(2, 0, 9)], Some(Then::Sync { seq: 6 })));
+    assert!(matches!(recv(&raw), Reply::Failed { seq: 5, .. }));
+    assert_eq!(recv(&raw), Reply::Synced { seq: 6 });
+    assert!(!bell.rung(6));
+    bell.arm(7);
+    send(&raw, Request::Sync { seq: 7 });
+    rung(&bell, 7);
+    // A read rung: its data moved into the bell, with the receipt its answer carries, which
+    // the next read acknowledges (answered by the socket: its bell was not armed for it).
+    bell.arm(8);
+    send(&raw, Request::Get { seq: 8, value: ValueId(1), read: 0 });
+    rung(&bell, 8);
+    let answer = bell.take_answer(8).expect("a rung read has its answer");
+    assert_eq!((answer.ty, answer.data.to_f64()), (TensorType::f32(vec![2]), vec![2.0, 2.0]));
+    send(&raw, Request::Get { seq: 9, value: ValueId(1), read: answer.receipt });
+    match recv(&raw) {
+        Reply::Data { seq: 9, receipt, .. } => assert_ne!(receipt, answer.receipt),
+        other => panic!("expected the data of read #9, got {other:?}"),
+    }
+    // A bell this process does not have: answered over the socket.
+    let other = connect(DoorbellKey([1, 2]));
+    assert!(matches!(recv(&other), Reply::Welcome { .. }));
+    send(&other, batch(0, vec![full(0, vec![1], 1.0)], Some(Then::Sync { seq: 1 })));
+    assert_eq!(recv(&other), Reply::Synced { seq: 1 });
+    assert_eq!(raw.poll(zmq::POLLIN, 0).unwrap(), 0, "an answer the client did not ask for: {:?}", recv(&raw));
+}
+
+/// The Rust client on an embedded cluster, syncing and reading by its doorbell or not,
+/// reports every failure at the next wait and never misses or doubles an answer.
+#[test]
+fn syncs_report_failures_with_and_without_the_doorbell() {
+    let c = cluster(1);
+    for doorbell in [true, false] {
+        let mut client =
+            Client::connect_in(c.context(), c.endpoint(), ClientOptions { doorbell, ..Default::default() }).unwrap();
+        client.submit(full(0, vec![4], 2.0), origin("full")).unwrap();
+        for round in 0..200u32 {
+            client.submit(add(1, 0, 0), origin("add")).unwrap();
+            if round % 7 == 3 {
+                client.submit(add(2, 0, 99), origin("add")).unwrap();
+                let e = client.sync().unwrap_err();
+                assert!(e.to_string().contains("%99"), "round {round}: {e}");
+            } else if round % 5 == 1 {
+                let read =
+                    client.read(ValueId(1)).unwrap_or_else(|e| panic!("round {round}, doorbell {doorbell}: {e}"));
+                assert_eq!(read.data.to_f64(), vec![4.0; 4]);
+            } else {
+                client.sync().unwrap_or_else(|e| panic!("round {round}, doorbell {doorbell}: {e}"));
+            }
+        }
+        assert_eq!(client.read(ValueId(1)).unwrap().data.to_f64(), vec![4.0; 4]);
+    }
+}

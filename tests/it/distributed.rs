@@ -165,7 +165,7 @@ fn garbage_is_rejected_and_everyone_else_is_still_served() {
     // A batch's literal left empty for a frame must get one, of its type's length.
     let literal =
         Instr::Literal { dst: ValueId(5), ty: TensorType::f32(vec![2]), data: Elements::zeros(DType::F32, 0) };
-    let batch = Request::Batch { first_seq: 1, instrs: vec![literal], lines: vec![] };
+    let batch = Request::Batch { first_seq: 1, instrs: vec![literal], lines: vec![], then: None };
     let batch = codec::encode(&gt::transport::Inbound::Client(batch), 1 << 10).unwrap();
     rejected(raw_exchange(&raw, &[&batch]), "1 literals wait for their data frame, and 0 frames came");
     rejected(raw_exchange(&raw, &[&batch, b"abc"]), "a data frame of 3 bytes for a f32[2] value (8 bytes)");

@@ -373,14 +373,21 @@ fn rogue_worker(ctx: &gt::transport::zmq::Context, endpoint: &gt::transport::End
     let send = move |sock: &zmq::Socket, e: WorkerEvent| {
         sock.send(codec::encode(&Inbound::Worker(e), 1 << 20).unwrap(), 0).unwrap();
     };
-    send(&sock, WorkerEvent::Register { name: "rogue".into(), backend: "cpu".into(), clock: 0, peer: String::new() });
+    send(
+        &sock,
+        WorkerEvent::Register {
+            name: "rogue".into(),
+            backend: "cpu".into(),
+            clock: 0,
+            peer: String::new(),
+            process: gt::transport::doorbell::process_key(),
+        },
+    );
     std::thread::spawn(move || {
         while sock.poll(zmq::POLLIN, 5000).unwrap_or(0) > 0 {
             let Ok(bytes) = sock.recv_bytes(0) else { return };
             match codec::decode::<WorkerCommand>(&bytes, 1 << 30) {
-                Ok(WorkerCommand::Exec { batch, .. }) => {
-                    send(&sock, WorkerEvent::Done { batch, failures: vec![], nanos: 0, timings: vec![], live_bytes: 0 })
-                }
+                Ok(WorkerCommand::Exec { batch, .. }) => send(&sock, crate::done(batch)),
                 Ok(WorkerCommand::Get { tag, .. }) => {
                     let head = codec::encode(
                         &Inbound::Worker(WorkerEvent::Data { tag, ty: gt::ir::TensorType::f32(vec![1]) }),
@@ -394,6 +401,64 @@ fn rogue_worker(ctx: &gt::transport::zmq::Context, endpoint: &gt::transport::End
             }
         }
     })
+}
+
+/// A worker in another process (its `Register` names a process key not the dispatcher's)
+/// that says it rang every client's doorbell: it is never given one, so its syncs are still
+/// answered by the dispatcher, and a read it says it answered by a bell fails naming it.
+#[test]
+fn a_worker_claiming_to_ring_doorbells_it_was_not_given_is_not_believed() {
+    use gt::transport::doorbell::DoorbellKey;
+    use gt::transport::message::{WorkerCommand, WorkerEvent};
+    use gt::transport::{codec, zmq, Inbound};
+    let c = Cluster::start(ClusterOptions::embedded(0)).unwrap();
+    let sock = c.context().socket(zmq::DEALER).unwrap();
+    sock.connect(&c.endpoint().zmq_address()).unwrap();
+    let send = move |sock: &zmq::Socket, e: WorkerEvent| {
+        sock.send(codec::encode(&Inbound::Worker(e), 1 << 20).unwrap(), 0).unwrap();
+    };
+    let register = WorkerEvent::Register {
+        name: "liar".into(),
+        backend: "cpu".into(),
+        clock: 0,
+        peer: String::new(),
+        process: DoorbellKey([1, 1]),
+    };
+    send(&sock, register);
+    let _liar = std::thread::spawn(move || {
+        while sock.poll(zmq::POLLIN, 5000).unwrap_or(0) > 0 {
+            let Ok(bytes) = sock.recv_bytes(0) else { return };
+            match codec::decode::<WorkerCommand>(&bytes, 1 << 30) {
+                Ok(WorkerCommand::Exec { batch, doorbell, .. }) => {
+                    assert_eq!(doorbell, None, "a worker of another process was given a doorbell");
+                    let done = WorkerEvent::Done {
+                        batch,
+                        failures: vec![],
+                        nanos: 0,
+                        timings: vec![],
+                        live_bytes: 0,
+                        rang: true,
+                    };
+                    send(&sock, done);
+                }
+                Ok(WorkerCommand::Get { tag, doorbell, .. }) => {
+                    assert_eq!(doorbell, None, "a worker of another process was given a doorbell");
+                    send(&sock, WorkerEvent::Rung { tag, ty: gt::ir::TensorType::f32(vec![4]) });
+                }
+                Ok(WorkerCommand::Shutdown) => return,
+                _ => {}
+            }
+        }
+    });
+    let mut a = Client::connect_in(c.context(), c.endpoint(), ClientOptions::default()).unwrap();
+    for i in instrs("%x = ones f32[4]") {
+        a.submit(i, origin()).unwrap();
+    }
+    for _ in 0..20 {
+        a.sync().unwrap();
+    }
+    let e = a.read(ValueId(0)).unwrap_err().to_string();
+    assert!(e.contains("worker `liar` said it answered a read it was given no doorbell for"), "{e}");
 }
 
 /// Finding 3 (replies): a worker answering a read with another type or length is caught by
@@ -538,11 +603,15 @@ fn sequence_numbers_do_not_wrap() {
         assert!(raw.poll(zmq::POLLIN, 5000).unwrap() > 0, "no answer");
         codec::decode(&raw.recv_bytes(0).unwrap(), 1 << 20).unwrap()
     };
-    assert!(matches!(exchange(Request::Hello { name: "raw".into(), wait_ms: 1000 }), Reply::Welcome { .. }));
+    assert!(matches!(
+        exchange(Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: None }),
+        Reply::Welcome { .. }
+    ));
     let batch = Request::Batch {
         first_seq: u64::MAX - 1,
         instrs: instrs("%a = ones f32[1]\n%b = ones f32[1]\n%c = ones f32[1]"),
         lines: Vec::new(),
+        then: None,
     };
     match exchange(batch) {
         Reply::Rejected { message } => assert!(message.contains("runs past sequence number 2^64"), "{message}"),
@@ -567,10 +636,10 @@ fn a_client_that_does_not_read_its_answers_is_bounded() {
         assert!(raw.poll(zmq::POLLIN, 5000).unwrap() > 0, "no answer");
         codec::decode(&socket::recv_frames(&raw, 0).unwrap()[0], 1 << 20).unwrap()
     };
-    send(Request::Hello { name: "raw".into(), wait_ms: 1000 });
+    send(Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: None });
     assert!(matches!(recv(), Reply::Welcome { .. }));
     // A 400 kB value, asked for ten times without reading in between.
-    send(Request::Batch { first_seq: 0, instrs: instrs("%a = ones f32[100000]"), lines: Vec::new() });
+    send(Request::Batch { first_seq: 0, instrs: instrs("%a = ones f32[100000]"), lines: Vec::new(), then: None });
     for seq in 1..=10 {
         send(Request::Get { seq, value: ValueId(0), read: 0 });
     }

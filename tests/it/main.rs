@@ -20,3 +20,8 @@ mod tensor_api;
 mod tidy;
 mod tools;
 mod training;
+
+/// What a fake worker answers every batch with: it ran, nothing failed, no bell rung.
+pub(crate) fn done(batch: u64) -> gt::transport::WorkerEvent {
+    gt::transport::WorkerEvent::Done { batch, failures: vec![], nanos: 0, timings: vec![], live_bytes: 0, rang: false }
+}

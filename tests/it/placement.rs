@@ -216,7 +216,16 @@ fn vanishing_worker(
     let send = |sock: &zmq::Socket, e: WorkerEvent| {
         sock.send(codec::encode(&Inbound::Worker(e), 1 << 20).unwrap(), 0).unwrap();
     };
-    send(&sock, WorkerEvent::Register { name: "vanishing".into(), backend: "cpu".into(), clock: 0, peer: address });
+    send(
+        &sock,
+        WorkerEvent::Register {
+            name: "vanishing".into(),
+            backend: "cpu".into(),
+            clock: 0,
+            peer: address,
+            process: gt::transport::doorbell::process_key(),
+        },
+    );
     std::thread::spawn(move || {
         while sock.poll(zmq::POLLIN, 10_000).unwrap_or(0) > 0 {
             let Ok(bytes) = sock.recv_bytes(0) else { return };
@@ -230,9 +239,7 @@ fn vanishing_worker(
                     drop(peer);
                     return;
                 }
-                Ok(WorkerCommand::Exec { batch, .. }) => {
-                    send(&sock, WorkerEvent::Done { batch, failures: vec![], nanos: 0, timings: vec![], live_bytes: 0 })
-                }
+                Ok(WorkerCommand::Exec { batch, .. }) => send(&sock, crate::done(batch)),
                 Ok(WorkerCommand::Shutdown) => return,
                 _ => {}
             }

@@ -12,8 +12,9 @@ use thiserror::Error;
 /// The protocol version this build speaks. Bump it on any change to [`crate::message`], and
 /// on any change to how workers talk to each other (`gt_runtime::collective`'s wire): workers
 /// of two builds then cannot register with one dispatcher, so they never meet in a collective.
-/// (16: an all_gather chunk starts with a head of its length and its pieces' length.)
-pub const PROTOCOL_VERSION: u16 = 16;
+/// (17: a client's `Hello` names its doorbell, a batch may carry a sync to ring it, `Done` says
+/// whether it rang; a client's batch may end with its sync point.)
+pub const PROTOCOL_VERSION: u16 = 17;
 
 /// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;
@@ -249,6 +250,7 @@ mod tests {
             first_seq: 7,
             instrs: vec![Instr::Zeros { dst: ValueId(3), ty: TensorType::f32(vec![2, 3]) }],
             lines: vec![4],
+            then: Some(crate::message::Then::Sync { seq: 8 }),
         };
         let bytes = encode(&msg, DEFAULT_MAX_MESSAGE_BYTES).unwrap();
         assert_eq!(&bytes[..4], &[b'G', b'T', 0, PROTOCOL_VERSION as u8]);
@@ -349,6 +351,7 @@ mod props {
                 first_seq: 1,
                 instrs: vec![gt_ir::Instr::Zeros { dst: gt_ir::ValueId(1), ty: gt_ir::TensorType::f32(vec![2, 3]) }],
                 lines: Vec::new(),
+                then: None,
             });
             let mut frame = encode(&msg, 1 << 20).unwrap();
             let n = frame.len();

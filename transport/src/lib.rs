@@ -1,7 +1,8 @@
 //! gt-transport: how gt's processes talk. Wire messages ([`message`]), the msgpack codec
 //! with a protocol version and a size limit ([`codec`]), endpoints (`inproc://` embedded,
 //! `ipc://` same host, `tcp://` remote; [`endpoint`]), ZeroMQ socket set-up ([`socket`]),
-//! the cluster key that authenticates and encrypts TCP ([`auth`]),
+//! the cluster key that authenticates and encrypts TCP ([`auth`]), the doorbells through which
+//! a worker answers an embedded client's sync directly ([`doorbell`]),
 //! the instruction-log event that the log file and the monitor socket carry ([`event`]), and
 //! the profile format that `GT_PROFILE` writes and `gt prof` reads ([`profile`]).
 //!
@@ -13,6 +14,7 @@
 
 pub mod auth;
 pub mod codec;
+pub mod doorbell;
 pub mod endpoint;
 pub mod event;
 pub mod loan;

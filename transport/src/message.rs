@@ -6,6 +6,7 @@
 //! client waits for is sent after the failures of the ops before it, so a client that
 //! reads replies in order sees an async op's failure before the answer of its next wait.
 
+pub use crate::doorbell::DoorbellKey;
 pub use gt_ir::FailureKind;
 use gt_ir::{Instr, TensorType, ValueId};
 use serde::{Deserialize, Serialize};
@@ -59,6 +60,9 @@ pub enum Request {
         name: String,
         /// How long to wait for a worker to register.
         wait_ms: u64,
+        /// The client's doorbell, when it runs in the dispatcher's process (`inproc://`): a
+        /// worker there may answer its syncs directly ([`crate::doorbell`]).
+        doorbell: Option<DoorbellKey>,
     },
     /// Instructions, in order, numbered `first_seq..first_seq + instrs.len()`. No reply
     /// unless one fails ([`Reply::Failed`] with its seq).
@@ -70,6 +74,9 @@ pub enum Request {
         /// The script line each instruction came from (1-based, 0: unknown), one per
         /// instruction, or empty when the client knows none (profiles report them).
         lines: Vec<u32>,
+        /// A sync point right after the instructions, in the same message: a wait costs one
+        /// message instead of two (answered as the request it stands for).
+        then: Option<Then>,
     },
     /// Sync point: a value's data. Answered by [`Reply::Data`] or [`Reply::Failed`].
     Get {
@@ -95,6 +102,45 @@ pub enum Request {
     },
     /// The client is leaving: free everything it holds. No reply.
     Bye,
+}
+
+/// The sync point a [`Request::Batch`] ends with: [`Request::Sync`] or [`Request::Get`],
+/// with the same fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Then {
+    /// As [`Request::Sync`].
+    Sync {
+        /// Its seq.
+        seq: u64,
+    },
+    /// As [`Request::Get`].
+    Get {
+        /// Its seq.
+        seq: u64,
+        /// The value.
+        value: ValueId,
+        /// The receipt of the last answer read.
+        read: u64,
+    },
+}
+
+impl Then {
+    /// The sync point a request is, if it is one.
+    pub fn of(request: &Request) -> Option<Then> {
+        match *request {
+            Request::Sync { seq } => Some(Then::Sync { seq }),
+            Request::Get { seq, value, read } => Some(Then::Get { seq, value, read }),
+            _ => None,
+        }
+    }
+
+    /// The request it stands for.
+    pub fn request(self) -> Request {
+        match self {
+            Then::Sync { seq } => Request::Sync { seq },
+            Then::Get { seq, value, read } => Request::Get { seq, value, read },
+        }
+    }
 }
 
 /// Dispatcher -> client.
@@ -178,6 +224,10 @@ pub enum WorkerCommand {
         /// (the collective at `instrs[index]`, renamed to this worker's buffers, names only
         /// its local results and operands); every other instruction runs locally.
         exchanges: Vec<Exchange>,
+        /// A client's sync that this batch completes, to be answered by ringing the client's
+        /// doorbell when the worker is in its process and none of its instructions failed
+        /// here since its last such sync ([`WorkerEvent::Done`]'s `rang`).
+        doorbell: Option<SyncBell>,
     },
     /// The client left: skip its instructions still queued here (except frees). Sent to
     /// the worker holding its values, ahead of the frees of those values.
@@ -185,12 +235,16 @@ pub enum WorkerCommand {
         /// The client's number (never reused).
         client: u64,
     },
-    /// A value's data; answered by [`WorkerEvent::Data`] or [`WorkerEvent::Failed`].
+    /// A value's data; answered by [`WorkerEvent::Data`] or [`WorkerEvent::Failed`], or by
+    /// [`WorkerEvent::Rung`] when the worker gave the data to the client's doorbell.
     Get {
         /// The dispatcher's tag for the answer.
         tag: u64,
         /// The buffer.
         value: ValueId,
+        /// The client's read, to be answered through its doorbell when the worker is in its
+        /// process and none of its instructions failed here since its last such answer.
+        doorbell: Option<SyncBell>,
     },
     /// Statistics; answered by [`WorkerEvent::Stats`].
     Stats {
@@ -217,6 +271,9 @@ pub enum WorkerEvent {
         clock: u64,
         /// The address its peers reach it at for collectives (its peer socket).
         peer: String,
+        /// Its process's key ([`crate::doorbell::process_key`]): a worker in the
+        /// dispatcher's own process may answer clients' waits through their doorbells.
+        process: DoorbellKey,
     },
     /// The answer to [`WorkerCommand::Ping`] and [`WorkerCommand::Welcome`].
     Pong {
@@ -235,10 +292,21 @@ pub enum WorkerEvent {
         timings: Vec<Timing>,
         /// The bytes its values hold after the batch.
         live_bytes: u64,
+        /// The batch's doorbell was rung: its client has its sync's answer, the dispatcher
+        /// sends none.
+        rang: bool,
     },
     /// The answer to [`WorkerCommand::Get`]: the value's type, its data in the next frame
     /// (as [`Reply::Data`]).
     Data {
+        /// The tag.
+        tag: u64,
+        /// The value's type.
+        ty: TensorType,
+    },
+    /// The answer to [`WorkerCommand::Get`] went to the client through its doorbell: the
+    /// value's type (its data went with it).
+    Rung {
         /// The tag.
         tag: u64,
         /// The value's type.
@@ -258,6 +326,20 @@ pub enum WorkerEvent {
         /// The statistics.
         stats: WorkerStats,
     },
+}
+
+/// The sync point (a batch's sync, or a read) for a worker to answer by the client's
+/// doorbell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncBell {
+    /// The client's doorbell.
+    pub key: DoorbellKey,
+    /// The client's number (whose failures on the worker keep it from ringing).
+    pub client: u64,
+    /// The sync point's seq.
+    pub seq: u64,
+    /// For a read, the receipt its answer carries ([`Reply::Data`]'s); 0 for a sync.
+    pub receipt: u64,
 }
 
 /// A worker's part of a collective across workers: which instruction of the batch it is,

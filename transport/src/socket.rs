@@ -101,6 +101,54 @@ pub fn recv_waiting(
     }
 }
 
+/// What [`recv_waiting_or_rung`] ended with.
+pub enum Waited {
+    /// A whole message.
+    Frames(Vec<zmq::Message>),
+    /// The doorbell rang for the sync waited for.
+    Rung,
+    /// Nothing came in time.
+    TimedOut,
+}
+
+/// [`recv_waiting`] for a sync whose answer may also come by `bell` (rung by a worker in
+/// this process, [`crate::doorbell`]): while spinning, the bell is watched too; before
+/// sleeping on the socket the bell is declined, so from then on only the socket answers.
+pub fn recv_waiting_or_rung(
+    sock: &Socket,
+    (bell, seq): (&crate::doorbell::Doorbell, u64),
+    spin: std::time::Duration,
+    timeout_ms: i64,
+) -> zmq::Result<Waited> {
+    let spun = spin_first(
+        spin,
+        |spin| {
+            let start = std::time::Instant::now();
+            loop {
+                if bell.rung(seq) {
+                    return Ok(Some(Waited::Rung));
+                }
+                match recv_frames(sock, zmq::DONTWAIT) {
+                    Err(zmq::Error::EAGAIN) if start.elapsed() < spin => std::thread::yield_now(),
+                    Err(zmq::Error::EAGAIN) => return Ok(None),
+                    got => return got.map(|f| Some(Waited::Frames(f))),
+                }
+            }
+        },
+        |got| matches!(got, Ok(Some(_))),
+    );
+    if let Some(got) = spun {
+        return got.map(|w| w.expect("a hit holds a message or the ring"));
+    }
+    if bell.decline(seq) {
+        return Ok(Waited::Rung);
+    }
+    match recv_waiting(sock, std::time::Duration::ZERO, timeout_ms)? {
+        Some(frames) => Ok(Waited::Frames(frames)),
+        None => Ok(Waited::TimedOut),
+    }
+}
+
 /// The spinning part of a wait: runs `spin_wait(spin)` when this thread may spin now, and
 /// returns what it got when that ends the wait (`hit`, or an error); `None`: sleep instead.
 fn spin_first<T>(

@@ -36,8 +36,8 @@ use gt_ir::{CollectiveOp, Instr, TensorType, TypeError, ValueId};
 use gt_passes::pipeline::FIRST_PASS_ID;
 use gt_passes::{Pipeline, Typing};
 use gt_transport::message::{
-    Exchange, Failure, FailureKind, PassStats, Reply, Request, Timing, WorkerCommand, WorkerEvent, WorkerInfo,
-    WorkerStats,
+    DoorbellKey, Exchange, Failure, FailureKind, PassStats, Reply, Request, SyncBell, Timing, WorkerCommand,
+    WorkerEvent, WorkerInfo, WorkerStats,
 };
 use gt_transport::{codec, socket, zmq, ClusterKey, CodecError, EventKind, Inbound};
 use log::EventLog;
@@ -130,6 +130,11 @@ struct ClientState {
     unread: VecDeque<Unread>,
     /// Their bytes.
     unread_bytes: u64,
+    /// Its doorbell, when it runs in this process: a worker there may answer its syncs.
+    doorbell: Option<DoorbellKey>,
+    /// A `Failed` or `Rejected` went to it since the last answer it waited for, so it may
+    /// not have read it yet: its next sync is answered from here, after it (never by a bell).
+    unread_failures: bool,
 }
 
 /// What an answer of `data` bytes counts against `GT_CLIENT_UNREAD_BYTES`: at least 1 KiB,
@@ -162,6 +167,9 @@ struct PendingGet {
     barrier: Option<u64>,
     /// The answer, held until the barrier is done.
     held: Option<Held>,
+    /// The worker was given the client's doorbell for it (`WorkerCommand::Get`'s): it may
+    /// answer [`WorkerEvent::Rung`].
+    rings: bool,
 }
 
 /// A read's answer waiting for its barrier.
@@ -213,6 +221,7 @@ struct PendingStats {
 struct PendingHello {
     identity: Vec<u8>,
     name: String,
+    doorbell: Option<DoorbellKey>,
     deadline: Instant,
     wait_ms: u64,
 }
@@ -455,7 +464,7 @@ impl Dispatcher {
             Ok(Inbound::Worker(WorkerEvent::Data { .. })) => {
                 self.bad_message(&identity, len, "a Data message with more than one data frame".into())
             }
-            Ok(Inbound::Client(Request::Batch { first_seq, mut instrs, lines })) => {
+            Ok(Inbound::Client(Request::Batch { first_seq, mut instrs, lines, then })) => {
                 // Its large literals' data, each in a frame of its own and none over the limit
                 // (the socket lets a frame of up to twice it through).
                 if let Some(size) = data.iter().map(|d| d.len()).find(|&size| size > max) {
@@ -463,7 +472,7 @@ impl Dispatcher {
                     return self.bad_message(&identity, len, format!("a literal's data frame: {why}"));
                 }
                 match codec::attach_literals(&mut instrs, data) {
-                    Ok(()) => self.on_request(identity, Request::Batch { first_seq, instrs, lines }, len),
+                    Ok(()) => self.on_request(identity, Request::Batch { first_seq, instrs, lines, then }, len),
                     Err(e) => self.bad_message(&identity, len, e.to_string()),
                 }
             }
@@ -501,6 +510,9 @@ impl Dispatcher {
         tracing::warn!(target: "gt::dispatcher", "rejected a message from {source}: {why}");
         self.log.emit(EventKind::Error, source, "Rejected", bytes, why.clone());
         if !self.worker_ids.contains_key(identity) {
+            if let Some(client) = self.client_ids.get(identity).and_then(|c| self.clients.get_mut(c)) {
+                client.unread_failures = true;
+            }
             self.send_reply_to(identity, &Reply::Rejected { message: why });
         }
     }
@@ -518,14 +530,14 @@ impl Dispatcher {
     // ---- clients -----------------------------------------------------------------------
 
     fn on_request(&mut self, identity: Vec<u8>, req: Request, bytes: usize) {
-        if let Request::Hello { name, wait_ms } = req {
+        if let Request::Hello { name, wait_ms, doorbell } = req {
             if let Some(&c) = self.client_ids.get(&identity) {
                 self.welcome_again(c);
             } else if self.enough_workers() {
-                self.welcome(identity, name, bytes);
+                self.welcome(identity, (name, doorbell), bytes);
             } else {
                 let deadline = Instant::now() + Duration::from_millis(wait_ms);
-                self.hellos.push(PendingHello { identity, name, deadline, wait_ms });
+                self.hellos.push(PendingHello { identity, name, doorbell, deadline, wait_ms });
             }
             return;
         }
@@ -535,7 +547,7 @@ impl Dispatcher {
         };
         match req {
             Request::Hello { .. } => unreachable!("handled above"),
-            Request::Batch { first_seq, instrs, lines } => {
+            Request::Batch { first_seq, instrs, lines, then } => {
                 tracing::debug!(target: "gt::dispatcher", "client {c}: batch #{first_seq} of {} instructions", instrs.len());
                 // Sequence numbers never wrap: a batch that would pass 2^64 is refused whole.
                 if first_seq.checked_add(instrs.len() as u64).is_none() {
@@ -556,6 +568,10 @@ impl Dispatcher {
                     }
                 } else {
                     self.on_instrs(c, first_seq, instrs);
+                }
+                // Its sync point, as if it had come alone right after.
+                if let Some(then) = then {
+                    self.on_request(identity, then.request(), 0);
                 }
             }
             Request::Get { seq, value, read } => {
@@ -637,7 +653,7 @@ impl Dispatcher {
         }
     }
 
-    fn welcome(&mut self, identity: Vec<u8>, name: String, bytes: usize) {
+    fn welcome(&mut self, identity: Vec<u8>, (name, doorbell): (String, Option<DoorbellKey>), bytes: usize) {
         let c = self.next_client;
         self.next_client += 1;
         let mut pipeline = (self.config.pipeline)(c);
@@ -648,6 +664,8 @@ impl Dispatcher {
             pipeline,
             unread: VecDeque::new(),
             unread_bytes: 0,
+            doorbell,
+            unread_failures: false,
         };
         self.clients.insert(c, client);
         self.client_ids.insert(identity, c);
@@ -1170,18 +1188,27 @@ impl Dispatcher {
             .filter(|&o| o != w && self.workers[o].alive)
             .filter(|&o| !self.workers[o].inflight.is_empty() || !self.workers[o].pending.instrs.is_empty())
             .collect();
+        // As a sync's: the worker may answer by the client's doorbell, with the receipt its
+        // answer would carry (the read's entry, made when it was taken).
+        let receipt = client.unread.iter().find(|u| u.seq == seq).map(|u| u.receipt);
+        let bell = match (client.doorbell, client.namespace.workers(), receipt) {
+            (Some(key), [only], Some(receipt))
+                if *only == w && self.workers[w].local && !client.unread_failures && !self.timing() =>
+            {
+                Some(SyncBell { key, client: c, seq, receipt })
+            }
+            _ => None,
+        };
         self.flush_worker(w, None);
         let tag = self.next_tag;
         self.next_tag += 1;
         let barrier = (!others.is_empty()).then(|| self.new_wait(c, seq, others.len(), WaitFor::Get(tag)));
-        self.gets.insert(
-            tag,
-            PendingGet { client: c, seq, worker: w, sent: self.log.now(), ty, value, barrier, held: None },
-        );
+        let (sent, rings) = (self.log.now(), bell.is_some());
+        self.gets.insert(tag, PendingGet { client: c, seq, worker: w, sent, ty, value, barrier, held: None, rings });
         for o in others {
             self.flush_worker(o, barrier);
         }
-        if let Some(size) = self.send_worker(w, &WorkerCommand::Get { tag, value: buf.into() }) {
+        if let Some(size) = self.send_worker(w, &WorkerCommand::Get { tag, value: buf.into(), doorbell: bell }) {
             self.log_worker(EventKind::WorkerSend, w, "Get", size, || format!("tag={tag} {buf}"));
         }
     }
@@ -1197,10 +1224,18 @@ impl Dispatcher {
         if workers.is_empty() {
             return self.send_reply(c, &Reply::Synced { seq });
         }
+        // All its work on one worker, nothing unread, nobody timing: the worker may answer by
+        // the client's doorbell, if it is in the client's process (one hop instead of two).
+        let bell = match (client.doorbell, workers.as_slice()) {
+            (Some(key), [w]) if self.workers[*w].local && !client.unread_failures && !self.timing() => {
+                Some(SyncBell { key, client: c, seq, receipt: 0 })
+            }
+            _ => None,
+        };
         // Answered once every worker the client sent work to has run it all.
         let wait = self.new_wait(c, seq, workers.len(), WaitFor::Sync);
         for w in workers {
-            self.flush_worker(w, Some(wait));
+            self.flush_worker_ringing(w, Some(wait), bell);
         }
     }
 
@@ -1209,6 +1244,17 @@ impl Dispatcher {
         self.next_tag += 1;
         self.waits.insert(token, Wait { client, seq, left, what });
         token
+    }
+
+    /// A sync's batch is done and its worker rang the client's doorbell: the client has its
+    /// answer, so the wait ends without one.
+    fn wait_rung(&mut self, token: u64) {
+        if self.waits.get(&token).is_some_and(|w| w.left <= 1 && matches!(w.what, WaitFor::Sync)) {
+            self.waits.remove(&token);
+        } else {
+            // (Only a sync on one worker is rung; anything else is answered as usual.)
+            self.wait_done(token, None);
+        }
     }
 
     /// A batch that `token` waits for is done (or, with `lost`, will never be).
@@ -1364,7 +1410,7 @@ impl Dispatcher {
     // ---- workers -----------------------------------------------------------------------
 
     fn on_worker_event(&mut self, identity: Vec<u8>, event: WorkerEvent, bytes: usize) {
-        if let WorkerEvent::Register { name, backend, clock, peer } = event {
+        if let WorkerEvent::Register { name, backend, clock, peer, process } = event {
             if self.worker_ids.contains_key(&identity) || self.client_ids.contains_key(&identity) {
                 return self.bad_message(&identity, bytes, "registered twice".into());
             }
@@ -1373,7 +1419,9 @@ impl Dispatcher {
             if let Some(p) = &mut self.profile {
                 p.worker_joined(w, &name, &backend);
             }
-            self.workers.push(Worker::new(identity.clone(), (name.clone(), backend.clone(), peer), clock));
+            let mut worker = Worker::new(identity.clone(), (name.clone(), backend.clone(), peer), clock);
+            worker.local = process == gt_transport::doorbell::process_key();
+            self.workers.push(worker);
             self.worker_ids.insert(identity, w);
             let n = self.workers.len();
             for client in self.clients.values_mut() {
@@ -1400,8 +1448,8 @@ impl Dispatcher {
         };
         match event {
             WorkerEvent::Register { .. } => unreachable!("handled above"),
-            WorkerEvent::Done { batch, failures, nanos, timings, live_bytes } => {
-                self.on_done(&identity, w, bytes, (batch, nanos), failures, (timings, live_bytes))
+            WorkerEvent::Done { batch, failures, nanos, timings, live_bytes, rang } => {
+                self.on_done(&identity, w, bytes, (batch, nanos, rang), failures, (timings, live_bytes))
             }
             WorkerEvent::Pong { clock } => {
                 let now = self.log.now();
@@ -1411,6 +1459,7 @@ impl Dispatcher {
             WorkerEvent::Data { .. } => {
                 self.bad_message(&identity, bytes, "a Data message without its data frame".into())
             }
+            WorkerEvent::Rung { tag, ty } => self.on_worker_rung(w, (tag, ty), bytes),
             WorkerEvent::Failed { tag, failure } => {
                 self.log_worker(EventKind::WorkerRecv, w, "Failed", bytes, || format!("tag={tag} {failure}"));
                 if let Some(g) = self.take_get(tag, w) {
@@ -1432,7 +1481,7 @@ impl Dispatcher {
         identity: &[u8],
         w: usize,
         bytes: usize,
-        (batch, nanos): (u64, u64),
+        (batch, nanos, rang): (u64, u64, bool),
         failures: Vec<(u32, Failure)>,
         (timings, live_bytes): (Vec<Timing>, u64),
     ) {
@@ -1468,8 +1517,11 @@ impl Dispatcher {
         for (_, id) in std::mem::take(&mut record.exchanges) {
             self.exchange_part_done(id);
         }
-        if let Some(token) = record.wait {
-            self.wait_done(token, None);
+        match record.wait {
+            // A worker that says it rang a bell it was not given is answered as usual.
+            Some(token) if rang && record.rings => self.wait_rung(token),
+            Some(token) => self.wait_done(token, None),
+            None => {}
         }
     }
 
@@ -1609,9 +1661,35 @@ impl Dispatcher {
         self.answer_get(g, Held::Data(ty, data));
     }
 
+    /// A worker answered read `tag` through the client's doorbell: the client has its data
+    /// (and its receipt, whose entry stays until the client acknowledges it, as for an
+    /// answer by the socket). One it was not given a bell for is failed, as is a type other
+    /// than the value's (the client checks the data's length against the type it got).
+    fn on_worker_rung(&mut self, w: usize, (tag, ty): (u64, TensorType), bytes: usize) {
+        self.log_worker(EventKind::WorkerRecv, w, "Rung", bytes, || format!("tag={tag} {ty}"));
+        let Some(g) = self.take_get(tag, w) else { return };
+        let why = if !g.rings {
+            format!("get: worker `{}` said it answered a read it was given no doorbell for", self.workers[w].name)
+        } else if ty != g.ty {
+            format!("get: worker `{}` answered {ty} for a {} value", self.workers[w].name, g.ty)
+        } else {
+            if let Some(client) = self.clients.get_mut(&g.client) {
+                // An answer the client waited for: it reads everything sent before it first.
+                client.unread_failures = false;
+            }
+            return;
+        };
+        self.log_worker(EventKind::Error, w, "Rung", bytes, || why.clone());
+        self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure: Failure::new(FailureKind::WorkerLost, why) });
+        self.worker_lost(w);
+    }
+
     /// Answers a read: the type, then the worker's data frame as it came (no copy).
     fn send_data_reply(&mut self, c: u64, seq: u64, ty: TensorType, data: zmq::Message) {
-        let Some(client) = self.clients.get(&c) else { return };
+        let Some(client) = self.clients.get_mut(&c) else { return };
+        // An answer the client waits for: it reads everything sent before it first (a
+        // failure sent instead marks it again).
+        client.unread_failures = false;
         let identity = client.identity.clone();
         if data.len() > self.config.max_message_bytes {
             let why = format!(
@@ -1681,6 +1759,12 @@ impl Dispatcher {
     /// Sends a worker its queued instructions (and, for a wait, an empty batch whose `Done`
     /// counts towards it).
     fn flush_worker(&mut self, w: usize, wait: Option<u64>) {
+        self.flush_worker_ringing(w, wait, None)
+    }
+
+    /// [`Dispatcher::flush_worker`] for a sync the worker may answer by the client's
+    /// doorbell (`bell`).
+    fn flush_worker_ringing(&mut self, w: usize, wait: Option<u64>, bell: Option<SyncBell>) {
         let worker = &mut self.workers[w];
         if worker.pending.instrs.is_empty() && wait.is_none() {
             return;
@@ -1722,7 +1806,7 @@ impl Dispatcher {
         let mut instrs = instrs;
         let literals = codec::detach_literals(&mut instrs);
         let framed: usize = literals.iter().map(Elements::size_bytes).sum();
-        let cmd = WorkerCommand::Exec { batch: number, instrs, owners, timed, exchanges };
+        let cmd = WorkerCommand::Exec { batch: number, instrs, owners, timed, exchanges, doorbell: bell };
         let bytes = match codec::encode_sized(&cmd, self.config.max_message_bytes, data.saturating_sub(framed)) {
             Ok(b) => b,
             Err(e) => {
@@ -1749,7 +1833,17 @@ impl Dispatcher {
         self.charge(&charges, true);
         // Stamped before sending: the worker may start on it before the send returns.
         let sent = self.log.now();
-        self.workers[w].inflight.push_back(Batch { number, origins, charges, wait, exchanges: parts, notes, sent });
+        let rings = bell.is_some();
+        self.workers[w].inflight.push_back(Batch {
+            number,
+            origins,
+            charges,
+            wait,
+            rings,
+            exchanges: parts,
+            notes,
+            sent,
+        });
         if self.send_worker_bytes(w, bytes, literals) {
             if let Some(details) = details {
                 let source = format!("WORKER {}", self.workers[w].name);
@@ -1917,7 +2011,13 @@ impl Dispatcher {
         if let Reply::Failed { seq, .. } = reply {
             self.read_failed(c, *seq);
         }
-        let Some(client) = self.clients.get(&c) else { return };
+        let Some(client) = self.clients.get_mut(&c) else { return };
+        match reply {
+            Reply::Failed { .. } | Reply::Rejected { .. } => client.unread_failures = true,
+            // An answer the client waited for: it reads everything sent before it first.
+            Reply::Synced { .. } | Reply::Stats { .. } | Reply::Data { .. } => client.unread_failures = false,
+            Reply::Welcome { .. } | Reply::Ping => {}
+        }
         let identity = client.identity.clone();
         let bytes = match codec::encode(reply, self.config.max_message_bytes) {
             Ok(b) => b,
@@ -1954,7 +2054,7 @@ impl Dispatcher {
             let any = self.workers.iter().any(|w| w.alive);
             for h in std::mem::take(&mut self.hellos) {
                 if enough || (any && now >= h.deadline) {
-                    self.welcome(h.identity, h.name, 0);
+                    self.welcome(h.identity, (h.name, h.doorbell), 0);
                 } else if now >= h.deadline {
                     let message = format!(
                         "no worker registered with the dispatcher within {} ms (start one with `gt worker`)",

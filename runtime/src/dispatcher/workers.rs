@@ -19,6 +19,9 @@ pub(super) struct Batch {
     pub charges: HashMap<u64, Charge>,
     /// A wait (a `Sync`, or a read's barrier) that this batch being done counts towards.
     pub wait: Option<u64>,
+    /// It carries the client's doorbell for that sync (`WorkerCommand::Exec`'s `doorbell`):
+    /// a `Done` that says it rang ends the wait without an answer.
+    pub rings: bool,
     /// Its parts of collectives across workers: (index in the batch, collective id).
     pub exchanges: Vec<(u32, u64)>,
     /// For a timed batch (someone reads the log), what its EXEC events say of each
@@ -63,6 +66,9 @@ pub(super) struct Worker {
     /// Where its peers reach it for collectives (its `Register`).
     pub peer: String,
     pub alive: bool,
+    /// It runs in the dispatcher's process (its `Register` named this process's key): it
+    /// may answer clients' waits through their doorbells.
+    pub local: bool,
     /// What goes in its next batch.
     pub pending: Queued,
     pub inflight: VecDeque<Batch>,
@@ -83,6 +89,7 @@ impl Worker {
             backend,
             peer,
             alive: true,
+            local: false,
             pending: Queued::default(),
             inflight: VecDeque::new(),
             next_batch: 1,
