@@ -418,9 +418,14 @@ impl Client {
 
     /// Reads replies already here without waiting (failures of earlier instructions).
     fn drain(&mut self) -> Result<(), ClientError> {
+        self.drain_before(u64::MAX)
+    }
+
+    /// [`Client::drain`] while waiting for `seq` (whose own answer, if one came, is dropped).
+    fn drain_before(&mut self, seq: u64) -> Result<(), ClientError> {
         while socket::retry(|| self.socket.poll(zmq::POLLIN, 0))? > 0 {
             let reply = self.recv()?;
-            self.absorb(reply, u64::MAX)?;
+            self.absorb(reply, seq)?;
         }
         Ok(())
     }
@@ -490,7 +495,12 @@ impl Client {
             } else if let Some(bell) = &bell {
                 match socket::recv_waiting_or_rung(&self.socket, (bell, seq), self.options.spin, 1000)? {
                     Waited::Frames(frames) => Some(frames),
-                    Waited::Rung => break self.rung(&request, bell),
+                    Waited::Rung => {
+                        // What the dispatcher sent before it handed the wait over (the failures
+                        // of earlier instructions) is on the socket now: read first.
+                        self.drain_before(seq)?;
+                        break self.rung(&request, bell);
+                    }
                     Waited::TimedOut => None,
                 }
             } else {
@@ -512,6 +522,13 @@ impl Client {
                 }
             }
         };
+        // Answered by the socket: the bell can no longer ring for this wait (a stale answer
+        // in it would only be dropped).
+        if let Some(bell) = &bell {
+            if bell.decline(seq) {
+                let _ = bell.take_answer(seq);
+            }
+        }
         let earlier = self.take_error();
         // Everything up to `seq` has run: its origins are no longer needed.
         while self.origins_base <= seq && !self.origins.is_empty() {

@@ -395,6 +395,9 @@ pub fn run_worker(
     // Clients with an instruction failed here since their last sync by doorbell: their next
     // one is answered by the dispatcher, which reports the failure first.
     let mut failed: HashSet<u64> = HashSet::new();
+    // A batch's `Done` held while the read right behind it rings the client's doorbell.
+    let mut held_done: Option<WorkerEvent> = None;
+    let release = |held: &mut Option<WorkerEvent>| held.take().map_or(Ok(()), |done| send(&done));
     let take =
         |command: WorkerCommand, queue: &mut VecDeque<WorkerCommand>, (dropped, failed): Clients<'_>| match command {
             WorkerCommand::DropClient { client } => {
@@ -434,6 +437,9 @@ pub fn run_worker(
             }
         }
         let Some(cmd) = queue.pop_front() else { continue };
+        if !matches!(cmd, WorkerCommand::Get { .. }) {
+            release(&mut held_done)?;
+        }
         match cmd {
             WorkerCommand::Welcome { worker } => {
                 tracing::info!(target: "gt::worker", "{} registered as worker {worker} at {endpoint}", options.name);
@@ -454,27 +460,38 @@ pub fn run_worker(
                 let rang =
                     doorbell.is_some_and(|b| may_ring(&b, &mut failed) && gt_transport::doorbell::ring(b.key, b.seq));
                 let (timings, live_bytes) = (timings.unwrap_or_default(), backend.live_bytes() as u64);
-                send(&WorkerEvent::Done { batch, failures, nanos, timings, live_bytes, rang })?;
+                let done = WorkerEvent::Done { batch, failures, nanos, timings, live_bytes, rang };
+                // A read waiting right behind, which a doorbell may answer (`x.item()` after
+                // its op): its ring goes first, then this, then the read's own event.
+                match queue.front() {
+                    Some(WorkerCommand::Get { doorbell: Some(_), .. }) => held_done = Some(done),
+                    _ => send(&done)?,
+                }
             }
             WorkerCommand::DropClient { .. } => {}
             WorkerCommand::Get { tag, value, doorbell } => {
                 stats.reads += 1;
-                match backend.read(value) {
-                    Ok(HostTensor { ty, data }) => {
-                        // Through the client's doorbell when it may (the data moves, no copy),
-                        // else by the dispatcher.
-                        match doorbell.filter(|b| may_ring(b, &mut failed)) {
-                            Some(b) => {
-                                let answer = Answer { ty: ty.clone(), data, receipt: b.receipt };
-                                match gt_transport::doorbell::ring_with(b.key, b.seq, answer) {
-                                    Ok(()) => send(&WorkerEvent::Rung { tag, ty })?,
-                                    Err(Answer { ty, data, .. }) => send_data(tag, HostTensor { ty, data })?,
-                                }
+                // Through the client's doorbell when it may (the data moves, no copy), else
+                // by the dispatcher.
+                let answer = match backend.read(value) {
+                    Ok(HostTensor { ty, data }) => match doorbell.filter(|b| may_ring(b, &mut failed)) {
+                        Some(b) => {
+                            let answer = Answer { ty: ty.clone(), data, receipt: b.receipt };
+                            match gt_transport::doorbell::ring_with(b.key, b.seq, answer) {
+                                Ok(()) => ReadAnswer::Rung(ty),
+                                Err(Answer { ty, data, .. }) => ReadAnswer::Data(HostTensor { ty, data }),
                             }
-                            None => send_data(tag, HostTensor { ty, data })?,
                         }
-                    }
-                    Err(e) => send(&WorkerEvent::Failed { tag, failure: Failure::new(e.kind(), e.to_string()) })?,
+                        None => ReadAnswer::Data(HostTensor { ty, data }),
+                    },
+                    Err(e) => ReadAnswer::Failed(Failure::new(e.kind(), e.to_string())),
+                };
+                // The batch held for this read goes first.
+                release(&mut held_done)?;
+                match answer {
+                    ReadAnswer::Data(data) => send_data(tag, data)?,
+                    ReadAnswer::Rung(ty) => send(&WorkerEvent::Rung { tag, ty })?,
+                    ReadAnswer::Failed(failure) => send(&WorkerEvent::Failed { tag, failure })?,
                 }
             }
             WorkerCommand::Stats { tag } => {
@@ -485,6 +502,14 @@ pub fn run_worker(
             WorkerCommand::Shutdown => return Ok(()),
         }
     }
+}
+
+/// How a read was answered: its data to send, through the client's doorbell (its type to
+/// report), or not at all.
+enum ReadAnswer {
+    Data(HostTensor),
+    Rung(gt_ir::TensorType),
+    Failed(Failure),
 }
 
 /// The clients that left, and those with a failure since their last sync by doorbell.

@@ -319,9 +319,24 @@ fn a_sync_is_answered_once_by_the_doorbell_or_by_the_dispatcher() {
     };
     let send =
         |raw: &zmq::Socket, req: Request| raw.send(codec::encode(&Inbound::Client(req), 1 << 20).unwrap(), 0).unwrap();
+    // (Liveness pings, which come every second, are not answers.)
     let recv = |raw: &zmq::Socket| -> Reply {
-        assert!(raw.poll(zmq::POLLIN, 5000).unwrap() > 0, "no answer");
-        codec::decode(&socket::recv_frames(raw, 0).unwrap()[0], 1 << 20).unwrap()
+        loop {
+            assert!(raw.poll(zmq::POLLIN, 5000).unwrap() > 0, "no answer");
+            match codec::decode(&socket::recv_frames(raw, 0).unwrap()[0], 1 << 20).unwrap() {
+                Reply::Ping => continue,
+                reply => return reply,
+            }
+        }
+    };
+    let quiet = |raw: &zmq::Socket, ms: i64| loop {
+        if raw.poll(zmq::POLLIN, ms).unwrap() == 0 {
+            return true;
+        }
+        match codec::decode(&socket::recv_frames(raw, 0).unwrap()[0], 1 << 20).unwrap() {
+            Reply::Ping => continue,
+            reply => panic!("an answer the client did not ask for: {reply:?}"),
+        }
     };
     let rung = |bell: &Doorbell, seq: u64| {
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -380,7 +395,7 @@ fn a_sync_is_answered_once_by_the_doorbell_or_by_the_dispatcher() {
     assert!(matches!(recv(&other), Reply::Welcome { .. }));
     send(&other, batch(0, vec![full(0, vec![1], 1.0)], Some(Then::Sync { seq: 1 })));
     assert_eq!(recv(&other), Reply::Synced { seq: 1 });
-    assert_eq!(raw.poll(zmq::POLLIN, 0).unwrap(), 0, "an answer the client did not ask for: {:?}", recv(&raw));
+    assert!(quiet(&raw, 0));
 }
 
 /// The Rust client on an embedded cluster, syncing and reading by its doorbell or not,
@@ -407,5 +422,94 @@ fn syncs_report_failures_with_and_without_the_doorbell() {
             }
         }
         assert_eq!(client.read(ValueId(1)).unwrap().data.to_f64(), vec![4.0; 4]);
+    }
+}
+
+/// A worker of this process that rings a client's doorbell and vanishes before it says so:
+/// the dispatcher, failing the lost worker's waits, finds the bell rung and sends nothing for
+/// that sync (its client has its answer), while the instruction whose value was lost is
+/// reported; a sync it never rang is failed, and its bell can no longer ring.
+#[test]
+fn a_worker_lost_after_it_rang_does_not_answer_the_wait_twice() {
+    use gt::transport::doorbell::{self, Doorbell};
+    use gt::transport::message::{FailureKind, Reply, Request, Then, WorkerCommand, WorkerEvent};
+    use gt::transport::{codec, socket, zmq, Inbound};
+    let c = cluster(0);
+    // The worker: registers as one of this process, rings the first sync's bell and goes.
+    let sock = c.context().socket(zmq::DEALER).unwrap();
+    sock.set_linger(0).unwrap();
+    sock.connect(&c.endpoint().zmq_address()).unwrap();
+    let register = WorkerEvent::Register {
+        name: "ringer".into(),
+        backend: "cpu".into(),
+        clock: 0,
+        peer: String::new(),
+        process: doorbell::process_key(),
+    };
+    sock.send(codec::encode(&Inbound::Worker(register), 1 << 20).unwrap(), 0).unwrap();
+    let worker = std::thread::spawn(move || {
+        while sock.poll(zmq::POLLIN, 5000).unwrap() > 0 {
+            let bytes = sock.recv_bytes(0).unwrap();
+            match codec::decode::<WorkerCommand>(&bytes, 1 << 30) {
+                Ok(WorkerCommand::Exec { doorbell: Some(bell), .. }) => {
+                    assert!(doorbell::ring(bell.key, bell.seq), "the client waits for sync #{}", bell.seq);
+                    return bell.seq;
+                }
+                Ok(WorkerCommand::Welcome { .. } | WorkerCommand::Ping) => {
+                    let pong = Inbound::Worker(WorkerEvent::Pong { clock: 1 });
+                    sock.send(codec::encode(&pong, 1 << 20).unwrap(), 0).unwrap();
+                }
+                _ => {}
+            }
+        }
+        panic!("no sync with a doorbell came");
+    });
+    let bell = Doorbell::register();
+    let raw = c.context().socket(zmq::DEALER).unwrap();
+    raw.connect(&c.endpoint().zmq_address()).unwrap();
+    let send = |req: Request| raw.send(codec::encode(&Inbound::Client(req), 1 << 20).unwrap(), 0).unwrap();
+    // (Liveness pings, which come every second, are not answers.)
+    let recv = || -> Reply {
+        loop {
+            assert!(raw.poll(zmq::POLLIN, 5000).unwrap() > 0, "no answer");
+            match codec::decode(&socket::recv_frames(&raw, 0).unwrap()[0], 1 << 20).unwrap() {
+                Reply::Ping => continue,
+                reply => return reply,
+            }
+        }
+    };
+    send(Request::Hello { name: "raw".into(), wait_ms: 5000, doorbell: Some(bell.key()) });
+    assert!(matches!(recv(), Reply::Welcome { .. }));
+    bell.arm(1);
+    send(Request::Batch {
+        first_seq: 0,
+        instrs: vec![full(0, vec![2], 1.0)],
+        lines: vec![],
+        then: Some(Then::Sync { seq: 1 }),
+    });
+    assert_eq!(worker.join().unwrap(), 1);
+    assert!(bell.rung(1));
+    // The loss: the instruction's value is gone (reported), the rung sync is not answered.
+    match recv() {
+        Reply::Failed { seq: 0, failure } => assert_eq!(failure.kind, FailureKind::WorkerLost, "{failure:?}"),
+        other => panic!("expected the lost instruction's failure, got {other:?}"),
+    }
+    // The next sync fails by the socket (the worker is gone), and only it.
+    bell.arm(2);
+    send(Request::Sync { seq: 2 });
+    match recv() {
+        Reply::Failed { seq: 2, .. } => {}
+        other => panic!("expected sync #2 to fail, got {other:?}"),
+    }
+    assert!(!bell.rung(2));
+    // Nothing more (a second answer of sync #1 would come here).
+    loop {
+        if raw.poll(zmq::POLLIN, 300).unwrap() == 0 {
+            break;
+        }
+        match codec::decode(&socket::recv_frames(&raw, 0).unwrap()[0], 1 << 20).unwrap() {
+            Reply::Ping => {}
+            other => panic!("a second answer: {other:?}"),
+        }
     }
 }

@@ -7,12 +7,17 @@
 //! the wait with the key (`WorkerCommand::Exec`'s or `Get`'s `doorbell`). The worker, once
 //! the batch ran (or the value was read) without a failure of the client's, rings the bell
 //! ([`ring`]; a read's data goes with it, moved, not copied: [`ring_with`]) and tells the
-//! dispatcher it did (`Done`'s `rang`, `WorkerEvent::Rung`), which then answers nothing. A
-//! worker in another process finds no bell, and a client that stopped waiting and went to
-//! sleep on its socket declines the ring first ([`Doorbell::decline`]): either way the worker
-//! says it did not ring and the dispatcher answers as before (a read's data comes back to the
-//! worker and goes by the socket). So every wait is answered exactly once: one
-//! compare-and-swap decides between the bell and the socket.
+//! dispatcher it did (`Done`'s `rang`, `WorkerEvent::Rung`), which then answers nothing.
+//! Only workers that registered with the dispatcher's own [`process_key`] are given bells.
+//! A client that stopped waiting and went to sleep on its socket declines the ring first
+//! ([`Doorbell::decline`]), and a worker that finds no bell does not ring: either way the
+//! worker says it did not ring and the dispatcher answers as before (a read's data comes
+//! back to the worker and goes by the socket). A dispatcher that fails a wait it gave a bell
+//! (its worker was lost) revokes the bell first ([`revoke`]) and sends nothing if it had
+//! rung. So every wait is answered once: one compare-and-swap decides between the bell and
+//! the socket. A client answered by the bell reads what its socket already holds before it
+//! goes on: every reply the dispatcher sent before handing the wait over is there (the
+//! failures of earlier instructions come first, as on the socket).
 //!
 //! The state is one atomic word: the wait's seq shifted left by two, and two bits saying
 //! whether the client is waiting for it, it rang, or the client declined.
@@ -97,6 +102,9 @@ impl Doorbell {
 
     /// The client is about to ask for sync `seq`: a ring for it is taken from now on.
     pub fn arm(&self, seq: u64) {
+        let mut slot = self.slot();
+        // (Empty unless an answer was rung and never taken.)
+        *slot = None;
         self.state.store(word(seq, WAITING), Ordering::SeqCst);
     }
 
@@ -132,6 +140,13 @@ impl Doorbell {
     fn ring(&self, seq: u64) -> bool {
         self.state.compare_exchange(word(seq, WAITING), word(seq, RUNG), Ordering::SeqCst, Ordering::SeqCst).is_ok()
     }
+
+    /// Declines `seq` for the dispatcher: `true` when it had rung (its client has the answer).
+    fn revoke(&self, seq: u64) -> bool {
+        let now =
+            self.state.compare_exchange(word(seq, WAITING), word(seq, DECLINED), Ordering::SeqCst, Ordering::SeqCst);
+        now == Err(word(seq, RUNG))
+    }
 }
 
 impl Drop for Doorbell {
@@ -166,14 +181,23 @@ pub fn ring(key: DoorbellKey, seq: u64) -> bool {
 /// back when the bell did not ring (it goes by the dispatcher then).
 pub fn ring_with(key: DoorbellKey, seq: u64, answer: Answer) -> Result<(), Answer> {
     let Some(bell) = find(key) else { return Err(answer) };
-    // In the slot before the ring publishes it; taken back if the ring fails. Only the
-    // worker answering `seq` writes the slot while the client waits for `seq`.
-    *bell.slot() = Some(answer);
+    // The slot is held across the ring, and filled only by the ring that won: a client that
+    // sees the ring waits on the lock for the answer, and no other ring (a stale worker's,
+    // for another seq) can touch it.
+    let mut slot = bell.slot();
     if bell.ring(seq) {
+        *slot = Some(answer);
         Ok(())
     } else {
-        Err(bell.slot().take().expect("only this ring filled the slot"))
+        Err(answer)
     }
+}
+
+/// For a dispatcher about to answer wait `seq` itself (it fails it): makes sure the bell
+/// `key` cannot ring for it any more. `true` when it had rung already: the client has its
+/// answer, and nothing more is sent.
+pub fn revoke(key: DoorbellKey, seq: u64) -> bool {
+    find(key).is_some_and(|b| b.revoke(seq))
 }
 
 #[cfg(test)]
@@ -234,6 +258,14 @@ mod tests {
         assert_eq!(ring_with(bell.key(), 5, answer.clone()), Err(answer.clone()));
         assert_eq!(ring_with(DoorbellKey([0, 0]), 4, answer.clone()), Err(answer));
         assert!(bell.slot().is_none());
+        // Revoked by the dispatcher: before a ring, the ring fails; after one, it says so.
+        bell.arm(6);
+        assert!(!revoke(bell.key(), 6));
+        assert!(!ring(bell.key(), 6));
+        bell.arm(7);
+        assert!(ring(bell.key(), 7));
+        assert!(revoke(bell.key(), 7));
+        assert!(!revoke(DoorbellKey([0, 0]), 7));
     }
 
     #[test]

@@ -178,7 +178,7 @@ pub enum ParseErrorKind {
         expected: &'static str,
     },
     /// A dtype name nobody defined.
-    #[error("unknown dtype `{name}` (known: f32, f16, bf16, i32, bool)")]
+    #[error("unknown dtype `{name}` (known: {})", known_dtypes())]
     UnknownDType {
         /// The word.
         name: String,
@@ -252,4 +252,10 @@ impl ParseError {
             _ => None,
         }
     }
+}
+
+/// Every dtype's name, for the error naming an unknown one (from [`DType::ALL`], so a new
+/// dtype is listed without touching this).
+fn known_dtypes() -> String {
+    crate::DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
 }

@@ -167,9 +167,9 @@ struct PendingGet {
     barrier: Option<u64>,
     /// The answer, held until the barrier is done.
     held: Option<Held>,
-    /// The worker was given the client's doorbell for it (`WorkerCommand::Get`'s): it may
-    /// answer [`WorkerEvent::Rung`].
-    rings: bool,
+    /// The client's doorbell, when its worker was given it for this read
+    /// (`WorkerCommand::Get`'s): it may answer [`WorkerEvent::Rung`].
+    bell: Option<SyncBell>,
 }
 
 /// A read's answer waiting for its barrier.
@@ -185,6 +185,8 @@ struct Wait {
     /// Batches not yet done.
     left: usize,
     what: WaitFor,
+    /// The client's doorbell, when the worker was given it for this sync.
+    bell: Option<SyncBell>,
 }
 
 enum WaitFor {
@@ -1188,23 +1190,25 @@ impl Dispatcher {
             .filter(|&o| o != w && self.workers[o].alive)
             .filter(|&o| !self.workers[o].inflight.is_empty() || !self.workers[o].pending.instrs.is_empty())
             .collect();
+        self.flush_worker(w, None);
         // As a sync's: the worker may answer by the client's doorbell, with the receipt its
         // answer would carry (the read's entry, made when it was taken).
-        let receipt = client.unread.iter().find(|u| u.seq == seq).map(|u| u.receipt);
-        let bell = match (client.doorbell, client.namespace.workers(), receipt) {
-            (Some(key), [only], Some(receipt))
-                if *only == w && self.workers[w].local && !client.unread_failures && !self.timing() =>
-            {
-                Some(SyncBell { key, client: c, seq, receipt })
+        let bell = self.clients.get(&c).and_then(|client| {
+            let receipt = client.unread.iter().find(|u| u.seq == seq)?.receipt;
+            match (client.doorbell, client.namespace.workers()) {
+                (Some(key), [only])
+                    if *only == w && self.workers[w].local && !client.unread_failures && !self.timing() =>
+                {
+                    Some(SyncBell { key, client: c, seq, receipt })
+                }
+                _ => None,
             }
-            _ => None,
-        };
-        self.flush_worker(w, None);
+        });
         let tag = self.next_tag;
         self.next_tag += 1;
         let barrier = (!others.is_empty()).then(|| self.new_wait(c, seq, others.len(), WaitFor::Get(tag)));
-        let (sent, rings) = (self.log.now(), bell.is_some());
-        self.gets.insert(tag, PendingGet { client: c, seq, worker: w, sent, ty, value, barrier, held: None, rings });
+        let sent = self.log.now();
+        self.gets.insert(tag, PendingGet { client: c, seq, worker: w, sent, ty, value, barrier, held: None, bell });
         for o in others {
             self.flush_worker(o, barrier);
         }
@@ -1234,6 +1238,9 @@ impl Dispatcher {
         };
         // Answered once every worker the client sent work to has run it all.
         let wait = self.new_wait(c, seq, workers.len(), WaitFor::Sync);
+        if let Some(entry) = self.waits.get_mut(&wait) {
+            entry.bell = bell;
+        }
         for w in workers {
             self.flush_worker_ringing(w, Some(wait), bell);
         }
@@ -1242,7 +1249,7 @@ impl Dispatcher {
     fn new_wait(&mut self, client: u64, seq: u64, left: usize, what: WaitFor) -> u64 {
         let token = self.next_tag;
         self.next_tag += 1;
-        self.waits.insert(token, Wait { client, seq, left, what });
+        self.waits.insert(token, Wait { client, seq, left, what, bell: None });
         token
     }
 
@@ -1269,6 +1276,8 @@ impl Dispatcher {
         }
         let wait = self.waits.remove(&token).expect("present");
         match (wait.what, lost) {
+            // Rung before the failure: the client has its answer.
+            (WaitFor::Sync, Some(_)) if wait.bell.is_some_and(|b| gt_transport::doorbell::revoke(b.key, b.seq)) => {}
             (WaitFor::Sync, Some(failure)) => {
                 self.send_reply(wait.client, &Reply::Failed { seq: wait.seq, failure: failure.clone() })
             }
@@ -1663,25 +1672,29 @@ impl Dispatcher {
 
     /// A worker answered read `tag` through the client's doorbell: the client has its data
     /// (and its receipt, whose entry stays until the client acknowledges it, as for an
-    /// answer by the socket). One it was not given a bell for is failed, as is a type other
-    /// than the value's (the client checks the data's length against the type it got).
+    /// answer by the socket). One it was not given a bell for is failed (the client still
+    /// waits for it). One of another type than the value's (the worker checks it before it
+    /// rings, so only a broken one can) already reached the client: the worker is dropped.
     fn on_worker_rung(&mut self, w: usize, (tag, ty): (u64, TensorType), bytes: usize) {
         self.log_worker(EventKind::WorkerRecv, w, "Rung", bytes, || format!("tag={tag} {ty}"));
         let Some(g) = self.take_get(tag, w) else { return };
-        let why = if !g.rings {
-            format!("get: worker `{}` said it answered a read it was given no doorbell for", self.workers[w].name)
+        if g.bell.is_none() {
+            let why =
+                format!("get: worker `{}` said it answered a read it was given no doorbell for", self.workers[w].name);
+            self.log_worker(EventKind::Error, w, "Rung", bytes, || why.clone());
+            self.send_reply(
+                g.client,
+                &Reply::Failed { seq: g.seq, failure: Failure::new(FailureKind::WorkerLost, why) },
+            );
+            self.worker_lost(w);
         } else if ty != g.ty {
-            format!("get: worker `{}` answered {ty} for a {} value", self.workers[w].name, g.ty)
-        } else {
-            if let Some(client) = self.clients.get_mut(&g.client) {
-                // An answer the client waited for: it reads everything sent before it first.
-                client.unread_failures = false;
-            }
-            return;
-        };
-        self.log_worker(EventKind::Error, w, "Rung", bytes, || why.clone());
-        self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure: Failure::new(FailureKind::WorkerLost, why) });
-        self.worker_lost(w);
+            let why = format!(
+                "get: worker `{}` rang {ty} for a {} value; the worker is disconnected",
+                self.workers[w].name, g.ty
+            );
+            self.log_worker(EventKind::Error, w, "Rung", bytes, || why.clone());
+            self.worker_lost(w);
+        }
     }
 
     /// Answers a read: the type, then the worker's data frame as it came (no copy).
@@ -1975,7 +1988,10 @@ impl Dispatcher {
         for t in tags {
             let g = self.gets.remove(&t).expect("listed");
             first.remove(&g.client);
-            self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure: failure.clone() });
+            // A read whose bell rang before the loss has its answer.
+            if !g.bell.is_some_and(|b| gt_transport::doorbell::revoke(b.key, b.seq)) {
+                self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure: failure.clone() });
+            }
         }
         // Collectives whose instruction is each client's first loss are reported there.
         for id in &lost_parts {
