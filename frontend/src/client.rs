@@ -36,7 +36,8 @@ pub struct ClientOptions {
     /// [`socket::poll_spinning`]).
     pub spin: Duration,
     /// Whether a client on `inproc://` offers a doorbell, through which a worker in this
-    /// process answers its syncs directly (`GT_DOORBELL`, default on; [`gt_transport::doorbell`]).
+    /// process answers its syncs and reads directly (`GT_DOORBELL`, default on;
+    /// [`gt_transport::doorbell`]).
     pub doorbell: bool,
 }
 
@@ -194,8 +195,8 @@ pub struct Client {
     /// Where each line of the script starts (byte offsets), when the client was told its
     /// source: batches then say each instruction's line, for profiles.
     line_starts: Option<Vec<u32>>,
-    /// Its doorbell, on `inproc://` (a worker in this process may answer a sync by it) when
-    /// it spins while waiting (it is watched only then).
+    /// Its doorbell, on `inproc://` (a worker in this process may answer a sync or a read by
+    /// it) when it spins while waiting (it is watched only then).
     doorbell: Option<std::sync::Arc<Doorbell>>,
 }
 
