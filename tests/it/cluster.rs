@@ -489,13 +489,14 @@ fn a_worker_lost_after_it_rang_does_not_answer_the_wait_twice() {
     });
     assert_eq!(worker.join().unwrap(), 1);
     assert!(bell.rung(1));
+    // The client goes on at once (its next wait armed before the dispatcher sees the loss).
+    bell.arm(2);
     // The loss: the instruction's value is gone (reported), the rung sync is not answered.
     match recv() {
         Reply::Failed { seq: 0, failure } => assert_eq!(failure.kind, FailureKind::WorkerLost, "{failure:?}"),
         other => panic!("expected the lost instruction's failure, got {other:?}"),
     }
     // The next sync fails by the socket (the worker is gone), and only it.
-    bell.arm(2);
     send(Request::Sync { seq: 2 });
     match recv() {
         Reply::Failed { seq: 2, .. } => {}

@@ -142,10 +142,16 @@ impl Doorbell {
     }
 
     /// Declines `seq` for the dispatcher: `true` when it had rung (its client has the answer).
+    /// A client armed for a later wait is past `seq`: it waits for one thing at a time, and
+    /// the dispatcher, revoking, never answered `seq`, so the bell did (or the client gave up
+    /// on it).
     fn revoke(&self, seq: u64) -> bool {
         let now =
             self.state.compare_exchange(word(seq, WAITING), word(seq, DECLINED), Ordering::SeqCst, Ordering::SeqCst);
-        now == Err(word(seq, RUNG))
+        match now {
+            Ok(_) => false,
+            Err(now) => now == word(seq, RUNG) || now >> 2 > word(seq, 0) >> 2,
+        }
     }
 }
 
@@ -266,6 +272,11 @@ mod tests {
         assert!(ring(bell.key(), 7));
         assert!(revoke(bell.key(), 7));
         assert!(!revoke(DoorbellKey([0, 0]), 7));
+        // Rung, and the client already waits for a later one: still rung for the dispatcher.
+        bell.arm(9);
+        assert!(revoke(bell.key(), 7));
+        assert!(!revoke(bell.key(), 9));
+        assert!(!ring(bell.key(), 9));
     }
 
     #[test]
