@@ -1193,17 +1193,8 @@ impl Dispatcher {
         self.flush_worker(w, None);
         // As a sync's: the worker may answer by the client's doorbell, with the receipt its
         // answer would carry (the read's entry, made when it was taken).
-        let bell = self.clients.get(&c).and_then(|client| {
-            let receipt = client.unread.iter().find(|u| u.seq == seq)?.receipt;
-            match (client.doorbell, client.namespace.workers()) {
-                (Some(key), [only])
-                    if *only == w && self.workers[w].local && !client.unread_failures && !self.timing() =>
-                {
-                    Some(SyncBell { key, client: c, seq, receipt })
-                }
-                _ => None,
-            }
-        });
+        let receipt = self.clients.get(&c).and_then(|client| client.unread.iter().find(|u| u.seq == seq));
+        let bell = receipt.map(|u| u.receipt).and_then(|receipt| self.bell_for(c, w, (seq, receipt)));
         let tag = self.next_tag;
         self.next_tag += 1;
         let barrier = (!others.is_empty()).then(|| self.new_wait(c, seq, others.len(), WaitFor::Get(tag)));
@@ -1228,12 +1219,8 @@ impl Dispatcher {
         if workers.is_empty() {
             return self.send_reply(c, &Reply::Synced { seq });
         }
-        // All its work on one worker, nothing unread, nobody timing: the worker may answer by
-        // the client's doorbell, if it is in the client's process (one hop instead of two).
-        let bell = match (client.doorbell, workers.as_slice()) {
-            (Some(key), [w]) if self.workers[*w].local && !client.unread_failures && !self.timing() => {
-                Some(SyncBell { key, client: c, seq, receipt: 0 })
-            }
+        let bell = match workers.as_slice() {
+            [w] => self.bell_for(c, *w, (seq, 0)),
             _ => None,
         };
         // Answered once every worker the client sent work to has run it all.
@@ -1242,8 +1229,20 @@ impl Dispatcher {
             entry.bell = bell;
         }
         for w in workers {
-            self.flush_worker_ringing(w, Some(wait), bell);
+            self.flush_worker(w, Some(wait));
         }
+    }
+
+    /// The client's doorbell for its wait `seq` (a read's with the receipt its answer
+    /// carries, a sync's with 0), when worker `w` may answer it by the bell: all the client's
+    /// work is on `w`, `w` runs in this process, nothing it was sent is unread, and nobody is
+    /// timing (the log and the profile see every answer). One hop instead of two.
+    fn bell_for(&self, c: u64, w: usize, (seq, receipt): (u64, u64)) -> Option<SyncBell> {
+        let client = self.clients.get(&c)?;
+        let key = client.doorbell?;
+        let eligible =
+            client.namespace.workers() == [w] && self.workers[w].local && !client.unread_failures && !self.timing();
+        eligible.then_some(SyncBell { key, client: c, seq, receipt })
     }
 
     fn new_wait(&mut self, client: u64, seq: u64, left: usize, what: WaitFor) -> u64 {
@@ -1253,13 +1252,13 @@ impl Dispatcher {
         token
     }
 
-    /// A sync's batch is done and its worker rang the client's doorbell: the client has its
-    /// answer, so the wait ends without one.
+    /// A sync's batch is done and its worker says it rang the client's doorbell: the client
+    /// has its answer, so the wait ends without one. A wait given no bell (a worker saying it
+    /// rang one it was not given) is answered as usual.
     fn wait_rung(&mut self, token: u64) {
-        if self.waits.get(&token).is_some_and(|w| w.left <= 1 && matches!(w.what, WaitFor::Sync)) {
+        if self.waits.get(&token).is_some_and(|w| w.bell.is_some()) {
             self.waits.remove(&token);
         } else {
-            // (Only a sync on one worker is rung; anything else is answered as usual.)
             self.wait_done(token, None);
         }
     }
@@ -1527,8 +1526,7 @@ impl Dispatcher {
             self.exchange_part_done(id);
         }
         match record.wait {
-            // A worker that says it rang a bell it was not given is answered as usual.
-            Some(token) if rang && record.rings => self.wait_rung(token),
+            Some(token) if rang => self.wait_rung(token),
             Some(token) => self.wait_done(token, None),
             None => {}
         }
@@ -1673,8 +1671,8 @@ impl Dispatcher {
     /// A worker answered read `tag` through the client's doorbell: the client has its data
     /// (and its receipt, whose entry stays until the client acknowledges it, as for an
     /// answer by the socket). One it was not given a bell for is failed (the client still
-    /// waits for it). One of another type than the value's (the worker checks it before it
-    /// rings, so only a broken one can) already reached the client: the worker is dropped.
+    /// waits for it). One of another type than the value's (only a broken worker answers
+    /// so) already reached the client: the worker is dropped.
     fn on_worker_rung(&mut self, w: usize, (tag, ty): (u64, TensorType), bytes: usize) {
         self.log_worker(EventKind::WorkerRecv, w, "Rung", bytes, || format!("tag={tag} {ty}"));
         let Some(g) = self.take_get(tag, w) else { return };
@@ -1771,13 +1769,9 @@ impl Dispatcher {
 
     /// Sends a worker its queued instructions (and, for a wait, an empty batch whose `Done`
     /// counts towards it).
+    /// A sync's wait given the client's doorbell sends it along (`Exec`'s `doorbell`).
     fn flush_worker(&mut self, w: usize, wait: Option<u64>) {
-        self.flush_worker_ringing(w, wait, None)
-    }
-
-    /// [`Dispatcher::flush_worker`] for a sync the worker may answer by the client's
-    /// doorbell (`bell`).
-    fn flush_worker_ringing(&mut self, w: usize, wait: Option<u64>, bell: Option<SyncBell>) {
+        let bell = wait.and_then(|t| self.waits.get(&t)).and_then(|wait| wait.bell);
         let worker = &mut self.workers[w];
         if worker.pending.instrs.is_empty() && wait.is_none() {
             return;
@@ -1846,17 +1840,7 @@ impl Dispatcher {
         self.charge(&charges, true);
         // Stamped before sending: the worker may start on it before the send returns.
         let sent = self.log.now();
-        let rings = bell.is_some();
-        self.workers[w].inflight.push_back(Batch {
-            number,
-            origins,
-            charges,
-            wait,
-            rings,
-            exchanges: parts,
-            notes,
-            sent,
-        });
+        self.workers[w].inflight.push_back(Batch { number, origins, charges, wait, exchanges: parts, notes, sent });
         if self.send_worker_bytes(w, bytes, literals) {
             if let Some(details) = details {
                 let source = format!("WORKER {}", self.workers[w].name);

@@ -19,9 +19,6 @@ pub(super) struct Batch {
     pub charges: HashMap<u64, Charge>,
     /// A wait (a `Sync`, or a read's barrier) that this batch being done counts towards.
     pub wait: Option<u64>,
-    /// It carries the client's doorbell for that sync (`WorkerCommand::Exec`'s `doorbell`):
-    /// a `Done` that says it rang ends the wait without an answer.
-    pub rings: bool,
     /// Its parts of collectives across workers: (index in the batch, collective id).
     pub exchanges: Vec<(u32, u64)>,
     /// For a timed batch (someone reads the log), what its EXEC events say of each
