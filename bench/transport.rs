@@ -16,6 +16,9 @@
 //! round trip; `taskset -c 0 target/release/deps/transport-* --bench` puts all threads on one CPU, which
 //! leaves the per-message CPU cost (the header says how many CPUs the run could use).
 
+#[global_allocator]
+static GLOBAL: gt::Allocator = gt::Allocator;
+
 use anyhow::{anyhow, bail, Context as _, Result};
 use gt::frontend::{Client, ClientOptions, Origin};
 use gt::ir::{Instr, TensorType, UnaryOp, ValueId};
@@ -66,6 +69,14 @@ fn spin() -> Duration {
     *SPIN.get().expect("read at the start of main")
 }
 
+/// Whether gt's in-process client and worker talk to the dispatcher through lanes
+/// (`GT_LANE`, default on), read once by `main`.
+static LANE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+fn lane() -> bool {
+    *LANE.get().expect("read at the start of main")
+}
+
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
@@ -98,7 +109,9 @@ fn phase(text: impl Into<String>) {
 
 fn main() -> Result<()> {
     let config = Config::from_env();
-    let _ = SPIN.set(gt::runtime::config::EnvConfig::from_env()?.spin);
+    let env = gt::runtime::config::EnvConfig::from_env()?;
+    let _ = SPIN.set(env.spin);
+    let _ = LANE.set(env.lane);
     let limit = config.limit;
     std::thread::spawn(move || {
         std::thread::sleep(limit);
@@ -158,6 +171,7 @@ impl GtCluster {
             let port = free_port(|p| !ipc_path(p).exists())?;
             let mut options = ClusterOptions::embedded(1);
             options.dispatcher.spin = spin();
+            options.lane = lane();
             options.listen = Endpoint::for_server("127.0.0.1", port);
             match Cluster::start(options) {
                 Ok(cluster) => {
@@ -183,8 +197,13 @@ impl Connector {
 
     /// [`Connector::client`], offering its doorbell or not (only an `inproc://` client has one).
     fn client_with(&self, t: Transport, doorbell: bool) -> Result<Client> {
-        let options =
-            ClientOptions { name: format!("bench-{}", t.name()), spin: spin(), doorbell, ..ClientOptions::default() };
+        let options = ClientOptions {
+            name: format!("bench-{}", t.name()),
+            spin: spin(),
+            doorbell,
+            lane: lane(),
+            ..ClientOptions::default()
+        };
         let mut client = match t {
             Transport::Inproc => Client::connect_in(&self.ctx, &self.inproc, options),
             Transport::Ipc => Client::connect(&self.ipc, options),
@@ -450,6 +469,8 @@ fn report(config: &Config, rtt: &[RoundTrip], tput: &[Throughput], took: Duratio
     );
     let _ = writeln!(s, "cluster: embedded dispatcher + 1 worker (worker over inproc); spread = (max-min)/median");
     let _ = writeln!(s, "waits (both sides): poll for {} µs before sleeping (GT_SPIN_US)", spin().as_micros());
+    let lanes = if lane() { "through lanes (in-process queues)" } else { "over inproc ZeroMQ (GT_LANE=0)" };
+    let _ = writeln!(s, "gt's in-process client and worker talk to the dispatcher {lanes}");
     let _ = writeln!(s);
     let _ = writeln!(
         s,

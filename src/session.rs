@@ -36,6 +36,7 @@ pub fn client_options(name: &str, env: &EnvConfig) -> anyhow::Result<ClientOptio
         max_message_bytes: env.max_message_bytes,
         spin: env.spin,
         doorbell: env.doorbell,
+        lane: env.lane,
         ..Default::default()
     };
     if let Some(n) = positive("GT_CLIENT_BATCH_SIZE")? {

@@ -11,7 +11,7 @@ use gt_ir::{HostTensor, Instr, Span, ValueId};
 use gt_transport::doorbell::{Answer, Doorbell};
 use gt_transport::message::{Failure, FailureKind, PassStats, Reply, Request, Then, WorkerInfo, WorkerStats};
 use gt_transport::socket::{HandshakeFailure, Waited};
-use gt_transport::{codec, loan, socket, zmq, ClusterKey, CodecError, Endpoint, InboundRef};
+use gt_transport::{codec, lane, loan, socket, zmq, ClusterKey, CodecError, Endpoint, InboundRef};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -39,6 +39,10 @@ pub struct ClientOptions {
     /// process answers its syncs and reads directly (`GT_DOORBELL`, default on;
     /// [`gt_transport::doorbell`]).
     pub doorbell: bool,
+    /// Whether a client on `inproc://` offers its dispatcher a lane: messages both ways go
+    /// through in-process queues instead of ZeroMQ once it is welcomed (`GT_LANE`, default
+    /// on; [`gt_transport::lane`]).
+    pub lane: bool,
 }
 
 impl Default for ClientOptions {
@@ -52,6 +56,7 @@ impl Default for ClientOptions {
             key: None,
             spin: socket::DEFAULT_SPIN,
             doorbell: true,
+            lane: true,
         }
     }
 }
@@ -198,6 +203,16 @@ pub struct Client {
     /// Its doorbell, on `inproc://` (a worker in this process may answer a sync or a read by
     /// it) when it spins while waiting (it is watched only then).
     doorbell: Option<std::sync::Arc<Doorbell>>,
+    /// Its lane to an in-process dispatcher (on `inproc://`, when offered).
+    lane: Lane,
+}
+
+/// A client's lane: offered in its `Hello`, open from the `Welcome` on if the dispatcher took
+/// it. Open, every message both ways goes by it, and the socket carries only wakes.
+enum Lane {
+    None,
+    Offered(std::sync::Arc<lane::Offer>, lane::Inbox),
+    Open { inbox: lane::Inbox, out: lane::Outbox, identity: Vec<u8> },
 }
 
 impl Client {
@@ -211,6 +226,13 @@ impl Client {
         let (socket, events) = socket::dealer(ctx, endpoint, options.max_message_bytes, options.key.as_ref())?;
         let inproc = matches!(endpoint, Endpoint::Inproc(_));
         let doorbell = (options.doorbell && inproc && !options.spin.is_zero()).then(Doorbell::register);
+        let lane = match options.lane && inproc {
+            true => {
+                let (offer, inbox) = lane::offer();
+                Lane::Offered(offer, inbox)
+            }
+            false => Lane::None,
+        };
         let mut client = Client {
             socket,
             events,
@@ -232,6 +254,7 @@ impl Client {
             last_receipt: 0,
             line_starts: None,
             doorbell,
+            lane,
         };
         client.hello()?;
         Ok(client)
@@ -243,6 +266,10 @@ impl Client {
             name: self.options.name.clone(),
             wait_ms: wait.as_millis() as u64,
             doorbell: self.doorbell.as_ref().map(|b| b.key()),
+            lane: match &self.lane {
+                Lane::Offered(offer, _) => Some(offer.key()),
+                _ => None,
+            },
         };
         if let Err(e) = self.send(&hello) {
             // A handshake refused before the hello left drops the connection it was queued on.
@@ -278,6 +305,14 @@ impl Client {
                     let theirs = usize::try_from(max_message_bytes).unwrap_or(usize::MAX);
                     self.options.max_message_bytes = self.options.max_message_bytes.min(theirs);
                     self.workers = workers;
+                    // The lane is open if the dispatcher took it (it did before the welcome).
+                    self.lane = match std::mem::replace(&mut self.lane, Lane::None) {
+                        Lane::Offered(offer, inbox) => match offer.accepted() {
+                            Some((out, identity)) => Lane::Open { inbox, out, identity },
+                            None => Lane::None,
+                        },
+                        other => other,
+                    };
                     return Ok(());
                 }
                 Reply::Rejected { message } => {
@@ -286,6 +321,12 @@ impl Client {
                 _ => {}
             }
         }
+    }
+
+    /// Whether this client talks to its dispatcher through a lane (in-process queues,
+    /// [`gt_transport::lane`]) rather than its socket.
+    pub fn lane_open(&self) -> bool {
+        matches!(self.lane, Lane::Open { .. })
     }
 
     /// The text of the script whose spans its instructions carry: from now on each batch
@@ -410,10 +451,7 @@ impl Client {
                 );
                 Ok(false)
             }
-            Ok(head) => match socket::send_with_literals(&mut self.socket, &[], head, literals) {
-                Err(zmq::Error::EAGAIN) => Err(ClientError::Disconnected(self.endpoint.clone())),
-                r => r.map(|()| then.is_some()).map_err(ClientError::from),
-            },
+            Ok(head) => self.send_frames(head, literals).map(|()| then.is_some()),
         }
     }
 
@@ -424,11 +462,25 @@ impl Client {
 
     /// [`Client::drain`] while waiting for `seq` (whose own answer, if one came, is dropped).
     fn drain_before(&mut self, seq: u64) -> Result<(), ClientError> {
-        while socket::retry(|| self.socket.poll(zmq::POLLIN, 0))? > 0 {
-            let reply = self.recv()?;
+        loop {
+            let frames = match &self.lane {
+                Lane::Open { inbox, .. } => match inbox.try_recv() {
+                    Ok(Some(frames)) => frames,
+                    Ok(None) => return Ok(()),
+                    Err(lane::Gone) => return Err(self.disconnected()),
+                },
+                _ if socket::retry(|| self.socket.poll(zmq::POLLIN, 0))? > 0 => socket::recv_frames(&self.socket, 0)?,
+                _ => return Ok(()),
+            };
+            let reply = self.reply(frames)?;
             self.absorb(reply, seq)?;
         }
-        Ok(())
+    }
+
+    /// The dispatcher is gone: this client is closed.
+    fn disconnected(&mut self) -> ClientError {
+        self.closed = true;
+        ClientError::Disconnected(self.endpoint.clone())
     }
 
     /// Keeps the earliest instruction's failure to report (passes may reorder instructions,
@@ -482,7 +534,19 @@ impl Client {
             self.send(&request)?;
         }
         let reply = loop {
-            let frames = if let Some(e) = &self.events {
+            let frames = if let Lane::Open { inbox, .. } = &self.lane {
+                let wait = socket::LaneWait { inbox, sock: &self.socket, messages: None };
+                let bell = bell.as_deref().map(|bell| (bell, seq));
+                match socket::recv_lane_waiting(&wait, bell, self.options.spin, 1000)? {
+                    Waited::Frames(frames) => Some(frames),
+                    Waited::Rung => {
+                        self.drain_before(seq)?;
+                        break self.rung(&request, bell.expect("rung").0);
+                    }
+                    Waited::TimedOut => None,
+                    Waited::Gone => return Err(self.disconnected()),
+                }
+            } else if let Some(e) = &self.events {
                 let mut items = [self.socket.as_poll_item(zmq::POLLIN), e.as_poll_item(zmq::POLLIN)];
                 socket::poll_spinning(&mut items, self.options.spin, 1000)?;
                 if items[0].is_readable() {
@@ -502,7 +566,7 @@ impl Client {
                         self.drain_before(seq)?;
                         break self.rung(&request, bell);
                     }
-                    Waited::TimedOut => None,
+                    Waited::TimedOut | Waited::Gone => None,
                 }
             } else {
                 // In-process: nothing reports a lost connection, and one socket is waited on.
@@ -601,11 +665,26 @@ impl Client {
     }
 
     /// Sends `req` (a batch goes through `send_buffer`, with its literal frames).
-    fn send(&self, req: &Request) -> Result<(), ClientError> {
+    fn send(&mut self, req: &Request) -> Result<(), ClientError> {
         let bytes = codec::encode(&InboundRef::Client(req), self.options.max_message_bytes)?;
+        self.send_frames(bytes, Vec::new())
+    }
+
+    /// Sends an encoded message and its literals' data frames (lent: an in-process
+    /// dispatcher takes them without a copy), by the lane when it is open.
+    fn send_frames(&mut self, head: Vec<u8>, literals: Vec<Elements>) -> Result<(), ClientError> {
+        if let Lane::Open { out, identity, .. } = &self.lane {
+            let frames = lane::frames(Some(identity), head, literals.into_iter().map(loan::frame));
+            return match out.push(frames) {
+                // Asleep on its socket: an empty message wakes it.
+                Ok(true) => Ok(socket::retry(|| self.socket.send(&[][..], zmq::DONTWAIT))?),
+                Ok(false) => Ok(()),
+                Err(lane::Gone) => Err(self.disconnected()),
+            };
+        }
         // Never block: a send can only wait when the dispatcher is gone (an in-process one
         // that stopped); connected sockets queue without limit.
-        match socket::send_with_data(&self.socket, &[], zmq::Message::from(bytes)) {
+        match socket::send_with_literals(&mut self.socket, &[], head, literals) {
             Err(zmq::Error::EAGAIN) => Err(ClientError::Disconnected(self.endpoint.clone())),
             r => Ok(r?),
         }

@@ -93,8 +93,8 @@ pub fn cores_per_worker(workers: usize) -> usize {
 /// --set NAME=...` accepts.
 pub const SETTINGS: &[&str] = &[
     "GT_AUTO_COMPILE",
-    "GT_AVX512",
     "GT_AUTO_SHARD",
+    "GT_AVX512",
     "GT_BACKEND",
     "GT_CLIENT_BATCH_SIZE",
     "GT_CLIENT_CREDIT",
@@ -117,6 +117,7 @@ pub const SETTINGS: &[&str] = &[
     "GT_INSTRUCTION_LOG",
     "GT_JIT",
     "GT_KEY_FILE",
+    "GT_LANE",
     "GT_MATMUL_PRECISION",
     "GT_MAX_MESSAGE_BYTES",
     "GT_MONITOR",
@@ -203,6 +204,9 @@ pub struct EnvConfig {
     /// Whether an embedded client's syncs may be answered by its worker directly, through
     /// the client's doorbell (`GT_DOORBELL`, default on; `gt_transport::doorbell`).
     pub doorbell: bool,
+    /// Whether embedded clients and workers talk to their dispatcher through in-process
+    /// queues instead of `inproc://` ZeroMQ (`GT_LANE`, default on; `gt_transport::lane`).
+    pub lane: bool,
 }
 
 /// How long a worker's part of a collective waits for a peer by default: long enough for a
@@ -247,6 +251,7 @@ impl Default for EnvConfig {
             insecure: false,
             spin: gt_transport::socket::DEFAULT_SPIN,
             doorbell: true,
+            lane: true,
         }
     }
 }
@@ -327,6 +332,7 @@ impl EnvConfig {
         c.key_file = get("GT_KEY_FILE").filter(|s| !s.trim().is_empty()).map(PathBuf::from);
         c.jit = get("GT_JIT").is_none_or(|v| v.trim().is_empty()) || flag("GT_JIT")?;
         c.doorbell = get("GT_DOORBELL").is_none_or(|v| v.trim().is_empty()) || flag("GT_DOORBELL")?;
+        c.lane = get("GT_LANE").is_none_or(|v| v.trim().is_empty()) || flag("GT_LANE")?;
         c.matmul_precision = match get("GT_MATMUL_PRECISION").as_deref().map(str::trim) {
             None | Some("" | "highest") => Precision::F32,
             Some("high") => Precision::Tf32,
@@ -488,6 +494,7 @@ mod tests {
             ("GT_AUTO_SHARD", "maybe"),
             ("GT_INSECURE", "yes"),
             ("GT_DOORBELL", "sometimes"),
+            ("GT_LANE", "sometimes"),
             ("GT_SHARD_THRESHOLD", "0"),
             ("GT_SPIN_US", "-5"),
             ("GT_SPIN_US", "1001"),
@@ -516,6 +523,8 @@ mod tests {
         assert!(c.spin.is_zero());
         assert!(c.doorbell, "on by default");
         assert!(!EnvConfig::from_lookup(env(&[("GT_DOORBELL", "0")])).unwrap().doorbell);
+        assert!(c.lane, "on by default");
+        assert!(!EnvConfig::from_lookup(env(&[("GT_LANE", "0")])).unwrap().lane);
         let e = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath,shards")])).unwrap_err();
         assert_eq!(
             e.to_string(),

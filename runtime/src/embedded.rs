@@ -56,6 +56,9 @@ pub struct ClusterOptions {
     /// Listen beyond the loopback without a key (`--insecure`, `GT_INSECURE=1`); otherwise
     /// that is refused ([`ClusterError::Insecure`]).
     pub insecure: bool,
+    /// Whether the in-process workers offer the dispatcher a lane (`GT_LANE`,
+    /// `gt_transport::lane`).
+    pub lane: bool,
 }
 
 impl ClusterOptions {
@@ -78,6 +81,7 @@ impl ClusterOptions {
             op_timeout: None,
             key: None,
             insecure: false,
+            lane: true,
         }
     }
 
@@ -128,6 +132,7 @@ impl ClusterOptions {
         self.collective_timeout = env.collective_timeout;
         self.op_timeout = env.op_timeout;
         self.insecure = env.insecure;
+        self.lane = env.lane;
         let (passes, options, dump) = (env.passes.clone(), env.pass_options, env.dump_passes.clone());
         if !passes.is_empty() {
             self.dispatcher.pipeline = std::sync::Arc::new(move |client| {
@@ -320,6 +325,7 @@ impl Cluster {
             wo.collective_timeout = options.collective_timeout;
             wo.op_timeout = options.op_timeout;
             wo.spin = options.dispatcher.spin;
+            wo.lane = options.lane;
             wo.key = options.key.clone();
             wo.threads = options.threads.unwrap_or_else(|| crate::config::cores_per_worker(options.workers));
             let h = std::thread::Builder::new()

@@ -23,7 +23,7 @@ use gt_transport::message::{
     Exchange, Failure, FailureKind, OpStats, SyncBell, Timing, WorkerCommand, WorkerEvent, WorkerStats,
 };
 use gt_transport::socket::HandshakeFailure;
-use gt_transport::{codec, loan, socket, ClusterKey, CodecError, Endpoint, Inbound, InboundRef};
+use gt_transport::{codec, lane, loan, socket, ClusterKey, CodecError, Endpoint, Inbound, InboundRef};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -62,6 +62,9 @@ pub struct WorkerOptions {
     /// How long the worker polls for its next command before it sleeps (`GT_SPIN_US`,
     /// [`socket::poll_spinning`]).
     pub spin: Duration,
+    /// Whether a worker on `inproc://` offers its dispatcher a lane (`GT_LANE`, default on;
+    /// [`gt_transport::lane`]).
+    pub lane: bool,
 }
 
 impl WorkerOptions {
@@ -81,6 +84,7 @@ impl WorkerOptions {
             op_timeout: None,
             key: None,
             spin: socket::DEFAULT_SPIN,
+            lane: true,
         }
     }
 }
@@ -153,6 +157,45 @@ struct Stats {
 struct Link {
     sock: gt_transport::zmq::Socket,
     inbox: VecDeque<WorkerCommand>,
+    /// Its lane to an in-process dispatcher, once open: every message both ways goes by it,
+    /// and the socket carries only wakes.
+    lane: Option<OpenLane>,
+}
+
+/// An open lane: the worker's inbox, the dispatcher's, and the routing id to send with.
+struct OpenLane {
+    inbox: lane::Inbox,
+    out: lane::Outbox,
+    identity: Vec<u8>,
+}
+
+impl Link {
+    /// The next message already here, by the lane when open (`Err`: the dispatcher is gone).
+    fn try_recv(&mut self) -> Result<Option<Vec<gt_transport::zmq::Message>>, lane::Gone> {
+        match &self.lane {
+            Some(open) => open.inbox.try_recv(),
+            None => Ok(socket::recv_frames(&self.sock, gt_transport::zmq::DONTWAIT).ok()),
+        }
+    }
+
+    /// Sends an encoded event and its data frame, by the lane when open.
+    fn send(&mut self, head: Vec<u8>, data: Option<HostTensor>) -> gt_transport::zmq::Result<()> {
+        use gt_transport::zmq::{Error, DONTWAIT, SNDMORE};
+        if let Some(open) = &self.lane {
+            let frames = lane::frames(Some(&open.identity), head, data.map(|d| loan::frame(d.data)));
+            return match open.out.push(frames) {
+                // Asleep on its socket: an empty message wakes it.
+                Ok(true) => socket::retry(|| self.sock.send(&[][..], DONTWAIT)),
+                Ok(false) => Ok(()),
+                Err(lane::Gone) => Err(Error::EAGAIN),
+            };
+        }
+        match data {
+            None => socket::retry(|| self.sock.send(&head[..], DONTWAIT)),
+            Some(HostTensor { data, .. }) => socket::retry(|| self.sock.send(&head[..], SNDMORE | DONTWAIT))
+                .and_then(|()| loan::send(&mut self.sock, data, DONTWAIT)),
+        }
+    }
 }
 
 /// How often the watcher looks at the running instruction.
@@ -207,13 +250,13 @@ fn watch_running(
         }
         // The worker's thread holds the socket only to send or receive, never while it computes.
         let Ok(mut guard) = link.try_lock() else { continue };
-        let Link { sock, inbox } = &mut *guard;
-        while let Ok(frames) = socket::recv_frames(sock, gt_transport::zmq::DONTWAIT) {
+        // (A dispatcher gone is the worker's thread's to see.)
+        while let Ok(Some(frames)) = guard.try_recv() {
             let Some(command) = decode_command(frames, max, &name) else { continue };
             if matches!(command, WorkerCommand::DropClient { client } if client == owner) {
                 watch.cancel(n, Why::ClientLeft);
             }
-            inbox.push_back(command);
+            guard.inbox.push_back(command);
         }
     }
 }
@@ -318,12 +361,15 @@ pub fn run_worker(
     // its own timeline from the clock readings in `Register` and each `Pong`.
     let epoch = Instant::now();
     let clock = || epoch.elapsed().as_nanos() as u64;
+    // A lane, offered to a dispatcher in this process (over `inproc://`).
+    let offer = (options.lane && matches!(endpoint, Endpoint::Inproc(_))).then(lane::offer);
     let register = Inbound::Worker(WorkerEvent::Register {
         name: options.name.clone(),
         backend: backend.name().into(),
         clock: clock(),
         peer: net.address().to_string(),
         process: gt_transport::doorbell::process_key(),
+        lane: offer.as_ref().map(|(offer, _)| offer.key()),
     });
     let register = codec::encode(&register, max).expect("a registration is small");
     if let Err(e) = socket::retry(|| sock.send(&register[..], gt_transport::zmq::DONTWAIT)) {
@@ -342,7 +388,15 @@ pub fn run_worker(
     wait_for_welcome(&sock, events.as_ref(), endpoint, options.register_timeout)?;
     // From here the socket is shared with the watcher, which reads it while an instruction
     // runs long (see `watch_running`).
-    let link = Arc::new(Mutex::new(Link { sock, inbox: VecDeque::new() }));
+    // The welcome is on the socket; once it is read, the lane is open if the dispatcher took
+    // it (it did before it sent the welcome).
+    let mut inbox = VecDeque::new();
+    while let Ok(frames) = socket::recv_frames(&sock, gt_transport::zmq::DONTWAIT) {
+        inbox.extend(decode_command(frames, max, &options.name));
+    }
+    let lane =
+        offer.and_then(|(offer, inbox)| offer.accepted().map(|(out, identity)| OpenLane { inbox, out, identity }));
+    let link = Arc::new(Mutex::new(Link { sock, inbox, lane }));
     let lock = || -> MutexGuard<'_, Link> { link.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) };
     let watch = Watch::new();
     cancel::install(Some(watch.clone()));
@@ -359,14 +413,13 @@ pub fn run_worker(
     // a blocking send would wait forever.
     let gone = || WorkerError::DispatcherGone(endpoint.clone());
     // (Sent from a slice so that a send a signal interrupted can be made again.)
-    let send_bytes = |bytes: Vec<u8>| match socket::retry(|| lock().sock.send(&bytes[..], gt_transport::zmq::DONTWAIT))
-    {
+    let send_frames = |head: Vec<u8>, data: Option<HostTensor>| match lock().send(head, data) {
         Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),
         r => r.map_err(WorkerError::from),
     };
     let send = |event: &WorkerEvent| -> Result<(), WorkerError> {
         // Every message but `Data` (sent below) is small.
-        send_bytes(codec::encode(&InboundRef::Worker(event), max).expect("small"))
+        send_frames(codec::encode(&InboundRef::Worker(event), max).expect("small"), None)
     };
     // A read's answer: its type, then its data as a frame of raw bytes (its buffer lent, so
     // a client in this process takes it without a copy); a value over the message limit is
@@ -377,16 +430,8 @@ pub fn run_worker(
             let why = format!("get: {ty} is {size} bytes, over the message limit of {max} (GT_MAX_MESSAGE_BYTES)");
             return send(&WorkerEvent::Failed { tag, failure: Failure::new(FailureKind::Limit, why) });
         }
-        let head = codec::encode(&InboundRef::Worker(&WorkerEvent::Data { tag, ty }), max).expect("small");
-        // One lock for both frames: the watcher shares the socket.
-        let mut link = lock();
-        let sent =
-            socket::retry(|| link.sock.send(&head[..], gt_transport::zmq::SNDMORE | gt_transport::zmq::DONTWAIT))
-                .and_then(|()| loan::send(&mut link.sock, data, gt_transport::zmq::DONTWAIT));
-        match sent {
-            Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),
-            r => Ok(r?),
-        }
+        let head = codec::encode(&InboundRef::Worker(&WorkerEvent::Data { tag, ty: ty.clone() }), max).expect("small");
+        send_frames(head, Some(HostTensor { ty, data }))
     };
     // Commands read but not yet run, and the clients that left: everything already here is
     // read before each command runs, so the work a departed client queued is skipped.
@@ -409,12 +454,24 @@ pub fn run_worker(
     loop {
         {
             let mut guard = lock();
-            let Link { sock, inbox } = &mut *guard;
-            for command in inbox.drain(..) {
+            for command in guard.inbox.drain(..) {
                 take(command, &mut queue, (&mut dropped, &mut failed));
             }
+            let Link { sock, lane, .. } = &mut *guard;
             if queue.is_empty() {
-                if let Some(ev) = &events {
+                if let Some(open) = lane {
+                    let wait = socket::LaneWait { inbox: &open.inbox, sock, messages: None };
+                    // (A bounded sleep: a wake lost by a bug would cost a second, not the worker.)
+                    match socket::recv_lane_waiting(&wait, None, options.spin, 1000)? {
+                        socket::Waited::Frames(frames) => {
+                            if let Some(c) = decode_command(frames, max, &options.name) {
+                                take(c, &mut queue, (&mut dropped, &mut failed));
+                            }
+                        }
+                        socket::Waited::Gone => return Err(gone()),
+                        socket::Waited::Rung | socket::Waited::TimedOut => {}
+                    }
+                } else if let Some(ev) = &events {
                     let mut items =
                         [sock.as_poll_item(gt_transport::zmq::POLLIN), ev.as_poll_item(gt_transport::zmq::POLLIN)];
                     socket::poll_spinning(&mut items, options.spin, -1)?;
@@ -430,9 +487,15 @@ pub fn run_worker(
                     }
                 }
             }
-            while let Ok(frames) = socket::recv_frames(sock, gt_transport::zmq::DONTWAIT) {
-                if let Some(c) = decode_command(frames, max, &options.name) {
-                    take(c, &mut queue, (&mut dropped, &mut failed));
+            loop {
+                match guard.try_recv() {
+                    Ok(Some(frames)) => {
+                        if let Some(c) = decode_command(frames, max, &options.name) {
+                            take(c, &mut queue, (&mut dropped, &mut failed));
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(lane::Gone) => return Err(gone()),
                 }
             }
         }

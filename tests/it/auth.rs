@@ -12,12 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// A scratch directory of this test's own.
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gt-auth-it-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    crate::scratch("auth", name)
 }
 
 fn gt(args: &[&str]) -> Output {

@@ -10,6 +10,7 @@ use gt::runtime::{Cluster, ClusterOptions};
 use gt::script::run_any;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 fn cluster(workers: usize) -> Cluster {
     Cluster::start(ClusterOptions::embedded(workers)).unwrap()
@@ -308,12 +309,12 @@ fn a_sync_is_answered_once_by_the_doorbell_or_by_the_dispatcher() {
     use gt::transport::doorbell::{Doorbell, DoorbellKey};
     use gt::transport::message::{Reply, Request, Then};
     use gt::transport::{codec, socket, zmq, Inbound};
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
     let c = cluster(1);
     let connect = |key: DoorbellKey| {
         let raw = c.context().socket(zmq::DEALER).unwrap();
         raw.connect(&c.endpoint().zmq_address()).unwrap();
-        let hello = Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: Some(key) };
+        let hello = Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: Some(key), lane: None };
         raw.send(codec::encode(&Inbound::Client(hello), 1 << 20).unwrap(), 0).unwrap();
         raw
     };
@@ -425,6 +426,77 @@ fn syncs_report_failures_with_and_without_the_doorbell() {
     }
 }
 
+/// Embedded clients and workers talk through lanes, also when every thread sleeps at once
+/// (`GT_SPIN_US=0`: every message then needs its wake on the socket), beside a client
+/// without one: work, reads (with large data frames each way), failures at the next wait,
+/// and the log saying who has a lane.
+#[test]
+fn lanes_carry_every_message_whether_their_ends_spin_or_sleep() {
+    for spin in [Duration::ZERO, gt::transport::socket::DEFAULT_SPIN] {
+        let dir = crate::scratch("cluster", &format!("lanes-{}", spin.as_micros()));
+        let log = dir.join("log.txt");
+        let mut options = ClusterOptions::embedded(1);
+        options.dispatcher.spin = spin;
+        options.instruction_log = Some(log.clone());
+        let c = Cluster::start(options).unwrap();
+        let connect = |lane| {
+            let options = ClientOptions { spin, lane, ..Default::default() };
+            Client::connect_in(c.context(), c.endpoint(), options).unwrap()
+        };
+        let (mut by_lane, mut by_socket) = (connect(true), connect(false));
+        assert!(by_lane.lane_open() && !by_socket.lane_open());
+        // A literal large enough to travel as a data frame of its own, and a read as large.
+        let big: Vec<f32> = (0..300_000).map(|i| i as f32).collect();
+        for client in [&mut by_lane, &mut by_socket] {
+            let literal = Instr::Literal {
+                dst: ValueId(0),
+                ty: TensorType::f32(vec![big.len()]),
+                data: gt::Elements::F32(big.clone()),
+            };
+            client.submit(literal, origin("literal")).unwrap();
+            for round in 0..150u32 {
+                client.submit(add(1, 0, 0), origin("add")).unwrap();
+                match round % 6 {
+                    0 => {
+                        client.submit(add(2, 0, 99), origin("add")).unwrap();
+                        let e = client.sync().unwrap_err();
+                        assert!(e.to_string().contains("%99"), "round {round}: {e}");
+                    }
+                    1 => assert_eq!(client.read(ValueId(1)).unwrap().data.to_f64()[7], 14.0),
+                    _ => client.sync().unwrap(),
+                }
+            }
+            let read = client.read(ValueId(1)).unwrap().data.to_f64();
+            assert!(read.iter().enumerate().all(|(i, &x)| x == 2.0 * i as f64));
+        }
+        drop((by_lane, by_socket, c));
+        let log = std::fs::read_to_string(&log).unwrap();
+        let line =
+            |what: &str| log.lines().find(|l| l.contains(what)).unwrap_or_else(|| panic!("{what}:\n{log}")).to_string();
+        assert!(line("Register").contains("lane"), "the worker has a lane");
+        let hellos: Vec<_> = log.lines().filter(|l| l.contains("Hello")).collect();
+        assert_eq!(hellos.len(), 2, "{log}");
+        assert!(hellos[0].ends_with("lane") && !hellos[1].ends_with("lane"), "{hellos:?}");
+    }
+}
+
+/// A client on a lane whose dispatcher stops is told so at its next wait (its lane is gone),
+/// whether it spins or sleeps; it does not hang.
+#[test]
+fn a_lane_client_learns_that_its_dispatcher_stopped() {
+    for spin in [Duration::ZERO, gt::transport::socket::DEFAULT_SPIN] {
+        let c = cluster(1);
+        let options = ClientOptions { spin, ..Default::default() };
+        let mut client = Client::connect_in(c.context(), c.endpoint(), options).unwrap();
+        assert!(client.lane_open());
+        client.submit(full(0, vec![4], 2.0), origin("full")).unwrap();
+        client.sync().unwrap();
+        drop(c);
+        let e = client.sync().unwrap_err();
+        assert!(matches!(e, ClientError::Disconnected(_)), "{e}");
+    }
+}
+
 /// A worker of this process that rings a client's doorbell and vanishes before it says so:
 /// the dispatcher, failing the lost worker's waits, finds the bell rung and sends nothing for
 /// that sync (its client has its answer), while the instruction whose value was lost is
@@ -445,6 +517,7 @@ fn a_worker_lost_after_it_rang_does_not_answer_the_wait_twice() {
         clock: 0,
         peer: String::new(),
         process: doorbell::process_key(),
+        lane: None,
     };
     sock.send(codec::encode(&Inbound::Worker(register), 1 << 20).unwrap(), 0).unwrap();
     let worker = std::thread::spawn(move || {
@@ -478,7 +551,7 @@ fn a_worker_lost_after_it_rang_does_not_answer_the_wait_twice() {
             }
         }
     };
-    send(Request::Hello { name: "raw".into(), wait_ms: 5000, doorbell: Some(bell.key()) });
+    send(Request::Hello { name: "raw".into(), wait_ms: 5000, doorbell: Some(bell.key()), lane: None });
     assert!(matches!(recv(), Reply::Welcome { .. }));
     bell.arm(1);
     send(Request::Batch {

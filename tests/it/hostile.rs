@@ -381,6 +381,7 @@ fn rogue_worker(ctx: &gt::transport::zmq::Context, endpoint: &gt::transport::End
             clock: 0,
             peer: String::new(),
             process: gt::transport::doorbell::process_key(),
+            lane: None,
         },
     );
     std::thread::spawn(move || {
@@ -423,6 +424,7 @@ fn a_worker_claiming_to_ring_doorbells_it_was_not_given_is_not_believed() {
         clock: 0,
         peer: String::new(),
         process: DoorbellKey([1, 1]),
+        lane: None,
     };
     send(&sock, register);
     let _liar = std::thread::spawn(move || {
@@ -604,7 +606,7 @@ fn sequence_numbers_do_not_wrap() {
         codec::decode(&raw.recv_bytes(0).unwrap(), 1 << 20).unwrap()
     };
     assert!(matches!(
-        exchange(Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: None }),
+        exchange(Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: None, lane: None }),
         Reply::Welcome { .. }
     ));
     let batch = Request::Batch {
@@ -636,7 +638,7 @@ fn a_client_that_does_not_read_its_answers_is_bounded() {
         assert!(raw.poll(zmq::POLLIN, 5000).unwrap() > 0, "no answer");
         codec::decode(&socket::recv_frames(&raw, 0).unwrap()[0], 1 << 20).unwrap()
     };
-    send(Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: None });
+    send(Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: None, lane: None });
     assert!(matches!(recv(), Reply::Welcome { .. }));
     // A 400 kB value, asked for ten times without reading in between.
     send(Request::Batch { first_seq: 0, instrs: instrs("%a = ones f32[100000]"), lines: Vec::new(), then: None });

@@ -25,3 +25,11 @@ mod training;
 pub(crate) fn done(batch: u64) -> gt::transport::WorkerEvent {
     gt::transport::WorkerEvent::Done { batch, failures: vec![], nanos: 0, timings: vec![], live_bytes: 0, rang: false }
 }
+
+/// A fresh scratch folder of one test's own (`part`: the test file).
+pub(crate) fn scratch(part: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("gt-{part}-it-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -224,6 +224,7 @@ fn vanishing_worker(
             clock: 0,
             peer: address,
             process: gt::transport::doorbell::process_key(),
+            lane: None,
         },
     );
     std::thread::spawn(move || {

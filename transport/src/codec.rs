@@ -14,7 +14,7 @@ use thiserror::Error;
 /// of two builds then cannot register with one dispatcher, so they never meet in a collective.
 /// (17: a client's `Hello` names its doorbell, a batch may carry a sync to ring it, `Done` says
 /// whether it rang; a client's batch may end with its sync point.)
-pub const PROTOCOL_VERSION: u16 = 17;
+pub const PROTOCOL_VERSION: u16 = 18;
 
 /// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;

@@ -80,19 +80,24 @@ fn random_u64() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
+/// 128 fresh random bits that `taken` says no one holds (a doorbell's or a lane's key).
+pub(crate) fn fresh_key(taken: impl Fn([u64; 2]) -> bool) -> [u64; 2] {
+    loop {
+        let key = [random_u64(), random_u64()];
+        if !taken(key) {
+            return key;
+        }
+    }
+}
+
 impl Doorbell {
     /// A new doorbell under a fresh random key, registered in this process.
     pub fn register() -> Arc<Doorbell> {
         let mut map = lock();
-        loop {
-            let key = DoorbellKey([random_u64(), random_u64()]);
-            if map.contains_key(&key) {
-                continue;
-            }
-            let bell = Arc::new(Doorbell { key, state: AtomicU64::new(0), answer: Mutex::new(None) });
-            map.insert(key, Arc::downgrade(&bell));
-            return bell;
-        }
+        let key = DoorbellKey(fresh_key(|k| map.contains_key(&DoorbellKey(k))));
+        let bell = Arc::new(Doorbell { key, state: AtomicU64::new(0), answer: Mutex::new(None) });
+        map.insert(key, Arc::downgrade(&bell));
+        bell
     }
 
     /// Its key, for the client's `Hello`.

@@ -2,7 +2,8 @@
 //! with a protocol version and a size limit ([`codec`]), endpoints (`inproc://` embedded,
 //! `ipc://` same host, `tcp://` remote; [`endpoint`]), ZeroMQ socket set-up ([`socket`]),
 //! the cluster key that authenticates and encrypts TCP ([`auth`]), the doorbells through which
-//! a worker answers an embedded client's sync directly ([`doorbell`]),
+//! a worker answers an embedded client's sync directly ([`doorbell`]), the in-process queues an
+//! embedded client or worker and its dispatcher talk through ([`lane`]),
 //! the instruction-log event that the log file and the monitor socket carry ([`event`]), and
 //! the profile format that `GT_PROFILE` writes and `gt prof` reads ([`profile`]).
 //!
@@ -17,6 +18,7 @@ pub mod codec;
 pub mod doorbell;
 pub mod endpoint;
 pub mod event;
+pub mod lane;
 pub mod loan;
 pub mod message;
 pub mod profile;

@@ -64,10 +64,19 @@ unsafe extern "C" fn release(data: *mut c_void, hint: *mut c_void) {
 /// its memory is its little-endian bytes (every dtype but `bool`, on a little-endian
 /// machine); otherwise as a copy of its bytes.
 pub fn send(sock: &mut Socket, data: Elements, flags: i32) -> zmq::Result<()> {
-    fn lend<T>(sock: &mut Socket, v: Vec<T>, dtype: DType, flags: i32) -> zmq::Result<()> {
+    let mut msg = frame(data);
+    // (Dropping a message that was not sent releases what it holds.)
+    send_or_keep(sock, raw(&mut msg), flags)
+}
+
+/// `data` as one frame, lending its buffer when its memory is its little-endian bytes (every
+/// dtype but `bool`, on a little-endian machine), else its bytes: what [`send`] sends, and
+/// what goes through a [`crate::lane`] as it is.
+pub fn frame(data: Elements) -> zmq::Message {
+    fn lend<T>(v: Vec<T>, dtype: DType) -> zmq::Message {
         let bytes = std::mem::size_of_val(v.as_slice());
         if bytes == 0 {
-            return crate::socket::retry(|| sock.send(&[][..], flags));
+            return zmq::Message::new();
         }
         let mut v = std::mem::ManuallyDrop::new(v);
         let (ptr, capacity) = (v.as_mut_ptr(), v.capacity());
@@ -75,51 +84,70 @@ pub fn send(sock: &mut Socket, data: Elements, flags: i32) -> zmq::Result<()> {
         let loan = LOANS.fetch_add(1, Ordering::Relaxed);
         let before = lent().insert(ptr as usize, Lent { loan, bytes, capacity, dtype, free: free_vec::<T> });
         debug_assert!(before.is_none(), "a live buffer lent twice");
-        let hint = loan as *mut c_void;
-        let mut msg = zmq_sys::zmq_msg_t::default();
-        // SAFETY: `msg` is fresh; the buffer stays valid until `release` (it is lent).
-        let rc = unsafe { zmq_sys::zmq_msg_init_data(&mut msg, ptr.cast(), bytes, Some(release), hint) };
+        let mut msg = zmq::Message::new();
+        let raw = raw(&mut msg);
+        // SAFETY: `raw` is an initialized empty message (closed first, holding nothing), and
+        // the buffer stays valid until `release` (it is lent).
+        let rc = unsafe {
+            zmq_sys::zmq_msg_close(raw);
+            zmq_sys::zmq_msg_init_data(raw, ptr.cast(), bytes, Some(release), loan as *mut c_void)
+        };
         if rc == -1 {
-            // Not sent: the vector is freed here instead.
-            let err = zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() });
+            // (Only when out of memory.) A copy instead; the vector goes back to be freed.
             // SAFETY: ZeroMQ did not take the buffer, so it is still ours to release.
-            unsafe { release(ptr.cast(), hint) };
-            return Err(err);
+            let copy = zmq::Message::from(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), bytes) });
+            unsafe { release(ptr.cast(), loan as *mut c_void) };
+            // SAFETY: `raw` failed to initialize; an empty one is left there to drop.
+            unsafe { zmq_sys::zmq_msg_init(raw) };
+            return copy;
         }
-        // Closing an unsent message releases the vector.
-        send_or_close(sock, msg, flags)
+        msg
     }
     let little = cfg!(target_endian = "little");
     match data {
-        Elements::F64(v) if little => lend(sock, v, DType::F64, flags),
-        Elements::F32(v) if little => lend(sock, v, DType::F32, flags),
-        Elements::F16(v) if little => lend(sock, v, DType::F16, flags),
-        Elements::BF16(v) if little => lend(sock, v, DType::BF16, flags),
-        Elements::I64(v) if little => lend(sock, v, DType::I64, flags),
-        Elements::I32(v) if little => lend(sock, v, DType::I32, flags),
-        other => crate::socket::send_bytes(sock, other.to_le_bytes().into_owned(), flags),
+        Elements::F64(v) if little => lend(v, DType::F64),
+        Elements::F32(v) if little => lend(v, DType::F32),
+        Elements::F16(v) if little => lend(v, DType::F16),
+        Elements::BF16(v) if little => lend(v, DType::BF16),
+        Elements::I64(v) if little => lend(v, DType::I64),
+        Elements::I32(v) if little => lend(v, DType::I32),
+        other => zmq::Message::from(other.to_le_bytes().into_owned()),
     }
+}
+
+/// The ZeroMQ message inside `msg` (the `zmq` crate keeps its own accessor private).
+fn raw(msg: &mut zmq::Message) -> *mut zmq_sys::zmq_msg_t {
+    // `zmq::Message`'s one field is a `zmq_msg_t`; of the same size, it can only sit at
+    // offset 0, so the message's address is the field's.
+    const _: () = assert!(std::mem::size_of::<zmq::Message>() == std::mem::size_of::<zmq_sys::zmq_msg_t>());
+    (msg as *mut zmq::Message).cast()
 }
 
 /// Sends an initialized message; one that cannot be sent is closed (releasing what it holds).
 /// A send that fails leaves the message with its sender, so one a signal interrupted is simply
 /// made again.
 fn send_or_close(sock: &mut Socket, mut msg: zmq_sys::zmq_msg_t, flags: i32) -> zmq::Result<()> {
-    let sent = loop {
-        // SAFETY: a live socket and an initialized message.
-        match unsafe { zmq_sys::zmq_msg_send(&mut msg, sock.as_mut_ptr(), flags) } {
-            -1 => match zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() }) {
-                zmq::Error::EINTR => continue,
-                e => break Err(e),
-            },
-            _ => break Ok(()),
-        }
-    };
+    let sent = send_or_keep(sock, &mut msg, flags);
     if sent.is_err() {
         // SAFETY: an initialized message that was not sent, still ours.
         unsafe { zmq_sys::zmq_msg_close(&mut msg) };
     }
     sent
+}
+
+/// Sends an initialized message, again after a signal; one that cannot be sent stays the
+/// caller's.
+fn send_or_keep(sock: &mut Socket, msg: *mut zmq_sys::zmq_msg_t, flags: i32) -> zmq::Result<()> {
+    loop {
+        // SAFETY: a live socket and an initialized message.
+        match unsafe { zmq_sys::zmq_msg_send(msg, sock.as_mut_ptr(), flags) } {
+            -1 => match zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() }) {
+                zmq::Error::EINTR => continue,
+                e => return Err(e),
+            },
+            _ => return Ok(()),
+        }
+    }
 }
 
 /// The elements of `dtype` that `frame` lends, taken without a copy; the frame back when it
@@ -385,6 +413,18 @@ mod tests {
         send(&mut tx, Elements::F32(vec![]), 0).unwrap();
         assert_eq!(rx.recv_msg(0).unwrap().len(), 0);
         assert_eq!(outstanding(), 0);
+        // A frame made without a socket (to go through a lane) is taken back alike, and one
+        // dropped frees its buffer; `bool` is its bytes.
+        let lent = values.clone();
+        let made_at = lent.as_ptr() as usize;
+        match take(super::frame(Elements::F32(lent)), DType::F32) {
+            Ok(Elements::F32(v)) => assert_eq!((v.as_ptr() as usize, v), (made_at, values)),
+            other => panic!("not taken: {:?}", other.map(|e| e.len())),
+        }
+        drop(super::frame(Elements::I64(vec![4, 5])));
+        assert_eq!(outstanding(), 0);
+        assert_eq!(&super::frame(Elements::Bool(vec![true, false]))[..], &[1, 0]);
+        assert_eq!(super::frame(Elements::F32(vec![])).len(), 0);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! reads replies in order sees an async op's failure before the answer of its next wait.
 
 pub use crate::doorbell::DoorbellKey;
+pub use crate::lane::LaneKey;
 pub use gt_ir::FailureKind;
 use gt_ir::{Instr, TensorType, ValueId};
 use serde::{Deserialize, Serialize};
@@ -63,6 +64,9 @@ pub enum Request {
         /// The client's doorbell, when it runs in the dispatcher's process (`inproc://`): a
         /// worker there may answer its syncs directly ([`crate::doorbell`]).
         doorbell: Option<DoorbellKey>,
+        /// The lane it offers, when it runs in the dispatcher's process: taken, every later
+        /// message either way goes by it ([`crate::lane`]).
+        lane: Option<LaneKey>,
     },
     /// Instructions, in order, numbered `first_seq..first_seq + instrs.len()`. No reply
     /// unless one fails ([`Reply::Failed`] with its seq).
@@ -274,6 +278,8 @@ pub enum WorkerEvent {
         /// Its process's key ([`crate::doorbell::process_key`]): a worker in the
         /// dispatcher's own process may answer clients' waits through their doorbells.
         process: DoorbellKey,
+        /// The lane it offers, when it runs in the dispatcher's process ([`crate::lane`]).
+        lane: Option<LaneKey>,
     },
     /// The answer to [`WorkerCommand::Ping`] and [`WorkerCommand::Welcome`].
     Pong {

@@ -109,6 +109,95 @@ pub enum Waited {
     Rung,
     /// Nothing came in time.
     TimedOut,
+    /// The other end of the lane waited on is gone ([`recv_lane_waiting`]).
+    Gone,
+}
+
+/// What a thread with a lane ([`crate::lane`]) waits on: its inbox, and the socket where it
+/// is woken when it sleeps.
+pub struct LaneWait<'a> {
+    /// The lane's inbox.
+    pub inbox: &'a crate::lane::Inbox,
+    /// The socket wakes come on.
+    pub sock: &'a Socket,
+    /// `Some(k)`: the socket carries messages too (the dispatcher's, from peers without a
+    /// lane), looked at every `k`-th turn of the spin (each look is a system call); `None`:
+    /// it carries only wakes (a client's or worker's once its lane is open).
+    pub messages: Option<u32>,
+}
+
+/// [`recv_waiting`] for a thread with a lane, and a doorbell to watch as
+/// [`recv_waiting_or_rung`] does: spins over the inbox (and the bell, and now and then the
+/// socket), then says it sleeps ([`crate::lane::Inbox::sleep`]) and sleeps on the socket
+/// until a message or a wake comes there, or `timeout_ms` (-1: none) passes.
+pub fn recv_lane_waiting(
+    wait: &LaneWait<'_>,
+    bell: Option<(&crate::doorbell::Doorbell, u64)>,
+    spin: std::time::Duration,
+    timeout_ms: i64,
+) -> zmq::Result<Waited> {
+    let LaneWait { inbox, sock, messages } = *wait;
+    let from_inbox = |got: Result<Option<Vec<zmq::Message>>, crate::lane::Gone>| match got {
+        Ok(Some(frames)) => Some(Waited::Frames(frames)),
+        Ok(None) => None,
+        Err(crate::lane::Gone) => Some(Waited::Gone),
+    };
+    let spun = spin_first(
+        spin,
+        |spin| {
+            let start = std::time::Instant::now();
+            for turn in 0u32.. {
+                if let Some(got) = from_inbox(inbox.try_recv()) {
+                    return Ok(Some(got));
+                }
+                if bell.is_some_and(|(bell, seq)| bell.rung(seq)) {
+                    return Ok(Some(Waited::Rung));
+                }
+                if messages.is_some_and(|k| turn.is_multiple_of(k.max(1))) {
+                    match recv_frames(sock, zmq::DONTWAIT) {
+                        Err(zmq::Error::EAGAIN) => {}
+                        got => return got.map(|f| Some(Waited::Frames(f))),
+                    }
+                }
+                if start.elapsed() >= spin {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+            Ok(None)
+        },
+        |got| matches!(got, Ok(Some(_))),
+    );
+    if let Some(got) = spun {
+        return got.map(|w| w.expect("a hit holds a message or the ring"));
+    }
+    if bell.is_some_and(|(bell, seq)| bell.decline(seq)) {
+        return Ok(Waited::Rung);
+    }
+    let deadline =
+        u64::try_from(timeout_ms).ok().map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
+    loop {
+        if let Some(got) = from_inbox(inbox.sleep()) {
+            return Ok(got);
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        if left.is_some_and(|left| left.is_zero()) {
+            inbox.woke();
+            return Ok(from_inbox(inbox.try_recv()).unwrap_or(Waited::TimedOut));
+        }
+        // (Rounded up: a deadline a fraction of a millisecond away is still waited for.)
+        let ms = left.map_or(-1, |left| i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX));
+        sock.set_rcvtimeo(ms)?;
+        let got = recv_frames(sock, 0);
+        inbox.woke();
+        match got {
+            Err(zmq::Error::EAGAIN) => return Ok(from_inbox(inbox.try_recv()).unwrap_or(Waited::TimedOut)),
+            Ok(frames) if messages.is_some() => return Ok(Waited::Frames(frames)),
+            // Woken: the message is in the inbox.
+            Ok(_) => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// [`recv_waiting`] for a sync whose answer may also come by `bell` (rung by a worker in

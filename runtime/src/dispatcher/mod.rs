@@ -35,6 +35,7 @@ use gt_ir::verify::shape;
 use gt_ir::{CollectiveOp, Instr, TensorType, TypeError, ValueId};
 use gt_passes::pipeline::FIRST_PASS_ID;
 use gt_passes::{Pipeline, Typing};
+use gt_transport::lane::{self, LaneKey};
 use gt_transport::message::{
     DoorbellKey, Exchange, Failure, FailureKind, PassStats, Reply, Request, SyncBell, Timing, WorkerCommand,
     WorkerEvent, WorkerInfo, WorkerStats,
@@ -224,13 +225,37 @@ struct PendingHello {
     identity: Vec<u8>,
     name: String,
     doorbell: Option<DoorbellKey>,
+    lane: Option<LaneKey>,
     deadline: Instant,
     wait_ms: u64,
+}
+
+/// The lanes of peers in the dispatcher's process ([`gt_transport::lane`]).
+struct Lanes {
+    /// Where every peer with a lane sends, as a ROUTER receives (its routing id first).
+    inbox: lane::Inbox,
+    /// The way into it, given to each peer that offers a lane.
+    to_me: lane::Outbox,
+    /// Each such peer's inbox, by its routing id: everything to it goes there.
+    peers: HashMap<Vec<u8>, lane::Outbox>,
+    /// Which of inbox and socket a drain looks at first (in turn, so neither starves).
+    socket_first: bool,
+}
+
+/// Sends `frames` to the peer `identity` by its lane `out`; an empty message on `router` wakes
+/// it if it sleeps. A peer gone is `EHOSTUNREACH`, as the ROUTER says of one it cannot reach.
+fn send_by_lane(router: &zmq::Socket, out: &lane::Outbox, identity: &[u8], frames: lane::Frames) -> zmq::Result<()> {
+    match out.push(frames) {
+        Ok(true) => socket::retry(|| router.send_multipart([identity, &[][..]], zmq::DONTWAIT)),
+        Ok(false) => Ok(()),
+        Err(lane::Gone) => Err(zmq::Error::EHOSTUNREACH),
+    }
 }
 
 /// A running dispatcher's state; [`Dispatcher::run`] is its loop.
 pub struct Dispatcher {
     router: zmq::Socket,
+    lanes: Lanes,
     /// Routing ids starting with this secret are the owner's stop requests.
     stop_key: Vec<u8>,
     stopping: bool,
@@ -283,8 +308,10 @@ impl Dispatcher {
     /// starts with `stop_key` (a secret only the owner knows; one socket is all the
     /// dispatcher polls, which keeps a round trip's system calls down).
     pub fn new(router: zmq::Socket, stop_key: Vec<u8>, log: EventLog, config: DispatcherConfig) -> Dispatcher {
+        let (to_me, inbox) = lane::inbox();
         Dispatcher {
             router,
+            lanes: Lanes { inbox, to_me, peers: HashMap::new(), socket_first: false },
             stop_key,
             stopping: false,
             log,
@@ -366,7 +393,7 @@ impl Dispatcher {
             }
             // Whether every waiting message was read (not cut off at the cap).
             let mut drained = true;
-            if let Some(frames) = socket::recv_waiting(&self.router, self.config.spin, timeout)? {
+            if let Some(frames) = self.recv_waiting(self.config.spin, timeout)? {
                 self.on_frames(frames);
                 self.reap();
                 drained = false;
@@ -374,13 +401,12 @@ impl Dispatcher {
                     if self.stopping {
                         break;
                     }
-                    match socket::recv_frames(&self.router, zmq::DONTWAIT) {
-                        Ok(frames) => self.on_frames(frames),
-                        Err(zmq::Error::EAGAIN) => {
+                    match self.try_recv()? {
+                        Some(frames) => self.on_frames(frames),
+                        None => {
                             drained = true;
                             break;
                         }
-                        Err(e) => return Err(e),
                     }
                     self.reap();
                 }
@@ -416,7 +442,7 @@ impl Dispatcher {
     fn drain_workers(&mut self, limit: Duration) -> Result<(), DispatcherError> {
         let deadline = Instant::now() + limit;
         // What arrived before the stop (a client's goodbye, say) is still handled.
-        while let Ok(frames) = socket::recv_frames(&self.router, zmq::DONTWAIT) {
+        while let Ok(Some(frames)) = self.try_recv() {
             self.on_frames(frames);
             self.reap();
         }
@@ -425,10 +451,13 @@ impl Dispatcher {
         }
         while self.workers.iter().any(|w| w.alive && !w.inflight.is_empty()) {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || socket::retry(|| self.router.poll(zmq::POLLIN, left.as_millis().max(1) as i64))? == 0 {
+            if left.is_zero() {
                 break;
             }
-            while let Ok(frames) = socket::recv_frames(&self.router, zmq::DONTWAIT) {
+            let Some(frames) = self.recv_waiting(Duration::ZERO, left.as_millis().max(1) as i64)? else { break };
+            self.on_frames(frames);
+            self.reap();
+            while let Ok(Some(frames)) = self.try_recv() {
                 self.on_frames(frames);
                 self.reap();
             }
@@ -437,6 +466,44 @@ impl Dispatcher {
     }
 
     // ---- frames ------------------------------------------------------------------------
+
+    /// The next message from any peer, by a lane or the socket, spinning for `spin` first;
+    /// `None` after `timeout_ms`.
+    fn recv_waiting(&self, spin: Duration, timeout_ms: i64) -> Result<Option<Vec<zmq::Message>>, DispatcherError> {
+        // With peers on lanes, the socket (a system call per look) is looked at every few
+        // turns of the spin; without, every turn, as before lanes.
+        let every = if self.lanes.peers.is_empty() { 1 } else { 4 };
+        let wait = socket::LaneWait { inbox: &self.lanes.inbox, sock: &self.router, messages: Some(every) };
+        Ok(match socket::recv_lane_waiting(&wait, None, spin, timeout_ms)? {
+            socket::Waited::Frames(frames) => Some(frames),
+            // (The dispatcher holds a way into its own inbox: never gone.)
+            socket::Waited::TimedOut | socket::Waited::Rung | socket::Waited::Gone => None,
+        })
+    }
+
+    /// A message already here, by a lane or the socket (the two in turn).
+    fn try_recv(&mut self) -> Result<Option<Vec<zmq::Message>>, DispatcherError> {
+        let socket_first = self.lanes.socket_first;
+        self.lanes.socket_first = !socket_first;
+        let from_socket = |router: &zmq::Socket| match socket::recv_frames(router, zmq::DONTWAIT) {
+            Ok(frames) => Ok(Some(frames)),
+            Err(zmq::Error::EAGAIN) => Ok(None),
+            Err(e) => Err(e),
+        };
+        if socket_first {
+            if let Some(frames) = from_socket(&self.router)? {
+                return Ok(Some(frames));
+            }
+        }
+        if let Ok(Some(frames)) = self.lanes.inbox.try_recv() {
+            return Ok(Some(frames));
+        }
+        if socket_first {
+            Ok(None)
+        } else {
+            from_socket(&self.router)
+        }
+    }
 
     /// One message: the peer's routing id, the message, and for a worker's `Data` its data
     /// frame (passed on to the client as it is), for a client's batch its large literals'.
@@ -451,6 +518,10 @@ impl Dispatcher {
         let Some(payload) = frames.next() else {
             return self.bad_message(&identity, 0, "expected a message after the routing id, got none".into());
         };
+        // A peer with a lane woke the dispatcher (its message is in the inbox).
+        if payload.is_empty() && self.lanes.peers.contains_key(&identity) {
+            return;
+        }
         // Data frames: a read's, or a batch's large literals.
         let mut data: Vec<zmq::Message> = frames.collect();
         // Handling a message cannot panic by design; should a bug make it, the peer that sent
@@ -532,14 +603,14 @@ impl Dispatcher {
     // ---- clients -----------------------------------------------------------------------
 
     fn on_request(&mut self, identity: Vec<u8>, req: Request, bytes: usize) {
-        if let Request::Hello { name, wait_ms, doorbell } = req {
+        if let Request::Hello { name, wait_ms, doorbell, lane } = req {
             if let Some(&c) = self.client_ids.get(&identity) {
                 self.welcome_again(c);
             } else if self.enough_workers() {
-                self.welcome(identity, (name, doorbell), bytes);
+                self.welcome(identity, (name, doorbell, lane), bytes);
             } else {
                 let deadline = Instant::now() + Duration::from_millis(wait_ms);
-                self.hellos.push(PendingHello { identity, name, doorbell, deadline, wait_ms });
+                self.hellos.push(PendingHello { identity, name, doorbell, lane, deadline, wait_ms });
             }
             return;
         }
@@ -655,7 +726,12 @@ impl Dispatcher {
         }
     }
 
-    fn welcome(&mut self, identity: Vec<u8>, (name, doorbell): (String, Option<DoorbellKey>), bytes: usize) {
+    fn welcome(
+        &mut self,
+        identity: Vec<u8>,
+        (name, doorbell, lane): (String, Option<DoorbellKey>, Option<LaneKey>),
+        bytes: usize,
+    ) {
         let c = self.next_client;
         self.next_client += 1;
         let mut pipeline = (self.config.pipeline)(c);
@@ -675,8 +751,14 @@ impl Dispatcher {
         if let Some(p) = &mut self.profile {
             p.client_joined(c, &name);
         }
-        self.log.emit(EventKind::Connect, format!("CLIENT {c}"), "Hello", bytes, format!("name={name}"));
+        // Its lane is taken before the welcome leaves by the socket, and used after it.
+        let to_client = lane.and_then(|key| lane::accept(key, &self.lanes.to_me, &self.clients[&c].identity));
+        let by = if to_client.is_some() { " lane" } else { "" };
+        self.log.emit(EventKind::Connect, format!("CLIENT {c}"), "Hello", bytes, format!("name={name}{by}"));
         self.welcome_again(c);
+        if let Some(out) = to_client {
+            self.lanes.peers.insert(self.clients[&c].identity.clone(), out);
+        }
     }
 
     fn enough_workers(&self) -> bool {
@@ -1384,6 +1466,7 @@ impl Dispatcher {
     fn remove_client(&mut self, c: u64, why: &str) {
         let Some(client) = self.clients.remove(&c) else { return };
         self.client_ids.remove(&client.identity);
+        self.lanes.peers.remove(&client.identity);
         // A crowd of clients come and gone leaves no high-water mark behind: neither in the
         // maps nor in the allocator's free lists.
         if self.clients.len() * 4 < self.clients.capacity() {
@@ -1418,7 +1501,7 @@ impl Dispatcher {
     // ---- workers -----------------------------------------------------------------------
 
     fn on_worker_event(&mut self, identity: Vec<u8>, event: WorkerEvent, bytes: usize) {
-        if let WorkerEvent::Register { name, backend, clock, peer, process } = event {
+        if let WorkerEvent::Register { name, backend, clock, peer, process, lane } = event {
             if self.worker_ids.contains_key(&identity) || self.client_ids.contains_key(&identity) {
                 return self.bad_message(&identity, bytes, "registered twice".into());
             }
@@ -1436,18 +1519,24 @@ impl Dispatcher {
                 client.pipeline.set_workers(n);
             }
             tracing::info!(target: "gt::dispatcher", "worker {w} registered: {name} ({backend})");
+            // Its lane is taken before the welcome leaves by the socket, and used after it.
+            let to_worker = lane.and_then(|key| lane::accept(key, &self.lanes.to_me, &self.workers[w].identity));
+            let by = if to_worker.is_some() { " lane" } else { "" };
             self.log.emit(
                 EventKind::Connect,
                 format!("WORKER {name}"),
                 "Register",
                 bytes,
-                format!("worker={w} backend={backend}"),
+                format!("worker={w} backend={backend}{by}"),
             );
             // The welcome is also the first ping (the worker answers it with a `Pong`), so its
             // clock is known to a round trip's precision from the start.
             if self.send_worker(w, &WorkerCommand::Welcome { worker: w as u32 }).is_some() {
                 let sent = self.log.now();
                 self.workers[w].clock.pinged(sent);
+            }
+            if let Some(out) = to_worker {
+                self.lanes.peers.insert(self.workers[w].identity.clone(), out);
             }
             return;
         }
@@ -1727,7 +1816,7 @@ impl Dispatcher {
                 format!("#{seq} {ty}"),
             );
         }
-        let sent = socket::send_with_data(&self.router, &[&identity, &head], data);
+        let sent = self.send_to(&identity, head, Some(data));
         if sent.is_err() {
             self.lost_clients.push((c, "is gone (its process ended or the connection broke)"));
         } else if let Some(client) = self.clients.get_mut(&c) {
@@ -1916,7 +2005,14 @@ impl Dispatcher {
     fn send_worker_bytes(&mut self, w: usize, bytes: Vec<u8>, literals: Vec<Elements>) -> bool {
         let identity = &self.workers[w].identity;
         // The encoded batch is moved to ZeroMQ, not copied, and its large literals lent.
-        match socket::send_with_literals(&mut self.router, &[identity.as_slice()], bytes, literals) {
+        let sent = match self.lanes.peers.get(identity) {
+            Some(out) => {
+                let frames = lane::frames(None, bytes, literals.into_iter().map(gt_transport::loan::frame));
+                send_by_lane(&self.router, out, identity, frames)
+            }
+            None => socket::send_with_literals(&mut self.router, &[identity.as_slice()], bytes, literals),
+        };
+        match sent {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(target: "gt::dispatcher", "worker `{}` cannot be reached: {e}", self.workers[w].name);
@@ -1936,6 +2032,7 @@ impl Dispatcher {
         self.workers[w].alive = false;
         let name = self.workers[w].name.clone();
         self.abort_dealers.remove(&self.workers[w].peer);
+        self.lanes.peers.remove(&self.workers[w].identity);
         let message =
             format!("worker `{name}` is gone (its process ended or the connection broke); the values it held are lost");
         tracing::error!(target: "gt::dispatcher", "{message}");
@@ -2035,14 +2132,24 @@ impl Dispatcher {
             let (command, details) = reply_summary(reply);
             self.log.emit(EventKind::Send, format!("CLIENT {c}"), command, bytes.len(), details);
         }
-        if socket::retry(|| self.router.send_multipart([identity.as_slice(), &bytes], zmq::DONTWAIT)).is_err() {
+        if self.send_to(&identity, bytes, None).is_err() {
             self.lost_clients.push((c, "is gone (its process ended or the connection broke)"));
         }
     }
 
     fn send_reply_to(&mut self, identity: &[u8], reply: &Reply) {
         if let Ok(bytes) = codec::encode(reply, self.config.max_message_bytes) {
-            let _ = socket::retry(|| self.router.send_multipart([identity, &bytes], zmq::DONTWAIT));
+            let _ = self.send_to(identity, bytes, None);
+        }
+    }
+
+    /// Sends an encoded message (and a read's data frame) to the peer `identity`: by its
+    /// lane if it has one, else by the socket.
+    fn send_to(&self, identity: &[u8], bytes: Vec<u8>, data: Option<zmq::Message>) -> zmq::Result<()> {
+        match (self.lanes.peers.get(identity), data) {
+            (Some(out), data) => send_by_lane(&self.router, out, identity, lane::frames(None, bytes, data)),
+            (None, Some(data)) => socket::send_with_data(&self.router, &[identity, &bytes], data),
+            (None, None) => socket::retry(|| self.router.send_multipart([identity, &bytes], zmq::DONTWAIT)),
         }
     }
 
@@ -2054,7 +2161,7 @@ impl Dispatcher {
             let any = self.workers.iter().any(|w| w.alive);
             for h in std::mem::take(&mut self.hellos) {
                 if enough || (any && now >= h.deadline) {
-                    self.welcome(h.identity, (h.name, h.doorbell), 0);
+                    self.welcome(h.identity, (h.name, h.doorbell, h.lane), 0);
                 } else if now >= h.deadline {
                     let message = format!(
                         "no worker registered with the dispatcher within {} ms (start one with `gt worker`)",
@@ -2082,7 +2189,7 @@ impl Dispatcher {
             let ping = codec::encode(&Reply::Ping, usize::MAX).expect("small");
             for c in ids {
                 let identity = self.clients[&c].identity.clone();
-                if socket::retry(|| self.router.send_multipart([identity.as_slice(), &ping], zmq::DONTWAIT)).is_err() {
+                if self.send_to(&identity, ping.clone(), None).is_err() {
                     self.lost_clients.push((c, "is gone (its process ended or the connection broke)"));
                 }
             }
