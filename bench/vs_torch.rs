@@ -481,6 +481,8 @@ fn main() -> Result<()> {
     let waits = ["mlp", "mse", "unary", "linear", "read", "tiny"];
     let to_unrung: Vec<&Spec> = specs.iter().filter(|s| waits.contains(&s.kind) && s.name != "tiny").collect();
     let unrung = gt_side(&to_unrung, workers, &[("GT_DOORBELL", "0")])?;
+    // ... and with the embedded client and worker on inproc ZeroMQ instead of lanes.
+    let laneless = gt_side(&to_unrung, workers, &[("GT_LANE", "0")])?;
     let gt_s = started.elapsed().as_secs_f64();
     phase("PyTorch (vs_torch.py)");
     let torch = torch_side(&specs);
@@ -500,7 +502,7 @@ fn main() -> Result<()> {
     let _ = writeln!(
         report,
         "gt: Tensor API on an embedded cluster, {workers} worker(s), GT_THREADS {}; environment: {}; compiled rows add GT_COMPILE=1, \
-         auto-compiled rows GT_AUTO_COMPILE=1, rows without the doorbell GT_DOORBELL=0",
+         auto-compiled rows GT_AUTO_COMPILE=1, rows without the doorbell GT_DOORBELL=0, rows without lanes GT_LANE=0",
         std::env::var("GT_THREADS").unwrap_or_else(|_| "unset".into()),
         if gt_vars.is_empty() { "no GT_* set".to_string() } else { gt_vars.join(" ") }
     );
@@ -539,13 +541,15 @@ fn main() -> Result<()> {
     let compiled: HashMap<_, _> = compiled.into_iter().collect();
     let auto: HashMap<_, _> = auto.into_iter().collect();
     let unrung: HashMap<_, _> = unrung.into_iter().collect();
+    let laneless: HashMap<_, _> = laneless.into_iter().collect();
     let mut checks = String::new();
     for s in &specs {
         let variants = [(s.label.to_string(), eager.get(s.name), s.goal)]
             .into_iter()
             .chain(s.compiled.map(|goal| (format!("{}, GT_COMPILE=1", s.label), compiled.get(s.name), goal)))
             .chain(auto.get(s.name).map(|r| (format!("{}, GT_AUTO_COMPILE=1", s.label), Some(r), None)))
-            .chain(unrung.get(s.name).map(|r| (format!("{}, GT_DOORBELL=0", s.label), Some(r), None)));
+            .chain(unrung.get(s.name).map(|r| (format!("{}, GT_DOORBELL=0", s.label), Some(r), None)))
+            .chain(laneless.get(s.name).map(|r| (format!("{}, GT_LANE=0", s.label), Some(r), None)));
         for (label, gt, goal) in variants {
             let t = torch.as_ref().ok().and_then(|rows| rows.get(s.name));
             let t_ms = t.and_then(|f| f.get("ms")?.parse::<f64>().ok());
