@@ -208,7 +208,7 @@ pub struct Client {
 }
 
 /// A client's lane: offered in its `Hello`, open from the `Welcome` on if the dispatcher took
-/// it. Open, every message both ways goes by it, and the socket carries only wakes.
+/// it. Open, every message both ways goes by it, and the socket carries wakes.
 enum Lane {
     None,
     Offered(std::sync::Arc<lane::Offer>, lane::Inbox),
@@ -552,8 +552,7 @@ impl Client {
                 if items[0].is_readable() {
                     Some(socket::recv_frames(&self.socket, 0)?)
                 } else if items[1].is_readable() {
-                    self.closed = true;
-                    return Err(ClientError::Disconnected(self.endpoint.clone()));
+                    return Err(self.disconnected());
                 } else {
                     None
                 }
@@ -675,12 +674,8 @@ impl Client {
     fn send_frames(&mut self, head: Vec<u8>, literals: Vec<Elements>) -> Result<(), ClientError> {
         if let Lane::Open { out, identity, .. } = &self.lane {
             let frames = lane::frames(Some(identity), head, literals.into_iter().map(loan::frame));
-            return match out.push(frames) {
-                // Asleep on its socket: an empty message wakes it.
-                Ok(true) => Ok(socket::retry(|| self.socket.send(&[][..], zmq::DONTWAIT))?),
-                Ok(false) => Ok(()),
-                Err(lane::Gone) => Err(self.disconnected()),
-            };
+            let wake = || socket::retry(|| self.socket.send(&[][..], zmq::DONTWAIT));
+            return out.send(frames, wake).map_err(|lane::Gone| self.disconnected());
         }
         // Never block: a send can only wait when the dispatcher is gone (an in-process one
         // that stopped); connected sockets queue without limit.

@@ -158,7 +158,7 @@ struct Link {
     sock: gt_transport::zmq::Socket,
     inbox: VecDeque<WorkerCommand>,
     /// Its lane to an in-process dispatcher, once open: every message both ways goes by it,
-    /// and the socket carries only wakes.
+    /// and the socket carries wakes.
     lane: Option<OpenLane>,
 }
 
@@ -183,12 +183,8 @@ impl Link {
         use gt_transport::zmq::{Error, DONTWAIT, SNDMORE};
         if let Some(open) = &self.lane {
             let frames = lane::frames(Some(&open.identity), head, data.map(|d| loan::frame(d.data)));
-            return match open.out.push(frames) {
-                // Asleep on its socket: an empty message wakes it.
-                Ok(true) => socket::retry(|| self.sock.send(&[][..], DONTWAIT)),
-                Ok(false) => Ok(()),
-                Err(lane::Gone) => Err(Error::EAGAIN),
-            };
+            let wake = || socket::retry(|| self.sock.send(&[][..], DONTWAIT));
+            return open.out.send(frames, wake).map_err(|lane::Gone| Error::EAGAIN);
         }
         match data {
             None => socket::retry(|| self.sock.send(&head[..], DONTWAIT)),
@@ -386,8 +382,6 @@ pub fn run_worker(
         );
     }
     wait_for_welcome(&sock, events.as_ref(), endpoint, options.register_timeout)?;
-    // From here the socket is shared with the watcher, which reads it while an instruction
-    // runs long (see `watch_running`).
     // The welcome is on the socket; once it is read, the lane is open if the dispatcher took
     // it (it did before it sent the welcome).
     let mut inbox = VecDeque::new();
@@ -396,6 +390,8 @@ pub fn run_worker(
     }
     let lane =
         offer.and_then(|(offer, inbox)| offer.accepted().map(|(out, identity)| OpenLane { inbox, out, identity }));
+    // From here the link is shared with the watcher, which reads it while an instruction
+    // runs long (see `watch_running`).
     let link = Arc::new(Mutex::new(Link { sock, inbox, lane }));
     let lock = || -> MutexGuard<'_, Link> { link.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) };
     let watch = Watch::new();
@@ -459,17 +455,13 @@ pub fn run_worker(
             }
             let Link { sock, lane, .. } = &mut *guard;
             if queue.is_empty() {
-                if let Some(open) = lane {
+                let frames = if let Some(open) = lane {
                     let wait = socket::LaneWait { inbox: &open.inbox, sock, messages: None };
                     // (A bounded sleep: a wake lost by a bug would cost a second, not the worker.)
                     match socket::recv_lane_waiting(&wait, None, options.spin, 1000)? {
-                        socket::Waited::Frames(frames) => {
-                            if let Some(c) = decode_command(frames, max, &options.name) {
-                                take(c, &mut queue, (&mut dropped, &mut failed));
-                            }
-                        }
+                        socket::Waited::Frames(frames) => Some(frames),
                         socket::Waited::Gone => return Err(gone()),
-                        socket::Waited::Rung | socket::Waited::TimedOut => {}
+                        socket::Waited::Rung | socket::Waited::TimedOut => None,
                     }
                 } else if let Some(ev) = &events {
                     let mut items =
@@ -478,13 +470,12 @@ pub fn run_worker(
                     if !items[0].is_readable() && items[1].is_readable() {
                         return Err(gone());
                     }
-                    if let Some(c) = decode_command(socket::recv_frames(sock, 0)?, max, &options.name) {
-                        take(c, &mut queue, (&mut dropped, &mut failed));
-                    }
-                } else if let Some(frames) = socket::recv_waiting(sock, options.spin, -1)? {
-                    if let Some(c) = decode_command(frames, max, &options.name) {
-                        take(c, &mut queue, (&mut dropped, &mut failed));
-                    }
+                    Some(socket::recv_frames(sock, 0)?)
+                } else {
+                    socket::recv_waiting(sock, options.spin, -1)?
+                };
+                if let Some(c) = frames.and_then(|frames| decode_command(frames, max, &options.name)) {
+                    take(c, &mut queue, (&mut dropped, &mut failed));
                 }
             }
             loop {

@@ -13,7 +13,8 @@ use thiserror::Error;
 /// on any change to how workers talk to each other (`gt_runtime::collective`'s wire): workers
 /// of two builds then cannot register with one dispatcher, so they never meet in a collective.
 /// (17: a client's `Hello` names its doorbell, a batch may carry a sync to ring it, `Done` says
-/// whether it rang; a client's batch may end with its sync point.)
+/// whether it rang; a client's batch may end with its sync point. 18: `Hello` and `Register`
+/// offer a lane.)
 pub const PROTOCOL_VERSION: u16 = 18;
 
 /// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).

@@ -12,7 +12,8 @@
 //! so ([`Inbox::sleep`]) and sleeps on its socket, and a sender that finds it asleep
 //! ([`Outbox::push`] answers `true`) sends it an empty message there to wake it. Both sides
 //! fence between their store and their load, so either the sender sees the receiver asleep
-//! or the receiver sees the message; a receiver also sleeps with a timeout, as before.
+//! or the receiver sees the message; a receiver also sleeps with a timeout (a wake that
+//! could not be sent costs that much, never a hang).
 //!
 //! A key is 128 random bits, so a peer of another process (which cannot be given a lane)
 //! cannot name another's.
@@ -40,7 +41,7 @@ struct Sleep {
     asleep: AtomicBool,
 }
 
-/// The receiving end of a lane; one thread reads it.
+/// The receiving end of a lane; one thread at a time reads it.
 #[derive(Debug)]
 pub struct Inbox {
     rx: Receiver<Frames>,
@@ -62,6 +63,16 @@ pub fn inbox() -> (Outbox, Inbox) {
 }
 
 impl Outbox {
+    /// Queues `frames`, and wakes a receiver asleep on its socket by `wake` (which sends it
+    /// an empty message there). A wake that cannot be sent is let go: the message is queued,
+    /// and the receiver's sleep is bounded.
+    pub fn send(&self, frames: Frames, wake: impl FnOnce() -> zmq::Result<()>) -> Result<(), Gone> {
+        if self.push(frames)? {
+            let _ = wake();
+        }
+        Ok(())
+    }
+
     /// Queues `frames`; `Ok(true)` when the receiver was asleep, so the caller must wake it
     /// (an empty message on its socket). Only one sender is told so per sleep.
     pub fn push(&self, frames: Frames) -> Result<bool, Gone> {

@@ -122,7 +122,9 @@ pub struct LaneWait<'a> {
     pub sock: &'a Socket,
     /// `Some(k)`: the socket carries messages too (the dispatcher's, from peers without a
     /// lane), looked at every `k`-th turn of the spin (each look is a system call); `None`:
-    /// it carries only wakes (a client's or worker's once its lane is open).
+    /// it carries wakes (a client's or worker's once its lane is open), looked at only while
+    /// sleeping; a message there that is not a wake (the dispatcher answered by its socket a
+    /// peer it no longer knows) is still handed back.
     pub messages: Option<u32>,
 }
 
@@ -187,14 +189,13 @@ pub fn recv_lane_waiting(
         }
         // (Rounded up: a deadline a fraction of a millisecond away is still waited for.)
         let ms = left.map_or(-1, |left| i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX));
-        sock.set_rcvtimeo(ms)?;
-        let got = recv_frames(sock, 0);
+        let got = sock.set_rcvtimeo(ms).and_then(|()| recv_frames(sock, 0));
         inbox.woke();
         match got {
             Err(zmq::Error::EAGAIN) => return Ok(from_inbox(inbox.try_recv()).unwrap_or(Waited::TimedOut)),
-            Ok(frames) if messages.is_some() => return Ok(Waited::Frames(frames)),
             // Woken: the message is in the inbox.
-            Ok(_) => {}
+            Ok(frames) if messages.is_none() && frames.iter().all(|f| f.is_empty()) => {}
+            Ok(frames) => return Ok(Waited::Frames(frames)),
             Err(e) => return Err(e),
         }
     }

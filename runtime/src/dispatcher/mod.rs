@@ -240,16 +240,45 @@ struct Lanes {
     peers: HashMap<Vec<u8>, lane::Outbox>,
     /// Which of inbox and socket a drain looks at first (in turn, so neither starves).
     socket_first: bool,
+    /// The last peers whose lane closed: a wake they sent just before is still one.
+    closed: VecDeque<Vec<u8>>,
+}
+
+impl Lanes {
+    /// Takes the lane `key` that the peer `identity` offers, if this process holds it: done
+    /// before the peer's welcome leaves by the socket, and [`Lanes::open`] after it.
+    fn accept(&self, key: Option<LaneKey>, identity: &[u8]) -> Option<lane::Outbox> {
+        key.and_then(|key| lane::accept(key, &self.to_me, identity))
+    }
+
+    /// From now on everything to `identity` goes by `out`.
+    fn open(&mut self, identity: &[u8], out: Option<lane::Outbox>) {
+        if let Some(out) = out {
+            self.peers.insert(identity.to_vec(), out);
+        }
+    }
+
+    /// The peer `identity` is gone: nothing goes to it by a lane any more.
+    fn close(&mut self, identity: &[u8]) {
+        if self.peers.remove(identity).is_some() {
+            if self.closed.len() == 64 {
+                self.closed.pop_front();
+            }
+            self.closed.push_back(identity.to_vec());
+        }
+    }
+
+    /// Whether a message is a lane peer's wake (empty), not one to answer.
+    fn is_wake(&self, identity: &[u8], payload: &[u8]) -> bool {
+        payload.is_empty() && (self.peers.contains_key(identity) || self.closed.iter().any(|c| c == identity))
+    }
 }
 
 /// Sends `frames` to the peer `identity` by its lane `out`; an empty message on `router` wakes
 /// it if it sleeps. A peer gone is `EHOSTUNREACH`, as the ROUTER says of one it cannot reach.
 fn send_by_lane(router: &zmq::Socket, out: &lane::Outbox, identity: &[u8], frames: lane::Frames) -> zmq::Result<()> {
-    match out.push(frames) {
-        Ok(true) => socket::retry(|| router.send_multipart([identity, &[][..]], zmq::DONTWAIT)),
-        Ok(false) => Ok(()),
-        Err(lane::Gone) => Err(zmq::Error::EHOSTUNREACH),
-    }
+    let wake = || socket::retry(|| router.send_multipart([identity, &[][..]], zmq::DONTWAIT));
+    out.send(frames, wake).map_err(|lane::Gone| zmq::Error::EHOSTUNREACH)
 }
 
 /// A running dispatcher's state; [`Dispatcher::run`] is its loop.
@@ -305,13 +334,13 @@ pub type DispatcherError = zmq::Error;
 
 impl Dispatcher {
     /// A dispatcher on a bound `router`, stopped by any message from a peer whose routing id
-    /// starts with `stop_key` (a secret only the owner knows; one socket is all the
-    /// dispatcher polls, which keeps a round trip's system calls down).
+    /// starts with `stop_key` (a secret only the owner knows; one socket and the lanes' one
+    /// inbox are all the dispatcher polls, which keeps a round trip's system calls down).
     pub fn new(router: zmq::Socket, stop_key: Vec<u8>, log: EventLog, config: DispatcherConfig) -> Dispatcher {
         let (to_me, inbox) = lane::inbox();
         Dispatcher {
             router,
-            lanes: Lanes { inbox, to_me, peers: HashMap::new(), socket_first: false },
+            lanes: Lanes { inbox, to_me, peers: HashMap::new(), socket_first: false, closed: VecDeque::new() },
             stop_key,
             stopping: false,
             log,
@@ -519,7 +548,7 @@ impl Dispatcher {
             return self.bad_message(&identity, 0, "expected a message after the routing id, got none".into());
         };
         // A peer with a lane woke the dispatcher (its message is in the inbox).
-        if payload.is_empty() && self.lanes.peers.contains_key(&identity) {
+        if self.lanes.is_wake(&identity, &payload) {
             return;
         }
         // Data frames: a read's, or a batch's large literals.
@@ -751,14 +780,11 @@ impl Dispatcher {
         if let Some(p) = &mut self.profile {
             p.client_joined(c, &name);
         }
-        // Its lane is taken before the welcome leaves by the socket, and used after it.
-        let to_client = lane.and_then(|key| lane::accept(key, &self.lanes.to_me, &self.clients[&c].identity));
+        let to_client = self.lanes.accept(lane, &self.clients[&c].identity);
         let by = if to_client.is_some() { " lane" } else { "" };
         self.log.emit(EventKind::Connect, format!("CLIENT {c}"), "Hello", bytes, format!("name={name}{by}"));
         self.welcome_again(c);
-        if let Some(out) = to_client {
-            self.lanes.peers.insert(self.clients[&c].identity.clone(), out);
-        }
+        self.lanes.open(&self.clients[&c].identity, to_client);
     }
 
     fn enough_workers(&self) -> bool {
@@ -1466,7 +1492,7 @@ impl Dispatcher {
     fn remove_client(&mut self, c: u64, why: &str) {
         let Some(client) = self.clients.remove(&c) else { return };
         self.client_ids.remove(&client.identity);
-        self.lanes.peers.remove(&client.identity);
+        self.lanes.close(&client.identity);
         // A crowd of clients come and gone leaves no high-water mark behind: neither in the
         // maps nor in the allocator's free lists.
         if self.clients.len() * 4 < self.clients.capacity() {
@@ -1519,8 +1545,7 @@ impl Dispatcher {
                 client.pipeline.set_workers(n);
             }
             tracing::info!(target: "gt::dispatcher", "worker {w} registered: {name} ({backend})");
-            // Its lane is taken before the welcome leaves by the socket, and used after it.
-            let to_worker = lane.and_then(|key| lane::accept(key, &self.lanes.to_me, &self.workers[w].identity));
+            let to_worker = self.lanes.accept(lane, &self.workers[w].identity);
             let by = if to_worker.is_some() { " lane" } else { "" };
             self.log.emit(
                 EventKind::Connect,
@@ -1535,9 +1560,7 @@ impl Dispatcher {
                 let sent = self.log.now();
                 self.workers[w].clock.pinged(sent);
             }
-            if let Some(out) = to_worker {
-                self.lanes.peers.insert(self.workers[w].identity.clone(), out);
-            }
+            self.lanes.open(&self.workers[w].identity, to_worker);
             return;
         }
         let Some(&w) = self.worker_ids.get(&identity) else {
@@ -2032,7 +2055,7 @@ impl Dispatcher {
         self.workers[w].alive = false;
         let name = self.workers[w].name.clone();
         self.abort_dealers.remove(&self.workers[w].peer);
-        self.lanes.peers.remove(&self.workers[w].identity);
+        self.lanes.close(&self.workers[w].identity);
         let message =
             format!("worker `{name}` is gone (its process ended or the connection broke); the values it held are lost");
         tracing::error!(target: "gt::dispatcher", "{message}");
