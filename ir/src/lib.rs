@@ -37,6 +37,7 @@ pub mod ops;
 pub mod program;
 pub mod random;
 pub mod span;
+pub mod structure;
 pub mod text;
 pub mod types;
 pub mod verify;

@@ -2,14 +2,14 @@
 //! and wraps each later repetition in `hotpath_start ID` / `hotpath_end ID`, so that a
 //! compiler pass can treat it as one region.
 //!
-//! How it sees repetition: each instruction becomes a *token*, a hash of its msgpack encoding
-//! with every value id erased (op, attributes and types remain), so iterations that use fresh ids
-//! hash alike. The shortest sequence of `min_seq..=window` tokens that the stream has just
+//! How it sees repetition: each instruction becomes a *token*, its structure hash
+//! ([`gt_ir::structure`]: op, attributes and types, every value id erased), so iterations
+//! that use fresh ids hash alike. The shortest sequence of `min_seq..=window` tokens that the stream has just
 //! repeated `threshold` times back to back, with the same *dataflow* in its last two copies
 //! (each operand either the result of the same earlier instruction of the sequence, or an
 //! input from outside it), becomes the hot sequence. Its first and last ops may differ
-//! (unlike the Python GT's detector). Hashes are FNV-1a over those bytes, so an id is the same
-//! in every process and every run.
+//! (unlike the Python GT's detector). A sequence's id is FNV-1a over its tokens and dataflow;
+//! both hashes are fixed mixes, so an id is the same in every process and every run.
 //!
 //! A hot sequence none of whose computing instructions reads what another of it computed (a
 //! loop of unrelated small ops, each result dropped) is followed but not marked: compiling it
@@ -86,17 +86,21 @@ pub struct HotPath {
     config: HotPathConfig,
     /// The last `2 * window` instructions' tokens and value ids.
     recent: VecDeque<Seen>,
-    /// The last `window + 1` tokens, oldest first, as one contiguous slice: a ring of
-    /// `window + 1` written twice over (`tokens[i]` and `tokens[i + window + 1]`), so the
-    /// per-instruction compares below run over plain slices and vectorize.
-    tokens: Vec<u64>,
+    /// The last `window + 1` tokens' low halves, oldest first, as one contiguous slice: a
+    /// ring of `window + 1` written twice over (`tokens[i]` and `tokens[i + window + 1]`), so
+    /// the per-instruction compares below run over plain slices of 32-bit lanes and vectorize
+    /// (a candidate is then confirmed on whole tokens).
+    tokens: Vec<u32>,
     /// Tokens seen so far.
     pushed: usize,
+    /// Where the next token goes in the ring (`pushed % (window + 1)`).
+    slot: usize,
     /// `run[window - len]`: instructions in a row equal to the one `len` before (reversed, to
-    /// line up with `tokens`).
-    run: Vec<usize>,
-    /// Scratch buffer for tokens.
-    scratch: Vec<u8>,
+    /// line up with `tokens`), saturating.
+    run: Vec<u32>,
+    /// `need[window - len]`: the run at which the last `len` instructions repeated
+    /// `threshold` times back to back (`len * (threshold - 1)`).
+    need: Vec<u32>,
     /// Every free's token.
     free_token: u64,
     /// The hot sequence.
@@ -125,9 +129,16 @@ impl HotPath {
             recent: VecDeque::new(),
             tokens: vec![0; 2 * (config.window + 1)],
             pushed: 0,
+            slot: 0,
             run: vec![0; config.window + 1],
-            scratch: Vec::new(),
-            free_token: token(&Instr::Free { src: ValueId(0) }, &mut Vec::new()),
+            need: (0..=config.window)
+                .map(|i| {
+                    let len = (config.window - i) as u64;
+                    let repeats = u64::from(config.threshold.max(2) - 1);
+                    u32::try_from(len * repeats).unwrap_or(u32::MAX)
+                })
+                .collect(),
+            free_token: token(&Instr::Free { src: ValueId(0) }),
             hot: None,
             pending: Vec::new(),
             defined: HashMap::new(),
@@ -151,7 +162,7 @@ impl HotPath {
     /// slices (vectorized), no tables.
     fn observe(&mut self, seen: Seen, want: bool) -> Option<Hot> {
         let w = self.config.window;
-        let newest = seen.token;
+        let newest = seen.token as u32;
         self.recent.push_back(seen);
         if self.recent.len() > 2 * w + 1 {
             self.recent.pop_front();
@@ -159,32 +170,41 @@ impl HotPath {
         let n = self.recent.len();
         // The last w + 1 tokens, oldest first: `last[w - len]` is the one `len` before the newest.
         let cap = w + 1;
-        let slot = self.pushed % cap;
+        let slot = self.slot;
         self.tokens[slot] = newest;
         self.tokens[slot + cap] = newest;
         self.pushed += 1;
+        // `pushed % cap`, without a division per instruction.
+        self.slot = if slot + 1 == cap { 0 } else { slot + 1 };
         let last = &self.tokens[slot + 1..slot + 1 + cap];
         // Entries before `first` are not tokens yet (fewer than w + 1 seen).
         let first = cap - self.pushed.min(cap);
         let hi = w - self.config.min_seq;
         self.run[..first.min(hi + 1)].fill(0);
-        if first <= hi {
-            for (r, t) in self.run[first..=hi].iter_mut().zip(&last[first..=hi]) {
-                // Branch-free (`0` or `r + 1`), so the loop vectorizes.
-                *r = (*r + 1) & usize::from(*t == newest).wrapping_neg();
-            }
-        }
-        if !want {
+        if first > hi {
             return None;
         }
-        let repeats = self.config.threshold.max(2) as usize - 1;
+        let (run, need) = (&mut self.run[first..=hi], &self.need[first..=hi]);
+        let mut any = false;
+        for ((r, t), k) in run.iter_mut().zip(&last[first..=hi]).zip(need) {
+            // Branch-free (`0` or `r + 1`, saturating), so the loop vectorizes.
+            *r = r.saturating_add(1) & u32::from(*t == newest).wrapping_neg();
+            any |= *r >= *k;
+        }
+        if !want || !any {
+            return None;
+        }
         for len in self.config.min_seq..=w.min(n / 2) {
-            if self.run[w - len] < len * repeats {
+            if self.run[w - len] < self.need[w - len] {
                 continue;
             }
-            // The tokens repeat; so must the dataflow, or it is another computation.
+            // The tokens repeat (their low halves: whole ones are checked here); so must the
+            // dataflow, or it is another computation.
             let last: Vec<&Seen> = self.recent.range(n - len..).collect();
             let before: Vec<&Seen> = self.recent.range(n - 2 * len..n - len).collect();
+            if last.iter().zip(&before).any(|(a, b)| a.token != b.token) {
+                continue;
+            }
             let flow = dataflow(last.iter().map(|s| (&s.results, &s.operands)));
             if flow == dataflow(before.iter().map(|s| (&s.results, &s.operands))) {
                 let tokens: Vec<u64> = last.iter().map(|s| s.token).collect();
@@ -220,27 +240,28 @@ impl StreamPass for HotPath {
         // Frees are a good part of any stream, and all alike.
         let token = match instr {
             Instr::Free { .. } => self.free_token,
-            _ => token(&instr, &mut self.scratch),
+            _ => token(&instr),
         };
         let seen = Seen { token, results: instr.results(), operands: instr.operands() };
-        let newly_hot = self.observe(seen, self.hot.is_none());
         if let Some(Hot { tokens, inert: Some(at), .. }) = &mut self.hot {
             // An inert sequence is only followed, nothing held, while the stream repeats it
             // and it stays inert (the same ops may start to read each other's results).
             if *at == 0 {
                 self.inert_values.clear();
             }
-            let results = instr.results();
-            let feeds = !results.is_empty() && instr.operands().iter().any(|v| self.inert_values.contains(v));
+            let feeds = !seen.results.is_empty() && seen.operands.iter().any(|v| self.inert_values.contains(v));
             if tokens[*at] == token && !feeds {
-                self.inert_values.extend(results);
+                self.inert_values.extend_from_slice(&seen.results);
                 *at = (*at + 1) % tokens.len();
             } else {
                 self.hot = None;
             }
+            // Nothing is looked for while a sequence is hot; the detector still counts.
+            self.observe(seen, false);
             out.keep(instr);
             return;
         }
+        let newly_hot = self.observe(seen, self.hot.is_none());
         if let Some(hot) = &self.hot {
             if hot.tokens[self.pending.len()] == token {
                 self.pending.push((instr, out.meta()));
@@ -333,21 +354,12 @@ impl StreamPass for HotPath {
 /// An instruction's structure hash (as the pass's tokens), continued over `extra` (e.g. its
 /// operand types): launches of the same code on the same shapes share it (profiles).
 pub fn structure_hash(instr: &Instr, extra: &[u8]) -> u64 {
-    fnv1a(extra, token(instr, &mut Vec::new()))
+    gt_ir::structure::structure_hash(instr, extra)
 }
 
-/// An instruction's token: its structure (msgpack of the instruction, every value id erased).
-fn token(instr: &Instr, scratch: &mut Vec<u8>) -> u64 {
-    let mut shape = match instr {
-        // Literal data is an input, not structure; hashing it could also be slow.
-        Instr::Literal { dst, ty, .. } => Instr::Zeros { dst: *dst, ty: ty.clone() },
-        other => other.clone(),
-    };
-    shape.visit_values_mut(&mut |v| *v = ValueId(0));
-    scratch.clear();
-    // Encoding into a Vec cannot fail; an error would only make the token less specific.
-    let _ = rmp_serde::encode::write(scratch, &shape);
-    fnv1a(scratch, FNV_OFFSET)
+/// An instruction's token: its structure, every value id erased.
+fn token(instr: &Instr) -> u64 {
+    gt_ir::structure::structure_hash(instr, &[])
 }
 
 /// A sequence's dataflow: for each operand, 1 + the index of the instruction of the sequence
@@ -479,8 +491,8 @@ mod tests {
         let input = looped(6);
         let out = run(&mut HotPath::new(HotPathConfig::default()), input);
         let id = out.iter().find_map(|i| if let Instr::HotPathStart { id } = i { Some(*id) } else { None }).unwrap();
-        // FNV-1a over the msgpack of the structure: a constant, whatever the process or run.
-        assert_eq!(id, 0x1c55_af3a_d3af_032f, "{id:#x}");
+        // Fixed hashes of the structure: a constant, whatever the process or run.
+        assert_eq!(id, 0x180e_7cf9_9b45_6b86, "{id:#x}");
     }
 
     #[test]
