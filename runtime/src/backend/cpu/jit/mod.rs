@@ -339,11 +339,22 @@ impl Jit {
         if out_len == 0 {
             return Ok(Duration::ZERO);
         }
-        if let Kernel::Map(m) = kernel {
-            let parts = split_outer(m);
-            if parts.len() > 1 {
-                if let Some(took) = self.run_parts(&parts, inputs, out, out_len)? {
-                    return Ok(took);
+        match kernel {
+            Kernel::Map(m) => {
+                let parts = split_outer(m);
+                if parts.len() > 1 {
+                    if let Some(took) = self.run_parts(&parts, inputs, out, out_len)? {
+                        return Ok(took);
+                    }
+                }
+            }
+            // A large product's epilogue runs split too (the product itself always is).
+            Kernel::MatMul(k) => {
+                if let Some(parts) = epilogue_map(k).map(|m| split_outer(&m)).filter(|p| p.len() > 1) {
+                    // SAFETY: the caller's, and the bounds just checked.
+                    if let Some(took) = unsafe { self.run_split_epilogue(k, &parts, inputs, out, out_len)? } {
+                        return Ok(took);
+                    }
                 }
             }
         }
@@ -436,6 +447,52 @@ impl Jit {
         // access is a permutation, checked by `validate`, and the parts take disjoint ranges
         // of the outer axis) and only read the inputs.
         let ptrs: Vec<usize> = inputs.iter().map(|b| b.as_ptr() as usize).collect();
+        let out = out as usize;
+        let token = crate::cancel::Token::current();
+        super::threads::run_parts(fns.len(), |i| {
+            let ptrs: Vec<*const f32> = ptrs.iter().map(|&p| p as *const f32).collect();
+            call(fns[i], &ptrs, out as *mut f32, &token);
+        });
+        Ok(Some(took))
+    }
+
+    /// Runs product `k` and then its epilogue as `parts` (ranges of the product's outer
+    /// axis, [`split_outer`] of its epilogue map) on the worker's threads, as [`Jit::run_parts`]
+    /// runs a map; `None`, having run nothing, if the parts could not all stay cached at once.
+    ///
+    /// # Safety
+    /// As [`Jit::run_compiled`]'s, with `k`'s bounds checked against `inputs` and `out_len`.
+    #[allow(unsafe_code)]
+    unsafe fn run_split_epilogue(
+        &mut self,
+        k: &MatMulKernel,
+        parts: &[Kernel],
+        inputs: &[&[f32]],
+        out: *mut f32,
+        out_len: usize,
+    ) -> Result<Option<Duration>, JitError> {
+        // The epilogue map's inputs: the epilogue's own, then the product, read in place.
+        let mut lens: Vec<usize> = inputs[2..].iter().map(|b| b.len()).collect();
+        lens.push(out_len);
+        let mut took = Duration::ZERO;
+        for p in parts {
+            p.check_bounds(&lens, out_len).map_err(JitError::Bounds)?;
+            took += self.compile(p)?;
+        }
+        let fns: Option<Vec<KernelFn>> = parts
+            .iter()
+            .map(|p| match self.cache.get(p) {
+                Some((Compiled::Map(f), _)) => Some(*f),
+                _ => None,
+            })
+            .collect();
+        let Some(fns) = fns else { return Ok(None) };
+        // SAFETY: the caller's; no epilogue here, it runs below.
+        unsafe { matmul(k, inputs, out, None) };
+        // As in `run_parts`: each part rewrites its own rows of the product, reading only
+        // those (an epilogue reads the product at the element it writes) and the inputs.
+        let mut ptrs: Vec<usize> = inputs[2..].iter().map(|b| b.as_ptr() as usize).collect();
+        ptrs.push(out as usize);
         let out = out as usize;
         let token = crate::cancel::Token::current();
         super::threads::run_parts(fns.len(), |i| {

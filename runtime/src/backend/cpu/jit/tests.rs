@@ -928,6 +928,42 @@ fn kernels_split_over_threads_give_the_same_bits() {
     }
 }
 
+/// A large product's epilogue runs as ranges of the product's rows on the worker's threads,
+/// with the same bits as run whole (as the product itself does).
+#[test]
+fn a_large_products_epilogue_splits_over_threads_with_the_same_bits() {
+    use crate::backend::cpu::threads::use_threads;
+    use Node::*;
+    let (m, n, k) = (784, 256, 16);
+    let (lhs, rhs, w) = (values(1, m * k, -1.0, 1.0), values(2, k * n, -1.0, 1.0), values(3, m * n, -1.0, 1.0));
+    // An SGD update of `w` by the product, as the fuse pass makes one: `w - 0.01 * (x @ g)`.
+    let product = MatMulKernel {
+        batch: vec![],
+        m,
+        n,
+        k,
+        lhs: Access::contiguous(&[m, k]),
+        rhs: Access::contiguous(&[k, n]),
+        epilogue: vec![Input(0), Acc, Node::constant(0.01), Binary(BinaryOp::Mul, 1, 2), Binary(BinaryOp::Sub, 0, 3)],
+        epilogue_inputs: vec![Access::contiguous(&[m, n])],
+        precision: Default::default(),
+    };
+    let kernel = Kernel::MatMul(product.clone());
+    let run = |threads| {
+        use_threads(threads, std::time::Duration::ZERO).unwrap();
+        let mut out = vec![UNWRITTEN; m * n];
+        jit().run(&kernel, &[&lhs, &rhs, &w], &mut out).unwrap();
+        out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    };
+    let (alone, split) = (run(1), run(2));
+    use_threads(2, std::time::Duration::ZERO).unwrap();
+    let parts = super::split_outer(&super::epilogue_map(&product).expect("an epilogue")).len();
+    use_threads(1, std::time::Duration::ZERO).unwrap();
+    assert_eq!(parts, 2);
+    assert!(alone == split, "split epilogue changed bits");
+    check(&mut jit(), &kernel, &[&lhs, &rhs, &w], m * n, Tol::Close { rel: 2e-6, abs: 1e-6 });
+}
+
 /// `op` of each of `xs`, compiled.
 fn jit_unary(jit: &mut Jit, op: UnaryOp, xs: &[f32]) -> Vec<f32> {
     let n = xs.len();
