@@ -336,6 +336,78 @@ fn main() {
         max_diff(&eager_out, &fused_out)
     );
 
+    // 7. An SGD update fused into the product it reads (`w - 0.01 * x^T @ d`, the MLP's
+    // first layer), on one thread and on two (the product splits by rows, and so does its
+    // epilogue), against the same three instructions eager on two.
+    let (rows, inner, cols) = (784, 64, 256);
+    let cycled = |v: &[f32], len: usize, from: usize| (0..len).map(|i| v[(from + i) % v.len()]).collect::<Vec<f32>>();
+    let (xs, ds, ws) = (cycled(&x, inner * rows, 0), cycled(&y, inner * cols, 0), cycled(&x, rows * cols, 7));
+    let sgd = Kernel::MatMul(gt_ir::kernel::MatMulKernel {
+        batch: vec![],
+        m: rows,
+        n: cols,
+        k: inner,
+        // x is [inner, rows]: its transpose is read through swapped strides.
+        lhs: Access { offset: 0, strides: vec![1, rows as i64] },
+        rhs: Access::contiguous(&[inner, cols]),
+        epilogue: vec![
+            Node::Input(0),
+            Node::Acc,
+            Node::constant(0.01),
+            Node::Binary(BinaryOp::Mul, 1, 2),
+            Node::Binary(BinaryOp::Sub, 0, 3),
+        ],
+        epilogue_inputs: vec![Access::contiguous(&[rows, cols])],
+        precision: Default::default(),
+    });
+    let mut sgd_out = vec![0.0f32; rows * cols];
+    let mut threaded = |threads: usize| {
+        gt_runtime::backend::cpu::threads::use_threads(threads, Duration::from_micros(200)).expect("threads");
+        let mut j = Jit::new().expect("jit");
+        median(reps * 20, || {
+            j.run(&sgd, &[&xs, &ds, &ws], &mut sgd_out).expect("product runs");
+        })
+    };
+    let (one, two) = (threaded(1), threaded(2));
+    let mut eager = Interpreter::new().with_jit();
+    let literal = |dst: u32, dims: Vec<usize>, v: &[f32]| Instr::Literal {
+        dst: ValueId(dst),
+        ty: TensorType::f32(dims),
+        data: gt_ir::data::Elements::F32(v.to_vec()),
+    };
+    eager.execute(&literal(0, vec![inner, rows], &xs)).expect("x");
+    eager.execute(&literal(1, vec![inner, cols], &ds)).expect("d");
+    eager.execute(&literal(2, vec![rows, cols], &ws)).expect("w");
+    let steps = [
+        Instr::Transpose { dst: ValueId(3), src: ValueId(0), dim0: 0, dim1: 1 },
+        Instr::MatMul { dst: ValueId(4), lhs: ValueId(3), rhs: ValueId(1) },
+        Instr::Binary {
+            dst: ValueId(5),
+            op: BinaryOp::Mul,
+            lhs: Operand::Value(ValueId(4)),
+            rhs: Operand::Scalar(0.01),
+        },
+        Instr::Binary {
+            dst: ValueId(6),
+            op: BinaryOp::Sub,
+            lhs: Operand::Value(ValueId(2)),
+            rhs: Operand::Value(ValueId(5)),
+        },
+    ];
+    let eager_two = median(reps * 20, || {
+        for i in &steps {
+            eager.execute(i).expect("interpreted");
+        }
+    });
+    gt_runtime::backend::cpu::threads::use_threads(1, Duration::ZERO).expect("threads");
+    let eager_out = eager.read(ValueId(6)).expect("updated").to_f32();
+    let _ =
+        writeln!(report, "\n7. SGD update fused into its product, w - 0.01 * x^T @ d, {rows}x{inner} @ {inner}x{cols}");
+    let _ = writeln!(report, "{:<34} {:>10.1} µs", "fused kernel, one thread", one.as_secs_f64() * 1e6);
+    let _ = writeln!(report, "{:<34} {:>10.1} µs", "fused kernel, two threads", two.as_secs_f64() * 1e6);
+    let _ = writeln!(report, "{:<34} {:>10.1} µs", "eager, 4 instructions, two threads", eager_two.as_secs_f64() * 1e6);
+    let _ = writeln!(report, "max relative difference {:.1e}", max_diff(&sgd_out, &eager_out));
+
     // 6. PyTorch eager, one thread.
     let _ = writeln!(report, "\n6. PyTorch eager CPU, torch.set_num_threads(1)");
     match torch(quick) {

@@ -420,7 +420,6 @@ impl Jit {
     /// worker's threads, each compiled (and cached) as a kernel of its own and checked
     /// against the buffers; `None` if they could not all stay cached at once (the caller
     /// then runs the whole kernel).
-    #[allow(unsafe_code)]
     fn run_parts(
         &mut self,
         parts: &[Kernel],
@@ -429,30 +428,9 @@ impl Jit {
         out_len: usize,
     ) -> Result<Option<Duration>, JitError> {
         let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
-        let mut took = Duration::ZERO;
-        for p in parts {
-            p.check_bounds(&lens, out_len).map_err(JitError::Bounds)?;
-            took += self.compile(p)?;
-        }
-        // A full cache is emptied by a compile: the parts compiled before it are gone.
-        let fns: Option<Vec<KernelFn>> = parts
-            .iter()
-            .map(|p| match self.cache.get(p) {
-                Some((Compiled::Map(f), _)) => Some(*f),
-                _ => None,
-            })
-            .collect();
-        let Some(fns) = fns else { return Ok(None) };
-        // Raw pointers are not `Send`; the parts write disjoint elements of `out` (its
-        // access is a permutation, checked by `validate`, and the parts take disjoint ranges
-        // of the outer axis) and only read the inputs.
-        let ptrs: Vec<usize> = inputs.iter().map(|b| b.as_ptr() as usize).collect();
-        let out = out as usize;
-        let token = crate::cancel::Token::current();
-        super::threads::run_parts(fns.len(), |i| {
-            let ptrs: Vec<*const f32> = ptrs.iter().map(|&p| p as *const f32).collect();
-            call(fns[i], &ptrs, out as *mut f32, &token);
-        });
+        let Some((fns, took)) = self.compile_parts(parts, &lens, out_len)? else { return Ok(None) };
+        let ptrs: Vec<*const f32> = inputs.iter().map(|b| b.as_ptr()).collect();
+        run_compiled_parts(&fns, &ptrs, out);
         Ok(Some(took))
     }
 
@@ -474,11 +452,32 @@ impl Jit {
         // The epilogue map's inputs: the epilogue's own, then the product, read in place.
         let mut lens: Vec<usize> = inputs[2..].iter().map(|b| b.len()).collect();
         lens.push(out_len);
+        let Some((fns, took)) = self.compile_parts(parts, &lens, out_len)? else { return Ok(None) };
+        // SAFETY: the caller's; no epilogue here, it runs below.
+        unsafe { matmul(k, inputs, out, None) };
+        // Each part rewrites its own rows of the product, reading only those (an epilogue
+        // reads the product at the element it writes) and the inputs.
+        let mut ptrs: Vec<*const f32> = inputs[2..].iter().map(|b| b.as_ptr()).collect();
+        ptrs.push(out);
+        run_compiled_parts(&fns, &ptrs, out);
+        Ok(Some(took))
+    }
+
+    /// Checks `parts` (ranges of one map's outer axis) against buffers of `lens` and
+    /// `out_len` and compiles them: their code and the compile time, or `None` if they could
+    /// not all stay cached at once.
+    fn compile_parts(
+        &mut self,
+        parts: &[Kernel],
+        lens: &[usize],
+        out_len: usize,
+    ) -> Result<Option<(Vec<KernelFn>, Duration)>, JitError> {
         let mut took = Duration::ZERO;
         for p in parts {
-            p.check_bounds(&lens, out_len).map_err(JitError::Bounds)?;
+            p.check_bounds(lens, out_len).map_err(JitError::Bounds)?;
             took += self.compile(p)?;
         }
+        // A full cache is emptied by a compile: the parts compiled before it are gone.
         let fns: Option<Vec<KernelFn>> = parts
             .iter()
             .map(|p| match self.cache.get(p) {
@@ -486,20 +485,7 @@ impl Jit {
                 _ => None,
             })
             .collect();
-        let Some(fns) = fns else { return Ok(None) };
-        // SAFETY: the caller's; no epilogue here, it runs below.
-        unsafe { matmul(k, inputs, out, None) };
-        // As in `run_parts`: each part rewrites its own rows of the product, reading only
-        // those (an epilogue reads the product at the element it writes) and the inputs.
-        let mut ptrs: Vec<usize> = inputs[2..].iter().map(|b| b.as_ptr() as usize).collect();
-        ptrs.push(out as usize);
-        let out = out as usize;
-        let token = crate::cancel::Token::current();
-        super::threads::run_parts(fns.len(), |i| {
-            let ptrs: Vec<*const f32> = ptrs.iter().map(|&p| p as *const f32).collect();
-            call(fns[i], &ptrs, out as *mut f32, &token);
-        });
-        Ok(Some(took))
+        Ok(fns.map(|f| (f, took)))
     }
 
     /// Compiles `kernel` into the cache without running it; the compile time (zero when it
@@ -610,6 +596,21 @@ fn call(f: KernelFn, inputs: &[*const f32], out: *mut f32, token: &crate::cancel
     // reads and writes only elements inside those bounds; it keeps no pointer after
     // returning. The cancel word lives as long as the token holds its watch.
     unsafe { f(args.as_ptr(), out) }
+}
+
+/// Runs compiled `parts` of one map on the calling thread's team, each reading the buffers at
+/// `inputs` and writing `out`: parts that [`Jit::compile_parts`] checked against those buffers
+/// and that write disjoint elements (`out`'s access is a permutation, checked by `validate`,
+/// and the parts take disjoint ranges of the outer axis).
+fn run_compiled_parts(fns: &[KernelFn], inputs: &[*const f32], out: *mut f32) {
+    // Raw pointers are not `Send`: they cross to the team's threads as addresses.
+    let ptrs: Vec<usize> = inputs.iter().map(|&p| p as usize).collect();
+    let out = out as usize;
+    let token = crate::cancel::Token::current();
+    super::threads::run_parts(fns.len(), |i| {
+        let ptrs: Vec<*const f32> = ptrs.iter().map(|&p| p as *const f32).collect();
+        call(fns[i], &ptrs, out as *mut f32, &token);
+    });
 }
 
 /// A large map kernel split into ranges of its outer axis, one per compute thread: the same
