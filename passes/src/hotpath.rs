@@ -4,10 +4,10 @@
 //!
 //! How it sees repetition: each instruction becomes a *token*, its structure hash
 //! ([`gt_ir::structure`]: op, attributes and types, every value id erased), so iterations
-//! that use fresh ids hash alike. The shortest sequence of `min_seq..=window` tokens that the stream has just
-//! repeated `threshold` times back to back, with the same *dataflow* in its last two copies
-//! (each operand either the result of the same earlier instruction of the sequence, or an
-//! input from outside it), becomes the hot sequence. Its first and last ops may differ
+//! that use fresh ids hash alike. The shortest sequence of `min_seq..=window` tokens that
+//! the stream has just repeated `threshold` times back to back, with the same *dataflow* in
+//! its last two copies (each operand either the result of the same earlier instruction of
+//! the sequence, or an input from outside it), becomes the hot sequence. Its first and last ops may differ
 //! (unlike the Python GT's detector). A sequence's id is FNV-1a over its tokens and dataflow;
 //! both hashes are fixed mixes, so an id is the same in every process and every run.
 //!
