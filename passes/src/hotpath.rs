@@ -351,12 +351,6 @@ impl StreamPass for HotPath {
     }
 }
 
-/// An instruction's structure hash (as the pass's tokens), continued over `extra` (e.g. its
-/// operand types): launches of the same code on the same shapes share it (profiles).
-pub fn structure_hash(instr: &Instr, extra: &[u8]) -> u64 {
-    gt_ir::structure::structure_hash(instr, extra)
-}
-
 /// An instruction's token: its structure, every value id erased.
 fn token(instr: &Instr) -> u64 {
     gt_ir::structure::structure_hash(instr, &[])

@@ -2401,7 +2401,7 @@ fn facts(keep: Keep, instr: &Instr, types: &[TensorType], ns: &Namespace) -> Fac
     let inputs: Vec<TensorType> = instr.operands().iter().filter_map(|&v| ns.type_of(v).cloned()).collect();
     let cost = gt_ir::cost::cost(instr, &inputs, types);
     let shapes: String = inputs.iter().map(|t| format!("{t};")).collect();
-    let hash = gt_passes::hotpath::structure_hash(instr, shapes.as_bytes());
+    let hash = gt_ir::structure::structure_hash(instr, shapes.as_bytes());
     Facts { types: types.to_vec(), inputs, cost, hash, hotpath }
 }
 
