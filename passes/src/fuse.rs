@@ -89,23 +89,50 @@ pub struct FuseStats {
 /// Distinct regions whose result is kept (then the cache starts over).
 const REGION_CACHE: usize = 256;
 
-/// A region with its value ids renamed `0, 1, ..` by first appearance, with every type,
-/// as bytes (the cache key); and the original id of each canonical one. `None` when it
-/// cannot be encoded (it is then simply not cached).
-fn canonical(region: &[Instr], types: &HashMap<ValueId, TensorType>) -> (Option<Vec<u8>>, Vec<ValueId>) {
-    let mut index: HashMap<ValueId, ValueId> = HashMap::new();
+/// A region renamed in place: its value ids become `0, 1, ..` by first appearance. Returns
+/// the original id of each canonical one and the region's cache key, a hash of every
+/// instruction's structure ([`gt_ir::structure`]), its canonical ids and the types of the
+/// values it names. Hashing the structure and the ids in two goes cost a small fraction of
+/// encoding the renamed region: the key is only a hash, so a hit is checked exactly
+/// ([`Cached::is`]).
+fn canonicalize(region: &mut [Instr], types: &HashMap<ValueId, TensorType>) -> (u64, Vec<ValueId>) {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut index: HashMap<ValueId, ValueId> = HashMap::with_capacity(2 * region.len());
     let mut names = Vec::new();
-    let mut renamed = region.to_vec();
-    for i in &mut renamed {
+    let mut key = foldhash::fast::FixedState::default().build_hasher();
+    for i in region.iter_mut() {
         i.visit_values_mut(&mut |v| {
             *v = *index.entry(*v).or_insert_with(|| {
                 names.push(*v);
                 ValueId(names.len() as u32 - 1)
             })
         });
+        gt_ir::structure::structure_hash(i, &[]).hash(&mut key);
+        i.visit_values(&mut |v| v.0.hash(&mut key));
     }
-    let tys: Vec<Option<&TensorType>> = names.iter().map(|v| types.get(v)).collect();
-    (rmp_serde::to_vec(&(renamed, tys)).ok(), names)
+    for v in &names {
+        types.get(v).hash(&mut key);
+    }
+    (key.finish(), names)
+}
+
+/// A compiled region in canonical ids ([`canonicalize`]): what came in, with the types of
+/// its values, and what came out.
+#[derive(Debug)]
+struct Cached {
+    region: Vec<Instr>,
+    types: Vec<Option<TensorType>>,
+    out: Vec<Instr>,
+    stats: build::BuildStats,
+}
+
+impl Cached {
+    /// Whether it is this canonical region over values of these types (a key is a hash).
+    fn is(&self, region: &[Instr], names: &[ValueId], types: &HashMap<ValueId, TensorType>) -> bool {
+        self.region == region
+            && self.types.len() == names.len()
+            && self.types.iter().zip(names).all(|(t, v)| t.as_ref() == types.get(v))
+    }
 }
 
 /// A region being collected: instructions of one placement (a region runs on one worker).
@@ -132,8 +159,8 @@ pub struct Fuse {
     /// Inside a hot-path repetition.
     in_hot: bool,
     stats: FuseStats,
-    /// Results of regions seen, by canonical form (see [`canonical`]).
-    cache: HashMap<Vec<u8>, (Vec<Instr>, build::BuildStats)>,
+    /// Regions compiled, by key ([`canonicalize`]).
+    cache: HashMap<u64, Cached>,
 }
 
 impl Fuse {
@@ -227,33 +254,38 @@ impl Fuse {
         self.stats.instructions_in += n_in as u64;
         // A region seen before up to value names (a loop's next iteration, a hot path's next
         // repetition) reuses its result: the e-graph runs once per distinct region.
-        let (key, names) = canonical(&region, &types);
-        let cached = key.as_ref().and_then(|k| self.cache.get(k));
-        let hit = cached.is_some();
-        let (instrs, stats) = match cached {
-            Some((template, stats)) => {
+        let mut region = region;
+        let (key, names) = canonicalize(&mut region, &types);
+        let original = |instrs: &mut Vec<Instr>| {
+            for i in instrs {
+                i.visit_values_mut(&mut |v| *v = names[v.index()]);
+            }
+        };
+        let (instrs, stats, hit) = match self.cache.get(&key).filter(|c| c.is(&region, &names, &types)) {
+            Some(cached) => {
                 self.stats.cache_hits += 1;
-                let mut instrs = template.clone();
-                for i in &mut instrs {
-                    i.visit_values_mut(&mut |v| *v = names[v.index()]);
-                }
-                (instrs, build::BuildStats { saturation: Default::default(), ..*stats })
+                let mut instrs = cached.out.clone();
+                original(&mut instrs);
+                (instrs, build::BuildStats { saturation: Default::default(), ..cached.stats }, true)
             }
             None => {
-                let (instrs, stats) = build::Region::build(region, &types, self.config.fast_math, self.config.limits);
-                if let Some(key) = key {
-                    if self.cache.len() >= REGION_CACHE {
-                        self.cache.clear();
-                    }
-                    let index: HashMap<ValueId, ValueId> =
-                        names.iter().enumerate().map(|(k, v)| (*v, ValueId(k as u32))).collect();
-                    let mut template = instrs.clone();
-                    for i in &mut template {
-                        i.visit_values_mut(&mut |v| *v = index.get(v).copied().unwrap_or(*v));
-                    }
-                    self.cache.insert(key, (template, stats));
+                // Built in canonical ids (the result does not depend on the names), so the
+                // result is the cache's template as it comes.
+                let canonical_types: HashMap<ValueId, TensorType> = names
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, v)| Some((ValueId(k as u32), types.get(v)?.clone())))
+                    .collect();
+                let (out, stats) =
+                    build::Region::build(region.clone(), &canonical_types, self.config.fast_math, self.config.limits);
+                if self.cache.len() >= REGION_CACHE {
+                    self.cache.clear();
                 }
-                (instrs, stats)
+                let mut instrs = out.clone();
+                original(&mut instrs);
+                let types = names.iter().map(|v| types.get(v).cloned()).collect();
+                self.cache.insert(key, Cached { region, types, out, stats });
+                (instrs, stats, false)
             }
         };
         let took = start.elapsed();

@@ -534,6 +534,44 @@ fn a_region_seen_before_under_other_names_reuses_its_kernels() {
     assert_eq!(run(&stream, &[v(12), v(22)]), run(&unfused, &[v(12), v(22)]));
 }
 
+#[test]
+fn regions_alike_but_for_a_literals_data_or_a_type_compile_apart() {
+    // The cache's key leaves a literal's data out (as structure hashes do), so the second
+    // region has the first one's key: the exact check must tell them apart, or its kernels
+    // would read the first literal. A type changes the key itself.
+    let step = |base: u32, data: Vec<f32>, n: usize| {
+        let (k, a, b) = (v(base), v(base + 1), v(base + 2));
+        vec![
+            Instr::Literal { dst: k, ty: TensorType::f32(vec![n]), data: data.into() },
+            Instr::Binary { dst: a, op: BinaryOp::Mul, lhs: Operand::Value(k), rhs: Operand::Scalar(2.0) },
+            Instr::Unary { dst: b, op: UnaryOp::Exp, src: a },
+            Instr::Free { src: a },
+            Instr::Free { src: k },
+        ]
+    };
+    let steps = [step(10, vec![0.5, 1.0, 1.5], 3), step(20, vec![-1.0, 0.0, 2.0], 3), step(30, vec![0.25, 4.0], 2)];
+    let mut pass = Fuse::new(FuseConfig::default());
+    let mut out = Emit::new("fuse");
+    for s in &steps {
+        for i in s.clone() {
+            pass.run(i, &mut out);
+        }
+        pass.flush(&mut out);
+    }
+    let stream: Vec<Instr> = out.into_items().into_iter().map(|(i, _)| i).collect();
+    assert_eq!(pass.fuse_stats().cache_hits, 0, "{stream:?}");
+    let unfused: Vec<Instr> = steps.concat();
+    let read = [v(12), v(22), v(32)];
+    assert_eq!(run(&stream, &read), run(&unfused, &read));
+    // The same data again is a hit.
+    let mut out = Emit::new("fuse");
+    for i in step(40, vec![-1.0, 0.0, 2.0], 3) {
+        pass.run(i, &mut out);
+    }
+    pass.flush(&mut out);
+    assert_eq!(pass.fuse_stats().cache_hits, 1);
+}
+
 /// A loop-carried chain where each step reads the previous one twice (as an optimizer's
 /// state does): the expression is a DAG whose tree form has 2^60 leaves. The pass must walk
 /// it as a DAG (it once walked it as a tree and never finished), and give the same values.
