@@ -80,6 +80,10 @@ pub struct FuseStats {
     pub egraph_iterations: u64,
     /// Regions that were compiled before up to value names (their result reused).
     pub cache_hits: u64,
+    /// Hot-path repetitions that ran from their hot path's plan as they streamed in.
+    pub streamed: u64,
+    /// Streamed repetitions that broke off from the plan (finished unfused from there).
+    pub stream_breaks: u64,
     /// Time in the e-graph and partitioner.
     pub time: Duration,
     /// The longest one region took.
@@ -118,7 +122,7 @@ fn canonicalize(region: &mut [Instr], types: &HashMap<ValueId, TensorType>) -> (
 
 /// A compiled region in canonical ids ([`canonicalize`]): what came in, with the types of
 /// its values, and what came out.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Cached {
     region: Vec<Instr>,
     types: Vec<Option<TensorType>>,
@@ -133,6 +137,82 @@ impl Cached {
             && self.types.len() == names.len()
             && self.types.iter().zip(names).all(|(t, v)| t.as_ref() == types.get(v))
     }
+}
+
+/// Hot paths whose plan is kept (then they start over).
+const PLANS: usize = 64;
+
+/// A hot path's plan: its repetition as it was compiled, and when each instruction out may
+/// go while the next repetition streams in ([`Streaming`]).
+#[derive(Debug)]
+struct Plan {
+    /// Where the repetition's instructions ran.
+    place: Vec<u32>,
+    compiled: Cached,
+    /// For each instruction out, how many of the repetition's instructions must have come
+    /// before it can go: up to the last one naming a value it names.
+    need: Vec<usize>,
+    /// For each instruction out that is one of the repetition's own kept as it was (not
+    /// fused): its index in the repetition.
+    kept: Vec<Option<usize>>,
+}
+
+impl Plan {
+    fn new(compiled: &Cached, place: Vec<u32>) -> Plan {
+        let region = &compiled.region;
+        let mut first: HashMap<ValueId, usize> = HashMap::new();
+        for (k, i) in region.iter().enumerate() {
+            i.visit_values(&mut |v| {
+                first.entry(v).or_insert(k);
+            });
+        }
+        let need = compiled
+            .out
+            .iter()
+            .map(|i| {
+                let mut need = 0;
+                i.visit_values(&mut |v| need = need.max(first.get(&v).map_or(region.len(), |k| k + 1)));
+                need
+            })
+            .collect();
+        let mut taken = vec![false; region.len()];
+        let kept = compiled
+            .out
+            .iter()
+            .map(|o| {
+                if matches!(o, Instr::Fused { .. } | Instr::Free { .. }) {
+                    return None;
+                }
+                let k = (0..region.len()).find(|&k| !taken[k] && region[k] == *o)?;
+                taken[k] = true;
+                Some(k)
+            })
+            .collect();
+        Plan { place, compiled: compiled.clone(), need, kept }
+    }
+}
+
+/// A repetition of a hot path with a plan, as it streams in: each instruction is checked
+/// against the plan's, and each instruction out goes as soon as what it needs has come, so
+/// the worker starts on the step while the client is still sending it. The plan's frees
+/// wait for the end: if the repetition breaks off, what the plan computed inside its
+/// kernels is computed again from values that must still exist.
+#[derive(Debug)]
+struct Streaming {
+    plan: std::sync::Arc<Plan>,
+    /// Canonical id of each value named so far, and the original of each canonical one.
+    index: HashMap<ValueId, ValueId>,
+    names: Vec<ValueId>,
+    /// The repetition's instructions so far.
+    arrived: Vec<(Instr, Meta)>,
+    /// The plan's instructions out before this one have gone (its frees are held).
+    next: usize,
+    /// The plan's frees, in canonical ids.
+    frees: Vec<Instr>,
+    /// Where each value named so far was defined or freed (what an instruction out is
+    /// reported against).
+    defined_by: HashMap<ValueId, Meta>,
+    freed_by: HashMap<ValueId, Meta>,
 }
 
 /// A region being collected: instructions of one placement (a region runs on one worker).
@@ -161,6 +241,13 @@ pub struct Fuse {
     stats: FuseStats,
     /// Regions compiled, by key ([`canonicalize`]).
     cache: HashMap<u64, Cached>,
+    /// Hot paths' plans, by hot path id.
+    plans: HashMap<u64, std::sync::Arc<Plan>>,
+    /// The repetition streaming in, when its hot path has a plan.
+    streaming: Option<Streaming>,
+    /// Nothing of the hot-path repetition in progress went out before its end (so the region
+    /// released at its end is the whole repetition, and may become its plan).
+    whole: bool,
 }
 
 impl Fuse {
@@ -173,6 +260,9 @@ impl Fuse {
             in_hot: false,
             stats: FuseStats::default(),
             cache: HashMap::new(),
+            plans: HashMap::new(),
+            streaming: None,
+            whole: false,
         }
     }
 
@@ -215,16 +305,18 @@ impl Fuse {
     fn release_where(&mut self, out: &mut Emit, which: impl Fn(&Held) -> bool) {
         let (go, stay): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held).into_iter().partition(|h| which(h));
         self.held = stay;
+        self.whole &= go.is_empty();
         for held in go {
             self.release_one(held, out);
         }
     }
 
-    /// Compiles and releases one region.
-    fn release_one(&mut self, held: Held, out: &mut Emit) {
+    /// Compiles and releases one region; the key of its compiled form in the cache, when it
+    /// went through it.
+    fn release_one(&mut self, held: Held, out: &mut Emit) -> Option<u64> {
         let Held { instrs: region, origins, types, .. } = held;
         if region.is_empty() {
-            return;
+            return None;
         }
         // A region with nothing to fuse goes out as it came.
         let worth = region.iter().filter(|i| !matches!(i, Instr::Free { .. })).count() >= 2;
@@ -232,7 +324,7 @@ impl Fuse {
             for (i, origin) in region.into_iter().zip(origins) {
                 out.keep_from(i, origin);
             }
-            return;
+            return None;
         }
         // Each output is reported against the client instruction that defined its result (a
         // kernel: its value's; a free: the client's free); the region's last one otherwise.
@@ -327,6 +419,163 @@ impl Fuse {
                 out.keep_from(i, origin);
             }
         }
+        Some(key)
+    }
+
+    /// Takes the next instruction of a repetition streaming in from its plan; gives it back
+    /// when it is not the plan's (the plan is then abandoned: [`Fuse::break_stream`]).
+    fn stream_one(&mut self, instr: Instr, out: &mut Emit) -> Option<Instr> {
+        let st = self.streaming.as_mut()?;
+        // A free of a value the repetition does not name goes at once, as when collecting.
+        if let Instr::Free { src } = instr {
+            if !st.index.contains_key(&src) {
+                self.track(&instr, out.types());
+                out.keep(instr);
+                return None;
+            }
+        }
+        let k = st.arrived.len();
+        let plan = st.plan.clone();
+        let Some(expected) = plan.compiled.region.get(k).filter(|_| out.place() == plan.place) else {
+            self.break_stream(out);
+            return Some(instr);
+        };
+        // Renamed as the plan's region was, without naming anything yet.
+        let mut canonical = instr.clone();
+        let mut fresh: Vec<ValueId> = Vec::new();
+        let named = st.names.len();
+        canonical.visit_values_mut(&mut |v| {
+            *v = match st.index.get(v) {
+                Some(c) => *c,
+                None => {
+                    let at = fresh.iter().position(|f| f == v).unwrap_or_else(|| {
+                        fresh.push(*v);
+                        fresh.len() - 1
+                    });
+                    ValueId((named + at) as u32)
+                }
+            }
+        });
+        let fresh_operands: Vec<ValueId> = instr.operands().into_iter().filter(|v| fresh.contains(v)).collect();
+        let typed_as_planned = |types: &StreamTypes, vs: &[ValueId]| {
+            vs.iter().all(|v| {
+                let c = named + fresh.iter().position(|f| f == v).unwrap_or(usize::MAX - named);
+                plan.compiled.types.get(c).is_some_and(|t| t.as_ref() == types.get(*v))
+            })
+        };
+        if canonical != *expected || !typed_as_planned(&self.types, &fresh_operands) || !self.track(&instr, out.types())
+        {
+            self.break_stream(out);
+            return Some(instr);
+        }
+        let results: Vec<ValueId> = instr.results().into_iter().filter(|v| fresh.contains(v)).collect();
+        if !typed_as_planned(&self.types, &results) {
+            self.break_stream(out);
+            return Some(instr);
+        }
+        let st = self.streaming.as_mut()?;
+        for v in fresh {
+            st.index.insert(v, ValueId(st.names.len() as u32));
+            st.names.push(v);
+        }
+        let meta = out.meta();
+        match instr {
+            Instr::Free { src } => {
+                st.freed_by.insert(src, meta.clone());
+            }
+            _ => st.defined_by.extend(instr.results().into_iter().map(|r| (r, meta.clone()))),
+        }
+        st.arrived.push((instr, meta));
+        let arrived = st.arrived.len();
+        while st.next < plan.compiled.out.len() && plan.need[st.next] <= arrived {
+            let i = plan.compiled.out[st.next].clone();
+            st.next += 1;
+            if matches!(i, Instr::Free { .. }) {
+                st.frees.push(i);
+            } else {
+                emit_planned(st, i, out);
+            }
+        }
+        None
+    }
+
+    /// The repetition streaming in reached its hot path's end: the rest of its plan goes, or,
+    /// if it stopped short, it breaks off.
+    fn end_stream(&mut self, out: &mut Emit) {
+        let Some(st) = self.streaming.as_mut() else { return };
+        let plan = st.plan.clone();
+        if st.arrived.len() < plan.compiled.region.len() {
+            self.break_stream(out);
+            return;
+        }
+        let Some(mut st) = self.streaming.take() else { return };
+        for i in plan.compiled.out[st.next..].iter().cloned().chain(std::mem::take(&mut st.frees)) {
+            emit_planned(&st, i, out);
+        }
+        let stats = &plan.compiled.stats;
+        tracing::debug!(
+            target: "gt::compile",
+            "fuse: region of {} instructions -> {} ({} kernels, {} values never written); streamed from its hot path's plan",
+            plan.compiled.region.len(),
+            plan.compiled.out.len(),
+            stats.kernels,
+            stats.elided,
+        );
+        let s = &mut self.stats;
+        s.regions += 1;
+        s.cache_hits += 1;
+        s.streamed += 1;
+        s.instructions_in += plan.compiled.region.len() as u64;
+        s.instructions_out += plan.compiled.out.len() as u64;
+        s.kernels += stats.kernels;
+        s.elided += stats.elided;
+        s.fallbacks += stats.fallbacks;
+    }
+
+    /// Abandons the plan of the repetition streaming in, which broke off from it: what the
+    /// plan computed inside the kernels that went is computed again, from the repetition's
+    /// own instructions (the kernels' results and the instructions kept as they were went
+    /// already), then its frees go. The stream after it is as if it had never been planned.
+    fn break_stream(&mut self, out: &mut Emit) {
+        let Some(st) = self.streaming.take() else { return };
+        self.stats.stream_breaks += 1;
+        let plan = &st.plan;
+        let gone = &plan.compiled.out[..st.next];
+        let mut computed: foldhash::HashSet<ValueId> = foldhash::HashSet::default();
+        for i in gone.iter().filter(|i| !matches!(i, Instr::Free { .. })) {
+            computed.extend(i.results());
+        }
+        let kept: Vec<usize> = plan.kept[..st.next].iter().flatten().copied().collect();
+        let mut frees = Vec::new();
+        for (k, (i, meta)) in st.arrived.into_iter().enumerate() {
+            let results = plan.compiled.region[k].results();
+            if matches!(i, Instr::Free { .. }) {
+                frees.push((i, meta));
+            } else if !kept.contains(&k) && (results.is_empty() || !results.iter().all(|r| computed.contains(r))) {
+                out.keep_from(i, meta);
+            }
+        }
+        for (i, meta) in frees {
+            out.keep_from(i, meta);
+        }
+    }
+}
+
+/// Sends one of a streaming plan's instructions out, renamed to the repetition's ids and
+/// reported as [`Fuse::release_one`] reports a region's.
+fn emit_planned(st: &Streaming, mut i: Instr, out: &mut Emit) {
+    i.visit_values_mut(&mut |v| *v = st.names[v.index()]);
+    let origin = match &i {
+        Instr::Free { src } => st.freed_by.get(src),
+        _ => i.results().first().and_then(|r| st.defined_by.get(r)),
+    };
+    let origin = origin
+        .cloned()
+        .unwrap_or_else(|| Meta { types: None, ..st.arrived.last().map(|(_, m)| m.clone()).unwrap_or_default() });
+    if matches!(i, Instr::Fused { .. }) {
+        out.inject_at(i, origin.seq, origin.place.clone());
+    } else {
+        out.keep_from(i, origin);
     }
 }
 
@@ -336,16 +585,65 @@ impl StreamPass for Fuse {
     }
 
     fn run(&mut self, instr: Instr, out: &mut Emit) {
+        let instr = match instr {
+            Instr::HotPathStart { .. }
+            | Instr::HotPathEnd { .. }
+            | Instr::SignalStart { .. }
+            | Instr::SignalEnd { .. } => instr,
+            _ if self.streaming.is_some() => match self.stream_one(instr, out) {
+                Some(instr) => instr,
+                None => return,
+            },
+            _ => instr,
+        };
         match instr {
-            Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } => {
+            Instr::HotPathStart { id } => {
+                self.break_stream(out);
                 self.release(out);
-                self.in_hot = matches!(instr, Instr::HotPathStart { .. });
+                self.in_hot = true;
+                self.whole = true;
+                out.keep(instr);
+                if let Some(plan) = self.plans.get(&id).filter(|_| self.collecting(out.in_compile_signal())) {
+                    self.streaming = Some(Streaming {
+                        plan: plan.clone(),
+                        index: HashMap::new(),
+                        names: Vec::new(),
+                        arrived: Vec::new(),
+                        next: 0,
+                        frees: Vec::new(),
+                        defined_by: HashMap::new(),
+                        freed_by: HashMap::new(),
+                    });
+                }
+            }
+            Instr::HotPathEnd { id } => {
+                if self.streaming.is_some() {
+                    self.end_stream(out);
+                    self.release(out);
+                } else if self.whole && self.held.len() == 1 {
+                    // The whole repetition, one region: its compiled form becomes the hot
+                    // path's plan, which its next repetitions stream from.
+                    let held = self.held.pop().expect("one region");
+                    let place = held.place.clone();
+                    if let Some(compiled) = self.release_one(held, out).and_then(|key| self.cache.get(&key)) {
+                        if self.plans.len() >= PLANS {
+                            self.plans.clear();
+                        }
+                        self.plans.insert(id, std::sync::Arc::new(Plan::new(compiled, place)));
+                    }
+                } else {
+                    self.release(out);
+                }
+                self.in_hot = false;
+                self.whole = false;
                 out.keep(instr);
             }
             // A signal scope is a region boundary (its instructions may be placed elsewhere).
             // (The pipeline tracks the scopes: `Emit::in_compile_signal`.)
             Instr::SignalStart { .. } | Instr::SignalEnd { .. } => {
+                self.break_stream(out);
                 self.release(out);
+                self.whole = false;
                 out.keep(instr);
             }
             _ if !self.collecting(out.in_compile_signal()) => {
@@ -368,6 +666,7 @@ impl StreamPass for Fuse {
             // An instruction that reads its own result (the verifier refuses it; a raw client
             // can send one) would make the value a view or expression of itself: never fused.
             _ if instr.results().iter().any(|r| instr.operands().contains(r)) => {
+                self.whole = false;
                 self.release(out);
                 self.track(&instr, out.types());
                 out.keep(instr);
@@ -386,6 +685,7 @@ impl StreamPass for Fuse {
                 let redefines = |h: &Held| h.place == place && results.iter().any(|r| h.types.contains_key(r));
                 self.release_where(out, redefines);
                 if !self.track(&instr, out.types()) {
+                    self.whole = false;
                     self.release(out);
                     out.keep(instr);
                     return;
@@ -406,6 +706,7 @@ impl StreamPass for Fuse {
                 h.instrs.push(instr);
                 h.origins.push(out.meta());
                 if h.instrs.len() >= self.config.window {
+                    self.whole = false;
                     let full = self.held.remove(at);
                     self.release_one(full, out);
                 }
@@ -414,7 +715,9 @@ impl StreamPass for Fuse {
     }
 
     fn flush(&mut self, out: &mut Emit) {
+        self.break_stream(out);
         self.release(out);
+        self.whole = false;
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
@@ -427,6 +730,8 @@ impl StreamPass for Fuse {
             ("values_elided", s.elided),
             ("fallbacks", s.fallbacks),
             ("regions_seen_before", s.cache_hits),
+            ("streamed_repetitions", s.streamed),
+            ("stream_breaks", s.stream_breaks),
             ("egraph_nodes", s.egraph_nodes),
             ("egraph_classes", s.egraph_classes),
             ("egraph_iterations", s.egraph_iterations),

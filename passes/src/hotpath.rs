@@ -11,6 +11,13 @@
 //! (unlike the Python GT's detector). A sequence's id is FNV-1a over its tokens and dataflow;
 //! both hashes are fixed mixes, so an id is the same in every process and every run.
 //!
+//! Once a sequence's dataflow is known, its repetitions stream: `hotpath_start` goes out
+//! before a repetition's first instruction and each instruction as it comes, checked
+//! against the sequence's next token and dataflow, so the worker (and the fuse pass's plan
+//! of the sequence) need not wait for the repetition to end; one that breaks off, or that a
+//! sync point cuts, gets its `hotpath_end` where it stops. Only the repetition from which a
+//! sequence learns its dataflow (the first after a sync point turned it) is held.
+//!
 //! A hot sequence none of whose computing instructions reads what another of it computed (a
 //! loop of unrelated small ops, each result dropped) is followed but not marked: compiling it
 //! gains nothing, and holding its repetitions would only cost each instruction.
@@ -105,8 +112,14 @@ pub struct HotPath {
     free_token: u64,
     /// The hot sequence.
     hot: Option<Hot>,
-    /// Instructions of a repetition in progress (a prefix of the hot sequence).
+    /// Instructions of a repetition in progress (a prefix of the hot sequence) while its
+    /// dataflow is still to be learned.
     pending: Vec<(Instr, Meta)>,
+    /// Instructions of a repetition in progress that went out already (a sequence whose
+    /// dataflow is known: its repetitions stream, checked as they come), and where its check
+    /// is in the sequence's dataflow.
+    streamed: usize,
+    flow_at: usize,
     /// Scratch for a repetition's dataflow.
     defined: HashMap<ValueId, u32>,
     /// What the current repetition of an inert sequence computed.
@@ -141,6 +154,8 @@ impl HotPath {
             free_token: token(&Instr::Free { src: ValueId(0) }),
             hot: None,
             pending: Vec::new(),
+            streamed: 0,
+            flow_at: 0,
             defined: HashMap::new(),
             inert_values: Vec::new(),
             flow: Vec::new(),
@@ -262,6 +277,52 @@ impl StreamPass for HotPath {
             return;
         }
         let newly_hot = self.observe(seen, self.hot.is_none());
+        if let Some(Hot { id, tokens, flow: Some(flow), .. }) = &self.hot {
+            // A sequence whose dataflow is known streams: each instruction goes out as it
+            // comes, checked against the sequence's next token and dataflow, so whatever
+            // follows (the worker, the fuse pass's plan of the sequence) can start on it
+            // before the repetition is over. One that breaks off ends at once.
+            let (id, len) = (*id, tokens.len());
+            let at = self.streamed;
+            if at == 0 {
+                self.defined.clear();
+                self.flow_at = 0;
+            }
+            let operands = instr.operands();
+            let expected = flow.get(self.flow_at..self.flow_at + operands.len() + 1);
+            let follows = tokens[at] == token
+                && expected.is_some_and(|e| {
+                    e[operands.len()] == u32::MAX
+                        && operands.iter().zip(e).all(|(v, f)| self.defined.get(v).map_or(0, |i| i + 1) == *f)
+                });
+            if follows {
+                self.flow_at += operands.len() + 1;
+                for r in instr.results() {
+                    self.defined.insert(r, at as u32);
+                }
+                if at == 0 {
+                    out.inject(Instr::HotPathStart { id });
+                }
+                out.keep(instr);
+                self.streamed = at + 1;
+                if self.streamed == len {
+                    out.inject(Instr::HotPathEnd { id });
+                    self.streamed = 0;
+                    self.stats.repetitions += 1;
+                    self.stats.covered += len as u64;
+                }
+                return;
+            }
+            // It broke off: a repetition begun ends here, and the sequence is forgotten
+            // until it is hot again.
+            if at > 0 {
+                out.inject(Instr::HotPathEnd { id });
+            }
+            self.streamed = 0;
+            self.hot = None;
+            out.keep(instr);
+            return;
+        }
         if let Some(hot) = &self.hot {
             if hot.tokens[self.pending.len()] == token {
                 self.pending.push((instr, out.meta()));
@@ -326,8 +387,15 @@ impl StreamPass for HotPath {
     /// left it: a training loop that reads its loss at each step then has its repetitions
     /// between the reads instead of across them.
     fn flush(&mut self, out: &mut Emit) {
-        let held = self.pending.len();
+        let held = self.pending.len() + self.streamed;
         self.release(out);
+        if self.streamed > 0 {
+            // A streamed repetition is cut here.
+            if let Some(hot) = &self.hot {
+                out.inject(Instr::HotPathEnd { id: hot.id });
+            }
+            self.streamed = 0;
+        }
         if let Some(hot) = self.hot.as_mut() {
             // Where the stream is in the sequence (an inert one holds nothing).
             let cut = hot.inert.unwrap_or(held);
@@ -490,7 +558,7 @@ mod tests {
     }
 
     #[test]
-    fn a_broken_repetition_goes_out_unmarked() {
+    fn a_broken_repetition_ends_where_it_breaks() {
         let mut input = looped(6);
         // Two thirds of an iteration, then something else.
         input.extend(iteration(100).into_iter().take(2));
@@ -500,14 +568,28 @@ mod tests {
             lhs: Operand::Value(v(0)),
             rhs: Operand::Scalar(1.0),
         });
-        let out = run(&mut HotPath::new(HotPathConfig::default()), input.clone());
+        let mut pass = HotPath::new(HotPathConfig::default());
+        let before = pass.stats().repetitions;
+        let out = run(&mut pass, input.clone());
         assert_eq!(unmarked(&out), input);
-        let tail = &out[out.len() - 3..];
-        assert!(tail.iter().all(|i| !matches!(i, Instr::HotPathStart { .. } | Instr::HotPathEnd { .. })), "{tail:?}");
+        // The two instructions streamed, then their repetition ended; what broke it is not in it.
+        let tail = &out[out.len() - 5..];
+        assert!(
+            matches!(
+                tail,
+                [Instr::HotPathStart { id: a }, Instr::MatMul { .. }, Instr::Unary { .. }, Instr::HotPathEnd { id: b }, Instr::Binary { .. }]
+                    if a == b
+            ),
+            "{tail:?}"
+        );
+        // A repetition cut short is not counted as one.
+        let whole = run(&mut HotPath::new(HotPathConfig::default()), looped(6));
+        let starts = whole.iter().filter(|i| matches!(i, Instr::HotPathStart { .. })).count() as u64;
+        assert_eq!(pass.stats().repetitions - before, starts);
     }
 
     #[test]
-    fn a_repetition_in_progress_is_held_until_flush() {
+    fn a_repetition_streams_as_it_comes_and_a_flush_ends_it() {
         let mut input = looped(6);
         input.extend(iteration(100).into_iter().take(2));
         let mut pass = HotPath::new(HotPathConfig::default());
@@ -517,8 +599,10 @@ mod tests {
         }
         let before_flush = out.len();
         pass.flush(&mut out);
-        assert_eq!(out.len() - before_flush, 2, "two instructions were held");
-        assert_eq!(unmarked(&instrs(out)), input);
+        assert_eq!(out.len() - before_flush, 1, "nothing was held; the end marker came");
+        let out = instrs(out);
+        assert!(matches!(out.last(), Some(Instr::HotPathEnd { .. })));
+        assert_eq!(unmarked(&out), input);
     }
 
     #[test]

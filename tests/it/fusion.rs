@@ -572,6 +572,112 @@ fn regions_alike_but_for_a_literals_data_or_a_type_compile_apart() {
     assert_eq!(pass.fuse_stats().cache_hits, 1);
 }
 
+/// One step of a training-like loop with fresh ids from `*next`: the loss `s` first (so a
+/// kernel can go before the step ends), then `w` updated; `c = add b, bump` (1.0 in a
+/// step like the others). The previous step's loss is freed first (a value the step does
+/// not otherwise name).
+fn hot_step(next: &mut u32, w: &mut ValueId, s: &mut Option<ValueId>, bump: f64) -> Vec<Instr> {
+    let mut id = || {
+        *next += 1;
+        v(*next)
+    };
+    let (a, b, l, c, nw) = (id(), id(), id(), id(), id());
+    let mut step: Vec<Instr> = s.map(|src| Instr::Free { src }).into_iter().collect();
+    step.extend([
+        Instr::Binary { dst: a, op: BinaryOp::Mul, lhs: Operand::Value(v(0)), rhs: Operand::Value(*w) },
+        Instr::Unary { dst: b, op: UnaryOp::Tanh, src: a },
+        Instr::Free { src: a },
+        Instr::Reduce { dst: l, op: ReduceOp::Sum, src: b, axes: None, keepdim: false },
+        Instr::Binary { dst: c, op: BinaryOp::Add, lhs: Operand::Value(b), rhs: Operand::Scalar(bump) },
+        Instr::Free { src: b },
+        Instr::Binary { dst: nw, op: BinaryOp::Sub, lhs: Operand::Value(*w), rhs: Operand::Value(c) },
+        Instr::Free { src: c },
+        Instr::Free { src: *w },
+    ]);
+    (*w, *s) = (nw, Some(l));
+    step
+}
+
+/// `stream` through the hotpath and fuse passes, one instruction at a time; the output, and
+/// for each input instruction how many instructions had come out after it.
+fn hot_fuse(stream: &[Instr]) -> (Vec<Instr>, Vec<usize>, Fuse) {
+    let mut hot = gt_passes::HotPath::new(gt_passes::HotPathConfig::default());
+    let mut pass = Fuse::new(FuseConfig { regions: gt_passes::Regions::HotPaths, ..FuseConfig::default() });
+    let mut out = Emit::new("fuse");
+    let mut after = Vec::new();
+    for i in stream {
+        let mut marked = Emit::new("hotpath");
+        hot.run(i.clone(), &mut marked);
+        for (i, _) in marked.into_items() {
+            pass.run(i, &mut out);
+        }
+        after.push(out.len());
+    }
+    let mut marked = Emit::new("hotpath");
+    hot.flush(&mut marked);
+    for (i, _) in marked.into_items() {
+        pass.run(i, &mut out);
+    }
+    pass.flush(&mut out);
+    (out.into_items().into_iter().map(|(i, _)| i).collect(), after, pass)
+}
+
+#[test]
+fn a_hot_paths_repetitions_stream_from_its_plan_kernels_going_before_the_step_ends() {
+    let (mut next, mut w, mut s) = (10, v(1), None);
+    let mut stream = vec![
+        Instr::Randn { dst: v(0), ty: TensorType::f32(vec![6, 5]), seed: 1 },
+        Instr::Randn { dst: v(1), ty: TensorType::f32(vec![6, 5]), seed: 2 },
+    ];
+    let mut starts = Vec::new();
+    for _ in 0..12 {
+        starts.push(stream.len());
+        stream.extend(hot_step(&mut next, &mut w, &mut s, 1.0));
+    }
+    let (out, after, pass) = hot_fuse(&stream);
+    let stats = pass.fuse_stats();
+    assert!(stats.streamed >= 5, "{stats:?}");
+    // The detector's repetitions need not start where a step does: the stream's end may cut
+    // the last one.
+    assert!(stats.stream_breaks <= 1, "{stats:?}");
+    // In a repetition, the loss's kernel went out before the repetition's last instruction
+    // came: `came[k]` is the input instruction after which output `k` went.
+    let came = |k: usize| after.iter().position(|&n| n > k).unwrap();
+    let starts: Vec<usize> = (0..out.len()).filter(|&k| matches!(out[k], Instr::HotPathStart { .. })).collect();
+    let start = starts[starts.len() / 2];
+    let end = start + out[start..].iter().position(|i| matches!(i, Instr::HotPathEnd { .. })).unwrap();
+    let first = start + out[start..end].iter().position(|i| matches!(i, Instr::Fused { .. })).unwrap();
+    assert!(came(first) < came(end), "{:?}", &out[start..=end]);
+    let read = [w, s.unwrap()];
+    let (want, got) = (run(&stream, &read), run(&out, &read));
+    for (a, b) in want.iter().zip(&got) {
+        assert!(close(a, b, 1e-5), "{a:?} vs {b:?}");
+    }
+}
+
+#[test]
+fn a_repetition_that_breaks_off_its_plan_computes_again_what_went_unwritten() {
+    // The 9th step changes `c` after its loss's kernel went: what that kernel computed
+    // inside (tanh of the product, which `c` reads) must be computed again.
+    let (mut next, mut w, mut s) = (10, v(1), None);
+    let mut stream = vec![
+        Instr::Randn { dst: v(0), ty: TensorType::f32(vec![6, 5]), seed: 1 },
+        Instr::Randn { dst: v(1), ty: TensorType::f32(vec![6, 5]), seed: 2 },
+    ];
+    for k in 0..12 {
+        stream.extend(hot_step(&mut next, &mut w, &mut s, if k == 8 { 2.0 } else { 1.0 }));
+    }
+    let (out, _, pass) = hot_fuse(&stream);
+    let stats = pass.fuse_stats();
+    assert_eq!(stats.stream_breaks, 1, "{stats:?}");
+    assert!(stats.streamed >= 4, "{stats:?}");
+    let read = [w, s.unwrap()];
+    let (want, got) = (run(&stream, &read), run(&out, &read));
+    for (a, b) in want.iter().zip(&got) {
+        assert!(close(a, b, 1e-5), "{a:?} vs {b:?}");
+    }
+}
+
 /// A loop-carried chain where each step reads the previous one twice (as an optimizer's
 /// state does): the expression is a DAG whose tree form has 2^60 leaves. The pass must walk
 /// it as a DAG (it once walked it as a tree and never finished), and give the same values.
