@@ -350,7 +350,7 @@ impl Fuse {
         let (key, names) = canonicalize(&mut region, &types);
         let original = |instrs: &mut Vec<Instr>| {
             for i in instrs {
-                i.visit_values_mut(&mut |v| *v = names[v.index()]);
+                i.visit_values_mut(&mut |v| *v = names.get(v.index()).copied().unwrap_or(*v));
             }
         };
         let (instrs, stats, hit) = match self.cache.get(&key).filter(|c| c.is(&region, &names, &types)) {
@@ -564,7 +564,7 @@ impl Fuse {
 /// Sends one of a streaming plan's instructions out, renamed to the repetition's ids and
 /// reported as [`Fuse::release_one`] reports a region's.
 fn emit_planned(st: &Streaming, mut i: Instr, out: &mut Emit) {
-    i.visit_values_mut(&mut |v| *v = st.names[v.index()]);
+    i.visit_values_mut(&mut |v| *v = st.names.get(v.index()).copied().unwrap_or(*v));
     let origin = match &i {
         Instr::Free { src } => st.freed_by.get(src),
         _ => i.results().first().and_then(|r| st.defined_by.get(r)),

@@ -622,18 +622,30 @@ fn hot_fuse(stream: &[Instr]) -> (Vec<Instr>, Vec<usize>, Fuse) {
     (out.into_items().into_iter().map(|(i, _)| i).collect(), after, pass)
 }
 
-#[test]
-fn a_hot_paths_repetitions_stream_from_its_plan_kernels_going_before_the_step_ends() {
+/// Twelve [`hot_step`]s after the inputs, step `k` with `bump(k)`; the stream and the values
+/// it leaves (the weights and the last loss).
+fn hot_loop(bump: impl Fn(usize) -> f64) -> (Vec<Instr>, [ValueId; 2]) {
     let (mut next, mut w, mut s) = (10, v(1), None);
     let mut stream = vec![
         Instr::Randn { dst: v(0), ty: TensorType::f32(vec![6, 5]), seed: 1 },
         Instr::Randn { dst: v(1), ty: TensorType::f32(vec![6, 5]), seed: 2 },
     ];
-    let mut starts = Vec::new();
-    for _ in 0..12 {
-        starts.push(stream.len());
-        stream.extend(hot_step(&mut next, &mut w, &mut s, 1.0));
+    for k in 0..12 {
+        stream.extend(hot_step(&mut next, &mut w, &mut s, bump(k)));
     }
+    (stream, [w, s.expect("a step ran")])
+}
+
+/// `fused` leaves the values `read` as `stream` does, within rounding.
+fn assert_same_values(stream: &[Instr], fused: &[Instr], read: &[ValueId]) {
+    for (a, b) in run(stream, read).iter().zip(&run(fused, read)) {
+        assert!(close(a, b, 1e-5), "{a:?} vs {b:?}");
+    }
+}
+
+#[test]
+fn a_hot_paths_repetitions_stream_from_its_plan_kernels_going_before_the_step_ends() {
+    let (stream, read) = hot_loop(|_| 1.0);
     let (out, after, pass) = hot_fuse(&stream);
     let stats = pass.fuse_stats();
     assert!(stats.streamed >= 5, "{stats:?}");
@@ -648,34 +660,19 @@ fn a_hot_paths_repetitions_stream_from_its_plan_kernels_going_before_the_step_en
     let end = start + out[start..].iter().position(|i| matches!(i, Instr::HotPathEnd { .. })).unwrap();
     let first = start + out[start..end].iter().position(|i| matches!(i, Instr::Fused { .. })).unwrap();
     assert!(came(first) < came(end), "{:?}", &out[start..=end]);
-    let read = [w, s.unwrap()];
-    let (want, got) = (run(&stream, &read), run(&out, &read));
-    for (a, b) in want.iter().zip(&got) {
-        assert!(close(a, b, 1e-5), "{a:?} vs {b:?}");
-    }
+    assert_same_values(&stream, &out, &read);
 }
 
 #[test]
 fn a_repetition_that_breaks_off_its_plan_computes_again_what_went_unwritten() {
     // The 9th step changes `c` after its loss's kernel went: what that kernel computed
     // inside (tanh of the product, which `c` reads) must be computed again.
-    let (mut next, mut w, mut s) = (10, v(1), None);
-    let mut stream = vec![
-        Instr::Randn { dst: v(0), ty: TensorType::f32(vec![6, 5]), seed: 1 },
-        Instr::Randn { dst: v(1), ty: TensorType::f32(vec![6, 5]), seed: 2 },
-    ];
-    for k in 0..12 {
-        stream.extend(hot_step(&mut next, &mut w, &mut s, if k == 8 { 2.0 } else { 1.0 }));
-    }
+    let (stream, read) = hot_loop(|k| if k == 8 { 2.0 } else { 1.0 });
     let (out, _, pass) = hot_fuse(&stream);
     let stats = pass.fuse_stats();
     assert_eq!(stats.stream_breaks, 1, "{stats:?}");
     assert!(stats.streamed >= 4, "{stats:?}");
-    let read = [w, s.unwrap()];
-    let (want, got) = (run(&stream, &read), run(&out, &read));
-    for (a, b) in want.iter().zip(&got) {
-        assert!(close(a, b, 1e-5), "{a:?} vs {b:?}");
-    }
+    assert_same_values(&stream, &out, &read);
 }
 
 /// A loop-carried chain where each step reads the previous one twice (as an optimizer's
