@@ -575,8 +575,8 @@ fn regions_alike_but_for_a_literals_data_or_a_type_compile_apart() {
 /// One step of a training-like loop with fresh ids from `*next`: the loss `s` first (so a
 /// kernel can go before the step ends), then `w` updated; `c = add b, bump` (1.0 in a
 /// step like the others). The previous step's loss is freed first (a value the step does
-/// not otherwise name).
-fn hot_step(next: &mut u32, w: &mut ValueId, s: &mut Option<ValueId>, bump: f64) -> Vec<Instr> {
+/// not otherwise name). Only its first `keep` instructions when given (a step cut short).
+fn hot_step(next: &mut u32, w: &mut ValueId, s: &mut Option<ValueId>, bump: f64, keep: Option<usize>) -> Vec<Instr> {
     let mut id = || {
         *next += 1;
         v(*next)
@@ -594,7 +594,16 @@ fn hot_step(next: &mut u32, w: &mut ValueId, s: &mut Option<ValueId>, bump: f64)
         Instr::Free { src: c },
         Instr::Free { src: *w },
     ]);
-    (*w, *s) = (nw, Some(l));
+    step.truncate(keep.unwrap_or(step.len()));
+    let defines = |x: ValueId| step.iter().any(|i| i.results().contains(&x));
+    if defines(nw) {
+        *w = nw;
+    }
+    if defines(l) {
+        *s = Some(l);
+    } else if s.is_some_and(|p| step.iter().any(|i| matches!(i, Instr::Free { src } if *src == p))) {
+        *s = None;
+    }
     step
 }
 
@@ -622,18 +631,22 @@ fn hot_fuse(stream: &[Instr]) -> (Vec<Instr>, Vec<usize>, Fuse) {
     (out.into_items().into_iter().map(|(i, _)| i).collect(), after, pass)
 }
 
-/// Twelve [`hot_step`]s after the inputs, step `k` with `bump(k)`; the stream and the values
-/// it leaves (the weights and the last loss).
-fn hot_loop(bump: impl Fn(usize) -> f64) -> (Vec<Instr>, [ValueId; 2]) {
+/// `steps` [`hot_step`]s after the inputs, step `k` with `bump(k)` and `keep(k)`; the stream
+/// and the values it leaves (the weights, and the last loss if one is left).
+fn hot_loop(
+    steps: usize,
+    bump: impl Fn(usize) -> f64,
+    keep: impl Fn(usize) -> Option<usize>,
+) -> (Vec<Instr>, Vec<ValueId>) {
     let (mut next, mut w, mut s) = (10, v(1), None);
     let mut stream = vec![
         Instr::Randn { dst: v(0), ty: TensorType::f32(vec![6, 5]), seed: 1 },
         Instr::Randn { dst: v(1), ty: TensorType::f32(vec![6, 5]), seed: 2 },
     ];
-    for k in 0..12 {
-        stream.extend(hot_step(&mut next, &mut w, &mut s, bump(k)));
+    for k in 0..steps {
+        stream.extend(hot_step(&mut next, &mut w, &mut s, bump(k), keep(k)));
     }
-    (stream, [w, s.expect("a step ran")])
+    (stream, [w].into_iter().chain(s).collect())
 }
 
 /// `fused` leaves the values `read` as `stream` does, within rounding.
@@ -645,7 +658,7 @@ fn assert_same_values(stream: &[Instr], fused: &[Instr], read: &[ValueId]) {
 
 #[test]
 fn a_hot_paths_repetitions_stream_from_its_plan_kernels_going_before_the_step_ends() {
-    let (stream, read) = hot_loop(|_| 1.0);
+    let (stream, read) = hot_loop(12, |_| 1.0, |_| None);
     let (out, after, pass) = hot_fuse(&stream);
     let stats = pass.fuse_stats();
     assert!(stats.streamed >= 5, "{stats:?}");
@@ -667,12 +680,32 @@ fn a_hot_paths_repetitions_stream_from_its_plan_kernels_going_before_the_step_en
 fn a_repetition_that_breaks_off_its_plan_computes_again_what_went_unwritten() {
     // The 9th step changes `c` after its loss's kernel went: what that kernel computed
     // inside (tanh of the product, which `c` reads) must be computed again.
-    let (stream, read) = hot_loop(|k| if k == 8 { 2.0 } else { 1.0 });
+    let (stream, read) = hot_loop(12, |k| if k == 8 { 2.0 } else { 1.0 }, |_| None);
     let (out, _, pass) = hot_fuse(&stream);
     let stats = pass.fuse_stats();
     assert_eq!(stats.stream_breaks, 1, "{stats:?}");
     assert!(stats.streamed >= 4, "{stats:?}");
     assert_same_values(&stream, &out, &read);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Repetitions streamed from a plan, some breaking off it (another op) or cut short (a
+    /// step ends early), leave the values the unfused stream leaves.
+    #[test]
+    fn streamed_repetitions_that_break_off_anywhere_give_the_unfused_values(
+        steps in 4usize..14,
+        odd in proptest::collection::vec((0usize..14, 0usize..11, any::<bool>()), 0..3),
+    ) {
+        let bump = |k: usize| if odd.iter().any(|&(at, _, other)| at == k && other) { 3.0 } else { 1.0 };
+        let keep = |k: usize| odd.iter().find(|&&(at, _, other)| at == k && !other).map(|&(_, keep, _)| keep);
+        let (stream, read) = hot_loop(steps, bump, keep);
+        let (out, _, _) = hot_fuse(&stream);
+        for (a, b) in run(&stream, &read).iter().zip(&run(&out, &read)) {
+            prop_assert!(close(a, b, 1e-5), "{a:?} vs {b:?}");
+        }
+    }
 }
 
 /// A loop-carried chain where each step reads the previous one twice (as an optimizer's
