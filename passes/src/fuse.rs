@@ -22,6 +22,7 @@ mod egraph;
 use crate::pipeline::{Emit, Meta, StreamPass, StreamTypes, Typing};
 use foldhash::{HashMap, HashMapExt};
 use gt_ir::{Instr, TensorType, ValueId};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use egraph::Limits;
@@ -122,7 +123,7 @@ fn canonicalize(region: &mut [Instr], types: &HashMap<ValueId, TensorType>) -> (
 
 /// A compiled region in canonical ids ([`canonicalize`]): what came in, with the types of
 /// its values, and what came out.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Cached {
     region: Vec<Instr>,
     types: Vec<Option<TensorType>>,
@@ -148,7 +149,8 @@ const PLANS: usize = 64;
 struct Plan {
     /// Where the repetition's instructions ran.
     place: Vec<u32>,
-    compiled: Cached,
+    /// Shared with the cache.
+    compiled: Arc<Cached>,
     /// For each instruction out, how many of the repetition's instructions must have come
     /// before it can go: up to the last one naming a value it names.
     need: Vec<usize>,
@@ -158,7 +160,7 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(compiled: &Cached, place: Vec<u32>) -> Plan {
+    fn new(compiled: Arc<Cached>, place: Vec<u32>) -> Plan {
         let region = &compiled.region;
         let mut first: HashMap<ValueId, usize> = HashMap::new();
         for (k, i) in region.iter().enumerate() {
@@ -188,7 +190,7 @@ impl Plan {
                 Some(k)
             })
             .collect();
-        Plan { place, compiled: compiled.clone(), need, kept }
+        Plan { place, compiled, need, kept }
     }
 }
 
@@ -199,7 +201,7 @@ impl Plan {
 /// kernels is computed again from values that must still exist.
 #[derive(Debug)]
 struct Streaming {
-    plan: std::sync::Arc<Plan>,
+    plan: Arc<Plan>,
     /// Canonical id of each value named so far, and the original of each canonical one.
     index: HashMap<ValueId, ValueId>,
     names: Vec<ValueId>,
@@ -240,9 +242,9 @@ pub struct Fuse {
     in_hot: bool,
     stats: FuseStats,
     /// Regions compiled, by key ([`canonicalize`]).
-    cache: HashMap<u64, Cached>,
+    cache: HashMap<u64, Arc<Cached>>,
     /// Hot paths' plans, by hot path id.
-    plans: HashMap<u64, std::sync::Arc<Plan>>,
+    plans: HashMap<u64, Arc<Plan>>,
     /// The repetition streaming in, when its hot path has a plan.
     streaming: Option<Streaming>,
     /// Nothing of the hot-path repetition in progress went out before its end (so the region
@@ -326,9 +328,8 @@ impl Fuse {
             }
             return None;
         }
-        // Each output is reported against the client instruction that defined its result (a
-        // kernel: its value's; a free: the client's free); the region's last one otherwise.
-        // (Its types are not the region's last instruction's: carried as unknown.)
+        // An output with no client instruction of its own is reported against the region's
+        // last one (its types are not that instruction's: carried as unknown).
         let last = Meta { types: None, ..origins.last().cloned().unwrap_or_default() };
         let mut defined_by: HashMap<ValueId, &Meta> = HashMap::new();
         let mut freed_by: HashMap<ValueId, &Meta> = HashMap::new();
@@ -376,7 +377,7 @@ impl Fuse {
                 let mut instrs = out.clone();
                 original(&mut instrs);
                 let types = names.iter().map(|v| types.get(v).cloned()).collect();
-                self.cache.insert(key, Cached { region, types, out, stats });
+                self.cache.insert(key, Arc::new(Cached { region, types, out, stats }));
                 (instrs, stats, false)
             }
         };
@@ -408,16 +409,7 @@ impl Fuse {
             took.as_secs_f64() * 1e3,
         );
         for i in instrs {
-            let origin = match &i {
-                Instr::Free { src } => freed_by.get(src),
-                _ => i.results().first().and_then(|r| defined_by.get(r)),
-            };
-            let origin = origin.map_or_else(|| last.clone(), |m| (*m).clone());
-            if matches!(i, Instr::Fused { .. }) {
-                out.inject_at(i, origin.seq, origin.place.clone());
-            } else {
-                out.keep_from(i, origin);
-            }
+            send_compiled(i, &defined_by, &freed_by, || last.clone(), out);
         }
         Some(key)
     }
@@ -561,17 +553,27 @@ impl Fuse {
     }
 }
 
-/// Sends one of a streaming plan's instructions out, renamed to the repetition's ids and
-/// reported as [`Fuse::release_one`] reports a region's.
+/// Sends one of a streaming plan's instructions out, renamed to the repetition's ids.
 fn emit_planned(st: &Streaming, mut i: Instr, out: &mut Emit) {
     i.visit_values_mut(&mut |v| *v = st.names.get(v.index()).copied().unwrap_or(*v));
+    let last = || Meta { types: None, ..st.arrived.last().map(|(_, m)| m.clone()).unwrap_or_default() };
+    send_compiled(i, &st.defined_by, &st.freed_by, last, out);
+}
+
+/// Sends one compiled instruction out, reported against the client instruction that defined
+/// its result (a kernel: its value's; a free: the client's free), else against `fallback`.
+fn send_compiled<M: std::borrow::Borrow<Meta>>(
+    i: Instr,
+    defined_by: &HashMap<ValueId, M>,
+    freed_by: &HashMap<ValueId, M>,
+    fallback: impl FnOnce() -> Meta,
+    out: &mut Emit,
+) {
     let origin = match &i {
-        Instr::Free { src } => st.freed_by.get(src),
-        _ => i.results().first().and_then(|r| st.defined_by.get(r)),
+        Instr::Free { src } => freed_by.get(src),
+        _ => i.results().first().and_then(|r| defined_by.get(r)),
     };
-    let origin = origin
-        .cloned()
-        .unwrap_or_else(|| Meta { types: None, ..st.arrived.last().map(|(_, m)| m.clone()).unwrap_or_default() });
+    let origin = origin.map_or_else(fallback, |m| m.borrow().clone());
     if matches!(i, Instr::Fused { .. }) {
         out.inject_at(i, origin.seq, origin.place.clone());
     } else {
@@ -625,11 +627,11 @@ impl StreamPass for Fuse {
                     // path's plan, which its next repetitions stream from.
                     let held = self.held.pop().expect("one region");
                     let place = held.place.clone();
-                    if let Some(compiled) = self.release_one(held, out).and_then(|key| self.cache.get(&key)) {
+                    if let Some(compiled) = self.release_one(held, out).and_then(|key| self.cache.get(&key).cloned()) {
                         if self.plans.len() >= PLANS {
                             self.plans.clear();
                         }
-                        self.plans.insert(id, std::sync::Arc::new(Plan::new(compiled, place)));
+                        self.plans.insert(id, Arc::new(Plan::new(compiled, place)));
                     }
                 } else {
                     self.release(out);

@@ -594,6 +594,16 @@ fn clif_is_deterministic_and_vectorised() {
         Access::contiguous(&[3, 5]),
     );
     assert!(!clif(&strided).unwrap().contains("f32x4"));
+    // A cheap map's main loop stores four vectors per iteration, then come a single-vector
+    // loop and the scalar tail (one store each); a map with a costly op stores one vector
+    // per iteration, then its scalar tail.
+    let stores = |nodes: Vec<Node>| {
+        let k = map(&[1003], vec![Access::contiguous(&[1003])], nodes, Access::contiguous(&[1003]));
+        clif(&k).unwrap().lines().filter(|l| l.contains("store notrap")).count()
+    };
+    let cheap = stores(vec![Node::Input(0), Node::constant(0.5), Node::Binary(BinaryOp::Mul, 0, 1)]);
+    let costly = stores(vec![Node::Input(0), Node::Unary(UnaryOp::Tanh, 0)]);
+    assert_eq!((cheap, costly), (6, 2));
 }
 
 /// Runs `kernel` on fresh JITs with and without the final pass reusing a value of the last
@@ -730,7 +740,9 @@ fn layout(shape: &[usize], broadcast: &[bool], perm: &[usize], flip: &[bool]) ->
 const POOL: [f32; 12] = [0.5, -1.5, 2.0, -3.0, 7.0, 0.25, -0.75, 1.0, f32::NAN, f32::INFINITY, 4.5, -2.5];
 
 fn case(transcendental: bool) -> impl Strategy<Value = Case> {
-    let shape = prop::collection::vec(prop_oneof![Just(1usize), 0usize..10], 1..=3);
+    // Axes of 15 to 35 reach a cheap pass's unrolled loop (16 elements an iteration) and
+    // its single-vector and scalar tails.
+    let shape = prop::collection::vec(prop_oneof![2 => 0usize..10, 1 => Just(1usize), 1 => 15usize..36], 1..=3);
     (shape, any::<u64>(), prop::collection::vec(any::<(u8, u32, u32, u32)>(), 1..14), any::<(u8, u8, bool)>()).prop_map(
         move |(shape, seed, ops, (rowbits, reduce, transposed))| {
             let rank = shape.len();
