@@ -7,6 +7,8 @@
 //! PyTorch eager on the CPU (`bench/mlp_torch.py`) when it is installed; both also with the
 //! forward pass under bf16 autocast (`gt::autocast`, `torch.autocast("cpu", torch.bfloat16)`;
 //! gt eager and with `GT_COMPILE=1`, whose kernels read and write the bf16 values).
+//! Then eager and the two compiling modes taken in turn, several rounds, for ratios that
+//! hold on a noisy machine.
 //! Run: `cargo bench --bench mlp` (`GT_BENCH_QUICK=1`: fewer steps; `GT_BENCH_SAVE=1` writes
 //! `bench/results/mlp-vm.txt`).
 
@@ -67,6 +69,51 @@ fn measure(steps: usize, warmup: usize, bf16: bool) -> (Duration, Duration, f32)
         .collect();
     times.sort();
     (times[times.len() / 2], times[0], loss)
+}
+
+/// The median of `xs` (not empty).
+fn median(xs: &[f64]) -> f64 {
+    let mut xs = xs.to_vec();
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Eager, `GT_AUTO_COMPILE=1` and `GT_COMPILE=1` in turn, on a fresh cluster each, `rounds`
+/// times: what the machine does meanwhile (other load, clock changes) falls on every mode
+/// alike, so the modes' ratios hold where one run of each, minutes apart, does not.
+fn interleaved(report: &mut String, rounds: usize, steps: usize, warmup: usize) {
+    let modes = [("eager", None), ("GT_AUTO_COMPILE=1", Some("GT_AUTO_COMPILE")), ("GT_COMPILE=1", Some("GT_COMPILE"))];
+    let mut medians: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    for _ in 0..rounds {
+        for ((_, var), times) in modes.iter().zip(&mut medians) {
+            if let Some(var) = var {
+                std::env::set_var(var, "1");
+            }
+            {
+                let _gt = Runtime::embedded(1).expect("an embedded cluster starts");
+                times.push(ms(measure(steps, warmup, false).0));
+            }
+            if let Some(var) = var {
+                std::env::remove_var(var);
+            }
+        }
+    }
+    let _ = writeln!(
+        report,
+        "\nthe modes interleaved: {rounds} rounds of eager, GT_AUTO_COMPILE=1, GT_COMPILE=1 (each a fresh cluster, \
+         median of {steps} steps after {warmup})"
+    );
+    let _ = writeln!(
+        report,
+        "{:<20} {:>14} {:>16} {:>22}",
+        "mode", "median ms", "÷ eager (median)", "rounds faster than eager"
+    );
+    for ((name, _), times) in modes.iter().zip(&medians) {
+        let ratios: Vec<f64> = times.iter().zip(&medians[0]).map(|(t, e)| t / e).collect();
+        let faster = ratios.iter().filter(|&&r| r < 1.0).count();
+        let _ =
+            writeln!(report, "{name:<20} {:>14.3} {:>16.3} {:>16}/{rounds}", median(times), median(&ratios), faster);
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -148,6 +195,8 @@ fn main() {
         }
         std::env::remove_var("GT_COMPILE");
     }
+    let (rounds, round_steps) = if quick { (2, 10) } else { (9, 200) };
+    interleaved(&mut report, rounds, round_steps, warmup);
     let _ = writeln!(report);
     match torch(steps) {
         Ok((t, t16)) => {
