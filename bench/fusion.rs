@@ -265,7 +265,8 @@ fn main() {
         100.0 * cheap_bw / triad_bw
     );
     // A cheap map whose buffers stay in the cache (an SGD update `w - 0.01 * g` of a 784x256
-    // weight, 200704 elements; fewer when quick), where the loop's own work, not memory, bounds it: the JIT against rustc's loop.
+    // weight, 200704 elements; fewer when quick), where the loop's own work, not memory,
+    // bounds it: the JIT against rustc's loop.
     let m = (784 * 256).min(n);
     let sgd = Kernel::Map(MapKernel {
         shape: vec![m],
