@@ -268,20 +268,16 @@ fn main() {
     // weight, 200704 elements; fewer when quick), where the loop's own work, not memory,
     // bounds it: the JIT against rustc's loop.
     let m = (784 * 256).min(n);
-    let sgd = Kernel::Map(MapKernel {
-        shape: vec![m],
-        inputs: vec![Access::contiguous(&[m]); 2],
-        nodes: vec![
+    let sgd = two_input_map(
+        m,
+        vec![
             Node::Input(0),
             Node::constant(0.01),
             Node::Input(1),
             Node::Binary(BinaryOp::Mul, 1, 2),
             Node::Binary(BinaryOp::Sub, 0, 3),
         ],
-        output: Access::contiguous(&[m]),
-        rows: vec![],
-        reduce: None,
-    });
+    );
     let (w, g) = (&x[..m], &y[..m]);
     let mut updated = vec![0.0f32; m];
     let cache_reps = 51 * reps;

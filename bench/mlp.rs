@@ -71,6 +71,19 @@ fn measure(steps: usize, warmup: usize, bf16: bool) -> (Duration, Duration, f32)
     (times[times.len() / 2], times[0], loss)
 }
 
+/// Runs `f` with the environment variables `vars` set (a runtime reads them as it starts),
+/// then unsets them.
+fn with_vars<R>(vars: &[(&str, &str)], f: impl FnOnce() -> R) -> R {
+    for (k, v) in vars {
+        std::env::set_var(k, v);
+    }
+    let r = f();
+    for (k, _) in vars {
+        std::env::remove_var(k);
+    }
+    r
+}
+
 /// The median of `xs` (not empty).
 fn median(xs: &[f64]) -> f64 {
     let mut xs = xs.to_vec();
@@ -82,20 +95,13 @@ fn median(xs: &[f64]) -> f64 {
 /// times: what the machine does meanwhile (other load, clock changes) falls on every mode
 /// alike, so the modes' ratios hold where one run of each, minutes apart, does not.
 fn interleaved(report: &mut String, rounds: usize, steps: usize, warmup: usize) {
-    let modes = [("eager", None), ("GT_AUTO_COMPILE=1", Some("GT_AUTO_COMPILE")), ("GT_COMPILE=1", Some("GT_COMPILE"))];
+    let modes: [(&str, &[(&str, &str)]); 3] =
+        [("eager", &[]), ("GT_AUTO_COMPILE=1", &[("GT_AUTO_COMPILE", "1")]), ("GT_COMPILE=1", &[("GT_COMPILE", "1")])];
     let mut medians: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     for _ in 0..rounds {
-        for ((_, var), times) in modes.iter().zip(&mut medians) {
-            if let Some(var) = var {
-                std::env::set_var(var, "1");
-            }
-            {
-                let _gt = Runtime::embedded(1).expect("an embedded cluster starts");
-                times.push(ms(measure(steps, warmup, false).0));
-            }
-            if let Some(var) = var {
-                std::env::remove_var(var);
-            }
+        for ((_, vars), times) in modes.iter().zip(&mut medians) {
+            let _gt = with_vars(vars, || Runtime::embedded(1).expect("an embedded cluster starts"));
+            times.push(ms(measure(steps, warmup, false).0));
         }
     }
     let _ = writeln!(
@@ -165,35 +171,22 @@ fn main() {
         ("embedded, GT_AUTO_COMPILE=1 (hot paths fused)", &[("GT_AUTO_COMPILE", "1")][..]),
         ("embedded, GT_COMPILE=1 (every region fused)", &[("GT_COMPILE", "1")][..]),
     ] {
-        for (k, v) in vars {
-            std::env::set_var(k, v);
-        }
-        {
-            let gt = Runtime::embedded(1).expect("an embedded cluster starts");
-            row(&mut report, name, measure(steps, warmup, false));
-            if let Some(Ok(stats)) = gt.worker_stats() {
-                let peak = stats.iter().map(|w| w.peak_bytes).max().unwrap_or(0);
-                let _ = writeln!(report, "{:<44} worker peak {:.2} MiB", "", peak as f64 / (1 << 20) as f64);
-            }
-        }
-        for (k, _) in vars {
-            std::env::remove_var(k);
+        let gt = with_vars(vars, || Runtime::embedded(1).expect("an embedded cluster starts"));
+        row(&mut report, name, measure(steps, warmup, false));
+        if let Some(Ok(stats)) = gt.worker_stats() {
+            let peak = stats.iter().map(|w| w.peak_bytes).max().unwrap_or(0);
+            let _ = writeln!(report, "{:<44} worker peak {:.2} MiB", "", peak as f64 / (1 << 20) as f64);
         }
     }
     let mut bf16_rows: Vec<(&str, f64)> = Vec::new();
     for (name, compile) in
         [("embedded, forward under bf16 autocast", false), ("embedded, bf16 autocast, GT_COMPILE=1", true)]
     {
-        if compile {
-            std::env::set_var("GT_COMPILE", "1");
-        }
-        {
-            let _gt = Runtime::embedded(1).expect("an embedded cluster starts");
-            let (med, min, loss) = measure(steps, warmup, true);
-            let _ = writeln!(report, "{name:<44} {:>8.3} ms ({:.3} ms)  last loss {loss:.5}", ms(med), ms(min));
-            bf16_rows.push((name, ms(med)));
-        }
-        std::env::remove_var("GT_COMPILE");
+        let vars: &[(&str, &str)] = if compile { &[("GT_COMPILE", "1")] } else { &[] };
+        let _gt = with_vars(vars, || Runtime::embedded(1).expect("an embedded cluster starts"));
+        let (med, min, loss) = measure(steps, warmup, true);
+        let _ = writeln!(report, "{name:<44} {:>8.3} ms ({:.3} ms)  last loss {loss:.5}", ms(med), ms(min));
+        bf16_rows.push((name, ms(med)));
     }
     let (rounds, round_steps) = if quick { (2, 10) } else { (9, 200) };
     interleaved(&mut report, rounds, round_steps, warmup);
