@@ -157,6 +157,10 @@ struct Plan {
     /// For each instruction out that is one of the repetition's own kept as it was (not
     /// fused): its index in the repetition.
     kept: Vec<Option<usize>>,
+    /// For each kernel out, its result type as its instruction carries it: the kernels
+    /// were typed when the plan's repetition first went, and a repetition streams from
+    /// the plan only over operands of the plan's types, so they are not typed again.
+    typing: Vec<Typing>,
 }
 
 impl Plan {
@@ -190,7 +194,15 @@ impl Plan {
                 Some(k)
             })
             .collect();
-        Plan { place, compiled, need, kept }
+        let typing = compiled
+            .out
+            .iter()
+            .map(|o| match o {
+                Instr::Fused { ty, .. } => Some(Ok(Arc::from([ty.clone()]))),
+                _ => None,
+            })
+            .collect();
+        Plan { place, compiled, need, kept, typing }
     }
 }
 
@@ -202,8 +214,8 @@ impl Plan {
 #[derive(Debug)]
 struct Streaming {
     plan: Arc<Plan>,
-    /// Canonical id of each value named so far, and the original of each canonical one.
-    index: HashMap<ValueId, ValueId>,
+    /// Each value named so far, and the original of each canonical id.
+    index: HashMap<ValueId, Named>,
     names: Vec<ValueId>,
     /// The repetition's instructions so far.
     arrived: Vec<(Instr, Meta)>,
@@ -211,10 +223,45 @@ struct Streaming {
     next: usize,
     /// The plan's frees, in canonical ids.
     frees: Vec<Instr>,
-    /// Where each value named so far was defined or freed (what an instruction out is
-    /// reported against).
-    defined_by: HashMap<ValueId, Meta>,
-    freed_by: HashMap<ValueId, Meta>,
+    /// Scratch of [`Fuse::stream_one`], kept so that taking an instruction allocates
+    /// nothing: its value ids as it came, and those it names first.
+    originals: Vec<ValueId>,
+    fresh: Vec<ValueId>,
+}
+
+impl Streaming {
+    fn new(plan: Arc<Plan>) -> Streaming {
+        Streaming {
+            plan,
+            index: HashMap::new(),
+            names: Vec::new(),
+            arrived: Vec::new(),
+            next: 0,
+            frees: Vec::new(),
+            originals: Vec::new(),
+            fresh: Vec::new(),
+        }
+    }
+
+    /// The meta of the repetition's instruction that defined (or, for a free, freed) what
+    /// `i` (in the repetition's ids) writes: what an instruction out is reported against.
+    fn origin(&self, i: &Instr) -> Option<&Meta> {
+        let at = match i {
+            Instr::Free { src } => self.index.get(src)?.freed,
+            _ => self.index.get(i.results().first()?)?.defined,
+        };
+        Some(&self.arrived[at? as usize].1)
+    }
+}
+
+/// A value a streaming repetition named: its canonical id (the plan's), and which of the
+/// repetition's instructions defined and freed it (indices into `arrived`; a plan's region
+/// defines a value at most once).
+#[derive(Debug, Clone, Copy)]
+struct Named {
+    canonical: ValueId,
+    defined: Option<u32>,
+    freed: Option<u32>,
 }
 
 /// A region being collected: instructions of one placement (a region runs on one worker).
@@ -285,7 +332,7 @@ impl Fuse {
     /// forgets what it frees; `false` when it does not type (the dispatcher will report it).
     fn track(&mut self, instr: &Instr, typing: &Typing) -> bool {
         match typing {
-            Some(Ok(results)) => self.types.record(instr, results),
+            Some(Ok(results)) => self.types.record_shared(instr, results),
             Some(Err(_)) => return false,
             // Made by an earlier pass (hot-path markers): typed here.
             None => match self.types.infer(instr) {
@@ -333,6 +380,7 @@ impl Fuse {
         let last = Meta { types: None, ..origins.last().cloned().unwrap_or_default() };
         let mut defined_by: HashMap<ValueId, &Meta> = HashMap::new();
         let mut freed_by: HashMap<ValueId, &Meta> = HashMap::new();
+        // (A kernel is reported against its value's client instruction; a free, the client's free.)
         for (i, origin) in region.iter().zip(&origins) {
             match i {
                 Instr::Free { src } => {
@@ -409,14 +457,18 @@ impl Fuse {
             took.as_secs_f64() * 1e3,
         );
         for i in instrs {
-            send_compiled(i, &defined_by, &freed_by, || last.clone(), out);
+            let origin = match &i {
+                Instr::Free { src } => freed_by.get(src).copied(),
+                _ => i.results().first().and_then(|r| defined_by.get(r).copied()),
+            };
+            send_compiled(i, origin, || last.clone(), None, out);
         }
         Some(key)
     }
 
     /// Takes the next instruction of a repetition streaming in from its plan; gives it back
     /// when it is not the plan's (the plan is then abandoned: [`Fuse::break_stream`]).
-    fn stream_one(&mut self, instr: Instr, out: &mut Emit) -> Option<Instr> {
+    fn stream_one(&mut self, mut instr: Instr, out: &mut Emit) -> Option<Instr> {
         let st = self.streaming.as_mut()?;
         // A free of a value the repetition does not name goes at once, as when collecting.
         if let Instr::Free { src } = instr {
@@ -432,13 +484,16 @@ impl Fuse {
             self.break_stream(out);
             return Some(instr);
         };
-        // Renamed as the plan's region was, without naming anything yet.
-        let mut canonical = instr.clone();
-        let mut fresh: Vec<ValueId> = Vec::new();
+        // Renamed in place as the plan's region was (a value not named yet takes the next
+        // canonical id), compared, then given its own ids back: no copy of it is made.
         let named = st.names.len();
-        canonical.visit_values_mut(&mut |v| {
-            *v = match st.index.get(v) {
-                Some(c) => *c,
+        let (index, fresh, originals) = (&st.index, &mut st.fresh, &mut st.originals);
+        fresh.clear();
+        originals.clear();
+        instr.visit_values_mut(&mut |v| {
+            originals.push(*v);
+            *v = match index.get(v) {
+                Some(n) => n.canonical,
                 None => {
                     let at = fresh.iter().position(|f| f == v).unwrap_or_else(|| {
                         fresh.push(*v);
@@ -448,44 +503,53 @@ impl Fuse {
                 }
             }
         });
-        let fresh_operands: Vec<ValueId> = instr.operands().into_iter().filter(|v| fresh.contains(v)).collect();
-        let typed_as_planned = |types: &StreamTypes, vs: &[ValueId]| {
-            vs.iter().all(|v| {
-                let c = named + fresh.iter().position(|f| f == v).unwrap_or(usize::MAX - named);
-                plan.compiled.types.get(c).is_some_and(|t| t.as_ref() == types.get(*v))
-            })
+        let same = instr == *expected;
+        let mut originals = originals.iter();
+        instr.visit_values_mut(&mut |v| *v = originals.next().copied().unwrap_or(*v));
+        // The values it names first have the plan's types (operands now; results once typed).
+        let typed_as_planned = |types: &StreamTypes, fresh: &[ValueId], vs: &[ValueId]| {
+            vs.iter()
+                .filter_map(|v| Some((v, fresh.iter().position(|f| f == v)?)))
+                .all(|(v, at)| plan.compiled.types.get(named + at).is_some_and(|t| t.as_ref() == types.get(*v)))
         };
-        if canonical != *expected || !typed_as_planned(&self.types, &fresh_operands) || !self.track(&instr, out.types())
-        {
-            self.break_stream(out);
-            return Some(instr);
-        }
-        let results: Vec<ValueId> = instr.results().into_iter().filter(|v| fresh.contains(v)).collect();
-        if !typed_as_planned(&self.types, &results) {
+        if !same || !typed_as_planned(&self.types, &st.fresh, &instr.operands()) || !self.track(&instr, out.types()) {
             self.break_stream(out);
             return Some(instr);
         }
         let st = self.streaming.as_mut()?;
-        for v in fresh {
-            st.index.insert(v, ValueId(st.names.len() as u32));
+        if !typed_as_planned(&self.types, &st.fresh, &instr.results()) {
+            self.break_stream(out);
+            return Some(instr);
+        }
+        for &v in &st.fresh {
+            st.index.insert(v, Named { canonical: ValueId(st.names.len() as u32), defined: None, freed: None });
             st.names.push(v);
         }
-        let meta = out.meta();
+        let at = Some(k as u32);
         match instr {
             Instr::Free { src } => {
-                st.freed_by.insert(src, meta.clone());
+                if let Some(n) = st.index.get_mut(&src) {
+                    n.freed = at;
+                }
             }
-            _ => st.defined_by.extend(instr.results().into_iter().map(|r| (r, meta.clone()))),
+            _ => {
+                for r in instr.results() {
+                    if let Some(n) = st.index.get_mut(&r) {
+                        n.defined = at;
+                    }
+                }
+            }
         }
-        st.arrived.push((instr, meta));
+        st.arrived.push((instr, out.meta()));
         let arrived = st.arrived.len();
         while st.next < plan.compiled.out.len() && plan.need[st.next] <= arrived {
             let i = plan.compiled.out[st.next].clone();
+            let typing = plan.typing[st.next].clone();
             st.next += 1;
             if matches!(i, Instr::Free { .. }) {
                 st.frees.push(i);
             } else {
-                emit_planned(st, i, out);
+                emit_planned(st, i, typing, out);
             }
         }
         None
@@ -501,8 +565,9 @@ impl Fuse {
             return;
         }
         let Some(mut st) = self.streaming.take() else { return };
-        for i in plan.compiled.out[st.next..].iter().cloned().chain(std::mem::take(&mut st.frees)) {
-            emit_planned(&st, i, out);
+        let rest = plan.compiled.out[st.next..].iter().cloned().zip(plan.typing[st.next..].iter().cloned());
+        for (i, typing) in rest.chain(std::mem::take(&mut st.frees).into_iter().map(|f| (f, None))) {
+            emit_planned(&st, i, typing, out);
         }
         let stats = &plan.compiled.stats;
         tracing::debug!(
@@ -553,29 +618,22 @@ impl Fuse {
     }
 }
 
-/// Sends one of a streaming plan's instructions out, renamed to the repetition's ids.
-fn emit_planned(st: &Streaming, mut i: Instr, out: &mut Emit) {
+/// Sends one of a streaming plan's instructions out, renamed to the repetition's ids (a
+/// kernel with its `typing`).
+fn emit_planned(st: &Streaming, mut i: Instr, typing: Typing, out: &mut Emit) {
     i.visit_values_mut(&mut |v| *v = st.names.get(v.index()).copied().unwrap_or(*v));
     let last = || Meta { types: None, ..st.arrived.last().map(|(_, m)| m.clone()).unwrap_or_default() };
-    send_compiled(i, &st.defined_by, &st.freed_by, last, out);
+    let origin = st.origin(&i);
+    send_compiled(i, origin, last, typing, out);
 }
 
-/// Sends one compiled instruction out, reported against the client instruction that defined
-/// its result (a kernel: its value's; a free: the client's free), else against `fallback`.
-fn send_compiled<M: std::borrow::Borrow<Meta>>(
-    i: Instr,
-    defined_by: &HashMap<ValueId, M>,
-    freed_by: &HashMap<ValueId, M>,
-    fallback: impl FnOnce() -> Meta,
-    out: &mut Emit,
-) {
-    let origin = match &i {
-        Instr::Free { src } => freed_by.get(src),
-        _ => i.results().first().and_then(|r| defined_by.get(r)),
-    };
-    let origin = origin.map_or_else(fallback, |m| m.borrow().clone());
+/// Sends one compiled instruction out, reported against `origin`, the client instruction that
+/// defined its result (a kernel: its value's; a free: the client's free), else against
+/// `fallback`; a kernel carries `typing` (`None`: the dispatcher types it).
+fn send_compiled(i: Instr, origin: Option<&Meta>, fallback: impl FnOnce() -> Meta, typing: Typing, out: &mut Emit) {
+    let origin = origin.map_or_else(fallback, Meta::clone);
     if matches!(i, Instr::Fused { .. }) {
-        out.inject_at(i, origin.seq, origin.place.clone());
+        out.inject_typed(i, origin.seq, origin.place.clone(), typing);
     } else {
         out.keep_from(i, origin);
     }
@@ -606,16 +664,7 @@ impl StreamPass for Fuse {
                 self.whole = true;
                 out.keep(instr);
                 if let Some(plan) = self.plans.get(&id).filter(|_| self.collecting(out.in_compile_signal())) {
-                    self.streaming = Some(Streaming {
-                        plan: plan.clone(),
-                        index: HashMap::new(),
-                        names: Vec::new(),
-                        arrived: Vec::new(),
-                        next: 0,
-                        frees: Vec::new(),
-                        defined_by: HashMap::new(),
-                        freed_by: HashMap::new(),
-                    });
+                    self.streaming = Some(Streaming::new(plan.clone()));
                 }
             }
             Instr::HotPathEnd { id } => {

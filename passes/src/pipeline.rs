@@ -105,46 +105,58 @@ pub enum PassError {
     },
 }
 
-/// The types of the values of one stream, kept by typing each instruction in order.
+/// The types of the values of one stream, kept by typing each instruction in order. A
+/// value's type is shared with the instruction that defined it (its carried result types,
+/// [`Typing`]), so that a pass keeping the stream's types copies a pointer per result.
 #[derive(Debug, Default)]
 pub struct StreamTypes {
-    types: HashMap<ValueId, TensorType>,
+    types: HashMap<ValueId, (Arc<[TensorType]>, u32)>,
 }
 
 impl StreamTypes {
     /// Types `instr` against the stream so far and records what it defines and frees; an
     /// instruction that does not type defines nothing (its results are gone).
-    pub fn admit(&mut self, instr: &Instr) -> Result<gt_ir::verify::shape::ResultTypes, TypeError> {
-        let result = self.infer(instr);
-        match &result {
-            Ok(results) => self.record(instr, results),
-            Err(_) => {
+    pub fn admit(&mut self, instr: &Instr) -> Result<Arc<[TensorType]>, TypeError> {
+        match self.infer(instr) {
+            Ok(results) => {
+                // Moved, not cloned, into the one allocation the results share.
+                let results: Arc<[TensorType]> = results.into_iter().collect();
+                self.record_shared(instr, &results);
+                Ok(results)
+            }
+            Err(e) => {
                 for v in instr.results() {
                     self.types.remove(&v);
                 }
+                Err(e)
             }
         }
-        result
     }
 
     /// Types `instr` against the stream so far, recording nothing.
     pub fn infer(&self, instr: &Instr) -> Result<gt_ir::verify::shape::ResultTypes, TypeError> {
-        shape::infer(instr, &|v| self.types.get(&v).cloned().ok_or(TypeError::UnknownValue(v)))
+        shape::infer(instr, &|v| self.get(v).cloned().ok_or(TypeError::UnknownValue(v)))
     }
 
     /// Records an instruction known to type as `results`: what it defines, and what it frees.
     pub fn record(&mut self, instr: &Instr, results: &[TensorType]) {
+        self.record_shared(instr, &Arc::from(results));
+    }
+
+    /// [`StreamTypes::record`] of types carried with the instruction, shared rather than
+    /// copied.
+    pub fn record_shared(&mut self, instr: &Instr, results: &Arc<[TensorType]>) {
         if let Instr::Free { src } = instr {
             self.types.remove(src);
         }
-        for (v, t) in instr.results().into_iter().zip(results) {
-            self.types.insert(v, t.clone());
+        for (v, k) in instr.results().into_iter().zip(0..results.len() as u32) {
+            self.types.insert(v, (results.clone(), k));
         }
     }
 
     /// A value's type, if it is live.
     pub fn get(&self, v: ValueId) -> Option<&TensorType> {
-        self.types.get(&v)
+        self.types.get(&v).map(|(all, k)| &all[*k as usize])
     }
 }
 
@@ -232,7 +244,14 @@ impl Emit {
 
     /// Emits an instruction the pass made, its results going to `place` (see [`Meta::place`]).
     pub fn inject_at(&mut self, instr: Instr, seq: u64, place: Vec<u32>) {
-        let meta = Meta { seq, injected_by: Some(self.pass), types: None, compile: self.current.compile, place };
+        self.inject_typed(instr, seq, place, None);
+    }
+
+    /// [`Emit::inject_at`] with its result types known (`types`, as [`Meta::types`]): the
+    /// pass vouches for them, and the dispatcher does not type it again (validation, in
+    /// debug builds, still does).
+    pub fn inject_typed(&mut self, instr: Instr, seq: u64, place: Vec<u32>, types: Typing) {
+        let meta = Meta { seq, injected_by: Some(self.pass), types, compile: self.current.compile, place };
         self.items.push((instr, meta));
     }
 
@@ -503,8 +522,7 @@ impl Pipeline {
             }
             _ => {}
         }
-        // One allocation: collecting into an `Arc` would go through a `Vec` first.
-        let types = Some(self.entry.admit(&instr).map(|t| Arc::<[TensorType]>::from(&t[..])).map_err(Arc::new));
+        let types = Some(self.entry.admit(&instr).map_err(Arc::new));
         let compile = self.signals.iter().any(|(_, c)| *c);
         (instr, Meta { seq, injected_by: None, types, compile, place: Vec::new() })
     }
@@ -554,7 +572,7 @@ impl Pipeline {
                             pass: emit.pass,
                             instr: Box::new(instr.clone()),
                             carried: carried.to_vec(),
-                            inferred: inferred.map(|t| t.into_vec()),
+                            inferred: inferred.map(|t| t.to_vec()),
                         };
                         self.errors.push((meta.clone(), e));
                     }

@@ -992,7 +992,7 @@ impl Shard {
                     self.forget(out, r);
                 }
             }
-            self.types.record(&instr, &results);
+            self.types.record_shared(&instr, &results);
             return out.keep(instr);
         }
         let planned = self.plan(out, &instr, &results);
@@ -1022,7 +1022,7 @@ impl Shard {
             }
             self.dist.insert(r, d);
         }
-        self.types.record(&instr, &results);
+        self.types.record_shared(&instr, &results);
         self.place_results(out, &names, &results);
     }
 }
@@ -1061,7 +1061,7 @@ impl StreamPass for Shard {
                 let home = self.forget(out, src);
                 if let Some(Ok(t)) = out.types() {
                     let t = t.clone();
-                    self.types.record(&instr, &t);
+                    self.types.record_shared(&instr, &t);
                 }
                 if home {
                     out.keep(instr);
