@@ -380,7 +380,6 @@ impl Fuse {
         let last = Meta { types: None, ..origins.last().cloned().unwrap_or_default() };
         let mut defined_by: HashMap<ValueId, &Meta> = HashMap::new();
         let mut freed_by: HashMap<ValueId, &Meta> = HashMap::new();
-        // (A kernel is reported against its value's client instruction; a free, the client's free.)
         for (i, origin) in region.iter().zip(&origins) {
             match i {
                 Instr::Free { src } => {

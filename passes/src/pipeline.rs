@@ -119,7 +119,7 @@ impl StreamTypes {
     pub fn admit(&mut self, instr: &Instr) -> Result<Arc<[TensorType]>, TypeError> {
         match self.infer(instr) {
             Ok(results) => {
-                // Moved, not cloned, into the one allocation the results share.
+                // Moved into the allocation the results share (their shapes are not copied).
                 let results: Arc<[TensorType]> = results.into_iter().collect();
                 self.record_shared(instr, &results);
                 Ok(results)
