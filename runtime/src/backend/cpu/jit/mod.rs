@@ -108,9 +108,6 @@ pub enum JitError {
         /// The id the code imports.
         expected: u32,
     },
-    /// A kernel just compiled is not in the cache: a bug in the JIT.
-    #[error("jit: code generation failed: the kernel left the cache")]
-    NotCached,
     /// The cache holds another kind of code for the kernel: a bug in the JIT.
     #[error("jit: code generation failed: cached code of another kind of kernel")]
     CachedKind,
@@ -340,17 +337,16 @@ impl Jit {
             return Ok(Duration::ZERO);
         }
         match kernel {
-            Kernel::Map(m) => {
-                let parts = split_outer(m);
-                if parts.len() > 1 {
-                    if let Some(took) = self.run_parts(&parts, inputs, out, out_len)? {
-                        return Ok(took);
-                    }
+            // Split only when it would be: `split_outer` copies the kernel.
+            Kernel::Map(m) if splits(m) => {
+                if let Some(took) = self.run_parts(&split_outer(m), inputs, out, out_len)? {
+                    return Ok(took);
                 }
             }
+            Kernel::Map(_) => {}
             // A large product's epilogue runs split too (the product itself always is).
             Kernel::MatMul(k) => {
-                if let Some(parts) = epilogue_map(k).map(|m| split_outer(&m)).filter(|p| p.len() > 1) {
+                if let Some(parts) = epilogue_map(k).filter(splits).map(|m| split_outer(&m)) {
                     // SAFETY: the caller's, and the bounds just checked.
                     if let Some(took) = unsafe { self.run_split_epilogue(k, &parts, inputs, out, out_len)? } {
                         return Ok(took);
@@ -358,8 +354,7 @@ impl Jit {
                 }
             }
         }
-        let took = self.compile(kernel)?;
-        let (compiled, _) = *self.cache.get(kernel).ok_or(JitError::NotCached)?;
+        let (compiled, took) = self.compiled(kernel)?;
         match (kernel, compiled) {
             (Kernel::Map(_), Compiled::Map(f)) => {
                 let ptrs: Vec<*const f32> = inputs.iter().map(|b| b.as_ptr()).collect();
@@ -473,28 +468,37 @@ impl Jit {
         out_len: usize,
     ) -> Result<Option<(Vec<KernelFn>, Duration)>, JitError> {
         let mut took = Duration::ZERO;
+        let generation = self.generation;
+        let mut fns = Vec::with_capacity(parts.len());
         for p in parts {
             p.check_bounds(lens, out_len).map_err(JitError::Bounds)?;
-            took += self.compile(p)?;
+            let (compiled, t) = self.compiled(p)?;
+            took += t;
+            match compiled {
+                Compiled::Map(f) => fns.push(f),
+                Compiled::MatMul(_) => return Ok(None),
+            }
         }
-        // A full cache is emptied by a compile: the parts compiled before it are gone.
-        let fns: Option<Vec<KernelFn>> = parts
-            .iter()
-            .map(|p| match self.cache.get(p) {
-                Some((Compiled::Map(f), _)) => Some(*f),
-                _ => None,
-            })
-            .collect();
-        Ok(fns.map(|f| (f, took)))
+        // A compile that fills the cache keeps the generation before it: the parts compiled
+        // first are gone only if the cache filled twice.
+        Ok((self.generation <= generation + 1).then_some((fns, took)))
     }
 
     /// Compiles `kernel` into the cache without running it; the compile time (zero when it
     /// was cached).
     pub fn compile(&mut self, kernel: &Kernel) -> Result<Duration, JitError> {
+        self.compiled(kernel).map(|(_, took)| took)
+    }
+
+    /// `kernel`'s code, compiled on first sight, and the time compiling took (zero when it
+    /// was cached): one lookup of the kernel when it is. A kernel runs a few hundred
+    /// nanoseconds after its lookup, so a second lookup (hashing and comparing the whole
+    /// kernel again) was a large part of a small kernel's run.
+    fn compiled(&mut self, kernel: &Kernel) -> Result<(Compiled, Duration), JitError> {
         match self.cache.get(kernel) {
-            Some((_, g)) if *g == self.generation => {
+            Some(&(compiled, g)) if g == self.generation => {
                 self.stats.cache_hits += 1;
-                return Ok(Duration::ZERO);
+                return Ok((compiled, Duration::ZERO));
             }
             // In use while in the previous generation: compiled again into the current one,
             // so that it outlives the previous generation.
@@ -516,7 +520,7 @@ impl Jit {
         self.current.0 += 1;
         self.stats.cached = self.cache.len() as u64;
         self.stats.code_bytes = self.current.1 + self.previous_bytes;
-        Ok(took)
+        Ok((compiled, took))
     }
 
     /// Cache counters.
@@ -613,18 +617,24 @@ fn run_compiled_parts(fns: &[KernelFn], inputs: &[*const f32], out: *mut f32) {
     });
 }
 
+/// Whether [`split_outer`] makes more than one part of `k`.
+fn splits(k: &MapKernel) -> bool {
+    let Some(&extent) = k.shape.first() else { return false };
+    let indexed = k.nodes.iter().any(|n| matches!(n, Node::Iota { .. } | Node::Rand { .. } | Node::Randn { .. }));
+    super::threads::loop_parts(extent, k.numel()) > 1 && !indexed && !k.rows.contains(&0)
+}
+
 /// A large map kernel split into ranges of its outer axis, one per compute thread: the same
 /// kernel over fewer outer iterations, every access moved to the range's start. Not split
 /// (one part, the kernel itself): small kernels, an outer axis inside each row, and kernels
 /// computing from their linear output index (`arange`, `rand`, `randn`), which would
 /// restart at each part.
 fn split_outer(k: &MapKernel) -> Vec<Kernel> {
-    let Some(&extent) = k.shape.first() else { return vec![Kernel::Map(k.clone())] };
-    let indexed = k.nodes.iter().any(|n| matches!(n, Node::Iota { .. } | Node::Rand { .. } | Node::Randn { .. }));
-    let parts = super::threads::loop_parts(extent, k.numel());
-    if parts <= 1 || indexed || k.rows.contains(&0) {
+    if !splits(k) {
         return vec![Kernel::Map(k.clone())];
     }
+    let extent = k.shape[0];
+    let parts = super::threads::loop_parts(extent, k.numel());
     let step = extent.div_ceil(parts);
     (0..extent)
         .step_by(step)

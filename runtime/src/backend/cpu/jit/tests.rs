@@ -940,6 +940,45 @@ fn kernels_split_over_threads_give_the_same_bits() {
     }
 }
 
+/// A split kernel whose parts fill the cache as they compile (the second part starts a new
+/// generation) runs with the same bits as run whole, each part's code found once per run,
+/// and runs again from the cache.
+#[test]
+fn a_split_kernel_whose_parts_fill_the_cache_gives_the_same_bits() {
+    use crate::backend::cpu::threads::use_threads;
+    let dims = [300, 256];
+    let n = dims[0] * dims[1];
+    let x = values(11, n, -4.0, 4.0);
+    let big = samples::gelu(&dims);
+    let whole = |jit: &mut Jit| {
+        let mut out = vec![0f32; n];
+        jit.run(&big, &[&x], &mut out).unwrap();
+        out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    };
+    use_threads(1, std::time::Duration::ZERO).unwrap();
+    let alone = whole(&mut jit());
+    use_threads(2, std::time::Duration::ZERO).unwrap();
+    let mut jit = jit();
+    let small = values(12, 8, -1.0, 1.0);
+    for c in 0..super::MAX_CACHED_KERNELS / 2 - 1 {
+        let nodes = vec![Node::Input(0), Node::constant(c as f32), Node::Binary(BinaryOp::Add, 0, 1)];
+        let k = map(&[8], vec![Access::contiguous(&[8])], nodes, Access::contiguous(&[8]));
+        jit.run(&k, &[&small], &mut [0f32; 8]).unwrap();
+    }
+    let split = whole(&mut jit);
+    let first = jit.stats();
+    let again = whole(&mut jit);
+    let second = jit.stats();
+    let third = (whole(&mut jit), jit.stats()).1;
+    use_threads(1, std::time::Duration::ZERO).unwrap();
+    assert!(alone == split && split == again);
+    // Both parts compiled, the generation filling between them. Then both found, the first
+    // (in the generation before) compiled again into the current one; then both found.
+    assert_eq!((first.compiled, first.cache_hits), ((super::MAX_CACHED_KERNELS / 2 - 1) as u64 + 2, 0), "{first:?}");
+    assert_eq!((second.compiled, second.cache_hits), (first.compiled + 1, 2), "{second:?}");
+    assert_eq!((third.compiled, third.cache_hits), (second.compiled, 4), "{third:?}");
+}
+
 /// A large product's epilogue runs as ranges of the product's rows on the worker's threads,
 /// with the same bits as run whole (as the product itself does).
 #[test]
