@@ -51,3 +51,14 @@ pub use program::{Comparison, Number, Optimizer, Program, Stmt, StmtKind, Train}
 pub use span::Span;
 pub use types::{DType, Shape, TensorType};
 pub use verify::{shape::TypeError, verify, Types, VerifyError, VerifyErrorKind, VerifyErrors};
+
+/// `a == b`, without calling `memcmp` when both are empty. Comparing slices of plain data
+/// calls `memcmp` even for no bytes, and glibc's AVX-512 `memcmp` then loads through an
+/// empty `Vec`'s dangling pointer (`0x4`, `0x8`) under a zero mask: a fault the CPU
+/// suppresses in microcode, about 140 ns on the 2-core AMD EPYC VM against 1 ns for two
+/// empty slices of a real buffer. Kernels and metas compared on every step hold such
+/// vectors (a plain map's `rows`, a product's `batch`, a home placement).
+#[inline]
+pub fn same_elements<T: PartialEq>(a: &[T], b: &[T]) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
+}

@@ -479,7 +479,8 @@ impl Fuse {
         }
         let k = st.arrived.len();
         let plan = st.plan.clone();
-        let Some(expected) = plan.compiled.region.get(k).filter(|_| out.place() == plan.place) else {
+        let Some(expected) = plan.compiled.region.get(k).filter(|_| gt_ir::same_elements(out.place(), &plan.place))
+        else {
             self.break_stream(out);
             return Some(instr);
         };
@@ -731,8 +732,10 @@ impl StreamPass for Fuse {
                 // A region of another placement that names a value this one reads or writes
                 // (a move or collective reading a shard's result) goes first.
                 let names = |h: &Held| results.iter().chain(&operands).any(|v| h.types.contains_key(v));
-                self.release_where(out, |h| h.place != place && names(h));
-                let redefines = |h: &Held| h.place == place && results.iter().any(|r| h.types.contains_key(r));
+                self.release_where(out, |h| !gt_ir::same_elements(&h.place, &place) && names(h));
+                let redefines = |h: &Held| {
+                    gt_ir::same_elements(&h.place, &place) && results.iter().any(|r| h.types.contains_key(r))
+                };
                 self.release_where(out, redefines);
                 if !self.track(&instr, out.types()) {
                     self.whole = false;
@@ -740,7 +743,7 @@ impl StreamPass for Fuse {
                     out.keep(instr);
                     return;
                 }
-                let at = match self.held.iter().position(|h| h.place == place) {
+                let at = match self.held.iter().position(|h| gt_ir::same_elements(&h.place, &place)) {
                     Some(at) => at,
                     None => {
                         self.held.push(Held { place, ..Held::default() });

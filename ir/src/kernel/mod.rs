@@ -25,12 +25,23 @@ use std::fmt;
 
 /// How a kernel addresses one buffer: element offset plus one stride per iteration axis
 /// (in elements; 0 broadcasts along that axis, negative walks backwards).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+// Equality is the derived one field for field (so it agrees with the derived `Hash`),
+// written out to keep empty vectors away from `memcmp` ([`crate::same_elements`]): a
+// worker looks every kernel it runs up by value.
+#[allow(clippy::derived_hash_with_manual_eq)]
+#[derive(Debug, Clone, Eq, Hash, Serialize, Deserialize)]
 pub struct Access {
     /// Element index of iteration point 0.
     pub offset: i64,
     /// One per iteration axis.
     pub strides: Vec<i64>,
+}
+
+impl PartialEq for Access {
+    fn eq(&self, other: &Access) -> bool {
+        let Access { offset, strides } = self;
+        *offset == other.offset && crate::same_elements(strides, &other.strides)
+    }
 }
 
 impl Access {
@@ -171,7 +182,8 @@ impl Node {
 /// An elementwise kernel over an iteration space. With row axes, one row (the elements
 /// that differ only in row-axis coordinates) is handled as a unit: [`Node::Reduce`] reduces
 /// within it, and `reduce` ends the kernel with one reduction per row.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[allow(clippy::derived_hash_with_manual_eq)] // as `Access`'s
+#[derive(Debug, Clone, Eq, Hash, Serialize, Deserialize)]
 pub struct MapKernel {
     /// The iteration space.
     pub shape: Vec<usize>,
@@ -185,6 +197,18 @@ pub struct MapKernel {
     pub rows: Vec<usize>,
     /// Reduce the last node over each row and write one value per row.
     pub reduce: Option<ReduceOp>,
+}
+
+impl PartialEq for MapKernel {
+    fn eq(&self, other: &MapKernel) -> bool {
+        let MapKernel { shape, inputs, nodes, output, rows, reduce } = self;
+        crate::same_elements(shape, &other.shape)
+            && *inputs == other.inputs
+            && *nodes == other.nodes
+            && *output == other.output
+            && crate::same_elements(rows, &other.rows)
+            && *reduce == other.reduce
+    }
 }
 
 impl MapKernel {
@@ -287,7 +311,8 @@ pub enum Precision {
 
 /// A batched matrix product `out[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n]`, the output
 /// contiguous `[batch.., m, n]`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[allow(clippy::derived_hash_with_manual_eq)] // as `Access`'s
+#[derive(Debug, Clone, Eq, Hash, Serialize, Deserialize)]
 pub struct MatMulKernel {
     /// Batch dimensions (broadcast already applied).
     pub batch: Vec<usize>,
@@ -309,6 +334,19 @@ pub struct MatMulKernel {
     pub epilogue_inputs: Vec<Access>,
     /// How the products are computed.
     pub precision: Precision,
+}
+
+impl PartialEq for MatMulKernel {
+    fn eq(&self, other: &MatMulKernel) -> bool {
+        let MatMulKernel { batch, m, n, k, lhs, rhs, epilogue, epilogue_inputs, precision } = self;
+        crate::same_elements(batch, &other.batch)
+            && (*m, *n, *k) == (other.m, other.n, other.k)
+            && *lhs == other.lhs
+            && *rhs == other.rhs
+            && *epilogue == other.epilogue
+            && *epilogue_inputs == other.epilogue_inputs
+            && *precision == other.precision
+    }
 }
 
 impl MatMulKernel {
@@ -553,6 +591,62 @@ pub fn validate(kernel: &Kernel) -> Result<(), KernelError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Kernels are equal exactly when every field is (the written-out equality agrees with
+    /// the derived one it replaces, empty vectors included).
+    #[test]
+    fn kernels_equal_field_for_field() {
+        use super::samples;
+        let map = match samples::softmax(&[4, 6]) {
+            Kernel::Map(m) => m,
+            Kernel::MatMul(_) => unreachable!("softmax is a map"),
+        };
+        let product = match samples::linear_relu(4, 3, 5) {
+            Kernel::MatMul(k) => k,
+            Kernel::Map(_) => unreachable!("linear_relu is a product"),
+        };
+        assert_eq!(map, map.clone());
+        assert_eq!(product, product.clone());
+        let maps: [fn(&mut MapKernel); 7] = [
+            |m| m.shape.push(1),
+            |m| m.inputs.push(Access::contiguous(&[4, 6])),
+            |m| m.nodes.push(Node::Input(0)),
+            |m| m.output.offset += 1,
+            |m| m.output.strides.clear(),
+            |m| m.rows = if m.rows.is_empty() { vec![0] } else { vec![] },
+            |m| m.reduce = if m.reduce.is_some() { None } else { Some(ReduceOp::Sum) },
+        ];
+        for (i, change) in maps.iter().enumerate() {
+            let mut other = map.clone();
+            change(&mut other);
+            assert_ne!(map, other, "map field change {i}");
+            assert_ne!(other, map, "map field change {i}");
+        }
+        let products: [fn(&mut MatMulKernel); 8] = [
+            |k| k.batch.push(1),
+            |k| k.m += 1,
+            |k| k.n += 1,
+            |k| k.k += 1,
+            |k| k.lhs.strides.push(0),
+            |k| k.rhs.offset += 1,
+            |k| k.epilogue.clear(),
+            |k| k.epilogue_inputs.push(Access::contiguous(&[4, 5])),
+        ];
+        for (i, change) in products.iter().enumerate() {
+            let mut other = product.clone();
+            change(&mut other);
+            assert_ne!(product, other, "product field change {i}");
+        }
+        let mut other = product.clone();
+        other.precision = match product.precision {
+            Precision::F32 => Precision::Tf32,
+            Precision::Tf32 => Precision::F32,
+        };
+        assert_ne!(product, other, "precision");
+        // Empty and equal, empty against not.
+        assert!(crate::same_elements::<u32>(&[], &Vec::new()));
+        assert!(!crate::same_elements(&[1u32], &[]) && crate::same_elements(&[1u32, 2], &[1, 2]));
+    }
 
     fn copy(dims: &[usize], input: Access, output: Access) -> Kernel {
         Kernel::Map(MapKernel {
