@@ -1,6 +1,7 @@
 //! Kernel fusion on the CPU: an 8-op elementwise chain (with `tanh` and `exp`) over 2^24
 //! f32 as one JIT-compiled kernel versus the interpreter running the 8 instructions one by
-//! one; the fused kernel's bandwidth versus a STREAM triad compiled by rustc; a row softmax
+//! one; the fused kernel's bandwidth versus a STREAM triad compiled by rustc; the cost of
+//! running a cached kernel beside its work (a 1-element and a 0-d `neg`); a row softmax
 //! of 4096 x 4096 as one kernel versus its 5 unfused instructions; compile latency per
 //! kernel; the chain over bf16 values, eager and fused; and PyTorch eager on one thread
 //! (`bench/fusion_torch.py`) when installed. One thread throughout, medians of several runs.
@@ -295,6 +296,32 @@ fn main() {
         sgd_t.as_secs_f64() / rustc_t.as_secs_f64(),
         max_diff(&updated, &want)
     );
+
+    // What running a cached kernel costs beside its work: a `neg` of one element and of a
+    // 0-d value (the bounds check, the cache lookup by kernel value, the call).
+    for (name, dims) in [("neg, 1 element", vec![1usize]), ("neg, 0-d", vec![])] {
+        let k = Kernel::Map(MapKernel {
+            shape: dims.clone(),
+            inputs: vec![Access::contiguous(&dims)],
+            nodes: vec![Node::Input(0), Node::Unary(UnaryOp::Neg, 0)],
+            output: Access::contiguous(&dims),
+            rows: vec![],
+            reduce: None,
+        });
+        let (one, mut got) = ([2.0f32], [0.0f32]);
+        let runs = 10_000;
+        let t = median(reps, || {
+            for _ in 0..runs {
+                jit.run(black_box(&k), &[&one], &mut got).expect("neg runs");
+            }
+        });
+        let _ = writeln!(
+            report,
+            "{:<34} {:>10.0} ns per run of the cached kernel",
+            format!("{name} (JIT)"),
+            t.as_secs_f64() * 1e9 / runs as f64
+        );
+    }
 
     // 3. Softmax over rows, one kernel versus five instructions.
     it.execute(&Instr::Free { src: ValueId(0) }).expect("free");
