@@ -619,9 +619,15 @@ fn run_compiled_parts(fns: &[KernelFn], inputs: &[*const f32], out: *mut f32) {
 
 /// Whether [`split_outer`] makes more than one part of `k`.
 fn splits(k: &MapKernel) -> bool {
-    let Some(&extent) = k.shape.first() else { return false };
+    split_parts(k).is_some()
+}
+
+/// How many parts [`split_outer`] makes of `k` when more than one.
+fn split_parts(k: &MapKernel) -> Option<usize> {
+    let &extent = k.shape.first()?;
     let indexed = k.nodes.iter().any(|n| matches!(n, Node::Iota { .. } | Node::Rand { .. } | Node::Randn { .. }));
-    super::threads::loop_parts(extent, k.numel()) > 1 && !indexed && !k.rows.contains(&0)
+    let parts = super::threads::loop_parts(extent, k.numel());
+    (parts > 1 && !indexed && !k.rows.contains(&0)).then_some(parts)
 }
 
 /// A large map kernel split into ranges of its outer axis, one per compute thread: the same
@@ -630,11 +636,8 @@ fn splits(k: &MapKernel) -> bool {
 /// computing from their linear output index (`arange`, `rand`, `randn`), which would
 /// restart at each part.
 fn split_outer(k: &MapKernel) -> Vec<Kernel> {
-    if !splits(k) {
-        return vec![Kernel::Map(k.clone())];
-    }
+    let Some(parts) = split_parts(k) else { return vec![Kernel::Map(k.clone())] };
     let extent = k.shape[0];
-    let parts = super::threads::loop_parts(extent, k.numel());
     let step = extent.div_ceil(parts);
     (0..extent)
         .step_by(step)

@@ -969,9 +969,10 @@ fn a_split_kernel_whose_parts_fill_the_cache_gives_the_same_bits() {
     let first = jit.stats();
     let again = whole(&mut jit);
     let second = jit.stats();
-    let third = (whole(&mut jit), jit.stats()).1;
+    let thrice = whole(&mut jit);
+    let third = jit.stats();
     use_threads(1, std::time::Duration::ZERO).unwrap();
-    assert!(alone == split && split == again);
+    assert!(alone == split && split == again && again == thrice);
     // Both parts compiled, the generation filling between them. Then both found, the first
     // (in the generation before) compiled again into the current one; then both found.
     assert_eq!((first.compiled, first.cache_hits), ((super::MAX_CACHED_KERNELS / 2 - 1) as u64 + 2, 0), "{first:?}");
