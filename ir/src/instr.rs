@@ -567,6 +567,21 @@ impl Instr {
         out
     }
 
+    /// [`Instr::results`] and [`Instr::operands`] from one walk of the instruction (for passes
+    /// that want both of every instruction).
+    pub fn results_and_operands(&self) -> (InstrValues, InstrValues) {
+        let (mut results, mut operands) = (InstrValues::new(), InstrValues::new());
+        let mut take = |v: &ValueId, is_result: bool| {
+            if is_result {
+                results.push(*v)
+            } else {
+                operands.push(*v)
+            }
+        };
+        for_each_value!(self, take);
+        (results, operands)
+    }
+
     /// Whether it only marks the stream (hot paths, signals) and computes nothing.
     pub fn is_marker(&self) -> bool {
         matches!(

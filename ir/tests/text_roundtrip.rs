@@ -1,5 +1,6 @@
 //! Property tests of the text format: `parse(print(p)) == p` for generated programs, and
-//! arbitrary bytes never panic the parser or the verifier.
+//! arbitrary bytes never panic the parser or the verifier (plus value walks of generated
+//! instructions).
 
 use gt_ir::data::Elements;
 use gt_ir::text::{parse, parse_bytes, print};
@@ -282,6 +283,12 @@ proptest! {
         let text = print(&p);
         let back = parse(&text).map_err(|e| TestCaseError::fail(format!("{e} at {:?} in\n{text}", e.span)))?;
         prop_assert_eq!(back.without_spans(), p, "text was:\n{}", text);
+    }
+
+    /// One walk gives what the two separate ones give, for every kind of instruction.
+    #[test]
+    fn results_and_operands_agree_with_each_alone(i in instr()) {
+        prop_assert_eq!(i.results_and_operands(), (i.results(), i.operands()));
     }
 
     #[test]

@@ -23,7 +23,9 @@
 //! gains nothing, and holding its repetitions would only cost each instruction.
 //!
 //! Cost: O(`window`) token compares per instruction (over contiguous slices, vectorized), so
-//! linear in the stream; memory: two windows of tokens and one buffered repetition.
+//! linear in the stream; while an inert sequence is followed, none: its tokens are known, and
+//! the counters take at most `window * threshold + window + 1` of them when the stream leaves
+//! it. Memory: two windows of tokens and one buffered repetition.
 
 use crate::pipeline::{Emit, Meta, StreamPass};
 use foldhash::{HashMap, HashMapExt};
@@ -120,6 +122,13 @@ pub struct HotPath {
     /// is in the sequence's dataflow.
     streamed: usize,
     flow_at: usize,
+    /// Instructions of an inert hot sequence followed since the run counters last took a
+    /// token, and where the first of them is in the sequence (see `catch_up`).
+    deferred: usize,
+    deferred_from: usize,
+    /// Whether those tokens wait for the stream to leave the sequence (always, but in the
+    /// test that checks waiting changes nothing).
+    defer_while_inert: bool,
     /// Scratch for a repetition's dataflow.
     defined: HashMap<ValueId, u32>,
     /// What the current repetition of an inert sequence computed.
@@ -156,6 +165,9 @@ impl HotPath {
             pending: Vec::new(),
             streamed: 0,
             flow_at: 0,
+            deferred: 0,
+            deferred_from: 0,
+            defer_while_inert: true,
             defined: HashMap::new(),
             inert_values: Vec::new(),
             flow: Vec::new(),
@@ -176,39 +188,14 @@ impl HotPath {
     /// it is `>= len * (threshold - 1)`: O(window) compares per instruction over contiguous
     /// slices (vectorized), no tables.
     fn observe(&mut self, seen: Seen, want: bool) -> Option<Hot> {
-        let w = self.config.window;
+        debug_assert_eq!(self.deferred, 0, "the detector caught up before it looks");
         let newest = seen.token as u32;
-        self.recent.push_back(seen);
-        if self.recent.len() > 2 * w + 1 {
-            self.recent.pop_front();
-        }
-        let n = self.recent.len();
-        // The last w + 1 tokens, oldest first: `last[w - len]` is the one `len` before the newest.
-        let cap = w + 1;
-        let slot = self.slot;
-        self.tokens[slot] = newest;
-        self.tokens[slot + cap] = newest;
-        self.pushed += 1;
-        // `pushed % cap`, without a division per instruction.
-        self.slot = if slot + 1 == cap { 0 } else { slot + 1 };
-        let last = &self.tokens[slot + 1..slot + 1 + cap];
-        // Entries before `first` are not tokens yet (fewer than w + 1 seen).
-        let first = cap - self.pushed.min(cap);
-        let hi = w - self.config.min_seq;
-        self.run[..first.min(hi + 1)].fill(0);
-        if first > hi {
-            return None;
-        }
-        let (run, need) = (&mut self.run[first..=hi], &self.need[first..=hi]);
-        let mut any = false;
-        for ((r, t), k) in run.iter_mut().zip(&last[first..=hi]).zip(need) {
-            // Branch-free (`0` or `r + 1`, saturating), so the loop vectorizes.
-            *r = r.saturating_add(1) & u32::from(*t == newest).wrapping_neg();
-            any |= *r >= *k;
-        }
+        self.remember(seen);
+        let any = self.advance(newest);
         if !want || !any {
             return None;
         }
+        let (w, n) = (self.config.window, self.recent.len());
         for len in self.config.min_seq..=w.min(n / 2) {
             if self.run[w - len] < self.need[w - len] {
                 continue;
@@ -228,6 +215,66 @@ impl HotPath {
             }
         }
         None
+    }
+
+    /// Keeps an instruction's token and value ids among the last `2 * window + 1`.
+    fn remember(&mut self, seen: Seen) {
+        self.recent.push_back(seen);
+        if self.recent.len() > 2 * self.config.window + 1 {
+            self.recent.pop_front();
+        }
+    }
+
+    /// Takes the newest token into the ring and the run counters; whether some length has
+    /// now repeated `threshold` times back to back.
+    fn advance(&mut self, newest: u32) -> bool {
+        let w = self.config.window;
+        // The last w + 1 tokens, oldest first: `last[w - len]` is the one `len` before the newest.
+        let cap = w + 1;
+        let slot = self.slot;
+        self.tokens[slot] = newest;
+        self.tokens[slot + cap] = newest;
+        self.pushed += 1;
+        // `pushed % cap`, without a division per instruction.
+        self.slot = if slot + 1 == cap { 0 } else { slot + 1 };
+        let last = &self.tokens[slot + 1..slot + 1 + cap];
+        // Entries before `first` are not tokens yet (fewer than w + 1 seen).
+        let first = cap - self.pushed.min(cap);
+        let hi = w - self.config.min_seq;
+        self.run[..first.min(hi + 1)].fill(0);
+        if first > hi {
+            return false;
+        }
+        let (run, need) = (&mut self.run[first..=hi], &self.need[first..=hi]);
+        let mut any = false;
+        for ((r, t), k) in run.iter_mut().zip(&last[first..=hi]).zip(need) {
+            // Branch-free (`0` or `r + 1`, saturating), so the loop vectorizes.
+            *r = r.saturating_add(1) & u32::from(*t == newest).wrapping_neg();
+            any |= *r >= *k;
+        }
+        any
+    }
+
+    /// Gives the ring and the run counters the tokens of an inert sequence's repetitions that
+    /// were only followed (`deferred` of them, the first at `deferred_from` in `tokens`).
+    ///
+    /// Their tokens are the sequence's, in order, so they need not be kept. Of a long stretch
+    /// only the last `need + window + 1` are replayed: the first `window + 1` of those refill
+    /// the ring, and after `need + 1` more updates over a true ring a counter is either exact
+    /// (its streak broke within them) or past every `need`, where it stays exactly as long
+    /// as the true one (both grow and reset together): the detector answers the same.
+    fn catch_up(&mut self, tokens: &[u64]) {
+        let count = std::mem::take(&mut self.deferred);
+        if count == 0 {
+            return;
+        }
+        let cap = self.config.window + 1;
+        let bound = (self.need.iter().copied().max().unwrap_or(0) as usize).saturating_add(1 + cap);
+        let skipped = count.saturating_sub(bound);
+        self.pushed = self.pushed.saturating_add(skipped);
+        for i in skipped..count {
+            self.advance(tokens[(self.deferred_from + i) % tokens.len()] as u32);
+        }
     }
 
     /// Counts a sequence the first time it is hot.
@@ -257,7 +304,8 @@ impl StreamPass for HotPath {
             Instr::Free { .. } => self.free_token,
             _ => token(&instr),
         };
-        let seen = Seen { token, results: instr.results(), operands: instr.operands() };
+        let (results, operands) = instr.results_and_operands();
+        let seen = Seen { token, results, operands };
         if let Some(Hot { tokens, inert: Some(at), .. }) = &mut self.hot {
             // An inert sequence is only followed, nothing held, while the stream repeats it
             // and it stays inert (the same ops may start to read each other's results).
@@ -267,15 +315,30 @@ impl StreamPass for HotPath {
             let feeds = !seen.results.is_empty() && seen.operands.iter().any(|v| self.inert_values.contains(v));
             if tokens[*at] == token && !feeds {
                 self.inert_values.extend_from_slice(&seen.results);
+                if self.deferred == 0 {
+                    self.deferred_from = *at;
+                }
                 *at = (*at + 1) % tokens.len();
+                // Nothing is looked for while a sequence is hot; the detector still counts,
+                // but its counters take these tokens when the stream leaves the sequence
+                // (they are the sequence's): following costs no scan of the window.
+                self.remember(seen);
+                if self.defer_while_inert {
+                    self.deferred += 1;
+                } else {
+                    self.advance(token as u32);
+                }
             } else {
+                let tokens = std::mem::take(tokens);
+                self.catch_up(&tokens);
                 self.hot = None;
+                self.observe(seen, false);
             }
-            // Nothing is looked for while a sequence is hot; the detector still counts.
-            self.observe(seen, false);
             out.keep(instr);
             return;
         }
+        // The streaming check below reads them too (small vectors held inline: a copy).
+        let (results, operands) = (seen.results.clone(), seen.operands.clone());
         let newly_hot = self.observe(seen, self.hot.is_none());
         if let Some(Hot { id, tokens, flow: Some(flow), .. }) = &self.hot {
             // A sequence whose dataflow is known streams: each instruction goes out as it
@@ -288,7 +351,6 @@ impl StreamPass for HotPath {
                 self.defined.clear();
                 self.flow_at = 0;
             }
-            let operands = instr.operands();
             let expected = flow.get(self.flow_at..self.flow_at + operands.len() + 1);
             let follows = tokens[at] == token
                 && expected.is_some_and(|e| {
@@ -297,7 +359,7 @@ impl StreamPass for HotPath {
                 });
             if follows {
                 self.flow_at += operands.len() + 1;
-                for r in instr.results() {
+                for &r in &results {
                     self.defined.insert(r, at as u32);
                 }
                 if at == 0 {
@@ -396,7 +458,8 @@ impl StreamPass for HotPath {
             }
             self.streamed = 0;
         }
-        if let Some(hot) = self.hot.as_mut() {
+        if let Some(mut hot) = self.hot.take() {
+            self.catch_up(&hot.tokens);
             // Where the stream is in the sequence (an inert one holds nothing).
             let cut = hot.inert.unwrap_or(held);
             if cut > 0 {
@@ -405,6 +468,7 @@ impl StreamPass for HotPath {
                 // Turned, an inert sequence may feed itself (across the cut): learned again.
                 hot.inert = None;
             }
+            self.hot = Some(hot);
         }
     }
 
@@ -489,6 +553,17 @@ mod tests {
             Instr::Unary { op: UnaryOp::Relu, dst: v(base + 1), src: v(base) },
             Instr::Reduce { op: ReduceOp::Sum, dst: v(base + 2), src: v(base + 1), axes: None, keepdim: false },
         ]
+    }
+
+    impl HotPath {
+        /// What the detector answers from: the ring's tokens, oldest first, and each run
+        /// counter up to the largest `need` and one (beyond it, every counter answers alike).
+        fn detector(&self) -> (Vec<u32>, Vec<u32>, usize) {
+            let cap = self.config.window + 1;
+            let ring = self.tokens[self.slot..self.slot + cap].to_vec();
+            let top = self.need.iter().copied().max().unwrap_or(0).saturating_add(1);
+            (ring, self.run.iter().map(|r| *r.min(&top)).collect(), self.pushed.min(cap))
+        }
     }
 
     fn run(pass: &mut HotPath, input: Vec<Instr>) -> Vec<Instr> {
@@ -814,6 +889,86 @@ mod tests {
             let config = HotPathConfig { window, threshold: 2, min_seq: 1 };
             let out = run(&mut HotPath::new(config), input.clone());
             marked_copy_of(&out, &input)?;
+        }
+
+        /// Following an inert sequence without scanning the window (the counters catch up
+        /// when the stream leaves it) marks exactly what scanning at each instruction marks:
+        /// long inert stretches of several periods, training steps whose frees repeat alone,
+        /// broken repetitions and flushes anywhere, in windows small enough that a stretch
+        /// outlasts the replay bound.
+        #[test]
+        fn following_an_inert_sequence_lazily_marks_what_scanning_marks(
+            segments in proptest::collection::vec((0u8..6, 1usize..400), 1..12),
+            window in 1usize..20,
+            threshold in 1u32..5,
+            min_seq in 1usize..4,
+        ) {
+            let config = HotPathConfig { window, threshold, min_seq };
+            let mut lazy = HotPath::new(config);
+            let mut eager = HotPath::new(config);
+            eager.defer_while_inert = false;
+            let (mut lazy_out, mut eager_out) = (Emit::new("hotpath"), Emit::new("hotpath"));
+            let mut next = 10u32;
+            let mut fresh = || { next += 1; v(next) };
+            for (kind, count) in segments {
+                let mut input = Vec::new();
+                for k in 0..count {
+                    match kind {
+                        // A tiny op, its result dropped: period 2.
+                        0 => {
+                            let dst = fresh();
+                            input.extend([Instr::Unary { op: UnaryOp::Neg, dst, src: v(0) }, Instr::Free { src: dst }]);
+                        }
+                        // Three unrelated ops on an input, then their frees: period 6.
+                        1 => {
+                            let d: Vec<ValueId> = (0..3).map(|_| fresh()).collect();
+                            input.push(Instr::Unary { op: UnaryOp::Neg, dst: d[0], src: v(0) });
+                            input.push(Instr::Unary { op: UnaryOp::Exp, dst: d[1], src: v(1) });
+                            input.push(Instr::MatMul { dst: d[2], lhs: v(0), rhs: v(1) });
+                            input.extend(d.iter().map(|&src| Instr::Free { src }));
+                        }
+                        // A step that computes, then frees in a row.
+                        2 => {
+                            let base = fresh().0;
+                            for _ in 0..3 { fresh(); }
+                            input.extend(iteration(base));
+                            input.extend((0..3 + k % 2).map(|j| Instr::Free { src: v(base + j as u32 % 3) }));
+                        }
+                        // Frees alone (period 1).
+                        3 => input.push(Instr::Free { src: fresh() }),
+                        // A chain: each op reads the last result.
+                        4 => {
+                            let dst = fresh();
+                            input.push(Instr::Unary { op: UnaryOp::Neg, dst, src: ValueId(dst.0 - 1) });
+                        }
+                        // A flush every `count % 7 + 1` tiny ops.
+                        _ => {
+                            let dst = fresh();
+                            input.extend([Instr::Unary { op: UnaryOp::Neg, dst, src: v(0) }, Instr::Free { src: dst }]);
+                            if k % (count % 7 + 1) == 0 {
+                                input.push(Instr::HotPathEnd { id: u64::MAX });
+                            }
+                        }
+                    }
+                }
+                for instr in input {
+                    // A stand-in marks a flush.
+                    if instr == (Instr::HotPathEnd { id: u64::MAX }) {
+                        lazy.flush(&mut lazy_out);
+                        eager.flush(&mut eager_out);
+                        continue;
+                    }
+                    lazy.run(instr.clone(), &mut lazy_out);
+                    eager.run(instr, &mut eager_out);
+                    if lazy.deferred == 0 {
+                        prop_assert_eq!(lazy.detector(), eager.detector());
+                    }
+                }
+            }
+            lazy.flush(&mut lazy_out);
+            eager.flush(&mut eager_out);
+            prop_assert_eq!(lazy.stats(), eager.stats());
+            prop_assert_eq!(instrs(lazy_out), instrs(eager_out));
         }
 
         /// With inert stretches (ops on an outside value, results freed) and flushes anywhere,
