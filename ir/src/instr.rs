@@ -567,6 +567,17 @@ impl Instr {
         out
     }
 
+    /// Calls `f` on each value the instruction defines, in result order, without collecting
+    /// them (what every pass that keeps the stream's types does for each instruction).
+    pub fn for_each_result(&self, mut f: impl FnMut(ValueId)) {
+        let mut each = |v: &ValueId, is_result: bool| {
+            if is_result {
+                f(*v)
+            }
+        };
+        for_each_value!(self, each);
+    }
+
     /// [`Instr::results`] and [`Instr::operands`] from one walk of the instruction (for passes
     /// that want both of every instruction).
     pub fn results_and_operands(&self) -> (InstrValues, InstrValues) {

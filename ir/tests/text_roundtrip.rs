@@ -289,6 +289,9 @@ proptest! {
     #[test]
     fn results_and_operands_agree_with_each_alone(i in instr()) {
         prop_assert_eq!(i.results_and_operands(), (i.results(), i.operands()));
+        let mut each = Vec::new();
+        i.for_each_result(|v| each.push(v));
+        prop_assert_eq!(&each[..], &i.results()[..]);
     }
 
     #[test]

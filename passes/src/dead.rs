@@ -143,7 +143,7 @@ impl StreamPass for Dead {
         if matches!(instr, Instr::Free { .. }) {
             self.stats.frees += 1;
         }
-        self.region.push(Some((instr, out.meta())));
+        self.region.push(Some((instr, out.take_meta())));
         if self.region.len() >= self.config.window {
             self.release(out);
         }

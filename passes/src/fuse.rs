@@ -540,7 +540,7 @@ impl Fuse {
                 }
             }
         }
-        st.arrived.push((instr, out.meta()));
+        st.arrived.push((instr, out.take_meta()));
         let arrived = st.arrived.len();
         while st.next < plan.compiled.out.len() && plan.need[st.next] <= arrived {
             let i = plan.compiled.out[st.next].clone();
@@ -709,7 +709,7 @@ impl StreamPass for Fuse {
                 match self.held.iter_mut().find(|h| h.types.contains_key(&src)) {
                     Some(h) => {
                         h.instrs.push(instr);
-                        h.origins.push(out.meta());
+                        h.origins.push(out.take_meta());
                     }
                     None => out.keep(instr),
                 }
@@ -757,7 +757,7 @@ impl StreamPass for Fuse {
                     }
                 }
                 h.instrs.push(instr);
-                h.origins.push(out.meta());
+                h.origins.push(out.take_meta());
                 if h.instrs.len() >= self.config.window {
                     self.whole = false;
                     let full = self.held.remove(at);

@@ -387,7 +387,7 @@ impl StreamPass for HotPath {
         }
         if let Some(hot) = &self.hot {
             if hot.tokens[self.pending.len()] == token {
-                self.pending.push((instr, out.meta()));
+                self.pending.push((instr, out.take_meta()));
                 if self.pending.len() < hot.tokens.len() {
                     return;
                 }

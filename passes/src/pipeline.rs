@@ -147,11 +147,17 @@ impl StreamTypes {
     /// copied.
     pub fn record_shared(&mut self, instr: &Instr, results: &Arc<[TensorType]>) {
         if let Instr::Free { src } = instr {
+            // A free defines nothing.
             self.types.remove(src);
+            return;
         }
-        for (v, k) in instr.results().into_iter().zip(0..results.len() as u32) {
-            self.types.insert(v, (results.clone(), k));
-        }
+        let mut k = 0;
+        instr.for_each_result(|v| {
+            if (k as usize) < results.len() {
+                self.types.insert(v, (results.clone(), k));
+            }
+            k += 1;
+        });
     }
 
     /// A value's type, if it is live.
@@ -215,15 +221,22 @@ impl Emit {
     /// they read as none). Its sequence number and signal scope stay, for what the pass
     /// injects after it.
     pub fn keep(&mut self, instr: Instr) {
+        let meta = self.take_meta();
+        self.items.push((instr, meta));
+    }
+
+    /// The meta of the instruction being taken, moved out as [`Emit::keep`] moves it: for a
+    /// pass that holds the instruction back (to emit it later with [`Emit::keep_from`]) and
+    /// reads nothing more of it (after, its types and place read as none).
+    pub fn take_meta(&mut self) -> Meta {
         let current = &mut self.current;
-        let meta = Meta {
+        Meta {
             seq: current.seq,
             injected_by: current.injected_by,
             types: current.types.take(),
             compile: current.compile,
             place: std::mem::take(&mut current.place),
-        };
-        self.items.push((instr, meta));
+        }
     }
 
     /// Emits an instruction held back from the input, with the meta it came with.
