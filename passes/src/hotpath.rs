@@ -29,7 +29,7 @@
 
 use crate::pipeline::{Emit, Meta, StreamPass};
 use foldhash::{HashMap, HashMapExt};
-use gt_ir::{Instr, InstrValues, ValueId};
+use gt_ir::{Instr, InstrValues, UnaryOp, ValueId};
 use std::collections::VecDeque;
 
 /// Detection settings (`GT_HOTPATH_WINDOW`, `GT_HOTPATH_THRESHOLD`, `GT_HOTPATH_MIN_SEQ`).
@@ -110,8 +110,11 @@ pub struct HotPath {
     /// `need[window - len]`: the run at which the last `len` instructions repeated
     /// `threshold` times back to back (`len * (threshold - 1)`).
     need: Vec<u32>,
-    /// Every free's token.
+    /// Every free's token; each unary op's (by [`UnaryOp`] index); every matmul's: the
+    /// commonest small ops cost no hash.
     free_token: u64,
+    unary_tokens: Vec<u64>,
+    matmul_token: u64,
     /// The hot sequence.
     hot: Option<Hot>,
     /// Instructions of a repetition in progress (a prefix of the hot sequence) while its
@@ -161,6 +164,11 @@ impl HotPath {
                 })
                 .collect(),
             free_token: token(&Instr::Free { src: ValueId(0) }),
+            unary_tokens: UnaryOp::ALL
+                .iter()
+                .map(|&op| token(&Instr::Unary { op, dst: ValueId(0), src: ValueId(0) }))
+                .collect(),
+            matmul_token: token(&Instr::MatMul { dst: ValueId(0), lhs: ValueId(0), rhs: ValueId(0) }),
             hot: None,
             pending: Vec::new(),
             streamed: 0,
@@ -302,6 +310,9 @@ impl StreamPass for HotPath {
         // Frees are a good part of any stream, and all alike.
         let token = match instr {
             Instr::Free { .. } => self.free_token,
+            // Value ids are erased: a unary op's structure is its op, a product's nothing.
+            Instr::Unary { op, .. } => self.unary_tokens[op as usize],
+            Instr::MatMul { .. } => self.matmul_token,
             _ => token(&instr),
         };
         let (results, operands) = instr.results_and_operands();
@@ -843,6 +854,16 @@ mod tests {
             input.push(Instr::Unary { op: UnaryOp::Neg, dst: v(k + 1), src: v(k) });
         }
         assert_repetitions_marked(&input);
+    }
+
+    #[test]
+    fn the_tokens_kept_ahead_are_the_structure_hashes() {
+        let pass = HotPath::new(HotPathConfig::default());
+        for &op in UnaryOp::ALL {
+            assert_eq!(pass.unary_tokens[op as usize], token(&Instr::Unary { op, dst: v(7), src: v(3) }), "{op:?}");
+        }
+        assert_eq!(pass.matmul_token, token(&Instr::MatMul { dst: v(4), lhs: v(2), rhs: v(9) }));
+        assert_eq!(pass.free_token, token(&Instr::Free { src: v(5) }));
     }
 
     #[test]
