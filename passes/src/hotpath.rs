@@ -348,8 +348,6 @@ impl StreamPass for HotPath {
             out.keep(instr);
             return;
         }
-        // The streaming check below reads them too (small vectors held inline: a copy).
-        let (results, operands) = (seen.results.clone(), seen.operands.clone());
         let newly_hot = self.observe(seen, self.hot.is_none());
         if let Some(Hot { id, tokens, flow: Some(flow), .. }) = &self.hot {
             // A sequence whose dataflow is known streams: each instruction goes out as it
@@ -362,6 +360,7 @@ impl StreamPass for HotPath {
                 self.defined.clear();
                 self.flow_at = 0;
             }
+            let (results, operands) = instr.results_and_operands();
             let expected = flow.get(self.flow_at..self.flow_at + operands.len() + 1);
             let follows = tokens[at] == token
                 && expected.is_some_and(|e| {
