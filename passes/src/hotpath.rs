@@ -24,7 +24,7 @@
 //!
 //! Cost: O(`window`) token compares per instruction (over contiguous slices, vectorized), so
 //! linear in the stream; while an inert sequence is followed, none: its tokens are known, and
-//! the counters take at most `window * threshold + window + 1` of them when the stream leaves
+//! the counters take at most `window * max(threshold, 2) + 2` of them when the stream leaves
 //! it. Memory: two windows of tokens and one buffered repetition.
 
 use crate::pipeline::{Emit, Meta, StreamPass};
@@ -267,7 +267,7 @@ impl HotPath {
     /// were only followed (`deferred` of them, the first at `deferred_from` in `tokens`).
     ///
     /// Their tokens are the sequence's, in order, so they need not be kept. Of a long stretch
-    /// only the last `need + window + 1` are replayed: the first `window + 1` of those refill
+    /// only the last `need + window + 2` are replayed: the first `window + 1` of those refill
     /// the ring, and after `need + 1` more updates over a true ring a counter is either exact
     /// (its streak broke within them) or past every `need`, where it stays exactly as long
     /// as the true one (both grow and reset together): the detector answers the same.
@@ -298,6 +298,54 @@ impl HotPath {
             out.keep_from(i, origin);
         }
     }
+
+    /// An instruction as the detector remembers it.
+    fn seen(&self, instr: &Instr) -> Seen {
+        let token = match instr {
+            Instr::Free { .. } => self.free_token,
+            // Value ids are erased: a unary op's structure is its op, a product's nothing.
+            Instr::Unary { op, .. } => self.unary_tokens[*op as usize],
+            Instr::MatMul { .. } => self.matmul_token,
+            _ => token(instr),
+        };
+        let (results, operands) = instr.results_and_operands();
+        Seen { token, results, operands }
+    }
+
+    /// Whether the stream is following an inert sequence.
+    fn following(&self) -> bool {
+        matches!(self.hot, Some(Hot { inert: Some(_), .. }))
+    }
+
+    /// Takes the next instruction of the inert sequence the stream follows, when it is the
+    /// sequence's next and reads nothing the repetition computed; otherwise hands it back,
+    /// nothing changed.
+    fn follow(&mut self, seen: Seen) -> Result<(), Seen> {
+        let Some(Hot { tokens, inert: Some(at), .. }) = &mut self.hot else { return Err(seen) };
+        if *at == 0 {
+            self.inert_values.clear();
+        }
+        let feeds = !seen.results.is_empty() && seen.operands.iter().any(|v| self.inert_values.contains(v));
+        if tokens[*at] != seen.token || feeds {
+            return Err(seen);
+        }
+        self.inert_values.extend_from_slice(&seen.results);
+        if self.deferred == 0 {
+            self.deferred_from = *at;
+        }
+        *at = (*at + 1) % tokens.len();
+        // Nothing is looked for while a sequence is hot; the detector still counts, but its
+        // counters take these tokens when the stream leaves the sequence (they are the
+        // sequence's): following costs no scan of the window.
+        let token = seen.token;
+        self.remember(seen);
+        if self.defer_while_inert {
+            self.deferred += 1;
+        } else {
+            self.advance(token as u32);
+        }
+        Ok(())
+    }
 }
 
 impl StreamPass for HotPath {
@@ -305,49 +353,35 @@ impl StreamPass for HotPath {
         "hotpath"
     }
 
+    /// What follows an inert sequence goes on as it came.
+    fn pass_through(&mut self, items: &[(Instr, Meta)]) -> usize {
+        let mut taken = 0;
+        for (instr, _) in items {
+            if !self.following() || self.follow(self.seen(instr)).is_err() {
+                break;
+            }
+            self.stats.instructions += 1;
+            taken += 1;
+        }
+        taken
+    }
+
     fn run(&mut self, instr: Instr, out: &mut Emit) {
         self.stats.instructions += 1;
-        // Frees are a good part of any stream, and all alike.
-        let token = match instr {
-            Instr::Free { .. } => self.free_token,
-            // Value ids are erased: a unary op's structure is its op, a product's nothing.
-            Instr::Unary { op, .. } => self.unary_tokens[op as usize],
-            Instr::MatMul { .. } => self.matmul_token,
-            _ => token(&instr),
-        };
-        let (results, operands) = instr.results_and_operands();
-        let seen = Seen { token, results, operands };
-        if let Some(Hot { tokens, inert: Some(at), .. }) = &mut self.hot {
+        let seen = self.seen(&instr);
+        if self.following() {
             // An inert sequence is only followed, nothing held, while the stream repeats it
             // and it stays inert (the same ops may start to read each other's results).
-            if *at == 0 {
-                self.inert_values.clear();
-            }
-            let feeds = !seen.results.is_empty() && seen.operands.iter().any(|v| self.inert_values.contains(v));
-            if tokens[*at] == token && !feeds {
-                self.inert_values.extend_from_slice(&seen.results);
-                if self.deferred == 0 {
-                    self.deferred_from = *at;
+            if let Err(seen) = self.follow(seen) {
+                if let Some(hot) = self.hot.take() {
+                    self.catch_up(&hot.tokens);
                 }
-                *at = (*at + 1) % tokens.len();
-                // Nothing is looked for while a sequence is hot; the detector still counts,
-                // but its counters take these tokens when the stream leaves the sequence
-                // (they are the sequence's): following costs no scan of the window.
-                self.remember(seen);
-                if self.defer_while_inert {
-                    self.deferred += 1;
-                } else {
-                    self.advance(token as u32);
-                }
-            } else {
-                let tokens = std::mem::take(tokens);
-                self.catch_up(&tokens);
-                self.hot = None;
                 self.observe(seen, false);
             }
             out.keep(instr);
             return;
         }
+        let token = seen.token;
         let newly_hot = self.observe(seen, self.hot.is_none());
         if let Some(Hot { id, tokens, flow: Some(flow), .. }) = &self.hot {
             // A sequence whose dataflow is known streams: each instruction goes out as it
@@ -912,7 +946,8 @@ mod tests {
         }
 
         /// Following an inert sequence without scanning the window (the counters catch up
-        /// when the stream leaves it) marks exactly what scanning at each instruction marks:
+        /// when the stream leaves it), and letting a pipeline pass what it follows through
+        /// by the batch, marks exactly what scanning at each instruction marks:
         /// long inert stretches of several periods, training steps whose frees repeat alone,
         /// broken repetitions and flushes anywhere, in windows small enough that a stretch
         /// outlasts the replay bound.
@@ -922,12 +957,18 @@ mod tests {
             window in 1usize..20,
             threshold in 1u32..5,
             min_seq in 1usize..4,
+            batch in 1usize..80,
         ) {
             let config = HotPathConfig { window, threshold, min_seq };
             let mut lazy = HotPath::new(config);
             let mut eager = HotPath::new(config);
             eager.defer_while_inert = false;
             let (mut lazy_out, mut eager_out) = (Emit::new("hotpath"), Emit::new("hotpath"));
+            // The same pass in a pipeline, taking the stream `batch` instructions at a time:
+            // what it only follows goes through `pass_through`, not `run`.
+            let mut pipeline = crate::pipeline::Pipeline::new();
+            pipeline.push(Box::new(HotPath::new(config)));
+            let (mut piped, mut waiting, mut seq) = (Vec::new(), Vec::new(), 0u64);
             let mut next = 10u32;
             let mut fresh = || { next += 1; v(next) };
             for (kind, count) in segments {
@@ -976,7 +1017,14 @@ mod tests {
                     if instr == (Instr::HotPathEnd { id: u64::MAX }) {
                         lazy.flush(&mut lazy_out);
                         eager.flush(&mut eager_out);
+                        pipeline.run_many(std::mem::take(&mut waiting), &mut piped);
+                        pipeline.flush(seq, &mut piped);
                         continue;
+                    }
+                    seq += 1;
+                    waiting.push((instr.clone(), seq));
+                    if waiting.len() == batch {
+                        pipeline.run_many(std::mem::take(&mut waiting), &mut piped);
                     }
                     lazy.run(instr.clone(), &mut lazy_out);
                     eager.run(instr, &mut eager_out);
@@ -987,8 +1035,13 @@ mod tests {
             }
             lazy.flush(&mut lazy_out);
             eager.flush(&mut eager_out);
+            pipeline.run_many(waiting, &mut piped);
+            pipeline.flush(seq + 1, &mut piped);
             prop_assert_eq!(lazy.stats(), eager.stats());
-            prop_assert_eq!(instrs(lazy_out), instrs(eager_out));
+            prop_assert_eq!(&pipeline.stats()[0].1, &StreamPass::stats(&lazy));
+            let lazy_out = instrs(lazy_out);
+            prop_assert_eq!(&lazy_out, &instrs(eager_out));
+            prop_assert_eq!(&lazy_out, &piped.into_iter().map(|(i, _)| i).collect::<Vec<_>>());
         }
 
         /// With inert stretches (ops on an outside value, results freed) and flushes anywhere,

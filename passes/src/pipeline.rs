@@ -304,6 +304,15 @@ pub trait StreamPass: Send {
     fn name(&self) -> &'static str;
     /// Takes one instruction; emits what follows from it (in order).
     fn run(&mut self, instr: Instr, out: &mut Emit);
+    /// Takes, from the start of `items`, the instructions that [`StreamPass::run`] would
+    /// emit just as they came (each kept with its meta, nothing held, injected or refused),
+    /// advancing the pass as `run` would, and says how many: the pipeline sends those on
+    /// without moving each through `run` (a loop the `hotpath` pass only follows). The rest
+    /// go through `run`. The default takes none.
+    fn pass_through(&mut self, items: &[Emitted]) -> usize {
+        let _ = items;
+        0
+    }
     /// Releases everything held, in order.
     fn flush(&mut self, out: &mut Emit) {
         let _ = out;
@@ -608,9 +617,17 @@ impl Pipeline {
                 emit.take_next(Meta::client(seq));
                 stage.pass.flush(&mut emit);
             }
-            for (instr, meta) in items.drain(..) {
-                emit.take_next(meta);
-                stage.pass.run(instr, &mut emit);
+            let taken = stage.pass.pass_through(&items);
+            if taken == items.len() && emit.items.is_empty() {
+                // The whole batch goes on as it came.
+                std::mem::swap(&mut emit.items, &mut items);
+            } else {
+                let mut rest = items.drain(..);
+                emit.items.extend(rest.by_ref().take(taken));
+                for (instr, meta) in rest {
+                    emit.take_next(meta);
+                    stage.pass.run(instr, &mut emit);
+                }
             }
             self.report(k, &mut emit);
             self.spare.push(std::mem::replace(&mut items, std::mem::take(&mut emit.items)));
