@@ -644,6 +644,30 @@ impl StreamPass for Fuse {
         "fuse"
     }
 
+    /// Outside the regions it compiles, with nothing held, an instruction goes on as it came
+    /// (its types recorded), as `run` sends it.
+    fn pass_through(&mut self, items: &[(Instr, Meta)]) -> usize {
+        if self.streaming.is_some() || !self.held.is_empty() {
+            return 0;
+        }
+        let mut taken = 0;
+        for (instr, meta) in items {
+            let marker = matches!(
+                instr,
+                Instr::HotPathStart { .. }
+                    | Instr::HotPathEnd { .. }
+                    | Instr::SignalStart { .. }
+                    | Instr::SignalEnd { .. }
+            );
+            if marker || self.collecting(meta.compile) {
+                break;
+            }
+            self.track(instr, &meta.types);
+            taken += 1;
+        }
+        taken
+    }
+
     fn run(&mut self, instr: Instr, out: &mut Emit) {
         let instr = match instr {
             Instr::HotPathStart { .. }

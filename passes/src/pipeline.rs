@@ -742,6 +742,88 @@ mod tests {
         assert_eq!(counters(&one), counters(&many));
     }
 
+    /// A pass driven through `run` alone (the default `pass_through` takes nothing).
+    struct RunOnly(Box<dyn StreamPass>);
+    impl StreamPass for RunOnly {
+        fn name(&self) -> &'static str {
+            self.0.name()
+        }
+        fn run(&mut self, instr: Instr, out: &mut Emit) {
+            self.0.run(instr, out)
+        }
+        fn flush(&mut self, out: &mut Emit) {
+            self.0.flush(out)
+        }
+        fn idle(&mut self, out: &mut Emit) {
+            self.0.idle(out)
+        }
+        fn stats(&self) -> Vec<(&'static str, u64)> {
+            self.0.stats()
+        }
+        fn set_workers(&mut self, n: usize) {
+            self.0.set_workers(n)
+        }
+        fn materialize(&mut self, value: ValueId, out: &mut Emit) {
+            self.0.materialize(value, out)
+        }
+    }
+
+    /// What passes let through by the batch (`pass_through`) comes out as `run` would send
+    /// it, under each way of choosing regions to compile: a loop of tiny ops (followed by
+    /// `hotpath`, outside any region for `fuse`), a training-like loop, signals, frees.
+    #[test]
+    fn passing_a_batch_through_is_running_it() {
+        let step = |k: u32| {
+            let b = 100 + 10 * k;
+            format!(
+                "%v{b} = neg %a\nfree %v{b}\n%v{} = exp %a\n%v{} = add %v{}, %a\n%v{} = relu %v{}\nfree %v{}\nfree %v{}\nfree %v{}\n",
+                b + 1, b + 2, b + 1, b + 3, b + 2, b + 1, b + 2, b + 3
+            )
+        };
+        let mut text = String::from("%a = full f32[4, 3] 1.0\n");
+        for k in 0..30 {
+            text += &format!("%t{k} = neg %a\nfree %t{k}\n");
+        }
+        for k in 0..12 {
+            text += &step(k);
+        }
+        text += "signal_start \"s\" compile\n%c = exp %a\n%d = neg %c\nfree %c\nsignal_end \"s\"\n";
+        for k in 30..60 {
+            text += &format!("%t{k} = neg %a\nfree %t{k}\n");
+        }
+        let program = gt_ir::text::parse(&text).unwrap();
+        let instrs: Vec<Instr> = program.instrs().into_iter().map(|(i, _)| i.clone()).collect();
+        for regions in [crate::fuse::Regions::Signals, crate::fuse::Regions::HotPaths, crate::fuse::Regions::All] {
+            let mut options = crate::registry::default_options();
+            options.fuse.regions = regions;
+            let batched = || crate::registry::pipeline(crate::registry::KNOWN_PASSES, &options).unwrap();
+            let mut one = Pipeline::new();
+            for stage in batched().stages {
+                one.push(Box::new(RunOnly(stage.pass)));
+            }
+            let mut many = batched();
+            let (mut by_run, mut by_batch) = (Vec::new(), Vec::new());
+            for chunk in instrs.chunks(7) {
+                let at = |p: &Instr| instrs.iter().position(|i| std::ptr::eq(i, p)).unwrap_or(0) as u64 + 1;
+                one.run_many(chunk.iter().map(|i| (i.clone(), at(i))), &mut by_run);
+                many.run_many(chunk.iter().map(|i| (i.clone(), at(i))), &mut by_batch);
+            }
+            one.flush(1000, &mut by_run);
+            many.flush(1000, &mut by_batch);
+            assert_eq!(by_run, by_batch, "{regions:?}");
+            // The counters agree, timings aside.
+            let counters = |p: &Pipeline| {
+                let mut stats = p.stats();
+                for (_, s) in &mut stats {
+                    s.retain(|(name, _)| !name.ends_with("_us"));
+                }
+                stats
+            };
+            assert_eq!(counters(&one), counters(&many), "{regions:?}");
+            assert!(by_run.iter().any(|(i, _)| matches!(i, Instr::HotPathStart { .. })), "the loop is found");
+        }
+    }
+
     #[test]
     fn empty_pipeline_passes_through() {
         let mut p = Pipeline::new();
