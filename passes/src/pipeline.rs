@@ -788,6 +788,12 @@ mod tests {
             text += &step(k);
         }
         text += "signal_start \"s\" compile\n%c = exp %a\n%d = neg %c\nfree %c\nsignal_end \"s\"\n";
+        // A value split over two workers, then tiny ops again (on it and on a whole one).
+        text += "signal_start \"p\" shard axis=0 workers=[0, 1]\n%e = full f32[4, 3] 2.0\nsignal_end \"p\"\n";
+        for k in 60..80 {
+            text += &format!("%t{k} = neg %e\nfree %t{k}\n%u{k} = neg %a\nfree %u{k}\n");
+        }
+        text += "free %e\n";
         for k in 30..60 {
             text += &format!("%t{k} = neg %a\nfree %t{k}\n");
         }
@@ -802,6 +808,8 @@ mod tests {
                 one.push(Box::new(RunOnly(stage.pass)));
             }
             let mut many = batched();
+            one.set_workers(2);
+            many.set_workers(2);
             let (mut by_run, mut by_batch) = (Vec::new(), Vec::new());
             for chunk in instrs.chunks(7) {
                 let at = |p: &Instr| instrs.iter().position(|i| std::ptr::eq(i, p)).unwrap_or(0) as u64 + 1;
@@ -821,6 +829,8 @@ mod tests {
             };
             assert_eq!(counters(&one), counters(&many), "{regions:?}");
             assert!(by_run.iter().any(|(i, _)| matches!(i, Instr::HotPathStart { .. })), "the loop is found");
+            let sharded = counters(&one)[0].1.iter().any(|&(name, n)| name == "sharded" && n > 0);
+            assert!(sharded, "{:?}", counters(&one));
         }
     }
 

@@ -29,7 +29,7 @@
 //! [`ShardConfig::auto`] (`GT_AUTO_SHARD=1`) the pass splits large matmuls and elementwise
 //! ops over every worker by itself; what they compute stays split until something reads it.
 
-use crate::pipeline::{Emit, StreamPass, StreamTypes, FIRST_PASS_ID};
+use crate::pipeline::{Emit, Emitted, StreamPass, StreamTypes, FIRST_PASS_ID};
 use foldhash::{HashMap, HashMapExt};
 use gt_ir::verify::shape::{array_split, normalize_axes, normalize_axis};
 use gt_ir::{BinaryOp, CollectiveOp, Instr, Operand, Placement, ReduceOp, SliceItem, SplitSpec, TensorType, ValueId};
@@ -1030,6 +1030,25 @@ impl Shard {
 impl StreamPass for Shard {
     fn name(&self) -> &'static str {
         "shard"
+    }
+
+    /// With nothing spread, no placement asked and no automatic splitting, an instruction goes
+    /// on as it came (its types recorded), as `run` sends it, until a signal or a read.
+    fn pass_through(&mut self, items: &[Emitted]) -> usize {
+        if !self.dist.is_empty() || self.want().is_some() || (self.config.auto && self.workers >= 2) {
+            return 0;
+        }
+        let mut taken = 0;
+        for (instr, meta) in items {
+            if matches!(instr, Instr::SignalStart { .. } | Instr::SignalEnd { .. } | Instr::GetData { .. }) {
+                break;
+            }
+            if let (Some(Ok(types)), false) = (&meta.types, instr.is_marker()) {
+                self.types.record_shared(instr, types);
+            }
+            taken += 1;
+        }
+        taken
     }
 
     fn run(&mut self, instr: Instr, out: &mut Emit) {
