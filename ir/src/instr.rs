@@ -578,18 +578,19 @@ impl Instr {
         for_each_value!(self, each);
     }
 
+    /// Calls `f(value, is_result)` on each value the instruction names, results first, then
+    /// operands, each in order: one walk, nothing collected (for a pass that files both into
+    /// buffers of its own).
+    pub fn for_each_value(&self, mut f: impl FnMut(ValueId, bool)) {
+        let mut each = |v: &ValueId, is_result: bool| f(*v, is_result);
+        for_each_value!(self, each);
+    }
+
     /// [`Instr::results`] and [`Instr::operands`] from one walk of the instruction (for passes
     /// that want both of every instruction).
     pub fn results_and_operands(&self) -> (InstrValues, InstrValues) {
         let (mut results, mut operands) = (InstrValues::new(), InstrValues::new());
-        let mut take = |v: &ValueId, is_result: bool| {
-            if is_result {
-                results.push(*v)
-            } else {
-                operands.push(*v)
-            }
-        };
-        for_each_value!(self, take);
+        self.for_each_value(|v, is_result| if is_result { results.push(v) } else { operands.push(v) });
         (results, operands)
     }
 

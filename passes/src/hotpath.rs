@@ -30,7 +30,6 @@
 use crate::pipeline::{Emit, Meta, StreamPass};
 use foldhash::{HashMap, HashMapExt};
 use gt_ir::{Instr, InstrValues, UnaryOp, ValueId};
-use std::collections::VecDeque;
 
 /// Detection settings (`GT_HOTPATH_WINDOW`, `GT_HOTPATH_THRESHOLD`, `GT_HOTPATH_MIN_SEQ`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,11 +62,62 @@ pub struct HotPathStats {
 }
 
 /// One instruction as the detector remembers it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct Seen {
     token: u64,
     results: InstrValues,
     operands: InstrValues,
+}
+
+/// The last instructions as the detector remembers them, oldest first: a ring whose slots are
+/// filled in place (the next instruction is staged in the slot it will take, then committed),
+/// so that remembering one moves no `Seen` (moving them through calls and a `VecDeque` was
+/// most of following an inert sequence, in store-forwarding stalls).
+#[derive(Debug)]
+struct Recent {
+    slots: Vec<Seen>,
+    /// The slot of the staged instruction (the next to be committed).
+    next: usize,
+    len: usize,
+}
+
+impl Recent {
+    fn new(capacity: usize) -> Recent {
+        Recent { slots: vec![Seen::default(); capacity.max(1)], next: 0, len: 0 }
+    }
+
+    /// Fills the next slot with `instr` (as `token`), not yet remembered.
+    fn stage(&mut self, token: u64, instr: &Instr) {
+        let seen = &mut self.slots[self.next];
+        seen.token = token;
+        seen.results.clear();
+        seen.operands.clear();
+        instr.for_each_value(|v, is_result| if is_result { seen.results.push(v) } else { seen.operands.push(v) });
+    }
+
+    /// The staged instruction.
+    fn staged(&self) -> &Seen {
+        &self.slots[self.next]
+    }
+
+    /// Remembers the staged instruction, forgetting the oldest when full.
+    fn commit(&mut self) {
+        let cap = self.slots.len();
+        self.next = if self.next + 1 == cap { 0 } else { self.next + 1 };
+        self.len = (self.len + 1).min(cap);
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The `i`th remembered instruction, oldest first (the newest is in the slot before the
+    /// staged one).
+    fn get(&self, i: usize) -> &Seen {
+        debug_assert!(i < self.len);
+        let cap = self.slots.len();
+        &self.slots[(self.next + cap - self.len + i) % cap]
+    }
 }
 
 /// A hot sequence: its id, tokens and dataflow (`None` after a flush turned it to start
@@ -93,8 +143,8 @@ fn sequence_id(tokens: &[u64], flow: &[u32]) -> u64 {
 #[derive(Debug)]
 pub struct HotPath {
     config: HotPathConfig,
-    /// The last `2 * window` instructions' tokens and value ids.
-    recent: VecDeque<Seen>,
+    /// The last `2 * window + 1` instructions' tokens and value ids.
+    recent: Recent,
     /// The last `window + 1` tokens' low halves, oldest first, as one contiguous slice: a
     /// ring of `window + 1` written twice over (`tokens[i]` and `tokens[i + window + 1]`), so
     /// the per-instruction compares below run over plain slices of 32-bit lanes and vectorize
@@ -151,7 +201,7 @@ impl HotPath {
         };
         HotPath {
             config,
-            recent: VecDeque::new(),
+            recent: Recent::new(2 * config.window + 1),
             tokens: vec![0; 2 * (config.window + 1)],
             pushed: 0,
             slot: 0,
@@ -195,10 +245,10 @@ impl HotPath {
     /// the last `len` instructions have repeated `threshold` times back to back exactly when
     /// it is `>= len * (threshold - 1)`: O(window) compares per instruction over contiguous
     /// slices (vectorized), no tables.
-    fn observe(&mut self, seen: Seen, want: bool) -> Option<Hot> {
+    fn observe(&mut self, want: bool) -> Option<Hot> {
         debug_assert_eq!(self.deferred, 0, "the detector caught up before it looks");
-        let newest = seen.token as u32;
-        self.remember(seen);
+        let newest = self.recent.staged().token as u32;
+        self.recent.commit();
         let any = self.advance(newest);
         if !want || !any {
             return None;
@@ -210,8 +260,8 @@ impl HotPath {
             }
             // The tokens repeat (their low halves: whole ones are checked here); so must the
             // dataflow, or it is another computation.
-            let last: Vec<&Seen> = self.recent.range(n - len..).collect();
-            let before: Vec<&Seen> = self.recent.range(n - 2 * len..n - len).collect();
+            let last: Vec<&Seen> = (n - len..n).map(|i| self.recent.get(i)).collect();
+            let before: Vec<&Seen> = (n - 2 * len..n - len).map(|i| self.recent.get(i)).collect();
             if last.iter().zip(&before).any(|(a, b)| a.token != b.token) {
                 continue;
             }
@@ -223,14 +273,6 @@ impl HotPath {
             }
         }
         None
-    }
-
-    /// Keeps an instruction's token and value ids among the last `2 * window + 1`.
-    fn remember(&mut self, seen: Seen) {
-        self.recent.push_back(seen);
-        if self.recent.len() > 2 * self.config.window + 1 {
-            self.recent.pop_front();
-        }
     }
 
     /// Takes the newest token into the ring and the run counters; whether some length has
@@ -299,8 +341,8 @@ impl HotPath {
         }
     }
 
-    /// An instruction as the detector remembers it.
-    fn seen(&self, instr: &Instr) -> Seen {
+    /// Stages an instruction as the detector remembers it; returns its token.
+    fn stage(&mut self, instr: &Instr) -> u64 {
         let token = match instr {
             Instr::Free { .. } => self.free_token,
             // Value ids are erased: a unary op's structure is its op, a product's nothing.
@@ -308,8 +350,8 @@ impl HotPath {
             Instr::MatMul { .. } => self.matmul_token,
             _ => token(instr),
         };
-        let (results, operands) = instr.results_and_operands();
-        Seen { token, results, operands }
+        self.recent.stage(token, instr);
+        token
     }
 
     /// Whether the stream is following an inert sequence.
@@ -317,17 +359,18 @@ impl HotPath {
         matches!(self.hot, Some(Hot { inert: Some(_), .. }))
     }
 
-    /// Takes the next instruction of the inert sequence the stream follows, when it is the
-    /// sequence's next and reads nothing the repetition computed; otherwise hands it back,
-    /// nothing changed.
-    fn follow(&mut self, seen: Seen) -> Result<(), Seen> {
-        let Some(Hot { tokens, inert: Some(at), .. }) = &mut self.hot else { return Err(seen) };
+    /// Takes the staged instruction as the next of the inert sequence the stream follows,
+    /// when it is the sequence's next and reads nothing the repetition computed; otherwise
+    /// leaves it staged and returns false.
+    fn follow(&mut self) -> bool {
+        let Some(Hot { tokens, inert: Some(at), .. }) = &mut self.hot else { return false };
         if *at == 0 {
             self.inert_values.clear();
         }
+        let seen = self.recent.staged();
         let feeds = !seen.results.is_empty() && seen.operands.iter().any(|v| self.inert_values.contains(v));
         if tokens[*at] != seen.token || feeds {
-            return Err(seen);
+            return false;
         }
         self.inert_values.extend_from_slice(&seen.results);
         if self.deferred == 0 {
@@ -338,13 +381,13 @@ impl HotPath {
         // counters take these tokens when the stream leaves the sequence (they are the
         // sequence's): following costs no scan of the window.
         let token = seen.token;
-        self.remember(seen);
+        self.recent.commit();
         if self.defer_while_inert {
             self.deferred += 1;
         } else {
             self.advance(token as u32);
         }
-        Ok(())
+        true
     }
 }
 
@@ -357,7 +400,11 @@ impl StreamPass for HotPath {
     fn pass_through(&mut self, items: &[(Instr, Meta)]) -> usize {
         let mut taken = 0;
         for (instr, _) in items {
-            if !self.following() || self.follow(self.seen(instr)).is_err() {
+            if !self.following() {
+                break;
+            }
+            self.stage(instr);
+            if !self.follow() {
                 break;
             }
             self.stats.instructions += 1;
@@ -368,21 +415,20 @@ impl StreamPass for HotPath {
 
     fn run(&mut self, instr: Instr, out: &mut Emit) {
         self.stats.instructions += 1;
-        let seen = self.seen(&instr);
+        let token = self.stage(&instr);
         if self.following() {
             // An inert sequence is only followed, nothing held, while the stream repeats it
             // and it stays inert (the same ops may start to read each other's results).
-            if let Err(seen) = self.follow(seen) {
+            if !self.follow() {
                 if let Some(hot) = self.hot.take() {
                     self.catch_up(&hot.tokens);
                 }
-                self.observe(seen, false);
+                self.observe(false);
             }
             out.keep(instr);
             return;
         }
-        let token = seen.token;
-        let newly_hot = self.observe(seen, self.hot.is_none());
+        let newly_hot = self.observe(self.hot.is_none());
         if let Some(Hot { id, tokens, flow: Some(flow), .. }) = &self.hot {
             // A sequence whose dataflow is known streams: each instruction goes out as it
             // comes, checked against the sequence's next token and dataflow, so whatever
