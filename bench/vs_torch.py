@@ -1,10 +1,12 @@
-"""PyTorch's side of `cargo bench --bench vs_torch`: the bench starts this script once with a
-JSON list of workloads (`[{"name": ..., "reps": ..., "warmup": ..., "batch": ...}, ...]`)
-and it prints one JSON line per workload: `{"name", "ms", "reps", "check"}`, where `ms` is
-the median time of one repetition (per op when `batch` > 1) and `check` is a number that
-gt's side computes the same way from the same inputs (a loss, or the mean |value| of a
-result). The first line is `{"name": "_info", "torch", "threads", "numpy"}`. Eager mode,
-CPU, PyTorch's default thread count. Exits 3 when torch is missing.
+"""PyTorch's side of `cargo bench --bench vs_torch`: the bench starts this script once and
+keeps it running, so that its rows and gt's can take turns (the same noise falls on both
+sides of a ratio). It writes one JSON workload per line to stdin (`{"name", "kind", "n",
+"op", "read", "reps", "warmup", "batch"}`) and this script answers each with one JSON line:
+`{"name", "ms", "reps", "check"}`, where `ms` is the median time of one repetition (per op
+when `batch` > 1) and `check` is a number that gt's side computes the same way from the
+same inputs (a loss, or the mean |value| of a result), or `{"name", "error"}`. The first
+line it prints is `{"name": "_info", "torch", "threads", "numpy"}`. Eager mode, CPU,
+PyTorch's default thread count. Exits 3 when torch is missing.
 
 The inputs are `pattern(n, seed, scale)`, a hash of the index that gt's side
 computes bit for bit the same way, so that both sides run on the same numbers."""
@@ -169,6 +171,13 @@ print(json.dumps({
     "threads": torch.get_num_threads(),
     "numpy": np.__version__,
 }), flush=True)
-for w in json.loads(sys.argv[1]):
-    ms, check = RUN[w["kind"]](w)
-    print(json.dumps({"name": w["name"], "ms": ms, "reps": w["reps"], "check": check}), flush=True)
+for line in sys.stdin:
+    if not line.strip():
+        continue
+    w = json.loads(line)
+    try:
+        ms, check = RUN[w["kind"]](w)
+        answer = {"name": w["name"], "ms": ms, "reps": w["reps"], "check": check}
+    except Exception as e:  # one row's failure is its answer; the others still run
+        answer = {"name": w["name"], "error": f"{type(e).__name__}: {e}"}
+    print(json.dumps(answer), flush=True)

@@ -3,10 +3,15 @@
 //! relu/sigmoid/tanh on 10k elements with and without a read, the 8-op elementwise chain
 //! on 16M f32, reads of 4 MB and 64 MB, tiny ops), gt through the Tensor API on an embedded
 //! cluster (as a Rust user runs it; `GT_COMPILE=1` for the compiled rows) and PyTorch through
-//! `bench/vs_torch.py`, started once after gt's rows with the same list. Both sides run on
-//! the same inputs (`pattern`), and each row's result is checked against PyTorch's (a loss or
-//! the mean |value| of the result). Prints the median time per row, `gt ÷ PyTorch`, and the
-//! issue's goal where there is one; no timing is asserted.
+//! `bench/vs_torch.py`, started once and kept running. The two sides take turns: each row
+//! runs in rounds, and in each round every gt variant of the row (a fresh cluster each) and
+//! PyTorch run their share of the repetitions, who goes first alternating, so that a noisy
+//! machine's drift falls on both sides of a ratio alike. Both sides run on the same inputs
+//! (`pattern`), and each row's result is checked against PyTorch's (a loss or the mean
+//! |value| of the result). Prints per row the median over rounds of each side's time, the
+//! median and range of the rounds' `gt ÷ PyTorch`, and the issue's goal where there is one
+//! (met when the median ratio meets it; the rounds that met it are counted); no timing is
+//! asserted.
 //! Run: `cargo bench --bench vs_torch` (`GT_BENCH_QUICK=1`: fewer repetitions, same sizes;
 //! `GT_BENCH_SAVE=1` writes `bench/results/vs-torch-vm.txt`).
 
@@ -24,6 +29,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// One workload as both sides run it; serialised to JSON for `vs_torch.py`.
+#[derive(Clone)]
 struct Spec {
     /// Key of the workload in both sides' results.
     name: &'static str,
@@ -401,30 +407,113 @@ fn parse_line(line: &str) -> Option<HashMap<String, String>> {
     }
 }
 
-/// PyTorch's results by workload name (`ms`, `check`, and `_info`'s fields), or why there
-/// are none.
-fn torch_side(specs: &[Spec]) -> Result<HashMap<String, HashMap<String, String>>, String> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/vs_torch.py");
-    let list = format!("[{}]", specs.iter().map(Spec::json).collect::<Vec<_>>().join(","));
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .arg(list)
-        .output()
-        .map_err(|e| format!("python3 not runnable: {e}"))?;
-    if out.status.code() == Some(3) {
-        return Err("torch is not installed (python3 -c 'import torch' fails)".into());
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let rows: HashMap<_, _> =
-        stdout.lines().filter_map(parse_line).filter_map(|f| Some((f.get("name")?.clone(), f))).collect();
-    if !out.status.success() {
-        // Keep what it printed before it failed; say why the rest is missing.
-        eprintln!("vs_torch.py failed: {}", String::from_utf8_lossy(&out.stderr).trim());
-        if rows.is_empty() {
-            return Err(format!("vs_torch.py failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+/// `vs_torch.py`, running: workloads go in one JSON line each, answers come back one line
+/// each.
+struct Torch {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: std::io::BufReader<std::process::ChildStdout>,
+    /// `_info`'s fields (versions, threads).
+    info: HashMap<String, String>,
+}
+
+impl Torch {
+    /// Starts the script; why not, when it cannot run (torch missing: exit code 3).
+    fn start() -> Result<Torch, String> {
+        use std::process::{Command, Stdio};
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/vs_torch.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("python3 not runnable: {e}"))?;
+        let input = child.stdin.take().ok_or("no stdin for vs_torch.py")?;
+        let output = std::io::BufReader::new(child.stdout.take().ok_or("no stdout for vs_torch.py")?);
+        let mut torch = Torch { child, input, output, info: HashMap::new() };
+        match torch.answer() {
+            Some(info) if info.get("name").map(String::as_str) == Some("_info") => {
+                torch.info = info;
+                Ok(torch)
+            }
+            _ => Err(match torch.child.wait().map(|s| s.code()) {
+                Ok(Some(3)) => "torch is not installed (python3 -c 'import torch' fails)".into(),
+                status => format!("vs_torch.py did not start: {status:?}"),
+            }),
         }
     }
-    Ok(rows)
+
+    /// The next line the script printed, parsed; `None` once it is gone.
+    fn answer(&mut self) -> Option<HashMap<String, String>> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.output.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            if let Some(fields) = parse_line(&line) {
+                return Some(fields);
+            }
+        }
+    }
+
+    /// One workload's (median ms per op, check value), or why there is none.
+    fn run(&mut self, s: &Spec) -> Outcome {
+        use std::io::Write;
+        writeln!(self.input, "{}", s.json())
+            .and_then(|()| self.input.flush())
+            .map_err(|e| format!("vs_torch.py: {e}"))?;
+        let fields = self.answer().ok_or("vs_torch.py exited")?;
+        if let Some(error) = fields.get("error") {
+            return Err(error.clone());
+        }
+        let number = |k: &str| fields.get(k).and_then(|v| v.parse::<f64>().ok()).ok_or(format!("no {k} in its answer"));
+        Ok((number("ms")?, number("check")?))
+    }
+}
+
+impl Drop for Torch {
+    fn drop(&mut self) {
+        // Every answer wanted has been read; the script waits on its stdin.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The ways gt runs a row: a label suffix, the settings its cluster starts with, the goal.
+fn variants(s: &Spec) -> Vec<(String, &'static [(&'static str, &'static str)], Option<f64>)> {
+    let mut list = vec![(String::new(), &[][..], s.goal)];
+    if let Some(goal) = s.compiled {
+        list.push((", GT_COMPILE=1".into(), &[("GT_COMPILE", "1")][..], goal));
+    }
+    // The rows auto-compile can change also run with it (it is not the default yet).
+    if s.compiled.is_some() || s.kind == "tiny" {
+        list.push((", GT_AUTO_COMPILE=1".into(), &[("GT_AUTO_COMPILE", "1")][..], None));
+    }
+    // The rows that wait on little work also run with every wait answered by the dispatcher
+    // (no doorbell), as before doorbells, and with the embedded client and worker on inproc
+    // ZeroMQ instead of lanes.
+    if ["mlp", "mse", "unary", "linear", "read", "tiny"].contains(&s.kind) && s.name != "tiny" {
+        list.push((", GT_DOORBELL=0".into(), &[("GT_DOORBELL", "0")][..], None));
+        list.push((", GT_LANE=0".into(), &[("GT_LANE", "0")][..], None));
+    }
+    list
+}
+
+/// The median of the rounds' results, their first error if one failed.
+fn over_rounds(results: &[Outcome]) -> Result<(f64, f64), String> {
+    let mut times = Vec::with_capacity(results.len());
+    let mut check = 0.0;
+    for r in results {
+        let (ms, c) = r.clone()?;
+        times.push(ms);
+        check = c;
+    }
+    if times.is_empty() {
+        return Err("no round ran".into());
+    }
+    Ok((median(&mut times), check))
 }
 
 // ---- report --------------------------------------------------------------------------------
@@ -458,7 +547,7 @@ fn check_text(gt: f64, torch: f64) -> String {
 
 fn main() -> Result<()> {
     let quick = std::env::var("GT_BENCH_QUICK").is_ok_and(|v| v == "1") || !std::env::args().any(|a| a == "--bench");
-    let limit = Duration::from_secs(if quick { 300 } else { 900 });
+    let limit = Duration::from_secs(if quick { 300 } else { 1200 });
     std::thread::spawn(move || {
         std::thread::sleep(limit);
         let phase = PHASE.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -468,31 +557,55 @@ fn main() -> Result<()> {
     let started = Instant::now();
     let specs = specs(quick);
     let workers: usize = std::env::var("GT_WORKERS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1);
+    let rounds: usize = if quick { 2 } else { 5 };
 
-    let all: Vec<&Spec> = specs.iter().collect();
-    let eager = gt_side(&all, workers, &[])?;
-    let to_compile: Vec<&Spec> = specs.iter().filter(|s| s.compiled.is_some()).collect();
-    let compiled = gt_side(&to_compile, workers, &[("GT_COMPILE", "1")])?;
-    // The rows auto-compile can change also run with it (it is not the default yet).
-    let to_auto: Vec<&Spec> = specs.iter().filter(|s| s.compiled.is_some() || s.kind == "tiny").collect();
-    let auto = gt_side(&to_auto, workers, &[("GT_AUTO_COMPILE", "1")])?;
-    // The rows that wait on little work also run with every wait answered by the dispatcher
-    // (no doorbell), as before doorbells.
-    let waits = ["mlp", "mse", "unary", "linear", "read", "tiny"];
-    let to_unrung: Vec<&Spec> = specs.iter().filter(|s| waits.contains(&s.kind) && s.name != "tiny").collect();
-    let unrung = gt_side(&to_unrung, workers, &[("GT_DOORBELL", "0")])?;
-    // ... and with the embedded client and worker on inproc ZeroMQ instead of lanes.
-    let laneless = gt_side(&to_unrung, workers, &[("GT_LANE", "0")])?;
-    let gt_s = started.elapsed().as_secs_f64();
-    phase("PyTorch (vs_torch.py)");
-    let torch = torch_side(&specs);
-    let torch_s = started.elapsed().as_secs_f64() - gt_s;
+    phase("PyTorch starting (vs_torch.py)");
+    let mut torch = Torch::start();
+    // Per row: each variant's results by round, and PyTorch's.
+    let mut gt_results: Vec<Vec<Vec<Outcome>>> = Vec::new();
+    let mut torch_results: Vec<Vec<Outcome>> = Vec::new();
+    let (mut gt_s, mut torch_s) = (0.0, 0.0);
+    for s in &specs {
+        // A round runs its share of the repetitions (the warm-up each time: a fresh cluster).
+        let share = Spec { reps: s.reps.div_ceil(rounds), ..s.clone() };
+        let variants = variants(s);
+        let mut row = vec![Vec::new(); variants.len()];
+        let mut row_torch = Vec::new();
+        for round in 0..rounds {
+            // Who goes first alternates, so that neither side always follows the other.
+            for side in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
+                let t = Instant::now();
+                if side == 0 {
+                    for (v, (suffix, vars, _)) in variants.iter().enumerate() {
+                        phase(format!("gt {}{suffix}, round {round}", s.name));
+                        let mut done = gt_side(&[&share], workers, vars)?;
+                        row[v].push(done.pop().map(|(_, r)| r).unwrap_or_else(|| Err("not run".into())));
+                    }
+                    gt_s += t.elapsed().as_secs_f64();
+                } else if let Ok(py) = &mut torch {
+                    phase(format!("PyTorch {}, round {round}", s.name));
+                    let r = py.run(&share);
+                    if let Err(e) = &r {
+                        eprintln!("PyTorch {}: {e}", s.name);
+                    }
+                    row_torch.push(r);
+                    torch_s += t.elapsed().as_secs_f64();
+                }
+                // Let the side that ran last go quiet (spinning waiters, OpenMP's team).
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        gt_results.push(row);
+        torch_results.push(row_torch);
+    }
 
     let mut report = String::new();
     let _ = writeln!(
         report,
-        "gt vs PyTorch eager, CPU, one run ({} mode; gt's side {gt_s:.0} s, PyTorch's {torch_s:.0} s)",
+        "gt vs PyTorch eager, CPU, one run ({} mode, {rounds} rounds; gt's side {gt_s:.0} s, PyTorch's {torch_s:.0} s, \
+         {:.0} s in all)",
         if quick { "quick" } else { "full" },
+        started.elapsed().as_secs_f64()
     );
     let _ = writeln!(report, "machine: {}", machine());
     let gt_vars: Vec<String> = std::env::vars()
@@ -507,9 +620,8 @@ fn main() -> Result<()> {
         if gt_vars.is_empty() { "no GT_* set".to_string() } else { gt_vars.join(" ") }
     );
     match &torch {
-        Ok(rows) => {
-            let info = rows.get("_info");
-            let field = |k: &str| info.and_then(|i| i.get(k)).cloned().unwrap_or_else(|| "?".into());
+        Ok(py) => {
+            let field = |k: &str| py.info.get(k).cloned().unwrap_or_else(|| "?".into());
             let _ = writeln!(
                 report,
                 "PyTorch {}, {} threads (torch.get_num_threads()), eager; numpy {}",
@@ -522,8 +634,16 @@ fn main() -> Result<()> {
             let _ = writeln!(report, "PyTorch: skipped: {why}");
         }
     }
-    let _ =
-        writeln!(report, "times: median per repetition (per op for tiny ops) of `reps` after `warm-up` untimed ones");
+    let _ = writeln!(
+        report,
+        "rounds: each row runs {rounds} rounds; in each, every gt variant (a fresh cluster) and PyTorch run their share of \
+         the repetitions after the warm-up, who goes first alternating"
+    );
+    let _ = writeln!(
+        report,
+        "times: per side, the median over rounds of each round's median (per op for tiny ops); gt÷PyTorch: the median of \
+         the rounds' ratios, and their range; a goal is met when that median meets it (rounds meeting it counted)"
+    );
     let _ =
         writeln!(report, "read: gt Tensor::to_vec / item() (an owned host copy); PyTorch .numpy().copy() / .item()");
     let _ = writeln!(
@@ -534,66 +654,68 @@ fn main() -> Result<()> {
     let _ = writeln!(report, "check: gt's result against PyTorch's on the same inputs (a loss, or the mean |value|)\n");
     let _ = writeln!(
         report,
-        "{:<58} {:>11} {:>11} {:>11}  {:<13} {:>12}  check",
-        "workload", "gt", "PyTorch", "gt÷PyTorch", "goal", "reps+warm-up"
+        "{:<58} {:>11} {:>11} {:>11} {:>11}  {:<17} {:>14}  check",
+        "workload", "gt", "PyTorch", "gt÷PyTorch", "range", "goal", "reps+warm-up"
     );
-    let eager: HashMap<_, _> = eager.into_iter().collect();
-    let compiled: HashMap<_, _> = compiled.into_iter().collect();
-    let auto: HashMap<_, _> = auto.into_iter().collect();
-    let unrung: HashMap<_, _> = unrung.into_iter().collect();
-    let laneless: HashMap<_, _> = laneless.into_iter().collect();
     let mut checks = String::new();
-    for s in &specs {
-        let variants = [(s.label.to_string(), eager.get(s.name), s.goal)]
-            .into_iter()
-            .chain(s.compiled.map(|goal| (format!("{}, GT_COMPILE=1", s.label), compiled.get(s.name), goal)))
-            .chain(auto.get(s.name).map(|r| (format!("{}, GT_AUTO_COMPILE=1", s.label), Some(r), None)))
-            .chain(unrung.get(s.name).map(|r| (format!("{}, GT_DOORBELL=0", s.label), Some(r), None)))
-            .chain(laneless.get(s.name).map(|r| (format!("{}, GT_LANE=0", s.label), Some(r), None)));
-        for (label, gt, goal) in variants {
-            let t = torch.as_ref().ok().and_then(|rows| rows.get(s.name));
-            let t_ms = t.and_then(|f| f.get("ms")?.parse::<f64>().ok());
-            let t_check = t.and_then(|f| f.get("check")?.parse::<f64>().ok());
-            let (gt_text, ratio, check) = match gt {
-                Some(Ok((ms, check))) => (time(*ms), t_ms.map(|t| ms / t), Some(*check)),
-                Some(Err(_)) => ("error".into(), None, None),
-                None => ("-".into(), None, None),
+    let mut goals = String::new();
+    for ((s, row), row_torch) in specs.iter().zip(&gt_results).zip(&torch_results) {
+        let t = over_rounds(row_torch).ok();
+        for ((suffix, _, goal), rounds_gt) in variants(s).iter().zip(row) {
+            let label = format!("{}{suffix}", s.label);
+            let gt = over_rounds(rounds_gt);
+            // Each round's ratio, where both sides ran it.
+            let mut ratios: Vec<f64> = rounds_gt
+                .iter()
+                .zip(row_torch)
+                .filter_map(|(g, p)| Some(g.as_ref().ok()?.0 / p.as_ref().ok()?.0))
+                .collect();
+            let ratio = (!ratios.is_empty() && gt.is_ok()).then(|| median(&mut ratios));
+            let range = match (ratios.first(), ratios.last()) {
+                (Some(lo), Some(hi)) if ratio.is_some() => format!("{lo:.2}-{hi:.2}"),
+                _ => "-".into(),
             };
             let goal_text = match (goal, ratio) {
-                (Some(g), Some(r)) => format!("≤ {g} {}", if r <= g { "met" } else { "not met" }),
+                (Some(g), Some(r)) => {
+                    let met = ratios.iter().filter(|&&x| x <= *g).count();
+                    let verdict = if r <= *g { "met" } else { "not met" };
+                    let _ = writeln!(
+                        goals,
+                        "  {label}: gt÷PyTorch {r:.2} ≤ {g}: {verdict} ({met}/{} rounds)",
+                        ratios.len()
+                    );
+                    format!("≤ {g} {verdict} {met}/{}", ratios.len())
+                }
                 (Some(g), None) => format!("≤ {g}"),
                 (None, _) => String::new(),
             };
             let reps = if s.batch > 1 {
-                format!("{}x{}+{}", s.reps, s.batch, s.warmup)
+                format!("{}x{}x{}+{}", rounds, s.reps.div_ceil(rounds), s.batch, s.warmup)
             } else {
-                format!("{}+{}", s.reps, s.warmup)
+                format!("{}x{}+{}", rounds, s.reps.div_ceil(rounds), s.warmup)
             };
-            let check_cell = match (check, t_check) {
-                (Some(g), Some(t)) => check_text(g, t),
+            let check_cell = match (&gt, t) {
+                (Ok((_, g)), Some((_, p))) => check_text(*g, p),
                 _ => "-".into(),
             };
             let _ = writeln!(
                 report,
-                "{label:<58} {gt_text:>11} {:>11} {:>11}  {goal_text:<13} {reps:>12}  {check_cell}",
-                t_ms.map(time).unwrap_or_else(|| "-".into()),
+                "{label:<58} {:>11} {:>11} {:>11} {range:>11}  {goal_text:<17} {reps:>14}  {check_cell}",
+                gt.as_ref().map(|(ms, _)| time(*ms)).unwrap_or_else(|_| "error".into()),
+                t.map(|(ms, _)| time(ms)).unwrap_or_else(|| "-".into()),
                 ratio.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into()),
             );
-            match (gt, t_check) {
-                (Some(Ok((_, g))), Some(t)) => {
-                    let _ = writeln!(checks, "  {label}: gt {g:.7} PyTorch {t:.7}");
-                }
-                (Some(Ok((_, g))), None) => {
-                    let _ = writeln!(checks, "  {label}: gt {g:.7} (no PyTorch value)");
-                }
-                (Some(Err(e)), _) => {
-                    let _ = writeln!(checks, "  {label}: gt failed: {e}");
-                }
-                _ => {}
-            }
+            let _ = match (&gt, t) {
+                (Ok((_, g)), Some((_, p))) => writeln!(checks, "  {label}: gt {g:.7} PyTorch {p:.7}"),
+                (Ok((_, g)), None) => writeln!(checks, "  {label}: gt {g:.7} (no PyTorch value)"),
+                (Err(e), _) => writeln!(checks, "  {label}: gt failed: {e}"),
+            };
         }
     }
-    let _ = writeln!(report, "\nchecks (gt vs PyTorch, same inputs):\n{checks}");
+    if !goals.is_empty() {
+        let _ = writeln!(report, "\ngoals (issue 16, gt÷PyTorch in the same run):\n{goals}");
+    }
+    let _ = writeln!(report, "checks (gt vs PyTorch, same inputs):\n{checks}");
     print!("{report}");
     if std::env::var("GT_BENCH_SAVE").is_ok_and(|v| v == "1") {
         let path = format!("{}/bench/results/vs-torch-vm.txt", env!("CARGO_MANIFEST_DIR"));
