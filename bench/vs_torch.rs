@@ -481,8 +481,11 @@ impl Drop for Torch {
     }
 }
 
+/// Settings a gt cluster starts with.
+type Vars = &'static [(&'static str, &'static str)];
+
 /// The ways gt runs a row: a label suffix, the settings its cluster starts with, the goal.
-fn variants(s: &Spec) -> Vec<(String, &'static [(&'static str, &'static str)], Option<f64>)> {
+fn variants(s: &Spec) -> Vec<(String, Vars, Option<f64>)> {
     let mut list = vec![(String::new(), &[][..], s.goal)];
     if let Some(goal) = s.compiled {
         list.push((", GT_COMPILE=1".into(), &[("GT_COMPILE", "1")][..], goal));
