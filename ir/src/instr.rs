@@ -586,14 +586,6 @@ impl Instr {
         for_each_value!(self, each);
     }
 
-    /// [`Instr::results`] and [`Instr::operands`] from one walk of the instruction (for passes
-    /// that want both of every instruction).
-    pub fn results_and_operands(&self) -> (InstrValues, InstrValues) {
-        let (mut results, mut operands) = (InstrValues::new(), InstrValues::new());
-        self.for_each_value(|v, is_result| if is_result { results.push(v) } else { operands.push(v) });
-        (results, operands)
-    }
-
     /// Whether it only marks the stream (hot paths, signals) and computes nothing.
     pub fn is_marker(&self) -> bool {
         matches!(
