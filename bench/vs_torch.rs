@@ -339,9 +339,9 @@ fn run_gt(gt: &Runtime, s: &Spec) -> Result<(f64, f64)> {
 /// A workload's (median ms per op, check value), or why gt failed it.
 type Outcome = Result<(f64, f64), String>;
 
-/// Runs `specs` on one embedded cluster with `vars` set while it starts; a workload's error
-/// is its result, the others still run.
-fn gt_side(specs: &[&Spec], workers: usize, vars: &[(&str, &str)]) -> Result<Vec<(&'static str, Outcome)>> {
+/// Runs `s` on a fresh embedded cluster with `vars` set while it starts; the workload's
+/// error is its result (the cluster failing to start is the bench's).
+fn gt_side(s: &Spec, workers: usize, vars: Vars) -> Result<Outcome> {
     for (k, v) in vars {
         std::env::set_var(k, v);
     }
@@ -350,16 +350,11 @@ fn gt_side(specs: &[&Spec], workers: usize, vars: &[(&str, &str)]) -> Result<Vec
         std::env::remove_var(k);
     }
     let gt = gt.context("an embedded cluster starts")?;
-    let mut out = Vec::new();
-    for s in specs {
-        phase(format!("gt {} {vars:?}", s.name));
-        let result = run_gt(&gt, s).map_err(|e| format!("{e:#}"));
-        if let Err(e) = &result {
-            eprintln!("gt {}: {e}", s.name);
-        }
-        out.push((s.name, result));
+    let result = run_gt(&gt, s).map_err(|e| format!("{e:#}"));
+    if let Err(e) = &result {
+        eprintln!("gt {} {vars:?}: {e}", s.name);
     }
-    Ok(out)
+    Ok(result)
 }
 
 // ---- PyTorch's side ------------------------------------------------------------------------
@@ -576,13 +571,12 @@ fn main() -> Result<()> {
         let mut row_torch = Vec::new();
         for round in 0..rounds {
             // Who goes first alternates, so that neither side always follows the other.
-            for side in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
+            for gt_turn in if round % 2 == 0 { [true, false] } else { [false, true] } {
                 let t = Instant::now();
-                if side == 0 {
+                if gt_turn {
                     for (v, (suffix, vars, _)) in variants.iter().enumerate() {
                         phase(format!("gt {}{suffix}, round {round}", s.name));
-                        let mut done = gt_side(&[&share], workers, vars)?;
-                        row[v].push(done.pop().map(|(_, r)| r).unwrap_or_else(|| Err("not run".into())));
+                        row[v].push(gt_side(&share, workers, vars)?);
                     }
                     gt_s += t.elapsed().as_secs_f64();
                 } else if let Ok(py) = &mut torch {
@@ -673,6 +667,7 @@ fn main() -> Result<()> {
                 .zip(row_torch)
                 .filter_map(|(g, p)| Some(g.as_ref().ok()?.0 / p.as_ref().ok()?.0))
                 .collect();
+            // `median` sorts them: the range is their ends.
             let ratio = (!ratios.is_empty() && gt.is_ok()).then(|| median(&mut ratios));
             let range = match (ratios.first(), ratios.last()) {
                 (Some(lo), Some(hi)) if ratio.is_some() => format!("{lo:.2}-{hi:.2}"),
