@@ -13,7 +13,8 @@
 //! (met when the median ratio meets it; the rounds that met it are counted); no timing is
 //! asserted.
 //! Run: `cargo bench --bench vs_torch` (`GT_BENCH_QUICK=1`: fewer repetitions, same sizes;
-//! `GT_BENCH_SAVE=1` writes `bench/results/vs-torch-vm.txt`).
+//! `GT_BENCH_ROWS=mlp,matmul1000`: only the rows named; `GT_BENCH_SAVE=1` writes
+//! `bench/results/vs-torch-vm.txt`).
 
 /// gt's allocator, as its binaries and Python package run on.
 #[global_allocator]
@@ -135,6 +136,18 @@ fn specs(quick: bool) -> Vec<Spec> {
         },
     ]);
     list
+}
+
+/// The rows `GT_BENCH_ROWS` names (comma-separated row names), all when it is unset or empty;
+/// a name that is no row is an error listing the rows.
+fn chosen(specs: Vec<Spec>, names: Option<&str>) -> Result<Vec<Spec>> {
+    let Some(names) = names.filter(|n| !n.trim().is_empty()) else { return Ok(specs) };
+    let wanted: Vec<&str> = names.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+    if let Some(bad) = wanted.iter().find(|w| !specs.iter().any(|s| s.name == **w)) {
+        let rows: Vec<&str> = specs.iter().map(|s| s.name).collect();
+        return Err(anyhow!("GT_BENCH_ROWS: no row named {bad:?}; the rows are {}", rows.join(", ")));
+    }
+    Ok(specs.into_iter().filter(|s| wanted.contains(&s.name)).collect())
 }
 
 // ---- inputs and helpers --------------------------------------------------------------------
@@ -553,7 +566,7 @@ fn main() -> Result<()> {
         std::process::exit(2);
     });
     let started = Instant::now();
-    let specs = specs(quick);
+    let specs = chosen(specs(quick), std::env::var("GT_BENCH_ROWS").ok().as_deref())?;
     let workers: usize = std::env::var("GT_WORKERS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1);
     let rounds: usize = if quick { 2 } else { 5 };
 
