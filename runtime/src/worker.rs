@@ -17,13 +17,14 @@ use crate::Interpreter;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use gt_ir::data::Elements;
 use gt_ir::kernel::Precision;
-use gt_ir::{HostTensor, Instr};
+use gt_ir::{HostTensor, Instr, ValueId};
 use gt_transport::doorbell::Answer;
 use gt_transport::message::{
     Exchange, Failure, FailureKind, OpStats, SyncBell, Timing, WorkerCommand, WorkerEvent, WorkerStats,
 };
 use gt_transport::socket::HandshakeFailure;
 use gt_transport::{codec, lane, loan, socket, ClusterKey, CodecError, Endpoint, Inbound, InboundRef};
+use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -643,7 +644,7 @@ fn execute_batch(
     }
     // A part whose operand dies with it (freed among the frees right after it) takes the
     // operand from the backend instead of copying it; that free then has nothing to do.
-    let mut dying: HashMap<usize, usize> = HashMap::new();
+    let mut dying_parts: HashMap<usize, usize> = HashMap::new();
     for &i in parts.keys() {
         let Some(Instr::Collective { dsts, srcs, .. }) = instrs.get(i) else { continue };
         let [src] = srcs[..] else { continue };
@@ -652,11 +653,12 @@ fn execute_batch(
         }
         let mut frees = instrs[i + 1..].iter().take_while(|f| matches!(f, Instr::Free { .. }));
         if let Some(k) = frees.position(|f| *f == Instr::Free { src }) {
-            dying.insert(i, i + 1 + k);
+            dying_parts.insert(i, i + 1 + k);
         }
     }
     let mut taken: HashSet<usize> = HashSet::new();
-    for (i, slot) in instrs.iter_mut().enumerate() {
+    for i in 0..instrs.len() {
+        let slot = &mut instrs[i];
         let part = parts.get(&i).copied();
         if taken.contains(&i) {
             // Its value went with the collective before it: run, in no time.
@@ -683,14 +685,25 @@ fn execute_batch(
             }
             _ => None,
         };
-        let instr = &*slot;
+        let instr = &instrs[i];
+        // Its operands freed right after it, which the backend may write its result over.
+        let mut dying: SmallVec<[ValueId; 2]> = SmallVec::new();
+        if part.is_none() && literal.is_none() && matches!(instr, Instr::Unary { .. } | Instr::Binary { .. }) {
+            let operands = instr.operands();
+            for f in instrs[i + 1..].iter().map_while(|f| if let Instr::Free { src } = f { Some(src) } else { None }) {
+                if operands.contains(f) && !dying.contains(f) {
+                    dying.push(*f);
+                }
+            }
+        }
         let op = instr.mnemonic();
         let t0 = Instant::now();
         let number = watch.begin(owner(i).unwrap_or(u64::MAX), t0.saturating_duration_since(epoch).as_nanos() as u64);
         // The interpreter reports bad input as errors; a panic would be a bug, and it must
         // not take the worker (and every client's values) down with it.
         let mut took = false;
-        let consume = dying.contains_key(&i).then_some(&mut took);
+        let mut donated = None;
+        let consume = dying_parts.contains_key(&i).then_some(&mut took);
         let mut result = catch_unwind(AssertUnwindSafe(|| match (part, literal) {
             (Some(ex), _) => {
                 exchange::run(backend, net, instr, ex, consume).map_err(|e| Failure::new(e.kind(), e.to_string()))
@@ -698,11 +711,19 @@ fn execute_batch(
             (None, Some((dst, ty, data))) => {
                 backend.write(dst, ty, data).map_err(|e| Failure::new(e.kind(), e.to_string()))
             }
-            (None, None) => backend.execute(instr).map_err(|e| Failure::new(e.kind(), e.to_string())),
+            (None, None) => backend
+                .execute_donating(instr, &dying)
+                .map(|donor| {
+                    // Its free (among those right after it) finds the value gone: it has run.
+                    let free = donor.and_then(|src| instrs[i + 1..].iter().position(|f| *f == Instr::Free { src }));
+                    donated = free.map(|k| i + 1 + k);
+                })
+                .map_err(|e| Failure::new(e.kind(), e.to_string())),
         }));
         if took {
-            taken.extend(dying.get(&i).copied());
+            taken.extend(dying_parts.get(&i).copied());
         }
+        taken.extend(donated);
         let cancelled = watch.end(number, *timeout);
         // A part of a collective is never cancelled: its peers finished theirs with it (its
         // waits are bounded by GT_COLLECTIVE_TIMEOUT instead).
@@ -1018,6 +1039,37 @@ mod tests {
                 });
             }
         });
+    }
+
+    /// An optimizer's update as it reaches a worker (`t = g lr; w' = w - t; free w; free t`)
+    /// writes `w'` over `w`: no bytes allocated for it, `w`'s free counted as run, and the
+    /// values left are `g` and `w'`.
+    #[test]
+    fn an_update_whose_operand_dies_writes_over_it() {
+        let mut worker = Harness::new("donate-test");
+        let n = 100_000usize;
+        let ty = TensorType::new(gt_ir::DType::F32, Shape::new(vec![n]));
+        let v = ValueId;
+        worker.backend.write(v(0), ty.clone(), Elements::F32((0..n).map(|i| i as f32).collect())).unwrap();
+        worker.backend.write(v(1), ty.clone(), Elements::F32(vec![2.0; n])).unwrap();
+        let value = |x: ValueId| gt_ir::Operand::Value(x);
+        let update = vec![
+            Instr::Binary { dst: v(2), op: gt_ir::BinaryOp::Mul, lhs: value(v(1)), rhs: gt_ir::Operand::Scalar(0.5) },
+            Instr::Binary { dst: v(3), op: gt_ir::BinaryOp::Sub, lhs: value(v(0)), rhs: value(v(2)) },
+            Instr::Free { src: v(0) },
+            Instr::Free { src: v(2) },
+        ];
+        let (failures, _, bytes) = worker.run(update);
+        assert!(failures.is_empty(), "{failures:?}");
+        // `t` is new (n floats); `w'` is not.
+        assert!(bytes < (n * 4 + n * 2) as u64, "{bytes} bytes allocated");
+        let w = worker.backend.read(v(3)).unwrap();
+        assert_eq!(w.to_f32()[..3], [-1.0, 0.0, 1.0]);
+        assert!(worker.backend.read(v(0)).is_err());
+        assert_eq!(worker.backend.live_values(), 2);
+        assert_eq!(worker.backend.live_bytes(), 2 * n * 4);
+        assert_eq!(worker.stats.ops.get("free").map(|(count, _)| *count), Some(2));
+        assert_eq!(worker.stats.failures, 0);
     }
 
     #[test]

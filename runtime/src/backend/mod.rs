@@ -19,6 +19,14 @@ pub trait Backend {
     fn name(&self) -> &'static str;
     /// Runs one instruction (a backend may only queue it; [`Backend::finish`] waits).
     fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError>;
+    /// Runs `instr` knowing that its operands in `dying` are freed right after it (by the
+    /// frees that follow it in its batch): a backend may then write the result over one of
+    /// them instead of into new memory, as PyTorch's in-place ops and JAX's donated buffers
+    /// do, and return it; that value is gone and its free has nothing left to do. The default
+    /// runs `instr` as [`Backend::execute`] does and takes nothing.
+    fn execute_donating(&mut self, instr: &Instr, _dying: &[ValueId]) -> Result<Option<ValueId>, RuntimeError> {
+        self.execute(instr).map(|()| None)
+    }
     /// A value's type and row-major data (waits for the work that computes it).
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError>;
     /// A value's type and row-major data, its buffer handed over without a copy and the value
@@ -93,6 +101,10 @@ impl Backend for Interpreter {
 
     fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         Interpreter::execute(self, instr)
+    }
+
+    fn execute_donating(&mut self, instr: &Instr, dying: &[ValueId]) -> Result<Option<ValueId>, RuntimeError> {
+        Interpreter::execute_donating(self, instr, dying)
     }
 
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {

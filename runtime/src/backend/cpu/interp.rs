@@ -106,10 +106,19 @@ impl Interpreter {
     /// Runs one instruction. On error no value is defined, changed or freed (a transpose it
     /// reads may have been computed: the same value).
     pub fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
+        self.execute_donating(instr, &[]).map(|_| ())
+    }
+
+    /// [`Interpreter::execute`], knowing that the operands in `dying` are freed right after
+    /// `instr`: an elementwise `f32` op writes its result over one of them (its storage
+    /// becomes the result's) instead of into new memory, and returns it; that value is then
+    /// gone, and freeing it is an error. Half the memory traffic of a fresh result where the
+    /// data is larger than the cache (an optimizer's `w = w - lr g`), and the same bits.
+    pub fn execute_donating(&mut self, instr: &Instr, dying: &[ValueId]) -> Result<Option<ValueId>, RuntimeError> {
         if !self.lazy.is_empty() {
             if let Instr::Free { src } = instr {
                 if self.lazy.remove(src).is_some() {
-                    return Ok(());
+                    return Ok(None);
                 }
             }
             self.settle(instr);
@@ -122,7 +131,12 @@ impl Interpreter {
                     self.let_go(old);
                 }
                 self.lazy.insert(*dst, *src);
-                return Ok(());
+                return Ok(None);
+            }
+        }
+        if !dying.is_empty() {
+            if let Some(donor) = self.in_place(&instr, &types, dying)? {
+                return Ok(Some(donor));
             }
         }
         let results = self.compute(&instr, &types)?;
@@ -134,7 +148,80 @@ impl Interpreter {
         for (dst, value) in instr.results().into_iter().zip(results) {
             self.define(dst, value);
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// A checked elementwise `f32` instruction (a primitive unary or binary op) computed over
+    /// the storage of an operand in `dying` that has the result's shape, the result defined
+    /// there: that operand, or `None` (nothing done) when no operand can take it. The other
+    /// operand must be whole or one element (the loops `binary` runs without strides), and
+    /// the donor no source of a pending transpose.
+    fn in_place(
+        &mut self,
+        instr: &Instr,
+        types: &[TensorType],
+        dying: &[ValueId],
+    ) -> Result<Option<ValueId>, RuntimeError> {
+        let op = instr.mnemonic();
+        let [ty] = types else { return Ok(None) };
+        if ty.dtype != gt_ir::DType::F32 || !self.all_f32(instr, types) {
+            return Ok(None);
+        }
+        let dims = ty.shape.dims();
+        let donor = |v: ValueId, dst: ValueId| {
+            v != dst
+                && dying.contains(&v)
+                && !self.lazy.values().any(|&src| src == v)
+                && matches!(self.values.get(&v), Some(Value::F32(a)) if a.shape() == dims && a.is_standard_layout())
+        };
+        let flat = |o: Operand| self.operand(op, o).is_ok_and(|a| Flat::of(&a.view(), dims).is_some());
+        let (donor, plan) = match *instr {
+            Instr::Unary { dst, op: unary, src } => match unary.def() {
+                OpDef::Prim(p) if donor(src, dst) => (src, InPlace::Unary(p)),
+                _ => return Ok(None),
+            },
+            Instr::Binary { dst, op: binary, lhs, rhs } => {
+                let OpDef::Prim(p) = binary.def() else { return Ok(None) };
+                match (lhs, rhs) {
+                    (Operand::Value(x), Operand::Value(y)) if x == y && donor(x, dst) => (x, InPlace::Same(p)),
+                    (Operand::Value(x), other) if donor(x, dst) && flat(other) => (x, InPlace::Lhs(p, other)),
+                    (other, Operand::Value(y)) if donor(y, dst) && flat(other) => (y, InPlace::Rhs(p, other)),
+                    _ => return Ok(None),
+                }
+            }
+            _ => return Ok(None),
+        };
+        let Some(Value::F32(mut a)) = self.values.remove(&donor) else {
+            unreachable!("the donor was just found to be a stored f32 value")
+        };
+        self.bytes.remove(a.len() * std::mem::size_of::<f32>());
+        let x = a.as_slice_mut().expect("a standard layout is one slice");
+        let computed = match plan {
+            InPlace::Unary(p) => {
+                match vmath::slice_fn(p) {
+                    Some(f) => map_slices_in_place(x, f),
+                    None => p.specialize(UnaryInPlace(x)),
+                }
+                Ok(())
+            }
+            InPlace::Same(p) => {
+                p.specialize(BinaryInPlace(x, Flat::Same, true));
+                Ok(())
+            }
+            InPlace::Lhs(p, other) | InPlace::Rhs(p, other) => self.operand(op, other).map(|b| {
+                let b = b.view();
+                let flat = Flat::of(&b, dims).expect("found flat above");
+                p.specialize(BinaryInPlace(x, flat, matches!(plan, InPlace::Lhs(..))));
+            }),
+        };
+        if let Err(e) = computed {
+            // Not reached (the operand was read above); the donor is put back as it was.
+            self.bytes.add(a.len() * std::mem::size_of::<f32>());
+            self.values.insert(donor, Value::F32(a));
+            return Err(e);
+        }
+        self.define(instr.results()[0], Value::F32(a));
+        Ok(Some(donor))
     }
 
     /// Defines `dst` as `data`, checked as the `literal` instruction it is but moved in rather
@@ -726,10 +813,86 @@ pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f
 }
 
 /// An elementwise operand as a plain slice: all of a row-major result's elements, or one
-/// element broadcast to every one.
+/// element broadcast to every one; (in place) the value being rewritten itself.
+#[derive(Clone, Copy)]
 enum Flat<'a> {
     Whole(&'a [f32]),
     One(f32),
+    Same,
+}
+
+/// How an instruction runs in place ([`Interpreter::in_place`]): over its operand, or its
+/// left or right operand with the other one given.
+#[derive(Clone, Copy)]
+enum InPlace {
+    Unary(gt_ir::ops::UnaryPrim),
+    Same(gt_ir::ops::BinaryPrim),
+    Lhs(gt_ir::ops::BinaryPrim, Operand),
+    Rhs(gt_ir::ops::BinaryPrim, Operand),
+}
+
+/// `x[i] = f(x[i])`, split as `threads::written` splits a result.
+struct UnaryInPlace<'a>(&'a mut [f32]);
+
+impl UnaryKernel<()> for UnaryInPlace<'_> {
+    fn call<F: Fn(f32) -> f32 + Copy + Send + Sync>(self, f: F) {
+        threads::rewritten(self.0, |_, x| {
+            for x in x {
+                *x = f(*x);
+            }
+        });
+    }
+}
+
+/// `x[i] = f(x[i], y[i])` (or `f(y[i], x[i])` when `x` is the right operand).
+struct BinaryInPlace<'a, 'b>(&'a mut [f32], Flat<'b>, bool);
+
+impl BinaryKernel<()> for BinaryInPlace<'_, '_> {
+    fn call<F: Fn(f32, f32) -> f32 + Copy + Send + Sync>(self, f: F) {
+        let BinaryInPlace(x, other, x_is_lhs) = self;
+        // One loop per side, so that each is a plain loop the compiler vectorizes.
+        threads::rewritten(x, |at, x| match (other, x_is_lhs) {
+            (Flat::Whole(y), true) => {
+                for (x, &y) in x.iter_mut().zip(&y[at..]) {
+                    *x = f(*x, y);
+                }
+            }
+            (Flat::Whole(y), false) => {
+                for (x, &y) in x.iter_mut().zip(&y[at..]) {
+                    *x = f(y, *x);
+                }
+            }
+            (Flat::One(y), true) => {
+                for x in x {
+                    *x = f(*x, y);
+                }
+            }
+            (Flat::One(y), false) => {
+                for x in x {
+                    *x = f(y, *x);
+                }
+            }
+            (Flat::Same, _) => {
+                for x in x {
+                    *x = f(*x, *x);
+                }
+            }
+        });
+    }
+}
+
+/// `f` over `x` in place: through a buffer on the stack, as `vmath`'s loops read and write
+/// separate slices.
+fn map_slices_in_place(x: &mut [f32], f: vmath::SliceFn) {
+    const CHUNK: usize = 1024;
+    threads::rewritten(x, |_, x| {
+        let mut buffer = [0.0f32; CHUNK];
+        for chunk in x.chunks_mut(CHUNK) {
+            let read = &mut buffer[..chunk.len()];
+            read.copy_from_slice(chunk);
+            f(read, chunk);
+        }
+    });
 }
 
 impl<'a> Flat<'a> {
@@ -940,6 +1103,117 @@ mod tests {
 
     fn v(i: u32) -> ValueId {
         ValueId(i)
+    }
+
+    /// Values for in-place checks: every kind of `f32` an op treats apart.
+    fn awkward(n: usize, salt: usize) -> Vec<f32> {
+        let special =
+            [0.0, -0.0, 1.0, -1.5, 0.5, 7.25, -30.0, 88.0, -103.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+        let plain = data(salt as u64, n);
+        (0..n)
+            .map(|i| if (i + salt).is_multiple_of(5) { special[(i + salt) % special.len()] } else { plain[i] })
+            .collect()
+    }
+
+    fn bits(t: &HostTensor) -> Vec<u32> {
+        t.to_f32().iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// An elementwise op over an operand that dies with it writes over that operand and
+    /// gives the bits a fresh result has, for every primitive op, both sides of a binary
+    /// op, a whole, one-element or scalar other operand, and loops split over the team.
+    #[test]
+    fn ops_over_a_dying_operand_write_over_it_with_the_same_bits() {
+        threads::use_threads(2, std::time::Duration::from_micros(200)).unwrap();
+        for n in [1usize, 5, 1029, 70_001] {
+            let (a, b) = (awkward(n, 0), awkward(n, 3));
+            // `instr` run plainly and with `dying`: the same bits, and the donor gone when taken.
+            let check = |instr: &Instr, dying: &[ValueId], setup: &dyn Fn(&mut Interpreter)| {
+                let (mut fresh, mut over) = (Interpreter::new(), Interpreter::new());
+                setup(&mut fresh);
+                setup(&mut over);
+                fresh.execute(instr).unwrap();
+                let before = over.live_bytes();
+                let donor = over.execute_donating(instr, dying).unwrap();
+                let dst = instr.results()[0];
+                let (want, got) = (fresh.read(dst).unwrap(), over.read(dst).unwrap());
+                assert_eq!(want.ty, got.ty, "{instr:?}");
+                assert_eq!(bits(&want), bits(&got), "{instr:?} n {n}");
+                if let Some(d) = donor {
+                    assert!(dying.contains(&d), "{instr:?} took {d:?}");
+                    assert!(matches!(over.read(d), Err(RuntimeError::Undefined { .. })), "{instr:?}");
+                    assert_eq!(over.live_bytes(), before, "{instr:?}: the result took the donor's bytes");
+                }
+                donor
+            };
+            for &op in UnaryOp::ALL {
+                let instr = Instr::Unary { dst: v(9), op, src: v(0) };
+                let donor = check(&instr, &[v(0)], &|it| lit(it, 0, &[n], &a));
+                let prim = matches!(op.def(), OpDef::Prim(_));
+                assert_eq!(donor.is_some(), prim, "{op:?}");
+            }
+            for &op in BinaryOp::ALL {
+                let prim = matches!(op.def(), OpDef::Prim(_));
+                let both = |it: &mut Interpreter| {
+                    lit(it, 0, &[n], &a);
+                    lit(it, 1, &[n], &b);
+                };
+                let bool_result = op.is_comparison();
+                let takes = prim && !bool_result;
+                // Either side dying, or both.
+                let d = check(&binary_instr(op, val(0), val(1)), &[v(0)], &both);
+                assert_eq!(d, takes.then_some(v(0)), "{op:?}");
+                let d = check(&binary_instr(op, val(0), val(1)), &[v(1)], &both);
+                assert_eq!(d, takes.then_some(v(1)), "{op:?}");
+                check(&binary_instr(op, val(0), val(1)), &[v(0), v(1)], &both);
+                // A scalar, a one-element value, and the value with itself.
+                let d = check(&binary_instr(op, val(0), Operand::Scalar(2.5)), &[v(0)], &both);
+                assert_eq!(d, takes.then_some(v(0)), "{op:?}");
+                let one = |it: &mut Interpreter| {
+                    both(it);
+                    lit(it, 2, &[1], &[-0.75]);
+                };
+                let d = check(&binary_instr(op, val(2), val(1)), &[v(1)], &one);
+                assert_eq!(d, takes.then_some(v(1)), "{op:?}");
+                // The one-element operand is broadcast: it cannot hold the result.
+                if n > 1 {
+                    assert_eq!(check(&binary_instr(op, val(2), val(1)), &[v(2)], &one), None, "{op:?}");
+                }
+                let d = check(&binary_instr(op, val(0), val(0)), &[v(0)], &both);
+                assert_eq!(d, takes.then_some(v(0)), "{op:?}");
+            }
+        }
+        threads::use_threads(1, std::time::Duration::ZERO).unwrap();
+    }
+
+    /// What an in-place op must not take: an operand not dying, one redefined by the op, the
+    /// source of a pending transpose, and a value of another dtype.
+    #[test]
+    fn in_place_leaves_what_it_must_not_take() {
+        let setup = |it: &mut Interpreter| {
+            lit(it, 0, &[2, 2], &[1., 2., 3., 4.]);
+            lit(it, 1, &[2, 2], &[5., 6., 7., 8.]);
+        };
+        let mut it = Interpreter::new();
+        setup(&mut it);
+        let add = |dst: u32| Instr::Binary { dst: v(dst), op: BinaryOp::Add, lhs: val(0), rhs: val(1) };
+        assert_eq!(it.execute_donating(&add(5), &[v(3)]).unwrap(), None);
+        assert_eq!(it.execute_donating(&add(0), &[v(0)]).unwrap(), None);
+        assert_eq!(it.read(v(0)).unwrap().data, Elements::F32(vec![6., 8., 10., 12.]));
+        // A transpose left pending reads v(1) in place.
+        let mut it = Interpreter::new();
+        setup(&mut it);
+        it.execute(&Instr::Transpose { dst: v(2), src: v(1), dim0: 0, dim1: 1 }).unwrap();
+        assert_eq!(it.execute_donating(&add(5), &[v(1)]).unwrap(), None);
+        assert_eq!(it.read(v(2)).unwrap().data, Elements::F32(vec![5., 7., 6., 8.]));
+        assert_eq!(it.read(v(1)).unwrap().data, Elements::F32(vec![5., 6., 7., 8.]));
+        // An integer operand: computed as before, nothing taken.
+        let mut it = Interpreter::new();
+        typed(&mut it, 0, &[2], vec![1i32, 2]);
+        typed(&mut it, 1, &[2], vec![3i32, 4]);
+        assert_eq!(it.execute_donating(&add(5), &[v(0)]).unwrap(), None);
+        assert_eq!(it.read(v(5)).unwrap().data, Elements::I32(vec![4, 6]));
+        assert_eq!(it.read(v(0)).unwrap().data, Elements::I32(vec![1, 2]));
     }
 
     /// A `fused` result of `f32` is written by its kernel with no zeros first (the type rule

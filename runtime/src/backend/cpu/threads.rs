@@ -167,25 +167,15 @@ pub fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
 }
 
 /// `n` values written by `fill(start, out)` for consecutive stretches `out` of the result
-/// starting at element `start`: one stretch on the calling thread when small, else
-/// stretches over the team, one per thread or, for large results, of [`TEAM_MIN_ELEMENTS`]
-/// each (the team's threads take them as they come free, so one thread held up by the
-/// other threads of the process does not hold up the op). `fill` must write every element of
+/// starting at element `start` (split as [`stretch_of`] says). `fill` must write every element of
 /// its stretch, each the same value whatever the stretch; nothing is written before it (zeros
 /// first would cost a pass over the result).
 #[allow(unsafe_code)]
 pub fn written(n: usize, fill: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync) -> Vec<f32> {
-    let threads = if n < TEAM_MIN_ELEMENTS { 1 } else { threads() };
-    let step = if threads <= 1 {
-        n.max(1)
-    } else if n >= threads * 4 * TEAM_MIN_ELEMENTS {
-        TEAM_MIN_ELEMENTS
-    } else {
-        n.div_ceil(threads)
-    };
     // A small result takes a buffer a value let go of (`spare`).
     let mut out: Vec<f32> = super::spare::take(n);
     let base = Base(out.as_mut_ptr());
+    let step = stretch_of(n);
     run_parts(n.div_ceil(step), |i| {
         let (lo, hi) = (i * step, ((i + 1) * step).min(n));
         // SAFETY: `lo..hi` lies inside `out`'s capacity and no other part's range; a slice of
@@ -197,6 +187,37 @@ pub fn written(n: usize, fill: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync) -
     // that panicked unwinds out of `run_parts` before this, and `out` drops empty.
     unsafe { out.set_len(n) };
     out
+}
+
+/// [`written`] over elements already there: `update(start, stretch)` rewrites consecutive
+/// stretches of `data` in place (an elementwise op over an operand that dies with it), split
+/// over the team as [`written`] splits a result.
+#[allow(unsafe_code)]
+pub fn rewritten(data: &mut [f32], update: impl Fn(usize, &mut [f32]) + Sync) {
+    let n = data.len();
+    let base = Base(data.as_mut_ptr());
+    let step = stretch_of(n);
+    run_parts(n.div_ceil(step), |i| {
+        let (lo, hi) = (i * step, ((i + 1) * step).min(n));
+        // SAFETY: `lo..hi` lies inside `data`, which `run_parts` outlives, and no other
+        // part's range.
+        update(lo, unsafe { std::slice::from_raw_parts_mut(base.at(lo), hi - lo) });
+    });
+}
+
+/// How many elements of an `n`-element loop one part takes: all of them when small, else one
+/// part per thread or, for large loops, [`TEAM_MIN_ELEMENTS`] (the team's threads take them as
+/// they come free, so one thread held up by the other threads of the process does not hold
+/// up the op).
+fn stretch_of(n: usize) -> usize {
+    let threads = if n < TEAM_MIN_ELEMENTS { 1 } else { threads() };
+    if threads <= 1 {
+        n.max(1)
+    } else if n >= threads * 4 * TEAM_MIN_ELEMENTS {
+        TEAM_MIN_ELEMENTS
+    } else {
+        n.div_ceil(threads)
+    }
 }
 
 /// [`written`] for a `fill` that takes initialized stretches (`vmath`'s slice functions): each
@@ -217,8 +238,8 @@ pub fn zeroed(out: &mut [MaybeUninit<f32>]) -> &mut [f32] {
 #[derive(Clone, Copy)]
 struct Base(*mut f32);
 
-// SAFETY: only `filled` makes one, and its parts write disjoint ranges of the buffer, which
-// outlives `run_parts`.
+// SAFETY: only `written` and `rewritten` make one, and their parts write disjoint ranges of
+// the buffer, which outlives `run_parts`.
 #[allow(unsafe_code)]
 unsafe impl Send for Base {}
 #[allow(unsafe_code)]
