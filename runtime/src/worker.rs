@@ -688,7 +688,10 @@ fn execute_batch(
         let instr = &instrs[i];
         // Its operands freed right after it, which the backend may write its result over.
         let mut dying: SmallVec<[ValueId; 2]> = SmallVec::new();
-        if part.is_none() && literal.is_none() && matches!(instr, Instr::Unary { .. } | Instr::Binary { .. }) {
+        if part.is_none()
+            && literal.is_none()
+            && matches!(instr, Instr::Unary { .. } | Instr::Binary { .. } | Instr::Fused { .. })
+        {
             let operands = instr.operands();
             for f in instrs[i + 1..].iter().map_while(|f| if let Instr::Free { src } = f { Some(src) } else { None }) {
                 if operands.contains(f) && !dying.contains(f) {

@@ -423,9 +423,62 @@ impl Jit {
         out_len: usize,
     ) -> Result<Option<Duration>, JitError> {
         let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
-        let Some((fns, took)) = self.compile_parts(parts, &lens, out_len)? else { return Ok(None) };
         let ptrs: Vec<*const f32> = inputs.iter().map(|b| b.as_ptr()).collect();
-        run_compiled_parts(&fns, &ptrs, out);
+        self.run_parts_at(parts, (&lens, &ptrs), out, out_len)
+    }
+
+    /// [`Jit::run_parts`] over inputs given as lengths and pointers (one of them may be
+    /// `out`: [`Jit::run_over`]).
+    fn run_parts_at(
+        &mut self,
+        parts: &[Kernel],
+        (lens, ptrs): (&[usize], &[*const f32]),
+        out: *mut f32,
+        out_len: usize,
+    ) -> Result<Option<Duration>, JitError> {
+        let Some((fns, took)) = self.compile_parts(parts, lens, out_len)? else { return Ok(None) };
+        run_compiled_parts(&fns, ptrs, out);
+        Ok(Some(took))
+    }
+
+    /// Runs a plain map (no rows, no reduction, not run by tiles) whose input `over` is read
+    /// exactly where it writes (that input's offset and strides are its output's) with that
+    /// input's buffer as its output: `data` holds the input and is rewritten with the result
+    /// (the other entries of `inputs` are the other inputs; `inputs[over]` is not read). Each
+    /// element is read before it is written, in the same iteration, so the result is the one
+    /// a fresh output gets. `None`, having run nothing, for a kernel that does not qualify.
+    /// Cancelled, it leaves `data` partly rewritten.
+    #[allow(unsafe_code)]
+    pub fn run_over(
+        &mut self,
+        kernel: &Kernel,
+        inputs: &[&[f32]],
+        over: usize,
+        data: &mut [f32],
+    ) -> Result<Option<Duration>, JitError> {
+        let Kernel::Map(m) = kernel else { return Ok(None) };
+        let in_step = m.inputs.get(over).is_some_and(|a| *a == m.output);
+        let plain = m.rows.is_empty() && m.reduce.is_none() && self.tiled(kernel).is_none();
+        if !in_step || !plain || inputs.len() != m.inputs.len() || kernel.check_covers(data.len()).is_err() {
+            return Ok(None);
+        }
+        let (out, out_len) = (data.as_mut_ptr(), data.len());
+        let mut lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
+        let mut ptrs: Vec<*const f32> = inputs.iter().map(|b| b.as_ptr()).collect();
+        (lens[over], ptrs[over]) = (out_len, out.cast_const());
+        kernel.check_bounds(&lens, out_len).map_err(JitError::Bounds)?;
+        if out_len == 0 {
+            return Ok(Some(Duration::ZERO));
+        }
+        if splits(m) {
+            if let Some(took) = self.run_parts_at(&split_outer(m), (&lens, &ptrs), out, out_len)? {
+                return Ok(Some(took));
+            }
+        }
+        let (compiled, took) = self.compiled(kernel)?;
+        let Compiled::Map(f) = compiled else { return Err(JitError::CachedKind) };
+        // The bounds were checked against these buffers; `out` is `data`, exclusively ours.
+        call(f, &ptrs, out, &crate::cancel::Token::current());
         Ok(Some(took))
     }
 
