@@ -93,6 +93,21 @@ def matmul(w):
     return ms, mean_abs(a @ b)
 
 
+def sgd(w):
+    # What torch.optim.SGD's step does to one parameter (no momentum): in place, one pass.
+    p, g = mat(784, 256, 16), mat(784, 256, 17)
+    batch = w["batch"]
+
+    def many():
+        for _ in range(batch):
+            p.add_(g, alpha=-0.01)
+
+    ms = timed(many, w["reps"], w["warmup"], batch)
+    once = mat(784, 256, 16)
+    once.add_(g, alpha=-0.01)
+    return ms, mean_abs(once)
+
+
 def linear(w):
     x, wt, bias = mat(128, 512, 7), mat(512, 256, 8, 0.05), pattern(256, 9)
     ms = timed(lambda: (x @ wt + bias).numpy().copy(), w["reps"], w["warmup"])
@@ -157,6 +172,7 @@ def tiny(w):
 RUN = {
     "mlp": mlp,
     "matmul": matmul,
+    "sgd": sgd,
     "linear": linear,
     "mse": mse,
     "unary": unary,

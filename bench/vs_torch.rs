@@ -1,7 +1,8 @@
 //! gt against PyTorch eager on the CPU, side by side in one run: issue 16's list of
-//! workloads (MLP training step, matmul 1000² and 4096², a linear layer read back, MSE loss,
-//! relu/sigmoid/tanh on 10k elements with and without a read, the 8-op elementwise chain
-//! on 16M f32, reads of 4 MB and 64 MB, tiny ops), gt through the Tensor API on an embedded
+//! workloads (MLP training step, matmul 1000² and 4096², an SGD update of one weight, a
+//! linear layer read back, MSE loss, relu/sigmoid/tanh on 10k elements with and without a
+//! read, the 8-op elementwise chain on 16M f32, reads of 4 MB and 64 MB, tiny ops), gt
+//! through the Tensor API on an embedded
 //! cluster (as a Rust user runs it; `GT_COMPILE=1` for the compiled rows) and PyTorch through
 //! `bench/vs_torch.py`, started once and kept running. The two sides take turns: each row
 //! runs in rounds, and in each round every gt variant of the row (a fresh cluster each) and
@@ -91,6 +92,16 @@ fn specs(quick: bool) -> Vec<Spec> {
             ..spec("matmul1000", "matmul", "matmul 1000² (sync, no read)", 1000, r((51, 5), (5, 1)))
         },
         spec("matmul4096", "matmul", "matmul 4096² (sync, no read)", 4096, r((7, 1), (1, 1))),
+        Spec {
+            batch: 20,
+            ..spec(
+                "sgd",
+                "sgd",
+                "SGD update of a 784x256 weight (w -= 0.01 g), 20 per sync",
+                784 * 256,
+                r((101, 10), (11, 2)),
+            )
+        },
         spec("linear", "linear", "linear 128x512→256 (x@w+b), read", 0, r((501, 50), (31, 5))),
         spec("mse", "mse", "MSE loss 10k + item()", 10_000, r((1001, 100), (51, 10))),
     ];
@@ -282,6 +293,19 @@ fn run_gt(gt: &Runtime, s: &Spec) -> Result<(f64, f64)> {
                 Ok(gt.sync()?)
             })?;
             Ok((ms, mean_abs(&a.matmul(&b)?.to_vec()?)))
+        }
+        "sgd" => {
+            // gt's `Sgd` update (`p.sub_assign(&g.mul(lr)?)`); PyTorch's is `add_(g, alpha=-lr)`.
+            let (w, g) = (upload(&[784, 256], 16, 1.0)?, upload(&[784, 256], 17, 1.0)?);
+            let ms = timed(s, || {
+                for _ in 0..s.batch {
+                    w.sub_assign(&g.mul(0.01)?)?;
+                }
+                Ok(gt.sync()?)
+            })?;
+            let once = upload(&[784, 256], 16, 1.0)?;
+            once.sub_assign(&g.mul(0.01)?)?;
+            Ok((ms, mean_abs(&once.to_vec()?)))
         }
         "linear" => {
             let (x, w, b) = (upload(&[128, 512], 7, 1.0)?, upload(&[512, 256], 8, 0.05)?, upload(&[256], 9, 1.0)?);
