@@ -864,6 +864,14 @@ pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f
                 (Some(Flat::One(x)), Some(Flat::Whole(y))) => {
                     from_vec(dims, threads::written(n, |at, out| wide_map_into(&y[at..], out, move |y| f(x, y))))
                 }
+                (Some(Flat::Whole(x)), None) if Repeat::of(b, dims).is_some() => {
+                    let repeat = Repeat::of(b, dims).expect("just matched");
+                    from_vec(dims, threads::written(n, |at, out| repeat.write(&x[at..], at, out, f)))
+                }
+                (None, Some(Flat::Whole(y))) if Repeat::of(a, dims).is_some() => {
+                    let repeat = Repeat::of(a, dims).expect("just matched");
+                    from_vec(dims, threads::written(n, |at, out| repeat.write(&y[at..], at, out, move |y, x| f(x, y))))
+                }
                 _ => threads::elementwise(
                     n,
                     || zip().par_map_collect(|&x, &y| f(x, y)),
@@ -965,6 +973,67 @@ impl<'a> Flat<'a> {
             a.as_slice().map(Flat::Whole)
         } else {
             None
+        }
+    }
+}
+
+/// A contiguous operand broadcast along leading or trailing axes of a row-major result, as
+/// plain slices: a bias (`[n]` over `[m, n]`: element `i` of the result reads `v[i % len]`)
+/// or a per-row value (`[m, 1]` over `[m, n]`: element `i` reads `v[i / run]`).
+#[derive(Clone, Copy)]
+enum Repeat<'a> {
+    Period(&'a [f32]),
+    Runs(&'a [f32], usize),
+}
+
+impl<'a> Repeat<'a> {
+    fn of(a: &'a ArrayViewD<'_, f32>, dims: &[usize]) -> Option<Repeat<'a>> {
+        let v = a.as_slice()?;
+        if v.is_empty() || a.ndim() > dims.len() {
+            return None;
+        }
+        // The operand's shape aligned to the result's trailing axes, ones in front.
+        let shape: Vec<usize> =
+            std::iter::repeat_n(1, dims.len() - a.ndim()).chain(a.shape().iter().copied()).collect();
+        // Ones then the result's own extents: repeated whole (a period).
+        let ones = shape.iter().take_while(|&&d| d == 1).count();
+        if shape[ones..] == dims[ones..] {
+            return Some(Repeat::Period(v));
+        }
+        // The result's extents then ones: each element repeated over the axes after it.
+        let kept = shape.iter().rposition(|&d| d != 1).map_or(0, |i| i + 1);
+        if shape[..kept] == dims[..kept] {
+            let run = dims[kept..].iter().product::<usize>();
+            return (run > 0).then_some(Repeat::Runs(v, run));
+        }
+        None
+    }
+
+    /// `out[k] = f(x[k], self at element at + k)` for each element of `out`, in stretches of
+    /// one operand element (runs) or one period, each in the widest vectors.
+    fn write(self, x: &[f32], at: usize, out: &mut [MaybeUninit<f32>], f: impl Fn(f32, f32) -> f32 + Copy) {
+        let mut done = 0;
+        while done < out.len() {
+            let i = at + done;
+            let (len, stretch) = match self {
+                Repeat::Period(v) => {
+                    let j = i % v.len();
+                    let len = (v.len() - j).min(out.len() - done);
+                    (len, Ok(&v[j..j + len]))
+                }
+                Repeat::Runs(v, run) => ((run - i % run).min(out.len() - done), Err(v[i / run])),
+            };
+            let (x, out) = (&x[done..done + len], &mut out[done..done + len]);
+            match stretch {
+                Ok(y) => vmath::wide(move || {
+                    let (x, y, out) = (x, y, out);
+                    for ((o, &x), &y) in out.iter_mut().zip(x).zip(y) {
+                        o.write(f(x, y));
+                    }
+                }),
+                Err(y) => wide_map_into(x, out, move |x| f(x, y)),
+            }
+            done += len;
         }
     }
 }
@@ -2208,6 +2277,48 @@ mod tests {
                 (out, a, b)
             })
         })
+    }
+
+    /// A whole operand with a bias-like one (repeated along leading axes) or a per-row one
+    /// (repeated along trailing axes), on either side, split over the team when large: the
+    /// broadcasting oracle's values (the random pairs of the property test below seldom make
+    /// one side the whole result).
+    #[test]
+    fn rows_and_columns_broadcast_as_the_oracle_says() {
+        threads::use_threads(2, std::time::Duration::from_micros(200)).unwrap();
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[3, 5], &[5]),
+            (&[3, 5], &[1, 5]),
+            (&[3, 5], &[3, 1]),
+            (&[2, 3, 4], &[3, 4]),
+            (&[2, 3, 4], &[2, 1, 1]),
+            (&[2, 3, 4], &[2, 3, 1]),
+            (&[2, 3, 4], &[1, 1, 4]),
+            (&[300, 301], &[301]),
+            (&[300, 301], &[300, 1]),
+        ];
+        for &(out, other) in cases {
+            let n: usize = out.iter().product();
+            let (whole, part) = (data(7, n), data(8, other.iter().product()));
+            for op in [BinaryOp::Sub, BinaryOp::Div, BinaryOp::Maximum] {
+                for whole_left in [true, false] {
+                    let mut it = Interpreter::new();
+                    lit(&mut it, 0, out, &whole);
+                    lit(&mut it, 1, other, &part);
+                    let (l, r) = if whole_left { (val(0), val(1)) } else { (val(1), val(0)) };
+                    let t = run(&mut it, binary_instr(op, l, r));
+                    for (flat, &got) in t.to_f32().iter().enumerate() {
+                        let (x, y) = (whole[flat], part[broadcast_index(&unravel(flat, out), other)]);
+                        let want = if whole_left { scalar_binary(op, x, y) } else { scalar_binary(op, y, x) };
+                        assert!(
+                            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                            "{op:?} {out:?} {other:?} at {flat}"
+                        );
+                    }
+                }
+            }
+        }
+        threads::use_threads(1, std::time::Duration::ZERO).unwrap();
     }
 
     proptest! {
