@@ -167,7 +167,7 @@ pub fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
 }
 
 /// `n` values written by `fill(start, out)` for consecutive stretches `out` of the result
-/// starting at element `start` (split as [`stretch_of`] says). `fill` must write every element of
+/// starting at element `start` (split as `stretch_of` says). `fill` must write every element of
 /// its stretch, each the same value whatever the stretch; nothing is written before it (zeros
 /// first would cost a pass over the result).
 #[allow(unsafe_code)]
