@@ -836,6 +836,17 @@ fn wide_map_into(x: &[f32], out: &mut [MaybeUninit<f32>], f: impl Fn(f32) -> f32
     })
 }
 
+/// `out[i] = f(x[i], y[i])` for each element of `out` (`x` and `y` at least as long), in the
+/// host's widest vectors (see [`wide_map_into`]).
+fn wide_zip_into(x: &[f32], y: &[f32], out: &mut [MaybeUninit<f32>], f: impl Fn(f32, f32) -> f32) {
+    vmath::wide(move || {
+        let (x, y, out, f) = (x, y, out, f);
+        for ((o, &x), &y) in out.iter_mut().zip(x).zip(y) {
+            o.write(f(x, y));
+        }
+    })
+}
+
 pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: &[usize]) -> Tensor {
     struct Zipped<'a, 'b, 'c>(&'a ArrayViewD<'b, f32>, &'a ArrayViewD<'c, f32>, &'a [usize]);
     impl BinaryKernel<Tensor> for Zipped<'_, '_, '_> {
@@ -846,37 +857,37 @@ pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f
             match (Flat::of(a, dims), Flat::of(b, dims)) {
                 // Plain loops over slices, which the compiler vectorizes (`Zip` walks
                 // dynamic-rank arrays row by row with strides).
-                (Some(Flat::Whole(x)), Some(Flat::Whole(y))) => from_vec(
-                    dims,
-                    threads::written(n, |at, out| {
-                        let (x, y) = (&x[at..], &y[at..]);
-                        vmath::wide(move || {
-                            let (x, y, out) = (x, y, out);
-                            for ((o, &x), &y) in out.iter_mut().zip(x).zip(y) {
-                                o.write(f(x, y));
-                            }
-                        })
-                    }),
-                ),
+                (Some(Flat::Whole(x)), Some(Flat::Whole(y))) => {
+                    from_vec(dims, threads::written(n, |at, out| wide_zip_into(&x[at..], &y[at..], out, f)))
+                }
                 (Some(Flat::Whole(x)), Some(Flat::One(y))) => {
                     from_vec(dims, threads::written(n, |at, out| wide_map_into(&x[at..], out, move |x| f(x, y))))
                 }
                 (Some(Flat::One(x)), Some(Flat::Whole(y))) => {
                     from_vec(dims, threads::written(n, |at, out| wide_map_into(&y[at..], out, move |y| f(x, y))))
                 }
-                (Some(Flat::Whole(x)), None) if Repeat::of(b, dims).is_some() => {
-                    let repeat = Repeat::of(b, dims).expect("just matched");
-                    from_vec(dims, threads::written(n, |at, out| repeat.write(&x[at..], at, out, f)))
+                (flat_a, flat_b) => {
+                    // One whole, the other repeated along leading or trailing axes.
+                    let repeated = match (flat_a, flat_b) {
+                        (Some(Flat::Whole(x)), None) => Repeat::of(b, dims).map(|r| (r, x, true)),
+                        (None, Some(Flat::Whole(y))) => Repeat::of(a, dims).map(|r| (r, y, false)),
+                        _ => None,
+                    };
+                    match repeated {
+                        Some((repeat, x, true)) => {
+                            from_vec(dims, threads::written(n, |at, out| repeat.write(&x[at..], at, out, f)))
+                        }
+                        Some((repeat, y, false)) => from_vec(
+                            dims,
+                            threads::written(n, |at, out| repeat.write(&y[at..], at, out, move |y, x| f(x, y))),
+                        ),
+                        None => threads::elementwise(
+                            n,
+                            || zip().par_map_collect(|&x, &y| f(x, y)),
+                            || zip().map_collect(|&x, &y| f(x, y)),
+                        ),
+                    }
                 }
-                (None, Some(Flat::Whole(y))) if Repeat::of(a, dims).is_some() => {
-                    let repeat = Repeat::of(a, dims).expect("just matched");
-                    from_vec(dims, threads::written(n, |at, out| repeat.write(&y[at..], at, out, move |y, x| f(x, y))))
-                }
-                _ => threads::elementwise(
-                    n,
-                    || zip().par_map_collect(|&x, &y| f(x, y)),
-                    || zip().map_collect(|&x, &y| f(x, y)),
-                ),
             }
         }
     }
@@ -1025,12 +1036,7 @@ impl<'a> Repeat<'a> {
             };
             let (x, out) = (&x[done..done + len], &mut out[done..done + len]);
             match stretch {
-                Ok(y) => vmath::wide(move || {
-                    let (x, y, out) = (x, y, out);
-                    for ((o, &x), &y) in out.iter_mut().zip(x).zip(y) {
-                        o.write(f(x, y));
-                    }
-                }),
+                Ok(y) => wide_zip_into(x, y, out, f),
                 Err(y) => wide_map_into(x, out, move |x| f(x, y)),
             }
             done += len;

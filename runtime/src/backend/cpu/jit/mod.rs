@@ -330,40 +330,65 @@ impl Jit {
         out_len: usize,
     ) -> Result<Duration, JitError> {
         let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
+        let k = match kernel {
+            Kernel::Map(m) => {
+                let ptrs: Vec<*const f32> = inputs.iter().map(|b| b.as_ptr()).collect();
+                // SAFETY: the caller's; `out` is no input's buffer.
+                return unsafe { self.run_map(kernel, m, (&lens, &ptrs), out, out_len) };
+            }
+            Kernel::MatMul(k) => k,
+        };
         kernel.check_bounds(&lens, out_len).map_err(JitError::Bounds)?;
+        // Nothing to write (covered exactly: `check_covers`), so nothing to compute.
+        if out_len == 0 {
+            return Ok(Duration::ZERO);
+        }
+        // A large product's epilogue runs split too (the product itself always is).
+        if let Some(parts) = epilogue_map(k).filter(splits).map(|m| split_outer(&m)) {
+            // SAFETY: the caller's, and the bounds just checked.
+            if let Some(took) = unsafe { self.run_split_epilogue(k, &parts, inputs, out, out_len)? } {
+                return Ok(took);
+            }
+        }
+        let (compiled, took) = self.compiled(kernel)?;
+        let Compiled::MatMul(epilogue) = compiled else { return Err(JitError::CachedKind) };
+        // SAFETY: the caller's, and the bounds just checked.
+        unsafe { matmul(k, inputs, out, epilogue) };
+        Ok(took)
+    }
+
+    /// Map kernel `kernel` (`m`) over inputs given as lengths and pointers, into `out_len`
+    /// elements at `out`: bounds checked, split over the worker's threads when large,
+    /// compiled on first sight.
+    ///
+    /// # Safety
+    /// Each pointer is valid for reads of its length and `out` for writes of `out_len`
+    /// elements, which nothing else touches meanwhile; `out` may be an input's buffer only
+    /// where that input is read exactly where the kernel writes ([`Jit::run_over`]).
+    #[allow(unsafe_code)]
+    unsafe fn run_map(
+        &mut self,
+        kernel: &Kernel,
+        m: &MapKernel,
+        (lens, ptrs): (&[usize], &[*const f32]),
+        out: *mut f32,
+        out_len: usize,
+    ) -> Result<Duration, JitError> {
+        kernel.check_bounds(lens, out_len).map_err(JitError::Bounds)?;
         // Nothing to write (covered exactly: `check_covers`), so nothing to compute; the
         // loops of an empty space's other axes could still run for hours (`f32[2^40, 0]`).
         if out_len == 0 {
             return Ok(Duration::ZERO);
         }
-        match kernel {
-            // Split only when it would be: `split_outer` copies the kernel.
-            Kernel::Map(m) if splits(m) => {
-                if let Some(took) = self.run_parts(&split_outer(m), inputs, out, out_len)? {
-                    return Ok(took);
-                }
-            }
-            Kernel::Map(_) => {}
-            // A large product's epilogue runs split too (the product itself always is).
-            Kernel::MatMul(k) => {
-                if let Some(parts) = epilogue_map(k).filter(splits).map(|m| split_outer(&m)) {
-                    // SAFETY: the caller's, and the bounds just checked.
-                    if let Some(took) = unsafe { self.run_split_epilogue(k, &parts, inputs, out, out_len)? } {
-                        return Ok(took);
-                    }
-                }
+        // Split only when it would be: `split_outer` copies the kernel.
+        if splits(m) {
+            if let Some(took) = self.run_parts(&split_outer(m), (lens, ptrs), out, out_len)? {
+                return Ok(took);
             }
         }
         let (compiled, took) = self.compiled(kernel)?;
-        match (kernel, compiled) {
-            (Kernel::Map(_), Compiled::Map(f)) => {
-                let ptrs: Vec<*const f32> = inputs.iter().map(|b| b.as_ptr()).collect();
-                call(f, &ptrs, out, &crate::cancel::Token::current());
-            }
-            // SAFETY: the caller's, and the bounds just checked.
-            (Kernel::MatMul(k), Compiled::MatMul(epilogue)) => unsafe { matmul(k, inputs, out, epilogue) },
-            _ => return Err(JitError::CachedKind),
-        }
+        let Compiled::Map(f) = compiled else { return Err(JitError::CachedKind) };
+        call(f, ptrs, out, &crate::cancel::Token::current());
         Ok(took)
     }
 
@@ -418,20 +443,6 @@ impl Jit {
     fn run_parts(
         &mut self,
         parts: &[Kernel],
-        inputs: &[&[f32]],
-        out: *mut f32,
-        out_len: usize,
-    ) -> Result<Option<Duration>, JitError> {
-        let lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
-        let ptrs: Vec<*const f32> = inputs.iter().map(|b| b.as_ptr()).collect();
-        self.run_parts_at(parts, (&lens, &ptrs), out, out_len)
-    }
-
-    /// [`Jit::run_parts`] over inputs given as lengths and pointers (one of them may be
-    /// `out`: [`Jit::run_over`]).
-    fn run_parts_at(
-        &mut self,
-        parts: &[Kernel],
         (lens, ptrs): (&[usize], &[*const f32]),
         out: *mut f32,
         out_len: usize,
@@ -466,20 +477,9 @@ impl Jit {
         let mut lens: Vec<usize> = inputs.iter().map(|b| b.len()).collect();
         let mut ptrs: Vec<*const f32> = inputs.iter().map(|b| b.as_ptr()).collect();
         (lens[over], ptrs[over]) = (out_len, out.cast_const());
-        kernel.check_bounds(&lens, out_len).map_err(JitError::Bounds)?;
-        if out_len == 0 {
-            return Ok(Some(Duration::ZERO));
-        }
-        if splits(m) {
-            if let Some(took) = self.run_parts_at(&split_outer(m), (&lens, &ptrs), out, out_len)? {
-                return Ok(Some(took));
-            }
-        }
-        let (compiled, took) = self.compiled(kernel)?;
-        let Compiled::Map(f) = compiled else { return Err(JitError::CachedKind) };
-        // The bounds were checked against these buffers; `out` is `data`, exclusively ours.
-        call(f, &ptrs, out, &crate::cancel::Token::current());
-        Ok(Some(took))
+        // SAFETY: `data` is exclusively ours, and input `over`, which reads it, is read
+        // exactly where the kernel writes (checked above).
+        unsafe { self.run_map(kernel, m, (&lens, &ptrs), out, out_len) }.map(Some)
     }
 
     /// Runs product `k` and then its epilogue as `parts` (ranges of the product's outer
