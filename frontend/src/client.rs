@@ -11,7 +11,7 @@ use gt_ir::{HostTensor, Instr, Span, ValueId};
 use gt_transport::doorbell::{Answer, Doorbell};
 use gt_transport::message::{Failure, FailureKind, PassStats, Reply, Request, Then, WorkerInfo, WorkerStats};
 use gt_transport::socket::{HandshakeFailure, Waited};
-use gt_transport::{codec, lane, loan, socket, zmq, ClusterKey, CodecError, Endpoint, InboundRef};
+use gt_transport::{codec, lane, loan, socket, zmq, ClusterKey, CodecError, Endpoint, Inbound, InboundRef};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -429,10 +429,32 @@ impl Client {
             Some(_) => (first_seq..first_seq + n as u64).map(|seq| self.line_of(seq)).collect(),
             None => Vec::new(),
         };
+        let max = self.options.max_message_bytes;
+        // By a lane, the batch goes as it is, literals in it; no frame carries it, but a
+        // literal over the limit is refused alike.
+        if let Lane::Open { out, identity, .. } = &self.lane {
+            let too_large = instrs.iter().find_map(|i| match i {
+                Instr::Literal { data, .. } if data.size_bytes() > max => Some(data.size_bytes()),
+                _ => None,
+            });
+            if let Some(size) = too_large {
+                let e = CodecError::TooLarge { size, max };
+                self.note_failure(
+                    first_seq,
+                    Failure::new(FailureKind::Limit, format!("{e} ({n} instructions in the batch)")),
+                );
+                return Ok(false);
+            }
+            let batch = Inbound::Client(Request::Batch { first_seq, instrs, lines, then });
+            let wake = || socket::retry(|| self.socket.send(&[][..], zmq::DONTWAIT));
+            return match out.send(lane::Parcel::Inbound(identity.clone(), batch), wake) {
+                Ok(()) => Ok(then.is_some()),
+                Err(lane::Gone) => Err(self.disconnected()),
+            };
+        }
         // Large literals leave as frames of their own (lent: an in-process dispatcher takes
         // them without a copy); the message carries the rest.
         let literals = codec::detach_literals(&mut instrs);
-        let max = self.options.max_message_bytes;
         let framed: usize = literals.iter().map(Elements::size_bytes).sum();
         let encoded = match literals.iter().map(Elements::size_bytes).find(|&size| size > max) {
             Some(size) => Err(CodecError::TooLarge { size, max }),
@@ -465,7 +487,10 @@ impl Client {
         loop {
             let frames = match &self.lane {
                 Lane::Open { inbox, .. } => match inbox.try_recv() {
-                    Ok(Some(frames)) => frames,
+                    Ok(Some(parcel)) => match frames_of(parcel) {
+                        Some(frames) => frames,
+                        None => continue,
+                    },
                     Ok(None) => return Ok(()),
                     Err(lane::Gone) => return Err(self.disconnected()),
                 },
@@ -538,6 +563,7 @@ impl Client {
                 let wait = socket::LaneWait { inbox, sock: &self.socket, messages: None };
                 let bell = bell.as_deref().map(|bell| (bell, seq));
                 match socket::recv_lane_waiting(&wait, bell, self.options.spin, 1000)? {
+                    Waited::Parcel(parcel) => frames_of(parcel),
                     Waited::Frames(frames) => Some(frames),
                     Waited::Rung => {
                         self.drain_before(seq)?;
@@ -559,6 +585,7 @@ impl Client {
             } else if let Some(bell) = &bell {
                 match socket::recv_waiting_or_rung(&self.socket, (bell, seq), self.options.spin, 1000)? {
                     Waited::Frames(frames) => Some(frames),
+                    Waited::Parcel(parcel) => frames_of(parcel),
                     Waited::Rung => {
                         // What the dispatcher sent before it handed the wait over (the failures
                         // of earlier instructions) is on the socket now: read first.
@@ -663,8 +690,14 @@ impl Client {
         }
     }
 
-    /// Sends `req` (a batch goes through `send_buffer`, with its literal frames).
+    /// Sends `req` (a batch goes through `send_buffer`, with its literal frames), by the
+    /// lane as it is when the lane is open.
     fn send(&mut self, req: &Request) -> Result<(), ClientError> {
+        if let Lane::Open { out, identity, .. } = &self.lane {
+            let wake = || socket::retry(|| self.socket.send(&[][..], zmq::DONTWAIT));
+            let parcel = lane::Parcel::Inbound(identity.clone(), Inbound::Client(req.clone()));
+            return out.send(parcel, wake).map_err(|lane::Gone| self.disconnected());
+        }
         let bytes = codec::encode(&InboundRef::Client(req), self.options.max_message_bytes)?;
         self.send_frames(bytes, Vec::new())
     }
@@ -758,6 +791,18 @@ impl gt_ir::Executor for Client {
 }
 
 /// A reply's kind, for errors.
+/// A dispatcher's message by the lane: its frames (the dispatcher sends a client nothing
+/// else; anything else is dropped, logged).
+fn frames_of(parcel: lane::Parcel) -> Option<Vec<zmq::Message>> {
+    match parcel {
+        lane::Parcel::Frames(frames) => Some(frames),
+        other => {
+            tracing::warn!(target: "gt::client", "dropped a message from the dispatcher that is not a reply: {other:?}");
+            None
+        }
+    }
+}
+
 fn reply_kind(reply: &Reply) -> &'static str {
     match reply {
         Reply::Welcome { .. } => "Welcome",

@@ -172,11 +172,23 @@ struct OpenLane {
 
 impl Link {
     /// The next message already here, by the lane when open (`Err`: the dispatcher is gone).
-    fn try_recv(&mut self) -> Result<Option<Vec<gt_transport::zmq::Message>>, lane::Gone> {
+    fn try_recv(&mut self) -> Result<Option<lane::Parcel>, lane::Gone> {
         match &self.lane {
             Some(open) => open.inbox.try_recv(),
-            None => Ok(socket::recv_frames(&self.sock, gt_transport::zmq::DONTWAIT).ok()),
+            None => Ok(socket::recv_frames(&self.sock, gt_transport::zmq::DONTWAIT).ok().map(lane::Parcel::Frames)),
         }
+    }
+
+    /// Sends an event, by the lane as it is when open, else encoded.
+    fn send_event(&mut self, event: WorkerEvent, max: usize) -> gt_transport::zmq::Result<()> {
+        use gt_transport::zmq::{Error, DONTWAIT};
+        if let Some(open) = &self.lane {
+            let parcel = lane::Parcel::Inbound(open.identity.clone(), Inbound::Worker(event));
+            let wake = || socket::retry(|| self.sock.send(&[][..], DONTWAIT));
+            return open.out.send(parcel, wake).map_err(|lane::Gone| Error::EAGAIN);
+        }
+        // Every event but `Data` (sent by `send`, with its frame) is small.
+        self.send(codec::encode(&InboundRef::Worker(&event), max).expect("small"), None)
     }
 
     /// Sends an encoded event and its data frame, by the lane when open.
@@ -197,6 +209,19 @@ impl Link {
 
 /// How often the watcher looks at the running instruction.
 const WATCH_PERIOD: Duration = Duration::from_millis(10);
+
+/// A command from the dispatcher, as it came by the lane or decoded from its frames; `None`
+/// (logged) for one that does not decode.
+fn command_of(parcel: lane::Parcel, max: usize, name: &str) -> Option<WorkerCommand> {
+    match parcel {
+        lane::Parcel::Command(command) => Some(command),
+        lane::Parcel::Frames(frames) => decode_command(frames, max, name),
+        lane::Parcel::Inbound(..) => {
+            tracing::warn!(target: "gt::worker", "{name}: dropped a message by the lane that is not a command");
+            None
+        }
+    }
+}
 
 /// A command from the dispatcher, or `None` (logged) for a frame that does not decode.
 fn decode_command(frames: Vec<gt_transport::zmq::Message>, max: usize, name: &str) -> Option<WorkerCommand> {
@@ -248,8 +273,8 @@ fn watch_running(
         // The worker's thread holds the socket only to send or receive, never while it computes.
         let Ok(mut guard) = link.try_lock() else { continue };
         // (A dispatcher gone is the worker's thread's to see.)
-        while let Ok(Some(frames)) = guard.try_recv() {
-            let Some(command) = decode_command(frames, max, &name) else { continue };
+        while let Ok(Some(parcel)) = guard.try_recv() {
+            let Some(command) = command_of(parcel, max, &name) else { continue };
             if matches!(command, WorkerCommand::DropClient { client } if client == owner) {
                 watch.cancel(n, Why::ClientLeft);
             }
@@ -414,9 +439,11 @@ pub fn run_worker(
         Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),
         r => r.map_err(WorkerError::from),
     };
-    let send = |event: &WorkerEvent| -> Result<(), WorkerError> {
-        // Every message but `Data` (sent below) is small.
-        send_frames(codec::encode(&InboundRef::Worker(event), max).expect("small"), None)
+    let send = |event: WorkerEvent| -> Result<(), WorkerError> {
+        match lock().send_event(event, max) {
+            Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),
+            r => r.map_err(WorkerError::from),
+        }
     };
     // A read's answer: its type, then its data as a frame of raw bytes (its buffer lent, so
     // a client in this process takes it without a copy); a value over the message limit is
@@ -425,7 +452,7 @@ pub fn run_worker(
         let size = ty.size_bytes();
         if size > max {
             let why = format!("get: {ty} is {size} bytes, over the message limit of {max} (GT_MAX_MESSAGE_BYTES)");
-            return send(&WorkerEvent::Failed { tag, failure: Failure::new(FailureKind::Limit, why) });
+            return send(WorkerEvent::Failed { tag, failure: Failure::new(FailureKind::Limit, why) });
         }
         let head = codec::encode(&InboundRef::Worker(&WorkerEvent::Data { tag, ty: ty.clone() }), max).expect("small");
         send_frames(head, Some(HostTensor { ty, data }))
@@ -439,7 +466,7 @@ pub fn run_worker(
     let mut failed: HashSet<u64> = HashSet::new();
     // A batch's `Done` held while the read right behind it rings the client's doorbell.
     let mut held_done: Option<WorkerEvent> = None;
-    let release = |held: &mut Option<WorkerEvent>| held.take().map_or(Ok(()), |done| send(&done));
+    let release = |held: &mut Option<WorkerEvent>| held.take().map_or(Ok(()), send);
     let take =
         |command: WorkerCommand, queue: &mut VecDeque<WorkerCommand>, (dropped, failed): Clients<'_>| match command {
             WorkerCommand::DropClient { client } => {
@@ -456,11 +483,12 @@ pub fn run_worker(
             }
             let Link { sock, lane, .. } = &mut *guard;
             if queue.is_empty() {
-                let frames = if let Some(open) = lane {
+                let parcel = if let Some(open) = lane {
                     let wait = socket::LaneWait { inbox: &open.inbox, sock, messages: None };
                     // (A bounded sleep: a wake lost by a bug would cost a second, not the worker.)
                     match socket::recv_lane_waiting(&wait, None, options.spin, 1000)? {
-                        socket::Waited::Frames(frames) => Some(frames),
+                        socket::Waited::Parcel(parcel) => Some(parcel),
+                        socket::Waited::Frames(frames) => Some(lane::Parcel::Frames(frames)),
                         socket::Waited::Gone => return Err(gone()),
                         socket::Waited::Rung | socket::Waited::TimedOut => None,
                     }
@@ -471,18 +499,18 @@ pub fn run_worker(
                     if !items[0].is_readable() && items[1].is_readable() {
                         return Err(gone());
                     }
-                    Some(socket::recv_frames(sock, 0)?)
+                    Some(lane::Parcel::Frames(socket::recv_frames(sock, 0)?))
                 } else {
-                    socket::recv_waiting(sock, options.spin, -1)?
+                    socket::recv_waiting(sock, options.spin, -1)?.map(lane::Parcel::Frames)
                 };
-                if let Some(c) = frames.and_then(|frames| decode_command(frames, max, &options.name)) {
+                if let Some(c) = parcel.and_then(|parcel| command_of(parcel, max, &options.name)) {
                     take(c, &mut queue, (&mut dropped, &mut failed));
                 }
             }
             loop {
                 match guard.try_recv() {
-                    Ok(Some(frames)) => {
-                        if let Some(c) = decode_command(frames, max, &options.name) {
+                    Ok(Some(parcel)) => {
+                        if let Some(c) = command_of(parcel, max, &options.name) {
                             take(c, &mut queue, (&mut dropped, &mut failed));
                         }
                     }
@@ -498,7 +526,7 @@ pub fn run_worker(
         match cmd {
             WorkerCommand::Welcome { worker } => {
                 tracing::info!(target: "gt::worker", "{} registered as worker {worker} at {endpoint}", options.name);
-                send(&WorkerEvent::Pong { clock: clock() })?;
+                send(WorkerEvent::Pong { clock: clock() })?;
             }
             WorkerCommand::Exec { batch, mut instrs, owners, timed, exchanges, doorbell } => {
                 let start = Instant::now();
@@ -520,7 +548,7 @@ pub fn run_worker(
                 // its op): its ring goes first, then this, then the read's own event.
                 match queue.front() {
                     Some(WorkerCommand::Get { doorbell: Some(_), .. }) => held_done = Some(done),
-                    _ => send(&done)?,
+                    _ => send(done)?,
                 }
             }
             WorkerCommand::DropClient { .. } => {}
@@ -545,15 +573,15 @@ pub fn run_worker(
                 release(&mut held_done)?;
                 match answer {
                     ReadAnswer::Data(data) => send_data(tag, data)?,
-                    ReadAnswer::Rung(ty) => send(&WorkerEvent::Rung { tag, ty })?,
-                    ReadAnswer::Failed(failure) => send(&WorkerEvent::Failed { tag, failure })?,
+                    ReadAnswer::Rung(ty) => send(WorkerEvent::Rung { tag, ty })?,
+                    ReadAnswer::Failed(failure) => send(WorkerEvent::Failed { tag, failure })?,
                 }
             }
             WorkerCommand::Stats { tag } => {
                 let stats = snapshot(&options.name, &stats, backend.as_ref());
-                send(&WorkerEvent::Stats { tag, stats })?;
+                send(WorkerEvent::Stats { tag, stats })?;
             }
-            WorkerCommand::Ping => send(&WorkerEvent::Pong { clock: clock() })?,
+            WorkerCommand::Ping => send(WorkerEvent::Pong { clock: clock() })?,
             WorkerCommand::Shutdown => return Ok(()),
         }
     }
@@ -657,6 +685,10 @@ fn execute_batch(
         }
     }
     let mut taken: HashSet<usize> = HashSet::new();
+    // Untimed, one clock reading per instruction run, not two: each one's end is the next
+    // one's start (a reading costs tens of ns, as much as a tiny op's own work). Timed (for
+    // the log), each slice is read on its own, so that slices never touch.
+    let mut clock = Instant::now();
     for i in 0..instrs.len() {
         let slot = &mut instrs[i];
         let part = parts.get(&i).copied();
@@ -700,7 +732,7 @@ fn execute_batch(
             }
         }
         let op = instr.mnemonic();
-        let t0 = Instant::now();
+        let t0 = if timings.is_some() { Instant::now() } else { clock };
         let number = watch.begin(owner(i).unwrap_or(u64::MAX), t0.saturating_duration_since(epoch).as_nanos() as u64);
         // The interpreter reports bad input as errors; a panic would be a bug, and it must
         // not take the worker (and every client's values) down with it.
@@ -746,7 +778,8 @@ fn execute_batch(
         if let (Err(_), Some(ex)) = (&result, part) {
             net.abort(&exchange::group(ex));
         }
-        let dt = t0.elapsed().as_nanos() as u64;
+        clock = Instant::now();
+        let dt = clock.saturating_duration_since(t0).as_nanos() as u64;
         if let Some(t) = timings.as_deref_mut() {
             let start = t0.saturating_duration_since(epoch).as_nanos() as u64;
             t.push(Timing { index: i as u32, start, nanos: dt });

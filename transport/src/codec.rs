@@ -103,6 +103,25 @@ pub fn encode_sized<T: Serialize>(msg: &T, max: usize, data: usize) -> Result<Ve
     Ok(buf)
 }
 
+/// The bytes `msg` would take in a frame (header included), counted without keeping them:
+/// the size logs report for a message handed over by a lane, never encoded.
+pub fn encoded_len<T: Serialize>(msg: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(HEADER_LEN);
+    // (Counting cannot fail for I/O reasons, and gt's messages always serialize.)
+    let _ = rmp_serde::encode::write(&mut count, msg);
+    count.0
+}
+
 /// Literals with at least this many bytes of data travel as frames of their own after
 /// their message ([`detach_literals`]), lent so that a receiver in the same process takes
 /// them without a copy ([`crate::loan`]); smaller ones travel inside it.
@@ -256,6 +275,7 @@ mod tests {
         let bytes = encode(&msg, DEFAULT_MAX_MESSAGE_BYTES).unwrap();
         assert_eq!(&bytes[..4], &[b'G', b'T', 0, PROTOCOL_VERSION as u8]);
         assert_eq!(decode::<Request>(&bytes, DEFAULT_MAX_MESSAGE_BYTES).unwrap(), msg);
+        assert_eq!(encoded_len(&msg), bytes.len());
     }
 
     #[test]

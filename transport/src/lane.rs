@@ -1,6 +1,9 @@
 //! Lanes: how an embedded client or worker and its dispatcher hand each other messages
 //! through in-process queues instead of `inproc://` ZeroMQ, which costs a mailbox system
 //! call or two per message and per empty poll (a lane costs none while its receiver spins).
+//! The hot messages (a client's requests, the dispatcher's commands to a worker, a worker's
+//! events) go through a lane as they are ([`Parcel`]): never encoded into msgpack and decoded
+//! again, and a batch's literals stay in it, moved, not lent as frames.
 //!
 //! A peer in the dispatcher's process offers a lane ([`offer`]: its own [`Inbox`], under a
 //! random [`LaneKey`]) and names the key in its `Hello` or `Register`, sent over its socket as
@@ -19,6 +22,7 @@
 //! cannot name another's.
 
 use crate::doorbell::fresh_key;
+use crate::message::{Inbound, WorkerCommand};
 use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
@@ -28,8 +32,20 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct LaneKey(pub [u64; 2]);
 
-/// One message: its frames, as a socket would carry them.
+/// One message's frames, as a socket would carry them.
 pub type Frames = Vec<zmq::Message>;
+
+/// One message through a lane.
+#[derive(Debug, PartialEq)]
+pub enum Parcel {
+    /// Its frames, as a socket would carry them (into the dispatcher's inbox, the sender's
+    /// routing id first).
+    Frames(Frames),
+    /// A peer's message to the dispatcher, as it is: the peer's routing id and the message.
+    Inbound(Vec<u8>, Inbound),
+    /// The dispatcher's command to a worker, as it is.
+    Command(WorkerCommand),
+}
 
 /// The other end is gone (its thread ended or let go of the lane).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -44,14 +60,14 @@ struct Sleep {
 /// The receiving end of a lane; one thread at a time reads it.
 #[derive(Debug)]
 pub struct Inbox {
-    rx: Receiver<Frames>,
+    rx: Receiver<Parcel>,
     sleep: Arc<Sleep>,
 }
 
 /// A sending end of someone's [`Inbox`] (clone it for more senders).
 #[derive(Debug, Clone)]
 pub struct Outbox {
-    tx: Sender<Frames>,
+    tx: Sender<Parcel>,
     sleep: Arc<Sleep>,
 }
 
@@ -63,20 +79,20 @@ pub fn inbox() -> (Outbox, Inbox) {
 }
 
 impl Outbox {
-    /// Queues `frames`, and wakes a receiver asleep on its socket by `wake` (which sends it
+    /// Queues `parcel`, and wakes a receiver asleep on its socket by `wake` (which sends it
     /// an empty message there). A wake that cannot be sent is let go: the message is queued,
     /// and the receiver's sleep is bounded.
-    pub fn send(&self, frames: Frames, wake: impl FnOnce() -> zmq::Result<()>) -> Result<(), Gone> {
-        if self.push(frames)? {
+    pub fn send(&self, parcel: Parcel, wake: impl FnOnce() -> zmq::Result<()>) -> Result<(), Gone> {
+        if self.push(parcel)? {
             let _ = wake();
         }
         Ok(())
     }
 
-    /// Queues `frames`; `Ok(true)` when the receiver was asleep, so the caller must wake it
+    /// Queues `parcel`; `Ok(true)` when the receiver was asleep, so the caller must wake it
     /// (an empty message on its socket). Only one sender is told so per sleep.
-    pub fn push(&self, frames: Frames) -> Result<bool, Gone> {
-        self.tx.send(frames).map_err(|_| Gone)?;
+    pub fn push(&self, parcel: Parcel) -> Result<bool, Gone> {
+        self.tx.send(parcel).map_err(|_| Gone)?;
         // The message is queued before the flag is read (see `Inbox::sleep`).
         fence(Ordering::SeqCst);
         Ok(self.sleep.asleep.load(Ordering::Relaxed) && self.sleep.asleep.swap(false, Ordering::SeqCst))
@@ -85,9 +101,9 @@ impl Outbox {
 
 impl Inbox {
     /// The next message, if one is here.
-    pub fn try_recv(&self) -> Result<Option<Frames>, Gone> {
+    pub fn try_recv(&self) -> Result<Option<Parcel>, Gone> {
         match self.rx.try_recv() {
-            Ok(frames) => Ok(Some(frames)),
+            Ok(parcel) => Ok(Some(parcel)),
             Err(TryRecvError::Empty) => Ok(None),
             Err(TryRecvError::Disconnected) => Err(Gone),
         }
@@ -95,7 +111,7 @@ impl Inbox {
 
     /// Before sleeping on the socket: says so, then looks once more. A message found (one
     /// pushed before the sender could see the flag) ends the sleep before it began.
-    pub fn sleep(&self) -> Result<Option<Frames>, Gone> {
+    pub fn sleep(&self) -> Result<Option<Parcel>, Gone> {
         self.sleep.asleep.store(true, Ordering::SeqCst);
         // The flag is set before the queue is read (see `Outbox::push`).
         fence(Ordering::SeqCst);
@@ -175,20 +191,27 @@ pub fn accept(key: LaneKey, to_dispatcher: &Outbox, identity: &[u8]) -> Option<O
 
 /// The frames of one message into a lane: `head` (an encoded message) and `data` frames
 /// after it, each a ZeroMQ message as a socket would carry them, moved, not copied.
-pub fn frames(first: Option<&[u8]>, head: Vec<u8>, data: impl IntoIterator<Item = zmq::Message>) -> Frames {
+pub fn frames(first: Option<&[u8]>, head: Vec<u8>, data: impl IntoIterator<Item = zmq::Message>) -> Parcel {
     let mut frames = Vec::with_capacity(3);
     frames.extend(first.map(zmq::Message::from));
     frames.push(zmq::Message::from(head));
     frames.extend(data);
-    frames
+    Parcel::Frames(frames)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn msg(text: &str) -> Frames {
-        vec![zmq::Message::from(text.as_bytes())]
+    fn msg(text: &str) -> Parcel {
+        Parcel::Frames(vec![zmq::Message::from(text.as_bytes())])
+    }
+
+    fn frames_of(parcel: Option<Parcel>) -> Frames {
+        match parcel {
+            Some(Parcel::Frames(frames)) => frames,
+            other => panic!("expected frames, got {other:?}"),
+        }
     }
 
     #[test]
@@ -202,11 +225,17 @@ mod tests {
         let (back, identity) = offer.accepted().expect("accepted");
         assert_eq!(identity, b"peer-1");
         assert!(!to_peer.push(msg("welcome")).unwrap());
-        assert_eq!(&peer_inbox.try_recv().unwrap().unwrap()[0][..], b"welcome");
+        assert_eq!(&frames_of(peer_inbox.try_recv().unwrap())[0][..], b"welcome");
         assert!(!back.push(frames(Some(&identity), b"hi".to_vec(), [zmq::Message::from(&b"data"[..])])).unwrap());
-        let got = dispatcher_inbox.try_recv().unwrap().unwrap();
+        let got = frames_of(dispatcher_inbox.try_recv().unwrap());
         assert_eq!(got.iter().map(|f| f.to_vec()).collect::<Vec<_>>(), [&b"peer-1"[..], b"hi", b"data"]);
         assert!(peer_inbox.try_recv().unwrap().is_none());
+        // A message handed over as it is arrives as it was sent.
+        let batch = Inbound::Client(crate::message::Request::Sync { seq: 7 });
+        assert!(!back.push(Parcel::Inbound(identity.clone(), batch.clone())).unwrap());
+        assert_eq!(dispatcher_inbox.try_recv().unwrap(), Some(Parcel::Inbound(identity, batch)));
+        assert!(!to_peer.push(Parcel::Command(WorkerCommand::Ping)).unwrap());
+        assert_eq!(peer_inbox.try_recv().unwrap(), Some(Parcel::Command(WorkerCommand::Ping)));
         // A dropped offer is gone from the registry.
         let (other, _inbox) = self::offer();
         let key = other.key();
@@ -222,7 +251,7 @@ mod tests {
         assert!(out.push(msg("a")).unwrap(), "asleep: wake it");
         assert!(!second.push(msg("b")).unwrap(), "woken already");
         inbox.woke();
-        assert_eq!(&inbox.try_recv().unwrap().unwrap()[0][..], b"a");
+        assert_eq!(&frames_of(inbox.try_recv().unwrap())[0][..], b"a");
         // A message already there ends the sleep before it begins, and nobody must wake it.
         assert!(inbox.sleep().unwrap().is_some());
         assert!(!out.push(msg("c")).unwrap());

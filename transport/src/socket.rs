@@ -105,6 +105,9 @@ pub fn recv_waiting(
 pub enum Waited {
     /// A whole message.
     Frames(Vec<zmq::Message>),
+    /// A whole message, by a lane or the socket ([`recv_lane_waiting`]'s, which never
+    /// answers `Frames`).
+    Parcel(crate::lane::Parcel),
     /// The doorbell rang for the sync waited for.
     Rung,
     /// Nothing came in time.
@@ -139,8 +142,8 @@ pub fn recv_lane_waiting(
     timeout_ms: i64,
 ) -> zmq::Result<Waited> {
     let LaneWait { inbox, sock, messages } = *wait;
-    let from_inbox = |got: Result<Option<Vec<zmq::Message>>, crate::lane::Gone>| match got {
-        Ok(Some(frames)) => Some(Waited::Frames(frames)),
+    let from_inbox = |got: Result<Option<crate::lane::Parcel>, crate::lane::Gone>| match got {
+        Ok(Some(parcel)) => Some(Waited::Parcel(parcel)),
         Ok(None) => None,
         Err(crate::lane::Gone) => Some(Waited::Gone),
     };
@@ -158,7 +161,7 @@ pub fn recv_lane_waiting(
                 if messages.is_some_and(|k| turn.is_multiple_of(k.max(1))) {
                     match recv_frames(sock, zmq::DONTWAIT) {
                         Err(zmq::Error::EAGAIN) => {}
-                        got => return got.map(|f| Some(Waited::Frames(f))),
+                        got => return got.map(|f| Some(Waited::Parcel(crate::lane::Parcel::Frames(f)))),
                     }
                 }
                 if start.elapsed() >= spin {
@@ -195,7 +198,7 @@ pub fn recv_lane_waiting(
             Err(zmq::Error::EAGAIN) => return Ok(from_inbox(inbox.try_recv()).unwrap_or(Waited::TimedOut)),
             // Woken: the message is in the inbox.
             Ok(frames) if messages.is_none() && frames.iter().all(|f| f.is_empty()) => {}
-            Ok(frames) => return Ok(Waited::Frames(frames)),
+            Ok(frames) => return Ok(Waited::Parcel(crate::lane::Parcel::Frames(frames))),
             Err(e) => return Err(e),
         }
     }

@@ -274,11 +274,30 @@ impl Lanes {
     }
 }
 
-/// Sends `frames` to the peer `identity` by its lane `out`; an empty message on `router` wakes
+/// Sends `parcel` to the peer `identity` by its lane `out`; an empty message on `router` wakes
 /// it if it sleeps. A peer gone is `EHOSTUNREACH`, as the ROUTER says of one it cannot reach.
-fn send_by_lane(router: &zmq::Socket, out: &lane::Outbox, identity: &[u8], frames: lane::Frames) -> zmq::Result<()> {
+fn send_by_lane(router: &zmq::Socket, out: &lane::Outbox, identity: &[u8], parcel: lane::Parcel) -> zmq::Result<()> {
     let wake = || socket::retry(|| router.send_multipart([identity, &[][..]], zmq::DONTWAIT));
-    out.send(frames, wake).map_err(|lane::Gone| zmq::Error::EHOSTUNREACH)
+    out.send(parcel, wake).map_err(|lane::Gone| zmq::Error::EHOSTUNREACH)
+}
+
+/// A command on its way to a worker: as it is (by the worker's lane), or encoded with its
+/// large literals' data to send as frames after it.
+enum ToWorker {
+    Command(WorkerCommand),
+    Encoded(Vec<u8>, Vec<Elements>),
+}
+
+impl ToWorker {
+    /// Its size for the log: the bytes it takes, or would take encoded.
+    fn size(&self) -> usize {
+        match self {
+            ToWorker::Command(cmd) => codec::encoded_len(cmd),
+            ToWorker::Encoded(bytes, literals) => {
+                bytes.len() + literals.iter().map(Elements::size_bytes).sum::<usize>()
+            }
+        }
+    }
 }
 
 /// A running dispatcher's state; [`Dispatcher::run`] is its loop.
@@ -422,8 +441,8 @@ impl Dispatcher {
             }
             // Whether every waiting message was read (not cut off at the cap).
             let mut drained = true;
-            if let Some(frames) = self.recv_waiting(self.config.spin, timeout)? {
-                self.on_frames(frames);
+            if let Some(parcel) = self.recv_waiting(self.config.spin, timeout)? {
+                self.on_parcel(parcel);
                 self.reap();
                 drained = false;
                 for _ in 1..4096 {
@@ -431,7 +450,7 @@ impl Dispatcher {
                         break;
                     }
                     match self.try_recv()? {
-                        Some(frames) => self.on_frames(frames),
+                        Some(parcel) => self.on_parcel(parcel),
                         None => {
                             drained = true;
                             break;
@@ -455,7 +474,7 @@ impl Dispatcher {
         self.drain_workers(Duration::from_secs(1))?;
         for w in 0..self.workers.len() {
             if self.workers[w].alive {
-                self.send_worker(w, &WorkerCommand::Shutdown);
+                self.send_worker(w, WorkerCommand::Shutdown);
                 self.log_worker(EventKind::Disconnect, w, "Shutdown", 0, || "the dispatcher stops".into());
             }
         }
@@ -471,8 +490,8 @@ impl Dispatcher {
     fn drain_workers(&mut self, limit: Duration) -> Result<(), DispatcherError> {
         let deadline = Instant::now() + limit;
         // What arrived before the stop (a client's goodbye, say) is still handled.
-        while let Ok(Some(frames)) = self.try_recv() {
-            self.on_frames(frames);
+        while let Ok(Some(parcel)) = self.try_recv() {
+            self.on_parcel(parcel);
             self.reap();
         }
         for w in 0..self.workers.len() {
@@ -483,11 +502,11 @@ impl Dispatcher {
             if left.is_zero() {
                 break;
             }
-            let Some(frames) = self.recv_waiting(Duration::ZERO, left.as_millis().max(1) as i64)? else { break };
-            self.on_frames(frames);
+            let Some(parcel) = self.recv_waiting(Duration::ZERO, left.as_millis().max(1) as i64)? else { break };
+            self.on_parcel(parcel);
             self.reap();
-            while let Ok(Some(frames)) = self.try_recv() {
-                self.on_frames(frames);
+            while let Ok(Some(parcel)) = self.try_recv() {
+                self.on_parcel(parcel);
                 self.reap();
             }
         }
@@ -498,24 +517,25 @@ impl Dispatcher {
 
     /// The next message from any peer, by a lane or the socket, spinning for `spin` first;
     /// `None` after `timeout_ms`.
-    fn recv_waiting(&self, spin: Duration, timeout_ms: i64) -> Result<Option<Vec<zmq::Message>>, DispatcherError> {
+    fn recv_waiting(&self, spin: Duration, timeout_ms: i64) -> Result<Option<lane::Parcel>, DispatcherError> {
         // With peers on lanes, the socket (a system call per look) is looked at every few
         // turns of the spin; without, every turn, as before lanes.
         let every = if self.lanes.peers.is_empty() { 1 } else { 4 };
         let wait = socket::LaneWait { inbox: &self.lanes.inbox, sock: &self.router, messages: Some(every) };
         Ok(match socket::recv_lane_waiting(&wait, None, spin, timeout_ms)? {
-            socket::Waited::Frames(frames) => Some(frames),
+            socket::Waited::Parcel(parcel) => Some(parcel),
+            socket::Waited::Frames(frames) => Some(lane::Parcel::Frames(frames)),
             // (The dispatcher holds a way into its own inbox: never gone.)
             socket::Waited::TimedOut | socket::Waited::Rung | socket::Waited::Gone => None,
         })
     }
 
     /// A message already here, by a lane or the socket (the two in turn).
-    fn try_recv(&mut self) -> Result<Option<Vec<zmq::Message>>, DispatcherError> {
+    fn try_recv(&mut self) -> Result<Option<lane::Parcel>, DispatcherError> {
         let socket_first = self.lanes.socket_first;
         self.lanes.socket_first = !socket_first;
         let from_socket = |router: &zmq::Socket| match socket::recv_frames(router, zmq::DONTWAIT) {
-            Ok(frames) => Ok(Some(frames)),
+            Ok(frames) => Ok(Some(lane::Parcel::Frames(frames))),
             Err(zmq::Error::EAGAIN) => Ok(None),
             Err(e) => Err(e),
         };
@@ -524,8 +544,8 @@ impl Dispatcher {
                 return Ok(Some(frames));
             }
         }
-        if let Ok(Some(frames)) = self.lanes.inbox.try_recv() {
-            return Ok(Some(frames));
+        if let Ok(Some(parcel)) = self.lanes.inbox.try_recv() {
+            return Ok(Some(parcel));
         }
         if socket_first {
             Ok(None)
@@ -534,8 +554,24 @@ impl Dispatcher {
         }
     }
 
-    /// One message: the peer's routing id, the message, and for a worker's `Data` its data
-    /// frame (passed on to the client as it is), for a client's batch its large literals'.
+    /// One message, by a lane (as it was sent, or its frames) or the socket.
+    fn on_parcel(&mut self, parcel: lane::Parcel) {
+        match parcel {
+            lane::Parcel::Frames(frames) => self.on_frames(frames),
+            lane::Parcel::Inbound(identity, message) => {
+                // Never encoded: the log reports the bytes it would have taken.
+                let len = if self.log.active() || self.profile.is_some() { codec::encoded_len(&message) } else { 0 };
+                self.on_message(identity, Ok(message), Vec::new(), len);
+            }
+            lane::Parcel::Command(command) => {
+                tracing::warn!(target: "gt::dispatcher", "dropped a worker's command sent to the dispatcher: {command:?}");
+            }
+        }
+    }
+
+    /// One message's frames: the peer's routing id, the message, and for a worker's `Data`
+    /// its data frame (passed on to the client as it is), for a client's batch its large
+    /// literals'.
     fn on_frames(&mut self, frames: Vec<zmq::Message>) {
         if frames.first().is_some_and(|id| id.starts_with(&self.stop_key)) {
             self.stopping = true;
@@ -553,10 +589,35 @@ impl Dispatcher {
         }
         // Data frames: a read's, or a batch's large literals.
         let mut data: Vec<zmq::Message> = frames.collect();
+        let len = payload.len() + data.iter().map(|d| d.len()).sum::<usize>();
+        let mut message = codec::decode::<Inbound>(&payload, max);
+        if let Ok(Inbound::Client(Request::Batch { instrs, .. })) = &mut message {
+            // Its large literals' data, each in a frame of its own and none over the limit
+            // (the socket lets a frame of up to twice it through).
+            if let Some(size) = data.iter().map(|d| d.len()).find(|&size| size > max) {
+                let why = CodecError::TooLarge { size, max }.to_string();
+                return self.bad_message(&identity, len, format!("a literal's data frame: {why}"));
+            }
+            if let Err(e) = codec::attach_literals(instrs, std::mem::take(&mut data)) {
+                return self.bad_message(&identity, len, e.to_string());
+            }
+        }
+        self.on_message(identity, message, data, len);
+    }
+
+    /// One message from `identity` (or why it is not one), and the data frames after it:
+    /// a `Data` event's one, nothing else's.
+    fn on_message(
+        &mut self,
+        identity: Vec<u8>,
+        message: Result<Inbound, CodecError>,
+        mut data: Vec<zmq::Message>,
+        len: usize,
+    ) {
         // Handling a message cannot panic by design; should a bug make it, the peer that sent
         // the message loses its session and everyone else carries on.
-        let (len, peer) = (payload.len() + data.iter().map(|d| d.len()).sum::<usize>(), identity.clone());
-        let handled = catch_unwind(AssertUnwindSafe(|| match codec::decode::<Inbound>(&payload, max) {
+        let peer = identity.clone();
+        let handled = catch_unwind(AssertUnwindSafe(|| match message {
             Ok(Inbound::Worker(WorkerEvent::Data { tag, ty })) if data.len() == 1 => {
                 self.on_worker_data(identity, (tag, ty), data.swap_remove(0), len)
             }
@@ -565,18 +626,6 @@ impl Dispatcher {
             }
             Ok(Inbound::Worker(WorkerEvent::Data { .. })) => {
                 self.bad_message(&identity, len, "a Data message with more than one data frame".into())
-            }
-            Ok(Inbound::Client(Request::Batch { first_seq, mut instrs, lines, then })) => {
-                // Its large literals' data, each in a frame of its own and none over the limit
-                // (the socket lets a frame of up to twice it through).
-                if let Some(size) = data.iter().map(|d| d.len()).find(|&size| size > max) {
-                    let why = CodecError::TooLarge { size, max }.to_string();
-                    return self.bad_message(&identity, len, format!("a literal's data frame: {why}"));
-                }
-                match codec::attach_literals(&mut instrs, data) {
-                    Ok(()) => self.on_request(identity, Request::Batch { first_seq, instrs, lines, then }, len),
-                    Err(e) => self.bad_message(&identity, len, e.to_string()),
-                }
             }
             Ok(_) if !data.is_empty() => {
                 self.bad_message(&identity, len, "data frames after a message that has none".into())
@@ -1311,7 +1360,7 @@ impl Dispatcher {
         for o in others {
             self.flush_worker(o, barrier);
         }
-        if let Some(size) = self.send_worker(w, &WorkerCommand::Get { tag, value: buf.into(), doorbell: bell }) {
+        if let Some(size) = self.send_worker(w, WorkerCommand::Get { tag, value: buf.into(), doorbell: bell }) {
             self.log_worker(EventKind::WorkerSend, w, "Get", size, || format!("tag={tag} {buf}"));
         }
     }
@@ -1460,7 +1509,7 @@ impl Dispatcher {
             let tag = self.next_tag;
             self.next_tag += 1;
             self.stats_tags.insert(tag, (collector, w));
-            self.send_worker(w, &WorkerCommand::Stats { tag });
+            self.send_worker(w, WorkerCommand::Stats { tag });
         }
     }
 
@@ -1511,7 +1560,7 @@ impl Dispatcher {
         for &w in client.namespace.workers() {
             if self.workers[w].alive {
                 self.flush_worker(w, None);
-                self.send_worker(w, &WorkerCommand::DropClient { client: c });
+                self.send_worker(w, WorkerCommand::DropClient { client: c });
             }
         }
         let freed = client.namespace.len();
@@ -1556,7 +1605,7 @@ impl Dispatcher {
             );
             // The welcome is also the first ping (the worker answers it with a `Pong`), so its
             // clock is known to a round trip's precision from the start.
-            if self.send_worker(w, &WorkerCommand::Welcome { worker: w as u32 }).is_some() {
+            if self.send_worker(w, WorkerCommand::Welcome { worker: w as u32 }).is_some() {
                 let sent = self.log.now();
                 self.workers[w].clock.pinged(sent);
             }
@@ -1921,13 +1970,21 @@ impl Dispatcher {
         let owners = origins.iter().map(|(c, _)| *c).collect();
         let parts: Vec<(u32, u64)> = exchanges.iter().map(|ex| (ex.index, ex.id)).collect();
         let data: usize = charges.values().map(|c| c.bytes as usize).sum();
-        // Large literals go as frames of their own, lent on as they came.
+        // By a lane the batch goes as it is; else its large literals go as frames of their
+        // own, lent on as they came.
+        let by_lane = self.lanes.peers.contains_key(&self.workers[w].identity);
         let mut instrs = instrs;
-        let literals = codec::detach_literals(&mut instrs);
+        let literals = if by_lane { Vec::new() } else { codec::detach_literals(&mut instrs) };
         let framed: usize = literals.iter().map(Elements::size_bytes).sum();
         let cmd = WorkerCommand::Exec { batch: number, instrs, owners, timed, exchanges, doorbell: bell };
-        let bytes = match codec::encode_sized(&cmd, self.config.max_message_bytes, data.saturating_sub(framed)) {
-            Ok(b) => b,
+        let out = if by_lane {
+            Ok(ToWorker::Command(cmd))
+        } else {
+            let bytes = codec::encode_sized(&cmd, self.config.max_message_bytes, data.saturating_sub(framed));
+            bytes.map(|bytes| ToWorker::Encoded(bytes, literals))
+        };
+        let out = match out {
+            Ok(out) => out,
             Err(e) => {
                 // Only literal data can make a batch this large: fail each client's part.
                 let msg = Failure::new(FailureKind::Limit, format!("cannot send to worker: {e}"));
@@ -1948,12 +2005,12 @@ impl Dispatcher {
                 return;
             }
         };
-        let size = bytes.len();
+        let size = if details.is_some() { out.size() } else { 0 };
         self.charge(&charges, true);
         // Stamped before sending: the worker may start on it before the send returns.
         let sent = self.log.now();
         self.workers[w].inflight.push_back(Batch { number, origins, charges, wait, exchanges: parts, notes, sent });
-        if self.send_worker_bytes(w, bytes, literals) {
+        if self.send_worker_out(w, out) {
             if let Some(details) = details {
                 let source = format!("WORKER {}", self.workers[w].name);
                 self.log.emit_at(EventKind::WorkerSend, source, "Exec", size as u64, (sent, None), details);
@@ -2018,22 +2075,36 @@ impl Dispatcher {
     }
 
     /// Sends a small command; returns its size if the worker took it.
-    fn send_worker(&mut self, w: usize, cmd: &WorkerCommand) -> Option<usize> {
-        let bytes = codec::encode(cmd, self.config.max_message_bytes).expect("commands other than Exec are small");
-        let size = bytes.len();
-        self.send_worker_bytes(w, bytes, Vec::new()).then_some(size)
+    fn send_worker(&mut self, w: usize, cmd: WorkerCommand) -> Option<usize> {
+        let out = if self.lanes.peers.contains_key(&self.workers[w].identity) {
+            ToWorker::Command(cmd)
+        } else {
+            let bytes = codec::encode(&cmd, self.config.max_message_bytes).expect("commands other than Exec are small");
+            ToWorker::Encoded(bytes, Vec::new())
+        };
+        let size = if self.log.active() { out.size() } else { 0 };
+        self.send_worker_out(w, out).then_some(size)
     }
 
     /// Returns whether the worker took it; a worker that cannot be routed to is gone.
-    fn send_worker_bytes(&mut self, w: usize, bytes: Vec<u8>, literals: Vec<Elements>) -> bool {
+    fn send_worker_out(&mut self, w: usize, out: ToWorker) -> bool {
         let identity = &self.workers[w].identity;
-        // The encoded batch is moved to ZeroMQ, not copied, and its large literals lent.
-        let sent = match self.lanes.peers.get(identity) {
-            Some(out) => {
-                let frames = lane::frames(None, bytes, literals.into_iter().map(gt_transport::loan::frame));
-                send_by_lane(&self.router, out, identity, frames)
+        let sent = match (self.lanes.peers.get(identity), out) {
+            (Some(lane), ToWorker::Command(cmd)) => {
+                send_by_lane(&self.router, lane, identity, lane::Parcel::Command(cmd))
             }
-            None => socket::send_with_literals(&mut self.router, &[identity.as_slice()], bytes, literals),
+            // The encoded batch is moved to ZeroMQ, not copied, and its large literals lent.
+            (Some(lane), ToWorker::Encoded(bytes, literals)) => {
+                let frames = lane::frames(None, bytes, literals.into_iter().map(gt_transport::loan::frame));
+                send_by_lane(&self.router, lane, identity, frames)
+            }
+            (None, ToWorker::Encoded(bytes, literals)) => {
+                socket::send_with_literals(&mut self.router, &[identity.as_slice()], bytes, literals)
+            }
+            (None, ToWorker::Command(cmd)) => match codec::encode(&cmd, self.config.max_message_bytes) {
+                Ok(bytes) => socket::send_with_literals(&mut self.router, &[identity.as_slice()], bytes, Vec::new()),
+                Err(_) => Err(zmq::Error::EMSGSIZE),
+            },
         };
         match sent {
             Ok(()) => true,
@@ -2199,7 +2270,7 @@ impl Dispatcher {
         if now.duration_since(self.last_probe) >= self.config.probe_interval {
             self.last_probe = now;
             for w in 0..self.workers.len() {
-                if self.workers[w].alive && self.send_worker(w, &WorkerCommand::Ping).is_some() {
+                if self.workers[w].alive && self.send_worker(w, WorkerCommand::Ping).is_some() {
                     let sent = self.log.now();
                     self.workers[w].clock.pinged(sent);
                 }
