@@ -480,6 +480,33 @@ fn lanes_carry_every_message_whether_their_ends_spin_or_sleep() {
     }
 }
 
+/// A client's batch goes through its lane as it is, never encoded, yet is held to the same
+/// message limit as one sent by the socket: a literal over it fails at its instruction, named
+/// alike either way, and the client goes on.
+#[test]
+fn a_literal_over_the_message_limit_fails_alike_by_lane_and_by_socket() {
+    let mut options = ClusterOptions::embedded(1);
+    options.dispatcher.max_message_bytes = 64 << 10;
+    let c = Cluster::start(options).unwrap();
+    let mut errors = Vec::new();
+    for lane in [true, false] {
+        let options = ClientOptions { lane, max_message_bytes: 64 << 10, ..Default::default() };
+        let mut client = Client::connect_in(c.context(), c.endpoint(), options).unwrap();
+        assert_eq!(client.lane_open(), lane);
+        let n = 20_000;
+        let literal =
+            Instr::Literal { dst: ValueId(0), ty: TensorType::f32(vec![n]), data: gt::Elements::F32(vec![1.5; n]) };
+        client.submit(literal, origin("tensor")).unwrap();
+        let e = client.sync().unwrap_err();
+        assert_eq!(e.kind(), gt::transport::message::FailureKind::Limit, "{e}");
+        errors.push(e.to_string());
+        client.submit(full(1, vec![3], 2.0), origin("full")).unwrap();
+        assert_eq!(client.read(ValueId(1)).unwrap().data.to_f64(), [2.0; 3]);
+    }
+    assert_eq!(errors[0], errors[1]);
+    assert!(errors[0].contains("80000 bytes is over the limit of 65536"), "{}", errors[0]);
+}
+
 /// A client on a lane whose dispatcher stops is told so at its next wait (its lane is gone),
 /// whether it spins or sleeps; it does not hang.
 #[test]
