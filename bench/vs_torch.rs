@@ -6,7 +6,8 @@
 //! cluster (as a Rust user runs it; `GT_COMPILE=1` for the compiled rows) and PyTorch through
 //! `bench/vs_torch.py`, started once and kept running. The two sides take turns: each row
 //! runs in rounds, and in each round every gt variant of the row (a fresh cluster each) and
-//! PyTorch run their share of the repetitions, who goes first alternating, so that a noisy
+//! PyTorch run their share of the repetitions, who goes first alternating (the gt variants
+//! rotating too, with a pause after each), so that a noisy
 //! machine's drift falls on both sides of a ratio alike. Both sides run on the same inputs
 //! (`pattern`), and each row's result is checked against PyTorch's (a loss or the mean
 //! |value| of the result). Prints per row the median over rounds of each side's time, the
@@ -611,9 +612,14 @@ fn main() -> Result<()> {
             for gt_turn in if round % 2 == 0 { [true, false] } else { [false, true] } {
                 let t = Instant::now();
                 if gt_turn {
-                    for (v, (suffix, vars, _)) in variants.iter().enumerate() {
+                    // The variants take turns going first too, each after a quiet pause: the
+                    // one right after another would pay for its teardown (spinning threads).
+                    for k in 0..variants.len() {
+                        let v = (k + round) % variants.len();
+                        let (suffix, vars, _) = &variants[v];
                         phase(format!("gt {}{suffix}, round {round}", s.name));
                         row[v].push(gt_side(&share, workers, vars)?);
+                        std::thread::sleep(Duration::from_millis(20));
                     }
                     gt_s += t.elapsed().as_secs_f64();
                 } else if let Ok(py) = &mut torch {
@@ -671,7 +677,7 @@ fn main() -> Result<()> {
     let _ = writeln!(
         report,
         "rounds: each row runs {rounds} rounds; in each, every gt variant (a fresh cluster) and PyTorch run their share of \
-         the repetitions after the warm-up, who goes first alternating"
+         the repetitions after the warm-up, who goes first alternating (the gt variants in turn too, a 20 ms pause after each)"
     );
     let _ = writeln!(
         report,

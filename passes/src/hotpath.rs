@@ -332,6 +332,28 @@ impl HotPath {
         }
     }
 
+    /// The turned sequence `tokens`, its dataflow learned, when the stream's last two
+    /// stretches of its length are both it with one dataflow (what [`HotPath::observe`]
+    /// asks of a newly hot one); else `tokens` back.
+    fn turned(&self, tokens: Vec<u64>) -> Result<Hot, Vec<u64>> {
+        let (len, n) = (tokens.len(), self.recent.len());
+        if n < 2 * len {
+            return Err(tokens);
+        }
+        let last = || (n - len..n).map(|i| self.recent.get(i));
+        let before = || (n - 2 * len..n - len).map(|i| self.recent.get(i));
+        if !last().map(|s| s.token).eq(tokens.iter().copied()) || !before().map(|s| s.token).eq(tokens.iter().copied())
+        {
+            return Err(tokens);
+        }
+        let flow = dataflow(last().map(|s| (&s.results, &s.operands)));
+        if flow != dataflow(before().map(|s| (&s.results, &s.operands))) {
+            return Err(tokens);
+        }
+        let inert = (!feeds_itself(&flow, last().map(|s| s.results.len()))).then_some(0);
+        Ok(Hot { id: sequence_id(&tokens, &flow), tokens, flow: Some(flow), inert })
+    }
+
     /// Counts a sequence the first time it is hot.
     fn note_found(&mut self, id: u64) {
         if !self.found.contains(&id) {
@@ -555,14 +577,35 @@ impl StreamPass for HotPath {
             self.streamed = 0;
         }
         if let Some(mut hot) = self.hot.take() {
+            // An inert sequence cut between repetitions, or that turning would leave as it is
+            // (its tokens repeat with a period the cut is a multiple of: a loop shorter than
+            // the shortest sequence), is followed on from where the stream is; its counters
+            // catch up when the stream leaves it.
+            let tokens = &hot.tokens;
+            let unturned = |at: usize| tokens.iter().eq(tokens.iter().cycle().skip(at).take(tokens.len()));
+            if hot.inert.is_some_and(|at| at == 0 || unturned(at)) {
+                self.hot = Some(hot);
+                return;
+            }
             self.catch_up(&hot.tokens);
             // Where the stream is in the sequence (an inert one holds nothing).
             let cut = hot.inert.unwrap_or(held);
             if cut > 0 {
                 hot.tokens.rotate_left(cut);
-                hot.flow = None;
-                // Turned, an inert sequence may feed itself (across the cut): learned again.
-                hot.inert = None;
+                // Turned, an inert sequence may feed itself (across the cut): learned again,
+                // from the two turned repetitions the stream has just made when it made them
+                // (a loop that reads at every repetition, or at every other one, would
+                // otherwise hold and learn a repetition at each read, never finishing one),
+                // else from the next one.
+                hot = self.turned(hot.tokens).unwrap_or_else(|tokens| Hot {
+                    id: hot.id,
+                    tokens,
+                    flow: None,
+                    inert: None,
+                });
+                if hot.flow.is_some() {
+                    self.note_found(hot.id);
+                }
             }
             self.hot = Some(hot);
         }
@@ -876,6 +919,31 @@ mod tests {
         let stats = pass.stats();
         assert!(marked_steps >= 20 - 5, "{marked_steps} steps wrapped; {stats:?}");
         assert_eq!(stats.covered, 12 * stats.repetitions, "{stats:?}");
+    }
+
+    #[test]
+    fn a_loop_read_at_every_step_and_shorter_than_a_sequence_is_never_held() {
+        // `t.neg().item()` in a loop: a free and a neg between reads, a period of two, shorter
+        // than the shortest sequence: the sequence found spans two steps, and every other read
+        // cuts it in the middle. Turned there, it is learned from the steps already seen, so
+        // no step waits in the pass for the next (which the read would cut again).
+        let mut pass = HotPath::new(HotPathConfig::default());
+        let mut held = Vec::new();
+        for k in 0..40u32 {
+            let mut out = Emit::new("hotpath");
+            let step =
+                vec![Instr::Free { src: v(100 + k) }, Instr::Unary { op: UnaryOp::Neg, dst: v(101 + k), src: v(0) }];
+            for i in step.clone() {
+                pass.run(i, &mut out);
+            }
+            if out.len() < step.len() {
+                held.push(k);
+            }
+            pass.flush(&mut out);
+            assert_eq!(unmarked(&instrs(out)), step, "step {k}");
+        }
+        assert_eq!(pass.stats().sequences, 1, "{:?}", pass.stats());
+        assert_eq!(held, Vec::<u32>::new(), "steps held");
     }
 
     #[test]
