@@ -15,8 +15,10 @@
 //! before a repetition's first instruction and each instruction as it comes, checked
 //! against the sequence's next token and dataflow, so the worker (and the fuse pass's plan
 //! of the sequence) need not wait for the repetition to end; one that breaks off, or that a
-//! sync point cuts, gets its `hotpath_end` where it stops. Only the repetition from which a
-//! sequence learns its dataflow (the first after a sync point turned it) is held.
+//! sync point cuts, gets its `hotpath_end` where it stops. A sync point inside a repetition
+//! turns the sequence to start there; its dataflow is learned from the two turned
+//! repetitions the stream just made when it made them, else the next one, which alone is
+//! held. An inert sequence (below) that turning would not change is not turned.
 //!
 //! A hot sequence none of whose computing instructions reads what another of it computed (a
 //! loop of unrelated small ops, each result dropped) is followed but not marked: compiling it
