@@ -495,10 +495,7 @@ impl Pipeline {
             stage.pass.materialize(value, &mut emit);
             self.report(k, &mut emit);
             if !emit.items.is_empty() {
-                self.feed(k + 1, emit.items, out, None);
-                for j in k + 1..self.stages.len() {
-                    self.feed(j, Vec::new(), out, Some(seq));
-                }
+                self.feed(k + 1, emit.items, out, Some(seq));
             }
         }
     }
@@ -552,9 +549,7 @@ impl Pipeline {
     /// Flushes every pass in order (for the sync point `seq`): what one pass releases still
     /// goes through the later ones.
     pub fn flush(&mut self, seq: u64, out: &mut Vec<Emitted>) {
-        for k in 0..self.stages.len() {
-            self.feed(k, Vec::new(), out, Some(seq));
-        }
+        self.feed(0, Vec::new(), out, Some(seq));
     }
 
     /// Tells every pass that no more input is waiting ([`StreamPass::idle`]); what they
@@ -603,8 +598,11 @@ impl Pipeline {
         }
     }
 
-    /// Feeds `items` to stage `from` (flushing it first for the sync point `flush`), and
-    /// what it emits through the stages after it.
+    /// Feeds `items` to stage `from`, and what it emits through the stages after it; for the
+    /// sync point `flush`, each of those stages is flushed after what it took. One walk down
+    /// the stages, in which every stage sees what it would see if each one were flushed in
+    /// turn (what the earlier ones held, then its own flush), so a flush costs one visit per
+    /// stage instead of one per pair of stages.
     fn feed(&mut self, from: usize, mut items: Vec<Emitted>, out: &mut Vec<Emitted>, flush: Option<u64>) {
         for k in from..self.stages.len() {
             let stage = &mut self.stages[k];
@@ -613,10 +611,6 @@ impl Pipeline {
             }
             let mut emit = Emit::new(stage.pass.name());
             emit.items = self.spare.pop().unwrap_or_default();
-            if let (Some(seq), true) = (flush, k == from) {
-                emit.take_next(Meta::client(seq));
-                stage.pass.flush(&mut emit);
-            }
             let taken = stage.pass.pass_through(&items);
             if taken == items.len() && emit.items.is_empty() {
                 // The whole batch goes on as it came.
@@ -628,6 +622,10 @@ impl Pipeline {
                     emit.take_next(meta);
                     stage.pass.run(instr, &mut emit);
                 }
+            }
+            if let Some(seq) = flush {
+                emit.take_next(Meta::client(seq));
+                stage.pass.flush(&mut emit);
             }
             self.report(k, &mut emit);
             self.spare.push(std::mem::replace(&mut items, std::mem::take(&mut emit.items)));
