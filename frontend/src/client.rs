@@ -432,7 +432,7 @@ impl Client {
         let max = self.options.max_message_bytes;
         // By a lane, the batch goes as it is, literals in it; no frame carries it, but a
         // literal over the limit is refused alike.
-        if let Lane::Open { out, identity, .. } = &self.lane {
+        if let Lane::Open { identity, .. } = &self.lane {
             let too_large = instrs.iter().find_map(|i| match i {
                 Instr::Literal { data, .. } if data.size_bytes() > max => Some(data.size_bytes()),
                 _ => None,
@@ -446,11 +446,8 @@ impl Client {
                 return Ok(false);
             }
             let batch = Inbound::Client(Request::Batch { first_seq, instrs, lines, then });
-            let wake = || socket::retry(|| self.socket.send(&[][..], zmq::DONTWAIT));
-            return match out.send(lane::Parcel::Inbound(identity.clone(), batch), wake) {
-                Ok(()) => Ok(then.is_some()),
-                Err(lane::Gone) => Err(self.disconnected()),
-            };
+            let parcel = lane::Parcel::Inbound(identity.clone(), batch);
+            return self.send_parcel(parcel).map(|()| then.is_some());
         }
         // Large literals leave as frames of their own (lent: an in-process dispatcher takes
         // them without a copy); the message carries the rest.
@@ -693,10 +690,9 @@ impl Client {
     /// Sends `req` (a batch goes through `send_buffer`, with its literal frames), by the
     /// lane as it is when the lane is open.
     fn send(&mut self, req: &Request) -> Result<(), ClientError> {
-        if let Lane::Open { out, identity, .. } = &self.lane {
-            let wake = || socket::retry(|| self.socket.send(&[][..], zmq::DONTWAIT));
+        if let Lane::Open { identity, .. } = &self.lane {
             let parcel = lane::Parcel::Inbound(identity.clone(), Inbound::Client(req.clone()));
-            return out.send(parcel, wake).map_err(|lane::Gone| self.disconnected());
+            return self.send_parcel(parcel);
         }
         let bytes = codec::encode(&InboundRef::Client(req), self.options.max_message_bytes)?;
         self.send_frames(bytes, Vec::new())
@@ -705,10 +701,9 @@ impl Client {
     /// Sends an encoded message and its literals' data frames (lent: an in-process
     /// dispatcher takes them without a copy), by the lane when it is open.
     fn send_frames(&mut self, head: Vec<u8>, literals: Vec<Elements>) -> Result<(), ClientError> {
-        if let Lane::Open { out, identity, .. } = &self.lane {
+        if let Lane::Open { identity, .. } = &self.lane {
             let frames = lane::frames(Some(identity), head, literals.into_iter().map(loan::frame));
-            let wake = || socket::retry(|| self.socket.send(&[][..], zmq::DONTWAIT));
-            return out.send(frames, wake).map_err(|lane::Gone| self.disconnected());
+            return self.send_parcel(frames);
         }
         // Never block: a send can only wait when the dispatcher is gone (an in-process one
         // that stopped); connected sockets queue without limit.
@@ -716,6 +711,16 @@ impl Client {
             Err(zmq::Error::EAGAIN) => Err(ClientError::Disconnected(self.endpoint.clone())),
             r => Ok(r?),
         }
+    }
+
+    /// Sends a message by the open lane, waking the dispatcher through the socket if it
+    /// sleeps (no open lane: the dispatcher cannot be reached by one).
+    fn send_parcel(&mut self, parcel: lane::Parcel) -> Result<(), ClientError> {
+        let sent = match &self.lane {
+            Lane::Open { out, .. } => out.send(parcel, || socket::retry(|| self.socket.send(&[][..], zmq::DONTWAIT))),
+            _ => Err(lane::Gone),
+        };
+        sent.map_err(|lane::Gone| self.disconnected())
     }
 
     /// Receives one reply; a `Data` reply's data frame is kept for [`Client::read`].
@@ -790,7 +795,6 @@ impl gt_ir::Executor for Client {
     }
 }
 
-/// A reply's kind, for errors.
 /// A dispatcher's message by the lane: its frames (the dispatcher sends a client nothing
 /// else; anything else is dropped, logged).
 fn frames_of(parcel: lane::Parcel) -> Option<Vec<zmq::Message>> {
@@ -803,6 +807,7 @@ fn frames_of(parcel: lane::Parcel) -> Option<Vec<zmq::Message>> {
     }
 }
 
+/// A reply's kind, for errors.
 fn reply_kind(reply: &Reply) -> &'static str {
     match reply {
         Reply::Welcome { .. } => "Welcome",

@@ -179,13 +179,18 @@ impl Link {
         }
     }
 
+    /// Sends a message by the open lane `open`, waking the dispatcher through the socket if
+    /// it sleeps (a dispatcher gone is `EAGAIN`, as for a send by the socket).
+    fn push(sock: &gt_transport::zmq::Socket, open: &OpenLane, parcel: lane::Parcel) -> gt_transport::zmq::Result<()> {
+        let wake = || socket::retry(|| sock.send(&[][..], gt_transport::zmq::DONTWAIT));
+        open.out.send(parcel, wake).map_err(|lane::Gone| gt_transport::zmq::Error::EAGAIN)
+    }
+
     /// Sends an event, by the lane as it is when open, else encoded.
     fn send_event(&mut self, event: WorkerEvent, max: usize) -> gt_transport::zmq::Result<()> {
-        use gt_transport::zmq::{Error, DONTWAIT};
         if let Some(open) = &self.lane {
             let parcel = lane::Parcel::Inbound(open.identity.clone(), Inbound::Worker(event));
-            let wake = || socket::retry(|| self.sock.send(&[][..], DONTWAIT));
-            return open.out.send(parcel, wake).map_err(|lane::Gone| Error::EAGAIN);
+            return Link::push(&self.sock, open, parcel);
         }
         // Every event but `Data` (sent by `send`, with its frame) is small.
         self.send(codec::encode(&InboundRef::Worker(&event), max).expect("small"), None)
@@ -193,11 +198,10 @@ impl Link {
 
     /// Sends an encoded event and its data frame, by the lane when open.
     fn send(&mut self, head: Vec<u8>, data: Option<HostTensor>) -> gt_transport::zmq::Result<()> {
-        use gt_transport::zmq::{Error, DONTWAIT, SNDMORE};
+        use gt_transport::zmq::{DONTWAIT, SNDMORE};
         if let Some(open) = &self.lane {
             let frames = lane::frames(Some(&open.identity), head, data.map(|d| loan::frame(d.data)));
-            let wake = || socket::retry(|| self.sock.send(&[][..], DONTWAIT));
-            return open.out.send(frames, wake).map_err(|lane::Gone| Error::EAGAIN);
+            return Link::push(&self.sock, open, frames);
         }
         match data {
             None => socket::retry(|| self.sock.send(&head[..], DONTWAIT)),
@@ -435,16 +439,12 @@ pub fn run_worker(
     // a blocking send would wait forever.
     let gone = || WorkerError::DispatcherGone(endpoint.clone());
     // (Sent from a slice so that a send a signal interrupted can be made again.)
-    let send_frames = |head: Vec<u8>, data: Option<HostTensor>| match lock().send(head, data) {
+    let sent = |r: gt_transport::zmq::Result<()>| match r {
         Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),
         r => r.map_err(WorkerError::from),
     };
-    let send = |event: WorkerEvent| -> Result<(), WorkerError> {
-        match lock().send_event(event, max) {
-            Err(gt_transport::zmq::Error::EAGAIN) => Err(gone()),
-            r => r.map_err(WorkerError::from),
-        }
-    };
+    let send_frames = |head: Vec<u8>, data: Option<HostTensor>| sent(lock().send(head, data));
+    let send = |event: WorkerEvent| sent(lock().send_event(event, max));
     // A read's answer: its type, then its data as a frame of raw bytes (its buffer lent, so
     // a client in this process takes it without a copy); a value over the message limit is
     // a failure named to the client.

@@ -103,10 +103,9 @@ pub fn recv_waiting(
 
 /// What [`recv_waiting_or_rung`] ended with.
 pub enum Waited {
-    /// A whole message.
+    /// A whole message, by the socket.
     Frames(Vec<zmq::Message>),
-    /// A whole message, by a lane or the socket ([`recv_lane_waiting`]'s, which never
-    /// answers `Frames`).
+    /// A whole message by a lane ([`recv_lane_waiting`]).
     Parcel(crate::lane::Parcel),
     /// The doorbell rang for the sync waited for.
     Rung,
@@ -161,7 +160,7 @@ pub fn recv_lane_waiting(
                 if messages.is_some_and(|k| turn.is_multiple_of(k.max(1))) {
                     match recv_frames(sock, zmq::DONTWAIT) {
                         Err(zmq::Error::EAGAIN) => {}
-                        got => return got.map(|f| Some(Waited::Parcel(crate::lane::Parcel::Frames(f)))),
+                        got => return got.map(|f| Some(Waited::Frames(f))),
                     }
                 }
                 if start.elapsed() >= spin {
@@ -198,7 +197,7 @@ pub fn recv_lane_waiting(
             Err(zmq::Error::EAGAIN) => return Ok(from_inbox(inbox.try_recv()).unwrap_or(Waited::TimedOut)),
             // Woken: the message is in the inbox.
             Ok(frames) if messages.is_none() && frames.iter().all(|f| f.is_empty()) => {}
-            Ok(frames) => return Ok(Waited::Parcel(crate::lane::Parcel::Frames(frames))),
+            Ok(frames) => return Ok(Waited::Frames(frames)),
             Err(e) => return Err(e),
         }
     }

@@ -281,8 +281,8 @@ fn send_by_lane(router: &zmq::Socket, out: &lane::Outbox, identity: &[u8], parce
     out.send(parcel, wake).map_err(|lane::Gone| zmq::Error::EHOSTUNREACH)
 }
 
-/// A command on its way to a worker: as it is (by the worker's lane), or encoded with its
-/// large literals' data to send as frames after it.
+/// A command on its way to a worker: as it is (by the worker's lane, or encoded on the way
+/// to one without), or encoded with its large literals' data to send as frames after it.
 enum ToWorker {
     Command(WorkerCommand),
     Encoded(Vec<u8>, Vec<Elements>),
@@ -2076,12 +2076,7 @@ impl Dispatcher {
 
     /// Sends a small command; returns its size if the worker took it.
     fn send_worker(&mut self, w: usize, cmd: WorkerCommand) -> Option<usize> {
-        let out = if self.lanes.peers.contains_key(&self.workers[w].identity) {
-            ToWorker::Command(cmd)
-        } else {
-            let bytes = codec::encode(&cmd, self.config.max_message_bytes).expect("commands other than Exec are small");
-            ToWorker::Encoded(bytes, Vec::new())
-        };
+        let out = ToWorker::Command(cmd);
         let size = if self.log.active() { out.size() } else { 0 };
         self.send_worker_out(w, out).then_some(size)
     }
@@ -2101,10 +2096,12 @@ impl Dispatcher {
             (None, ToWorker::Encoded(bytes, literals)) => {
                 socket::send_with_literals(&mut self.router, &[identity.as_slice()], bytes, literals)
             }
-            (None, ToWorker::Command(cmd)) => match codec::encode(&cmd, self.config.max_message_bytes) {
-                Ok(bytes) => socket::send_with_literals(&mut self.router, &[identity.as_slice()], bytes, Vec::new()),
-                Err(_) => Err(zmq::Error::EMSGSIZE),
-            },
+            // (An `Exec` to a worker without a lane comes encoded, by `flush_worker`.)
+            (None, ToWorker::Command(cmd)) => {
+                let bytes =
+                    codec::encode(&cmd, self.config.max_message_bytes).expect("commands other than Exec are small");
+                socket::send_with_literals(&mut self.router, &[identity.as_slice()], bytes, Vec::new())
+            }
         };
         match sent {
             Ok(()) => true,
