@@ -111,7 +111,14 @@ pub enum PassError {
 #[derive(Debug, Default)]
 pub struct StreamTypes {
     types: HashMap<ValueId, (Arc<[TensorType]>, u32)>,
+    /// The result types [`StreamTypes::admit`] allocated last, newest first: a loop makes
+    /// the same few over and over, and taking one again costs a compare instead of an
+    /// allocation now and a free when its last instruction is gone.
+    recent: Vec<Arc<[TensorType]>>,
 }
+
+/// How many shared result types [`StreamTypes::admit`] keeps for reuse.
+const RECENT_TYPES: usize = 8;
 
 impl StreamTypes {
     /// Types `instr` against the stream so far and records what it defines and frees; an
@@ -119,8 +126,7 @@ impl StreamTypes {
     pub fn admit(&mut self, instr: &Instr) -> Result<Arc<[TensorType]>, TypeError> {
         match self.infer(instr) {
             Ok(results) => {
-                // Moved into the allocation the results share (their shapes are not copied).
-                let results: Arc<[TensorType]> = results.into_iter().collect();
+                let results = self.shared(results);
                 self.record_shared(instr, &results);
                 Ok(results)
             }
@@ -131,6 +137,21 @@ impl StreamTypes {
                 Err(e)
             }
         }
+    }
+
+    /// `results` as a shared allocation: one of the recent ones when equal (moved to the
+    /// front), else a new one (moved into it: the shapes are not copied) in front.
+    fn shared(&mut self, results: gt_ir::verify::shape::ResultTypes) -> Arc<[TensorType]> {
+        if let Some(k) = self.recent.iter().position(|r| r[..] == results[..]) {
+            self.recent[..=k].rotate_right(1);
+            return self.recent[0].clone();
+        }
+        let fresh: Arc<[TensorType]> = results.into_iter().collect();
+        if self.recent.len() == RECENT_TYPES {
+            self.recent.pop();
+        }
+        self.recent.insert(0, fresh.clone());
+        fresh
     }
 
     /// Types `instr` against the stream so far, recording nothing.
@@ -630,7 +651,12 @@ impl Pipeline {
             self.report(k, &mut emit);
             self.spare.push(std::mem::replace(&mut items, std::mem::take(&mut emit.items)));
         }
-        out.append(&mut items);
+        if out.is_empty() {
+            // The whole output moves as one buffer, not instruction by instruction.
+            std::mem::swap(out, &mut items);
+        } else {
+            out.append(&mut items);
+        }
         self.spare.push(items);
         // A burst's buffers are kept, not its peak: a few, each no larger than a batch.
         self.spare.truncate(SPARE_BUFFERS);

@@ -1244,10 +1244,7 @@ impl Dispatcher {
             };
             let part = Instr::Collective { dsts: mine.iter().map(|&i| bufs[i].into()).collect(), op, srcs: local_srcs };
             let ty = mine.first().map(|&i| types[i].clone());
-            let part_facts = match keep {
-                Keep::Nothing => Facts::default(),
-                _ => part_facts(&instr, &whole, &mine, rank),
-            };
+            let part_facts = whole.as_ref().map(|whole| part_facts(&instr, whole, &mine, rank));
             let ex = Exchange { index: 0, id, rank: rank as u32, root: 0, peers: peers.clone(), ty };
             self.workers[w].queue_exchange(part, ex, (c, seq), part_facts);
         }
@@ -1293,7 +1290,7 @@ impl Dispatcher {
     }
 
     /// Queues an instruction for worker `w`; a full batch leaves at once.
-    fn push(&mut self, w: usize, instr: Instr, origin: (u64, u64), facts: Facts) {
+    fn push(&mut self, w: usize, instr: Instr, origin: (u64, u64), facts: Option<Facts>) {
         self.workers[w].queue(instr, origin, facts);
         self.flush_if_full(w);
     }
@@ -1952,6 +1949,9 @@ impl Dispatcher {
         let timed = self.timing();
         let details = self.log.active().then(|| batch_details(number, &instrs));
         let notes = timed.then(|| {
+            // Instructions queued before timing began have no facts.
+            let mut facts = facts;
+            facts.resize_with(instrs.len(), Facts::default);
             let notes = instrs.iter().zip(facts);
             let mut notes: Vec<ExecNote> = notes
                 .map(|(i, facts)| ExecNote { op: i.mnemonic(), facts, text: print_instr(i), exchange: None })
@@ -2460,17 +2460,17 @@ enum Keep {
 
 /// What `keep` asks of an instruction in the client's ids: its result types `types`, and for
 /// a profile its operand types (looked up in `ns`), cost and structure hash.
-fn facts(keep: Keep, instr: &Instr, types: &[TensorType], ns: &Namespace) -> Facts {
+fn facts(keep: Keep, instr: &Instr, types: &[TensorType], ns: &Namespace) -> Option<Facts> {
     let hotpath = match keep {
-        Keep::Nothing => return Facts::default(),
-        Keep::Types => return Facts { types: types.to_vec(), ..Facts::default() },
+        Keep::Nothing => return None,
+        Keep::Types => return Some(Facts { types: types.to_vec(), ..Facts::default() }),
         Keep::Profile { hotpath } => hotpath,
     };
     let inputs: Vec<TensorType> = instr.operands().iter().filter_map(|&v| ns.type_of(v).cloned()).collect();
     let cost = gt_ir::cost::cost(instr, &inputs, types);
     let shapes: String = inputs.iter().map(|t| format!("{t};")).collect();
     let hash = gt_ir::structure::structure_hash(instr, shapes.as_bytes());
-    Facts { types: types.to_vec(), inputs, cost, hash, hotpath }
+    Some(Facts { types: types.to_vec(), inputs, cost, hash, hotpath })
 }
 
 /// Participant `rank`'s part of `collective` (whose facts are `whole`): the operand it holds

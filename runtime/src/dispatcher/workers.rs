@@ -35,6 +35,8 @@ pub(super) struct Batch {
 pub(super) struct Queued {
     pub instrs: Vec<Instr>,
     pub origins: Vec<(u64, u64)>,
+    /// Empty while nothing is kept (no cost per instruction then); else one per instruction
+    /// (defaults for those queued before facts were kept, and for frees).
     pub facts: Vec<Facts>,
     /// The instructions that are parts of collectives across workers (`index` into `instrs`:
     /// a queue only ever leaves whole, so the index is the batch's).
@@ -42,6 +44,21 @@ pub(super) struct Queued {
     /// How many of `instrs` are literals that travel as frames of their own: a batch leaves
     /// before it holds more than one message carries.
     pub literal_frames: usize,
+}
+
+impl Queued {
+    /// Keeps the facts of the instruction about to be queued: `None` (nothing kept, or a
+    /// free) costs nothing until some instruction's facts are kept.
+    fn keep(&mut self, facts: Option<Facts>) {
+        match facts {
+            Some(facts) => {
+                self.facts.resize_with(self.instrs.len(), Facts::default);
+                self.facts.push(facts);
+            }
+            None if !self.facts.is_empty() => self.facts.push(Facts::default()),
+            None => {}
+        }
+    }
 }
 
 /// What an EXEC event says of an instruction besides its timing.
@@ -98,17 +115,17 @@ impl Worker {
     }
 
     /// Queues an instruction (already in this worker's buffer ids) for the next batch.
-    pub fn queue(&mut self, instr: Instr, origin: (u64, u64), facts: Facts) {
+    pub fn queue(&mut self, instr: Instr, origin: (u64, u64), facts: Option<Facts>) {
         debug_assert!(!matches!(instr, Instr::Free { .. }), "frees go through queue_free");
         self.pending.literal_frames += usize::from(gt_transport::codec::is_detached_literal(&instr));
+        self.pending.keep(facts);
         self.pending.instrs.push(instr);
         self.pending.origins.push(origin);
-        self.pending.facts.push(facts);
     }
 
     /// Queues its part of a collective across workers (in its buffer ids); `ex.index` is
     /// set here.
-    pub fn queue_exchange(&mut self, instr: Instr, mut ex: Exchange, origin: (u64, u64), facts: Facts) {
+    pub fn queue_exchange(&mut self, instr: Instr, mut ex: Exchange, origin: (u64, u64), facts: Option<Facts>) {
         ex.index = u32::try_from(self.pending.instrs.len()).unwrap_or(u32::MAX);
         self.pending.exchanges.push(ex);
         self.queue(instr, origin, facts);
@@ -118,9 +135,9 @@ impl Worker {
     /// stream in order).
     pub fn queue_free(&mut self, buf: Buffer, origin: (u64, u64)) {
         self.free_bufs.push(buf);
+        self.pending.keep(None);
         self.pending.instrs.push(Instr::Free { src: buf.into() });
         self.pending.origins.push(origin);
-        self.pending.facts.push(Facts::default());
     }
 
     pub fn alloc(&mut self) -> Buffer {
@@ -139,10 +156,11 @@ impl Worker {
         // The next queue sized as this one was: a burst of small ops fills it without the
         // copies of doubling (bounded, so one large batch does not stay reserved).
         let size = self.pending.instrs.len().min(4096);
+        let facts = if self.pending.facts.is_empty() { 0 } else { size };
         let next = Queued {
             instrs: Vec::with_capacity(size),
             origins: Vec::with_capacity(size),
-            facts: Vec::with_capacity(size),
+            facts: Vec::with_capacity(facts),
             exchanges: Vec::new(),
             literal_frames: 0,
         };
