@@ -249,7 +249,29 @@ pub(super) fn charges(instrs: &[Instr], origins: &[(u64, u64)]) -> HashMap<u64, 
 
 #[cfg(test)]
 mod tests {
-    use super::Clock;
+    use super::{Clock, Facts, Queued};
+    use gt_ir::{Instr, TensorType, ValueId};
+
+    /// A queue keeps no facts while none are given, and one per instruction from the first
+    /// given on (defaults for those before it and for the rest without), so that a log
+    /// starting mid-batch still finds each instruction's facts at its index.
+    #[test]
+    fn facts_cost_nothing_until_kept_and_then_follow_the_instructions() {
+        let mut q = Queued::default();
+        let zeros = |n: u32| Instr::Zeros { dst: ValueId(n), ty: TensorType::f32(vec![1]) };
+        let push = |q: &mut Queued, n: u32, facts: Option<Facts>| {
+            q.keep(facts);
+            q.instrs.push(zeros(n));
+        };
+        push(&mut q, 0, None);
+        push(&mut q, 1, None);
+        assert!(q.facts.is_empty());
+        let kept = Facts { hash: 7, ..Facts::default() };
+        push(&mut q, 2, Some(kept));
+        push(&mut q, 3, None);
+        let hashes: Vec<u64> = q.facts.iter().map(|f| f.hash).collect();
+        assert_eq!(hashes, [0, 0, 7, 0]);
+    }
 
     #[test]
     fn the_clock_keeps_the_sample_with_the_shortest_round_trip() {
