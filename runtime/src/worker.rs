@@ -150,7 +150,38 @@ struct Stats {
     skipped: u64,
     /// Instructions cancelled while they ran.
     cancelled: u64,
-    ops: HashMap<&'static str, (u64, u64)>,
+    ops: OpCounters,
+}
+
+/// Each op's count and nanoseconds, by the op's name. A worker runs a few dozen ops at
+/// most, and its mnemonics are static strings: a look by address over a short list costs a
+/// few ns per instruction, where hashing the name cost tens.
+#[derive(Debug, Default)]
+struct OpCounters(Vec<(&'static str, (u64, u64))>);
+
+impl OpCounters {
+    fn entry(&mut self, op: &'static str) -> &mut (u64, u64) {
+        let k = match self.0.iter().position(|(name, _)| std::ptr::eq(*name, op)) {
+            Some(k) => k,
+            // The same name at another address (another crate's copy of the literal).
+            None => match self.0.iter().position(|(name, _)| *name == op) {
+                Some(k) => k,
+                None => {
+                    self.0.push((op, (0, 0)));
+                    self.0.len() - 1
+                }
+            },
+        };
+        &mut self.0[k].1
+    }
+
+    fn get(&self, op: &str) -> Option<&(u64, u64)> {
+        self.0.iter().find(|(name, _)| *name == op).map(|(_, counts)| counts)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&'static str, &(u64, u64))> {
+        self.0.iter().map(|(name, counts)| (*name, counts))
+    }
 }
 
 /// The worker's socket to the dispatcher, and the commands the watcher read from it while
@@ -695,7 +726,7 @@ fn execute_batch(
         if taken.contains(&i) {
             // Its value went with the collective before it: run, in no time.
             stats.instructions += 1;
-            stats.ops.entry(slot.mnemonic()).or_default().0 += 1;
+            stats.ops.entry(slot.mnemonic()).0 += 1;
             if let Some(t) = timings.as_deref_mut() {
                 let start = Instant::now().saturating_duration_since(epoch).as_nanos() as u64;
                 t.push(Timing { index: i as u32, start, nanos: 0 });
@@ -784,7 +815,7 @@ fn execute_batch(
             let start = t0.saturating_duration_since(epoch).as_nanos() as u64;
             t.push(Timing { index: i as u32, start, nanos: dt });
         }
-        let entry = stats.ops.entry(op).or_default();
+        let entry = stats.ops.entry(op);
         entry.0 += 1;
         entry.1 += dt;
         stats.instructions += 1;
@@ -1061,7 +1092,7 @@ mod tests {
                         assert_eq!(w.backend.read(v(1)).unwrap().data, Elements::F32(vec![3.0; n]));
                         if freed {
                             // The result alone is left, and the free counted as run.
-                            assert_eq!((w.backend.live_values(), w.stats.ops["free"].0), (1, 1));
+                            assert_eq!((w.backend.live_values(), w.stats.ops.get("free").map_or(0, |c| c.0)), (1, 1));
                             assert!(bytes < operand_bytes, "{bytes} bytes allocated: the operand was copied");
                         } else {
                             // Kept for later: read out, a copy (what the check above would miss).
