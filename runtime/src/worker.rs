@@ -175,6 +175,7 @@ impl OpCounters {
         &mut self.0[k].1
     }
 
+    #[cfg(test)]
     fn get(&self, op: &str) -> Option<&(u64, u64)> {
         self.0.iter().find(|(name, _)| *name == op).map(|(_, counts)| counts)
     }
