@@ -123,6 +123,16 @@ impl Interpreter {
             }
             self.settle(instr);
         }
+        if let Instr::Free { src } = *instr {
+            // Nothing to type, check or compute (half of a loop of small ops' instructions).
+            return match self.values.remove(&src) {
+                Some(gone) => {
+                    self.let_go(gone);
+                    Ok(None)
+                }
+                None => Err(RuntimeError::Undefined { op: instr.mnemonic(), value: src }),
+            };
+        }
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
         self.admit(&instr, &types)?;
         if let Instr::Transpose { dst, src, .. } = &*instr {
@@ -140,11 +150,6 @@ impl Interpreter {
             }
         }
         let results = self.compute(&instr, &types)?;
-        if let Instr::Free { src } = &*instr {
-            if let Some(gone) = self.values.remove(src) {
-                self.let_go(gone);
-            }
-        }
         for (dst, value) in instr.results().into_iter().zip(results) {
             self.define(dst, value);
         }
