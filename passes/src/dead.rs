@@ -54,7 +54,9 @@ pub struct DeadStats {
 #[derive(Debug, Default)]
 pub struct Dead {
     config: DeadConfig,
-    region: Vec<Option<(Instr, Meta)>>,
+    region: Vec<(Instr, Meta)>,
+    /// Scratch: the region's slots while frees are moved (each emptied as it is emitted).
+    slots: Vec<Option<(Instr, Meta)>>,
     stats: DeadStats,
     /// Scratch: each value's last touch in the region.
     last_touch: HashMap<ValueId, usize>,
@@ -78,13 +80,11 @@ impl Dead {
             return;
         }
         self.stats.regions += 1;
-        // Each instruction leaves the region once, moved (not cloned); the buffer is kept.
-        let mut region = std::mem::take(&mut self.region);
         // `after[k]`: the frees that go right after instruction k; `first`: before all.
         let mut after: HashMap<usize, Vec<usize>> = HashMap::new();
         let mut first: Vec<usize> = Vec::new();
         self.last_touch.clear();
-        for (k, (instr, _)) in region.iter().flatten().enumerate() {
+        for (k, (instr, _)) in self.region.iter().enumerate() {
             if let Instr::Free { src } = instr {
                 let to = self.last_touch.get(src).copied();
                 let overtaken = to.map_or(k, |t| k - t - 1) as u64;
@@ -105,8 +105,16 @@ impl Dead {
                 self.last_touch.insert(v, k);
             });
         }
+        if first.is_empty() && after.is_empty() {
+            // Nothing moves (a loop of small ops frees each result right after its use): the
+            // region goes on as it came, as one buffer.
+            return out.keep_all(&mut self.region);
+        }
+        // Each instruction leaves the region once, moved (not cloned); the buffers are kept.
         // A moved free is still the client's instruction: it keeps its origin. It leaves its
         // slot empty, so reaching the slot later emits nothing.
+        let mut region = std::mem::take(&mut self.slots);
+        region.extend(self.region.drain(..).map(Some));
         let emit = |out: &mut Emit, item: &mut Option<(Instr, Meta)>| {
             if let Some((instr, origin)) = item.take() {
                 out.keep_from(instr, origin);
@@ -124,7 +132,7 @@ impl Dead {
             }
         }
         region.clear();
-        self.region = region;
+        self.slots = region;
     }
 }
 
@@ -143,7 +151,11 @@ impl StreamPass for Dead {
         if matches!(instr, Instr::Free { .. }) {
             self.stats.frees += 1;
         }
-        self.region.push(Some((instr, out.take_meta())));
+        if self.region.is_empty() {
+            // A region handed on whole leaves another buffer: sized once, not grown by doubling.
+            self.region.reserve(self.config.window.min(1024));
+        }
+        self.region.push((instr, out.take_meta()));
         if self.region.len() >= self.config.window {
             self.release(out);
         }
@@ -279,5 +291,28 @@ mod tests {
         p.flush(13, &mut out);
         let seqs: Vec<(u64, Option<&str>)> = out.iter().map(|(_, o)| (o.seq, o.injected_by)).collect();
         assert_eq!(seqs, vec![(10, None), (12, None), (11, None)]);
+    }
+
+    #[test]
+    fn a_region_where_nothing_moves_goes_on_whole_with_its_origins() {
+        // A loop of small ops freeing each result at once, over windows that fill (window 4,
+        // so regions end mid-batch and one region's output follows another's in one emit).
+        let mut p = crate::Pipeline::new();
+        p.push(Box::new(Dead::new(DeadConfig { window: 4 })));
+        let x = ValueId(0);
+        let mut input = vec![(Instr::Zeros { dst: x, ty: gt_ir::TensorType::f32(vec![1]) }, 100)];
+        for k in 1..=20u32 {
+            let dst = ValueId(k);
+            input.push((Instr::Unary { dst, op: gt_ir::UnaryOp::Neg, src: x }, 100 + 2 * k as u64 - 1));
+            input.push((Instr::Free { src: dst }, 100 + 2 * k as u64));
+        }
+        let mut out = Vec::new();
+        p.run_many(input.clone(), &mut out);
+        p.flush(200, &mut out);
+        let got: Vec<(Instr, u64)> = out.into_iter().map(|(i, m)| (i, m.seq)).collect();
+        assert_eq!(got, input);
+        let stats = p.stats();
+        let dead: std::collections::HashMap<_, _> = stats[0].1.iter().copied().collect();
+        assert_eq!((dead["frees_moved"], dead["regions"]), (0, 11));
     }
 }

@@ -332,7 +332,7 @@ impl Fuse {
     /// forgets what it frees; `false` when it does not type (the dispatcher will report it).
     fn track(&mut self, instr: &Instr, typing: &Typing) -> bool {
         match typing {
-            Some(Ok(results)) => self.types.record_shared(instr, results),
+            Some(Ok(results)) => self.types.record(instr, results),
             Some(Err(_)) => return false,
             // Made by an earlier pass (hot-path markers): typed here.
             None => match self.types.infer(instr) {

@@ -106,11 +106,13 @@ pub enum PassError {
 }
 
 /// The types of the values of one stream, kept by typing each instruction in order. A
-/// value's type is shared with the instruction that defined it (its carried result types,
-/// [`Typing`]), so that a pass keeping the stream's types copies a pointer per result.
+/// value's type is kept by value, not as a share of its instruction's carried result types
+/// ([`Typing`]): a shape of up to four dimensions is copied without an allocation, while a
+/// share costs two atomic counts (taken, then dropped with its free), and the entry and
+/// each pass that keeps types pay them for every value of a loop of small ops.
 #[derive(Debug, Default)]
 pub struct StreamTypes {
-    types: HashMap<ValueId, (Arc<[TensorType]>, u32)>,
+    types: HashMap<ValueId, TensorType>,
     /// The result types [`StreamTypes::admit`] allocated last, newest first: a loop makes
     /// the same few over and over, and taking one again costs a compare instead of an
     /// allocation now and a free when its last instruction is gone.
@@ -127,7 +129,7 @@ impl StreamTypes {
         match self.infer(instr) {
             Ok(results) => {
                 let results = self.shared(results);
-                self.record_shared(instr, &results);
+                self.record(instr, &results);
                 Ok(results)
             }
             Err(e) => {
@@ -161,29 +163,22 @@ impl StreamTypes {
 
     /// Records an instruction known to type as `results`: what it defines, and what it frees.
     pub fn record(&mut self, instr: &Instr, results: &[TensorType]) {
-        self.record_shared(instr, &Arc::from(results));
-    }
-
-    /// [`StreamTypes::record`] of types carried with the instruction, shared rather than
-    /// copied.
-    pub fn record_shared(&mut self, instr: &Instr, results: &Arc<[TensorType]>) {
         if let Instr::Free { src } = instr {
             // A free defines nothing.
             self.types.remove(src);
             return;
         }
-        let mut k = 0;
+        let mut types = results.iter();
         instr.for_each_result(|v| {
-            if (k as usize) < results.len() {
-                self.types.insert(v, (results.clone(), k));
+            if let Some(t) = types.next() {
+                self.types.insert(v, t.clone());
             }
-            k += 1;
         });
     }
 
     /// A value's type, if it is live.
     pub fn get(&self, v: ValueId) -> Option<&TensorType> {
-        self.types.get(&v).map(|(all, k)| &all[*k as usize])
+        self.types.get(&v)
     }
 }
 
@@ -263,6 +258,17 @@ impl Emit {
     /// Emits an instruction held back from the input, with the meta it came with.
     pub fn keep_from(&mut self, instr: Instr, meta: Meta) {
         self.items.push((instr, meta));
+    }
+
+    /// Emits instructions held back from the input, in order, with their metas, leaving
+    /// `held` empty: as one buffer when nothing was emitted before them (no instruction is
+    /// copied), else appended.
+    pub fn keep_all(&mut self, held: &mut Vec<Emitted>) {
+        if self.items.is_empty() {
+            std::mem::swap(&mut self.items, held);
+        } else {
+            self.items.append(held);
+        }
     }
 
     /// Emits an instruction the pass made.

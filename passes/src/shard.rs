@@ -992,7 +992,7 @@ impl Shard {
                     self.forget(out, r);
                 }
             }
-            self.types.record_shared(&instr, &results);
+            self.types.record(&instr, &results);
             return out.keep(instr);
         }
         let planned = self.plan(out, &instr, &results);
@@ -1022,7 +1022,7 @@ impl Shard {
             }
             self.dist.insert(r, d);
         }
-        self.types.record_shared(&instr, &results);
+        self.types.record(&instr, &results);
         self.place_results(out, &names, &results);
     }
 }
@@ -1044,7 +1044,7 @@ impl StreamPass for Shard {
                 break;
             }
             if let (Some(Ok(types)), false) = (&meta.types, instr.is_marker()) {
-                self.types.record_shared(instr, types);
+                self.types.record(instr, types);
             }
             taken += 1;
         }
@@ -1079,8 +1079,7 @@ impl StreamPass for Shard {
             Instr::Free { src } => {
                 let home = self.forget(out, src);
                 if let Some(Ok(t)) = out.types() {
-                    let t = t.clone();
-                    self.types.record_shared(&instr, &t);
+                    self.types.record(&instr, t);
                 }
                 if home {
                     out.keep(instr);
