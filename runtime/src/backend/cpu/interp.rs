@@ -133,6 +133,9 @@ impl Interpreter {
                 None => Err(RuntimeError::Undefined { op: instr.mnemonic(), value: src }),
             };
         }
+        if dying.is_empty() && self.lazy.is_empty() && self.small_elementwise(instr) {
+            return Ok(None);
+        }
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
         self.admit(&instr, &types)?;
         if let Instr::Transpose { dst, src, .. } = &*instr {
@@ -154,6 +157,63 @@ impl Interpreter {
             self.define(dst, value);
         }
         Ok(None)
+    }
+
+    /// An elementwise op with an `f32` result over `f32` values stored whole (a unary op, or a
+    /// binary one over two values of one shape or a value and a scalar), computed and defined
+    /// as the general path would, but typed from the stored operand: [`checks::prepare`]
+    /// builds every operand's type and infers from scratch, which for a small tensor costs
+    /// more than the op. `false` (nothing done) when it is not such an op or anything would
+    /// fail: the general path then runs it and reports the error.
+    fn small_elementwise(&mut self, instr: &Instr) -> bool {
+        let Some((dst, result)) = self.small_elementwise_result(instr) else { return false };
+        self.define(dst, Value::F32(result));
+        true
+    }
+
+    /// What [`Interpreter::small_elementwise`] defines, computed.
+    fn small_elementwise_result(&self, instr: &Instr) -> Option<(ValueId, Tensor)> {
+        let f32_value = |v: &ValueId| match self.values.get(v) {
+            Some(Value::F32(a)) if a.is_standard_layout() => Some(a),
+            _ => None,
+        };
+        let (dst, result) = match *instr {
+            Instr::Unary { dst, op, src } => {
+                let a = f32_value(&src)?;
+                if op.row().domain.compute(gt_ir::DType::F32)? != gt_ir::DType::F32 || !self.fits(a.len()) {
+                    return None;
+                }
+                (dst, unary(op, a))
+            }
+            Instr::Binary { dst, op, lhs, rhs } => {
+                let (a, dtype) = match (lhs, rhs) {
+                    (Operand::Value(x), Operand::Value(y)) => {
+                        let (a, b) = (f32_value(&x)?, f32_value(&y)?);
+                        (a.shape() == b.shape()).then_some((a, gt_ir::DType::F32))?
+                    }
+                    (Operand::Value(x), Operand::Scalar(c)) | (Operand::Scalar(c), Operand::Value(x)) => {
+                        (f32_value(&x)?, gt_ir::DType::F32.promote_scalar(c))
+                    }
+                    (Operand::Scalar(_), Operand::Scalar(_)) => return None,
+                };
+                let (_, result) = shape::binary_dtypes(op, dtype).ok()?;
+                if result != gt_ir::DType::F32 || !self.fits(a.len()) {
+                    return None;
+                }
+                let name = instr.mnemonic();
+                let (x, y) = (self.operand(name, lhs).ok()?, self.operand(name, rhs).ok()?);
+                (dst, binary(op, &x.view(), &y.view(), a.shape()))
+            }
+            _ => return None,
+        };
+        Some((dst, result))
+    }
+
+    /// Whether a new `f32` result of `n` elements is within the per-tensor limit and the
+    /// memory budget (what [`checks::prepare`] and [`Interpreter::admit`] check).
+    fn fits(&self, n: usize) -> bool {
+        let bytes = n.saturating_mul(std::mem::size_of::<f32>());
+        bytes <= self.max_tensor_bytes && (bytes == 0 || self.bytes.live().saturating_add(bytes) <= self.max_live_bytes)
     }
 
     /// A checked elementwise `f32` instruction (a primitive unary or binary op) computed over
@@ -1241,6 +1301,62 @@ mod tests {
         assert_eq!(it.take(v(4)).unwrap().data, Elements::F32(vec![3.0, 4.0, 5.0, 6.0]));
         it.write(v(5), TensorType::new(DType::I64, vec![2]), Elements::I64(vec![7, 8])).unwrap();
         assert_eq!(it.take(v(5)).unwrap().data, Elements::I64(vec![7, 8]));
+    }
+
+    /// The small elementwise path defines what the general one computes (the same bits) for
+    /// every unary and binary op it takes, and leaves the rest to the general path, which
+    /// then reports their errors.
+    #[test]
+    fn small_elementwise_ops_compute_what_the_general_path_computes() {
+        let mut it = Interpreter::new();
+        let (x, y, n) = (awkward(12, 1), awkward(12, 2), 12);
+        it.write(v(1), TensorType::f32(vec![3, 4]), Elements::F32(x)).unwrap();
+        it.write(v(2), TensorType::f32(vec![3, 4]), Elements::F32(y)).unwrap();
+        it.write(v(3), TensorType::f32(vec![4]), Elements::F32(vec![1.0, -2.0, 0.5, 3.0])).unwrap();
+        it.write(v(4), TensorType::new(DType::I32, vec![3, 4]), Elements::I32(vec![1; 12])).unwrap();
+        let general = |it: &mut Interpreter, instr: &Instr| {
+            let (instr, types) = checks::prepare(instr, &|v| it.type_of(v), it.max_tensor_bytes).unwrap();
+            it.compute(&instr, &types).unwrap().into_iter().next().unwrap()
+        };
+        let bits = |t: &Tensor| t.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut taken = 0;
+        let mut instrs: Vec<Instr> = UnaryOp::ALL.iter().map(|&op| Instr::Unary { dst: v(9), op, src: v(1) }).collect();
+        for &op in BinaryOp::ALL {
+            let binary = |lhs, rhs| Instr::Binary { dst: v(9), op, lhs, rhs };
+            let (a, b, row, int) =
+                (Operand::Value(v(1)), Operand::Value(v(2)), Operand::Value(v(3)), Operand::Value(v(4)));
+            instrs.extend([binary(a, b), binary(a, Operand::Scalar(0.5)), binary(Operand::Scalar(-2.0), b)]);
+            // Broadcast and mixed dtypes: the general path's.
+            instrs.extend([binary(a, row), binary(a, int)]);
+        }
+        for instr in &instrs {
+            match it.small_elementwise_result(instr) {
+                Some((dst, fast)) => {
+                    taken += 1;
+                    assert_eq!(dst, v(9));
+                    let Value::F32(slow) = general(&mut it, instr) else { panic!("{instr:?}: not f32") };
+                    assert_eq!((fast.shape(), bits(&fast)), (slow.shape(), bits(&slow)), "{instr:?}");
+                }
+                None => {
+                    let broadcast_or_mixed = instr.operands().iter().any(|&o| o == v(3) || o == v(4));
+                    let prepared = checks::prepare(instr, &|v| it.type_of(v), it.max_tensor_bytes);
+                    let f32_result = prepared.is_ok_and(|(_, types)| types.iter().all(|t| t.dtype == DType::F32));
+                    assert!(broadcast_or_mixed || !f32_result, "{instr:?} was left to the general path");
+                }
+            }
+        }
+        assert!(taken >= UnaryOp::ALL.len(), "{taken} taken");
+        // Executed, it defines the result and counts its bytes.
+        it.execute(&Instr::Unary { dst: v(9), op: UnaryOp::Neg, src: v(1) }).unwrap();
+        assert_eq!(it.read(v(9)).unwrap().ty, TensorType::f32(vec![3, 4]));
+        assert_eq!(it.live_bytes(), 4 * (4 * n + 4));
+        // Past the memory budget, the general path refuses it as before.
+        let mut small = Interpreter::new().with_memory_budget(48);
+        small.write(v(1), TensorType::f32(vec![12]), Elements::F32(vec![1.0; 12])).unwrap();
+        let e = small.execute(&Instr::Unary { dst: v(2), op: UnaryOp::Neg, src: v(1) });
+        assert!(matches!(e, Err(RuntimeError::OutOfMemory { .. })), "{e:?}");
+        let e = small.execute(&Instr::Unary { dst: v(2), op: UnaryOp::Neg, src: v(7) });
+        assert!(matches!(e, Err(RuntimeError::Undefined { .. })), "{e:?}");
     }
 
     fn v(i: u32) -> ValueId {
