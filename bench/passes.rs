@@ -3,7 +3,7 @@
 //! (fuse compiling every region), on a 1,000,000-instruction stream, and hot-path detection's time per
 //! instruction at 10^4, 10^5 and 10^6 instructions (it must stay flat: linear in the stream),
 //! what `GT_AUTO_COMPILE=1`'s pipeline adds to the defaults (a loop of tiny ops, the training
-//! loop),
+//! loop; given one instruction at a time, and a batch at a time as the dispatcher gives them),
 //! and the fuse pass's time per region.
 //! Run: `cargo bench --bench passes` (`GT_BENCH_QUICK=1`: 10^5 at most; `GT_BENCH_SAVE=1`
 //! writes `bench/results/passes-HOST.txt`).
@@ -63,16 +63,26 @@ fn stream(n: usize, noise: bool) -> Vec<Instr> {
 /// Nanoseconds per instruction through `pipeline` (median of `reps`), flushing every 1,000
 /// instructions as sync points would.
 fn ns_per_instr(make: &dyn Fn() -> Pipeline, input: &[Instr], reps: usize) -> f64 {
+    ns_per_instr_by(make, input, reps, 1)
+}
+
+/// [`ns_per_instr`] with the instructions given `batch` at a time ([`Pipeline::run_many`],
+/// as the dispatcher gives a client's batch, `SPARE_CAPACITY` at a time; 1: one by one).
+fn ns_per_instr_by(make: &dyn Fn() -> Pipeline, input: &[Instr], reps: usize, batch: usize) -> f64 {
     let mut times: Vec<f64> = (0..reps)
         .map(|_| {
             let mut p = make();
             let mut out = Vec::with_capacity(1024);
             let data = input.to_vec();
             let t = Instant::now();
-            for (k, i) in (0u64..).zip(data) {
-                p.run(i, k, &mut out);
-                if k % 1000 == 999 {
-                    p.flush(k, &mut out);
+            let mut data = (0u64..).zip(data).peekable();
+            while let Some(&(k, _)) = data.peek() {
+                // Up to the next sync point, `batch` at a time.
+                let n = batch.min(1000 - (k % 1000) as usize);
+                p.run_many(data.by_ref().take(n).map(|(k, i)| (i, k)), &mut out);
+                let last = k + n as u64 - 1;
+                if last % 1000 == 999 {
+                    p.flush(last, &mut out);
                 }
                 out.clear();
             }
@@ -230,6 +240,13 @@ fn main() {
     let auto = || registry::pipeline(&auto_config.passes, &auto_config.pass_options).expect("known");
     for (name, input) in [("tiny ops (neg, free)", tiny_ops(big)), ("training loop", stream(big, false))] {
         let (default, on) = (ns_per_instr(&defaults, &input, reps), ns_per_instr(&auto, &input, reps));
+        let _ = writeln!(report, "{name:<22} {default:>10.1} {on:>10.1} {:>10.1}", on - default);
+    }
+    let batch = gt::passes::pipeline::SPARE_CAPACITY;
+    let _ = writeln!(report, "the same, {batch} instructions at a time (as the dispatcher runs a client's batch)");
+    for (name, input) in [("tiny ops (neg, free)", tiny_ops(big)), ("training loop", stream(big, false))] {
+        let default = ns_per_instr_by(&defaults, &input, reps, batch);
+        let on = ns_per_instr_by(&auto, &input, reps, batch);
         let _ = writeln!(report, "{name:<22} {default:>10.1} {on:>10.1} {:>10.1}", on - default);
     }
     fuse_latency(&mut report, reps);
