@@ -186,23 +186,23 @@ impl Interpreter {
                 (dst, unary(op, a))
             }
             Instr::Binary { dst, op, lhs, rhs } => {
-                let (a, dtype) = match (lhs, rhs) {
-                    (Operand::Value(x), Operand::Value(y)) => {
-                        let (a, b) = (f32_value(&x)?, f32_value(&y)?);
-                        (a.shape() == b.shape()).then_some((a, gt_ir::DType::F32))?
-                    }
-                    (Operand::Value(x), Operand::Scalar(c)) | (Operand::Scalar(c), Operand::Value(x)) => {
-                        (f32_value(&x)?, gt_ir::DType::F32.promote_scalar(c))
-                    }
-                    (Operand::Scalar(_), Operand::Scalar(_)) => return None,
+                // Each value looked up once; a scalar as the general path makes it.
+                let operand = |o: Operand| match o {
+                    Operand::Value(v) => f32_value(&v).map(|a| CowArray::from(a.view())),
+                    Operand::Scalar(_) => self.operand(instr.mnemonic(), o).ok(),
+                };
+                let (x, y) = (operand(lhs)?, operand(rhs)?);
+                let (dims, dtype) = match (lhs, rhs) {
+                    (Operand::Value(_), Operand::Value(_)) if x.shape() == y.shape() => (x.shape(), gt_ir::DType::F32),
+                    (Operand::Value(_), Operand::Scalar(c)) => (x.shape(), gt_ir::DType::F32.promote_scalar(c)),
+                    (Operand::Scalar(c), Operand::Value(_)) => (y.shape(), gt_ir::DType::F32.promote_scalar(c)),
+                    _ => return None,
                 };
                 let (_, result) = shape::binary_dtypes(op, dtype).ok()?;
-                if result != gt_ir::DType::F32 || !self.fits(a.len()) {
+                if result != gt_ir::DType::F32 || !self.fits(dims.iter().product()) {
                     return None;
                 }
-                let name = instr.mnemonic();
-                let (x, y) = (self.operand(name, lhs).ok()?, self.operand(name, rhs).ok()?);
-                (dst, binary(op, &x.view(), &y.view(), a.shape()))
+                (dst, binary(op, &x.view(), &y.view(), dims))
             }
             _ => return None,
         };
@@ -212,8 +212,8 @@ impl Interpreter {
     /// Whether a new `f32` result of `n` elements is within the per-tensor limit and the
     /// memory budget (what [`checks::prepare`] and [`Interpreter::admit`] check).
     fn fits(&self, n: usize) -> bool {
-        let bytes = n.saturating_mul(std::mem::size_of::<f32>());
-        bytes <= self.max_tensor_bytes && (bytes == 0 || self.bytes.live().saturating_add(bytes) <= self.max_live_bytes)
+        let bytes = n.saturating_mul(checks::ELEMENT_BYTES);
+        bytes <= self.max_tensor_bytes && !self.over_budget(bytes)
     }
 
     /// A checked elementwise `f32` instruction (a primitive unary or binary op) computed over
@@ -380,12 +380,16 @@ impl Interpreter {
     /// Refuses an instruction whose results would take the live values past the budget.
     fn admit(&self, instr: &Instr, types: &[TensorType]) -> Result<(), RuntimeError> {
         let needed = types.iter().fold(0usize, |n, t| n.saturating_add(t.size_bytes()));
-        let live = self.bytes.live();
-        if needed > 0 && live.saturating_add(needed) > self.max_live_bytes {
-            let (op, limit) = (instr.mnemonic(), self.max_live_bytes);
+        if self.over_budget(needed) {
+            let (op, live, limit) = (instr.mnemonic(), self.bytes.live(), self.max_live_bytes);
             return Err(RuntimeError::OutOfMemory { op, needed, live, limit });
         }
         Ok(())
+    }
+
+    /// Whether `needed` more bytes would take the values held past the memory budget.
+    fn over_budget(&self, needed: usize) -> bool {
+        needed > 0 && self.bytes.live().saturating_add(needed) > self.max_live_bytes
     }
 
     /// Stores a result (row-major), replacing what `dst` held.
