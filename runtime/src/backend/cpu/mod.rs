@@ -5,6 +5,7 @@
 pub mod interp;
 pub mod jit;
 pub mod kernels;
+pub(crate) mod small_product;
 pub(crate) mod spare;
 pub mod threads;
 pub(crate) mod value;

@@ -7,7 +7,7 @@
 //! calling thread: splitting costs more than it saves below [`PARALLEL_MIN_FLOPS`],
 //! [`TEAM_MIN_ELEMENTS`] and [`PARALLEL_MIN_ELEMENTS`].
 
-use crate::backend::cpu::vmath;
+use crate::backend::cpu::{small_product, vmath};
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
@@ -389,6 +389,8 @@ enum Library {
     /// `gemm`'s AVX-512 kernels: 1.05-2x `matrixmultiply`'s on the MLP's and 1000³ products
     /// (Xeon Skylake-SP), with the same bits where its packed kernel runs.
     Gemm,
+    /// Ours for narrow or small products ([`small_product`]), with the same bits.
+    Small,
 }
 
 impl Library {
@@ -396,6 +398,9 @@ impl Library {
     /// takes its other paths (`k <= 2`, a row or column vector, or a small result with `a`'s
     /// rows and `b`'s columns contiguous), which sum in another order.
     fn for_stretch(m: usize, k: usize, n: usize, csa: isize, rsb: isize) -> Library {
+        if small_product::suits(m, n) {
+            return Library::Small;
+        }
         let other_path = k <= 2 || m <= 1 || n <= 1 || (m * n <= 256 && csa == 1 && rsb == 1);
         if other_path {
             Library::MatrixMultiply
@@ -426,6 +431,7 @@ unsafe fn stretch(
                 let beta = if accumulate { 1.0 } else { 0.0 };
                 matrixmultiply::sgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
             }
+            Library::Small => small_product::product((m, k, n), (a, rsa, csa), (b, rsb, csb), (c, rsc, csc), accumulate),
             // `c = (accumulate ? c : unread) + a b`; gemm takes columns' strides first.
             Library::Gemm => gemm::gemm(
                 m,
@@ -497,15 +503,22 @@ mod tests {
         // as one `matrixmultiply` call does.
         let shapes = [(64, 784, 256), (784, 64, 256), (64, 256, 10), (256, 64, 10), (5, 7, 6), (16, 16, 16)];
         let odd = [(1, 100, 300), (300, 100, 1), (2, 100, 100), (100, 2, 100), (33, 513, 65), (17, 258, 40)];
-        for (m, k, n) in shapes.into_iter().chain(odd) {
+        // Ours: ragged rows and columns, one column, a `k` of several stretches, `k` of 1.
+        let narrow = [(37, 300, 10), (8, 5, 16), (300, 100, 1), (19, 600, 15), (64, 1, 10), (9, 2, 3)];
+        for (m, k, n) in shapes.into_iter().chain(odd).chain(narrow) {
             for layout in [(false, false), (true, false), (false, true), (true, true)] {
                 let (split, direct) = both(m, k, n, layout);
                 assert!(same_bits(&split, &direct), "{m}x{k}x{n} transposed {layout:?}");
             }
         }
-        let gemm = |m, k, n, csa, rsb| Library::for_stretch(m, k, n, csa, rsb) == Library::Gemm;
+        let library = |m, k, n, csa, rsb| Library::for_stretch(m, k, n, csa, rsb);
+        let gemm = |m, k, n, csa, rsb| library(m, k, n, csa, rsb) == Library::Gemm;
         assert!(gemm(64, 256, 256, 1, 256) && gemm(5, 7, 6, 5, 6) && gemm(20, 20, 20, 1, 1));
-        assert!(!gemm(5, 7, 6, 1, 1) && !gemm(1, 9, 9, 9, 9) && !gemm(9, 9, 1, 9, 9) && !gemm(9, 2, 9, 9, 9));
+        assert!(!gemm(5, 7, 6, 1, 1) && !gemm(1, 9, 9, 9, 9) && !gemm(9, 2, 9, 9, 9));
+        // Results one vector wide are ours (`small_product`).
+        for (m, k, n) in [(64, 256, 10), (256, 64, 10), (8, 9, 16), (9, 9, 1), (1000, 3, 5)] {
+            assert_eq!(library(m, k, n, 1, 1), Library::Small, "{m}x{k}x{n}");
+        }
     }
 
     #[test]
