@@ -966,6 +966,29 @@ pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f
     }
 }
 
+/// A comparison of `f32` operands each stored whole or one element, straight to `bool`s (the
+/// general way computes each 0 or 1 as `f32`, then converts the tensor); `None` for other
+/// layouts. The op's own function decides each element, so the results are the same.
+pub(crate) fn compare(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: &[usize]) -> Option<ArrayD<bool>> {
+    struct Compared<'a>(Flat<'a>, Flat<'a>, usize);
+    impl BinaryKernel<Vec<bool>> for Compared<'_> {
+        fn call<F: Fn(f32, f32) -> f32 + Copy + Send + Sync>(self, f: F) -> Vec<bool> {
+            let Compared(x, y, n) = self;
+            vmath::wide(move || match (x, y) {
+                (Flat::Whole(x), Flat::Whole(y)) => x.iter().zip(y).map(|(&x, &y)| f(x, y) != 0.0).collect(),
+                (Flat::Whole(x), Flat::One(y)) => x.iter().map(|&x| f(x, y) != 0.0).collect(),
+                (Flat::One(x), Flat::Whole(y)) => y.iter().map(|&y| f(x, y) != 0.0).collect(),
+                (Flat::One(x), Flat::One(y)) => vec![f(x, y) != 0.0; n],
+                (Flat::Same, _) | (_, Flat::Same) => unreachable!("`Flat::of` gives no `Same`"),
+            })
+        }
+    }
+    let OpDef::Prim(p) = op.def() else { return None };
+    let (x, y) = (Flat::of(a, dims)?, Flat::of(b, dims)?);
+    let n = dims.iter().product();
+    Some(ArrayD::from_shape_vec(IxDyn(dims), p.specialize(Compared(x, y, n))).expect("the type rule fixed the element count"))
+}
+
 /// An elementwise operand as a plain slice: all of a row-major result's elements, or one
 /// element broadcast to every one; (in place) the value being rewritten itself.
 #[derive(Clone, Copy)]
@@ -1310,6 +1333,29 @@ mod tests {
     /// The small elementwise path defines what the general one computes (the same bits) for
     /// every unary and binary op it takes, and leaves the rest to the general path, which
     /// then reports their errors.
+    #[test]
+    fn comparisons_straight_to_bool_give_what_the_f32_path_converts() {
+        // NaN, signed zeros and infinities among values whole and one element.
+        let x = ArrayD::from_shape_vec(IxDyn(&[2, 4]), vec![1.0, f32::NAN, -0.0, 0.0, 2.5, f32::INFINITY, -3.0, 2.5]);
+        let y = ArrayD::from_shape_vec(IxDyn(&[2, 4]), vec![1.0, 1.0, 0.0, -0.0, f32::NAN, 7.0, -3.5, 2.5]);
+        let one = ArrayD::from_shape_vec(IxDyn(&[]), vec![2.5f32]);
+        let (x, y, one) = (x.unwrap(), y.unwrap(), one.unwrap());
+        let mut compared = 0;
+        for &op in BinaryOp::ALL.iter().filter(|op| op.is_comparison()) {
+            for (a, b) in [(&x, &y), (&x, &one), (&one, &y), (&one, &one)] {
+                let dims = if a.len() == 1 && b.len() == 1 { &[][..] } else { &[2, 4][..] };
+                let fast = compare(op, &a.view(), &b.view(), dims).expect("whole or one element");
+                let slow = Value::F32(binary(op, &a.view(), &b.view(), dims)).into_dtype(DType::Bool);
+                assert_eq!(Value::Bool(fast), slow, "{op:?}");
+                compared += 1;
+            }
+        }
+        assert_eq!(compared, 24);
+        // A broadcast row is the general path's.
+        let row = ArrayD::from_shape_vec(IxDyn(&[4]), vec![1.0f32; 4]).unwrap();
+        assert!(compare(BinaryOp::Gt, &x.view(), &row.view(), &[2, 4]).is_none());
+    }
+
     #[test]
     fn small_elementwise_ops_compute_what_the_general_path_computes() {
         let mut it = Interpreter::new();
@@ -2088,6 +2134,16 @@ mod tests {
         lit(&mut it, 0, &[2, 1], &[1., 2.]);
         let t = run(&mut it, Instr::BroadcastTo { dst: v(1), src: v(0), shape: vec![3, 2, 2] });
         assert_tensor(&t, &[3, 2, 2], &[1., 1., 2., 2., 1., 1., 2., 2., 1., 1., 2., 2.]);
+        // One element filled; a row (leading ones or not) repeated whole; nothing to repeat.
+        lit(&mut it, 4, &[1, 1], &[7.]);
+        let t = run(&mut it, Instr::BroadcastTo { dst: v(1), src: v(4), shape: vec![2, 3] });
+        assert_tensor(&t, &[2, 3], &[7.; 6]);
+        lit(&mut it, 4, &[1, 3], &[1., 2., 3.]);
+        let t = run(&mut it, Instr::BroadcastTo { dst: v(1), src: v(4), shape: vec![2, 1, 3] });
+        assert_tensor(&t, &[2, 1, 3], &[1., 2., 3., 1., 2., 3.]);
+        lit(&mut it, 4, &[3], &[1., 2., 3.]);
+        let t = run(&mut it, Instr::BroadcastTo { dst: v(1), src: v(4), shape: vec![0, 3] });
+        assert_tensor(&t, &[0, 3], &[]);
         lit(&mut it, 2, &[2, 2], &[3., 4., 5., 6.]);
         let t = run(&mut it, Instr::Concat { dst: v(3), srcs: vec![v(0), v(2), v(0)], axis: -1 });
         assert_tensor(&t, &[2, 4], &[1., 3., 4., 1., 2., 5., 6., 2.]);

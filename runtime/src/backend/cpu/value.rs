@@ -99,6 +99,30 @@ fn array<T>(dims: &[usize], data: Vec<T>) -> ArrayD<T> {
     ArrayD::from_shape_vec(IxDyn(dims), data).expect("the type rule fixed the element count")
 }
 
+/// `a` stretched to `dims` (the type rule checked they broadcast): one element filled, a
+/// row-major `a` repeated along leading axes copied whole (a bias, a gradient of a sum), the
+/// rest through `ndarray`'s strided walk, which goes an element at a time.
+fn stretched<T: Copy>(a: &ArrayD<T>, dims: &[usize]) -> ArrayD<T> {
+    if let (1, Some(&x)) = (a.len(), a.iter().next()) {
+        return ArrayD::from_elem(IxDyn(dims), x);
+    }
+    // `a`'s shape without its leading ones, and the result's leading axes that repeat it.
+    let core = &a.shape()[a.shape().iter().take_while(|&&d| d == 1).count()..];
+    let lead = dims.len().saturating_sub(core.len());
+    if let (Some(v), true) = (a.as_slice(), core == &dims[lead..]) {
+        return array(dims, v.repeat(dims[..lead].iter().product()));
+    }
+    a.broadcast(dims).expect("the type rule checked the shapes broadcast").to_owned()
+}
+
+/// `bool`s as `f32` 0 or 1, in the host's widest vectors: a mask widened for arithmetic
+/// (`g * (x > 0)`, relu's gradient).
+fn mask_f32(a: &ArrayD<bool>) -> Tensor {
+    let a = a.as_standard_layout();
+    let bits = a.as_slice().expect("standard layout");
+    array(a.shape(), super::vmath::wide(|| bits.iter().map(|&b| f32::from(u8::from(b))).collect()))
+}
+
 /// Element-by-element conversion of an array (see [`convert`]).
 fn converted<S: Element, T: Element>(a: &ArrayD<S>) -> ArrayD<T> {
     let a = a.as_standard_layout();
@@ -215,6 +239,8 @@ impl Value {
             (Value::F32(a), DType::F16) => Value::F16(narrowed(a)),
             (Value::F32(a), DType::BF16) => Value::BF16(narrowed(a)),
             (Value::F16(_) | Value::BF16(_), DType::F32) => Value::F32(self.f32().into_owned()),
+            // A mask widened for arithmetic (`g * (x > 0)`, relu's gradient): one plain loop.
+            (Value::Bool(a), DType::F32) => Value::F32(mask_f32(a)),
             _ => with_value!(self, a => by_dtype!(dtype, T => converted::<_, T>(a))),
         }
     }
@@ -264,6 +290,7 @@ impl Value {
             Value::F32(a) => std::borrow::Cow::Borrowed(a),
             Value::F16(a) => std::borrow::Cow::Owned(widened(a)),
             Value::BF16(a) => std::borrow::Cow::Owned(widened(a)),
+            Value::Bool(a) => std::borrow::Cow::Owned(mask_f32(a)),
             v => with_value!(v, a => std::borrow::Cow::Owned(converted(a))),
         }
     }
@@ -283,7 +310,7 @@ impl Value {
 
     /// Stretched to `dims` (the type rule checked they broadcast).
     pub(crate) fn broadcast_to(&self, dims: &[usize]) -> Value {
-        map_value!(self, a => a.broadcast(dims).expect("the type rule checked the shapes broadcast").to_owned())
+        map_value!(self, a => stretched(a, dims))
     }
 
     /// Result axis `i` is axis `perm[i]`.
@@ -446,6 +473,11 @@ fn permute<T: Copy + Default>(a: &ArrayD<T>, perm: &[usize]) -> ArrayD<T> {
 /// `result` (`bool` for comparisons).
 pub(crate) fn binary(op: BinaryOp, a: &Value, b: &Value, dims: &[usize], compute: DType, result: DType) -> Value {
     let (a, b) = (a.to(compute), b.to(compute));
+    if let (true, Value::F32(x), Value::F32(y)) = (result == DType::Bool, &*a, &*b) {
+        if let Some(c) = interp::compare(op, &x.view(), &y.view(), dims) {
+            return Value::Bool(c);
+        }
+    }
     if compute == result {
         if let Some(v) = halves_by_tiles(Node::Binary(op, 0, 1), &[&a, &b], dims, result) {
             return v;
