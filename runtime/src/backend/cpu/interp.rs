@@ -969,7 +969,12 @@ pub(crate) fn binary(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f
 /// A comparison of `f32` operands each stored whole or one element, straight to `bool`s (the
 /// general way computes each 0 or 1 as `f32`, then converts the tensor); `None` for other
 /// layouts. The op's own function decides each element, so the results are the same.
-pub(crate) fn compare(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, f32>, dims: &[usize]) -> Option<ArrayD<bool>> {
+pub(crate) fn compare(
+    op: BinaryOp,
+    a: &ArrayViewD<'_, f32>,
+    b: &ArrayViewD<'_, f32>,
+    dims: &[usize],
+) -> Option<ArrayD<bool>> {
     struct Compared<'a>(Flat<'a>, Flat<'a>, usize);
     impl BinaryKernel<Vec<bool>> for Compared<'_> {
         fn call<F: Fn(f32, f32) -> f32 + Copy + Send + Sync>(self, f: F) -> Vec<bool> {
@@ -986,7 +991,10 @@ pub(crate) fn compare(op: BinaryOp, a: &ArrayViewD<'_, f32>, b: &ArrayViewD<'_, 
     let OpDef::Prim(p) = op.def() else { return None };
     let (x, y) = (Flat::of(a, dims)?, Flat::of(b, dims)?);
     let n = dims.iter().product();
-    Some(ArrayD::from_shape_vec(IxDyn(dims), p.specialize(Compared(x, y, n))).expect("the type rule fixed the element count"))
+    Some(
+        ArrayD::from_shape_vec(IxDyn(dims), p.specialize(Compared(x, y, n)))
+            .expect("the type rule fixed the element count"),
+    )
 }
 
 /// An elementwise operand as a plain slice: all of a row-major result's elements, or one

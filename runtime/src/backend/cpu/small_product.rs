@@ -131,7 +131,8 @@ impl Block<'_> {
                     if csc == 1 {
                         let p = c.offset(row + j0 as isize);
                         let mask = (u32::MAX >> (32 - live)) as u16;
-                        let sum = if self.accumulate { _mm512_add_ps(_mm512_maskz_loadu_ps(mask, p), sum) } else { sum };
+                        let sum =
+                            if self.accumulate { _mm512_add_ps(_mm512_maskz_loadu_ps(mask, p), sum) } else { sum };
                         _mm512_mask_storeu_ps(p, mask, sum);
                     } else {
                         let mut lanes = [0f32; LANES];

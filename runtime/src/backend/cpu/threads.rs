@@ -431,7 +431,9 @@ unsafe fn stretch(
                 let beta = if accumulate { 1.0 } else { 0.0 };
                 matrixmultiply::sgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
             }
-            Library::Small => small_product::product((m, k, n), (a, rsa, csa), (b, rsb, csb), (c, rsc, csc), accumulate),
+            Library::Small => {
+                small_product::product((m, k, n), (a, rsa, csa), (b, rsb, csb), (c, rsc, csc), accumulate)
+            }
             // `c = (accumulate ? c : unread) + a b`; gemm takes columns' strides first.
             Library::Gemm => gemm::gemm(
                 m,
