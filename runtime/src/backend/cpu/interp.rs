@@ -1239,8 +1239,13 @@ pub(crate) fn reduce(op: ReduceOp, a: &Tensor, axes: &[usize], dims: &[usize]) -
     let perm: Vec<usize> = kept.iter().chain(axes).copied().collect();
     let moved = a.view().permuted_axes(perm);
     let rows = moved.to_shape((outer, inner)).expect("the same element count");
-    // Sums accumulate in f64 so the reference is at least as accurate as any backend.
-    let sum = |row: ndarray::ArrayView1<'_, f32>| row.iter().map(|&x| f64::from(x)).sum::<f64>();
+    // Sums accumulate in f64 so the reference is at least as accurate as any backend; a
+    // contiguous row in the JIT's order (four independent lanes: four times as fast as one
+    // chain of dependent additions), any other one element after element, as the JIT does.
+    let sum = |row: ndarray::ArrayView1<'_, f32>| match row.as_slice() {
+        Some(x) => sum_in_lanes(x),
+        None => row.iter().map(|&x| f64::from(x)).sum::<f64>(),
+    };
     let values = rows
         .rows()
         .into_iter()
@@ -1253,6 +1258,25 @@ pub(crate) fn reduce(op: ReduceOp, a: &Tensor, axes: &[usize], dims: &[usize]) -
         })
         .collect();
     from_vec(dims, values)
+}
+
+/// `x`'s sum in `f64` in the order of the JIT's vector loop (`jit/codegen.rs`): element `i`
+/// of each whole four into lane `i % 4`, the tail one by one from -0 (Rust's `sum` starts
+/// there too, so an empty row sums to -0), then lanes 0 + 2 and 1 + 3 added to it.
+/// Compiled and interpreted sums of a contiguous row give the same bits.
+fn sum_in_lanes(x: &[f32]) -> f64 {
+    let mut lanes = [-0.0f64; 4];
+    let fours = x.chunks_exact(4);
+    let tail = fours.remainder();
+    for four in fours {
+        for (lane, &x) in lanes.iter_mut().zip(four) {
+            *lane += f64::from(x);
+        }
+    }
+    let mut sum = tail.iter().fold(-0.0f64, |s, &x| s + f64::from(x));
+    sum += lanes[0] + lanes[2];
+    sum += lanes[1] + lanes[3];
+    sum
 }
 
 /// Per input axis of a slice: the ascending range `lo..hi` its elements `start + j * step`
