@@ -61,6 +61,15 @@ pub(crate) unsafe fn product(
     unsafe { block.all(m) }
 }
 
+/// Calls `block` at the first row of each whole block of [`ROWS`] of `m` rows, then `row` at
+/// each row left over.
+#[inline(always)]
+fn by_blocks(m: usize, block: impl FnMut(usize), row: impl FnMut(usize)) {
+    let whole = m - m % ROWS;
+    (0..whole).step_by(ROWS).for_each(block);
+    (whole..m).for_each(row);
+}
+
 /// What each block of rows reads and writes.
 #[derive(Clone, Copy)]
 struct Block<'p> {
@@ -82,17 +91,8 @@ impl Block<'_> {
     #[allow(unsafe_code)]
     #[target_feature(enable = "avx512f")]
     unsafe fn all_avx512(&self, m: usize) {
-        let mut i = 0;
-        while i + ROWS <= m {
-            // SAFETY: rows `i..i + ROWS` are inside `a` and `c` (the caller's).
-            unsafe { self.rows_avx512::<ROWS>(i) };
-            i += ROWS;
-        }
-        while i < m {
-            // SAFETY: as above, for row `i`.
-            unsafe { self.rows_avx512::<1>(i) };
-            i += 1;
-        }
+        // SAFETY: rows below `m` are inside `a` and `c` (the caller's).
+        by_blocks(m, |i| unsafe { self.rows_avx512::<ROWS>(i) }, |i| unsafe { self.rows_avx512::<1>(i) });
     }
 
     /// Rows `i0..i0 + R` of `c`, a vector of columns at a time, in AVX-512 registers.
@@ -154,17 +154,8 @@ impl Block<'_> {
     #[allow(unsafe_code)]
     #[inline(always)]
     unsafe fn all(&self, m: usize) {
-        let mut i = 0;
-        while i + ROWS <= m {
-            // SAFETY: rows `i..i + ROWS` are inside `a` and `c` (the caller's).
-            unsafe { self.rows::<ROWS>(i) };
-            i += ROWS;
-        }
-        while i < m {
-            // SAFETY: as above, for row `i`.
-            unsafe { self.rows::<1>(i) };
-            i += 1;
-        }
+        // SAFETY: rows below `m` are inside `a` and `c` (the caller's).
+        by_blocks(m, |i| unsafe { self.rows::<ROWS>(i) }, |i| unsafe { self.rows::<1>(i) });
     }
 
     /// Rows `i0..i0 + R` of `c`, a vector of columns at a time (what [`Block::rows_avx512`]

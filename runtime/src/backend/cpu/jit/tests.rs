@@ -303,6 +303,18 @@ fn reductions_over_any_axes() {
     check(&mut jit, &k, &[&x[..77]], 7, tol);
 }
 
+/// `op` over each row of a contiguous `rows x len` input.
+fn row_reduction(rows: usize, len: usize, op: ReduceOp) -> Kernel {
+    Kernel::Map(MapKernel {
+        shape: vec![rows, len],
+        inputs: vec![Access::contiguous(&[rows, len])],
+        nodes: vec![Node::Input(0)],
+        output: Access::contiguous(&[rows, 1]),
+        rows: vec![1],
+        reduce: Some(op),
+    })
+}
+
 #[test]
 fn sums_whose_order_matters_give_the_oracles_bits() {
     // Magnitudes far apart, so that f64 sums in another order round differently: the
@@ -313,30 +325,14 @@ fn sums_whose_order_matters_give_the_oracles_bits() {
     for len in (0..=13).chain([37, 100]) {
         let x: Vec<f32> = (0..3 * len).map(|i| pattern[i % pattern.len()] * (1.0 + (i / 9) as f32)).collect();
         for op in [ReduceOp::Sum, ReduceOp::Mean] {
-            let k = Kernel::Map(MapKernel {
-                shape: vec![3, len],
-                inputs: vec![Access::contiguous(&[3, len])],
-                nodes: vec![Node::Input(0)],
-                output: Access::contiguous(&[3, 1]),
-                rows: vec![1],
-                reduce: Some(op),
-            });
-            check(&mut jit, &k, &[&x], 3, Tol::Exact);
+            check(&mut jit, &row_reduction(3, len, op), &[&x], 3, Tol::Exact);
         }
     }
     // The order does matter here: one chain from the left gives other bits for some row.
     let x: Vec<f32> = (0..100).map(|i| pattern[i % 4]).collect();
     let chain = x.iter().map(|&v| f64::from(v)).sum::<f64>() as f32;
     let mut lanes = [0.0f32];
-    let k = Kernel::Map(MapKernel {
-        shape: vec![1, 100],
-        inputs: vec![Access::contiguous(&[1, 100])],
-        nodes: vec![Node::Input(0)],
-        output: Access::contiguous(&[1, 1]),
-        rows: vec![1],
-        reduce: Some(ReduceOp::Sum),
-    });
-    jit.run(&k, &[&x], &mut lanes).unwrap();
+    jit.run(&row_reduction(1, 100, ReduceOp::Sum), &[&x], &mut lanes).unwrap();
     assert_ne!(chain.to_bits(), lanes[0].to_bits(), "the pattern does not tell the orders apart");
 }
 
@@ -344,14 +340,7 @@ fn sums_whose_order_matters_give_the_oracles_bits() {
 fn empty_shapes_and_empty_rows() {
     let mut jit = jit();
     for op in ReduceOp::ALL {
-        let k = Kernel::Map(MapKernel {
-            shape: vec![4, 0],
-            inputs: vec![Access::contiguous(&[4, 0])],
-            nodes: vec![Node::Input(0)],
-            output: Access::contiguous(&[4, 1]),
-            rows: vec![1],
-            reduce: Some(*op),
-        });
+        let k = row_reduction(4, 0, *op);
         let want = check_values(&mut jit, &k, &[&[]], 4);
         let expected = match op {
             ReduceOp::Sum => -0.0,
