@@ -389,7 +389,7 @@ enum Library {
     /// `gemm`'s AVX-512 kernels: 1.05-2x `matrixmultiply`'s on the MLP's and 1000³ products
     /// (Xeon Skylake-SP), with the same bits where its packed kernel runs.
     Gemm,
-    /// Ours for narrow or small products ([`small_product`]), with the same bits.
+    /// Ours for results at most one vector wide ([`small_product`]), with the same bits.
     Small,
 }
 
