@@ -24,8 +24,8 @@ pub(crate) fn suits(m: usize, n: usize) -> bool {
 }
 
 /// `c = a b`, or `c += a b` when `accumulate`, for an `m x k` `a`, `k x n` `b` and `m x n` `c`,
-/// each a pointer with row and column strides. Meant for hosts with AVX-512, where it runs
-/// in those vectors (elsewhere it computes the same, slowly).
+/// each a pointer with row and column strides, in AVX-512 vectors: `Sgemm` chooses it
+/// ([`suits`]) only on hosts that have them, and it panics on others.
 ///
 /// # Safety
 /// As [`super::threads::Sgemm::run`]: every element the shapes and strides reach is inside
@@ -54,20 +54,9 @@ pub(crate) unsafe fn product(
     #[cfg(target_arch = "x86_64")]
     if vmath::avx512() {
         // SAFETY: the host has AVX-512; the rows are the caller's.
-        unsafe { block.all_avx512(m) };
-        return;
+        return unsafe { block.all_avx512(m) };
     }
-    // SAFETY: the caller's.
-    unsafe { block.all(m) }
-}
-
-/// Calls `block` at the first row of each whole block of [`ROWS`] of `m` rows, then `row` at
-/// each row left over.
-#[inline(always)]
-fn by_blocks(m: usize, block: impl FnMut(usize), row: impl FnMut(usize)) {
-    let whole = m - m % ROWS;
-    (0..whole).step_by(ROWS).for_each(block);
-    (whole..m).for_each(row);
+    unreachable!("`Sgemm` chooses the small-product kernel only on hosts with AVX-512")
 }
 
 /// What each block of rows reads and writes.
@@ -91,8 +80,15 @@ impl Block<'_> {
     #[allow(unsafe_code)]
     #[target_feature(enable = "avx512f")]
     unsafe fn all_avx512(&self, m: usize) {
-        // SAFETY: rows below `m` are inside `a` and `c` (the caller's).
-        by_blocks(m, |i| unsafe { self.rows_avx512::<ROWS>(i) }, |i| unsafe { self.rows_avx512::<1>(i) });
+        let whole = m - m % ROWS;
+        for i in (0..whole).step_by(ROWS) {
+            // SAFETY: rows `i..i + ROWS` are inside `a` and `c` (the caller's).
+            unsafe { self.rows_avx512::<ROWS>(i) };
+        }
+        for i in whole..m {
+            // SAFETY: as above, for row `i`.
+            unsafe { self.rows_avx512::<1>(i) };
+        }
     }
 
     /// Rows `i0..i0 + R` of `c`, a vector of columns at a time, in AVX-512 registers.
@@ -146,51 +142,6 @@ impl Block<'_> {
             }
         }
     }
-
-    /// Every row of `c`: blocks of [`ROWS`], then one at a time.
-    ///
-    /// # Safety
-    /// `m` rows are inside `a` and `c`.
-    #[allow(unsafe_code)]
-    #[inline(always)]
-    unsafe fn all(&self, m: usize) {
-        // SAFETY: rows below `m` are inside `a` and `c` (the caller's).
-        by_blocks(m, |i| unsafe { self.rows::<ROWS>(i) }, |i| unsafe { self.rows::<1>(i) });
-    }
-
-    /// Rows `i0..i0 + R` of `c`, a vector of columns at a time (what [`Block::rows_avx512`]
-    /// computes, on hosts without it).
-    ///
-    /// # Safety
-    /// Those rows are inside `a` and `c`.
-    #[allow(unsafe_code)]
-    #[inline(always)]
-    unsafe fn rows<const R: usize>(&self, i0: usize) {
-        let ((a, rsa, csa), (c, rsc, csc)) = (self.a, self.c);
-        for j0 in (0..self.width).step_by(LANES) {
-            let mut acc = [[0f32; LANES]; R];
-            for kk in 0..self.k {
-                let at = kk * self.width + j0;
-                let b: &[f32; LANES] = self.packed[at..at + LANES].try_into().expect("a whole vector");
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    // SAFETY: row `i0 + r`, column `kk` of `a` (the caller's).
-                    let x = unsafe { *a.offset((i0 + r) as isize * rsa + kk as isize * csa) };
-                    for (s, &y) in acc.iter_mut().zip(b) {
-                        *s = x.mul_add(y, *s);
-                    }
-                }
-            }
-            for (r, acc) in acc.iter().enumerate() {
-                for (l, &s) in acc[..LANES.min(self.n - j0)].iter().enumerate() {
-                    // SAFETY: row `i0 + r`, column `j0 + l < n` of `c` (the caller's).
-                    unsafe {
-                        let p = c.offset((i0 + r) as isize * rsc + (j0 + l) as isize * csc);
-                        *p = if self.accumulate { *p + s } else { s };
-                    }
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -200,9 +151,8 @@ mod tests {
 
     #[test]
     fn a_strided_result_and_accumulation_give_matrixmultiplys_bits() {
-        // `matrixmultiply` sums with fused multiply-adds where the host has them; without,
-        // its bits are another rounding's (and this kernel is not used there).
-        if !vmath::uses_fma() {
+        // The kernel runs on AVX-512 hosts only (`Sgemm` chooses it nowhere else).
+        if !vmath::avx512() {
             return;
         }
         for (m, k, n) in [(37, 300, 10), (8, 7, 16), (24, 3, 1)] {
