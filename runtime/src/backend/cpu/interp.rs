@@ -53,12 +53,36 @@ pub struct Interpreter {
     /// Runs `fused` kernels as machine code; without it they are evaluated by the kernel
     /// oracle (`cpu::kernels`), which is the reference.
     jit: Option<Box<Jit>>,
-    /// Transposes of the last two axes of `f32` values, not computed yet: value → its source.
-    /// A product reads the source in place through transposed strides (autograd's weight
-    /// gradients are `x.T @ dy`: no copy of `x`); anything else that reads one, frees or
-    /// redefines its source computes it first ([`Interpreter::settle`]).
-    lazy: HashMap<ValueId, ValueId>,
+    /// Values not computed yet, each a view of a stored `f32` value ([`Pending`]): a product
+    /// reads a transpose in place through swapped strides (autograd's weight gradients are
+    /// `x.T @ dy`: no copy of `x`), an update `w - t` reads a scaled value `t = g * lr` in
+    /// the same pass; anything else that reads one, frees or redefines its source computes
+    /// it first ([`Interpreter::settle`]).
+    lazy: HashMap<ValueId, Pending>,
 }
+
+/// A value left to compute from a stored `f32` value (its source) when something needs it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Pending {
+    /// The source with its last two axes swapped.
+    Transpose(ValueId),
+    /// The source times a scalar (`f32`, as `mul` rounds it): an optimizer's `g * lr`, which
+    /// its update `w - t` reads in the same pass as `w` ([`Interpreter::scaled_update`]):
+    /// one pass over memory instead of two, and the same bits (`w - fl(g * c)`, no FMA).
+    Scaled(ValueId, f32),
+}
+
+impl Pending {
+    fn source(self) -> ValueId {
+        match self {
+            Pending::Transpose(src) | Pending::Scaled(src, _) => src,
+        }
+    }
+}
+
+/// The fewest elements a `mul` by a scalar is left pending for: below this the data is in
+/// the cache and two passes cost about what one does.
+const SCALED_MIN_ELEMENTS: usize = 1 << 14;
 
 impl Interpreter {
     /// The default limit on one tensor's size: 8 GiB.
@@ -121,6 +145,9 @@ impl Interpreter {
                     return Ok(None);
                 }
             }
+            if let Some(donor) = self.scaled_update(instr, dying) {
+                return Ok(donor);
+            }
             self.settle(instr);
         }
         if let Instr::Free { src } = *instr {
@@ -133,6 +160,13 @@ impl Interpreter {
                 None => Err(RuntimeError::Undefined { op: instr.mnemonic(), value: src }),
             };
         }
+        if let Some((dst, src, by)) = self.scalable(instr, dying) {
+            if let Some(old) = self.values.remove(&dst) {
+                self.let_go(old);
+            }
+            self.lazy.insert(dst, Pending::Scaled(src, by));
+            return Ok(None);
+        }
         if dying.is_empty() && self.lazy.is_empty() && self.small_elementwise(instr) {
             return Ok(None);
         }
@@ -143,7 +177,7 @@ impl Interpreter {
                 if let Some(old) = self.values.remove(dst) {
                     self.let_go(old);
                 }
-                self.lazy.insert(*dst, *src);
+                self.lazy.insert(*dst, Pending::Transpose(*src));
                 return Ok(None);
             }
         }
@@ -236,7 +270,7 @@ impl Interpreter {
         let donor = |v: ValueId, dst: ValueId| {
             v != dst
                 && dying.contains(&v)
-                && !self.lazy.values().any(|&src| src == v)
+                && !self.feeds_pending(v)
                 && matches!(self.values.get(&v), Some(Value::F32(a)) if a.shape() == dims && a.is_standard_layout())
         };
         let flat = |o: Operand| self.operand(op, o).is_ok_and(|a| Flat::of(&a.view(), dims).is_some());
@@ -327,17 +361,17 @@ impl Interpreter {
     fn settle(&mut self, instr: &Instr) {
         // A product of `f32` values reads them in place (`compute_f32`); one of mixed dtypes
         // reads stored values.
-        let f32_operand = |v: &ValueId| self.lazy.contains_key(v) || matches!(self.values.get(v), Some(Value::F32(_)));
+        let transpose = |v: &ValueId| matches!(self.lazy.get(v), Some(Pending::Transpose(_)));
+        let f32_operand = |v: &ValueId| transpose(v) || matches!(self.values.get(v), Some(Value::F32(_)));
         let product = matches!(instr, Instr::MatMul { .. }) && instr.operands().iter().all(f32_operand);
         let mut written = instr.results();
         if let Instr::Free { src } = instr {
             written.push(*src);
         }
         let mut due: Vec<ValueId> = Vec::new();
-        if !product {
-            due.extend(instr.operands().iter().copied().filter(|v| self.lazy.contains_key(v)));
-        }
-        due.extend(self.lazy.iter().filter(|(_, src)| written.contains(src)).map(|(&v, _)| v));
+        let read_in_place = |v: &ValueId| product && transpose(v);
+        due.extend(instr.operands().iter().copied().filter(|v| self.lazy.contains_key(v) && !read_in_place(v)));
+        due.extend(self.lazy.iter().filter(|(_, p)| written.contains(&p.source())).map(|(&v, _)| v));
         for v in due {
             if let Some(value) = self.pending_value(v) {
                 self.lazy.remove(&v);
@@ -349,23 +383,119 @@ impl Interpreter {
         }
     }
 
-    /// A pending transpose, computed.
+    /// A pending value, computed.
     fn pending_value(&self, v: ValueId) -> Option<Value> {
-        let src = self.values.get(self.lazy.get(&v)?)?;
-        let rank = src.ndim();
-        if rank < 2 {
+        let pending = *self.lazy.get(&v)?;
+        let src = self.values.get(&pending.source())?;
+        match pending {
+            Pending::Transpose(_) => {
+                let rank = src.ndim();
+                if rank < 2 {
+                    return None;
+                }
+                let mut perm: Vec<usize> = (0..rank).collect();
+                perm.swap(rank - 2, rank - 1);
+                Some(src.permuted(&perm))
+            }
+            Pending::Scaled(_, by) => {
+                let Value::F32(a) = src else { return None };
+                let x = a.as_slice()?;
+                let product = threads::written(x.len(), |at, out| wide_map_into(&x[at..], out, move |x| x * by));
+                Some(Value::F32(from_vec(a.shape(), product)))
+            }
+        }
+    }
+
+    /// Whether a pending value reads `v`.
+    fn feeds_pending(&self, v: ValueId) -> bool {
+        self.lazy.values().any(|p| p.source() == v)
+    }
+
+    /// A `mul` of a stored `f32` value by a scalar, large enough to leave pending
+    /// ([`Pending::Scaled`]): its result, source and factor. Not when the source dies with
+    /// it (then it is computed over the source, in place).
+    fn scalable(&self, instr: &Instr, dying: &[ValueId]) -> Option<(ValueId, ValueId, f32)> {
+        let Instr::Binary { dst, op: BinaryOp::Mul, lhs, rhs } = *instr else { return None };
+        let (src, c) = match (lhs, rhs) {
+            (Operand::Value(v), Operand::Scalar(c)) | (Operand::Scalar(c), Operand::Value(v)) => (v, c),
+            _ => return None,
+        };
+        if src == dst || dying.contains(&src) || gt_ir::DType::F32.promote_scalar(c) != gt_ir::DType::F32 {
             return None;
         }
-        let mut perm: Vec<usize> = (0..rank).collect();
-        perm.swap(rank - 2, rank - 1);
-        Some(src.permuted(&perm))
+        match self.values.get(&src) {
+            Some(Value::F32(a)) if a.len() >= SCALED_MIN_ELEMENTS && a.is_standard_layout() && self.fits(a.len()) => {
+                Some((dst, src, c as f32))
+            }
+            _ => None,
+        }
+    }
+
+    /// `w - t`, `w + t` or `t + w` with `t` a pending scaled value `g * c` and `w` a stored
+    /// `f32` value of its shape, computed in one pass as `w - g * c` (the same bits as the two
+    /// ops: the product is rounded, then subtracted). Over `w`'s storage when it dies with the
+    /// op (as [`Interpreter::in_place`]); `Some(donor)` then, `Some(None)` for a new result,
+    /// `None` (nothing done) when it is not such an op.
+    fn scaled_update(&mut self, instr: &Instr, dying: &[ValueId]) -> Option<Option<ValueId>> {
+        let Instr::Binary { dst, op, lhs: Operand::Value(x), rhs: Operand::Value(y) } = *instr else { return None };
+        let sub = match op {
+            BinaryOp::Sub => true,
+            BinaryOp::Add => false,
+            _ => return None,
+        };
+        let scaled = |v: ValueId| match self.lazy.get(&v) {
+            Some(&Pending::Scaled(g, c)) => Some((g, c)),
+            _ => None,
+        };
+        let (w, (g, c)) = match (scaled(x), scaled(y)) {
+            (None, Some(t)) => (x, t),
+            (Some(t), None) if !sub => (y, t),
+            _ => return None,
+        };
+        let whole = |v: ValueId| match self.values.get(&v) {
+            Some(Value::F32(a)) if a.is_standard_layout() => Some(a),
+            _ => None,
+        };
+        let (wa, ga) = (whole(w)?, whole(g)?);
+        // The result must not redefine what a pending value reads.
+        if wa.shape() != ga.shape() || self.feeds_pending(dst) {
+            return None;
+        }
+        let n = wa.len();
+        if dying.contains(&w) && w != dst && !self.feeds_pending(w) {
+            let Some(Value::F32(mut a)) = self.values.remove(&w) else {
+                unreachable!("the donor was just found to be a stored f32 value")
+            };
+            self.bytes.remove(n * std::mem::size_of::<f32>());
+            let gs = self.values.get(&g).and_then(|g| g.as_f32()).and_then(|g| g.as_slice());
+            let (Some(gs), Some(ws)) = (gs, a.as_slice_mut()) else { unreachable!("both were found whole above") };
+            match sub {
+                true => threads::rewritten(ws, |at, w| wide_rewrite_with(w, &gs[at..], move |w, g| w - g * c)),
+                false => threads::rewritten(ws, |at, w| wide_rewrite_with(w, &gs[at..], move |w, g| w + g * c)),
+            }
+            self.lazy.remove(&dst);
+            self.define(dst, Value::F32(a));
+            return Some(Some(w));
+        }
+        if !self.fits(n) {
+            return None;
+        }
+        let (ws, gs) = (wa.as_slice()?, ga.as_slice()?);
+        let out = match sub {
+            true => threads::written(n, |at, out| wide_zip_into(&ws[at..], &gs[at..], out, move |w, g| w - g * c)),
+            false => threads::written(n, |at, out| wide_zip_into(&ws[at..], &gs[at..], out, move |w, g| w + g * c)),
+        };
+        let result = from_vec(wa.shape(), out);
+        self.lazy.remove(&dst);
+        self.define(dst, Value::F32(result));
+        Some(None)
     }
 
     /// An `f32` operand of a product: a stored value, or a pending transpose's source seen
     /// through swapped strides.
     fn product_operand(&self, op: &'static str, v: ValueId) -> Result<ArrayViewD<'_, f32>, RuntimeError> {
         match self.lazy.get(&v) {
-            Some(&src) => {
+            Some(&Pending::Transpose(src)) => {
                 let mut view = self.get_f32(op, src)?.view();
                 let rank = view.ndim();
                 if rank >= 2 {
@@ -373,7 +503,7 @@ impl Interpreter {
                 }
                 Ok(view)
             }
-            None => Ok(self.get_f32(op, v)?.view()),
+            _ => Ok(self.get_f32(op, v)?.view()),
         }
     }
 
@@ -418,7 +548,7 @@ impl Interpreter {
     /// buffer moved out rather than copied when it is stored whole (a collective's operand
     /// that dies with it, which can be a model's gradients).
     pub fn take(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
-        let pending = self.lazy.contains_key(&value) || self.lazy.values().any(|&src| src == value);
+        let pending = self.lazy.contains_key(&value) || self.feeds_pending(value);
         if pending {
             // A pending transpose, or the source one still reads: copied, then freed as usual.
             let data = self.read(value)?;
@@ -464,11 +594,15 @@ impl Interpreter {
     }
 
     fn type_of(&self, value: ValueId) -> Result<TensorType, TypeError> {
-        if let Some(src) = self.lazy.get(&value).and_then(|src| self.values.get(src)).filter(|src| src.ndim() >= 2) {
-            let mut dims = src.shape().to_vec();
-            let rank = dims.len();
-            dims.swap(rank - 2, rank - 1);
-            return Ok(TensorType::new(src.dtype(), dims));
+        match self.lazy.get(&value).map(|&p| (p, self.values.get(&p.source()))) {
+            Some((Pending::Transpose(_), Some(src))) if src.ndim() >= 2 => {
+                let mut dims = src.shape().to_vec();
+                let rank = dims.len();
+                dims.swap(rank - 2, rank - 1);
+                return Ok(TensorType::new(src.dtype(), dims));
+            }
+            Some((Pending::Scaled(..), Some(src))) => return Ok(TensorType::new(gt_ir::DType::F32, src.shape())),
+            _ => {}
         }
         self.values.get(&value).map(|a| TensorType::new(a.dtype(), a.shape())).ok_or(TypeError::UnknownValue(value))
     }
@@ -1523,6 +1657,101 @@ mod tests {
                 assert_eq!(d, takes.then_some(v(0)), "{op:?}");
             }
         }
+        threads::use_threads(1, std::time::Duration::ZERO).unwrap();
+    }
+
+    /// A large `mul` by a scalar is left pending, and an update `w - t`, `w + t` or `t + w`
+    /// reads it in the same pass, over `w` when `w` dies: the bits of the two ops run one
+    /// after the other (`w - fl(g * c)`, not a fused multiply-add). Anything else that reads
+    /// it, or changes or frees its source, computes it first.
+    #[test]
+    fn scaled_values_wait_for_the_update_that_reads_them() {
+        threads::use_threads(2, std::time::Duration::from_micros(200)).unwrap();
+        let c = 0.01f64;
+        for n in [SCALED_MIN_ELEMENTS, 70_001] {
+            let (w, g) = (awkward(n, 1), awkward(n, 4));
+            let t: Vec<f32> = g.iter().map(|&g| g * c as f32).collect();
+            let want = |f: fn(f32, f32) -> f32| w.iter().zip(&t).map(|(&w, &t)| f(w, t).to_bits()).collect::<Vec<_>>();
+            let scaled = || {
+                let mut it = Interpreter::new();
+                lit(&mut it, 0, &[n], &w);
+                lit(&mut it, 1, &[n], &g);
+                let before = it.live_bytes();
+                it.execute(&binary_instr(BinaryOp::Mul, val(1), Operand::Scalar(c))).unwrap();
+                assert_eq!(it.live_bytes(), before, "n {n}: the product was computed, not left pending");
+                it
+            };
+            let t_bits: Vec<u32> = t.iter().map(|x| x.to_bits()).collect();
+            let update = |op, lhs, rhs| Instr::Binary { dst: v(5), op, lhs, rhs };
+            // Over `w`, which dies: the update takes its storage.
+            for (instr, f) in [
+                (update(BinaryOp::Sub, val(0), val(100)), (|w, t| w - t) as fn(f32, f32) -> f32),
+                (update(BinaryOp::Add, val(0), val(100)), |w, t| w + t),
+                (update(BinaryOp::Add, val(100), val(0)), |w, t| t + w),
+            ] {
+                let mut it = scaled();
+                let at = it.get_f32("test", v(0)).unwrap().as_ptr();
+                assert_eq!(it.execute_donating(&instr, &[v(0), v(100)]).unwrap(), Some(v(0)), "{instr:?}");
+                assert_eq!(bits(&it.read(v(5)).unwrap()), want(f), "{instr:?} n {n}");
+                assert_eq!(it.get_f32("test", v(5)).unwrap().as_ptr(), at, "{instr:?}: not over w");
+                assert!(matches!(it.read(v(0)), Err(RuntimeError::Undefined { .. })));
+                // `t` itself still reads as computed, and its free is the last of it.
+                assert_eq!(bits(&it.read(v(100)).unwrap()), t_bits);
+                it.execute(&Instr::Free { src: v(100) }).unwrap();
+                assert_eq!((it.live_values(), it.live_bytes()), (2, 2 * n * 4), "{instr:?}");
+            }
+            // `t - w`: `t` computed, then the op as any other (over `t`, which dies).
+            let mut it = scaled();
+            let instr = update(BinaryOp::Sub, val(100), val(0));
+            assert_eq!(it.execute_donating(&instr, &[v(0), v(100)]).unwrap(), Some(v(100)));
+            assert_eq!(bits(&it.read(v(5)).unwrap()), want(|w, t| t - w));
+            // `w` kept: a new result; `w` and `g` unchanged.
+            let mut it = scaled();
+            it.execute(&update(BinaryOp::Sub, val(0), val(100))).unwrap();
+            assert_eq!(bits(&it.read(v(5)).unwrap()), want(|w, t| w - t));
+            assert!(bits(&it.read(v(0)).unwrap()).into_iter().eq(w.iter().map(|x| x.to_bits())), "w changed");
+            // `g - g * c` over a dying `g` that `t` still reads: a new result, `t` intact.
+            let mut it = scaled();
+            assert_eq!(it.execute_donating(&update(BinaryOp::Sub, val(1), val(100)), &[v(1)]).unwrap(), None);
+            let own: Vec<u32> = g.iter().zip(&t).map(|(&g, &t)| (g - t).to_bits()).collect();
+            assert_eq!(bits(&it.read(v(5)).unwrap()), own);
+            assert_eq!(bits(&it.read(v(100)).unwrap()), t_bits);
+            // Its source redefined, or freed: computed first.
+            let mut it = scaled();
+            it.execute(&Instr::Unary { dst: v(1), op: UnaryOp::Neg, src: v(1) }).unwrap();
+            assert_eq!(bits(&it.read(v(100)).unwrap()), t_bits);
+            let mut it = scaled();
+            it.execute(&Instr::Free { src: v(1) }).unwrap();
+            assert_eq!(bits(&it.read(v(100)).unwrap()), t_bits);
+            assert_eq!((it.live_values(), it.live_bytes()), (2, 2 * n * 4));
+            // Read by another op (a reduction), or by a product: computed first.
+            let mut it = scaled();
+            let sum =
+                run(&mut it, Instr::Reduce { dst: v(6), op: ReduceOp::Sum, src: v(100), axes: None, keepdim: false });
+            let mut plain = Interpreter::new();
+            lit(&mut plain, 100, &[n], &t);
+            let plain_sum = run(
+                &mut plain,
+                Instr::Reduce { dst: v(6), op: ReduceOp::Sum, src: v(100), axes: None, keepdim: false },
+            );
+            assert_eq!(bits(&sum), bits(&plain_sum));
+            let mut it = scaled();
+            let dot = run(&mut it, Instr::MatMul { dst: v(7), lhs: v(100), rhs: v(0) });
+            let plain_dot = {
+                lit(&mut plain, 0, &[n], &w);
+                run(&mut plain, Instr::MatMul { dst: v(7), lhs: v(100), rhs: v(0) })
+            };
+            assert_eq!(bits(&dot), bits(&plain_dot));
+            // The source dying with the `mul`: computed over it, not left pending.
+            let mut it = scaled();
+            let mul = Instr::Binary { dst: v(8), op: BinaryOp::Mul, lhs: val(0), rhs: Operand::Scalar(c) };
+            assert_eq!(it.execute_donating(&mul, &[v(0)]).unwrap(), Some(v(0)));
+        }
+        // A small one is computed at once.
+        let mut it = Interpreter::new();
+        lit(&mut it, 1, &[8], &[1.0; 8]);
+        it.execute(&binary_instr(BinaryOp::Mul, val(1), Operand::Scalar(c))).unwrap();
+        assert_eq!(it.live_bytes(), 64);
         threads::use_threads(1, std::time::Duration::ZERO).unwrap();
     }
 
