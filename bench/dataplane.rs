@@ -1,7 +1,8 @@
 //! The data plane: bytes per second of uploading a tensor (`gt::from_vec`, a literal
 //! instruction) and of reading one back (`to_vec`), through an embedded cluster (client ->
-//! dispatcher -> worker over inproc ZeroMQ), for 4 MB and 64 MB of `f32`s; a `memcpy` of the
-//! same size beside them as the ceiling.
+//! dispatcher -> worker over inproc ZeroMQ), then from a client connected to the cluster over
+//! IPC and over TCP, for 4 MB and 64 MB of `f32`s; a `memcpy` of the same size beside them as
+//! the ceiling.
 //! Run: `cargo bench --bench dataplane` (`GT_BENCH_SAVE=1` writes
 //! `bench/results/dataplane-vm.txt`).
 
@@ -9,6 +10,8 @@
 #[global_allocator]
 static GLOBAL: gt::Allocator = gt::Allocator;
 
+use gt::runtime::{Cluster, ClusterOptions};
+use gt::transport::Endpoint;
 use gt::Runtime;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -32,12 +35,8 @@ fn rate(bytes: usize, d: Duration) -> String {
     format!("{:>8.0} MB/s ({:.2} ms)", bytes as f64 / d.as_secs_f64() / 1e6, d.as_secs_f64() * 1e3)
 }
 
-fn main() {
-    let quick = !std::env::args().any(|a| a == "--bench");
-    let reps = if quick { 3 } else { 9 };
-    let mut report = String::new();
-    let _ = writeln!(report, "gt data plane, embedded cluster (1 worker, inproc), median of {reps}");
-    let gt = Runtime::embedded(1).expect("an embedded cluster starts");
+/// Upload and read rates of 4 MB and 64 MB through `gt`, with a memcpy of the same size.
+fn section(report: &mut String, gt: &Runtime, reps: usize) {
     for mb in [4usize, 64] {
         let n = mb * (1 << 20) / 4;
         let bytes = n * 4;
@@ -59,6 +58,29 @@ fn main() {
             rate(bytes, read),
             rate(bytes, memcpy)
         );
+    }
+}
+
+fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let reps = if quick { 3 } else { 9 };
+    let mut report = String::new();
+    let _ = writeln!(report, "gt data plane, median of {reps}");
+    let _ = writeln!(report, "embedded cluster (1 worker, inproc):");
+    let gt = Runtime::embedded(1).expect("an embedded cluster starts");
+    section(&mut report, &gt, reps);
+    drop(gt);
+    // The same cluster listening on a Unix socket and TCP, the client connected over each: the
+    // data crosses the kernel's socket buffers (issue 16: a 64 MB read >= 2 GB/s over IPC).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let options = ClusterOptions { listen: Endpoint::for_server("127.0.0.1", port), ..ClusterOptions::embedded(1) };
+    let cluster = Cluster::start(options).expect("a listening cluster starts");
+    for want in ["ipc", "tcp"] {
+        let endpoint =
+            cluster.listen().iter().find(|e| e.to_string().starts_with(want)).expect("listens on it").clone();
+        let _ = writeln!(report, "client over {want} ({endpoint}), cluster embedded in this process:");
+        let gt = Runtime::connect(&endpoint.to_string()).expect("the client connects");
+        section(&mut report, &gt, reps);
     }
     print!("{report}");
     if std::env::var_os("GT_BENCH_SAVE").is_some() {

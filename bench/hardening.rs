@@ -489,7 +489,7 @@ fn unread(c: &Cluster) -> Result<(usize, usize, u64, Duration)> {
     let raw = c.context().socket(zmq::DEALER)?;
     raw.connect(&c.endpoint().zmq_address())?;
     let send = |req: Request| -> Result<()> { Ok(raw.send(codec::encode(&Inbound::Client(req), 1 << 20)?, 0)?) };
-    send(Request::Hello { name: "unread".into(), wait_ms: 1000, doorbell: None, lane: None })?;
+    send(Request::Hello { name: "unread".into(), wait_ms: 1000, doorbell: None, lane: None, shared_reads: false })?;
     raw.poll(zmq::POLLIN, 5000)?;
     socket::recv_frames(&raw, 0)?;
     send(Request::Batch { first_seq: 0, instrs: instrs("%a = ones f32[16777216]")?, lines: Vec::new(), then: None })?;

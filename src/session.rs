@@ -37,6 +37,7 @@ pub fn client_options(name: &str, env: &EnvConfig) -> anyhow::Result<ClientOptio
         spin: env.spin,
         doorbell: env.doorbell,
         lane: env.lane,
+        shared_reads: env.shared_reads,
         ..Default::default()
     };
     if let Some(n) = positive("GT_CLIENT_BATCH_SIZE")? {

@@ -10,6 +10,7 @@ use gt_ir::data::Elements;
 use gt_ir::{HostTensor, Instr, Span, ValueId};
 use gt_transport::doorbell::{Answer, Doorbell};
 use gt_transport::message::{Failure, FailureKind, PassStats, Reply, Request, Then, WorkerInfo, WorkerStats};
+use gt_transport::shared::{self, SharedError};
 use gt_transport::socket::{HandshakeFailure, Waited};
 use gt_transport::{codec, lane, loan, socket, zmq, ClusterKey, CodecError, Endpoint, Inbound, InboundRef};
 use std::collections::VecDeque;
@@ -43,6 +44,10 @@ pub struct ClientOptions {
     /// through in-process queues instead of ZeroMQ once it is welcomed (`GT_LANE`, default
     /// on; [`gt_transport::lane`]).
     pub lane: bool,
+    /// Whether a client on `ipc://` (the dispatcher's host) takes answers of 1 MiB and more
+    /// from a file in shared memory instead of through the socket (`GT_SHARED_READS`,
+    /// default on; [`gt_transport::shared`]).
+    pub shared_reads: bool,
 }
 
 impl Default for ClientOptions {
@@ -57,6 +62,7 @@ impl Default for ClientOptions {
             spin: socket::DEFAULT_SPIN,
             doorbell: true,
             lane: true,
+            shared_reads: true,
         }
     }
 }
@@ -136,6 +142,9 @@ pub enum ClientError {
         /// The type they came with.
         ty: gt_ir::TensorType,
     },
+    /// The answer's data was in the dispatcher's shared file, which could not be read.
+    #[error(transparent)]
+    SharedRead(#[from] SharedError),
     /// The connection to the dispatcher broke while waiting.
     #[error("lost the connection to the dispatcher at {0}")]
     Disconnected(String),
@@ -205,6 +214,10 @@ pub struct Client {
     doorbell: Option<std::sync::Arc<Doorbell>>,
     /// Its lane to an in-process dispatcher (on `inproc://`, when offered).
     lane: Lane,
+    /// The dispatcher's file of its large answers, when it asked for shared reads.
+    shared: shared::AnswerReader,
+    /// Why the last answer's shared file could not be read (its `data` is then an error).
+    shared_failure: Option<SharedError>,
 }
 
 /// A client's lane: offered in its `Hello`, open from the `Welcome` on if the dispatcher took
@@ -255,6 +268,8 @@ impl Client {
             line_starts: None,
             doorbell,
             lane,
+            shared: shared::AnswerReader::default(),
+            shared_failure: None,
         };
         client.hello()?;
         Ok(client)
@@ -270,6 +285,7 @@ impl Client {
                 Lane::Offered(offer, _) => Some(offer.key()),
                 _ => None,
             },
+            shared_reads: self.options.shared_reads && self.endpoint.starts_with("ipc://"),
         };
         if let Err(e) = self.send(&hello) {
             // A handshake refused before the hello left drops the connection it was queued on.
@@ -643,7 +659,7 @@ impl Client {
                     // Checked as the socket's data frame is: the type's length, or not taken.
                     let fits = data.len() == ty.shape.numel() && data.dtype() == ty.dtype;
                     self.data = Some(if fits { Ok(data) } else { Err(data.size_bytes()) });
-                    Reply::Data { seq, ty, receipt }
+                    Reply::Data { seq, ty, receipt, file: None }
                 }
                 // (A bell rings a read only with its answer.)
                 None => Reply::Rejected { message: format!("read #{seq} was rung without its data") },
@@ -656,10 +672,14 @@ impl Client {
     /// A value's data (a sync point).
     pub fn read(&mut self, value: ValueId) -> Result<HostTensor, ClientError> {
         let read = self.last_receipt;
+        self.shared_failure = None;
         match self.request(|seq| Request::Get { seq, value, read }, "get")? {
             Reply::Data { ty, .. } => match self.data.take() {
                 Some(Ok(data)) => Ok(HostTensor { ty, data }),
-                Some(Err(bytes)) => Err(ClientError::BadData { bytes, ty }),
+                Some(Err(bytes)) => match self.shared_failure.take() {
+                    Some(e) => Err(ClientError::SharedRead(e)),
+                    None => Err(ClientError::BadData { bytes, ty }),
+                },
                 None => Err(ClientError::BadData { bytes: 0, ty }),
             },
             other => Err(ClientError::BadReply { op: "get", got: reply_kind(&other) }),
@@ -672,6 +692,11 @@ impl Client {
             Reply::Synced { .. } => Ok(()),
             other => Err(ClientError::BadReply { op: "sync", got: reply_kind(&other) }),
         }
+    }
+
+    /// How many answers it took from the dispatcher's shared file ([`ClientOptions::shared_reads`]).
+    pub fn shared_reads(&self) -> u64 {
+        self.shared.reads()
     }
 
     /// Every live worker's statistics.
@@ -732,7 +757,14 @@ impl Client {
     /// One reply from its frames; a `Data` reply's data frame is kept for [`Client::read`].
     fn reply(&mut self, mut frames: Vec<zmq::Message>) -> Result<Reply, ClientError> {
         let reply = codec::decode(&frames[0], self.options.max_message_bytes)?;
-        if let Reply::Data { ty, receipt, .. } = &reply {
+        if let Reply::Data { ty, receipt, file: Some(name), .. } = &reply {
+            self.last_receipt = *receipt;
+            // Taken out now: the dispatcher writes the file again once this receipt is back.
+            self.data = Some(self.shared.read(name, ty).map_err(|e| {
+                self.shared_failure = Some(e);
+                0
+            }));
+        } else if let Reply::Data { ty, receipt, .. } = &reply {
             self.last_receipt = *receipt;
             // A frame lent by a worker in this process is taken as it is; others are copied.
             let data = match (frames.len() > 1).then(|| frames.swap_remove(1)) {

@@ -347,16 +347,28 @@ impl Elements {
         if !len.is_multiple_of(size) {
             return Err(BytesError::Length { dtype, len, size });
         }
-        fn fill<T: bytemuck::Pod>(out: &mut [T], runs: impl IntoIterator<Item = impl AsRef<[u8]>>) -> usize {
-            let out: &mut [u8] = bytemuck::cast_slice_mut(out);
-            let mut at = 0;
+        /// `n` elements whose bytes are the runs' laid end to end, copied straight into new
+        /// memory (no pass of zeros first: a large read's cost is its copies), and the runs'
+        /// length in bytes; the elements are empty unless that is exactly `n` elements' bytes.
+        #[allow(unsafe_code)]
+        fn filled<T: bytemuck::Pod>(n: usize, runs: impl IntoIterator<Item = impl AsRef<[u8]>>) -> (Vec<T>, usize) {
+            let mut out: Vec<T> = Vec::with_capacity(n);
+            let room = n * std::mem::size_of::<T>();
+            let to = out.as_mut_ptr().cast::<u8>();
+            let mut at = 0usize;
             for run in runs {
                 let run = run.as_ref();
-                let end = (at + run.len()).min(out.len());
-                out[at..end].copy_from_slice(&run[..end - at]);
+                let take = run.len().min(room.saturating_sub(at));
+                // SAFETY: `at + take <= room`, the bytes `out` has room for; a run cannot
+                // overlap memory just allocated.
+                unsafe { std::ptr::copy_nonoverlapping(run.as_ptr(), to.add(at), take) };
                 at += run.len();
             }
-            at
+            if at == room {
+                // SAFETY: the runs wrote all `room` bytes, and any bytes are a valid `T` (`Pod`).
+                unsafe { out.set_len(n) };
+            }
+            (out, at)
         }
         if cfg!(target_endian = "big") || dtype == DType::Bool {
             let bytes: Vec<u8> = runs.into_iter().flatten().copied().collect();
@@ -365,15 +377,33 @@ impl Elements {
             }
             return Elements::from_le_bytes(dtype, &bytes);
         }
-        let mut out = Elements::zeros(dtype, len / size);
-        let got = match &mut out {
-            Elements::F64(v) => fill(v, runs),
-            Elements::F32(v) => fill(v, runs),
-            Elements::F16(v) => fill(v, runs),
-            Elements::BF16(v) => fill(v, runs),
-            Elements::I64(v) => fill(v, runs),
-            Elements::I32(v) => fill(v, runs),
-            Elements::Bool(_) => unreachable!("bools took the byte-checking path above"),
+        let n = len / size;
+        let (out, got) = match dtype {
+            DType::F64 => {
+                let (v, got) = filled(n, runs);
+                (Elements::F64(v), got)
+            }
+            DType::F32 => {
+                let (v, got) = filled(n, runs);
+                (Elements::F32(v), got)
+            }
+            DType::F16 => {
+                let (v, got) = filled(n, runs);
+                (Elements::F16(v), got)
+            }
+            DType::BF16 => {
+                let (v, got) = filled(n, runs);
+                (Elements::BF16(v), got)
+            }
+            DType::I64 => {
+                let (v, got) = filled(n, runs);
+                (Elements::I64(v), got)
+            }
+            DType::I32 => {
+                let (v, got) = filled(n, runs);
+                (Elements::I32(v), got)
+            }
+            DType::Bool => unreachable!("bools took the byte-checking path above"),
         };
         if got != len {
             return Err(BytesError::Length { dtype, len: got, size });

@@ -126,6 +126,7 @@ pub const SETTINGS: &[&str] = &[
     "GT_PINNED",
     "GT_PROFILE",
     "GT_SHARD_THRESHOLD",
+    "GT_SHARED_READS",
     "GT_SPIN_US",
     "GT_THREADS",
     "GT_WGMMA",
@@ -207,6 +208,9 @@ pub struct EnvConfig {
     /// Whether embedded clients and workers talk to their dispatcher through in-process
     /// queues instead of `inproc://` ZeroMQ (`GT_LANE`, default on; `gt_transport::lane`).
     pub lane: bool,
+    /// Whether clients on `ipc://` take large answers from a file in shared memory instead
+    /// of through the socket (`GT_SHARED_READS`, default on; `gt_transport::shared`).
+    pub shared_reads: bool,
 }
 
 /// How long a worker's part of a collective waits for a peer by default: long enough for a
@@ -252,6 +256,7 @@ impl Default for EnvConfig {
             spin: gt_transport::socket::DEFAULT_SPIN,
             doorbell: true,
             lane: true,
+            shared_reads: true,
         }
     }
 }
@@ -333,6 +338,7 @@ impl EnvConfig {
         c.jit = get("GT_JIT").is_none_or(|v| v.trim().is_empty()) || flag("GT_JIT")?;
         c.doorbell = get("GT_DOORBELL").is_none_or(|v| v.trim().is_empty()) || flag("GT_DOORBELL")?;
         c.lane = get("GT_LANE").is_none_or(|v| v.trim().is_empty()) || flag("GT_LANE")?;
+        c.shared_reads = get("GT_SHARED_READS").is_none_or(|v| v.trim().is_empty()) || flag("GT_SHARED_READS")?;
         c.matmul_precision = match get("GT_MATMUL_PRECISION").as_deref().map(str::trim) {
             None | Some("" | "highest") => Precision::F32,
             Some("high") => Precision::Tf32,
@@ -495,6 +501,7 @@ mod tests {
             ("GT_INSECURE", "yes"),
             ("GT_DOORBELL", "sometimes"),
             ("GT_LANE", "sometimes"),
+            ("GT_SHARED_READS", "often"),
             ("GT_SHARD_THRESHOLD", "0"),
             ("GT_SPIN_US", "-5"),
             ("GT_SPIN_US", "1001"),
@@ -525,6 +532,8 @@ mod tests {
         assert!(!EnvConfig::from_lookup(env(&[("GT_DOORBELL", "0")])).unwrap().doorbell);
         assert!(c.lane, "on by default");
         assert!(!EnvConfig::from_lookup(env(&[("GT_LANE", "0")])).unwrap().lane);
+        assert!(c.shared_reads, "on by default");
+        assert!(!EnvConfig::from_lookup(env(&[("GT_SHARED_READS", "0")])).unwrap().shared_reads);
         let e = EnvConfig::from_lookup(env(&[("GT_PASSES", "hotpath,shards")])).unwrap_err();
         assert_eq!(
             e.to_string(),

@@ -314,7 +314,8 @@ fn a_sync_is_answered_once_by_the_doorbell_or_by_the_dispatcher() {
     let connect = |key: DoorbellKey| {
         let raw = c.context().socket(zmq::DEALER).unwrap();
         raw.connect(&c.endpoint().zmq_address()).unwrap();
-        let hello = Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: Some(key), lane: None };
+        let hello =
+            Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: Some(key), lane: None, shared_reads: false };
         raw.send(codec::encode(&Inbound::Client(hello), 1 << 20).unwrap(), 0).unwrap();
         raw
     };
@@ -578,7 +579,13 @@ fn a_worker_lost_after_it_rang_does_not_answer_the_wait_twice() {
             }
         }
     };
-    send(Request::Hello { name: "raw".into(), wait_ms: 5000, doorbell: Some(bell.key()), lane: None });
+    send(Request::Hello {
+        name: "raw".into(),
+        wait_ms: 5000,
+        doorbell: Some(bell.key()),
+        lane: None,
+        shared_reads: false,
+    });
     assert!(matches!(recv(), Reply::Welcome { .. }));
     bell.arm(1);
     send(Request::Batch {
@@ -613,4 +620,89 @@ fn a_worker_lost_after_it_rang_does_not_answer_the_wait_twice() {
             other => panic!("a second answer: {other:?}"),
         }
     }
+}
+
+/// A client that asked for shared reads gets each large answer in the dispatcher's file
+/// instead of a data frame, but only once it has acknowledged the file's last answer (a
+/// write must never meet its read): a second read sent before the first answer's receipt
+/// comes back by the socket. Small answers always come by the socket.
+#[test]
+fn large_answers_go_through_the_shared_file_once_the_last_one_is_acknowledged() {
+    use gt::ir::data::Elements;
+    use gt::transport::message::{Reply, Request, Then};
+    use gt::transport::shared::AnswerReader;
+    use gt::transport::{codec, socket, zmq, Inbound};
+    let c = cluster(1);
+    let raw = c.context().socket(zmq::DEALER).unwrap();
+    raw.connect(&c.endpoint().zmq_address()).unwrap();
+    let send = |req: Request| raw.send(codec::encode(&Inbound::Client(req), 1 << 20).unwrap(), 0).unwrap();
+    let recv = || -> (Reply, Vec<zmq::Message>) {
+        loop {
+            assert!(raw.poll(zmq::POLLIN, 5000).unwrap() > 0, "no answer");
+            let frames = socket::recv_frames(&raw, 0).unwrap();
+            match codec::decode(&frames[0], 1 << 20).unwrap() {
+                Reply::Ping => continue,
+                reply => return (reply, frames),
+            }
+        }
+    };
+    send(Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: None, lane: None, shared_reads: true });
+    assert!(matches!(recv().0, Reply::Welcome { .. }));
+    let n = 300_000;
+    let instrs = vec![full(0, vec![n], 1.5), full(1, vec![4], 2.0)];
+    send(Request::Batch { first_seq: 0, instrs, lines: vec![], then: Some(Then::Sync { seq: 2 }) });
+    assert_eq!(recv().0, Reply::Synced { seq: 2 });
+    let mut reader = AnswerReader::default();
+    let ty = TensorType::f32(vec![n]);
+    // Two reads at once: the first through the file, the second by the socket.
+    send(Request::Get { seq: 3, value: ValueId(0), read: 0 });
+    send(Request::Get { seq: 4, value: ValueId(0), read: 0 });
+    let (first, _) = recv();
+    let Reply::Data { seq: 3, file: Some(name), .. } = first else { panic!("expected #3 in the file: {first:?}") };
+    assert_eq!(reader.read(&name, &ty).unwrap(), Elements::F32(vec![1.5; n]));
+    let (second, frames) = recv();
+    let Reply::Data { seq: 4, file: None, receipt, .. } = second else {
+        panic!("expected #4 by the socket: {second:?}")
+    };
+    assert_eq!(frames[1].len(), n * 4);
+    // Acknowledged (the last receipt covers both): the file again; a small value never.
+    send(Request::Get { seq: 5, value: ValueId(0), read: receipt });
+    let (third, _) = recv();
+    let Reply::Data { seq: 5, file: Some(again), receipt, .. } = third else {
+        panic!("expected #5 in the file: {third:?}")
+    };
+    assert_eq!(again, name, "one file per client");
+    assert_eq!(reader.read(&again, &ty).unwrap(), Elements::F32(vec![1.5; n]));
+    send(Request::Get { seq: 6, value: ValueId(1), read: receipt });
+    let (small, frames) = recv();
+    assert!(matches!(small, Reply::Data { seq: 6, file: None, .. }), "{small:?}");
+    assert_eq!(frames[1].len(), 16);
+    assert_eq!(reader.reads(), 2);
+    send(Request::Bye);
+}
+
+/// A client on a dispatcher's host reads large values of every dtype through the shared
+/// file (and small ones by the socket) and gets what it wrote; without shared reads, the
+/// same by the socket.
+pub(crate) fn large_reads_arrive_whole(client: &mut Client, shared: bool) {
+    use gt::ir::data::Elements;
+    let big = [
+        Elements::F32((0..400_000).map(|i| i as f32 * 0.25).collect()),
+        Elements::I64((0..200_000).map(|i| i * -7).collect()),
+        Elements::Bool((0..1_500_000).map(|i| i % 3 == 0).collect()),
+        Elements::F32(vec![3.0; 10]),
+    ];
+    for (k, data) in big.iter().enumerate() {
+        let ty = TensorType::new(data.dtype(), vec![data.len()]);
+        client
+            .submit(Instr::Literal { dst: ValueId(100 + k as u32), ty, data: data.clone() }, origin("tensor"))
+            .unwrap();
+    }
+    for round in 0..2 {
+        for (k, data) in big.iter().enumerate() {
+            let got = client.read(ValueId(100 + k as u32)).unwrap();
+            assert_eq!(&got.data, data, "value {k}, round {round}");
+        }
+    }
+    assert_eq!(client.shared_reads(), if shared { 6 } else { 0 });
 }

@@ -111,6 +111,15 @@ fn two_terminals_give_the_embedded_numbers_over_ipc_and_tcp() {
     }
     // Large literals and reads, as frames of their own across processes (copied there).
     crate::cluster::literals_arrive_whole(&mut connect(&format!("127.0.0.1:{port}")));
+    // Large reads through shared memory on this host (IPC), or by the socket when not asked
+    // for; over TCP never.
+    let ipc = Endpoint::for_peer("127.0.0.1", port);
+    assert!(matches!(ipc, Endpoint::Ipc(_)), "{ipc}");
+    crate::cluster::large_reads_arrive_whole(&mut Client::connect(&ipc, ClientOptions::default()).unwrap(), true);
+    let by_socket = ClientOptions { shared_reads: false, ..ClientOptions::default() };
+    crate::cluster::large_reads_arrive_whole(&mut Client::connect(&ipc, by_socket).unwrap(), false);
+    let tcp = Endpoint::parse(&format!("tcp://127.0.0.1:{port}")).unwrap();
+    crate::cluster::large_reads_arrive_whole(&mut Client::connect(&tcp, ClientOptions::default()).unwrap(), false);
 }
 
 #[test]

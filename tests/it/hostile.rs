@@ -496,12 +496,13 @@ fn a_client_checks_the_dispatchers_answers() {
                     (Reply::Welcome { client: 1, workers: vec![], max_message_bytes: 1 << 20 }, None)
                 }
                 // Four elements promised, one sent.
-                Ok(Inbound::Client(Request::Get { seq, .. })) => {
-                    (Reply::Data { seq, ty: gt::ir::TensorType::f32(vec![4]), receipt: 1 }, Some(vec![666.0]))
-                }
+                Ok(Inbound::Client(Request::Get { seq, .. })) => (
+                    Reply::Data { seq, ty: gt::ir::TensorType::f32(vec![4]), receipt: 1, file: None },
+                    Some(vec![666.0]),
+                ),
                 // Data where statistics were asked for.
                 Ok(Inbound::Client(Request::Stats { seq })) => {
-                    (Reply::Data { seq, ty: gt::ir::TensorType::f32(vec![1]), receipt: 1 }, Some(vec![1.0]))
+                    (Reply::Data { seq, ty: gt::ir::TensorType::f32(vec![1]), receipt: 1, file: None }, Some(vec![1.0]))
                 }
                 _ => continue,
             };
@@ -606,7 +607,7 @@ fn sequence_numbers_do_not_wrap() {
         codec::decode(&raw.recv_bytes(0).unwrap(), 1 << 20).unwrap()
     };
     assert!(matches!(
-        exchange(Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: None, lane: None }),
+        exchange(Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: None, lane: None, shared_reads: false }),
         Reply::Welcome { .. }
     ));
     let batch = Request::Batch {
@@ -638,7 +639,7 @@ fn a_client_that_does_not_read_its_answers_is_bounded() {
         assert!(raw.poll(zmq::POLLIN, 5000).unwrap() > 0, "no answer");
         codec::decode(&socket::recv_frames(&raw, 0).unwrap()[0], 1 << 20).unwrap()
     };
-    send(Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: None, lane: None });
+    send(Request::Hello { name: "raw".into(), wait_ms: 1000, doorbell: None, lane: None, shared_reads: false });
     assert!(matches!(recv(), Reply::Welcome { .. }));
     // A 400 kB value, asked for ten times without reading in between.
     send(Request::Batch { first_seq: 0, instrs: instrs("%a = ones f32[100000]"), lines: Vec::new(), then: None });

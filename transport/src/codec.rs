@@ -15,7 +15,7 @@ use thiserror::Error;
 /// (17: a client's `Hello` names its doorbell, a batch may carry a sync to ring it, `Done` says
 /// whether it rang; a client's batch may end with its sync point. 18: `Hello` and `Register`
 /// offer a lane.)
-pub const PROTOCOL_VERSION: u16 = 18;
+pub const PROTOCOL_VERSION: u16 = 19;
 
 /// The default largest frame accepted (1 GiB; `GT_MAX_MESSAGE_BYTES` changes it).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 30;

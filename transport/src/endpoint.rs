@@ -79,7 +79,7 @@ pub fn ensure_runtime_dir() -> Result<PathBuf, RuntimeDirError> {
 }
 
 #[cfg(unix)]
-fn ensure_private_dir(path: PathBuf) -> Result<PathBuf, RuntimeDirError> {
+pub(crate) fn ensure_private_dir(path: PathBuf) -> Result<PathBuf, RuntimeDirError> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let io = |source| RuntimeDirError::Io { path: path.clone(), source };
     match std::fs::DirBuilder::new().mode(0o700).create(&path) {
@@ -101,7 +101,7 @@ fn ensure_private_dir(path: PathBuf) -> Result<PathBuf, RuntimeDirError> {
 }
 
 #[cfg(not(unix))]
-fn ensure_private_dir(path: PathBuf) -> Result<PathBuf, RuntimeDirError> {
+pub(crate) fn ensure_private_dir(path: PathBuf) -> Result<PathBuf, RuntimeDirError> {
     std::fs::create_dir_all(&path).map_err(|source| RuntimeDirError::Io { path: path.clone(), source })?;
     Ok(path)
 }

@@ -4,6 +4,7 @@
 //! the cluster key that authenticates and encrypts TCP ([`auth`]), the doorbells through which
 //! a worker answers an embedded client's sync directly ([`doorbell`]), the in-process queues an
 //! embedded client or worker and its dispatcher talk through ([`lane`]),
+//! large answers to same-host clients through shared memory ([`shared`]),
 //! the instruction-log event that the log file and the monitor socket carry ([`event`]), and
 //! the profile format that `GT_PROFILE` writes and `gt prof` reads ([`profile`]).
 //!
@@ -22,6 +23,7 @@ pub mod lane;
 pub mod loan;
 pub mod message;
 pub mod profile;
+pub mod shared;
 pub mod socket;
 
 pub use auth::{ClusterKey, KeyError, KeyFormatError};

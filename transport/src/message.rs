@@ -67,6 +67,10 @@ pub enum Request {
         /// The lane it offers, when it runs in the dispatcher's process: taken, every later
         /// message either way goes by it ([`crate::lane`]).
         lane: Option<LaneKey>,
+        /// It runs on the dispatcher's host (`ipc://`) and takes large answers from a file in
+        /// shared memory instead of through the socket ([`crate::shared`], [`Reply::Data`]'s
+        /// `file`).
+        shared_reads: bool,
     },
     /// Instructions, in order, numbered `first_seq..first_seq + instrs.len()`. No reply
     /// unless one fails ([`Reply::Failed`] with its seq).
@@ -178,6 +182,11 @@ pub enum Reply {
         /// What the client sends back in its next [`Request::Get`] to say it read this: a
         /// number it cannot guess for an answer it did not take off its socket.
         receipt: u64,
+        /// Where the data is instead of the next frame, for a client that asked for shared
+        /// reads: the name of a file in its user's shared-memory folder
+        /// ([`crate::shared::dir`]), from offset 0. The client takes the data out as it takes
+        /// the answer, so the file is written again only after the receipt comes back.
+        file: Option<String>,
     },
     /// The answer to [`Request::Sync`].
     Synced {

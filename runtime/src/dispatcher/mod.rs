@@ -40,7 +40,7 @@ use gt_transport::message::{
     DoorbellKey, Exchange, Failure, FailureKind, PassStats, Reply, Request, SyncBell, Timing, WorkerCommand,
     WorkerEvent, WorkerInfo, WorkerStats,
 };
-use gt_transport::{codec, socket, zmq, ClusterKey, CodecError, EventKind, Inbound};
+use gt_transport::{codec, shared, socket, zmq, ClusterKey, CodecError, EventKind, Inbound};
 use log::EventLog;
 use namespace::{Charge, Limits, Location, Namespace, Refusal, Unavailable};
 use profile::{Facts, Profiler};
@@ -136,6 +136,10 @@ struct ClientState {
     /// A `Failed` or `Rejected` went to it since the last answer it waited for, so it may
     /// not have read it yet: its next sync is answered from here, after it (never by a bell).
     unread_failures: bool,
+    /// It runs on this host and takes large answers from a file in shared memory
+    /// ([`gt_transport::shared`]): `Some` once asked, holding the file once made (`None`
+    /// inside when it cannot be: answers then go by the socket).
+    shared_reads: Option<Option<shared::AnswerFile>>,
 }
 
 /// What an answer of `data` bytes counts against `GT_CLIENT_UNREAD_BYTES`: at least 1 KiB,
@@ -151,6 +155,9 @@ struct Unread {
     seq: u64,
     receipt: u64,
     bytes: u64,
+    /// Its answer went through the client's shared file, which is not written again until
+    /// this is acknowledged.
+    shared: bool,
 }
 
 struct PendingGet {
@@ -226,6 +233,7 @@ struct PendingHello {
     name: String,
     doorbell: Option<DoorbellKey>,
     lane: Option<LaneKey>,
+    shared_reads: bool,
     deadline: Instant,
     wait_ms: u64,
 }
@@ -681,14 +689,14 @@ impl Dispatcher {
     // ---- clients -----------------------------------------------------------------------
 
     fn on_request(&mut self, identity: Vec<u8>, req: Request, bytes: usize) {
-        if let Request::Hello { name, wait_ms, doorbell, lane } = req {
+        if let Request::Hello { name, wait_ms, doorbell, lane, shared_reads } = req {
             if let Some(&c) = self.client_ids.get(&identity) {
                 self.welcome_again(c);
             } else if self.enough_workers() {
-                self.welcome(identity, (name, doorbell, lane), bytes);
+                self.welcome(identity, (name, doorbell, lane, shared_reads), bytes);
             } else {
                 let deadline = Instant::now() + Duration::from_millis(wait_ms);
-                self.hellos.push(PendingHello { identity, name, doorbell, lane, deadline, wait_ms });
+                self.hellos.push(PendingHello { identity, name, doorbell, lane, shared_reads, deadline, wait_ms });
             }
             return;
         }
@@ -769,7 +777,7 @@ impl Dispatcher {
             );
             return Some(Failure::new(FailureKind::Limit, why));
         }
-        client.unread.push_back(Unread { seq, receipt: fresh, bytes });
+        client.unread.push_back(Unread { seq, receipt: fresh, bytes, shared: false });
         client.unread_bytes += bytes;
         None
     }
@@ -807,7 +815,7 @@ impl Dispatcher {
     fn welcome(
         &mut self,
         identity: Vec<u8>,
-        (name, doorbell, lane): (String, Option<DoorbellKey>, Option<LaneKey>),
+        (name, doorbell, lane, shared_reads): (String, Option<DoorbellKey>, Option<LaneKey>, bool),
         bytes: usize,
     ) {
         let c = self.next_client;
@@ -822,6 +830,7 @@ impl Dispatcher {
             unread_bytes: 0,
             doorbell,
             unread_failures: false,
+            shared_reads: shared_reads.then_some(None),
         };
         self.clients.insert(c, client);
         self.client_ids.insert(identity, c);
@@ -1874,7 +1883,10 @@ impl Dispatcher {
             Some(k) => client.unread[k].receipt,
             None => self.receipt(c),
         };
-        let head = codec::encode(&Reply::Data { seq, ty: ty.clone(), receipt }, usize::MAX).expect("small");
+        let file = self.share(c, seq, &data);
+        let shared = file.is_some();
+        let data = if shared { zmq::Message::new() } else { data };
+        let head = codec::encode(&Reply::Data { seq, ty: ty.clone(), receipt, file }, usize::MAX).expect("small");
         let bytes = answer_bytes(data.len());
         if self.log.active() {
             self.log.emit(
@@ -1895,11 +1907,46 @@ impl Dispatcher {
                 Some(u) => {
                     client.unread_bytes = client.unread_bytes - u.bytes + bytes;
                     u.bytes = bytes;
+                    u.shared = shared;
                 }
                 None => {
-                    client.unread.push_back(Unread { seq, receipt, bytes });
+                    client.unread.push_back(Unread { seq, receipt, bytes, shared });
                     client.unread_bytes += bytes;
                 }
+            }
+        }
+    }
+
+    /// Writes the answer `data` to read `seq` into client `c`'s shared file and gives its
+    /// name, when the client asked for shared reads, the data is large enough, and the client
+    /// has acknowledged the file's last answer (it took that data out); `None`: the answer
+    /// goes by the socket. The file is made at the first such answer; one that cannot be
+    /// made or written is logged, and the client's answers go by the socket from then on.
+    fn share(&mut self, c: u64, seq: u64, data: &[u8]) -> Option<String> {
+        let pid = std::process::id();
+        let client = self.clients.get_mut(&c)?;
+        let file = client.shared_reads.as_mut()?;
+        let busy = client.unread.iter().any(|u| u.shared && u.seq != seq);
+        if data.len() < shared::MIN_BYTES || busy {
+            return None;
+        }
+        if file.is_none() {
+            match shared::AnswerFile::create(&format!("answers-{pid}-{c}")) {
+                Ok(f) => *file = Some(f),
+                Err(e) => {
+                    client.shared_reads = None;
+                    tracing::warn!(target: "gt::dispatcher", "client {c}: answers go by the socket: cannot make a shared file: {e}");
+                    return None;
+                }
+            }
+        }
+        let f = file.as_ref()?;
+        match f.write(data) {
+            Ok(()) => Some(f.name().to_string()),
+            Err(e) => {
+                tracing::warn!(target: "gt::dispatcher", "client {c}: answers go by the socket: cannot write its shared file: {e}");
+                client.shared_reads = None;
+                None
             }
         }
     }
@@ -2252,7 +2299,7 @@ impl Dispatcher {
             let any = self.workers.iter().any(|w| w.alive);
             for h in std::mem::take(&mut self.hellos) {
                 if enough || (any && now >= h.deadline) {
-                    self.welcome(h.identity, (h.name, h.doorbell, h.lane), 0);
+                    self.welcome(h.identity, (h.name, h.doorbell, h.lane, h.shared_reads), 0);
                 } else if now >= h.deadline {
                     let message = format!(
                         "no worker registered with the dispatcher within {} ms (start one with `gt worker`)",

@@ -1,0 +1,252 @@
+//! Large answers to a client on the dispatcher's host (`ipc://`) through shared memory: the
+//! dispatcher writes a read's data into a file of its own in [`dir`] and names it in the
+//! answer ([`crate::message::Reply::Data`]'s `file`), and the client reads it from there.
+//! Through a Unix socket the data is copied into the kernel and out again, into a receive
+//! buffer libzmq allocates fresh for each message, whose pages all fault in (a 64 MB read
+//! moved at under 1 GB/s); through the file it is one copy into pages that stay from read to
+//! read, and one copy out.
+//!
+//! Who may write when: the client takes the data out as it takes the answer off its socket,
+//! and the dispatcher writes the file again only once the client has sent that answer's
+//! receipt back (its next read says so), so a write never meets a read.
+
+use gt_ir::data::{BytesError, Elements};
+use gt_ir::{DType, TensorType};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// The smallest answer that goes through a file; smaller ones cost less through the socket
+/// than a write and a read of a file.
+pub const MIN_BYTES: usize = 1 << 20;
+
+/// This user's folder of answer files, in memory (`/dev/shm/gt-UID`).
+pub fn dir() -> PathBuf {
+    PathBuf::from("/dev/shm").join(format!("gt-{}", nix::unistd::getuid()))
+}
+
+/// Why an answer's file could not be read.
+#[derive(Debug, Error)]
+pub enum SharedError {
+    /// The answer named something other than a plain file name of [`dir`].
+    #[error("an answer named {name:?} as its file, which is not a file of {}", dir().display())]
+    Outside {
+        /// The name.
+        name: String,
+    },
+    /// The file could not be opened or read, or is not a regular file of this user's.
+    #[error("cannot read the answer's file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// Its bytes are not values of the answer's type (a `bool` other than 0 or 1).
+    #[error("the answer's file {path} does not hold {ty}: {source}")]
+    Bytes {
+        /// The file.
+        path: PathBuf,
+        /// The answer's type.
+        ty: TensorType,
+        /// Why.
+        source: BytesError,
+    },
+}
+
+/// The dispatcher's file for one client's answers; removed when dropped (the client removes
+/// its name as soon as it has opened it, so that nothing is left if either side dies).
+#[derive(Debug)]
+pub struct AnswerFile {
+    path: PathBuf,
+    name: String,
+    file: File,
+}
+
+impl AnswerFile {
+    /// A new, empty file `name` in [`dir`] (made private to this user if it is not there).
+    pub fn create(name: &str) -> io::Result<AnswerFile> {
+        let dir = crate::endpoint::ensure_private_dir(dir()).map_err(io::Error::other)?;
+        let path = dir.join(name);
+        // A stale one (a dispatcher of the same pid that died) goes first; created
+        // exclusively, so that nothing is written through a link.
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(&path)?;
+        Ok(AnswerFile { path, name: name.to_string(), file })
+    }
+
+    /// Its name in [`dir`], as an answer carries it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Writes `data` from offset 0 (the file keeps its pages, and its length if longer).
+    pub fn write(&self, data: &[u8]) -> io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(&self.file, data, 0)
+    }
+}
+
+impl Drop for AnswerFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The client's side: the answer file it has open (one per dispatcher connection).
+#[derive(Debug, Default)]
+pub struct AnswerReader {
+    open: Option<(String, File)>,
+    reads: u64,
+}
+
+impl AnswerReader {
+    /// How many answers it has read from files.
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+
+    /// The data of an answer of type `ty` in file `name` of [`dir`], from offset 0. The file
+    /// is opened the first time it is named (not through a link, and only if it is this
+    /// user's regular file) and its name removed: the dispatcher writes through the file it
+    /// holds open.
+    pub fn read(&mut self, name: &str, ty: &TensorType) -> Result<Elements, SharedError> {
+        let plain = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0']);
+        if !plain {
+            return Err(SharedError::Outside { name: name.to_string() });
+        }
+        let path = dir().join(name);
+        let io = |source| SharedError::Io { path: path.clone(), source };
+        if self.open.as_ref().is_none_or(|(open, _)| open != name) {
+            self.open = Some((name.to_string(), open_private(&path).map_err(io)?));
+        }
+        let (_, file) = self.open.as_ref().expect("opened above");
+        let data = read_elements(file, ty).map_err(io)?;
+        let data = match data {
+            Ok(elements) => elements,
+            Err(source) => return Err(SharedError::Bytes { path, ty: ty.clone(), source }),
+        };
+        self.reads += 1;
+        Ok(data)
+    }
+}
+
+/// Opens a regular file of this user's for reading (not through a link), then removes its name.
+fn open_private(path: &std::path::Path) -> io::Result<File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() || meta.uid() != nix::unistd::getuid().as_raw() {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, "not a regular file of this user's"));
+    }
+    std::fs::remove_file(path)?;
+    Ok(file)
+}
+
+/// The `ty.numel()` elements at the start of `file`, read straight into their memory.
+fn read_elements(file: &File, ty: &TensorType) -> io::Result<Result<Elements, BytesError>> {
+    let n = ty.shape.numel();
+    Ok(Ok(match ty.dtype {
+        DType::F64 => Elements::F64(read_vec(file, n)?),
+        DType::F32 => Elements::F32(read_vec(file, n)?),
+        DType::F16 => Elements::F16(read_vec(file, n)?),
+        DType::BF16 => Elements::BF16(read_vec(file, n)?),
+        DType::I64 => Elements::I64(read_vec(file, n)?),
+        DType::I32 => Elements::I32(read_vec(file, n)?),
+        // Each byte checked (0 or 1).
+        DType::Bool => return Ok(Elements::from_le_bytes(DType::Bool, &read_vec::<u8>(file, n)?)),
+    }))
+}
+
+/// `n` values of `T` from the start of `file` (their little-endian bytes: gt runs only on
+/// little-endian hosts where files are shared), without a pass of zeros first.
+#[allow(unsafe_code)]
+fn read_vec<T: bytemuck::Pod>(file: &File, n: usize) -> io::Result<Vec<T>> {
+    use std::os::fd::AsRawFd;
+    let bytes = n.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| io::Error::other("too large"))?;
+    let mut out: Vec<T> = Vec::with_capacity(n);
+    let to = out.as_mut_ptr().cast::<u8>();
+    let mut done = 0usize;
+    while done < bytes {
+        // SAFETY: `done..bytes` lies in `out`'s capacity; the kernel writes at most that many
+        // bytes there, and nothing else holds `out`.
+        let got = unsafe { libc::pread(file.as_raw_fd(), to.add(done).cast(), bytes - done, done as libc::off_t) };
+        match got {
+            0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the file is shorter than the answer")),
+            g if g < 0 => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            g => done += g as usize,
+        }
+    }
+    // SAFETY: all `bytes` were written above, and any bytes are a valid `T` (`Pod`).
+    unsafe { out.set_len(n) };
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the dispatcher writes the client reads, for every dtype; a file the client has
+    /// opened keeps working after its name is gone, and is written again in place.
+    #[test]
+    fn answers_written_are_read_back() {
+        let name = format!("test-{}-roundtrip", std::process::id());
+        let file = AnswerFile::create(&name).unwrap();
+        let mut reader = AnswerReader::default();
+        let cases = [
+            Elements::F32((0..300_000).map(|i| i as f32 * 0.5).collect()),
+            Elements::F64(vec![1.5, -2.0, f64::NAN]),
+            Elements::I32(vec![1, -2, 3]),
+            Elements::I64(vec![i64::MAX, 0]),
+            Elements::F16(vec![half::f16::from_f32(1.5); 5]),
+            Elements::BF16(vec![half::bf16::from_f32(-3.0); 7]),
+            Elements::Bool(vec![true, false, true]),
+        ];
+        for data in cases {
+            let ty = TensorType::new(data.dtype(), vec![data.len()]);
+            file.write(&data.to_le_bytes()).unwrap();
+            let got = reader.read(file.name(), &ty).unwrap();
+            assert_eq!(got.to_le_bytes(), data.to_le_bytes(), "{ty}");
+            assert!(!dir().join(&name).exists(), "the client removes the name once it has the file open");
+        }
+        assert_eq!(reader.reads(), 7);
+        // A bool byte other than 0 or 1, and a file shorter than the answer.
+        file.write(&[0, 1, 2]).unwrap();
+        let bools = TensorType::new(DType::Bool, vec![3]);
+        assert!(matches!(reader.read(file.name(), &bools), Err(SharedError::Bytes { .. })));
+        let long = TensorType::f32(vec![1 << 20]);
+        assert!(matches!(reader.read(file.name(), &long), Err(SharedError::Io { .. })));
+    }
+
+    /// A name that is not a plain file name of the folder, a link, and another's name that
+    /// is not there: refused, never followed.
+    #[test]
+    fn only_plain_files_of_the_folder_are_read() {
+        let ty = TensorType::f32(vec![1]);
+        let mut reader = AnswerReader::default();
+        for bad in ["", ".", "..", "../x", "/etc/passwd", "a/b", "a\0b"] {
+            assert!(matches!(reader.read(bad, &ty), Err(SharedError::Outside { .. })), "{bad:?}");
+        }
+        let folder = crate::endpoint::ensure_private_dir(dir()).unwrap();
+        let link = format!("test-{}-link", std::process::id());
+        let target = folder.join(format!("test-{}-target", std::process::id()));
+        std::fs::write(&target, [0u8; 4]).unwrap();
+        std::os::unix::fs::symlink(&target, folder.join(&link)).unwrap();
+        assert!(matches!(reader.read(&link, &ty), Err(SharedError::Io { .. })));
+        std::fs::remove_file(folder.join(&link)).unwrap();
+        std::fs::remove_file(&target).unwrap();
+        assert!(matches!(reader.read("no-such-answer", &ty), Err(SharedError::Io { .. })));
+    }
+}
