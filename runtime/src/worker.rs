@@ -486,9 +486,12 @@ pub fn run_worker(
             let why = format!("get: {ty} is {size} bytes, over the message limit of {max} (GT_MAX_MESSAGE_BYTES)");
             return send(WorkerEvent::Failed { tag, failure: Failure::new(FailureKind::Limit, why) });
         }
-        let head = codec::encode(&InboundRef::Worker(&WorkerEvent::Data { tag, ty: ty.clone() }), max).expect("small");
+        let event = WorkerEvent::Data { tag, ty: ty.clone(), file: false };
+        let head = codec::encode(&InboundRef::Worker(&event), max).expect("small");
         send_frames(head, Some(HostTensor { ty, data }))
     };
+    // Clients' shared answer files this worker has open, by name.
+    let mut answer_files: HashMap<String, gt_transport::shared::AnswerWriter> = HashMap::new();
     // Commands read but not yet run, and the clients that left: everything already here is
     // read before each command runs, so the work a departed client queued is skipped.
     let mut queue: VecDeque<WorkerCommand> = VecDeque::new();
@@ -583,9 +586,23 @@ pub fn run_worker(
                     _ => send(done)?,
                 }
             }
-            WorkerCommand::DropClient { .. } => {}
-            WorkerCommand::Get { tag, value, doorbell } => {
+            WorkerCommand::DropClient { client } => {
+                let suffix = format!("-{client}");
+                answer_files.retain(|name, _| !name.ends_with(&suffix));
+            }
+            WorkerCommand::Get { tag, value, doorbell, file } => {
                 stats.reads += 1;
+                // Into the client's shared file, straight from where the value lies, when the
+                // read names one this worker can write; else by the dispatcher.
+                let shared = file.filter(|_| doorbell.is_none());
+                if let Some(ty) =
+                    shared.and_then(|name| write_shared(&mut answer_files, &name, backend.as_mut(), value))
+                {
+                    release(&mut held_done)?;
+                    let event = WorkerEvent::Data { tag, ty, file: true };
+                    send_frames(codec::encode(&InboundRef::Worker(&event), max).expect("small"), None)?;
+                    continue;
+                }
                 // Through the client's doorbell when it may (the data moves, no copy), else
                 // by the dispatcher.
                 let answer = match backend.read(value) {
@@ -615,6 +632,38 @@ pub fn run_worker(
             }
             WorkerCommand::Ping => send(WorkerEvent::Pong { clock: clock() })?,
             WorkerCommand::Shutdown => return Ok(()),
+        }
+    }
+}
+
+/// Writes `value` into the client's shared answer file `name` (opened the first time, then
+/// kept) where the backend holds it, without a copy: its type, or `None` when the file cannot
+/// be opened or written or the backend cannot hand the value over (the read then goes as
+/// data).
+fn write_shared(
+    files: &mut HashMap<String, gt_transport::shared::AnswerWriter>,
+    name: &str,
+    backend: &mut dyn Backend,
+    value: ValueId,
+) -> Option<gt_ir::TensorType> {
+    if !files.contains_key(name) {
+        match gt_transport::shared::AnswerWriter::open(name) {
+            Ok(file) => files.insert(name.to_string(), file),
+            Err(e) => {
+                tracing::debug!(target: "gt::worker", "answers by the dispatcher: cannot open {name}: {e}");
+                return None;
+            }
+        };
+    }
+    let file = files.get_mut(name)?;
+    let mut written = None;
+    backend.with_bytes(value, &mut |ty, bytes| written = Some((ty, file.write(bytes))));
+    match written? {
+        (ty, Ok(())) => Some(ty),
+        (_, Err(e)) => {
+            tracing::debug!(target: "gt::worker", "answers by the dispatcher: cannot write {name}: {e}");
+            files.remove(name);
+            None
         }
     }
 }

@@ -391,7 +391,7 @@ fn rogue_worker(ctx: &gt::transport::zmq::Context, endpoint: &gt::transport::End
                 Ok(WorkerCommand::Exec { batch, .. }) => send(&sock, crate::done(batch)),
                 Ok(WorkerCommand::Get { tag, .. }) => {
                     let head = codec::encode(
-                        &Inbound::Worker(WorkerEvent::Data { tag, ty: gt::ir::TensorType::f32(vec![1]) }),
+                        &Inbound::Worker(WorkerEvent::Data { tag, ty: gt::ir::TensorType::f32(vec![1]), file: false }),
                         1 << 20,
                     );
                     sock.send(head.unwrap(), zmq::SNDMORE).unwrap();

@@ -258,6 +258,10 @@ pub enum WorkerCommand {
         /// The client's read, to be answered through its doorbell when the worker is in its
         /// process and none of its instructions failed here since its last such answer.
         doorbell: Option<SyncBell>,
+        /// The client's shared answer file ([`crate::shared`]), when the answer goes there: a
+        /// worker on this host that can open it writes the data into it (answering
+        /// [`WorkerEvent::Data`] with `file` set), else it sends the data as usual.
+        file: Option<String>,
     },
     /// Statistics; answered by [`WorkerEvent::Stats`].
     Stats {
@@ -318,6 +322,8 @@ pub enum WorkerEvent {
         tag: u64,
         /// The value's type.
         ty: TensorType,
+        /// The data is in the file the read named, not in a frame (none follows).
+        file: bool,
     },
     /// The answer to [`WorkerCommand::Get`] went to the client through its doorbell: the
     /// value's type (its data went with it).

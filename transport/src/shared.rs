@@ -11,7 +11,7 @@
 //! receipt back (its next read says so), so a write never meets a read.
 
 use gt_ir::data::{BytesError, Elements};
-use gt_ir::{DType, TensorType};
+use gt_ir::TensorType;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::PathBuf;
@@ -100,10 +100,70 @@ impl Drop for AnswerFile {
     }
 }
 
-/// The client's side: the answer file it has open (one per dispatcher connection).
+/// A worker's side: a client's answer file, mapped into memory once and written there
+/// (a write through `pwrite` takes and releases each page of the file in the kernel, which
+/// cost as much as the copy itself).
+#[derive(Debug)]
+pub struct AnswerWriter {
+    file: File,
+    map: Option<memmap2::MmapMut>,
+}
+
+impl AnswerWriter {
+    /// The answer file `name` of [`dir`], opened (not through a link, and only if it is this
+    /// user's regular file).
+    pub fn open(name: &str) -> io::Result<AnswerWriter> {
+        if !plain(name) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a file name"));
+        }
+        let file = open_checked(&dir().join(name), true)?;
+        Ok(AnswerWriter { file, map: None })
+    }
+
+    /// Writes `data` from offset 0, growing the file (never shrinking it) and its mapping
+    /// when `data` is longer than both.
+    #[allow(unsafe_code)]
+    pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if self.map.as_ref().is_none_or(|m| m.len() < data.len()) {
+            self.map = None;
+            if self.file.metadata()?.len() < data.len() as u64 {
+                self.file.set_len(data.len() as u64)?;
+            }
+            // SAFETY: the file is this user's answer file, which the dispatcher and the client
+            // only ever grow (so the mapping never reaches past its end), and which nobody
+            // else writes or reads while an answer is written into it (the module's protocol).
+            self.map = Some(unsafe { memmap2::MmapMut::map_mut(&self.file)? });
+        }
+        let map = self.map.as_mut().expect("mapped above");
+        map[..data.len()].copy_from_slice(data);
+        Ok(())
+    }
+}
+
+/// Whether `name` is a plain file name (no path, not `.` or `..`).
+fn plain(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0'])
+}
+
+/// Opens a regular file of this user's (not through a link), for reading, and writing too
+/// when `write`.
+fn open_checked(path: &std::path::Path, write: bool) -> io::Result<File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = OpenOptions::new().read(true).write(write).custom_flags(libc::O_NOFOLLOW).open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() || meta.uid() != nix::unistd::getuid().as_raw() {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, "not a regular file of this user's"));
+    }
+    Ok(file)
+}
+
+/// The client's side: the answer file it has open (one per dispatcher connection), mapped.
 #[derive(Debug, Default)]
 pub struct AnswerReader {
-    open: Option<(String, File)>,
+    open: Option<(String, File, Option<memmap2::Mmap>)>,
     reads: u64,
 }
 
@@ -113,90 +173,56 @@ impl AnswerReader {
         self.reads
     }
 
-    /// The data of an answer of type `ty` in file `name` of [`dir`], from offset 0. The file
-    /// is opened the first time it is named (not through a link, and only if it is this
-    /// user's regular file) and its name removed: the dispatcher writes through the file it
-    /// holds open.
+    /// The data of an answer of type `ty` in file `name` of [`dir`], from offset 0, copied
+    /// once into new elements. The file is opened the first time it is named (not through a
+    /// link, and only if it is this user's regular file) and its name removed: the
+    /// dispatcher and the worker write through the file they hold open.
+    #[allow(unsafe_code)]
     pub fn read(&mut self, name: &str, ty: &TensorType) -> Result<Elements, SharedError> {
-        let plain = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0']);
-        if !plain {
+        if !plain(name) {
             return Err(SharedError::Outside { name: name.to_string() });
         }
         let path = dir().join(name);
         let io = |source| SharedError::Io { path: path.clone(), source };
-        if self.open.as_ref().is_none_or(|(open, _)| open != name) {
-            self.open = Some((name.to_string(), open_private(&path).map_err(io)?));
+        if self.open.as_ref().is_none_or(|(open, ..)| open != name) {
+            let file = open_checked(&path, false).map_err(io)?;
+            std::fs::remove_file(&path).map_err(io)?;
+            self.open = Some((name.to_string(), file, None));
         }
-        let (_, file) = self.open.as_ref().expect("opened above");
-        let data = read_elements(file, ty).map_err(io)?;
-        let data = match data {
-            Ok(elements) => elements,
-            Err(source) => return Err(SharedError::Bytes { path, ty: ty.clone(), source }),
+        let (_, file, map) = self.open.as_mut().expect("opened above");
+        let want = ty.size_bytes();
+        let bytes: &[u8] = if want == 0 {
+            &[]
+        } else {
+            if map.as_ref().is_none_or(|m| m.len() < want) {
+                *map = None;
+                let len = file.metadata().map_err(io)?.len();
+                if len < want as u64 {
+                    let short = format!("the file holds {len} bytes, the answer {want}");
+                    return Err(io(io::Error::new(io::ErrorKind::UnexpectedEof, short)));
+                }
+                // SAFETY: the file is this user's answer file, which its writers only ever
+                // grow (the mapping never reaches past its end), and which the dispatcher
+                // writes again only after this answer's receipt has gone back (the module's
+                // protocol): nothing writes it while it is read here.
+                *map = Some(unsafe { memmap2::Mmap::map(&*file) }.map_err(io)?);
+            }
+            &map.as_ref().expect("mapped above")[..want]
         };
+        let data = Elements::from_le_bytes(ty.dtype, bytes).map_err(|source| SharedError::Bytes {
+            path: path.clone(),
+            ty: ty.clone(),
+            source,
+        })?;
         self.reads += 1;
         Ok(data)
     }
 }
 
-/// Opens a regular file of this user's for reading (not through a link), then removes its name.
-fn open_private(path: &std::path::Path) -> io::Result<File> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let file = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() || meta.uid() != nix::unistd::getuid().as_raw() {
-        return Err(io::Error::new(io::ErrorKind::PermissionDenied, "not a regular file of this user's"));
-    }
-    std::fs::remove_file(path)?;
-    Ok(file)
-}
-
-/// The `ty.numel()` elements at the start of `file`, read straight into their memory.
-fn read_elements(file: &File, ty: &TensorType) -> io::Result<Result<Elements, BytesError>> {
-    let n = ty.shape.numel();
-    Ok(Ok(match ty.dtype {
-        DType::F64 => Elements::F64(read_vec(file, n)?),
-        DType::F32 => Elements::F32(read_vec(file, n)?),
-        DType::F16 => Elements::F16(read_vec(file, n)?),
-        DType::BF16 => Elements::BF16(read_vec(file, n)?),
-        DType::I64 => Elements::I64(read_vec(file, n)?),
-        DType::I32 => Elements::I32(read_vec(file, n)?),
-        // Each byte checked (0 or 1).
-        DType::Bool => return Ok(Elements::from_le_bytes(DType::Bool, &read_vec::<u8>(file, n)?)),
-    }))
-}
-
-/// `n` values of `T` from the start of `file` (their little-endian bytes: gt runs only on
-/// little-endian hosts where files are shared), without a pass of zeros first.
-#[allow(unsafe_code)]
-fn read_vec<T: bytemuck::Pod>(file: &File, n: usize) -> io::Result<Vec<T>> {
-    use std::os::fd::AsRawFd;
-    let bytes = n.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| io::Error::other("too large"))?;
-    let mut out: Vec<T> = Vec::with_capacity(n);
-    let to = out.as_mut_ptr().cast::<u8>();
-    let mut done = 0usize;
-    while done < bytes {
-        // SAFETY: `done..bytes` lies in `out`'s capacity; the kernel writes at most that many
-        // bytes there, and nothing else holds `out`.
-        let got = unsafe { libc::pread(file.as_raw_fd(), to.add(done).cast(), bytes - done, done as libc::off_t) };
-        match got {
-            0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the file is shorter than the answer")),
-            g if g < 0 => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-            g => done += g as usize,
-        }
-    }
-    // SAFETY: all `bytes` were written above, and any bytes are a valid `T` (`Pod`).
-    unsafe { out.set_len(n) };
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gt_ir::DType;
 
     /// What the dispatcher writes the client reads, for every dtype; a file the client has
     /// opened keeps working after its name is gone, and is written again in place.
@@ -222,6 +248,19 @@ mod tests {
             assert!(!dir().join(&name).exists(), "the client removes the name once it has the file open");
         }
         assert_eq!(reader.reads(), 7);
+        // A worker's writes, through its mapping, growing the file past its length.
+        assert!(AnswerWriter::open(&name).is_err(), "the client removed the name");
+        let name2 = format!("test-{}-writer", std::process::id());
+        let file2 = AnswerFile::create(&name2).unwrap();
+        let mut writer = AnswerWriter::open(&name2).unwrap();
+        let mut reader2 = AnswerReader::default();
+        for n in [10usize, 300_000, 1000, 700_000] {
+            let data = Elements::F32((0..n).map(|i| i as f32 - 7.0).collect());
+            writer.write(&data.to_le_bytes()).unwrap();
+            let ty = TensorType::f32(vec![n]);
+            assert_eq!(reader2.read(file2.name(), &ty).unwrap(), data, "{n}");
+        }
+        assert!(AnswerWriter::open("../etc").is_err());
         // A bool byte other than 0 or 1, and a file shorter than the answer.
         file.write(&[0, 1, 2]).unwrap();
         let bools = TensorType::new(DType::Bool, vec![3]);

@@ -29,6 +29,12 @@ pub trait Backend {
     }
     /// A value's type and row-major data (waits for the work that computes it).
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError>;
+    /// Hands a stored value's type and row-major little-endian bytes to `f` where they lie,
+    /// without a copy (a read written straight into a client's shared answer file); `false`
+    /// (nothing done) from a backend, or for a value, that cannot: the caller reads it.
+    fn with_bytes(&mut self, _value: ValueId, _f: &mut dyn FnMut(TensorType, &[u8])) -> bool {
+        false
+    }
     /// A value's type and row-major data, its buffer handed over without a copy and the value
     /// freed; `None` from a backend that cannot (the caller reads the value instead, and frees
     /// it as usual).
@@ -109,6 +115,10 @@ impl Backend for Interpreter {
 
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
         Interpreter::read(self, value)
+    }
+
+    fn with_bytes(&mut self, value: ValueId, f: &mut dyn FnMut(TensorType, &[u8])) -> bool {
+        Interpreter::with_bytes(self, value, f)
     }
 
     fn write(&mut self, dst: ValueId, ty: TensorType, data: Elements) -> Result<(), RuntimeError> {

@@ -178,6 +178,11 @@ struct PendingGet {
     /// The client's doorbell, when its worker was given it for this read
     /// (`WorkerCommand::Get`'s): it may answer [`WorkerEvent::Rung`].
     bell: Option<SyncBell>,
+    /// The client's shared answer file, when the worker was told to write the answer there
+    /// (`WorkerCommand::Get`'s `file`): it may answer `Data` with `file` set.
+    file: Option<String>,
+    /// The worker wrote the answer into that file.
+    written: bool,
 }
 
 /// A read's answer waiting for its barrier.
@@ -626,8 +631,14 @@ impl Dispatcher {
         // the message loses its session and everyone else carries on.
         let peer = identity.clone();
         let handled = catch_unwind(AssertUnwindSafe(|| match message {
-            Ok(Inbound::Worker(WorkerEvent::Data { tag, ty })) if data.len() == 1 => {
-                self.on_worker_data(identity, (tag, ty), data.swap_remove(0), len)
+            Ok(Inbound::Worker(WorkerEvent::Data { tag, ty, file: false })) if data.len() == 1 => {
+                self.on_worker_data(identity, (tag, ty), Some(data.swap_remove(0)), len)
+            }
+            Ok(Inbound::Worker(WorkerEvent::Data { tag, ty, file: true })) if data.is_empty() => {
+                self.on_worker_data(identity, (tag, ty), None, len)
+            }
+            Ok(Inbound::Worker(WorkerEvent::Data { file: true, .. })) => {
+                self.bad_message(&identity, len, "a Data message in a file with a data frame".into())
             }
             Ok(Inbound::Worker(WorkerEvent::Data { .. })) if data.is_empty() => {
                 self.bad_message(&identity, len, "a Data message without its data frame".into())
@@ -1362,11 +1373,27 @@ impl Dispatcher {
         self.next_tag += 1;
         let barrier = (!others.is_empty()).then(|| self.new_wait(c, seq, others.len(), WaitFor::Get(tag)));
         let sent = self.log.now();
-        self.gets.insert(tag, PendingGet { client: c, seq, worker: w, sent, ty, value, barrier, held: None, bell });
+        // A large answer to a client that takes them from its shared file: the worker writes
+        // it there when it can (no frame, no copy), else it comes here as data.
+        let file = if bell.is_none() { self.answer_file(c, seq, ty.size_bytes()) } else { None };
+        let get = PendingGet {
+            client: c,
+            seq,
+            worker: w,
+            sent,
+            ty,
+            value,
+            barrier,
+            held: None,
+            bell,
+            file: file.clone(),
+            written: false,
+        };
+        self.gets.insert(tag, get);
         for o in others {
             self.flush_worker(o, barrier);
         }
-        if let Some(size) = self.send_worker(w, WorkerCommand::Get { tag, value: buf.into(), doorbell: bell }) {
+        if let Some(size) = self.send_worker(w, WorkerCommand::Get { tag, value: buf.into(), doorbell: bell, file }) {
             self.log_worker(EventKind::WorkerSend, w, "Get", size, || format!("tag={tag} {buf}"));
         }
     }
@@ -1480,7 +1507,8 @@ impl Dispatcher {
                 if let Some(p) = &mut self.profile {
                     p.synced(g.client, g.seq);
                 }
-                self.send_data_reply(g.client, g.seq, ty, data)
+                let written = g.file.filter(|_| g.written);
+                self.send_data_reply(g.client, g.seq, ty, data, written)
             }
             Held::Failed(failure) => self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure }),
         }
@@ -1798,12 +1826,20 @@ impl Dispatcher {
 
     /// A worker answered a read: its type and data length are checked against what was asked
     /// before the client gets the data frame, untouched.
-    fn on_worker_data(&mut self, identity: Vec<u8>, (tag, ty): (u64, TensorType), data: zmq::Message, bytes: usize) {
+    /// A worker answered read `tag` with its data (`None`: written into the client's shared
+    /// file, as the read asked).
+    fn on_worker_data(
+        &mut self,
+        identity: Vec<u8>,
+        (tag, ty): (u64, TensorType),
+        data: Option<zmq::Message>,
+        bytes: usize,
+    ) {
         let Some(&w) = self.worker_ids.get(&identity) else {
             return self.bad_message(&identity, bytes, "a worker must register before anything else".into());
         };
         self.log_worker(EventKind::WorkerRecv, w, "Data", bytes, || format!("tag={tag} {ty}"));
-        let Some(g) = self.take_get(tag, w) else { return };
+        let Some(mut g) = self.take_get(tag, w) else { return };
         // The read went out before the worker reported that the instruction defining
         // the value failed: its buffer holds an older value (or none), not this one.
         let failed = self.clients.get(&g.client).and_then(|k| k.namespace.failed_by(g.value));
@@ -1814,12 +1850,19 @@ impl Dispatcher {
         }
         // A worker answering with another type or length than the value has is
         // broken or lying: the client is told, and the worker is not trusted again.
-        if ty != g.ty || data.len() != g.ty.size_bytes() {
+        let length = data.as_ref().map(|d| d.len());
+        let fits = match length {
+            Some(n) => n == g.ty.size_bytes(),
+            None => g.file.is_some(),
+        };
+        if ty != g.ty || !fits {
+            let what = match length {
+                Some(n) => format!("{n} bytes of data"),
+                None => "its data in a file it was not given".to_string(),
+            };
             let why = format!(
-                "get: worker `{}` answered {ty} with {} bytes of data for a {} value; its answer was dropped and the worker disconnected",
-                self.workers[w].name,
-                data.len(),
-                g.ty
+                "get: worker `{}` answered {ty} with {what} for a {} value; its answer was dropped and the worker disconnected",
+                self.workers[w].name, g.ty
             );
             self.log_worker(EventKind::Error, w, "Data", bytes, || why.clone());
             self.send_reply(
@@ -1832,7 +1875,8 @@ impl Dispatcher {
         if let Some(p) = &mut self.profile {
             p.read(&self.workers[w].name, (g.client, g.seq), &ty, (g.sent, self.log.now()));
         }
-        self.answer_get(g, Held::Data(ty, data));
+        g.written = data.is_none();
+        self.answer_get(g, Held::Data(ty, data.unwrap_or_else(zmq::Message::new)));
     }
 
     /// A worker answered read `tag` through the client's doorbell: the client has its data
@@ -1862,8 +1906,10 @@ impl Dispatcher {
         }
     }
 
-    /// Answers a read: the type, then the worker's data frame as it came (no copy).
-    fn send_data_reply(&mut self, c: u64, seq: u64, ty: TensorType, data: zmq::Message) {
+    /// Answers a read: the type, then the worker's data frame as it came (no copy), or the
+    /// name of the client's shared file the data is in (`written` there by the worker, or
+    /// here).
+    fn send_data_reply(&mut self, c: u64, seq: u64, ty: TensorType, data: zmq::Message, written: Option<String>) {
         let Some(client) = self.clients.get_mut(&c) else { return };
         // An answer the client waits for: it reads everything sent before it first (a
         // failure sent instead marks it again).
@@ -1883,7 +1929,7 @@ impl Dispatcher {
             Some(k) => client.unread[k].receipt,
             None => self.receipt(c),
         };
-        let file = self.share(c, seq, &data);
+        let file = written.or_else(|| self.share(c, seq, &data));
         let shared = file.is_some();
         let data = if shared { zmq::Message::new() } else { data };
         let head = codec::encode(&Reply::Data { seq, ty: ty.clone(), receipt, file }, usize::MAX).expect("small");
@@ -1923,16 +1969,34 @@ impl Dispatcher {
     /// goes by the socket. The file is made at the first such answer; one that cannot be
     /// made or written is logged, and the client's answers go by the socket from then on.
     fn share(&mut self, c: u64, seq: u64, data: &[u8]) -> Option<String> {
-        let pid = std::process::id();
+        let name = self.answer_file(c, seq, data.len())?;
         let client = self.clients.get_mut(&c)?;
-        let file = client.shared_reads.as_mut()?;
+        let written = client.shared_reads.as_ref()?.as_ref()?.write(data);
+        match written {
+            Ok(()) => Some(name),
+            Err(e) => {
+                tracing::warn!(target: "gt::dispatcher", "client {c}: answers go by the socket: cannot write its shared file: {e}");
+                client.shared_reads = None;
+                None
+            }
+        }
+    }
+
+    /// Client `c`'s shared answer file for the answer to its read `seq` of `len` bytes: its
+    /// name, when the client asked for shared reads, the answer is large enough and no
+    /// other answer in the file is unacknowledged (the read's entry is then marked, so the
+    /// file is written for no other until this one is acknowledged). Made at the first such
+    /// answer; one that cannot be made is logged, and answers go by the socket from then on.
+    fn answer_file(&mut self, c: u64, seq: u64, len: usize) -> Option<String> {
+        let client = self.clients.get_mut(&c)?;
+        let slot = client.shared_reads.as_mut()?;
         let busy = client.unread.iter().any(|u| u.shared && u.seq != seq);
-        if data.len() < shared::MIN_BYTES || busy {
+        if len < shared::MIN_BYTES || busy {
             return None;
         }
-        if file.is_none() {
-            match shared::AnswerFile::create(&format!("answers-{pid}-{c}")) {
-                Ok(f) => *file = Some(f),
+        if slot.is_none() {
+            match shared::AnswerFile::create(&format!("answers-{}-{c}", std::process::id())) {
+                Ok(f) => *slot = Some(f),
                 Err(e) => {
                     client.shared_reads = None;
                     tracing::warn!(target: "gt::dispatcher", "client {c}: answers go by the socket: cannot make a shared file: {e}");
@@ -1940,15 +2004,11 @@ impl Dispatcher {
                 }
             }
         }
-        let f = file.as_ref()?;
-        match f.write(data) {
-            Ok(()) => Some(f.name().to_string()),
-            Err(e) => {
-                tracing::warn!(target: "gt::dispatcher", "client {c}: answers go by the socket: cannot write its shared file: {e}");
-                client.shared_reads = None;
-                None
-            }
+        let name = slot.as_ref()?.name().to_string();
+        if let Some(u) = client.unread.iter_mut().find(|u| u.seq == seq) {
+            u.shared = true;
         }
+        Some(name)
     }
 
     /// The read `tag`, taken only when worker `w` was asked it (another cannot answer it).

@@ -544,6 +544,24 @@ impl Interpreter {
         Ok(HostTensor::new(TensorType::new(a.dtype(), a.shape().to_vec()), a.to_elements()))
     }
 
+    /// A stored value's type and row-major little-endian bytes, handed to `f` where they lie;
+    /// `false` (nothing done) for a pending value, a `bool` one, or on a big-endian host.
+    pub fn with_bytes(&self, value: ValueId, f: &mut dyn FnMut(TensorType, &[u8])) -> bool {
+        let Some(v) = self.values.get(&value).filter(|_| cfg!(target_endian = "little")) else { return false };
+        let bytes: Option<&[u8]> = match v {
+            Value::F64(a) => a.as_slice().map(bytemuck::cast_slice),
+            Value::F32(a) => a.as_slice().map(bytemuck::cast_slice),
+            Value::F16(a) => a.as_slice().map(bytemuck::cast_slice),
+            Value::BF16(a) => a.as_slice().map(bytemuck::cast_slice),
+            Value::I64(a) => a.as_slice().map(bytemuck::cast_slice),
+            Value::I32(a) => a.as_slice().map(bytemuck::cast_slice),
+            Value::Bool(_) => None,
+        };
+        let Some(bytes) = bytes else { return false };
+        f(TensorType::new(v.dtype(), v.shape().to_vec()), bytes);
+        true
+    }
+
     /// A value's type and row-major data, and the value freed: a read and a `free`, with its
     /// buffer moved out rather than copied when it is stored whole (a collective's operand
     /// that dies with it, which can be a model's gradients).
