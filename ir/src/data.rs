@@ -377,32 +377,23 @@ impl Elements {
             }
             return Elements::from_le_bytes(dtype, &bytes);
         }
+        /// [`filled`]'s elements as the variant `wrap` makes.
+        fn wrapped<T: bytemuck::Pod>(
+            n: usize,
+            runs: impl IntoIterator<Item = impl AsRef<[u8]>>,
+            wrap: fn(Vec<T>) -> Elements,
+        ) -> (Elements, usize) {
+            let (v, got) = filled(n, runs);
+            (wrap(v), got)
+        }
         let n = len / size;
         let (out, got) = match dtype {
-            DType::F64 => {
-                let (v, got) = filled(n, runs);
-                (Elements::F64(v), got)
-            }
-            DType::F32 => {
-                let (v, got) = filled(n, runs);
-                (Elements::F32(v), got)
-            }
-            DType::F16 => {
-                let (v, got) = filled(n, runs);
-                (Elements::F16(v), got)
-            }
-            DType::BF16 => {
-                let (v, got) = filled(n, runs);
-                (Elements::BF16(v), got)
-            }
-            DType::I64 => {
-                let (v, got) = filled(n, runs);
-                (Elements::I64(v), got)
-            }
-            DType::I32 => {
-                let (v, got) = filled(n, runs);
-                (Elements::I32(v), got)
-            }
+            DType::F64 => wrapped(n, runs, Elements::F64),
+            DType::F32 => wrapped(n, runs, Elements::F32),
+            DType::F16 => wrapped(n, runs, Elements::F16),
+            DType::BF16 => wrapped(n, runs, Elements::BF16),
+            DType::I64 => wrapped(n, runs, Elements::I64),
+            DType::I32 => wrapped(n, runs, Elements::I32),
             DType::Bool => unreachable!("bools took the byte-checking path above"),
         };
         if got != len {
