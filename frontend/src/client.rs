@@ -201,9 +201,9 @@ pub struct Client {
     first_error: Option<(u64, Failure)>,
     later_errors: u64,
     closed: bool,
-    /// The data frame of the last `Data` reply received (its bytes when they were not the
-    /// type's length).
-    data: Option<Result<gt_ir::data::Elements, usize>>,
+    /// The data of the last `Data` reply received, or why it could not be taken (a frame
+    /// not of the type's length, a shared file that could not be read).
+    data: Option<Result<gt_ir::data::Elements, ClientError>>,
     /// The receipt of the last `Data` reply received, sent with the next read to say so.
     last_receipt: u64,
     /// Where each line of the script starts (byte offsets), when the client was told its
@@ -216,8 +216,6 @@ pub struct Client {
     lane: Lane,
     /// The dispatcher's file of its large answers, when it asked for shared reads.
     shared: shared::AnswerReader,
-    /// Why the last answer's shared file could not be read (its `data` is then an error).
-    shared_failure: Option<SharedError>,
 }
 
 /// A client's lane: offered in its `Hello`, open from the `Welcome` on if the dispatcher took
@@ -269,7 +267,6 @@ impl Client {
             doorbell,
             lane,
             shared: shared::AnswerReader::default(),
-            shared_failure: None,
         };
         client.hello()?;
         Ok(client)
@@ -658,7 +655,8 @@ impl Client {
                     self.last_receipt = receipt;
                     // Checked as the socket's data frame is: the type's length, or not taken.
                     let fits = data.len() == ty.shape.numel() && data.dtype() == ty.dtype;
-                    self.data = Some(if fits { Ok(data) } else { Err(data.size_bytes()) });
+                    let bad = || ClientError::BadData { bytes: data.size_bytes(), ty: ty.clone() };
+                    self.data = Some(if fits { Ok(data) } else { Err(bad()) });
                     Reply::Data { seq, ty, receipt, file: None }
                 }
                 // (A bell rings a read only with its answer.)
@@ -672,14 +670,10 @@ impl Client {
     /// A value's data (a sync point).
     pub fn read(&mut self, value: ValueId) -> Result<HostTensor, ClientError> {
         let read = self.last_receipt;
-        self.shared_failure = None;
         match self.request(|seq| Request::Get { seq, value, read }, "get")? {
             Reply::Data { ty, .. } => match self.data.take() {
                 Some(Ok(data)) => Ok(HostTensor { ty, data }),
-                Some(Err(bytes)) => match self.shared_failure.take() {
-                    Some(e) => Err(ClientError::SharedRead(e)),
-                    None => Err(ClientError::BadData { bytes, ty }),
-                },
+                Some(Err(e)) => Err(e),
                 None => Err(ClientError::BadData { bytes: 0, ty }),
             },
             other => Err(ClientError::BadReply { op: "get", got: reply_kind(&other) }),
@@ -760,10 +754,7 @@ impl Client {
         if let Reply::Data { ty, receipt, file: Some(name), .. } = &reply {
             self.last_receipt = *receipt;
             // Taken out now: the dispatcher writes the file again once this receipt is back.
-            self.data = Some(self.shared.read(name, ty).map_err(|e| {
-                self.shared_failure = Some(e);
-                0
-            }));
+            self.data = Some(self.shared.read(name, ty).map_err(ClientError::SharedRead));
         } else if let Reply::Data { ty, receipt, .. } = &reply {
             self.last_receipt = *receipt;
             // A frame lent by a worker in this process is taken as it is; others are copied.
@@ -772,7 +763,8 @@ impl Client {
                 Some(frame) => Err(frame),
                 None => Err(zmq::Message::new()),
             };
-            self.data = Some(data.or_else(|frame| codec::data_of(&frame, ty).map_err(|_| frame.len())));
+            let bad = |frame: zmq::Message| ClientError::BadData { bytes: frame.len(), ty: ty.clone() };
+            self.data = Some(data.or_else(|frame| codec::data_of(&frame, ty).map_err(|_| bad(frame))));
         }
         Ok(reply)
     }

@@ -587,8 +587,7 @@ pub fn run_worker(
                 }
             }
             WorkerCommand::DropClient { client } => {
-                let suffix = format!("-{client}");
-                answer_files.retain(|name, _| !name.ends_with(&suffix));
+                answer_files.retain(|name, _| !gt_transport::shared::is_answer_file_of(name, client));
             }
             WorkerCommand::Get { tag, value, doorbell, file } => {
                 stats.reads += 1;

@@ -127,15 +127,20 @@ pub fn discovery_path(name: &str) -> PathBuf {
 /// is written through a link.
 pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
+    create_private(path)?.write_all(contents)
+}
+
+/// [`write_private`]'s new file, empty and open for reading and writing.
+pub(crate) fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
+    options.read(true).write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options.open(path)?.write_all(contents)
+    options.open(path)
 }
 
 /// Makes a socket file this user's alone (mode 0600).

@@ -1,14 +1,16 @@
 //! Large answers to a client on the dispatcher's host (`ipc://`) through shared memory: the
-//! dispatcher writes a read's data into a file of its own in [`dir`] and names it in the
-//! answer ([`crate::message::Reply::Data`]'s `file`), and the client reads it from there.
+//! dispatcher makes a file per client in [`dir`] ([`AnswerFile`]) and names it in the read
+//! it sends the worker, the worker writes the value into it where the value lies
+//! ([`AnswerWriter`]; the dispatcher writes it when the worker cannot), and the answer names
+//! it ([`crate::message::Reply::Data`]'s `file`) for the client to read it from there.
 //! Through a Unix socket the data is copied into the kernel and out again, into a receive
 //! buffer libzmq allocates fresh for each message, whose pages all fault in (a 64 MB read
 //! moved at under 1 GB/s); through the file it is one copy into pages that stay from read to
 //! read, and one copy out.
 //!
 //! Who may write when: the client takes the data out as it takes the answer off its socket,
-//! and the dispatcher writes the file again only once the client has sent that answer's
-//! receipt back (its next read says so), so a write never meets a read.
+//! and the file is written again only once the client has sent that answer's receipt back
+//! (its next read says so), so a write never meets a read.
 
 use gt_ir::data::{BytesError, Elements};
 use gt_ir::TensorType;
@@ -20,6 +22,17 @@ use thiserror::Error;
 /// The smallest answer that goes through a file; smaller ones cost less through the socket
 /// than a write and a read of a file.
 pub const MIN_BYTES: usize = 1 << 20;
+
+/// The name of client `client`'s answer file of the dispatcher in process `pid`.
+pub fn answer_file_name(pid: u32, client: u64) -> String {
+    format!("answers-{pid}-{client}")
+}
+
+/// Whether `name` is an answer file of client `client` ([`answer_file_name`], of any
+/// dispatcher).
+pub fn is_answer_file_of(name: &str, client: u64) -> bool {
+    name.rsplit_once('-').is_some_and(|(_, c)| c.parse() == Ok(client))
+}
 
 /// This user's folder of answer files, in memory (`/dev/shm/gt-UID`).
 pub fn dir() -> PathBuf {
@@ -61,26 +74,18 @@ pub enum SharedError {
 pub struct AnswerFile {
     path: PathBuf,
     name: String,
-    file: File,
+    writer: AnswerWriter,
 }
 
 impl AnswerFile {
     /// A new, empty file `name` in [`dir`] (made private to this user if it is not there).
+    /// A stale one (a dispatcher of the same pid that died) goes first, and the file is
+    /// created exclusively, 0600, so that nothing is written through a link.
     pub fn create(name: &str) -> io::Result<AnswerFile> {
         let dir = crate::endpoint::ensure_private_dir(dir()).map_err(io::Error::other)?;
         let path = dir.join(name);
-        // A stale one (a dispatcher of the same pid that died) goes first; created
-        // exclusively, so that nothing is written through a link.
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        let mut options = OpenOptions::new();
-        options.read(true).write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let file = options.open(&path)?;
-        Ok(AnswerFile { path, name: name.to_string(), file })
+        let file = crate::endpoint::create_private(&path)?;
+        Ok(AnswerFile { path, name: name.to_string(), writer: AnswerWriter { file, map: None } })
     }
 
     /// Its name in [`dir`], as an answer carries it.
@@ -88,9 +93,9 @@ impl AnswerFile {
         &self.name
     }
 
-    /// Writes `data` from offset 0 (the file keeps its pages, and its length if longer).
-    pub fn write(&self, data: &[u8]) -> io::Result<()> {
-        std::os::unix::fs::FileExt::write_all_at(&self.file, data, 0)
+    /// Writes `data` from offset 0, as [`AnswerWriter::write`] does.
+    pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        self.writer.write(data)
     }
 }
 
@@ -229,7 +234,7 @@ mod tests {
     #[test]
     fn answers_written_are_read_back() {
         let name = format!("test-{}-roundtrip", std::process::id());
-        let file = AnswerFile::create(&name).unwrap();
+        let mut file = AnswerFile::create(&name).unwrap();
         let mut reader = AnswerReader::default();
         let cases = [
             Elements::F32((0..300_000).map(|i| i as f32 * 0.5).collect()),
@@ -261,6 +266,8 @@ mod tests {
             assert_eq!(reader2.read(file2.name(), &ty).unwrap(), data, "{n}");
         }
         assert!(AnswerWriter::open("../etc").is_err());
+        let name = answer_file_name(12, 3);
+        assert!(is_answer_file_of(&name, 3) && !is_answer_file_of(&name, 13) && !is_answer_file_of(&name, 12));
         // A bool byte other than 0 or 1, and a file shorter than the answer.
         file.write(&[0, 1, 2]).unwrap();
         let bools = TensorType::new(DType::Bool, vec![3]);

@@ -181,13 +181,12 @@ struct PendingGet {
     /// The client's shared answer file, when the worker was told to write the answer there
     /// (`WorkerCommand::Get`'s `file`): it may answer `Data` with `file` set.
     file: Option<String>,
-    /// The worker wrote the answer into that file.
-    written: bool,
 }
 
 /// A read's answer waiting for its barrier.
 enum Held {
-    Data(TensorType, zmq::Message),
+    /// Its type and data frame (`None`: the worker wrote the data into the read's file).
+    Data(TensorType, Option<zmq::Message>),
     Failed(Failure),
 }
 
@@ -1376,19 +1375,8 @@ impl Dispatcher {
         // A large answer to a client that takes them from its shared file: the worker writes
         // it there when it can (no frame, no copy), else it comes here as data.
         let file = if bell.is_none() { self.answer_file(c, seq, ty.size_bytes()) } else { None };
-        let get = PendingGet {
-            client: c,
-            seq,
-            worker: w,
-            sent,
-            ty,
-            value,
-            barrier,
-            held: None,
-            bell,
-            file: file.clone(),
-            written: false,
-        };
+        let get =
+            PendingGet { client: c, seq, worker: w, sent, ty, value, barrier, held: None, bell, file: file.clone() };
         self.gets.insert(tag, get);
         for o in others {
             self.flush_worker(o, barrier);
@@ -1507,8 +1495,8 @@ impl Dispatcher {
                 if let Some(p) = &mut self.profile {
                     p.synced(g.client, g.seq);
                 }
-                let written = g.file.filter(|_| g.written);
-                self.send_data_reply(g.client, g.seq, ty, data, written)
+                let written = if data.is_none() { g.file } else { None };
+                self.send_data_reply(g.client, g.seq, ty, data.unwrap_or_else(zmq::Message::new), written)
             }
             Held::Failed(failure) => self.send_reply(g.client, &Reply::Failed { seq: g.seq, failure }),
         }
@@ -1824,10 +1812,9 @@ impl Dispatcher {
         }
     }
 
-    /// A worker answered a read: its type and data length are checked against what was asked
-    /// before the client gets the data frame, untouched.
-    /// A worker answered read `tag` with its data (`None`: written into the client's shared
-    /// file, as the read asked).
+    /// A worker answered read `tag` with its data frame (`None`: written into the client's
+    /// shared file, as the read asked): its type and data length are checked against what
+    /// was asked before the client gets the frame, untouched.
     fn on_worker_data(
         &mut self,
         identity: Vec<u8>,
@@ -1839,7 +1826,7 @@ impl Dispatcher {
             return self.bad_message(&identity, bytes, "a worker must register before anything else".into());
         };
         self.log_worker(EventKind::WorkerRecv, w, "Data", bytes, || format!("tag={tag} {ty}"));
-        let Some(mut g) = self.take_get(tag, w) else { return };
+        let Some(g) = self.take_get(tag, w) else { return };
         // The read went out before the worker reported that the instruction defining
         // the value failed: its buffer holds an older value (or none), not this one.
         let failed = self.clients.get(&g.client).and_then(|k| k.namespace.failed_by(g.value));
@@ -1875,8 +1862,7 @@ impl Dispatcher {
         if let Some(p) = &mut self.profile {
             p.read(&self.workers[w].name, (g.client, g.seq), &ty, (g.sent, self.log.now()));
         }
-        g.written = data.is_none();
-        self.answer_get(g, Held::Data(ty, data.unwrap_or_else(zmq::Message::new)));
+        self.answer_get(g, Held::Data(ty, data));
     }
 
     /// A worker answered read `tag` through the client's doorbell: the client has its data
@@ -1971,7 +1957,7 @@ impl Dispatcher {
     fn share(&mut self, c: u64, seq: u64, data: &[u8]) -> Option<String> {
         let name = self.answer_file(c, seq, data.len())?;
         let client = self.clients.get_mut(&c)?;
-        let written = client.shared_reads.as_ref()?.as_ref()?.write(data);
+        let written = client.shared_reads.as_mut()?.as_mut()?.write(data);
         match written {
             Ok(()) => Some(name),
             Err(e) => {
@@ -1995,7 +1981,7 @@ impl Dispatcher {
             return None;
         }
         if slot.is_none() {
-            match shared::AnswerFile::create(&format!("answers-{}-{c}", std::process::id())) {
+            match shared::AnswerFile::create(&shared::answer_file_name(std::process::id(), c)) {
                 Ok(f) => *slot = Some(f),
                 Err(e) => {
                     client.shared_reads = None;
