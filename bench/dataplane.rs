@@ -70,8 +70,9 @@ fn main() {
     let gt = Runtime::embedded(1).expect("an embedded cluster starts");
     section(&mut report, &gt, reps);
     drop(gt);
-    // The same cluster listening on a Unix socket and TCP, the client connected over each: the
-    // data crosses the kernel's socket buffers (issue 16: a 64 MB read >= 2 GB/s over IPC).
+    // The same cluster listening on a Unix socket and TCP, the client connected over each: over
+    // TCP the data crosses the kernel's socket buffers; over IPC a large read goes through
+    // shared memory unless GT_SHARED_READS=0 (issue 16: a 64 MB read >= 2 GB/s over IPC).
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
     let options = ClusterOptions { listen: Endpoint::for_server("127.0.0.1", port), ..ClusterOptions::embedded(1) };
     let cluster = Cluster::start(options).expect("a listening cluster starts");

@@ -348,10 +348,15 @@ impl Elements {
             return Err(BytesError::Length { dtype, len, size });
         }
         /// `n` elements whose bytes are the runs' laid end to end, copied straight into new
-        /// memory (no pass of zeros first: a large read's cost is its copies), and the runs'
-        /// length in bytes; the elements are empty unless that is exactly `n` elements' bytes.
+        /// memory (no pass of zeros first: a large read's cost is its copies) and made the
+        /// variant `wrap` makes, and the runs' length in bytes; the elements are empty unless
+        /// that is exactly `n` elements' bytes.
         #[allow(unsafe_code)]
-        fn filled<T: bytemuck::Pod>(n: usize, runs: impl IntoIterator<Item = impl AsRef<[u8]>>) -> (Vec<T>, usize) {
+        fn filled<T: bytemuck::Pod>(
+            n: usize,
+            runs: impl IntoIterator<Item = impl AsRef<[u8]>>,
+            wrap: fn(Vec<T>) -> Elements,
+        ) -> (Elements, usize) {
             let mut out: Vec<T> = Vec::with_capacity(n);
             let room = n * std::mem::size_of::<T>();
             let to = out.as_mut_ptr().cast::<u8>();
@@ -368,7 +373,7 @@ impl Elements {
                 // SAFETY: the runs wrote all `room` bytes, and any bytes are a valid `T` (`Pod`).
                 unsafe { out.set_len(n) };
             }
-            (out, at)
+            (wrap(out), at)
         }
         if cfg!(target_endian = "big") || dtype == DType::Bool {
             let bytes: Vec<u8> = runs.into_iter().flatten().copied().collect();
@@ -377,23 +382,14 @@ impl Elements {
             }
             return Elements::from_le_bytes(dtype, &bytes);
         }
-        /// [`filled`]'s elements as the variant `wrap` makes.
-        fn wrapped<T: bytemuck::Pod>(
-            n: usize,
-            runs: impl IntoIterator<Item = impl AsRef<[u8]>>,
-            wrap: fn(Vec<T>) -> Elements,
-        ) -> (Elements, usize) {
-            let (v, got) = filled(n, runs);
-            (wrap(v), got)
-        }
         let n = len / size;
         let (out, got) = match dtype {
-            DType::F64 => wrapped(n, runs, Elements::F64),
-            DType::F32 => wrapped(n, runs, Elements::F32),
-            DType::F16 => wrapped(n, runs, Elements::F16),
-            DType::BF16 => wrapped(n, runs, Elements::BF16),
-            DType::I64 => wrapped(n, runs, Elements::I64),
-            DType::I32 => wrapped(n, runs, Elements::I32),
+            DType::F64 => filled(n, runs, Elements::F64),
+            DType::F32 => filled(n, runs, Elements::F32),
+            DType::F16 => filled(n, runs, Elements::F16),
+            DType::BF16 => filled(n, runs, Elements::BF16),
+            DType::I64 => filled(n, runs, Elements::I64),
+            DType::I32 => filled(n, runs, Elements::I32),
             DType::Bool => unreachable!("bools took the byte-checking path above"),
         };
         if got != len {
