@@ -18,7 +18,7 @@
 //! Times are wall-clock around a stream synchronisation, medians of several repetitions.
 
 use gt::frontend::{Client, ClientOptions, Origin};
-use gt::ir::kernel::{samples, Access, Kernel, MapKernel, Node, Precision};
+use gt::ir::kernel::{samples, Access, Compute, Kernel, MapKernel, Node, Precision};
 use gt::ir::{BinaryOp, DType, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
 use gt::runtime::backend::cuda::cache::KernelCache;
 use gt::runtime::backend::cuda::ptx::Target;
@@ -83,6 +83,7 @@ fn chain_kernel(n: usize) -> Kernel {
         output: Access::contiguous(&[n]),
         rows: vec![],
         reduce: None,
+        compute: Compute::F32,
     })
 }
 

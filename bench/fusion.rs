@@ -13,7 +13,7 @@
 #[global_allocator]
 static GLOBAL: gt::Allocator = gt::Allocator;
 
-use gt_ir::kernel::{samples, Access, Kernel, MapKernel, Node};
+use gt_ir::kernel::{samples, Access, Compute, Kernel, MapKernel, Node};
 use gt_ir::{BinaryOp, DType, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
 use gt_runtime::backend::cpu::jit::Jit;
 use gt_runtime::Interpreter;
@@ -48,6 +48,7 @@ fn two_input_map(n: usize, nodes: Vec<Node>) -> Kernel {
         output: Access::contiguous(&[n]),
         rows: vec![],
         reduce: None,
+        compute: Compute::F32,
     })
 }
 
@@ -327,6 +328,7 @@ fn main() {
             output: Access::contiguous(&dims),
             rows: vec![],
             reduce: None,
+            compute: Compute::F32,
         });
         let (one, mut got) = ([2.0f32], [0.0f32]);
         let runs = 10_000;

@@ -18,12 +18,11 @@ use std::path::Path;
 pub struct KernelRecorder {
     interp: Interpreter,
     types: HashMap<ValueId, TensorType>,
-    seen: HashSet<(Kernel, Option<BufferStorage>)>,
+    seen: HashSet<(Kernel, BufferStorage)>,
     /// The kernels, each once per storage of its buffers.
     pub kernels: Vec<Kernel>,
-    /// `storage[i]`: how the buffers of `kernels[i]` are stored on a GPU (`None`: a dtype
-    /// the CUDA backend refuses, such as `i32`).
-    pub storage: Vec<Option<BufferStorage>>,
+    /// `storage[i]`: how the buffers of `kernels[i]` are stored on a GPU.
+    pub storage: Vec<BufferStorage>,
 }
 
 impl KernelRecorder {
@@ -37,11 +36,6 @@ impl KernelRecorder {
         std::fs::create_dir_all(dir)?;
         for (i, (kernel, storage)) in self.kernels.iter().zip(&self.storage).enumerate() {
             std::fs::write(dir.join(format!("{i:03}-{}.kernel", kernel.kind())), format!("{kernel}\n"))?;
-            let Some(storage) = storage else {
-                let why = "the CUDA backend refuses this kernel's dtypes: its kernels store f32, f16 and bf16\n";
-                std::fs::write(dir.join(format!("{i:03}-{}.ptx-refused", kernel.kind())), why)?;
-                continue;
-            };
             match ptx::generate_stored(kernel, storage) {
                 Ok(p) => std::fs::write(dir.join(format!("{i:03}-{}.ptx", kernel.kind())), p.text)?,
                 Err(e) => std::fs::write(dir.join(format!("{i:03}-{}.ptx-error", kernel.kind())), e.to_string())?,
@@ -65,9 +59,9 @@ impl Executor for KernelRecorder {
         if let Ok(results) = shape::infer(instr, &ty) {
             let ty = |v: ValueId| self.types[&v].clone();
             for step in lower(instr, &ty, &results) {
-                // What a GPU would store each buffer as (None: a dtype it refuses).
-                let storage = step.storage(|v| self.types[&v].dtype, &results).ok();
-                let storage = |i: usize| storage.as_ref().map(|s| s[i].clone());
+                // What a GPU stores each buffer as.
+                let storage = step.storage(|v| self.types[&v].dtype, &results);
+                let storage = |i: usize| storage[i].clone();
                 let kernels = match step {
                     Step::Launch { kernel, .. } => vec![(kernel, storage(0))],
                     Step::TwoPass { first, second, .. } => vec![(first, storage(0)), (second, storage(1))],

@@ -39,6 +39,17 @@ impl Tolerance {
         (got - want).abs() <= self.abs + self.rel * want.abs()
     }
 
+    /// [`Tolerance::accepts`] for `f64` values.
+    pub fn accepts_f64(self, got: f64, want: f64) -> bool {
+        if want.is_nan() || got.is_nan() {
+            return want.is_nan() && got.is_nan();
+        }
+        if want.is_infinite() || got.is_infinite() {
+            return want == got;
+        }
+        (got - want).abs() <= f64::from(self.abs) + f64::from(self.rel) * want.abs()
+    }
+
     /// This tolerance for values of `dtype`: halves are rounded once from an `f32` that the
     /// backends may compute in another order (or with another `exp`), so results one unit
     /// in the last place apart both are right.
@@ -71,9 +82,7 @@ pub enum MirrorError {
         other: Outcome,
     },
     /// A value read differs beyond the tolerance.
-    #[error(
-        "value {value} differs: {backend} gives {got:?} at element {index} (shape {shape}), the interpreter {want:?}"
-    )]
+    #[error("value {value} differs: {backend} gives {got} at element {index} (shape {shape}), the interpreter {want}")]
     Differs {
         /// The value.
         value: ValueId,
@@ -81,10 +90,10 @@ pub enum MirrorError {
         backend: &'static str,
         /// First differing element (row-major).
         index: usize,
-        /// Its value on the backend.
-        got: f32,
+        /// Its value on the backend, as printed.
+        got: String,
         /// The interpreter's.
-        want: f32,
+        want: String,
         /// The value's shape.
         shape: Shape,
     },
@@ -123,7 +132,7 @@ pub struct Mirror {
     /// Values compared so far, and their elements.
     pub compared: (usize, usize),
     /// Values only the reference holds: results of instructions the backend refused by dtype
-    /// (`RuntimeError::BackendDType`), and of those that read such values.
+    /// ([`RuntimeError::refuses_dtype`]), and of those that read such values.
     unmirrored: std::collections::HashSet<ValueId>,
 }
 
@@ -151,7 +160,7 @@ impl Executor for Mirror {
         let want = self.reference.execute(instr);
         let got = self.other.execute(instr);
         let skipped = |e: &RuntimeError, unmirrored: &std::collections::HashSet<ValueId>| match e {
-            RuntimeError::BackendDType { .. } => true,
+            e if e.refuses_dtype() => true,
             RuntimeError::Undefined { value, .. } => unmirrored.contains(value),
             _ => false,
         };
@@ -202,12 +211,35 @@ impl Executor for Mirror {
         if got.ty != want.ty {
             return Err(MirrorError::TypeDiffers { value, backend, got: got.ty, want: want.ty });
         }
-        // Compared as f32 (the types are equal, so are the dtypes; integers past 2^24 round).
-        let (g, w) = (got.data.to_f32(), want.data.to_f32());
+        // The types are equal, so are the dtypes: integers and bools exactly, f64 in f64,
+        // f32 and halves as f32.
         let tolerance = self.tolerance.for_dtype(want.ty.dtype);
-        if let Some(index) = (0..w.len()).find(|&i| !tolerance.accepts(g[i], w[i])) {
-            let (got, want, shape) = (g[index], w[index], want.ty.shape.clone());
-            return Err(MirrorError::Differs { value, backend, index, got, want, shape });
+        let differs = match want.ty.dtype {
+            gt_ir::DType::F64 => {
+                let (g, w) = (got.data.to_f64(), want.data.to_f64());
+                (0..w.len())
+                    .find(|&i| !tolerance.accepts_f64(g[i], w[i]))
+                    .map(|i| (i, format!("{:?}", g[i]), format!("{:?}", w[i])))
+            }
+            d if d.is_float() => {
+                let (g, w) = (got.data.to_f32(), want.data.to_f32());
+                (0..w.len())
+                    .find(|&i| !tolerance.accepts(g[i], w[i]))
+                    .map(|i| (i, format!("{:?}", g[i]), format!("{:?}", w[i])))
+            }
+            _ => {
+                use gt_ir::data::Elements;
+                match (got.data.cast(gt_ir::DType::I64), want.data.cast(gt_ir::DType::I64)) {
+                    (Elements::I64(g), Elements::I64(w)) => {
+                        (0..w.len()).find(|&i| g[i] != w[i]).map(|i| (i, g[i].to_string(), w[i].to_string()))
+                    }
+                    _ => unreachable!("a cast to i64 gives i64"),
+                }
+            }
+        };
+        if let Some((index, got, want_element)) = differs {
+            let shape = want.ty.shape.clone();
+            return Err(MirrorError::Differs { value, backend, index, got, want: want_element, shape });
         }
         self.compared.0 += 1;
         self.compared.1 += want.data.len();

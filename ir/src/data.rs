@@ -166,6 +166,20 @@ impl Element for bool {
     }
 }
 
+/// `x` converted to `dtype` as `.to(dtype)` converts it, as an `f64` again: what a scalar
+/// operand of an op computing in `dtype` is (a half rounds, an integer truncates).
+pub fn converted_scalar(dtype: DType, x: f64) -> f64 {
+    match dtype {
+        DType::F64 => x,
+        DType::F32 => f64::from(x as f32),
+        DType::F16 => f16::from_f64(x).to_f64(),
+        DType::BF16 => bf16::from_f64(x).to_f64(),
+        DType::I64 => (x as i64) as f64,
+        DType::I32 => f64::from(i32::from_f64(x)),
+        DType::Bool => f64::from(u8::from(x != 0.0)),
+    }
+}
+
 /// Converts `v` element by element (exactly between integers, through `f64` otherwise).
 pub fn convert<S: Element, T: Element>(v: &[S]) -> Vec<T> {
     let integral = !S::DTYPE.is_float() && !T::DTYPE.is_float();

@@ -60,8 +60,9 @@ pub enum RuntimeError {
         /// The shape.
         shape: Shape,
     },
-    /// A dtype the backend does not compute yet.
-    #[error("{op}: the {backend} backend computes f32 only for now, found {dtype} (the CPU worker takes every dtype)")]
+    /// A dtype the backend does not compute for this op (products of integers or `f64` on
+    /// kernel backends, whose products take `f32` and halves).
+    #[error("{op}: the {backend} backend does not compute it in {dtype} (its products take f32, f16 and bf16; the CPU worker takes every dtype)")]
     BackendDType {
         /// The op.
         op: &'static str,
@@ -200,6 +201,16 @@ impl std::error::Error for JitFailure {
 }
 
 impl RuntimeError {
+    /// Whether the backend refused the op by its dtype, by name (a product of integers, an
+    /// `f64` op a code generator does not compute yet): work a mirror leaves to the reference.
+    pub fn refuses_dtype(&self) -> bool {
+        match self {
+            RuntimeError::BackendDType { .. } => true,
+            RuntimeError::Ptx { source, .. } => source.refuses_dtype(),
+            _ => false,
+        }
+    }
+
     /// What kind of failure this is, for the wire and for callers to match on.
     pub fn kind(&self) -> FailureKind {
         match self {

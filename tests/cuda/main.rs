@@ -685,3 +685,34 @@ fn fused_halves_on_a_cuda_worker_round_once_like_the_cpu() {
     assert_eq!(gpu_out, cpu);
     assert_ne!(gpu_out, String::from_utf8_lossy(&eager.stdout), "fused and eager round differently here");
 }
+
+#[path = "../common/dtype_program.rs"]
+mod dtype_program;
+
+/// Every dtype on the GPU (`dtype_program`) gives the interpreter's values, integers exactly.
+/// `tests/gtir/run/dtype_kernels.gtir` goes through the GPU too, in the every-filetest test.
+#[test]
+fn every_dtype_computes_like_the_interpreter() {
+    let (exact, sums) = dtype_program::dtype_program();
+    mirrored_within(&exact, Tolerance { abs: 0.0, rel: 0.0 }).unwrap();
+    let mut with_sums: Vec<Instr> = exact.into_iter().filter(|i| !matches!(i, Instr::Reduce { .. })).collect();
+    with_sums.extend(sums);
+    mirrored_within(&with_sums, Tolerance { abs: 0.0, rel: 1e-12 }).unwrap();
+}
+
+/// What the GPU does not compute yet is refused by name, before anything runs.
+#[test]
+fn f64_transcendentals_and_integer_products_are_refused_by_name() {
+    let Some(mut gpu) = gpu() else { return };
+    let d = TensorType::new(DType::F64, vec![4]);
+    gpu.execute(&Instr::Ones { dst: v(0), ty: d }).unwrap();
+    let e = gpu.execute(&Instr::Unary { dst: v(1), op: UnaryOp::Exp, src: v(0) }).unwrap_err();
+    assert!(e.to_string().contains("`exp` computing in f64 has no CUDA kernel yet"), "{e}");
+    let m = TensorType::new(DType::I64, vec![2, 2]);
+    gpu.execute(&Instr::Ones { dst: v(2), ty: m }).unwrap();
+    let e = gpu.execute(&Instr::MatMul { dst: v(3), lhs: v(2), rhs: v(2) }).unwrap_err();
+    assert!(e.to_string().contains("does not compute it in i64"), "{e}");
+    // Still usable.
+    gpu.execute(&Instr::Cast { dst: v(4), src: v(0), dtype: DType::F32 }).unwrap();
+    gpu.execute(&Instr::Unary { dst: v(5), op: UnaryOp::Exp, src: v(4) }).unwrap();
+}

@@ -6,7 +6,7 @@
 use gt::kernels::KernelRecorder;
 use gt::script::{load, run_any};
 use gt_frontend::script::RunOptions;
-use gt_ir::kernel::{BufferStorage, Kernel, Storage};
+use gt_ir::kernel::{BufferStorage, Compute, Kernel, Storage};
 use gt_runtime::backend::cuda::ptx;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,17 +15,19 @@ fn quiet() -> RunOptions {
     RunOptions { quiet: true, ..RunOptions::default() }
 }
 
-/// Every distinct kernel of the run filetests and the examples.
-fn all_kernels() -> Vec<Kernel> {
+/// Every distinct kernel of the run filetests and the examples, with the storage of its
+/// buffers (every dtype), and the fuse pass's kernels over `f32`.
+fn all_kernels() -> Vec<(Kernel, BufferStorage)> {
     let files = gt::filetest::run_scripts(Path::new(env!("CARGO_MANIFEST_DIR")));
     let mut kernels = Vec::new();
     for path in files {
         let Ok(loaded) = load(&std::fs::read(&path).unwrap()) else { continue };
         // Scripts that fail on purpose still lowered everything before the failure.
         let (_, recorder) = run_any(&loaded, KernelRecorder::new(), &mut std::io::sink(), quiet());
-        kernels.extend(recorder.expect("the recorder comes back").kernels);
+        let recorder = recorder.expect("the recorder comes back");
+        kernels.extend(recorder.kernels.into_iter().zip(recorder.storage));
     }
-    kernels.extend(fused_kernels());
+    kernels.extend(fused_kernels().into_iter().map(|k| (k.clone(), BufferStorage::f32(k.num_inputs()))));
     kernels
 }
 
@@ -162,6 +164,7 @@ fn transpose_kernel(dims: &[usize], strides: &[i64]) -> Kernel {
         output: Access::contiguous(dims),
         rows: vec![],
         reduce: None,
+        compute: Compute::F32,
     })
 }
 
@@ -179,13 +182,30 @@ fn every_kernel_of_the_filetests_assembles_for_sm80_and_sm90() {
         eprintln!("skipped: no ptxas (set GT_PTXAS, or `pip install nvidia-cuda-nvcc`)");
         return;
     };
-    let mut kernels = all_kernels();
-    kernels.extend(sample_kernels());
-    let kinds = |k: &str| kernels.iter().filter(|x| x.kind() == k).count();
+    let mut stored = all_kernels();
+    stored.extend(sample_kernels().into_iter().map(|k| (k.clone(), BufferStorage::f32(k.num_inputs()))));
+    let kinds = |k: &str| stored.iter().filter(|(x, _)| x.kind() == k).count();
     assert!(kinds("map") > 20 && kinds("reduce") > 5 && kinds("matmul") > 3 && kinds("rows") > 3, "too few kernels");
-    let mut stored: Vec<(Kernel, BufferStorage)> =
-        kernels.into_iter().map(|k| (k.clone(), BufferStorage::f32(k.num_inputs()))).collect();
+    // The dtype filetests give kernels computing in f64 and i64 and buffers of every dtype.
+    let computing = |c: Compute| stored.iter().filter(|(k, _)| matches!(k, Kernel::Map(m) if m.compute == c)).count();
+    assert!(computing(Compute::F64) > 5 && computing(Compute::I64) > 10, "too few f64 or i64 kernels");
+    for s in [Storage::F64, Storage::I64, Storage::I32, Storage::Bool] {
+        let n = stored.iter().filter(|(_, b)| b.output == s || b.inputs.contains(&s)).count();
+        assert!(n > 3, "only {n} kernels store {s:?}");
+    }
     stored.extend(stored_kernels());
+    // What the GPU refuses by name (transcendental f64 ops, integer products) is refused by
+    // the generator, never assembled wrong.
+    let mut refused = 0;
+    stored.retain(|(k, s)| match ptx::generate_stored(k, s) {
+        Err(e) if e.refuses_dtype() => {
+            refused += 1;
+            false
+        }
+        _ => true,
+    });
+    assert!(refused > 0, "the f64 exp and the integer products of the filetests are refused by name");
+    eprintln!("{} kernels to assemble, {refused} refused by name", stored.len());
     let dir = std::env::temp_dir().join(format!("gt-ptx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // Each kernel for every GPU (sm_80 code, assembled for sm_80 and sm_90), and again where
@@ -251,7 +271,7 @@ fn every_kernel_of_the_filetests_assembles_for_sm80_and_sm90() {
 
 #[test]
 fn every_kernel_prints_and_parses_back() {
-    let mut kernels = all_kernels();
+    let mut kernels: Vec<Kernel> = all_kernels().into_iter().map(|(k, _)| k).collect();
     kernels.extend(sample_kernels());
     for k in &kernels {
         assert_eq!(gt_ir::kernel::text::parse(&k.to_string()).as_ref(), Ok(k), "{k}");
@@ -264,6 +284,15 @@ fn kernel_of(source: &str, kind: &str) -> Kernel {
     let (result, recorder) = run_any(&loaded, KernelRecorder::new(), &mut std::io::sink(), quiet());
     result.unwrap();
     recorder.expect("the recorder comes back").kernels.into_iter().rev().find(|k| k.kind() == kind).unwrap()
+}
+
+/// [`kernel_of`] with the storage of its buffers.
+fn stored_kernel_of(source: &str, kind: &str) -> (Kernel, BufferStorage) {
+    let loaded = load(source.as_bytes()).unwrap();
+    let (result, recorder) = run_any(&loaded, KernelRecorder::new(), &mut std::io::sink(), quiet());
+    result.unwrap();
+    let r = recorder.expect("the recorder comes back");
+    r.kernels.into_iter().zip(r.storage).rev().find(|(k, _)| k.kind() == kind).unwrap()
 }
 
 fn snapshot(name: &str, kernel: &Kernel) {
@@ -304,6 +333,17 @@ fn ptx_of_representative_kernels() {
     let linear = gt_ir::kernel::samples::linear_relu(64, 784, 256);
     let mixed = BufferStorage { output: Storage::Bf16, inputs: vec![Storage::F16, Storage::F16, Storage::F32] };
     snapshot_stored("linear_relu_f16_tensor_cores", &linear, &mixed);
+    // Other dtypes: i64 kernels over i32 and bool (64-bit shuffles in the reduction), f64
+    // comparisons stored as bool, an f64 rounded once into bf16.
+    let (k, s) = stored_kernel_of("%x = ones i32[8, 300]\n%s = sum %x axes=[1]\n", "reduce");
+    snapshot_stored("reduce_rows_sum_i32_in_i64", &k, &s);
+    let (k, s) = stored_kernel_of("%a = ones f64[64]\n%b = zeros f64[64]\n%c = lt %a, %b\n", "map");
+    snapshot_stored("map_compare_f64_to_bool", &k, &s);
+    let (k, s) = stored_kernel_of("%a = ones f64[16]\n%c = cast %a bf16\n", "map");
+    snapshot_stored("map_cast_f64_to_bf16", &k, &s);
+    let src = "%c = tensor bool[3] [1, 0, 1]\n%a = full i64[3] 5\n%w = where %c, %a, -2\n";
+    let (k, s) = stored_kernel_of(src, "map");
+    snapshot_stored("map_where_bool_i64", &k, &s);
 }
 
 #[test]
@@ -317,6 +357,7 @@ fn malformed_kernels_are_errors_not_bad_ptx() {
             output: Access::contiguous(&[4]),
             rows,
             reduce: None,
+            compute: Compute::F32,
         };
         ptx::generate(&Kernel::Map(k)).unwrap_err().to_string()
     };

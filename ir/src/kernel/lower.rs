@@ -3,7 +3,7 @@
 //! per operand, `split` one strided read per piece; creation ops become maps with no
 //! inputs. The instruction's types must already be checked ([`crate::verify::shape::infer`]).
 
-use super::{row_major_strides, Access, BufferStorage, Kernel, MapKernel, MatMulKernel, Node, Storage};
+use super::{row_major_strides, Access, BufferStorage, Compute, Kernel, MapKernel, MatMulKernel, Node, Storage};
 use crate::verify::shape::{normalize_axes, normalize_axis, resolve_slice};
 use crate::{BinaryOp, CollectiveOp, DType, Instr, Operand, ReduceOp, TensorType, ValueId};
 
@@ -43,34 +43,95 @@ pub enum Step {
 impl Step {
     /// How the buffers of this step's kernels are stored (one per kernel, in order), given
     /// the dtype of each input value and the instruction's result types: the first pass of
-    /// two writes `f32` partials that the second reads. `Err` names a dtype kernels cannot
-    /// store.
-    pub fn storage(
-        &self,
-        dtype_of: impl Fn(ValueId) -> DType,
-        results: &[TensorType],
-    ) -> Result<Vec<BufferStorage>, DType> {
-        let of = |d: DType| Storage::of(d).ok_or(d);
-        let inputs = |vs: &[ValueId]| vs.iter().map(|&v| of(dtype_of(v))).collect::<Result<Vec<_>, _>>();
-        Ok(match self {
+    /// two writes partials in what its kernel computes in, which the second reads.
+    pub fn storage(&self, dtype_of: impl Fn(ValueId) -> DType, results: &[TensorType]) -> Vec<BufferStorage> {
+        let inputs = |vs: &[ValueId]| vs.iter().map(|&v| Storage::of(dtype_of(v))).collect::<Vec<_>>();
+        match self {
             Step::Launch { inputs: vs, output, .. } => {
-                vec![BufferStorage { output: of(results[*output].dtype)?, inputs: inputs(vs)? }]
+                vec![BufferStorage { output: Storage::of(results[*output].dtype), inputs: inputs(vs) }]
             }
-            Step::TwoPass { inputs: vs, output, .. } => vec![
-                BufferStorage { output: Storage::F32, inputs: inputs(vs)? },
-                BufferStorage { output: of(results[*output].dtype)?, inputs: vec![Storage::F32] },
-            ],
+            Step::TwoPass { first, inputs: vs, output, .. } => {
+                let partials = Step::partial_storage(first);
+                vec![
+                    BufferStorage { output: partials, inputs: inputs(vs) },
+                    BufferStorage { output: Storage::of(results[*output].dtype), inputs: vec![partials] },
+                ]
+            }
             Step::Upload { .. } => vec![],
-        })
+        }
+    }
+
+    /// How a two-pass reduction's partials are stored: as its first kernel computes them.
+    pub fn partial_storage(first: &Kernel) -> Storage {
+        match first {
+            Kernel::Map(k) => Storage::of(k.compute.dtype()),
+            Kernel::MatMul(_) => Storage::F32,
+        }
+    }
+}
+
+/// What the kernels of `instr` compute in: what the interpreter computes the op in (the
+/// promoted operands of a binary op, the source of a cast or a reduction, else the result).
+fn compute_of(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[TensorType]) -> Compute {
+    let result = || results.first().map_or(Compute::F32, |t| Compute::of(t.dtype));
+    match instr {
+        Instr::Cast { src, .. } | Instr::Reduce { src, .. } => Compute::of(ty(*src).dtype),
+        Instr::Binary { op, lhs, rhs, .. } => {
+            let typed = |v: ValueId| Ok(ty(v));
+            match crate::verify::shape::elementwise(&[*lhs, *rhs], &typed)
+                .and_then(|t| crate::verify::shape::binary_dtypes(*op, t.dtype))
+            {
+                Ok((compute, _)) => Compute::of(compute),
+                Err(_) => result(),
+            }
+        }
+        Instr::Collective { srcs, .. } => srcs.first().map_or(Compute::F32, |&v| Compute::of(ty(v).dtype)),
+        // Each element is computed in f64 and converted once, as the interpreter does (f32
+        // then a half would round twice).
+        Instr::Arange { .. } if results.first().is_some_and(|t| t.dtype.is_half()) => Compute::F64,
+        _ => result(),
+    }
+}
+
+/// The dtype a scalar operand of `instr` converts to, as the interpreter converts it: what a
+/// binary op computes in, else the result's dtype (a `full` value, `where`'s branches).
+fn scalar_dtype(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[TensorType]) -> DType {
+    let result = results.first().map_or(DType::F32, |t| t.dtype);
+    if let Instr::Binary { op, lhs, rhs, .. } = instr {
+        let typed = |v: ValueId| Ok(ty(v));
+        if let Ok((compute, _)) = crate::verify::shape::elementwise(&[*lhs, *rhs], &typed)
+            .and_then(|t| crate::verify::shape::binary_dtypes(*op, t.dtype))
+        {
+            return compute;
+        }
+    }
+    result
+}
+
+/// The constant `x`, converted to `dtype` first, in a kernel computing in `compute`: an
+/// `f32` one in `f32` kernels, else the `f64` itself.
+fn constant_as(compute: Compute, dtype: DType, x: f64) -> Node {
+    constant(compute, crate::data::converted_scalar(dtype, x))
+}
+
+/// The constant `x` in a kernel computing in `compute`: an `f32` one in `f32` kernels, else
+/// the `f64` itself.
+fn constant(compute: Compute, x: f64) -> Node {
+    match compute {
+        Compute::F32 => Node::constant(x as f32),
+        Compute::F64 | Compute::I64 => Node::Const64(x.to_bits()),
     }
 }
 
 /// The steps that compute `instr`'s results (typed `results`, operands typed by `ty`).
 /// Instructions with no results (`free`, `get`, markers) and empty results need no steps.
-/// Kernels compute in `f32` whatever their buffers hold ([`Step::storage`]): a `cast` is a
-/// copy whose input and output are stored differently.
+/// Kernels compute in what the interpreter computes the op in ([`Compute`]), whatever their
+/// buffers hold ([`Step::storage`]): a `cast` is a copy whose input and output are stored
+/// differently.
 pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[TensorType]) -> Vec<Step> {
     let out_dims = || results.first().map(|t| t.shape.0.clone()).unwrap_or_default();
+    let compute = compute_of(instr, ty, results);
+    let scalars = scalar_dtype(instr, ty, results);
     let mut steps = Vec::new();
     let mut map = |parts: MapParts| {
         let (values, accesses): (Vec<_>, Vec<_>) = parts.inputs.into_iter().unzip();
@@ -81,6 +142,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
             output: parts.output,
             rows: vec![],
             reduce: None,
+            compute,
         };
         if kernel.numel() > 0 {
             steps.push(Step::Launch { kernel: Kernel::Map(kernel), inputs: values, output: 0 });
@@ -94,9 +156,9 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
     match instr {
         Instr::Randn { seed, .. } => map(creation(Node::Randn { seed: *seed })),
         Instr::Rand { seed, .. } => map(creation(Node::Rand { seed: *seed })),
-        Instr::Zeros { .. } => map(creation(Node::constant(0.0))),
-        Instr::Ones { .. } => map(creation(Node::constant(1.0))),
-        Instr::Full { value, .. } => map(creation(Node::constant(*value as f32))),
+        Instr::Zeros { .. } => map(creation(constant(compute, 0.0))),
+        Instr::Ones { .. } => map(creation(constant(compute, 1.0))),
+        Instr::Full { value, .. } => map(creation(constant_as(compute, scalars, *value))),
         Instr::Arange { start, step, .. } => map(creation(Node::Iota { start: start.to_bits(), step: step.to_bits() })),
         Instr::Literal { ty: t, .. } => {
             if t.shape.numel() > 0 {
@@ -120,7 +182,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
         }
         Instr::Binary { op, lhs, rhs, .. } => {
             let dims = out_dims();
-            let mut operands = Operands::new(&dims, ty);
+            let mut operands = Operands::new(&dims, ty, (compute, scalars));
             let (a, b) = (operands.add(*lhs), operands.add(*rhs));
             operands.nodes.push(Node::Binary(*op, a, b));
             let (inputs, nodes) = (operands.inputs, operands.nodes);
@@ -128,7 +190,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
         }
         Instr::Where { cond, on_true, on_false, .. } => {
             let dims = out_dims();
-            let mut operands = Operands::new(&dims, ty);
+            let mut operands = Operands::new(&dims, ty, (compute, scalars));
             let c = operands.add(Operand::Value(*cond));
             let (t, f) = (operands.add(*on_true), operands.add(*on_false));
             operands.nodes.push(Node::Select(c, t, f));
@@ -160,11 +222,12 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
                 output: Access { offset: 0, strides },
                 rows: axes,
                 reduce: Some(*op),
+                compute,
             };
             let (outputs, reduced) = kernel.extents();
             let trailing = kernel.rows.iter().enumerate().all(|(i, &a)| a == rank - kernel.rows.len() + i);
             if outputs == 0 {
-            } else if let (true, Some((first, second))) = (trailing, split_reduction(*op, outputs, reduced)) {
+            } else if let (true, Some((first, second))) = (trailing, split_reduction(*op, outputs, reduced, compute)) {
                 steps.push(Step::TwoPass {
                     first,
                     inputs: vec![*src],
@@ -252,6 +315,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
                     output: Access::contiguous(&dims),
                     rows: vec![],
                     reduce: None,
+                    compute,
                 };
                 if kernel.numel() > 0 {
                     steps.push(Step::Launch { kernel: Kernel::Map(kernel), inputs: vec![*src], output: i });
@@ -276,7 +340,7 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
         }
         Instr::Collective { op, srcs, .. } => {
             for (i, result) in results.iter().enumerate() {
-                for (kernel, inputs) in collective(*op, srcs, ty, i, results.len(), &result.shape.0) {
+                for (kernel, inputs) in collective(*op, srcs, ty, (i, results.len()), &result.shape.0, compute) {
                     if kernel.numel() > 0 {
                         steps.push(Step::Launch { kernel: Kernel::Map(kernel), inputs, output: i });
                     }
@@ -301,9 +365,9 @@ fn collective(
     op: CollectiveOp,
     srcs: &[ValueId],
     ty: &dyn Fn(ValueId) -> TensorType,
-    i: usize,
-    n: usize,
+    (i, n): (usize, usize),
     out: &[usize],
+    compute: Compute,
 ) -> Vec<(MapKernel, Vec<ValueId>)> {
     let copy = |dims: Vec<usize>, input: Access, output: Access| MapKernel {
         shape: dims,
@@ -312,6 +376,7 @@ fn collective(
         output,
         rows: vec![],
         reduce: None,
+        compute,
     };
     let fold = |reduce: ReduceOp, dims: Vec<usize>, input: Access| {
         let mut nodes: Vec<Node> = (0..srcs.len() as u32).map(Node::Input).collect();
@@ -326,13 +391,20 @@ fn collective(
             acc = nodes.len() as u32 - 1;
         }
         if reduce == ReduceOp::Mean {
-            nodes.push(Node::constant(srcs.len() as f32));
+            nodes.push(constant(compute, srcs.len() as f64));
             let count = nodes.len() as u32 - 1;
             nodes.push(Node::Binary(BinaryOp::Div, acc, count));
         }
         let output = Access::contiguous(&dims);
-        let kernel =
-            MapKernel { shape: dims, inputs: vec![input; srcs.len()], nodes, output, rows: vec![], reduce: None };
+        let kernel = MapKernel {
+            shape: dims,
+            inputs: vec![input; srcs.len()],
+            nodes,
+            output,
+            rows: vec![],
+            reduce: None,
+            compute,
+        };
         vec![(kernel, srcs.to_vec())]
     };
     match op {
@@ -392,7 +464,7 @@ fn partial_count(reduced: usize) -> usize {
 /// The two kernels of a reduction of `outputs` contiguous rows of `reduced` elements, when it
 /// pays: chunk reductions into `[outputs, P]` partials, then the partials' reduction. Means
 /// stay exact as means of equal-sized chunks.
-fn split_reduction(op: crate::ReduceOp, outputs: usize, reduced: usize) -> Option<(Kernel, Kernel)> {
+fn split_reduction(op: crate::ReduceOp, outputs: usize, reduced: usize, compute: Compute) -> Option<(Kernel, Kernel)> {
     let p = partial_count(reduced);
     if outputs > 64 || reduced < SPLIT_ROW || p < 8 {
         return None;
@@ -405,13 +477,14 @@ fn split_reduction(op: crate::ReduceOp, outputs: usize, reduced: usize) -> Optio
         output: Access { offset: 0, strides: vec![p as i64, 1, 0] },
         rows: vec![2],
         reduce: Some(op),
+        compute,
     };
-    Some((Kernel::Map(first), partials_reduction(op, outputs, p)))
+    Some((Kernel::Map(first), partials_reduction(op, outputs, p, compute)))
 }
 
 /// The second pass of a two-pass reduction: each of `outputs` rows of `p` partials reduced
 /// to one value.
-fn partials_reduction(op: crate::ReduceOp, outputs: usize, p: usize) -> Kernel {
+fn partials_reduction(op: crate::ReduceOp, outputs: usize, p: usize, compute: Compute) -> Kernel {
     Kernel::Map(MapKernel {
         shape: vec![outputs, p],
         inputs: vec![Access::contiguous(&[outputs, p])],
@@ -419,6 +492,7 @@ fn partials_reduction(op: crate::ReduceOp, outputs: usize, p: usize) -> Kernel {
         output: Access { offset: 0, strides: vec![1, 0] },
         rows: vec![1],
         reduce: Some(op),
+        compute,
     })
 }
 
@@ -461,27 +535,30 @@ fn split_full_reduction(k: &MapKernel) -> Option<(Kernel, usize, Kernel)> {
         output: Access { offset: 0, strides: (0..rank).map(|i| i64::from(i == a)).collect() },
         rows: (0..rank).filter(|&i| i != a).collect(),
         reduce: Some(op),
+        compute: k.compute,
         shape,
     };
-    Some((Kernel::Map(first), p, partials_reduction(op, 1, p)))
+    Some((Kernel::Map(first), p, partials_reduction(op, 1, p, k.compute)))
 }
 
 /// Collects a map kernel's inputs and leaf nodes from operands (scalars become constants).
 struct Operands<'a> {
     dims: &'a [usize],
     ty: &'a dyn Fn(ValueId) -> TensorType,
+    /// What the kernel computes in, and the dtype scalar operands convert to.
+    compute: (Compute, DType),
     inputs: Vec<(ValueId, Access)>,
     nodes: Vec<Node>,
 }
 
 impl<'a> Operands<'a> {
-    fn new(dims: &'a [usize], ty: &'a dyn Fn(ValueId) -> TensorType) -> Operands<'a> {
-        Operands { dims, ty, inputs: Vec::new(), nodes: Vec::new() }
+    fn new(dims: &'a [usize], ty: &'a dyn Fn(ValueId) -> TensorType, compute: (Compute, DType)) -> Operands<'a> {
+        Operands { dims, ty, compute, inputs: Vec::new(), nodes: Vec::new() }
     }
 
     fn add(&mut self, operand: Operand) -> u32 {
         let node = match operand {
-            Operand::Scalar(x) => Node::constant(x as f32),
+            Operand::Scalar(x) => constant_as(self.compute.0, self.compute.1, x),
             Operand::Value(v) => {
                 let access = broadcast_access(&(self.ty)(v).shape.0, self.dims);
                 // One input per distinct value (`mul %x, %x` reads %x once).

@@ -131,6 +131,9 @@ pub enum Node {
     Input(u32),
     /// An `f32` constant, by its bits (so kernels hash and compare exactly).
     Const(u32),
+    /// An `f64` constant, by its bits, converted to the kernel's [`Compute`] type as a
+    /// `.to(dtype)` would (what `f64` and integer kernels hold: an `f32` cannot).
+    Const64(u64),
     /// `(start + i * step) as f32` computed in `f64`, `i` the linear output index (`arange`).
     Iota {
         /// `f64` bits of the first value.
@@ -197,17 +200,22 @@ pub struct MapKernel {
     pub rows: Vec<usize>,
     /// Reduce the last node over each row and write one value per row.
     pub reduce: Option<ReduceOp>,
+    /// What the expression computes in: loads convert each buffer's elements to it, the
+    /// store converts back to the output's.
+    #[serde(default)]
+    pub compute: Compute,
 }
 
 impl PartialEq for MapKernel {
     fn eq(&self, other: &MapKernel) -> bool {
-        let MapKernel { shape, inputs, nodes, output, rows, reduce } = self;
+        let MapKernel { shape, inputs, nodes, output, rows, reduce, compute } = self;
         crate::same_elements(shape, &other.shape)
             && *inputs == other.inputs
             && *nodes == other.nodes
             && *output == other.output
             && crate::same_elements(rows, &other.rows)
             && *reduce == other.reduce
+            && *compute == other.compute
     }
 }
 
@@ -237,9 +245,52 @@ impl MapKernel {
     }
 }
 
-/// How a kernel buffer's elements lie in memory. Kernels compute in `f32` whatever the
-/// storage: a load widens to `f32`, a store rounds to nearest even (what the interpreter does
-/// for halves), so a backend that runs halves only needs to know each buffer's storage.
+/// What a map kernel's expression computes in, as the interpreter computes the op: `f32`
+/// for `f32` and the halves (widened as loaded, rounded once as stored), `f64` for `f64`,
+/// `i64` for the integers and `bool` (wrapping, narrowed as stored; `bool` is 0 or 1).
+/// Matmul kernels compute in `f32`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Compute {
+    /// IEEE binary32.
+    #[default]
+    F32,
+    /// IEEE binary64.
+    F64,
+    /// Signed 64-bit integers, wrapping.
+    I64,
+}
+
+impl Compute {
+    /// What an op whose operands (promoted) or result are `dtype` computes in.
+    pub fn of(dtype: crate::DType) -> Compute {
+        use crate::DType;
+        match dtype {
+            DType::F32 | DType::F16 | DType::BF16 => Compute::F32,
+            DType::F64 => Compute::F64,
+            DType::I64 | DType::I32 | DType::Bool => Compute::I64,
+        }
+    }
+
+    /// The dtype of its values.
+    pub fn dtype(self) -> crate::DType {
+        match self {
+            Compute::F32 => crate::DType::F32,
+            Compute::F64 => crate::DType::F64,
+            Compute::I64 => crate::DType::I64,
+        }
+    }
+}
+
+impl fmt::Display for Compute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.dtype().name())
+    }
+}
+
+/// How a kernel buffer's elements lie in memory: one per dtype. A load converts them to the
+/// kernel's [`Compute`] type and a store converts back as `.to(dtype)` does (halves round to
+/// nearest even, floats truncate into integers, integers wrap into narrower ones, nonzero
+/// is `true`), so a backend only needs each buffer's storage beside the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum Storage {
     /// IEEE binary32.
@@ -249,30 +300,58 @@ pub enum Storage {
     F16,
     /// bfloat16.
     Bf16,
+    /// IEEE binary64.
+    F64,
+    /// Signed 64-bit integers.
+    I64,
+    /// Signed 32-bit integers.
+    I32,
+    /// One byte, 0 or 1.
+    Bool,
 }
 
 impl Storage {
-    /// The storage of a `dtype`, if kernels can hold it (floats up to 32 bits).
-    pub fn of(dtype: crate::DType) -> Option<Storage> {
+    /// The storage of a `dtype`.
+    pub fn of(dtype: crate::DType) -> Storage {
+        use crate::DType;
         match dtype {
-            crate::DType::F32 => Some(Storage::F32),
-            crate::DType::F16 => Some(Storage::F16),
-            crate::DType::BF16 => Some(Storage::Bf16),
-            _ => None,
+            DType::F32 => Storage::F32,
+            DType::F16 => Storage::F16,
+            DType::BF16 => Storage::Bf16,
+            DType::F64 => Storage::F64,
+            DType::I64 => Storage::I64,
+            DType::I32 => Storage::I32,
+            DType::Bool => Storage::Bool,
+        }
+    }
+
+    /// The dtype stored.
+    pub fn dtype(self) -> crate::DType {
+        use crate::DType;
+        match self {
+            Storage::F32 => DType::F32,
+            Storage::F16 => DType::F16,
+            Storage::Bf16 => DType::BF16,
+            Storage::F64 => DType::F64,
+            Storage::I64 => DType::I64,
+            Storage::I32 => DType::I32,
+            Storage::Bool => DType::Bool,
         }
     }
 
     /// Bytes per element.
     pub fn bytes(self) -> usize {
-        match self {
-            Storage::F32 => 4,
-            Storage::F16 | Storage::Bf16 => 2,
-        }
+        self.dtype().size_bytes()
     }
 
     /// Whether this is a 16-bit float (the tensor cores' `m16n8k16` inputs).
     pub fn is_half(self) -> bool {
-        self != Storage::F32
+        matches!(self, Storage::F16 | Storage::Bf16)
+    }
+
+    /// Whether this is `f32` or a half: what matmuls and `f32` kernels' vector loads take.
+    pub fn is_float32_or_half(self) -> bool {
+        self == Storage::F32 || self.is_half()
     }
 }
 
@@ -477,6 +556,7 @@ impl fmt::Display for Node {
         match *self {
             Node::Input(i) => write!(f, "load in{i}"),
             Node::Const(bits) => write!(f, "const {:?}", f32::from_bits(bits)),
+            Node::Const64(bits) => write!(f, "const64 {:?}", f64::from_bits(bits)),
             Node::Iota { start, step } => {
                 write!(f, "iota {:?}, {:?}", f64::from_bits(start), f64::from_bits(step))
             }
@@ -501,6 +581,9 @@ impl fmt::Display for Kernel {
                 }
                 if let Some(op) = k.reduce {
                     write!(f, " {}", op.mnemonic())?;
+                }
+                if k.compute != Compute::F32 {
+                    write!(f, " as {}", k.compute)?;
                 }
                 writeln!(f, " {{")?;
                 for (i, input) in k.inputs.iter().enumerate() {
@@ -656,6 +739,7 @@ mod tests {
             output,
             rows: vec![],
             reduce: None,
+            compute: Compute::F32,
         })
     }
 
@@ -688,6 +772,7 @@ mod tests {
             output: Access { offset: 1000, strides: vec![1, 0] },
             rows: vec![1],
             reduce: Some(crate::ReduceOp::Sum),
+            compute: Compute::F32,
         });
         let e = k.check_bounds(&[0], 4).unwrap_err();
         assert_eq!(e, KernelError::OutOfBounds { buffer: Buffer::Output, lo: 1000, hi: 1003, len: 4 });

@@ -3,7 +3,7 @@
 //! benchmarks of the code generators.
 
 use super::lower::broadcast_access;
-use super::{Access, Kernel, MapKernel, MatMulKernel, Node};
+use super::{Access, Compute, Kernel, MapKernel, MatMulKernel, Node};
 use crate::{BinaryOp, ReduceOp, UnaryOp};
 
 fn row_kernel(dims: &[usize], rows: Vec<usize>, nodes: Vec<Node>) -> Kernel {
@@ -14,6 +14,7 @@ fn row_kernel(dims: &[usize], rows: Vec<usize>, nodes: Vec<Node>) -> Kernel {
         output: Access::contiguous(dims),
         rows,
         reduce: None,
+        compute: Compute::F32,
     })
 }
 

@@ -1,7 +1,7 @@
 //! The kernel IR's text form read back: [`parse`] accepts exactly what `Display` for
 //! [`Kernel`] writes (`gt-run --dump-kernels`), so `parse(&k.to_string()) == k`.
 
-use super::{Access, Kernel, MapKernel, MatMulKernel, Node, Precision};
+use super::{Access, Compute, Kernel, MapKernel, MatMulKernel, Node, Precision};
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 use thiserror::Error;
 
@@ -174,6 +174,7 @@ fn node(s: &str) -> Result<Node> {
         "acc" if args.is_empty() => Node::Acc,
         "load" => Node::Input(number(args.trim().strip_prefix("in").ok_or(missing("`load inN`"))?)?),
         "const" => Node::constant(number(args)?),
+        "const64" => Node::Const64(number::<f64>(args)?.to_bits()),
         "iota" => {
             let (start, step) = args.split_once(',').ok_or(missing("`iota START, STEP`"))?;
             Node::Iota { start: number::<f64>(start)?.to_bits(), step: number::<f64>(step)?.to_bits() }
@@ -232,6 +233,21 @@ pub fn parse(text: &str) -> std::result::Result<Kernel, ParseKernelError> {
 fn map_header(rest: &str) -> Result<Kernel> {
     let (shape, rest) = list::<usize>(rest)?;
     let mut rest = rest.trim();
+    let mut compute = Compute::F32;
+    if let Some((before, ty)) = rest.rsplit_once(" as ").or_else(|| rest.strip_prefix("as ").map(|t| ("", t))) {
+        compute = match crate::DType::from_name(ty.trim()) {
+            Some(crate::DType::F32) => Compute::F32,
+            Some(crate::DType::F64) => Compute::F64,
+            Some(crate::DType::I64) => Compute::I64,
+            _ => {
+                return Err(KernelTextError::Expected {
+                    expected: "`as f32`, `as f64` or `as i64`",
+                    found: ty.trim().to_string(),
+                })
+            }
+        };
+        rest = before.trim();
+    }
     let mut rows = Vec::new();
     if let Some(r) = rest.strip_prefix("rows ") {
         let (axes, r) = list::<usize>(r)?;
@@ -245,7 +261,7 @@ fn map_header(rest: &str) -> Result<Kernel> {
         }
     };
     let output = Access { offset: 0, strides: vec![] };
-    Ok(Kernel::Map(MapKernel { shape, inputs: vec![], nodes: vec![], output, rows, reduce }))
+    Ok(Kernel::Map(MapKernel { shape, inputs: vec![], nodes: vec![], output, rows, reduce, compute }))
 }
 
 fn matmul_header(rest: &str) -> Result<Kernel> {
@@ -319,6 +335,8 @@ mod tests {
             (0u32..3).prop_map(Node::Input),
             prop_oneof![Just(0.5f32), Just(-1e-5), Just(f32::INFINITY), Just(3.0e38), any::<i16>().prop_map(f32::from)]
                 .prop_map(Node::constant),
+            prop_oneof![Just(0.1f64), Just(-3.0e300), Just(f64::NEG_INFINITY), any::<i64>().prop_map(|i| i as f64)]
+                .prop_map(|x| Node::Const64(x.to_bits())),
             (any::<i32>(), any::<i16>())
                 .prop_map(|(a, b)| Node::Iota { start: (f64::from(a) / 7.0).to_bits(), step: f64::from(b).to_bits() }),
             any::<u64>().prop_map(|seed| Node::Rand { seed }),
@@ -346,8 +364,9 @@ mod tests {
             output in access_strategy(3),
             rows in prop::collection::vec(0usize..4, 0..3),
             reduce in prop::option::of(0..ReduceOp::ALL.len()),
+            compute in prop_oneof![Just(Compute::F32), Just(Compute::F64), Just(Compute::I64)],
         ) {
-            let k = Kernel::Map(MapKernel { shape, inputs, nodes, output, rows, reduce: reduce.map(|r| ReduceOp::ALL[r]) });
+            let k = Kernel::Map(MapKernel { shape, inputs, nodes, output, rows, reduce: reduce.map(|r| ReduceOp::ALL[r]), compute });
             prop_assert_eq!(parse(&k.to_string()), Ok(k));
         }
 

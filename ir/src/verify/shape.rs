@@ -326,10 +326,10 @@ fn joined(dims: &[i64]) -> String {
     dims.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
 }
 
-/// Checks a `fused` kernel's operand or result dtype: kernels compute in `f32` over buffers
-/// of `f32`, `f16` or `bf16` ([`crate::kernel::Storage`]).
+/// Checks a `fused` kernel's operand or result dtype: the fuse pass's kernels compute in
+/// `f32` over buffers of `f32`, `f16` or `bf16` ([`crate::kernel::Compute`]).
 pub fn check_kernel_dtype(dtype: DType) -> Result<(), TypeError> {
-    if crate::kernel::Storage::of(dtype).is_some() {
+    if crate::kernel::Compute::of(dtype) == crate::kernel::Compute::F32 {
         Ok(())
     } else {
         Err(TypeError::KernelDType { dtype })
@@ -975,6 +975,9 @@ fn infer_any_rank(
         }
         Instr::Fused { ty: t, srcs, kernel, .. } => {
             check_kernel_dtype(t.dtype)?;
+            if let crate::kernel::Kernel::Map(k) = &**kernel {
+                check_kernel_dtype(k.compute.dtype())?;
+            }
             let out = created(t)?;
             let mut lens = Vec::with_capacity(srcs.len());
             for &src in srcs {

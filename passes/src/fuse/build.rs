@@ -8,7 +8,7 @@
 
 use super::egraph::{self, Expr, Facts, Limits, Op, Saturation};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
-use gt_ir::kernel::{row_major_strides, Access, Kernel, MapKernel, MatMulKernel, Node, Precision, Storage};
+use gt_ir::kernel::{row_major_strides, Access, Compute, Kernel, MapKernel, MatMulKernel, Node, Precision};
 use gt_ir::verify::shape::{normalize_axes, normalize_axis, resolve_slice};
 use gt_ir::{DType, Instr, Operand, ReduceOp, Shape, TensorType, ValueId};
 
@@ -285,7 +285,7 @@ impl<'a> Region<'a> {
         let mut all = true;
         for v in instr.results().into_iter().chain(instr.operands()) {
             match dtype(&v) {
-                Some(d) if Storage::of(d).is_some() => {}
+                Some(d) if Compute::of(d) == Compute::F32 => {}
                 Some(DType::Bool) => all = false,
                 _ => return (false, false),
             }
@@ -298,19 +298,18 @@ impl<'a> Region<'a> {
     /// compute in `f32` whatever they read, so a chain of halves rounds once, where it is
     /// written, as PyTorch's compiler does; eager ops round at each step.
     fn kernel_reads(&self, v: ValueId) -> bool {
-        self.types.get(&v).is_some_and(|t| Storage::of(t.dtype).is_some())
+        self.types.get(&v).is_some_and(|t| Compute::of(t.dtype) == Compute::F32)
     }
 
     /// Whether `v` is stored as a half (`f16`, `bf16`).
     fn half(&self, v: ValueId) -> bool {
-        self.types.get(&v).and_then(|t| Storage::of(t.dtype)).is_some_and(Storage::is_half)
+        self.types.get(&v).is_some_and(|t| t.dtype.is_half())
     }
 
     /// `value` as `v`'s dtype holds it, in the `f32` kernels compute in.
     fn rounded(&self, v: ValueId, value: f64) -> f32 {
         match self.types.get(&v).map(|t| t.dtype) {
-            Some(DType::F16) => half::f16::from_f64(value).to_f32(),
-            Some(DType::BF16) => half::bf16::from_f64(value).to_f32(),
+            Some(d) if d.is_half() => gt_ir::data::converted_scalar(d, value) as f32,
             _ => value as f32,
         }
     }
@@ -549,6 +548,7 @@ impl<'a> Region<'a> {
                     output: Access { offset: 0, strides },
                     rows: axes,
                     reduce: Some(op),
+                    compute: Compute::F32,
                 };
                 (Kernel::Map(kernel), b.inputs.into_iter().map(|(v, _)| v).collect::<Vec<_>>())
             }
@@ -597,6 +597,7 @@ impl<'a> Region<'a> {
             output: Access::contiguous(dims),
             rows,
             reduce: None,
+            compute: Compute::F32,
         };
         Ok((Kernel::Map(kernel), b.inputs.into_iter().map(|(v, _)| v).collect()))
     }

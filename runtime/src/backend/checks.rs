@@ -38,27 +38,19 @@ pub fn prepare<'i>(
     result
 }
 
-/// Refuses, naming `backend`, an instruction with an operand or result (`types`) other than
-/// `f32`: what a backend whose kernels compute in `f32` checks after [`prepare`].
-pub fn f32_only(
+/// Refuses, naming `backend`, a matmul whose operands are not `f32`, `f16` or `bf16`: what a
+/// backend whose products compute in `f32` (tensor cores or FMA tiles) checks after
+/// [`prepare`]. Every other op computes in any dtype ([`gt_ir::kernel::Compute`]).
+pub fn products_of_floats(
     instr: &Instr,
-    types: &[TensorType],
     backend: &'static str,
     type_of: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
 ) -> Result<(), RuntimeError> {
-    only(instr, types, (backend, type_of), |d| d == gt_ir::DType::F32)
-}
-
-/// Refuses, naming `backend`, an instruction with an operand or result (`types`) whose dtype
-/// kernels cannot store (anything but `f32`, `f16` and `bf16`): what a backend whose kernels
-/// compute in `f32` over buffers of those checks after [`prepare`].
-pub fn storable_only(
-    instr: &Instr,
-    types: &[TensorType],
-    backend: &'static str,
-    type_of: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
-) -> Result<(), RuntimeError> {
-    only(instr, types, (backend, type_of), |d| gt_ir::kernel::Storage::of(d).is_some())
+    if !matches!(instr, Instr::MatMul { .. }) {
+        return Ok(());
+    }
+    let float32 = |d: gt_ir::DType| gt_ir::kernel::Compute::of(d) == gt_ir::kernel::Compute::F32;
+    only(instr, &[], (backend, type_of), float32)
 }
 
 /// The first operand or result dtype `takes` refuses, as an error naming `backend`.

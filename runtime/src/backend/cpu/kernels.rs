@@ -2,18 +2,22 @@
 //! for the code generators (a kernel must compute what this computes), and
 //! [`KernelBackend`], a backend that executes every instruction through its lowering
 //! ([`gt_ir::kernel::lower`]), so CI checks lowering against the interpreter without a GPU.
-//! Written for clarity, not speed: every node materialises a whole tensor.
+//! Written for clarity, not speed: every node materialises a whole tensor. Kernels over
+//! `f32` buffers computing in `f32` run on `f32` slices ([`run`]); any other storage or
+//! [`Compute`] goes through the interpreter's typed values ([`run_values`]): loads convert
+//! to what the kernel computes in, the store converts back, each as `.to(dtype)` does.
 
 use super::interp::{binary, from_vec, matmul, reduce, select, unary, Tensor};
-use crate::backend::checks::{self, ELEMENT_BYTES};
+use super::value::{self, map_value, Value};
+use crate::backend::checks;
 use crate::backend::{Backend, Residency};
 use crate::RuntimeError;
 use foldhash::{HashMap, HashMapExt};
 use gt_ir::kernel::lower::{lower, Step};
-use gt_ir::kernel::{Access, Kernel, MapKernel, MatMulKernel, Node};
+use gt_ir::kernel::{Access, Compute, Kernel, MapKernel, MatMulKernel, Node};
 use gt_ir::random;
-use gt_ir::{HostTensor, Instr, TensorType, TypeError, ValueId};
-use ndarray::{Dimension, IxDyn};
+use gt_ir::{DType, HostTensor, Instr, TensorType, TypeError, ValueId};
+use ndarray::{ArrayD, Dimension, IxDyn};
 
 /// Element offset of iteration point `index` under `access`.
 fn offset(access: &Access, index: &[usize]) -> usize {
@@ -49,6 +53,7 @@ fn evaluate(nodes: &[Node], dims: &[usize], rows: &[usize], leaf: &dyn Fn(Node) 
         let value = match *node {
             Node::Input(_) | Node::Acc => leaf(*node),
             Node::Const(bits) => Tensor::from_elem(IxDyn(dims), f32::from_bits(bits)),
+            Node::Const64(bits) => Tensor::from_elem(IxDyn(dims), f64::from_bits(bits) as f32),
             Node::Iota { start, step } => {
                 let (start, step) = (f64::from_bits(start), f64::from_bits(step));
                 by_index(dims, |i| (start + i as f64 * step) as f32)
@@ -124,6 +129,125 @@ pub fn run(kernel: &Kernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), Ty
     Ok(())
 }
 
+/// The elements `access` reads from `buffer` (a stored value, row-major) over `dims`.
+fn gather_value(access: &Access, buffer: &Value, dims: &[usize]) -> Value {
+    map_value!(buffer, a => {
+        let flat = a.as_slice().expect("stored values are row-major");
+        let data = ndarray::indices(IxDyn(dims)).into_iter().map(|i| flat[offset(access, i.slice())]).collect();
+        ArrayD::from_shape_vec(IxDyn(dims), data).expect("one element per index")
+    })
+}
+
+/// Writes `result` (its elements in row-major order over `dims`) through `access` into
+/// `out`, converted to `out`'s dtype.
+fn scatter_value(out: &mut Value, result: &Value, access: &Access, dims: &[usize]) {
+    let result = result.cast(out.dtype());
+    macro_rules! put {
+        ($($v:ident),*) => {
+            match (out, &result) {
+                $((Value::$v(o), Value::$v(r)) => {
+                    let o = o.as_slice_mut().expect("stored values are row-major");
+                    for (i, x) in ndarray::indices(IxDyn(dims)).into_iter().zip(r.iter()) {
+                        o[offset(access, i.slice())] = *x;
+                    }
+                })*
+                _ => unreachable!("cast to the output's dtype"),
+            }
+        };
+    }
+    put!(F64, F32, F16, BF16, I64, I32, Bool)
+}
+
+/// A value over `dims` whose element `i` (row-major) is `f(i)`, as `f64`s converted to `dtype`.
+fn by_index_as(dims: &[usize], dtype: DType, f: impl Fn(u64) -> f64) -> Value {
+    let n = dims.iter().product::<usize>() as u64;
+    let data = ArrayD::from_shape_vec(IxDyn(dims), (0..n).map(f).collect()).expect("one element per index");
+    Value::F64(data).into_dtype(dtype)
+}
+
+/// Every node's value over `dims`, computed in `compute` with the interpreter's typed ops.
+fn evaluate_values(k: &MapKernel, inputs: &[&Value]) -> Vec<Value> {
+    let (dims, rows) = (&k.shape[..], &k.rows[..]);
+    let c = k.compute.dtype();
+    let mut values: Vec<Value> = Vec::with_capacity(k.nodes.len());
+    for node in &k.nodes {
+        let value = match *node {
+            Node::Input(i) => gather_value(&k.inputs[i as usize], inputs[i as usize], dims).into_dtype(c),
+            Node::Acc => Value::full(c, dims, 0.0),
+            Node::Const(bits) => Value::full(c, dims, f64::from(f32::from_bits(bits))),
+            Node::Const64(bits) => Value::full(c, dims, f64::from_bits(bits)),
+            Node::Iota { start, step } => {
+                let (start, step) = (f64::from_bits(start), f64::from_bits(step));
+                by_index_as(dims, c, |i| start + i as f64 * step)
+            }
+            // The f32 generator's values, converted.
+            Node::Rand { seed } => by_index_as(dims, c, |i| f64::from(random::uniform(seed, i))),
+            Node::Randn { seed } => by_index_as(dims, c, |i| f64::from(random::normal(seed, i))),
+            Node::Unary(op, a) => value::unary(op, &values[a as usize], c),
+            Node::Binary(op, a, b) => value::binary(op, &values[a as usize], &values[b as usize], dims, c, c),
+            Node::Select(cond, t, f) => {
+                value::select(&values[cond as usize], &values[t as usize], &values[f as usize], dims, c)
+            }
+            Node::Reduce(op, a) => {
+                let kept: Vec<usize> = (0..dims.len()).filter(|x| !rows.contains(x)).map(|x| dims[x]).collect();
+                let keepdim: Vec<usize> =
+                    (0..dims.len()).map(|x| if rows.contains(&x) { 1 } else { dims[x] }).collect();
+                value::reduce(op, &values[a as usize], rows, &kept, c).reshaped(&keepdim).broadcast_to(dims)
+            }
+        };
+        values.push(value);
+    }
+    values
+}
+
+/// Runs `kernel` reading `inputs` (stored values, one per kernel input, of any dtype) and
+/// writing into `out` (a stored value of the output's dtype). A malformed kernel, or one
+/// reaching outside its buffers, is an error, not a panic.
+pub(crate) fn run_values(kernel: &Kernel, inputs: &[&Value], out: &mut Value) -> Result<(), TypeError> {
+    let f32s: Option<Vec<&[f32]>> = inputs.iter().map(|v| v.as_f32().and_then(|a| a.as_slice())).collect();
+    let plain = match kernel {
+        Kernel::Map(k) => k.compute == Compute::F32,
+        Kernel::MatMul(_) => true,
+    };
+    if let (true, Some(f32s), Value::F32(o)) = (plain, &f32s, &mut *out) {
+        let o = o.as_slice_mut().expect("stored values are row-major");
+        return run(kernel, f32s, o);
+    }
+    let lens: Vec<usize> = inputs.iter().map(|v| v.shape().iter().product()).collect();
+    kernel.check_bounds(&lens, out.shape().iter().product())?;
+    match kernel {
+        Kernel::Map(k) => {
+            let Some(result) = evaluate_values(k, inputs).pop() else { return Ok(()) };
+            match k.reduce {
+                None => scatter_value(out, &result, &k.output, &k.shape),
+                Some(op) => {
+                    let dims = &k.shape;
+                    let kept_axes: Vec<usize> = (0..dims.len()).filter(|a| !k.rows.contains(a)).collect();
+                    let kept: Vec<usize> = kept_axes.iter().map(|&a| dims[a]).collect();
+                    let reduced = value::reduce(op, &result, &k.rows, &kept, k.compute.dtype());
+                    let access = Access {
+                        offset: k.output.offset,
+                        strides: kept_axes.iter().map(|&a| k.output.strides[a]).collect(),
+                    };
+                    scatter_value(out, &reduced, &access, &kept);
+                }
+            }
+        }
+        Kernel::MatMul(_) => {
+            // Products of f32 and halves (what a GPU multiplies): in f32, rounded as stored.
+            let widened: Vec<Value> = inputs.iter().map(|v| v.cast(DType::F32)).collect();
+            let slices: Vec<&[f32]> =
+                widened.iter().map(|v| v.as_f32().and_then(|a| a.as_slice()).unwrap_or(&[])).collect();
+            let mut product = Value::full(DType::F32, out.shape(), 0.0);
+            if let Value::F32(p) = &mut product {
+                run(kernel, &slices, p.as_slice_mut().expect("row-major"))?;
+            }
+            *out = product.into_dtype(out.dtype());
+        }
+    }
+    Ok(())
+}
+
 /// The failure of [`run`] for `op`: a kernel failure, or the type error of its matmul.
 pub(crate) fn failed(op: &'static str, e: TypeError) -> RuntimeError {
     match e {
@@ -132,10 +256,11 @@ pub(crate) fn failed(op: &'static str, e: TypeError) -> RuntimeError {
     }
 }
 
-/// A backend that runs every instruction as the kernels it lowers to, on host buffers.
+/// A backend that runs every instruction as the kernels it lowers to, on host buffers of
+/// every dtype (stored as the interpreter stores them).
 #[derive(Debug)]
 pub struct KernelBackend {
-    values: HashMap<ValueId, (TensorType, Vec<f32>)>,
+    values: HashMap<ValueId, (TensorType, Value)>,
     bytes: Residency,
     max_tensor_bytes: usize,
 }
@@ -159,38 +284,38 @@ impl Backend for KernelBackend {
     fn execute(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         let op = instr.mnemonic();
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
-        // Kernels compute in f32, as on the GPU.
-        checks::f32_only(&instr, &types, "kernels", &|v| self.type_of(v))?;
+        // Products take f32 and halves, as on the GPU.
+        checks::products_of_floats(&instr, "kernels", &|v| self.type_of(v))?;
         let steps = lower(&instr, &|v| self.values[&v].0.clone(), &types);
-        let mut outputs: Vec<Vec<f32>> = types.iter().map(|t| vec![0.0; t.shape.numel()]).collect();
+        let mut outputs: Vec<Value> = types.iter().map(|t| Value::full(t.dtype, t.shape.dims(), 0.0)).collect();
         for step in &steps {
             match step {
                 Step::Launch { kernel, inputs, output } => {
-                    let buffers: Vec<&[f32]> = inputs.iter().map(|v| &self.values[v].1[..]).collect();
-                    run(kernel, &buffers, &mut outputs[*output]).map_err(|e| failed(op, e))?;
+                    let buffers: Vec<&Value> = inputs.iter().map(|v| &self.values[v].1).collect();
+                    run_values(kernel, &buffers, &mut outputs[*output]).map_err(|e| failed(op, e))?;
                 }
                 Step::Upload { output } => {
                     if let Instr::Literal { data, .. } = &*instr {
-                        outputs[*output].copy_from_slice(&data.to_f32());
+                        outputs[*output] = Value::from_elements(types[*output].shape.dims(), data.clone());
                     }
                 }
                 Step::TwoPass { first, inputs, partials, second, output } => {
-                    let buffers: Vec<&[f32]> = inputs.iter().map(|v| &self.values[v].1[..]).collect();
-                    let mut temp = vec![0.0; *partials];
-                    run(first, &buffers, &mut temp).map_err(|e| failed(op, e))?;
-                    run(second, &[&temp], &mut outputs[*output]).map_err(|e| failed(op, e))?;
+                    let buffers: Vec<&Value> = inputs.iter().map(|v| &self.values[v].1).collect();
+                    let mut temp = Value::full(Step::partial_storage(first).dtype(), &[*partials], 0.0);
+                    run_values(first, &buffers, &mut temp).map_err(|e| failed(op, e))?;
+                    run_values(second, &[&temp], &mut outputs[*output]).map_err(|e| failed(op, e))?;
                 }
             }
         }
         if let Instr::Free { src } = &*instr {
-            if let Some((_, gone)) = self.values.remove(src) {
-                self.bytes.remove(gone.len() * ELEMENT_BYTES);
+            if let Some((gone, _)) = self.values.remove(src) {
+                self.bytes.remove(gone.size_bytes());
             }
         }
         for ((dst, ty), data) in instr.results().into_iter().zip(types).zip(outputs) {
-            self.bytes.add(data.len() * ELEMENT_BYTES);
-            if let Some((_, old)) = self.values.insert(dst, (ty, data)) {
-                self.bytes.remove(old.len() * ELEMENT_BYTES);
+            self.bytes.add(ty.size_bytes());
+            if let Some((old, _)) = self.values.insert(dst, (ty, data)) {
+                self.bytes.remove(old.size_bytes());
             }
         }
         Ok(())
@@ -198,7 +323,7 @@ impl Backend for KernelBackend {
 
     fn read(&mut self, value: ValueId) -> Result<HostTensor, RuntimeError> {
         let (ty, data) = self.values.get(&value).ok_or(RuntimeError::Undefined { op: "get", value })?;
-        Ok(HostTensor::new(ty.clone(), data.clone()))
+        Ok(HostTensor::new(ty.clone(), data.to_elements()))
     }
 
     fn live_values(&self) -> usize {

@@ -9,7 +9,7 @@ use super::jit::{eager_by_tiles, Stored, StoredMut};
 use super::vmath::Halves;
 use crate::cancel;
 use gt_ir::data::{convert, Element, Elements};
-use gt_ir::kernel::{Access, MapKernel, Node};
+use gt_ir::kernel::{Access, Compute, MapKernel, Node};
 use gt_ir::ops::OpDef;
 use gt_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 use half::{bf16, f16};
@@ -430,6 +430,7 @@ fn halves_by_tiles(node: Node, operands: &[&Value], dims: &[usize], dtype: DType
         output: Access::contiguous(dims),
         rows: vec![],
         reduce: None,
+        compute: Compute::F32,
     };
     Some(match dtype {
         DType::F16 => {

@@ -32,7 +32,7 @@ use std::ffi::c_void;
 use std::mem::MaybeUninit;
 
 /// A value on the device: its type and buffer (address 0 for an empty tensor), elements
-/// stored as its dtype says (`f32`, `f16` or `bf16`; kernels widen them to `f32`).
+/// stored as its dtype says (kernels convert them to what they compute in).
 #[derive(Debug)]
 struct DeviceTensor {
     ty: TensorType,
@@ -41,7 +41,7 @@ struct DeviceTensor {
 
 impl DeviceTensor {
     fn storage(&self) -> Storage {
-        Storage::of(self.ty.dtype).unwrap_or_default()
+        Storage::of(self.ty.dtype)
     }
 }
 
@@ -291,8 +291,7 @@ impl CudaBackend {
             .collect::<Result<Vec<_>, _>>()?;
         let lens: Vec<usize> = inputs.iter().map(|v| self.values[v].ty.shape.numel()).collect();
         kernel.check_bounds(&lens, ty.shape.numel()).map_err(|source| RuntimeError::Kernel { op, source })?;
-        let output =
-            Storage::of(ty.dtype).ok_or(RuntimeError::BackendDType { op, backend: "cuda", dtype: ty.dtype })?;
+        let output = Storage::of(ty.dtype);
         let storage = BufferStorage { output, inputs: inputs.iter().map(|v| self.values[v].storage()).collect() };
         let out = self.alloc(op, ty.size_bytes())?;
         if let Err(e) = self.launch(op, kernel, &storage, out, &buffers) {
@@ -552,7 +551,7 @@ impl CudaBackend {
                 }
                 Step::TwoPass { first, inputs, partials, second, output } => {
                     let buffers: Vec<Buffer> = inputs.iter().map(|v| self.values[v].buffer).collect();
-                    let temp = self.alloc(op, partials * Storage::F32.bytes())?;
+                    let temp = self.alloc(op, partials * Step::partial_storage(first).bytes())?;
                     let result = self
                         .launch(op, first, &storage[0], temp, &buffers)
                         .and_then(|()| self.launch(op, second, &storage[1], outputs[*output], &[temp]));
@@ -651,9 +650,9 @@ impl CudaBackend {
     fn execute_instr(&mut self, instr: &Instr) -> Result<(), RuntimeError> {
         let op = instr.mnemonic();
         let (instr, types) = checks::prepare(instr, &|v| self.type_of(v), self.max_tensor_bytes)?;
-        // Kernels compute in f32 over buffers of f32, f16 or bf16: other dtypes are refused
-        // by name rather than reinterpreted.
-        checks::storable_only(&instr, &types, "cuda", &|v| self.type_of(v))?;
+        // Products compute in f32 over f32 or halves: integer and f64 ones are refused by
+        // name rather than reinterpreted.
+        checks::products_of_floats(&instr, "cuda", &|v| self.type_of(v))?;
         let mut steps = lower(&instr, &|v| self.values[&v].ty.clone(), &types);
         if self.precision == Precision::Tf32 {
             for step in &mut steps {
@@ -662,11 +661,7 @@ impl CudaBackend {
                 }
             }
         }
-        let storage = steps
-            .iter()
-            .map(|s| s.storage(|v| self.values[&v].ty.dtype, &types))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|dtype| RuntimeError::BackendDType { op, backend: "cuda", dtype })?;
+        let storage: Vec<_> = steps.iter().map(|s| s.storage(|v| self.values[&v].ty.dtype, &types)).collect();
         // Compile first: a kernel that cannot be generated fails before any allocation.
         for (step, storage) in steps.iter().zip(&storage) {
             match step {

@@ -36,7 +36,7 @@ use cranelift_codegen::ir::{
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
-use gt_ir::kernel::{Access, MapKernel, MatMulKernel, Node};
+use gt_ir::kernel::{Access, Compute, MapKernel, MatMulKernel, Node};
 use gt_ir::ReduceOp;
 
 /// A Rust function the generated code calls, imported under user name `u0:<index>` (the
@@ -124,6 +124,7 @@ pub(super) fn epilogue_map(k: &MatMulKernel) -> Option<MapKernel> {
         output: Access::contiguous(&dims),
         rows: vec![],
         reduce: None,
+        compute: Compute::F32,
     })
 }
 
@@ -377,7 +378,7 @@ impl Plan {
             varies[i] = match *node {
                 Node::Input(x) => inner[x as usize] != 0,
                 Node::Iota { .. } | Node::Rand { .. } | Node::Randn { .. } => true,
-                Node::Reduce(..) | Node::Const(_) | Node::Acc => false,
+                Node::Reduce(..) | Node::Const(_) | Node::Const64(_) | Node::Acc => false,
                 _ => node.operands().iter().any(|&o| varies[o as usize]),
             };
         }
@@ -790,6 +791,7 @@ impl<'f> Gen<'_, 'f> {
             let known = |n: u32| values[n as usize];
             values[i] = match node {
                 Node::Const(bits) => Some(self.b.ins().f32const(Ieee32::with_bits(bits))),
+                Node::Const64(bits) => Some(self.b.ins().f32const(f64::from_bits(bits) as f32)),
                 Node::Reduce(..) => self.reduced[i],
                 Node::Input(x) if strides[x as usize] == 0 => {
                     let p = ptrs[x as usize].expect("needed inputs have addresses");
@@ -893,7 +895,7 @@ impl<'f> Gen<'_, 'f> {
                 }
                 Node::Select(c, t, f) => self.emit(lanes).where_(v(c), v(t), v(f)),
                 // Constants and in-row reductions are invariant; `acc` was rewritten to an input.
-                Node::Const(_) | Node::Reduce(..) | Node::Acc => {
+                Node::Const(_) | Node::Const64(_) | Node::Reduce(..) | Node::Acc => {
                     unreachable!("invariant node {i} ({node}) was not hoisted")
                 }
             };

@@ -90,6 +90,13 @@ pub enum JitError {
     /// A malformed kernel (see [`gt_ir::kernel::validate`]).
     #[error("jit: malformed kernel: {0}")]
     Invalid(#[source] KernelError),
+    /// A kernel computing in something other than `f32` (the fuse pass makes none; the
+    /// interpreter computes those ops itself).
+    #[error("jit: kernels computing in {compute} are not compiled (only f32)")]
+    Compute {
+        /// What the kernel computes in.
+        compute: gt_ir::kernel::Compute,
+    },
     /// The buffers do not fit the kernel (or the kernel is malformed).
     #[error("jit: {0}")]
     Bounds(#[source] KernelError),
@@ -556,7 +563,14 @@ impl Jit {
             // In use while in the previous generation: compiled again into the current one,
             // so that it outlives the previous generation.
             Some(_) => self.stats.cache_hits += 1,
-            None => validate(kernel).map_err(JitError::Invalid)?,
+            None => {
+                validate(kernel).map_err(JitError::Invalid)?;
+                if let Kernel::Map(k) = kernel {
+                    if k.compute != gt_ir::kernel::Compute::F32 {
+                        return Err(JitError::Compute { compute: k.compute });
+                    }
+                }
+            }
         }
         if self.current.0 >= MAX_CACHED_KERNELS / 2 || self.current.1 as usize >= MAX_CODE_BYTES / 2 {
             self.next_generation()?;

@@ -282,6 +282,7 @@ fn prefetch<T>(s: &[T]) {
 fn invariant(inputs: &[Stored], reads: &[Read], node: Node) -> Option<f32> {
     match node {
         Node::Const(bits) => Some(f32::from_bits(bits)),
+        Node::Const64(bits) => Some(f64::from_bits(bits) as f32),
         Node::Input(n) => match reads[n as usize] {
             Read::One(at) => Some(inputs[n as usize].at(at)),
             Read::Whole => None,
@@ -323,7 +324,7 @@ fn tile<'s>(
                 Read::Whole => inputs[n as usize].widen(first, dst),
                 Read::One(_) => {}
             },
-            Node::Const(_) => {}
+            Node::Const(_) | Node::Const64(_) => {}
             Node::Iota { start, step } => {
                 let (start, step) = (f64::from_bits(start), f64::from_bits(step));
                 vmath::wide(|| {

@@ -1,10 +1,11 @@
 //! The [`Emitter`]: virtual registers, labels and the instruction-text helpers every kernel
-//! builds on (addresses, index decoding, loops), and the module's final text. The arithmetic
-//! of one element is in `math.rs`.
+//! builds on (addresses, index decoding, loops, loads and stores converting between each
+//! buffer's storage and what the kernel computes in), and the module's final text. The
+//! arithmetic of one element is in `math.rs`.
 
 use super::{ENTRY, PTX_TARGET, PTX_VERSION};
 use foldhash::HashMap;
-use gt_ir::kernel::{BufferStorage, Storage};
+use gt_ir::kernel::{BufferStorage, Compute, Storage};
 use std::fmt::Write;
 
 /// An f32 immediate in PTX's exact hex form.
@@ -17,9 +18,12 @@ pub(super) fn f64_imm(x: f64) -> String {
 }
 
 /// Builds a kernel body with fresh virtual registers; declarations are written at the end.
-/// It knows each buffer's storage, so loads widen to `f32` and stores round from it.
+/// It knows each buffer's storage and what the kernel computes in ([`Compute`]), so loads
+/// convert to it and stores convert back, as `.to(dtype)` does.
 #[derive(Default)]
 pub(super) struct Emitter {
+    /// What values are computed in (`f32` unless the kernel says otherwise).
+    compute: Compute,
     body: String,
     regs: [usize; 6],
     labels: usize,
@@ -59,6 +63,65 @@ impl Emitter {
     /// The storage of the buffer at address register `base`.
     pub(super) fn storage(&self, base: &str) -> Storage {
         self.storage.get(base).copied().unwrap_or_default()
+    }
+
+    /// Computes in `compute` from now on.
+    pub(super) fn computing(&mut self, compute: Compute) {
+        self.compute = compute;
+    }
+
+    /// What values are computed in.
+    pub(super) fn compute(&self) -> Compute {
+        self.compute
+    }
+
+    /// The register kind of a computed value.
+    pub(super) fn num(&self) -> Reg {
+        match self.compute {
+            Compute::F32 => Reg::F32,
+            Compute::F64 => Reg::F64,
+            Compute::I64 => Reg::B64,
+        }
+    }
+
+    /// The PTX type of a computed value (`f32`, `f64`, `s64`).
+    pub(super) fn ty(&self) -> &'static str {
+        match self.compute {
+            Compute::F32 => "f32",
+            Compute::F64 => "f64",
+            Compute::I64 => "s64",
+        }
+    }
+
+    /// `x` as an immediate of the compute type (converted as `.to(dtype)` converts it).
+    pub(super) fn imm(&self, x: f64) -> String {
+        match self.compute {
+            Compute::F32 => f32_imm(x as f32),
+            Compute::F64 => f64_imm(x),
+            Compute::I64 => (x as i64).to_string(),
+        }
+    }
+
+    /// A fresh register of the compute type holding `x`.
+    pub(super) fn constant(&mut self, x: f64) -> String {
+        let (kind, mov, imm) = (self.num(), format!("mov.{}", self.ty()), self.imm(x));
+        self.value(kind, &mov, &imm)
+    }
+
+    /// `dst = x` between registers of the compute type.
+    pub(super) fn assign(&mut self, dst: &str, x: &str) {
+        let ty = self.ty();
+        self.op(format!("mov.{ty} {dst}, {x}"));
+    }
+
+    /// Whether the computed value `x` is nonzero (NaN counts, as `where` and a cast to
+    /// `bool` count it).
+    pub(super) fn nonzero(&mut self, x: &str) -> String {
+        match self.compute {
+            Compute::F32 => self.predicate("neu.f32", x, &f32_imm(0.0)),
+            Compute::F64 => self.predicate("neu.f64", x, &f64_imm(0.0)),
+            Compute::I64 => self.predicate("ne.s64", x, "0"),
+        }
     }
 
     pub(super) fn reg(&mut self, kind: Reg) -> String {
@@ -219,46 +282,103 @@ impl Emitter {
         }
     }
 
+    /// `pred ? on_true : on_false` between values of the compute type.
     pub(super) fn select(&mut self, pred: &str, on_true: &str, on_false: &str) -> String {
-        self.value(Reg::F32, "selp.f32", &format!("{on_true}, {on_false}, {pred}"))
+        let (kind, selp) = (self.num(), format!("selp.{}", self.ty()));
+        self.value(kind, &selp, &format!("{on_true}, {on_false}, {pred}"))
     }
 
     pub(super) fn predicate(&mut self, cmp: &str, a: &str, b: &str) -> String {
         self.value(Reg::Pred, &format!("setp.{cmp}"), &format!("{a}, {b}"))
     }
 
-    /// Loads element `offset` (an s32 element index) of the read-only buffer at `base`, as
-    /// `f32`.
+    /// Loads element `offset` (an s32 element index) of the read-only buffer at `base`,
+    /// converted to the compute type.
     pub(super) fn load(&mut self, base: &str, offset: &str) -> String {
         self.load_if(None, base, offset)
     }
 
     /// [`Emitter::load`] when `guard` holds, else 0 (nothing is read).
     pub(super) fn load_if(&mut self, guard: Option<&str>, base: &str, offset: &str) -> String {
-        let x = self.reg(Reg::F32);
+        let x = self.reg(self.num());
         self.load_into(&x, guard, base, offset);
         x
     }
 
-    /// [`Emitter::load_if`] into the existing register `dst`.
+    /// [`Emitter::load_if`] into the existing register `dst` (of the compute type).
     pub(super) fn load_into(&mut self, dst: &str, guard: Option<&str>, base: &str, offset: &str) {
         let addr = self.element_address(base, offset);
         let at = guard.map(|p| format!("@{p} ")).unwrap_or_default();
-        match self.storage(base) {
-            Storage::F32 => {
-                if guard.is_some() {
-                    self.op(format!("mov.f32 {dst}, {}", f32_imm(0.0)));
+        let storage = self.storage(base);
+        // The register the element is loaded into (its own type), zeroed first when guarded.
+        let (kind, ld, zero) = match storage {
+            Storage::F32 => (Reg::F32, "f32", f32_imm(0.0)),
+            Storage::F16 | Storage::Bf16 => (Reg::B16, "b16", "0".to_string()),
+            Storage::F64 => (Reg::F64, "f64", f64_imm(0.0)),
+            Storage::I64 => (Reg::B64, "s64", "0".to_string()),
+            Storage::I32 => (Reg::B32, "s32", "0".to_string()),
+            Storage::Bool => (Reg::B32, "u8", "0".to_string()),
+        };
+        let same = matches!(
+            (storage, self.compute),
+            (Storage::F32, Compute::F32) | (Storage::F64, Compute::F64) | (Storage::I64, Compute::I64)
+        );
+        let raw = if same { dst.to_string() } else { self.reg(kind) };
+        if guard.is_some() {
+            let mov = if ld == "u8" { "u32" } else { ld };
+            self.op(format!("mov.{mov} {raw}, {zero}"));
+        }
+        self.op(format!("{at}ld.global.nc.{ld} {raw}, [{addr}]"));
+        if same {
+            return;
+        }
+        match storage {
+            Storage::F16 | Storage::Bf16 => {
+                if self.compute == Compute::F32 {
+                    self.widen_into(dst, storage, &raw);
+                } else {
+                    let f = self.reg(Reg::F32);
+                    self.widen_into(&f, storage, &raw);
+                    self.convert_into(dst, "f32", &f);
                 }
-                self.op(format!("{at}ld.global.nc.f32 {dst}, [{addr}]"));
             }
-            half => {
-                let h = self.reg(Reg::B16);
-                if guard.is_some() {
-                    self.op(format!("mov.b16 {h}, 0"));
-                }
-                self.op(format!("{at}ld.global.nc.b16 {h}, [{addr}]"));
-                self.widen_into(dst, half, &h);
+            Storage::F32 => self.convert_into(dst, "f32", &raw),
+            Storage::F64 => self.convert_into(dst, "f64", &raw),
+            Storage::I64 => self.convert_into(dst, "s64", &raw),
+            Storage::I32 => self.convert_into(dst, "s32", &raw),
+            Storage::Bool => self.convert_into(dst, "u32", &raw),
+        }
+    }
+
+    /// `dst` (of the compute type) = `x` (of PTX type `from`: `f32`, `f64`, `s64`, `s32` or
+    /// `u32`), converted as `.to(dtype)` converts: floats truncate into integers (saturating,
+    /// NaN to 0, as PTX's `cvt` does), an `i64` becomes a float through `f64`.
+    fn convert_into(&mut self, dst: &str, from: &str, x: &str) {
+        let op = match (self.compute, from) {
+            (Compute::F32, "f32") | (Compute::F64, "f64") | (Compute::I64, "s64") => {
+                let ty = self.ty();
+                return self.op(format!("mov.{ty} {dst}, {x}"));
             }
+            (Compute::F32, "s64") => {
+                let wide = self.value(Reg::F64, "cvt.rn.f64.s64", x);
+                return self.op(format!("cvt.rn.f32.f64 {dst}, {wide}"));
+            }
+            (Compute::F32, _) => format!("cvt.rn.f32.{from}"),
+            (Compute::F64, "f32") => "cvt.f64.f32".to_string(),
+            (Compute::F64, _) => format!("cvt.rn.f64.{from}"),
+            (Compute::I64, "f32" | "f64") => format!("cvt.rzi.s64.{from}"),
+            (Compute::I64, "s32") => "cvt.s64.s32".to_string(),
+            (Compute::I64, _) => format!("cvt.u64.{from}"),
+        };
+        self.op(format!("{op} {dst}, {x}"));
+    }
+
+    /// The computed value `x` as an `f64` (exact from `f32`; an `i64` rounds).
+    fn as_f64(&mut self, x: &str) -> String {
+        match self.compute {
+            Compute::F32 => self.value(Reg::F64, "cvt.f64.f32", x),
+            Compute::F64 => x.to_string(),
+            Compute::I64 => self.value(Reg::F64, "cvt.rn.f64.s64", x),
         }
     }
 
@@ -331,18 +451,69 @@ impl Emitter {
         regs
     }
 
-    /// Stores the `f32` register `value` as element `offset` of the buffer at `base`, when
-    /// `guard` holds.
+    /// Stores the computed `value` as element `offset` of the buffer at `base`, converted to
+    /// its storage, when `guard` holds.
     pub(super) fn store(&mut self, guard: Option<&str>, base: &str, offset: &str, value: &str) {
         let addr = self.element_address(base, offset);
         let at = guard.map(|p| format!("@{p} ")).unwrap_or_default();
-        match self.storage(base) {
-            Storage::F32 => self.op(format!("{at}st.global.f32 [{addr}], {value}")),
-            half => {
-                let h = self.narrow(half, value);
-                self.op(format!("{at}st.global.b16 [{addr}], {h}"));
+        let (st, x) = self.stored(self.storage(base), value);
+        self.op(format!("{at}st.global.{st} [{addr}], {x}"));
+    }
+
+    /// The computed `value` converted to `storage`, and the store's type.
+    fn stored(&mut self, storage: Storage, value: &str) -> (&'static str, String) {
+        let c = self.compute;
+        match storage {
+            Storage::F32 => match c {
+                Compute::F32 => ("f32", value.to_string()),
+                _ => {
+                    let wide = self.as_f64(value);
+                    ("f32", self.value(Reg::F32, "cvt.rn.f32.f64", &wide))
+                }
+            },
+            Storage::F16 | Storage::Bf16 => match c {
+                Compute::F32 => ("b16", self.narrow(storage, value)),
+                _ => {
+                    let wide = self.as_f64(value);
+                    ("b16", self.narrow_f64(storage, &wide))
+                }
+            },
+            Storage::F64 => ("f64", self.as_f64(value)),
+            Storage::I64 | Storage::I32 => {
+                let whole = match c {
+                    Compute::F32 => self.value(Reg::B64, "cvt.rzi.s64.f32", value),
+                    Compute::F64 => self.value(Reg::B64, "cvt.rzi.s64.f64", value),
+                    Compute::I64 => value.to_string(),
+                };
+                if storage == Storage::I64 {
+                    ("b64", whole)
+                } else {
+                    // Through i64, so that an integer wraps (its low 32 bits).
+                    ("b32", self.value(Reg::B32, "cvt.u32.u64", &whole))
+                }
+            }
+            Storage::Bool => {
+                let p = self.nonzero(value);
+                ("u8", self.value(Reg::B32, "selp.u32", &format!("1, 0, {p}")))
             }
         }
+    }
+
+    /// The `f64` register `x` rounded to the nearest `half` (ties to even), in a b16
+    /// register: directly for `f16`; for `bf16` (which sm_80 cannot convert from `f64`)
+    /// through an `f32` rounded to odd, whose 24 bits keep the one rounding to 8 exact.
+    fn narrow_f64(&mut self, half: Storage, x: &str) -> String {
+        if half == Storage::F16 {
+            return self.value(Reg::B16, "cvt.rn.f16.f64", x);
+        }
+        let toward_zero = self.value(Reg::F32, "cvt.rz.f32.f64", x);
+        let back = self.value(Reg::F64, "cvt.f64.f32", &toward_zero);
+        let inexact = self.predicate("neu.f64", &back, x);
+        let bits = self.value(Reg::B32, "mov.b32", &toward_zero);
+        let odd = self.value(Reg::B32, "or.b32", &format!("{bits}, 1"));
+        let bits = self.value(Reg::B32, "selp.b32", &format!("{odd}, {bits}, {inexact}"));
+        let f = self.value(Reg::F32, "mov.b32", &bits);
+        self.narrow(half, &f)
     }
 
     /// Stores four `f32` registers as elements `first..first + 4` (`first` a multiple of 4).

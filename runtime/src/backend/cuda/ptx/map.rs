@@ -5,7 +5,7 @@
 
 use super::emit::{Emitter, Reg};
 use super::math::Leaf;
-use super::{check, pick, PtxError, PtxKernel};
+use super::{check, float32_only, pick, PtxError, PtxKernel};
 use gt_ir::kernel::{Access, BufferStorage, MapKernel};
 
 /// Threads per block of a grid-stride map.
@@ -21,11 +21,13 @@ pub(super) fn map(k: &MapKernel, storage: &BufferStorage) -> Result<PtxKernel, P
         check(a.span(&k.shape))?;
     }
     let dims = &k.shape[..];
-    if let Some(axis) = transposed_axis(k) {
+    // Vector loads and shared tiles hold f32s: other kernels go element by element.
+    let float32 = float32_only(k, storage);
+    if let Some(axis) = transposed_axis(k).filter(|_| float32) {
         return transpose(k, axis, storage);
     }
     let flat = |a: &Access| a.is_contiguous_over(dims) || a.is_uniform_over(dims);
-    let vector = n.is_multiple_of(4) && k.output.is_contiguous_over(dims) && k.inputs.iter().all(flat);
+    let vector = float32 && n.is_multiple_of(4) && k.output.is_contiguous_over(dims) && k.inputs.iter().all(flat);
     // 16 bytes per access: 4 f32, or 8 halves when every buffer read or written whole is one.
     let all_half = storage.output.is_half()
         && k.inputs.iter().zip(&storage.inputs).all(|(a, s)| s.is_half() || a.is_uniform_over(dims));
@@ -37,6 +39,7 @@ pub(super) fn map(k: &MapKernel, storage: &BufferStorage) -> Result<PtxKernel, P
     let work = n / width;
 
     let mut e = Emitter::new(storage);
+    e.computing(k.compute);
     let (out, inputs) = e.buffers(k.inputs.len());
     let (index, stride) = e.global_thread();
     e.counted_loop(("loop", "done"), &index, work, &stride, |e| map_body(e, k, width, &index, &out, &inputs));

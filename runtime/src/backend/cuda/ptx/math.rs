@@ -1,11 +1,15 @@
 //! Per-op PTX: a kernel-IR expression evaluated for one element ([`Emitter::eval`]), the
 //! unary and binary ops, the reductions' combine step, `exp`/`log`/`tanh`/`sigmoid`/`pow`
 //! on the hardware's approximate `ex2`/`lg2`, and the f64 `ln`, `cos` and counter-based
-//! random bits behind `rand`/`randn`. Loops, loads and stores live in the kernel files.
+//! random bits behind `rand`/`randn`. Values are of the kernel's compute type ([`Compute`]):
+//! `f32` kernels take every op; `f64` ones the arithmetic, comparisons, `sqrt` and `rsqrt`;
+//! `i64` ones the integer ops (add, sub, mul, max, min, neg, abs, relu, comparisons), which
+//! wrap ([`supports`] says which, checked before anything is generated). Loops, loads and
+//! stores live in the kernel files.
 
 use super::emit::{f32_imm, f64_imm, Emitter, Reg};
 use gt_ir::formula::{Algebra, Term, Var};
-use gt_ir::kernel::Node;
+use gt_ir::kernel::{Compute, MapKernel, Node};
 use gt_ir::random;
 use gt_ir::{BinaryOp, BinaryPrim, OpDef, ReduceOp, UnaryOp, UnaryPrim};
 
@@ -30,21 +34,64 @@ pub(super) enum Leaf {
 /// `acc ⊕ x` for a reduction: a sum, or NaN-propagating max / min (as the interpreter).
 pub(super) fn fold(e: &mut Emitter, op: ReduceOp, acc: &str, x: &str) -> String {
     match op {
-        ReduceOp::Sum | ReduceOp::Mean => e.value(Reg::F32, "add.rn.f32", &format!("{acc}, {x}")),
+        ReduceOp::Sum | ReduceOp::Mean => e.arith("add", acc, x),
         ReduceOp::Max => e.nan_extreme(true, acc, x),
         ReduceOp::Min => e.nan_extreme(false, acc, x),
     }
 }
 
-pub(super) fn identity(op: ReduceOp) -> f32 {
-    match op {
-        ReduceOp::Sum | ReduceOp::Mean => 0.0,
-        ReduceOp::Max => f32::NEG_INFINITY,
-        ReduceOp::Min => f32::INFINITY,
+/// A reduction's starting value in the compute type (the integers' extremes for `i64`).
+pub(super) fn identity(e: &Emitter, op: ReduceOp) -> String {
+    match (op, e.compute()) {
+        (ReduceOp::Sum | ReduceOp::Mean, _) => e.imm(0.0),
+        (ReduceOp::Max, Compute::I64) => i64::MIN.to_string(),
+        (ReduceOp::Min, Compute::I64) => i64::MAX.to_string(),
+        (ReduceOp::Max, _) => e.imm(f64::NEG_INFINITY),
+        (ReduceOp::Min, _) => e.imm(f64::INFINITY),
+    }
+}
+
+/// Whether a `compute` kernel takes `node`'s op (every op in `f32`).
+fn takes(compute: Compute, node: &Node) -> bool {
+    let (float, int) = (compute == Compute::F64, compute == Compute::I64);
+    match *node {
+        _ if compute == Compute::F32 => true,
+        Node::Unary(op, _) => match op.def() {
+            OpDef::Prim(UnaryPrim::Neg | UnaryPrim::Abs | UnaryPrim::Relu) => true,
+            OpDef::Prim(UnaryPrim::Sqrt | UnaryPrim::Rsqrt) => float,
+            _ => false,
+        },
+        Node::Binary(op, ..) => match op.def() {
+            OpDef::Prim(BinaryPrim::Pow) | OpDef::Composite(_) => false,
+            OpDef::Prim(BinaryPrim::Div) => !int,
+            OpDef::Prim(_) => true,
+        },
+        _ => true,
+    }
+}
+
+/// Checks that the GPU computes every op of `k` in its compute type.
+pub(super) fn supports(k: &MapKernel) -> Result<(), super::PtxError> {
+    match k.nodes.iter().find(|n| !takes(k.compute, n)) {
+        Some(Node::Unary(op, _)) => Err(super::PtxError::Compute { op: op.mnemonic(), compute: k.compute }),
+        Some(Node::Binary(op, ..)) => Err(super::PtxError::Compute { op: op.mnemonic(), compute: k.compute }),
+        _ => Ok(()),
     }
 }
 
 impl Emitter {
+    /// `a op b` (`add`, `sub`, `mul`) in the compute type: rounded to nearest for floats,
+    /// wrapping for integers.
+    pub(super) fn arith(&mut self, op: &str, a: &str, b: &str) -> String {
+        let (kind, ty) = (self.num(), self.ty());
+        let instr = match (self.compute(), op) {
+            (Compute::I64, "mul") => "mul.lo.s64".to_string(),
+            (Compute::I64, _) => format!("{op}.s64"),
+            _ => format!("{op}.rn.{ty}"),
+        };
+        self.value(kind, &instr, &format!("{a}, {b}"))
+    }
+
     /// `e^x` as `2^(x log2 e)`. `.ftz`: one hardware instruction, where without it each
     /// `ex2` scales its argument around the special unit's range; it differs only for results
     /// under 2^-126 (x < -87.3), which are 0 instead of subnormal.
@@ -74,14 +121,15 @@ impl Emitter {
             Node::Input(i) => leaf(self, Leaf::Input(i)),
             Node::Acc => leaf(self, Leaf::Acc),
             // `validate` guarantees reductions are computed first; never reached.
-            Node::Reduce(..) => self.value(Reg::F32, "mov.f32", &f32_imm(f32::NAN)),
-            Node::Const(bits) => self.value(Reg::F32, "mov.f32", &f32_imm(f32::from_bits(bits))),
+            Node::Reduce(..) => self.constant(0.0),
+            Node::Const(bits) => self.constant(f64::from(f32::from_bits(bits))),
+            Node::Const64(bits) => self.constant(f64::from_bits(bits)),
             Node::Iota { start, step } => {
                 let i = leaf(self, Leaf::Index);
                 let fi = self.value(Reg::F64, "cvt.rn.f64.u32", &i);
                 let scaled = self.value(Reg::F64, "mul.rn.f64", &format!("{fi}, {}", f64_imm(f64::from_bits(step))));
                 let sum = self.value(Reg::F64, "add.rn.f64", &format!("{scaled}, {}", f64_imm(f64::from_bits(start))));
-                self.value(Reg::F32, "cvt.rn.f32.f64", &sum)
+                self.computed_from_f64(&sum)
             }
             Node::Rand { seed } => {
                 let i = leaf(self, Leaf::Index);
@@ -89,7 +137,9 @@ impl Emitter {
                 let bits = self.random_bits(seed, &i64r);
                 let top = self.value(Reg::B64, "shr.u64", &format!("{bits}, 40"));
                 let f = self.value(Reg::F32, "cvt.rn.f32.u64", &top);
-                self.value(Reg::F32, "mul.rn.f32", &format!("{f}, {}", f32_imm(1.0 / 16_777_216.0)))
+                let u = self.value(Reg::F32, "mul.rn.f32", &format!("{f}, {}", f32_imm(1.0 / 16_777_216.0)));
+                // The f32 generator's value, converted.
+                self.computed_from_f32(&u)
             }
             Node::Randn { seed } => {
                 let i = leaf(self, Leaf::Index);
@@ -112,17 +162,36 @@ impl Emitter {
                 let angle = self.value(Reg::F64, "mul.rn.f64", &format!("{}, {u2}", f64_imm(std::f64::consts::TAU)));
                 let cos = self.cos_f64(&angle);
                 let x = self.value(Reg::F64, "mul.rn.f64", &format!("{r}, {cos}"));
-                self.value(Reg::F32, "cvt.rn.f32.f64", &x)
+                let f = self.value(Reg::F32, "cvt.rn.f32.f64", &x);
+                self.computed_from_f32(&f)
             }
             Node::Unary(op, a) => self.unary(op, &v(a)),
             Node::Binary(op, a, b) => self.binary(op, &v(a), &v(b)),
             Node::Select(c, t, f) => {
-                let p = self.predicate("neu.f32", &v(c), &f32_imm(0.0));
+                let p = self.nonzero(&v(c));
                 self.select(&p, &v(t), &v(f))
             }
         };
         memo[target] = Some(r.clone());
         r
+    }
+
+    /// The `f32` register `x` in the compute type (as `.to(dtype)` converts it).
+    fn computed_from_f32(&mut self, x: &str) -> String {
+        match self.compute() {
+            Compute::F32 => x.to_string(),
+            Compute::F64 => self.value(Reg::F64, "cvt.f64.f32", x),
+            Compute::I64 => self.value(Reg::B64, "cvt.rzi.s64.f32", x),
+        }
+    }
+
+    /// The `f64` register `x` in the compute type (as `.to(dtype)` converts it).
+    fn computed_from_f64(&mut self, x: &str) -> String {
+        match self.compute() {
+            Compute::F32 => self.value(Reg::F32, "cvt.rn.f32.f64", x),
+            Compute::F64 => x.to_string(),
+            Compute::I64 => self.value(Reg::B64, "cvt.rzi.s64.f64", x),
+        }
     }
 
     /// `ln x` for a positive normal f64: `x = 2^e m` with `m` in `[sqrt(1/2), sqrt(2))`,
@@ -235,7 +304,7 @@ impl Emitter {
                 var.operand(self.operands).map(str::to_string)
             }
             fn constant(&mut self, c: f64) -> Result<String, Var> {
-                Ok(f32_imm(c as f32))
+                Ok(self.e.imm(c))
             }
             fn unary(&mut self, op: UnaryOp, x: String) -> Result<String, Var> {
                 Ok(self.e.unary(op, &x))
@@ -245,7 +314,7 @@ impl Emitter {
             }
             fn select(&mut self, c: String, t: String, f: String) -> Result<String, Var> {
                 // NaN counts as nonzero, as `where` does.
-                let p = self.e.predicate("neu.f32", &c, &f32_imm(0.0));
+                let p = self.e.nonzero(&c);
                 Ok(self.e.select(&p, &t, &f))
             }
         }
@@ -277,6 +346,9 @@ impl Emitter {
     }
 
     fn unary_prim(&mut self, op: UnaryPrim, x: &str) -> String {
+        if self.compute() != Compute::F32 {
+            return self.unary_wide(op, x);
+        }
         let zero = f32_imm(0.0);
         let one = f32_imm(1.0);
         match op {
@@ -324,7 +396,32 @@ impl Emitter {
         }
     }
 
+    /// A unary op in `f64` or `i64` ([`supports`] checked it is one of these).
+    fn unary_wide(&mut self, op: UnaryPrim, x: &str) -> String {
+        let (kind, ty) = (self.num(), self.ty());
+        match op {
+            UnaryPrim::Neg => self.value(kind, &format!("neg.{ty}"), x),
+            // `abs` of the smallest integer wraps to itself, as `wrapping_abs` does.
+            UnaryPrim::Abs => self.value(kind, &format!("abs.{ty}"), x),
+            UnaryPrim::Relu => {
+                // `x < 0` is false for NaN, which passes through.
+                let zero = self.imm(0.0);
+                let p = self.predicate(&format!("lt.{ty}"), x, &zero);
+                self.select(&p, &zero, x)
+            }
+            UnaryPrim::Sqrt => self.value(kind, "sqrt.rn.f64", x),
+            UnaryPrim::Rsqrt => {
+                let s = self.value(kind, "sqrt.rn.f64", x);
+                self.value(kind, "rcp.rn.f64", &s)
+            }
+            _ => unreachable!("`supports` refuses {op:?} in {ty}"),
+        }
+    }
+
     fn binary_prim(&mut self, op: BinaryPrim, a: &str, b: &str) -> String {
+        if self.compute() != Compute::F32 {
+            return self.binary_wide(op, a, b);
+        }
         let ab = format!("{a}, {b}");
         let truth = |e: &mut Emitter, cmp: &str| {
             let p = e.predicate(cmp, a, b);
@@ -348,11 +445,43 @@ impl Emitter {
         }
     }
 
+    /// A binary op in `f64` or `i64` ([`supports`] checked it is one of these); comparisons
+    /// give 1 or 0.
+    fn binary_wide(&mut self, op: BinaryPrim, a: &str, b: &str) -> String {
+        let ty = self.ty();
+        let truth = |e: &mut Emitter, cmp: &str| {
+            let p = e.predicate(&format!("{cmp}.{ty}"), a, b);
+            let (one, zero) = (e.imm(1.0), e.imm(0.0));
+            e.select(&p, &one, &zero)
+        };
+        match op {
+            BinaryPrim::Add => self.arith("add", a, b),
+            BinaryPrim::Sub => self.arith("sub", a, b),
+            BinaryPrim::Mul => self.arith("mul", a, b),
+            BinaryPrim::Div => self.value(Reg::F64, "div.rn.f64", &format!("{a}, {b}")),
+            BinaryPrim::Maximum => self.nan_extreme(true, a, b),
+            BinaryPrim::Minimum => self.nan_extreme(false, a, b),
+            BinaryPrim::Eq => truth(self, "eq"),
+            // Unordered for floats: NaN != anything is true.
+            BinaryPrim::Ne => truth(self, if ty == "f64" { "neu" } else { "ne" }),
+            BinaryPrim::Lt => truth(self, "lt"),
+            BinaryPrim::Le => truth(self, "le"),
+            BinaryPrim::Gt => truth(self, "gt"),
+            BinaryPrim::Ge => truth(self, "ge"),
+            BinaryPrim::Pow => unreachable!("`supports` refuses pow in {ty}"),
+        }
+    }
+
     /// The larger (`max`) or smaller of two values, NaN if either is (numpy.maximum, the
-    /// interpreter's nan_max / nan_min): keeps `a` when it wins or is NaN.
+    /// interpreter's nan_max / nan_min): keeps `a` when it wins or is NaN. Integers have no
+    /// NaN: `max`/`min`.
     fn nan_extreme(&mut self, max: bool, a: &str, b: &str) -> String {
-        let wins = self.predicate(if max { "ge.f32" } else { "le.f32" }, a, b);
-        let nan = self.predicate("nan.f32", a, a);
+        let ty = self.ty();
+        if self.compute() == Compute::I64 {
+            return self.value(Reg::B64, if max { "max.s64" } else { "min.s64" }, &format!("{a}, {b}"));
+        }
+        let wins = self.predicate(&format!("{}.{ty}", if max { "ge" } else { "le" }), a, b);
+        let nan = self.predicate(&format!("nan.{ty}"), a, a);
         let keep = self.value(Reg::Pred, "or.pred", &format!("{wins}, {nan}"));
         self.select(&keep, a, b)
     }

@@ -14,6 +14,12 @@
 //! Index arithmetic is 32-bit signed, so every buffer and iteration space must have fewer
 //! than 2^31 elements ([`PtxError::TooLarge`]).
 //!
+//! Map kernels compute in their [`gt_ir::kernel::Compute`] type: `f32` (over `f32` and
+//! halves), `f64` (arithmetic, comparisons, `sqrt`, `rsqrt`; its transcendental ops are
+//! refused by name, [`PtxError::Compute`]) or `i64` (over the integers and `bool`,
+//! wrapping); loads and stores convert between each buffer's dtype and it as `.to(dtype)`
+//! does. Matmuls take `f32` and halves only ([`PtxError::MatMulDType`]).
+//!
 //! Numerics against the interpreter: add/sub/mul/div/sqrt round like IEEE (`.rn`), so they
 //! agree exactly; `exp`, `log`, `tanh`, `sigmoid`, `pow` and `randn` use the hardware's
 //! approximate `ex2`/`lg2`/`cos` (relative error about 2^-22), so they agree to ~1e-6.
@@ -36,7 +42,7 @@ mod wgmma;
 pub use matmul::Tiling;
 pub use wgmma::TransposedRhs;
 
-use gt_ir::kernel::{BufferStorage, Kernel};
+use gt_ir::kernel::{BufferStorage, Compute, Kernel, Storage};
 use thiserror::Error;
 
 /// The entry point's name in every generated module.
@@ -101,12 +107,35 @@ pub enum PtxError {
         /// Storages given.
         given: usize,
     },
+    /// An op the GPU does not compute in the kernel's compute type yet.
+    #[error("`{op}` computing in {compute} has no CUDA kernel yet (in {compute}: arithmetic, comparisons, sqrt, reductions); cast to f32 first")]
+    Compute {
+        /// The op's mnemonic.
+        op: &'static str,
+        /// What the kernel computes in.
+        compute: Compute,
+    },
+    /// A matmul over buffers that are not `f32` or halves (tensor cores and the FMA tiles
+    /// multiply those only).
+    #[error("matmul of {dtype} has no CUDA kernel (f32, f16 and bf16 only; cast to f32 first)")]
+    MatMulDType {
+        /// The first buffer's dtype that is not one.
+        dtype: gt_ir::DType,
+    },
     /// Too many elements for 32-bit indexing.
     #[error("{elements} elements is too large for the CUDA backend's 32-bit indexing (at most {MAX_ELEMENTS})")]
     TooLarge {
         /// The element count.
         elements: usize,
     },
+}
+
+impl PtxError {
+    /// Whether this refuses an op or dtype by name ([`PtxError::Compute`],
+    /// [`PtxError::MatMulDType`]), rather than a kernel over the limits or malformed.
+    pub fn refuses_dtype(&self) -> bool {
+        matches!(self, PtxError::Compute { .. } | PtxError::MatMulDType { .. })
+    }
 }
 
 /// A generated module and how to launch it.
@@ -142,6 +171,15 @@ pub fn generate_for(kernel: &Kernel, storage: &BufferStorage, target: Target) ->
     if storage.inputs.len() != kernel.num_inputs() {
         return Err(PtxError::StorageCount { expected: kernel.num_inputs(), given: storage.inputs.len() });
     }
+    if let Kernel::Map(k) = kernel {
+        math::supports(k)?;
+    }
+    if let Kernel::MatMul(_) = kernel {
+        let all = std::iter::once(&storage.output).chain(&storage.inputs);
+        if let Some(s) = all.into_iter().find(|s| !s.is_float32_or_half()) {
+            return Err(PtxError::MatMulDType { dtype: s.dtype() });
+        }
+    }
     match kernel {
         Kernel::Map(k) if k.is_row_kernel() => rows::rows(k, storage),
         Kernel::Map(k) => map::map(k, storage),
@@ -159,6 +197,13 @@ pub fn transposed_rhs(kernel: &Kernel, storage: &BufferStorage, target: Target) 
         Kernel::MatMul(k) if target == Target::Sm90a => wgmma::transposed_rhs(k, storage),
         _ => None,
     }
+}
+
+/// Whether `k` computes in `f32` over `f32` buffers and halves only: what vector loads and
+/// shared-memory tiles (both of `f32`s) take.
+fn float32_only(k: &gt_ir::kernel::MapKernel, storage: &BufferStorage) -> bool {
+    k.compute == Compute::F32
+        && std::iter::once(&storage.output).chain(&storage.inputs).all(|s: &Storage| s.is_float32_or_half())
 }
 
 fn check(elements: usize) -> Result<(), PtxError> {

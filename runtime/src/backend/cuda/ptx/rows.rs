@@ -3,10 +3,10 @@
 //! shuffles, then shared memory); the row's elements stay in registers between phases when
 //! they fit, else each phase re-reads them (four at a time where the layout allows).
 
-use super::emit::{f32_imm, Emitter, Reg};
+use super::emit::{Emitter, Reg};
 use super::math::{fold, identity, Leaf};
-use super::{check, pick, PtxError, PtxKernel};
-use gt_ir::kernel::{Access, BufferStorage, MapKernel, Node};
+use super::{check, float32_only, pick, PtxError, PtxKernel};
+use gt_ir::kernel::{Access, BufferStorage, Compute, MapKernel, Node};
 use gt_ir::ReduceOp;
 
 /// Elements per thread up to which a row kernel keeps its row in registers between phases.
@@ -139,13 +139,15 @@ impl RowKernel<'_> {
         reduced: &[(usize, String)],
         elements: &mut [Element],
     ) -> String {
-        let acc = e.value(Reg::F32, "mov.f32", &f32_imm(identity(op)));
+        let start = identity(e, op);
+        let (kind, ty) = (e.num(), e.ty());
+        let acc = e.value(kind, &format!("mov.{ty}"), &start);
         if self.cached {
             for el in elements.iter_mut() {
                 let x = self.value(e, el, target);
                 let folded = fold(e, op, &acc, &x);
                 let valid = el.valid.clone().unwrap_or_default();
-                e.op(format!("selp.f32 {acc}, {folded}, {acc}, {valid}"));
+                e.op(format!("selp.{ty} {acc}, {folded}, {acc}, {valid}"));
             }
         } else {
             let r = e.value(Reg::B32, "mov.u32", &self.tid);
@@ -153,14 +155,15 @@ impl RowKernel<'_> {
                 for mut el in self.group(e, &r, self.width, target, reduced) {
                     let x = self.value(e, &mut el, target);
                     let folded = fold(e, op, &acc, &x);
-                    e.op(format!("mov.f32 {acc}, {folded}"));
+                    e.assign(&acc, &folded);
                 }
             });
         }
         block_reduce(e, op, &acc, self.warps, &self.lane, &self.warp, &self.shared);
         if op == ReduceOp::Mean {
-            // 0 / 0 makes the mean of nothing NaN, as in the interpreter.
-            e.op(format!("div.rn.f32 {acc}, {acc}, {}", f32_imm(self.row_len as f32)));
+            // 0 / 0 makes the mean of nothing NaN, as in the interpreter (means are of floats).
+            let n = e.imm(self.row_len as f64);
+            e.op(format!("div.rn.{ty} {acc}, {acc}, {n}"));
         }
         acc
     }
@@ -222,26 +225,52 @@ fn needed_inputs(nodes: &[Node], target: usize, reduced: &[(usize, String)]) -> 
     inputs
 }
 
+/// `x` (of the compute type) from lane `lane ^ shift` of the warp: one 32-bit shuffle, or
+/// two for a 64-bit value.
+fn shuffle(e: &mut Emitter, x: &str, shift: u32) -> String {
+    let kind = e.num();
+    if e.compute() == Compute::F32 {
+        let bits = e.value(Reg::B32, "mov.b32", x);
+        let other = e.value(Reg::B32, "shfl.sync.bfly.b32", &format!("{bits}, {shift}, 31, -1"));
+        return e.value(kind, "mov.b32", &other);
+    }
+    let bits = e.value(Reg::B64, "mov.b64", x);
+    let (lo, hi) = (e.reg(Reg::B32), e.reg(Reg::B32));
+    e.op(format!("mov.b64 {{{lo}, {hi}}}, {bits}"));
+    let lo = e.value(Reg::B32, "shfl.sync.bfly.b32", &format!("{lo}, {shift}, 31, -1"));
+    let hi = e.value(Reg::B32, "shfl.sync.bfly.b32", &format!("{hi}, {shift}, 31, -1"));
+    e.value(kind, "mov.b64", &format!("{{{lo}, {hi}}}"))
+}
+
+/// Bytes of one computed value in shared memory.
+fn slot_bytes(e: &Emitter) -> u32 {
+    if e.compute() == Compute::F32 {
+        4
+    } else {
+        8
+    }
+}
+
 /// Combines every thread's `acc` of the block; afterwards every thread holds the result.
 fn block_reduce(e: &mut Emitter, op: ReduceOp, acc: &str, warps: u32, lane: &str, warp: &str, shared: &str) {
+    let (kind, ty, size) = (e.num(), e.ty(), slot_bytes(e));
     for shift in [16, 8, 4, 2, 1] {
-        let bits = e.value(Reg::B32, "mov.b32", acc);
-        let other = e.value(Reg::B32, "shfl.sync.bfly.b32", &format!("{bits}, {shift}, 31, -1"));
-        let other = e.value(Reg::F32, "mov.b32", &other);
+        let other = shuffle(e, acc, shift);
         let folded = fold(e, op, acc, &other);
-        e.op(format!("mov.f32 {acc}, {folded}"));
+        e.assign(acc, &folded);
     }
     if warps > 1 {
         let first_lane = e.predicate("eq.u32", lane, "0");
-        let slot = e.value(Reg::B32, "mad.lo.u32", &format!("{warp}, 4, {shared}"));
-        e.op(format!("@{first_lane} st.shared.f32 [{slot}], {acc}"));
+        let slot = e.value(Reg::B32, "mad.lo.u32", &format!("{warp}, {size}, {shared}"));
+        e.op(format!("@{first_lane} st.shared.{ty} [{slot}], {acc}"));
         e.op("bar.sync 0");
         // Every thread folds the partials in the same order: the same result everywhere.
-        e.op(format!("mov.f32 {acc}, {}", f32_imm(identity(op))));
+        let start = identity(e, op);
+        e.op(format!("mov.{ty} {acc}, {start}"));
         for w in 0..warps {
-            let t = e.value(Reg::F32, "ld.shared.f32", &format!("[{shared}+{}]", w * 4));
+            let t = e.value(kind, &format!("ld.shared.{ty}"), &format!("[{shared}+{}]", w * size));
             let folded = fold(e, op, acc, &t);
-            e.op(format!("mov.f32 {acc}, {folded}"));
+            e.assign(acc, &folded);
         }
         // The partials are read by all before the next reduction overwrites them.
         e.op("bar.sync 0");
@@ -272,6 +301,7 @@ pub(super) fn rows(k: &MapKernel, storage: &BufferStorage) -> Result<PtxKernel, 
     };
     let unit = |a: &Access| a.is_uniform_over(dims) || (a.strides[last_axis] == 1 && aligned(a));
     let vector = !cached
+        && float32_only(k, storage)
         && k.rows == [last_axis]
         && row_len.is_multiple_of(4)
         && k.inputs.iter().all(unit)
@@ -283,6 +313,7 @@ pub(super) fn rows(k: &MapKernel, storage: &BufferStorage) -> Result<PtxKernel, 
     let full = gt_ir::kernel::row_major_strides(dims);
 
     let mut e = Emitter::new(storage);
+    e.computing(k.compute);
     let (out, in_ptrs) = e.buffers(k.inputs.len());
     let row = e.special("%ctaid.x");
     let tid = e.special("%tid.x");
@@ -344,7 +375,8 @@ pub(super) fn rows(k: &MapKernel, storage: &BufferStorage) -> Result<PtxKernel, 
         None => rk.store_row(&mut e, &reduced, &mut elements),
     }
     e.place(&finish);
-    let globals = format!(".shared .align 4 .b8 gt_partials[{}];\n\n", warps * 4);
+    let size = slot_bytes(&e);
+    let globals = format!(".shared .align {size} .b8 gt_partials[{}];\n\n", warps * size);
     let comment = format!(
         "rows: {outputs} rows of {row_len}, {threads} threads per row, {} in-row reductions{}{}",
         reductions.len(),

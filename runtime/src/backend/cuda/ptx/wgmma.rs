@@ -15,7 +15,9 @@ use super::emit::{f32_imm, Emitter, Reg};
 use super::matmul::{block_setup, check_sizes, grid, store, Block, Product};
 use super::mma::{inputs_of, load_stage, Inputs, Loads, Operand, Plan};
 use super::{PtxError, PtxKernel};
-use gt_ir::kernel::{row_major_strides, Access, BufferStorage, Kernel, MapKernel, MatMulKernel, Node, Storage};
+use gt_ir::kernel::{
+    row_major_strides, Access, BufferStorage, Compute, Kernel, MapKernel, MatMulKernel, Node, Storage,
+};
 
 /// A swizzled row (the swizzle's width), in bytes; 8 rows make the swizzle's 1024-byte atom.
 const ROW: usize = 128;
@@ -195,6 +197,7 @@ pub(super) fn transposed_rhs(k: &MatMulKernel, storage: &BufferStorage) -> Optio
         output: Access::contiguous(&shape),
         rows: vec![],
         reduce: None,
+        compute: Compute::F32,
     };
     let mut matmul = k.clone();
     let mut strides = row_major_strides(&shape)[..nb].to_vec();
