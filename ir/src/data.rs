@@ -114,8 +114,20 @@ macro_rules! float_element {
 }
 float_element!(f64, F64, |x| x, |x| x);
 float_element!(f32, F32, f64::from, |x| x as f32);
-float_element!(f16, F16, f64::from, f16::from_f64);
-float_element!(bf16, BF16, f64::from, bf16::from_f64);
+float_element!(f16, F16, f64::from, f16_of);
+float_element!(bf16, BF16, f64::from, bf16_of);
+
+/// `x` as an `f16` the way PyTorch converts a double: to `f32` first, then rounded to
+/// nearest even (two roundings, on every host: `half`'s own `from_f64` rounds twice through
+/// F16C where the CPU has it and truncates otherwise; GPU kernels do the same two `cvt`s).
+pub fn f16_of(x: f64) -> f16 {
+    f16::from_f32(x as f32)
+}
+
+/// `x` as a `bf16`, through `f32` as [`f16_of`].
+pub fn bf16_of(x: f64) -> bf16 {
+    bf16::from_f32(x as f32)
+}
 
 impl Element for i64 {
     const DTYPE: DType = DType::I64;
@@ -172,8 +184,8 @@ pub fn converted_scalar(dtype: DType, x: f64) -> f64 {
     match dtype {
         DType::F64 => x,
         DType::F32 => f64::from(x as f32),
-        DType::F16 => f16::from_f64(x).to_f64(),
-        DType::BF16 => bf16::from_f64(x).to_f64(),
+        DType::F16 => f16_of(x).to_f64(),
+        DType::BF16 => bf16_of(x).to_f64(),
         DType::I64 => (x as i64) as f64,
         DType::I32 => f64::from(i32::from_f64(x)),
         DType::Bool => f64::from(u8::from(x != 0.0)),

@@ -6,8 +6,9 @@
 use gt_ir::data::Elements;
 use gt_ir::{BinaryOp, DType, Instr, Operand, ReduceOp, TensorType, UnaryOp, ValueId};
 
-/// The instructions whose every result is compared exactly, and the `f64` sums of a long
-/// row (their order of additions differs between backends: compared within 1e-12).
+/// The instructions whose every result is compared exactly, and those compared within
+/// 1e-12 (`f64` sums of a long row, added in another order; `f64` transcendental ops, whose
+/// GPU code is within a few ulp of libm).
 pub fn dtype_program() -> (Vec<Instr>, Vec<Instr>) {
     let v = ValueId;
     let n = 6;
@@ -28,7 +29,7 @@ pub fn dtype_program() -> (Vec<Instr>, Vec<Instr>) {
     };
     let val = |i: u32| Operand::Value(v(i));
     for (a, b) in [(0u32, 1u32), (2, 3), (4, 4), (2, 4), (5, 5), (0, 2)] {
-        // `bool`s only compare; `pow` of f64 is a transcendental op.
+        // `bool`s only compare; `pow` is compared within a tolerance (below).
         let takes = |op: &BinaryOp| *op != BinaryOp::Pow && (a != 5 || op.is_comparison());
         for op in BinaryOp::ALL.iter().copied().filter(takes) {
             push(&mut instrs, &|dst| Instr::Binary { dst, op, lhs: val(a), rhs: val(b) });
@@ -60,9 +61,18 @@ pub fn dtype_program() -> (Vec<Instr>, Vec<Instr>) {
     for (dst, op) in [(203, ReduceOp::Sum), (204, ReduceOp::Max)] {
         instrs.push(Instr::Reduce { dst: v(dst), op, src: v(201), axes: None, keepdim: false });
     }
-    let sums = vec![
+    let mut close = vec![
         Instr::Reduce { dst: v(205), op: ReduceOp::Mean, src: v(202), axes: None, keepdim: false },
         Instr::Reduce { dst: v(206), op: ReduceOp::Sum, src: v(202), axes: Some(vec![0]), keepdim: true },
     ];
-    (instrs, sums)
+    let mut dst = 210;
+    for src in [0u32, 1] {
+        for op in [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Softplus] {
+            close.push(Instr::Unary { dst: v(dst), op, src: v(src) });
+            dst += 1;
+        }
+    }
+    close.push(Instr::Binary { dst: v(dst), op: BinaryOp::Pow, lhs: val(1), rhs: Operand::Scalar(3.0) });
+    close.push(Instr::Binary { dst: v(dst + 1), op: BinaryOp::Pow, lhs: val(1), rhs: val(0) });
+    (instrs, close)
 }

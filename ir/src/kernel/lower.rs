@@ -86,9 +86,6 @@ fn compute_of(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tens
             }
         }
         Instr::Collective { srcs, .. } => srcs.first().map_or(Compute::F32, |&v| Compute::of(ty(v).dtype)),
-        // Each element is computed in f64 and converted once, as the interpreter does (f32
-        // then a half would round twice).
-        Instr::Arange { .. } if results.first().is_some_and(|t| t.dtype.is_half()) => Compute::F64,
         _ => result(),
     }
 }
@@ -560,7 +557,8 @@ impl<'a> Operands<'a> {
         let node = match operand {
             Operand::Scalar(x) => constant_as(self.compute.0, self.compute.1, x),
             Operand::Value(v) => {
-                let access = broadcast_access(&(self.ty)(v).shape.0, self.dims);
+                let ty = (self.ty)(v);
+                let access = broadcast_access(&ty.shape.0, self.dims);
                 // One input per distinct value (`mul %x, %x` reads %x once).
                 let i = match self.inputs.iter().position(|(w, a)| *w == v && *a == access) {
                     Some(i) => i,
@@ -569,9 +567,22 @@ impl<'a> Operands<'a> {
                         self.inputs.len() - 1
                     }
                 };
-                Node::Input(i as u32)
+                let input = Node::Input(i as u32);
+                // An integer meeting an op on halves is rounded to the half first.
+                let half = self.compute.1;
+                if half.is_half() && ty.dtype.is_integer() {
+                    let at = self.push(input);
+                    Node::Round(Storage::of(half), at)
+                } else {
+                    input
+                }
             }
         };
+        self.push(node)
+    }
+
+    /// `node`'s index, pushed unless an equal node is there.
+    fn push(&mut self, node: Node) -> u32 {
         if let Some(i) = self.nodes.iter().position(|n| *n == node) {
             return i as u32;
         }

@@ -157,6 +157,10 @@ pub enum Node {
     Binary(BinaryOp, u32, u32),
     /// `cond != 0 ? on_true : on_false`.
     Select(u32, u32, u32),
+    /// A node's value converted to a dtype and back (what storing it there and loading it
+    /// again gives): an integer operand of an op on halves is rounded to the half first, as
+    /// the interpreter and PyTorch convert operands to the op's dtype.
+    Round(Storage, u32),
     /// The reduction of a node over the current row (the kernel's row axes), the same at
     /// every element of the row.
     Reduce(ReduceOp, u32),
@@ -176,7 +180,7 @@ impl Node {
             Node::Unary(_, a) => vec![a],
             Node::Binary(_, a, b) => vec![a, b],
             Node::Select(c, t, f) => vec![c, t, f],
-            Node::Reduce(_, a) => vec![a],
+            Node::Reduce(_, a) | Node::Round(_, a) => vec![a],
             _ => vec![],
         }
     }
@@ -566,6 +570,7 @@ impl fmt::Display for Node {
             Node::Binary(op, a, b) => write!(f, "{} %{a}, %{b}", op.mnemonic()),
             Node::Select(c, t, e) => write!(f, "where %{c}, %{t}, %{e}"),
             Node::Reduce(op, a) => write!(f, "row_{} %{a}", op.mnemonic()),
+            Node::Round(s, a) => write!(f, "round {} %{a}", s.dtype().name()),
             Node::Acc => f.write_str("acc"),
         }
     }

@@ -180,6 +180,12 @@ fn node(s: &str) -> Result<Node> {
             Node::Iota { start: number::<f64>(start)?.to_bits(), step: number::<f64>(step)?.to_bits() }
         }
         "rand" => Node::Rand { seed: seed(args)? },
+        "round" => {
+            let (dtype, rest) = args.trim().split_once(' ').ok_or(missing("`round DTYPE %N`"))?;
+            let dtype = crate::DType::from_name(dtype)
+                .ok_or_else(|| KernelTextError::Expected { expected: "a dtype", found: dtype.to_string() })?;
+            Node::Round(super::Storage::of(dtype), refs(rest, 1)?[0])
+        }
         "randn" => Node::Randn { seed: seed(args)? },
         "where" => {
             let r = refs(args, 3)?;
@@ -344,6 +350,7 @@ mod tests {
             (0..UnaryOp::ALL.len(), r.clone()).prop_map(|(o, a)| Node::Unary(UnaryOp::ALL[o], a)),
             (0..BinaryOp::ALL.len(), r.clone(), r.clone()).prop_map(|(o, a, b)| Node::Binary(BinaryOp::ALL[o], a, b)),
             (r.clone(), r.clone(), r.clone()).prop_map(|(c, t, f)| Node::Select(c, t, f)),
+            r.clone().prop_map(|a| Node::Round(super::super::Storage::F16, a)),
             (0..ReduceOp::ALL.len(), r).prop_map(|(o, a)| Node::Reduce(ReduceOp::ALL[o], a)),
             Just(Node::Acc),
         ]

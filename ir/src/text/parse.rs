@@ -778,7 +778,7 @@ impl Parser {
                 Elements::F64(v) => v.push(item.float().ok_or_else(|| bad("not a number"))?),
                 Elements::F16(v) => {
                     let x = item.float().ok_or_else(|| bad("not a number"))?;
-                    let h = half::f16::from_f64(x);
+                    let h = crate::data::f16_of(x);
                     if h.is_infinite() && x.is_finite() {
                         return Err(bad("beyond the largest f16, 65504"));
                     }
@@ -786,7 +786,7 @@ impl Parser {
                 }
                 Elements::BF16(v) => {
                     let x = item.float().ok_or_else(|| bad("not a number"))?;
-                    let h = half::bf16::from_f64(x);
+                    let h = crate::data::bf16_of(x);
                     if h.is_infinite() && x.is_finite() {
                         return Err(bad("beyond the largest bf16, about 3.39e38"));
                     }

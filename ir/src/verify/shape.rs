@@ -775,8 +775,8 @@ fn holds(dtype: DType, value: f64) -> bool {
         DType::I32 => value.fract() == 0.0 && (f64::from(i32::MIN)..=f64::from(i32::MAX)).contains(&value),
         // 2^63 itself is out of range; every float below it is an exact i64.
         DType::I64 => value.fract() == 0.0 && (-(2f64.powi(63))..2f64.powi(63)).contains(&value),
-        DType::F16 => !value.is_finite() || half::f16::from_f64(value).is_finite(),
-        DType::BF16 => !value.is_finite() || half::bf16::from_f64(value).is_finite(),
+        DType::F16 => !value.is_finite() || crate::data::f16_of(value).is_finite(),
+        DType::BF16 => !value.is_finite() || crate::data::bf16_of(value).is_finite(),
         DType::F32 | DType::F64 => true,
     }
 }

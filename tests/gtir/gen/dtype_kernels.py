@@ -118,6 +118,15 @@ op("c_plus", "add %c, %e", None) if False else None
 op("c_where", "where %c, %c, %e", torch.where(E["c"], E["c"], E["e"]))
 op("c_pick", "where %c, %i, %b", torch.where(E["c"], E["i"].double(), E["b"]))
 
+comment("an integer meeting an op on halves is rounded to the half first")
+tensor("mi", [2049, 70000, -3, 4097], "i64")
+tensor("mh", [2048.0, -60000.0, 0.5, 4096.0], "f16")
+tensor("mb", [1.0, 2.0, 3.0, 4.0], "bf16")
+tensor("mc", [True, False, True, False], "bool")
+op("mix_add", "add %mi, %mh", E["mi"] + E["mh"])
+op("mix_eq", "eq %mi, %mh", E["mi"] == E["mh"])
+op("mix_where", "where %mc, %mi, %mb", torch.where(E["mc"], E["mi"], E["mb"]))
+
 comment("long rows reduce in two passes, partials in what the kernel computes in")
 op("long", "arange i64 end=70000", torch.arange(70000, dtype=torch.int64)[:0] if False else None) if False else None
 lines.append("%long = arange i64 end=70000")

@@ -67,6 +67,10 @@ fn evaluate(nodes: &[Node], dims: &[usize], rows: &[usize], leaf: &dyn Fn(Node) 
                 select(&v(c), &v(t), &v(f), dims)
             }
             Node::Reduce(op, a) => row_reduce(op, &values[a as usize], dims, rows),
+            Node::Round(s, a) => match Value::F32(values[a as usize].clone()).cast(s.dtype()).cast(DType::F32) {
+                Value::F32(t) => t,
+                _ => unreachable!("a cast to f32 gives f32"),
+            },
         };
         values.push(value);
     }
@@ -184,6 +188,7 @@ fn evaluate_values(k: &MapKernel, inputs: &[&Value]) -> Vec<Value> {
             Node::Rand { seed } => by_index_as(dims, c, |i| f64::from(random::uniform(seed, i))),
             Node::Randn { seed } => by_index_as(dims, c, |i| f64::from(random::normal(seed, i))),
             Node::Unary(op, a) => value::unary(op, &values[a as usize], c),
+            Node::Round(s, a) => values[a as usize].cast(s.dtype()).into_dtype(c),
             Node::Binary(op, a, b) => value::binary(op, &values[a as usize], &values[b as usize], dims, c, c),
             Node::Select(cond, t, f) => {
                 value::select(&values[cond as usize], &values[t as usize], &values[f as usize], dims, c)

@@ -895,6 +895,7 @@ impl<'f> Gen<'_, 'f> {
                 }
                 Node::Select(c, t, f) => self.emit(lanes).where_(v(c), v(t), v(f)),
                 // Constants and in-row reductions are invariant; `acc` was rewritten to an input.
+                Node::Round(..) => unreachable!("`Jit::compiled` refuses round nodes"),
                 Node::Const(_) | Node::Const64(_) | Node::Reduce(..) | Node::Acc => {
                     unreachable!("invariant node {i} ({node}) was not hoisted")
                 }

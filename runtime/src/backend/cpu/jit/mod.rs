@@ -90,9 +90,10 @@ pub enum JitError {
     /// A malformed kernel (see [`gt_ir::kernel::validate`]).
     #[error("jit: malformed kernel: {0}")]
     Invalid(#[source] KernelError),
-    /// A kernel computing in something other than `f32` (the fuse pass makes none; the
-    /// interpreter computes those ops itself).
-    #[error("jit: kernels computing in {compute} are not compiled (only f32)")]
+    /// A kernel computing in something other than `f32`, or rounding through another dtype
+    /// mid-expression (the fuse pass makes neither; the interpreter computes those ops
+    /// itself).
+    #[error("jit: kernels computing in {compute} or with `round` nodes are not compiled")]
     Compute {
         /// What the kernel computes in.
         compute: gt_ir::kernel::Compute,
@@ -566,7 +567,8 @@ impl Jit {
             None => {
                 validate(kernel).map_err(JitError::Invalid)?;
                 if let Kernel::Map(k) = kernel {
-                    if k.compute != gt_ir::kernel::Compute::F32 {
+                    let rounds = k.nodes.iter().any(|n| matches!(n, Node::Round(..)));
+                    if k.compute != gt_ir::kernel::Compute::F32 || rounds {
                         return Err(JitError::Compute { compute: k.compute });
                     }
                 }

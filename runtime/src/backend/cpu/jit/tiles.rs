@@ -147,14 +147,15 @@ enum Read {
 /// costly op (without one, the compiled loop is as fast).
 pub(super) fn applies(k: &MapKernel) -> bool {
     let dims = &k.shape[..];
-    k.rows.is_empty()
+    k.compute == gt_ir::kernel::Compute::F32
+        && k.rows.is_empty()
         && k.reduce.is_none()
         && k.output.is_contiguous_over(dims)
         && k.inputs.iter().all(|a| a.is_contiguous_over(dims) || a.is_uniform_over(dims))
         && k.nodes.iter().all(|n| match *n {
             Node::Unary(op, _) => matches!(op.def(), OpDef::Prim(_)),
             Node::Binary(op, _, _) => matches!(op.def(), OpDef::Prim(_)),
-            Node::Reduce(..) | Node::Acc => false,
+            Node::Reduce(..) | Node::Acc | Node::Round(..) => false,
             _ => true,
         })
         && k.nodes.iter().any(|n| matches!(*n, Node::Unary(op, _) if costly(op).is_some()))
@@ -360,7 +361,7 @@ fn tile<'s>(
                     }
                 });
             }
-            Node::Reduce(..) | Node::Acc => unreachable!("`applies` takes plain maps only"),
+            Node::Reduce(..) | Node::Acc | Node::Round(..) => unreachable!("`applies` takes plain maps only"),
         }
     }
     let last = k.nodes.len() - 1;

@@ -98,7 +98,11 @@ impl Emitter {
         match self.compute {
             Compute::F32 => f32_imm(x as f32),
             Compute::F64 => f64_imm(x),
-            Compute::I64 => (x as i64).to_string(),
+            // i64::MIN in hex: its decimal would be read as the negation of a number past i64.
+            Compute::I64 => match x as i64 {
+                i64::MIN => "0x8000000000000000".to_string(),
+                k => k.to_string(),
+            },
         }
     }
 
@@ -499,20 +503,30 @@ impl Emitter {
         }
     }
 
-    /// The `f64` register `x` rounded to the nearest `half` (ties to even), in a b16
-    /// register: directly for `f16`; for `bf16` (which sm_80 cannot convert from `f64`)
-    /// through an `f32` rounded to odd, whose 24 bits keep the one rounding to 8 exact.
-    fn narrow_f64(&mut self, half: Storage, x: &str) -> String {
-        if half == Storage::F16 {
-            return self.value(Reg::B16, "cvt.rn.f16.f64", x);
+    /// The computed `x` converted to `storage` and back (a store and a load, in registers).
+    pub(super) fn round_through(&mut self, storage: Storage, x: &str) -> String {
+        let (_, raw) = self.stored(storage, x);
+        let dst = self.reg(self.num());
+        match storage {
+            Storage::F16 | Storage::Bf16 => {
+                let f = self.reg(Reg::F32);
+                self.widen_into(&f, storage, &raw);
+                self.convert_into(&dst, "f32", &f);
+            }
+            Storage::F32 => self.convert_into(&dst, "f32", &raw),
+            Storage::F64 => self.convert_into(&dst, "f64", &raw),
+            Storage::I64 => self.convert_into(&dst, "s64", &raw),
+            Storage::I32 => self.convert_into(&dst, "s32", &raw),
+            Storage::Bool => self.convert_into(&dst, "u32", &raw),
         }
-        let toward_zero = self.value(Reg::F32, "cvt.rz.f32.f64", x);
-        let back = self.value(Reg::F64, "cvt.f64.f32", &toward_zero);
-        let inexact = self.predicate("neu.f64", &back, x);
-        let bits = self.value(Reg::B32, "mov.b32", &toward_zero);
-        let odd = self.value(Reg::B32, "or.b32", &format!("{bits}, 1"));
-        let bits = self.value(Reg::B32, "selp.b32", &format!("{odd}, {bits}, {inexact}"));
-        let f = self.value(Reg::F32, "mov.b32", &bits);
+        dst
+    }
+
+    /// The `f64` register `x` as a `half`, in a b16 register: rounded to `f32` first, then
+    /// to the nearest half (ties to even), as PyTorch and the interpreter convert a double
+    /// (`gt_ir::data::f16_of`).
+    fn narrow_f64(&mut self, half: Storage, x: &str) -> String {
+        let f = self.value(Reg::F32, "cvt.rn.f32.f64", x);
         self.narrow(half, &f)
     }
 

@@ -2,9 +2,10 @@
 //! unary and binary ops, the reductions' combine step, `exp`/`log`/`tanh`/`sigmoid`/`pow`
 //! on the hardware's approximate `ex2`/`lg2`, and the f64 `ln`, `cos` and counter-based
 //! random bits behind `rand`/`randn`. Values are of the kernel's compute type ([`Compute`]):
-//! `f32` kernels take every op; `f64` ones the arithmetic, comparisons, `sqrt` and `rsqrt`;
-//! `i64` ones the integer ops (add, sub, mul, max, min, neg, abs, relu, comparisons), which
-//! wrap ([`supports`] says which, checked before anything is generated). Loops, loads and
+//! `f32` kernels take every op; `f64` ones every op but `erf` (the transcendental ones from
+//! `wide.rs`); `i64` ones the integer ops (add, sub, mul, max, min, neg, abs, relu,
+//! comparisons), which wrap ([`supports`] says which, checked before anything is
+//! generated). Loops, loads and
 //! stores live in the kernel files.
 
 use super::emit::{f32_imm, f64_imm, Emitter, Reg};
@@ -13,10 +14,6 @@ use gt_ir::kernel::{Compute, MapKernel, Node};
 use gt_ir::random;
 use gt_ir::{BinaryOp, BinaryPrim, OpDef, ReduceOp, UnaryOp, UnaryPrim};
 
-/// ln 2 in two parts (fdlibm): `e * LN2_HI` is exact for the exponents of f64.
-const LN2_HI: f64 = f64::from_bits(0x3FE6_2E42_FEE0_0000);
-/// See [`LN2_HI`].
-const LN2_LO: f64 = f64::from_bits(0x3DEA_39EF_3579_3C76);
 /// `pi/2 - FRAC_PI_2` (Cody-Waite reduction).
 const PI_2_LO: f64 = 6.123_233_995_736_766e-17;
 
@@ -44,28 +41,49 @@ pub(super) fn fold(e: &mut Emitter, op: ReduceOp, acc: &str, x: &str) -> String 
 pub(super) fn identity(e: &Emitter, op: ReduceOp) -> String {
     match (op, e.compute()) {
         (ReduceOp::Sum | ReduceOp::Mean, _) => e.imm(0.0),
-        (ReduceOp::Max, Compute::I64) => i64::MIN.to_string(),
-        (ReduceOp::Min, Compute::I64) => i64::MAX.to_string(),
+        // In hex: a decimal i64::MIN would be read as the negation of a number past i64.
+        (ReduceOp::Max, Compute::I64) => "0x8000000000000000".to_string(),
+        (ReduceOp::Min, Compute::I64) => "0x7FFFFFFFFFFFFFFF".to_string(),
         (ReduceOp::Max, _) => e.imm(f64::NEG_INFINITY),
         (ReduceOp::Min, _) => e.imm(f64::INFINITY),
     }
 }
 
-/// Whether a `compute` kernel takes `node`'s op (every op in `f32`).
+/// Whether a `compute` kernel takes the unary op `op` (every op in `f32`).
+fn takes_unary(compute: Compute, op: UnaryOp) -> bool {
+    match (compute, op.def()) {
+        (Compute::F32, _) => true,
+        (_, OpDef::Prim(UnaryPrim::Neg | UnaryPrim::Abs | UnaryPrim::Relu)) => true,
+        (Compute::F64, OpDef::Prim(p)) => p != UnaryPrim::Erf,
+        (Compute::F64, OpDef::Composite(t)) => term_takes(compute, t),
+        (Compute::I64, _) => false,
+    }
+}
+
+/// Whether a `compute` kernel takes the binary op `op`.
+fn takes_binary(compute: Compute, op: BinaryOp) -> bool {
+    match (compute, op.def()) {
+        (Compute::F32 | Compute::F64, OpDef::Prim(_)) => true,
+        (Compute::I64, OpDef::Prim(p)) => !matches!(p, BinaryPrim::Div | BinaryPrim::Pow),
+        (_, OpDef::Composite(t)) => compute != Compute::I64 && term_takes(compute, t),
+    }
+}
+
+/// Whether every op of a composite's expansion is taken (expansions are a few ops deep).
+fn term_takes(compute: Compute, t: &Term) -> bool {
+    match t {
+        Term::Var(_) | Term::Const(_) => true,
+        Term::Unary(op, x) => takes_unary(compute, *op) && term_takes(compute, x),
+        Term::Binary(op, x, y) => takes_binary(compute, *op) && term_takes(compute, x) && term_takes(compute, y),
+        Term::Where(c, x, y) => term_takes(compute, c) && term_takes(compute, x) && term_takes(compute, y),
+    }
+}
+
+/// Whether a `compute` kernel takes `node`'s op.
 fn takes(compute: Compute, node: &Node) -> bool {
-    let (float, int) = (compute == Compute::F64, compute == Compute::I64);
     match *node {
-        _ if compute == Compute::F32 => true,
-        Node::Unary(op, _) => match op.def() {
-            OpDef::Prim(UnaryPrim::Neg | UnaryPrim::Abs | UnaryPrim::Relu) => true,
-            OpDef::Prim(UnaryPrim::Sqrt | UnaryPrim::Rsqrt) => float,
-            _ => false,
-        },
-        Node::Binary(op, ..) => match op.def() {
-            OpDef::Prim(BinaryPrim::Pow) | OpDef::Composite(_) => false,
-            OpDef::Prim(BinaryPrim::Div) => !int,
-            OpDef::Prim(_) => true,
-        },
+        Node::Unary(op, _) => takes_unary(compute, op),
+        Node::Binary(op, ..) => takes_binary(compute, op),
         _ => true,
     }
 }
@@ -156,7 +174,7 @@ impl Emitter {
                 // The interpreter's expression, in f64 throughout, with f64 ln and cos
                 // accurate to a few ulp, so the f32 results round to the same values.
                 let one_minus = self.value(Reg::F64, "sub.rn.f64", &format!("{}, {u1}", f64_imm(1.0)));
-                let ln = self.ln_f64(&one_minus);
+                let ln = super::wide::ln(self, &one_minus);
                 let m2 = self.value(Reg::F64, "mul.rn.f64", &format!("{}, {ln}", f64_imm(-2.0)));
                 let r = self.value(Reg::F64, "sqrt.rn.f64", &m2);
                 let angle = self.value(Reg::F64, "mul.rn.f64", &format!("{}, {u2}", f64_imm(std::f64::consts::TAU)));
@@ -171,6 +189,7 @@ impl Emitter {
                 let p = self.nonzero(&v(c));
                 self.select(&p, &v(t), &v(f))
             }
+            Node::Round(s, a) => self.round_through(s, &v(a)),
         };
         memo[target] = Some(r.clone());
         r
@@ -192,39 +211,6 @@ impl Emitter {
             Compute::F64 => x.to_string(),
             Compute::I64 => self.value(Reg::B64, "cvt.rzi.s64.f64", x),
         }
-    }
-
-    /// `ln x` for a positive normal f64: `x = 2^e m` with `m` in `[sqrt(1/2), sqrt(2))`,
-    /// `ln m = 2 atanh(s)`, `s = (m - 1) / (m + 1)`, `|s| < 0.172`, by its series to s^23.
-    fn ln_f64(&mut self, x: &str) -> String {
-        let bits = self.value(Reg::B64, "mov.b64", x);
-        let biased = self.value(Reg::B64, "shr.u64", &format!("{bits}, 52"));
-        let exp = self.value(Reg::B64, "and.b64", &format!("{biased}, 2047"));
-        let exp32 = self.value(Reg::B32, "cvt.u32.u64", &exp);
-        let e = self.value(Reg::B32, "sub.s32", &format!("{exp32}, 1023"));
-        let mant = self.value(Reg::B64, "and.b64", &format!("{bits}, {}", 0x000F_FFFF_FFFF_FFFFu64));
-        let mbits = self.value(Reg::B64, "or.b64", &format!("{mant}, {}", 0x3FF0_0000_0000_0000u64));
-        let m = self.value(Reg::F64, "mov.b64", &mbits);
-        let big = self.predicate("gt.f64", &m, &f64_imm(std::f64::consts::SQRT_2));
-        let half = self.value(Reg::F64, "mul.rn.f64", &format!("{m}, {}", f64_imm(0.5)));
-        let m = self.value(Reg::F64, "selp.f64", &format!("{half}, {m}, {big}"));
-        let e1 = self.value(Reg::B32, "add.s32", &format!("{e}, 1"));
-        let e = self.value(Reg::B32, "selp.b32", &format!("{e1}, {e}, {big}"));
-        let num = self.value(Reg::F64, "sub.rn.f64", &format!("{m}, {}", f64_imm(1.0)));
-        let den = self.value(Reg::F64, "add.rn.f64", &format!("{m}, {}", f64_imm(1.0)));
-        let s = self.value(Reg::F64, "div.rn.f64", &format!("{num}, {den}"));
-        let s2 = self.value(Reg::F64, "mul.rn.f64", &format!("{s}, {s}"));
-        // atanh(s) / s = sum s^2k / (2k + 1), Horner from k = 11.
-        let mut p = self.value(Reg::F64, "mov.f64", &f64_imm(1.0 / 23.0));
-        for k in (0..11).rev() {
-            p = self.value(Reg::F64, "fma.rn.f64", &format!("{p}, {s2}, {}", f64_imm(1.0 / (2 * k + 1) as f64)));
-        }
-        let two_s = self.value(Reg::F64, "add.rn.f64", &format!("{s}, {s}"));
-        let ln_m = self.value(Reg::F64, "mul.rn.f64", &format!("{two_s}, {p}"));
-        let ef = self.value(Reg::F64, "cvt.rn.f64.s32", &e);
-        // ln 2 in two parts: e * LN2_HI is exact for |e| < 2^11.
-        let lo = self.value(Reg::F64, "fma.rn.f64", &format!("{ef}, {}, {ln_m}", f64_imm(LN2_LO)));
-        self.value(Reg::F64, "fma.rn.f64", &format!("{ef}, {}, {lo}", f64_imm(LN2_HI)))
     }
 
     /// `cos x` for `0 <= x < 2 pi` (f64): `x = k pi/2 + r`, `|r| <= pi/4`, then the Taylor
@@ -414,7 +400,11 @@ impl Emitter {
                 let s = self.value(kind, "sqrt.rn.f64", x);
                 self.value(kind, "rcp.rn.f64", &s)
             }
-            _ => unreachable!("`supports` refuses {op:?} in {ty}"),
+            UnaryPrim::Exp => super::wide::exp(self, &x.to_string()),
+            UnaryPrim::Log => super::wide::ln(self, &x.to_string()),
+            UnaryPrim::Tanh => super::wide::tanh(self, &x.to_string()),
+            UnaryPrim::Sigmoid => super::wide::sigmoid(self, &x.to_string()),
+            UnaryPrim::Erf => unreachable!("`supports` refuses {op:?} in {ty}"),
         }
     }
 
@@ -468,7 +458,7 @@ impl Emitter {
             BinaryPrim::Le => truth(self, "le"),
             BinaryPrim::Gt => truth(self, "gt"),
             BinaryPrim::Ge => truth(self, "ge"),
-            BinaryPrim::Pow => unreachable!("`supports` refuses pow in {ty}"),
+            BinaryPrim::Pow => super::wide::pow(self, &a.to_string(), &b.to_string()),
         }
     }
 

@@ -15,8 +15,8 @@
 //! than 2^31 elements ([`PtxError::TooLarge`]).
 //!
 //! Map kernels compute in their [`gt_ir::kernel::Compute`] type: `f32` (over `f32` and
-//! halves), `f64` (arithmetic, comparisons, `sqrt`, `rsqrt`; its transcendental ops are
-//! refused by name, [`PtxError::Compute`]) or `i64` (over the integers and `bool`,
+//! halves), `f64` (every op but `erf`, refused by name, [`PtxError::Compute`]; `exp`, `log`,
+//! `tanh`, `sigmoid` and `pow` from `wide.rs`) or `i64` (over the integers and `bool`,
 //! wrapping); loads and stores convert between each buffer's dtype and it as `.to(dtype)`
 //! does. Matmuls take `f32` and halves only ([`PtxError::MatMulDType`]).
 //!
@@ -38,6 +38,7 @@ mod matmul;
 mod mma;
 mod rows;
 mod wgmma;
+mod wide;
 
 pub use matmul::Tiling;
 pub use wgmma::TransposedRhs;
@@ -108,7 +109,7 @@ pub enum PtxError {
         given: usize,
     },
     /// An op the GPU does not compute in the kernel's compute type yet.
-    #[error("`{op}` computing in {compute} has no CUDA kernel yet (in {compute}: arithmetic, comparisons, sqrt, reductions); cast to f32 first")]
+    #[error("`{op}` computing in {compute} has no CUDA kernel yet; cast to f32 first (or run it on a CPU worker)")]
     Compute {
         /// The op's mnemonic.
         op: &'static str,

@@ -1,0 +1,520 @@
+//! `f64` transcendental functions (`ln`, `exp`, `tanh`, `sigmoid`, `pow`) written once over
+//! [`Wide`], a handful of `f64` operations: the PTX generator emits them as instructions
+//! (the [`Emitter`] impl), and the tests below compute the same algorithms on the CPU
+//! ([`Cpu`]) against libm, so they are checked without a GPU. `ln`, `exp`, `tanh` and
+//! `sigmoid` are within 2 ulp of libm; `pow` is `exp(b ln |a|)`, whose relative error grows
+//! with `|b ln a|` (about 1e-13 at 1e300).
+
+use super::emit::{f64_imm, Emitter, Reg};
+
+/// ln 2 in two parts (fdlibm): `e * LN2_HI` is exact for the exponents of f64.
+const LN2_HI: f64 = f64::from_bits(0x3FE6_2E42_FEE0_0000);
+/// See [`LN2_HI`].
+const LN2_LO: f64 = f64::from_bits(0x3DEA_39EF_3579_3C76);
+
+/// The `f64` operations the functions are written in, each rounded to nearest (ties to
+/// even) as IEEE says.
+pub(super) trait Wide {
+    /// A value.
+    type V: Clone;
+    /// A truth value.
+    type P: Clone;
+    fn c(&mut self, x: f64) -> Self::V;
+    fn add(&mut self, a: &Self::V, b: &Self::V) -> Self::V;
+    fn sub(&mut self, a: &Self::V, b: &Self::V) -> Self::V;
+    fn mul(&mut self, a: &Self::V, b: &Self::V) -> Self::V;
+    fn div(&mut self, a: &Self::V, b: &Self::V) -> Self::V;
+    /// `a * b + c`, rounded once.
+    fn fma(&mut self, a: &Self::V, b: &Self::V, c: &Self::V) -> Self::V;
+    /// The nearest integer (ties to even).
+    fn rint(&mut self, a: &Self::V) -> Self::V;
+    /// The integer toward zero.
+    fn trunc(&mut self, a: &Self::V) -> Self::V;
+    fn abs(&mut self, a: &Self::V) -> Self::V;
+    fn neg(&mut self, a: &Self::V) -> Self::V;
+    /// `|magnitude|` with the sign of `sign`.
+    fn copysign(&mut self, magnitude: &Self::V, sign: &Self::V) -> Self::V;
+    /// `(m, e)` with `a = m 2^e`, `m` in `[1, 2)`, for a positive normal `a`.
+    fn frexp(&mut self, a: &Self::V) -> (Self::V, Self::V);
+    /// `a 2^k` for an integral `k` in `[-1076, 1076]`, rounded once (two exact scalings by
+    /// normal powers of two, so that subnormal and infinite results come out right).
+    fn ldexp(&mut self, a: &Self::V, k: &Self::V) -> Self::V;
+    fn lt(&mut self, a: &Self::V, b: &Self::V) -> Self::P;
+    fn gt(&mut self, a: &Self::V, b: &Self::V) -> Self::P;
+    fn eq(&mut self, a: &Self::V, b: &Self::V) -> Self::P;
+    /// Not equal, NaN included.
+    fn ne(&mut self, a: &Self::V, b: &Self::V) -> Self::P;
+    fn is_nan(&mut self, a: &Self::V) -> Self::P;
+    fn or(&mut self, p: &Self::P, q: &Self::P) -> Self::P;
+    fn and(&mut self, p: &Self::P, q: &Self::P) -> Self::P;
+    fn select(&mut self, p: &Self::P, on_true: &Self::V, on_false: &Self::V) -> Self::V;
+}
+
+/// `ln x`: `x = 2^e m` with `m` in `[sqrt(1/2), sqrt(2))`, `ln m = 2 atanh(s)`,
+/// `s = (m - 1) / (m + 1)`, `|s| < 0.172`, by its series to s^23; subnormals scaled by 2^54
+/// first; `ln 0 = -inf`, negative `x` NaN.
+pub(super) fn ln<W: Wide>(w: &mut W, x: &W::V) -> W::V {
+    let tiny = {
+        let least = w.c(f64::MIN_POSITIVE);
+        w.lt(x, &least)
+    };
+    let scaled = {
+        let two54 = w.c(2f64.powi(54));
+        w.mul(x, &two54)
+    };
+    let xs = w.select(&tiny, &scaled, x);
+    let (m, e) = w.frexp(&xs);
+    let e_small = {
+        let k = w.c(54.0);
+        w.sub(&e, &k)
+    };
+    let e = w.select(&tiny, &e_small, &e);
+    let big = {
+        let root = w.c(std::f64::consts::SQRT_2);
+        w.gt(&m, &root)
+    };
+    let half = {
+        let h = w.c(0.5);
+        w.mul(&m, &h)
+    };
+    let m = w.select(&big, &half, &m);
+    let one = w.c(1.0);
+    let e1 = w.add(&e, &one);
+    let e = w.select(&big, &e1, &e);
+    let num = w.sub(&m, &one);
+    let den = w.add(&m, &one);
+    let s = w.div(&num, &den);
+    let s2 = w.mul(&s, &s);
+    // atanh(s) / s = sum s^2k / (2k + 1), Horner from k = 11.
+    let mut p = w.c(1.0 / 23.0);
+    for k in (0..11).rev() {
+        let term = w.c(1.0 / (2 * k + 1) as f64);
+        p = w.fma(&p, &s2, &term);
+    }
+    let two_s = w.add(&s, &s);
+    let ln_m = w.mul(&two_s, &p);
+    // ln 2 in two parts: e * LN2_HI is exact for |e| < 2^11.
+    let (hi, lo) = (w.c(LN2_HI), w.c(LN2_LO));
+    let low = w.fma(&e, &lo, &ln_m);
+    let r = w.fma(&e, &hi, &low);
+    // Zero, negatives, infinity and NaN.
+    let zero = w.c(0.0);
+    let (is_zero, negative) = (w.eq(x, &zero), w.lt(x, &zero));
+    let inf = w.c(f64::INFINITY);
+    let is_inf = w.eq(x, &inf);
+    let minus_inf = w.c(f64::NEG_INFINITY);
+    let nan = w.c(f64::NAN);
+    let r = w.select(&is_zero, &minus_inf, &r);
+    let r = w.select(&negative, &nan, &r);
+    let r = w.select(&is_inf, &inf, &r);
+    let x_nan = w.is_nan(x);
+    w.select(&x_nan, x, &r)
+}
+
+/// `e^x`: `x = k ln 2 + r`, `|r| <= ln 2 / 2` (ln 2 in two parts), `e^r` by its Taylor
+/// series to r^13, scaled by 2^k; `x` clamped to `[-746, 710]` first, where the result is
+/// already 0 or infinite.
+pub(super) fn exp<W: Wide>(w: &mut W, x: &W::V) -> W::V {
+    let (lo_bound, hi_bound) = (w.c(-746.0), w.c(710.0));
+    let over = w.gt(x, &hi_bound);
+    let xc = w.select(&over, &hi_bound, x);
+    let under = w.lt(&xc, &lo_bound);
+    let xc = w.select(&under, &lo_bound, &xc);
+    let k = {
+        let log2e = w.c(std::f64::consts::LOG2_E);
+        let t = w.mul(&xc, &log2e);
+        w.rint(&t)
+    };
+    let (hi, lo) = (w.c(-LN2_HI), w.c(-LN2_LO));
+    let r = w.fma(&k, &hi, &xc);
+    let r = w.fma(&k, &lo, &r);
+    let factorial = |n: u32| (1..=n).map(f64::from).product::<f64>();
+    let mut p = w.c(1.0 / factorial(13));
+    for j in (0..13).rev() {
+        let term = w.c(1.0 / factorial(j));
+        p = w.fma(&p, &r, &term);
+    }
+    let y = w.ldexp(&p, &k);
+    let x_nan = w.is_nan(x);
+    w.select(&x_nan, x, &y)
+}
+
+/// Below this `|x|`, [`tanh`] is its Taylor series.
+const SERIES_BOUND: f64 = 0.55;
+/// `tanh x = x + sum TANH[k] x^(2k+1)`: the coefficients `(-1)^k T(k+1) / (2k+1)!` from the
+/// tangent numbers `T` (1, 2, 16, 272, ...), computed exactly and rounded once. Below
+/// [`SERIES_BOUND`], the terms left out are under 1e-17 of `x`.
+const TANH: [f64; 19] = [
+    -0.3333333333333333,
+    0.13333333333333333,
+    -0.05396825396825397,
+    0.021869488536155203,
+    -0.008863235529902197,
+    0.003592128036572481,
+    -0.0014558343870513183,
+    0.000590027440945586,
+    -0.00023912911424355248,
+    9.691537956929451e-05,
+    -3.927832388331683e-05,
+    1.5918905069328964e-05,
+    -6.451689215655431e-06,
+    2.6147711512907546e-06,
+    -1.0597268320104654e-06,
+    4.294911078273806e-07,
+    -1.7406618963571648e-07,
+    7.054636946400968e-08,
+    -2.859136662305254e-08,
+];
+
+/// `tanh x` with the sign of `x`: for small `|x|` its series `x + x s q(s)`, `s = x^2` (the
+/// correction is under a tenth of `x`, so its rounding barely shows); else `-t / (2 + t)`
+/// with `t = e^(-2|x|) - 1`, which never overflows.
+pub(super) fn tanh<W: Wide>(w: &mut W, x: &W::V) -> W::V {
+    let s = w.mul(x, x);
+    let mut q = w.c(TANH[TANH.len() - 1]);
+    for &k in TANH[..TANH.len() - 1].iter().rev() {
+        let term = w.c(k);
+        q = w.fma(&q, &s, &term);
+    }
+    let xs = w.mul(x, &s);
+    let r_small = w.fma(&xs, &q, x);
+    let a = w.abs(x);
+    let two = w.c(2.0);
+    let minus_two = w.c(-2.0);
+    let y = w.mul(&a, &minus_two);
+    let e = exp(w, &y);
+    let one = w.c(1.0);
+    let t = w.sub(&e, &one);
+    let den = w.add(&t, &two);
+    let num = w.neg(&t);
+    let r_big = w.div(&num, &den);
+    let r_big = w.copysign(&r_big, x);
+    let small = {
+        let bound = w.c(SERIES_BOUND);
+        w.lt(&a, &bound)
+    };
+    w.select(&small, &r_small, &r_big)
+}
+
+/// `sigmoid x`: `e / (1 + e)` below 0, `1 / (1 + e)` above, `e = e^-|x|` (the interpreter's
+/// two formulas, one `exp`).
+pub(super) fn sigmoid<W: Wide>(w: &mut W, x: &W::V) -> W::V {
+    let a = w.abs(x);
+    let na = w.neg(&a);
+    let e = exp(w, &na);
+    let one = w.c(1.0);
+    let den = w.add(&one, &e);
+    let neg_side = w.div(&e, &den);
+    let pos_side = w.div(&one, &den);
+    let zero = w.c(0.0);
+    let negative = w.lt(x, &zero);
+    w.select(&negative, &neg_side, &pos_side)
+}
+
+/// `a^b` as C's `pow`: `e^(b ln |a|)`, negated for a negative base with an odd integer
+/// exponent, NaN for a negative base with a fractional one; `a^0 = 1^b = (-1)^(+-inf) = 1`.
+pub(super) fn pow<W: Wide>(w: &mut W, a: &W::V, b: &W::V) -> W::V {
+    let abs = w.abs(a);
+    let l = ln(w, &abs);
+    let t = w.mul(b, &l);
+    let mag = exp(w, &t);
+    let bi = w.trunc(b);
+    let is_int = w.eq(&bi, b);
+    let half = {
+        let h = w.c(0.5);
+        w.mul(b, &h)
+    };
+    let half_i = w.trunc(&half);
+    let odd = w.ne(&half_i, &half);
+    let neg_mag = w.neg(&mag);
+    let signed = w.select(&odd, &neg_mag, &mag);
+    let nan = w.c(f64::NAN);
+    // -inf to a fractional power is +inf or 0 (e^(b ln inf)), not NaN.
+    let inf = w.c(f64::INFINITY);
+    let infinite_base = w.eq(&abs, &inf);
+    let fractional = w.select(&infinite_base, &mag, &nan);
+    let negative_base = w.select(&is_int, &signed, &fractional);
+    let zero = w.c(0.0);
+    let is_neg = w.lt(a, &zero);
+    let r = w.select(&is_neg, &negative_base, &mag);
+    let one = w.c(1.0);
+    let zero_exp = w.eq(b, &zero);
+    let unit_base = w.eq(a, &one);
+    let b_abs = w.abs(b);
+    let inf_exp = w.eq(&b_abs, &inf);
+    let unit_abs = w.eq(&abs, &one);
+    let minus_one_inf = w.and(&inf_exp, &unit_abs);
+    let trivial = w.or(&zero_exp, &unit_base);
+    let trivial = w.or(&trivial, &minus_one_inf);
+    let r = w.select(&trivial, &one, &r);
+    // `a^1`, `a^2` and `a^-1` exactly, as libm gives them (the logarithm costs digits).
+    let (two, minus_one) = (w.c(2.0), w.c(-1.0));
+    let (square, inverse) = (w.mul(a, a), w.div(&one, a));
+    let (first, second, minus_first) = (w.eq(b, &one), w.eq(b, &two), w.eq(b, &minus_one));
+    let r = w.select(&first, a, &r);
+    let r = w.select(&second, &square, &r);
+    w.select(&minus_first, &inverse, &r)
+}
+
+impl Wide for Emitter {
+    type V = String;
+    type P = String;
+
+    fn c(&mut self, x: f64) -> String {
+        f64_imm(x)
+    }
+    fn add(&mut self, a: &String, b: &String) -> String {
+        self.value(Reg::F64, "add.rn.f64", &format!("{a}, {b}"))
+    }
+    fn sub(&mut self, a: &String, b: &String) -> String {
+        self.value(Reg::F64, "sub.rn.f64", &format!("{a}, {b}"))
+    }
+    fn mul(&mut self, a: &String, b: &String) -> String {
+        self.value(Reg::F64, "mul.rn.f64", &format!("{a}, {b}"))
+    }
+    fn div(&mut self, a: &String, b: &String) -> String {
+        self.value(Reg::F64, "div.rn.f64", &format!("{a}, {b}"))
+    }
+    fn fma(&mut self, a: &String, b: &String, c: &String) -> String {
+        self.value(Reg::F64, "fma.rn.f64", &format!("{a}, {b}, {c}"))
+    }
+    fn rint(&mut self, a: &String) -> String {
+        self.value(Reg::F64, "cvt.rni.f64.f64", a)
+    }
+    fn trunc(&mut self, a: &String) -> String {
+        self.value(Reg::F64, "cvt.rzi.f64.f64", a)
+    }
+    fn abs(&mut self, a: &String) -> String {
+        self.value(Reg::F64, "abs.f64", a)
+    }
+    fn neg(&mut self, a: &String) -> String {
+        self.value(Reg::F64, "neg.f64", a)
+    }
+    fn copysign(&mut self, magnitude: &String, sign: &String) -> String {
+        // PTX's `copysign` takes the sign first.
+        self.value(Reg::F64, "copysign.f64", &format!("{sign}, {magnitude}"))
+    }
+    fn frexp(&mut self, a: &String) -> (String, String) {
+        let bits = self.value(Reg::B64, "mov.b64", a);
+        let biased = self.value(Reg::B64, "shr.u64", &format!("{bits}, 52"));
+        let field = self.value(Reg::B64, "and.b64", &format!("{biased}, 2047"));
+        let wide = self.value(Reg::F64, "cvt.rn.f64.u64", &field);
+        let e = self.value(Reg::F64, "sub.rn.f64", &format!("{wide}, {}", f64_imm(1023.0)));
+        let mant = self.value(Reg::B64, "and.b64", &format!("{bits}, {}", 0x000F_FFFF_FFFF_FFFFu64));
+        let mbits = self.value(Reg::B64, "or.b64", &format!("{mant}, {}", 0x3FF0_0000_0000_0000u64));
+        (self.value(Reg::F64, "mov.b64", &mbits), e)
+    }
+    fn ldexp(&mut self, a: &String, k: &String) -> String {
+        let k = self.value(Reg::B32, "cvt.rni.s32.f64", k);
+        // k = k1 + k2, each within the normal exponents: 2^k1 and 2^k2 are exact.
+        let k1 = self.value(Reg::B32, "shr.s32", &format!("{k}, 1"));
+        let k2 = self.value(Reg::B32, "sub.s32", &format!("{k}, {k1}"));
+        let power = |e: &mut Emitter, k: &str| {
+            let biased = e.value(Reg::B32, "add.s32", &format!("{k}, 1023"));
+            let wide = e.value(Reg::B64, "cvt.u64.u32", &biased);
+            let bits = e.value(Reg::B64, "shl.b64", &format!("{wide}, 52"));
+            e.value(Reg::F64, "mov.b64", &bits)
+        };
+        let (p1, p2) = (power(self, &k1), power(self, &k2));
+        let once = self.value(Reg::F64, "mul.rn.f64", &format!("{a}, {p1}"));
+        self.value(Reg::F64, "mul.rn.f64", &format!("{once}, {p2}"))
+    }
+    fn lt(&mut self, a: &String, b: &String) -> String {
+        self.predicate("lt.f64", a, b)
+    }
+    fn gt(&mut self, a: &String, b: &String) -> String {
+        self.predicate("gt.f64", a, b)
+    }
+    fn eq(&mut self, a: &String, b: &String) -> String {
+        self.predicate("eq.f64", a, b)
+    }
+    fn ne(&mut self, a: &String, b: &String) -> String {
+        self.predicate("neu.f64", a, b)
+    }
+    fn is_nan(&mut self, a: &String) -> String {
+        self.predicate("nan.f64", a, a)
+    }
+    fn or(&mut self, p: &String, q: &String) -> String {
+        self.value(Reg::Pred, "or.pred", &format!("{p}, {q}"))
+    }
+    fn and(&mut self, p: &String, q: &String) -> String {
+        self.value(Reg::Pred, "and.pred", &format!("{p}, {q}"))
+    }
+    fn select(&mut self, p: &String, on_true: &String, on_false: &String) -> String {
+        self.value(Reg::F64, "selp.f64", &format!("{on_true}, {on_false}, {p}"))
+    }
+}
+
+/// The same operations on the CPU, for the tests (and nothing else).
+#[cfg(test)]
+struct Cpu;
+
+#[cfg(test)]
+impl Wide for Cpu {
+    type V = f64;
+    type P = bool;
+
+    fn c(&mut self, x: f64) -> f64 {
+        x
+    }
+    fn add(&mut self, a: &f64, b: &f64) -> f64 {
+        a + b
+    }
+    fn sub(&mut self, a: &f64, b: &f64) -> f64 {
+        a - b
+    }
+    fn mul(&mut self, a: &f64, b: &f64) -> f64 {
+        a * b
+    }
+    fn div(&mut self, a: &f64, b: &f64) -> f64 {
+        a / b
+    }
+    fn fma(&mut self, a: &f64, b: &f64, c: &f64) -> f64 {
+        a.mul_add(*b, *c)
+    }
+    fn rint(&mut self, a: &f64) -> f64 {
+        a.round_ties_even()
+    }
+    fn trunc(&mut self, a: &f64) -> f64 {
+        a.trunc()
+    }
+    fn abs(&mut self, a: &f64) -> f64 {
+        a.abs()
+    }
+    fn neg(&mut self, a: &f64) -> f64 {
+        -a
+    }
+    fn copysign(&mut self, magnitude: &f64, sign: &f64) -> f64 {
+        magnitude.copysign(*sign)
+    }
+    fn frexp(&mut self, a: &f64) -> (f64, f64) {
+        let bits = a.to_bits();
+        let e = ((bits >> 52) & 2047) as f64 - 1023.0;
+        (f64::from_bits((bits & 0x000F_FFFF_FFFF_FFFF) | 0x3FF0_0000_0000_0000), e)
+    }
+    fn ldexp(&mut self, a: &f64, k: &f64) -> f64 {
+        // As the PTX: an integer k (the tests keep NaN away from here), split in two.
+        let k = *k as i32;
+        let k1 = k >> 1;
+        let power = |k: i32| f64::from_bits(((k + 1023) as u64) << 52);
+        a * power(k1) * power(k - k1)
+    }
+    fn lt(&mut self, a: &f64, b: &f64) -> bool {
+        a < b
+    }
+    fn gt(&mut self, a: &f64, b: &f64) -> bool {
+        a > b
+    }
+    fn eq(&mut self, a: &f64, b: &f64) -> bool {
+        a == b
+    }
+    fn ne(&mut self, a: &f64, b: &f64) -> bool {
+        a != b
+    }
+    fn is_nan(&mut self, a: &f64) -> bool {
+        a.is_nan()
+    }
+    fn or(&mut self, p: &bool, q: &bool) -> bool {
+        *p || *q
+    }
+    fn and(&mut self, p: &bool, q: &bool) -> bool {
+        *p && *q
+    }
+    fn select(&mut self, p: &bool, on_true: &f64, on_false: &f64) -> f64 {
+        if *p {
+            *on_true
+        } else {
+            *on_false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Units in the last place between two finite f64s of one sign (0 when equal).
+    fn ulps(a: f64, b: f64) -> u64 {
+        if a == b || (a.is_nan() && b.is_nan()) {
+            return 0;
+        }
+        if a.is_sign_negative() != b.is_sign_negative() || !a.is_finite() || !b.is_finite() {
+            return u64::MAX;
+        }
+        a.to_bits().abs_diff(b.to_bits())
+    }
+
+    /// Inputs spread over `[lo, hi]` (splitmix64), and `extra`.
+    fn inputs(lo: f64, hi: f64, n: usize, extra: &[f64]) -> Vec<f64> {
+        let mut out: Vec<f64> = (0..n as u64)
+            .map(|i| {
+                let u = (gt_ir::random::splitmix64(i) >> 11) as f64 / (1u64 << 53) as f64;
+                lo + (hi - lo) * u
+            })
+            .collect();
+        out.extend_from_slice(extra);
+        out
+    }
+
+    fn within(name: &str, f: impl Fn(&mut Cpu, &f64) -> f64, reference: impl Fn(f64) -> f64, xs: &[f64], max: u64) {
+        let mut worst = (0, 0.0);
+        for &x in xs {
+            let (got, want) = (f(&mut Cpu, &x), reference(x));
+            let d = ulps(got, want);
+            assert!(d <= max, "{name}({x:e}) = {got:e}, libm {want:e}: {d} ulp");
+            if d > worst.0 {
+                worst = (d, x);
+            }
+        }
+        eprintln!("{name}: worst {} ulp at {:e}", worst.0, worst.1);
+    }
+
+    const SPECIAL: [f64; 10] = [0.0, -0.0, 1.0, -1.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e-300, -1e-300, 0.5];
+
+    #[test]
+    fn ln_within_two_ulp_of_libm() {
+        let mut xs = inputs(0.0, 10.0, 20_000, &SPECIAL);
+        xs.extend(inputs(-1074.0, 1023.0, 20_000, &[]).into_iter().map(f64::exp2));
+        xs.extend([5e-324, 2.2e-308, f64::MAX, f64::MIN_POSITIVE, -3.0]);
+        within("ln", ln, f64::ln, &xs, 2);
+    }
+
+    #[test]
+    fn exp_within_two_ulp_of_libm() {
+        let xs = inputs(-750.0, 715.0, 40_000, &[709.782712893384, -745.1332191019411, -708.5, 1e-17, -1e-17]);
+        let xs: Vec<f64> = xs.into_iter().chain(SPECIAL).chain(inputs(-2.0, 2.0, 10_000, &[])).collect();
+        within("exp", exp, f64::exp, &xs, 2);
+    }
+
+    #[test]
+    fn tanh_and_sigmoid_within_two_ulp_of_libm() {
+        let mut xs = inputs(-25.0, 25.0, 20_000, &SPECIAL);
+        xs.extend(inputs(-0.5, 0.5, 20_000, &[1e-9, -1e-200, 0.17328, 0.1733, 19.1, -800.0]));
+        within("tanh", tanh, f64::tanh, &xs, 2);
+        within("sigmoid", sigmoid, gt_ir::ops::sigmoid::<f64>, &xs, 2);
+    }
+
+    #[test]
+    fn pow_is_close_to_libm_and_exact_at_its_special_cases() {
+        let (a, b) = (inputs(-10.0, 10.0, 4000, &[]), inputs(-20.0, 20.0, 4000, &[]));
+        for (&x, &y) in a.iter().zip(&b) {
+            // A fractional power of a negative base is NaN on both sides.
+            let (got, want) = (pow(&mut Cpu, &x, &y), x.powf(y));
+            let close = (got.is_nan() && want.is_nan()) || (got - want).abs() <= 1e-13 * want.abs();
+            assert!(close, "pow({x}, {y}) = {got:e}, libm {want:e}");
+        }
+        for &x in &SPECIAL {
+            for &y in SPECIAL.iter().chain(&[2.0, 3.0, -3.0, 0.5]) {
+                let (got, want) = (pow(&mut Cpu, &x, &y), x.powf(y));
+                // -0 to an odd negative power is -inf in C; this gives +inf (as the f32 kernels).
+                let signed_zero = x == 0.0 && x.is_sign_negative() && y == -3.0;
+                if !signed_zero {
+                    assert!(
+                        ulps(got, want) == 0 || (got - want).abs() <= 1e-13 * want.abs(),
+                        "pow({x}, {y}) = {got}, libm {want}"
+                    );
+                }
+            }
+        }
+    }
+}
