@@ -23,7 +23,7 @@ use crate::RuntimeError;
 use foldhash::{HashMap, HashMapExt};
 use gt_ir::data::Elements;
 use gt_ir::formula::{Algebra, Term, Var};
-use gt_ir::kernel::Kernel;
+use gt_ir::kernel::{Kernel, Node};
 use gt_ir::ops::{nan_max, nan_min, BinaryKernel, OpDef, UnaryKernel};
 use gt_ir::random;
 use gt_ir::verify::shape::{self, ResolvedSlice};
@@ -659,6 +659,13 @@ impl Interpreter {
             .map(|&value| values.get(&value).ok_or(RuntimeError::Undefined { op, value }))
             .collect::<Result<Vec<_>, RuntimeError>>()?;
         let dims = ty.shape.dims();
+        if rounds(kernel) {
+            // `round` nodes (kernels written by hand: the fuse pass makes none) are not
+            // compiled: the oracle runs them.
+            let mut out = Value::full(ty.dtype, dims, 0.0);
+            super::kernels::run_values(kernel, &operands, &mut out).map_err(|e| super::kernels::failed(op, e))?;
+            return Ok(out);
+        }
         let Some(jit) = &mut self.jit else {
             let widened: Vec<_> = operands.iter().map(|v| v.f32()).collect();
             let inputs: Vec<&[f32]> = widened.iter().map(|t| t.as_slice().unwrap_or(&[])).collect();
@@ -713,6 +720,9 @@ impl Interpreter {
         over: usize,
     ) -> Result<Option<ValueId>, RuntimeError> {
         let op = "fused";
+        if rounds(kernel) {
+            return Ok(None);
+        }
         let donor = srcs[over];
         let Some(Value::F32(mut a)) = self.values.remove(&donor) else { return Ok(None) };
         let ran = {
@@ -1448,6 +1458,11 @@ fn slice_axes(resolved: &ResolvedSlice) -> Vec<(usize, usize, usize, bool)> {
             (lo, hi, step, s.step < 0)
         })
         .collect()
+}
+
+/// Whether `kernel` has `round` nodes, which the JIT does not compile.
+fn rounds(kernel: &Kernel) -> bool {
+    matches!(kernel, Kernel::Map(m) if m.nodes.iter().any(|n| matches!(n, Node::Round(..))))
 }
 
 #[cfg(test)]

@@ -460,6 +460,10 @@ pub(super) fn map_function(k: &MapKernel, target: Target, name: UserFuncName) ->
     if k.nodes.is_empty() {
         return Err(JitError::Invalid(gt_ir::kernel::KernelError::NoNodes));
     }
+    // What the fuse pass never makes, and no code below handles.
+    if k.compute != Compute::F32 || k.nodes.iter().any(|n| matches!(n, Node::Round(..))) {
+        return Err(JitError::Compute { compute: k.compute });
+    }
     let mut func = Function::with_name_signature(name, target.kernel_signature());
     let mut fctx = FunctionBuilderContext::new();
     let b = FunctionBuilder::new(&mut func, &mut fctx);
@@ -895,7 +899,7 @@ impl<'f> Gen<'_, 'f> {
                 }
                 Node::Select(c, t, f) => self.emit(lanes).where_(v(c), v(t), v(f)),
                 // Constants and in-row reductions are invariant; `acc` was rewritten to an input.
-                Node::Round(..) => unreachable!("`Jit::compiled` refuses round nodes"),
+                Node::Round(..) => unreachable!("`map_function` refuses round nodes"),
                 Node::Const(_) | Node::Const64(_) | Node::Reduce(..) | Node::Acc => {
                     unreachable!("invariant node {i} ({node}) was not hoisted")
                 }

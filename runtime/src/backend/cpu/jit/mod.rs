@@ -564,15 +564,7 @@ impl Jit {
             // In use while in the previous generation: compiled again into the current one,
             // so that it outlives the previous generation.
             Some(_) => self.stats.cache_hits += 1,
-            None => {
-                validate(kernel).map_err(JitError::Invalid)?;
-                if let Kernel::Map(k) = kernel {
-                    let rounds = k.nodes.iter().any(|n| matches!(n, Node::Round(..)));
-                    if k.compute != gt_ir::kernel::Compute::F32 || rounds {
-                        return Err(JitError::Compute { compute: k.compute });
-                    }
-                }
-            }
+            None => validate(kernel).map_err(JitError::Invalid)?,
         }
         if self.current.0 >= MAX_CACHED_KERNELS / 2 || self.current.1 as usize >= MAX_CODE_BYTES / 2 {
             self.next_generation()?;
