@@ -30,24 +30,12 @@ impl Default for Tolerance {
 impl Tolerance {
     /// Whether `got` is close enough to `want`.
     pub fn accepts(self, got: f32, want: f32) -> bool {
-        if want.is_nan() || got.is_nan() {
-            return want.is_nan() && got.is_nan();
-        }
-        if want.is_infinite() || got.is_infinite() {
-            return want == got;
-        }
-        (got - want).abs() <= self.abs + self.rel * want.abs()
+        close(got, want, self.abs, self.rel)
     }
 
     /// [`Tolerance::accepts`] for `f64` values.
     pub fn accepts_f64(self, got: f64, want: f64) -> bool {
-        if want.is_nan() || got.is_nan() {
-            return want.is_nan() && got.is_nan();
-        }
-        if want.is_infinite() || got.is_infinite() {
-            return want == got;
-        }
-        (got - want).abs() <= f64::from(self.abs) + f64::from(self.rel) * want.abs()
+        close(got, want, f64::from(self.abs), f64::from(self.rel))
     }
 
     /// This tolerance for values of `dtype`: halves are rounded once from an `f32` that the
@@ -61,6 +49,27 @@ impl Tolerance {
         };
         Tolerance { abs: self.abs, rel: self.rel.max(ulp) }
     }
+}
+
+/// Whether `got` is within `abs + rel |want|` of `want` (NaN only matches NaN, an infinity
+/// only itself).
+fn close<T: num_traits::Float>(got: T, want: T, abs: T, rel: T) -> bool {
+    if want.is_nan() || got.is_nan() {
+        return want.is_nan() && got.is_nan();
+    }
+    if want.is_infinite() || got.is_infinite() {
+        return want == got;
+    }
+    (got - want).abs() <= abs + rel * want.abs()
+}
+
+/// The first index where `same` rejects `got` against `want`, with both elements printed.
+fn first_apart<T: Copy + std::fmt::Debug>(
+    got: &[T],
+    want: &[T],
+    same: impl Fn(T, T) -> bool,
+) -> Option<(usize, String, String)> {
+    (0..want.len()).find(|&i| !same(got[i], want[i])).map(|i| (i, format!("{:?}", got[i]), format!("{:?}", want[i])))
 }
 
 /// Why a mirrored run failed.
@@ -216,23 +225,13 @@ impl Executor for Mirror {
         let tolerance = self.tolerance.for_dtype(want.ty.dtype);
         let differs = match want.ty.dtype {
             gt_ir::DType::F64 => {
-                let (g, w) = (got.data.to_f64(), want.data.to_f64());
-                (0..w.len())
-                    .find(|&i| !tolerance.accepts_f64(g[i], w[i]))
-                    .map(|i| (i, format!("{:?}", g[i]), format!("{:?}", w[i])))
+                first_apart(&got.data.to_f64(), &want.data.to_f64(), |g, w| tolerance.accepts_f64(g, w))
             }
-            d if d.is_float() => {
-                let (g, w) = (got.data.to_f32(), want.data.to_f32());
-                (0..w.len())
-                    .find(|&i| !tolerance.accepts(g[i], w[i]))
-                    .map(|i| (i, format!("{:?}", g[i]), format!("{:?}", w[i])))
-            }
+            d if d.is_float() => first_apart(&got.data.to_f32(), &want.data.to_f32(), |g, w| tolerance.accepts(g, w)),
             _ => {
                 use gt_ir::data::Elements;
                 match (got.data.cast(gt_ir::DType::I64), want.data.cast(gt_ir::DType::I64)) {
-                    (Elements::I64(g), Elements::I64(w)) => {
-                        (0..w.len()).find(|&i| g[i] != w[i]).map(|i| (i, g[i].to_string(), w[i].to_string()))
-                    }
+                    (Elements::I64(g), Elements::I64(w)) => first_apart(&g, &w, |g, w| g == w),
                     _ => unreachable!("a cast to i64 gives i64"),
                 }
             }

@@ -70,39 +70,27 @@ impl Step {
     }
 }
 
-/// What the kernels of `instr` compute in: what the interpreter computes the op in (the
-/// promoted operands of a binary op, the source of a cast or a reduction, else the result).
-fn compute_of(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[TensorType]) -> Compute {
-    let result = || results.first().map_or(Compute::F32, |t| Compute::of(t.dtype));
-    match instr {
-        Instr::Cast { src, .. } | Instr::Reduce { src, .. } => Compute::of(ty(*src).dtype),
+/// What the kernels of `instr` compute in, and the dtype its scalar operands convert to, as
+/// the interpreter does: a binary op computes in (and converts scalars to) its promoted
+/// operands' compute dtype; a cast or a reduction computes in its source's; anything else in
+/// its result's, to which `full` values and `where`'s scalar branches convert.
+fn dtypes_of(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[TensorType]) -> (Compute, DType) {
+    let result = results.first().map_or(DType::F32, |t| t.dtype);
+    let scalars = match instr {
         Instr::Binary { op, lhs, rhs, .. } => {
             let typed = |v: ValueId| Ok(ty(v));
-            match crate::verify::shape::elementwise(&[*lhs, *rhs], &typed)
+            crate::verify::shape::elementwise(&[*lhs, *rhs], &typed)
                 .and_then(|t| crate::verify::shape::binary_dtypes(*op, t.dtype))
-            {
-                Ok((compute, _)) => Compute::of(compute),
-                Err(_) => result(),
-            }
+                .map_or(result, |(compute, _)| compute)
         }
+        _ => result,
+    };
+    let compute = match instr {
+        Instr::Cast { src, .. } | Instr::Reduce { src, .. } => Compute::of(ty(*src).dtype),
         Instr::Collective { srcs, .. } => srcs.first().map_or(Compute::F32, |&v| Compute::of(ty(v).dtype)),
-        _ => result(),
-    }
-}
-
-/// The dtype a scalar operand of `instr` converts to, as the interpreter converts it: what a
-/// binary op computes in, else the result's dtype (a `full` value, `where`'s branches).
-fn scalar_dtype(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[TensorType]) -> DType {
-    let result = results.first().map_or(DType::F32, |t| t.dtype);
-    if let Instr::Binary { op, lhs, rhs, .. } = instr {
-        let typed = |v: ValueId| Ok(ty(v));
-        if let Ok((compute, _)) = crate::verify::shape::elementwise(&[*lhs, *rhs], &typed)
-            .and_then(|t| crate::verify::shape::binary_dtypes(*op, t.dtype))
-        {
-            return compute;
-        }
-    }
-    result
+        _ => Compute::of(scalars),
+    };
+    (compute, scalars)
 }
 
 /// The constant `x`, converted to `dtype` first, in a kernel computing in `compute`: an
@@ -127,8 +115,7 @@ fn constant(compute: Compute, x: f64) -> Node {
 /// differently.
 pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[TensorType]) -> Vec<Step> {
     let out_dims = || results.first().map(|t| t.shape.0.clone()).unwrap_or_default();
-    let compute = compute_of(instr, ty, results);
-    let scalars = scalar_dtype(instr, ty, results);
+    let (compute, scalars) = dtypes_of(instr, ty, results);
     let mut steps = Vec::new();
     let mut map = |parts: MapParts| {
         let (values, accesses): (Vec<_>, Vec<_>) = parts.inputs.into_iter().unzip();

@@ -243,6 +243,12 @@ impl MapKernel {
         (kept, row)
     }
 
+    /// Whether it computes in `f32` without `round` nodes: what the fuse pass makes and the
+    /// CPU's JIT compiles.
+    pub fn is_plain_f32(&self) -> bool {
+        self.compute == Compute::F32 && !self.nodes.iter().any(|n| matches!(n, Node::Round(..)))
+    }
+
     /// Whether a block must own each row (in-row reductions or a final reduction).
     pub fn is_row_kernel(&self) -> bool {
         self.reduce.is_some() || self.nodes.iter().any(|n| matches!(n, Node::Reduce(..)))

@@ -23,7 +23,7 @@ use crate::RuntimeError;
 use foldhash::{HashMap, HashMapExt};
 use gt_ir::data::Elements;
 use gt_ir::formula::{Algebra, Term, Var};
-use gt_ir::kernel::{Kernel, Node};
+use gt_ir::kernel::Kernel;
 use gt_ir::ops::{nan_max, nan_min, BinaryKernel, OpDef, UnaryKernel};
 use gt_ir::random;
 use gt_ir::verify::shape::{self, ResolvedSlice};
@@ -1460,9 +1460,10 @@ fn slice_axes(resolved: &ResolvedSlice) -> Vec<(usize, usize, usize, bool)> {
         .collect()
 }
 
-/// Whether `kernel` has `round` nodes, which the JIT does not compile.
+/// Whether `kernel` has `round` nodes, which the JIT does not compile (the verifier has
+/// `fused` kernels compute in `f32`).
 fn rounds(kernel: &Kernel) -> bool {
-    matches!(kernel, Kernel::Map(m) if m.nodes.iter().any(|n| matches!(n, Node::Round(..))))
+    matches!(kernel, Kernel::Map(m) if !m.is_plain_f32())
 }
 
 #[cfg(test)]

@@ -39,11 +39,25 @@ fn by_index(dims: &[usize], f: impl Fn(u64) -> f32) -> Tensor {
 
 /// The row axes' reduction of `t` (over `dims`), broadcast back to `dims`.
 fn row_reduce(op: gt_ir::ReduceOp, t: &Tensor, dims: &[usize], rows: &[usize]) -> Tensor {
-    let kept: Vec<usize> = (0..dims.len()).filter(|a| !rows.contains(a)).map(|a| dims[a]).collect();
-    let keepdim: Vec<usize> = (0..dims.len()).map(|a| if rows.contains(&a) { 1 } else { dims[a] }).collect();
+    let (kept, keepdim) = row_shapes(dims, rows);
     let r = reduce(op, t, rows, &kept);
     let r = r.into_shape_with_order(IxDyn(&keepdim)).expect("same element count");
     r.broadcast(IxDyn(dims)).expect("keepdim shape broadcasts").to_owned()
+}
+
+/// The dims a reduction over the `rows` axes of `dims` keeps, and `dims` with those axes 1.
+fn row_shapes(dims: &[usize], rows: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let kept = (0..dims.len()).filter(|a| !rows.contains(a)).map(|a| dims[a]).collect();
+    let keepdim = (0..dims.len()).map(|a| if rows.contains(&a) { 1 } else { dims[a] }).collect();
+    (kept, keepdim)
+}
+
+/// A reducing kernel's kept dims and its output's access over them.
+fn reduced_output(k: &MapKernel) -> (Vec<usize>, Access) {
+    let kept_axes: Vec<usize> = (0..k.shape.len()).filter(|a| !k.rows.contains(a)).collect();
+    let kept = kept_axes.iter().map(|&a| k.shape[a]).collect();
+    let strides = kept_axes.iter().map(|&a| k.output.strides[a]).collect();
+    (kept, Access { offset: k.output.offset, strides })
 }
 
 /// Every node's value over `dims`; `leaf` gives inputs and the matmul product.
@@ -91,11 +105,8 @@ fn map(k: &MapKernel, inputs: &[&[f32]], out: &mut [f32]) {
             }
         }
         Some(op) => {
-            let kept_axes: Vec<usize> = (0..dims.len()).filter(|a| !k.rows.contains(a)).collect();
-            let kept: Vec<usize> = kept_axes.iter().map(|&a| dims[a]).collect();
+            let (kept, access) = reduced_output(k);
             let reduced = reduce(op, &result, &k.rows, &kept);
-            let strides: Vec<i64> = kept_axes.iter().map(|&a| k.output.strides[a]).collect();
-            let access = Access { offset: k.output.offset, strides };
             for (i, x) in ndarray::indices(IxDyn(&kept)).into_iter().zip(reduced.iter()) {
                 out[offset(&access, i.slice())] = *x;
             }
@@ -194,9 +205,7 @@ fn evaluate_values(k: &MapKernel, inputs: &[&Value]) -> Vec<Value> {
                 value::select(&values[cond as usize], &values[t as usize], &values[f as usize], dims, c)
             }
             Node::Reduce(op, a) => {
-                let kept: Vec<usize> = (0..dims.len()).filter(|x| !rows.contains(x)).map(|x| dims[x]).collect();
-                let keepdim: Vec<usize> =
-                    (0..dims.len()).map(|x| if rows.contains(&x) { 1 } else { dims[x] }).collect();
+                let (kept, keepdim) = row_shapes(dims, rows);
                 value::reduce(op, &values[a as usize], rows, &kept, c).reshaped(&keepdim).broadcast_to(dims)
             }
         };
@@ -226,14 +235,8 @@ pub(crate) fn run_values(kernel: &Kernel, inputs: &[&Value], out: &mut Value) ->
             match k.reduce {
                 None => scatter_value(out, &result, &k.output, &k.shape),
                 Some(op) => {
-                    let dims = &k.shape;
-                    let kept_axes: Vec<usize> = (0..dims.len()).filter(|a| !k.rows.contains(a)).collect();
-                    let kept: Vec<usize> = kept_axes.iter().map(|&a| dims[a]).collect();
+                    let (kept, access) = reduced_output(k);
                     let reduced = value::reduce(op, &result, &k.rows, &kept, k.compute.dtype());
-                    let access = Access {
-                        offset: k.output.offset,
-                        strides: kept_axes.iter().map(|&a| k.output.strides[a]).collect(),
-                    };
                     scatter_value(out, &reduced, &access, &kept);
                 }
             }

@@ -461,7 +461,7 @@ pub(super) fn map_function(k: &MapKernel, target: Target, name: UserFuncName) ->
         return Err(JitError::Invalid(gt_ir::kernel::KernelError::NoNodes));
     }
     // What the fuse pass never makes, and no code below handles.
-    if k.compute != Compute::F32 || k.nodes.iter().any(|n| matches!(n, Node::Round(..))) {
+    if !k.is_plain_f32() {
         return Err(JitError::Compute { compute: k.compute });
     }
     let mut func = Function::with_name_signature(name, target.kernel_signature());

@@ -140,11 +140,7 @@ fn every_lowered_instruction_of_the_scripts_matches_the_oracle() {
                     let context = |e: String| format!("{}: {}: {e}", path.display(), instr.mnemonic());
                     // The JIT compiles f32 kernels without `round` nodes only (the fuse pass
                     // makes no others).
-                    let f64_or_i64 = |k: &Kernel| {
-                        let rounds =
-                            |m: &gt_ir::kernel::MapKernel| m.nodes.iter().any(|n| matches!(n, Node::Round(..)));
-                        matches!(k, Kernel::Map(m) if m.compute != Compute::F32 || rounds(m))
-                    };
+                    let f64_or_i64 = |k: &Kernel| matches!(k, Kernel::Map(m) if !m.is_plain_f32());
                     match step {
                         Step::Launch { kernel, .. } | Step::TwoPass { first: kernel, .. } if f64_or_i64(&kernel) => {}
                         Step::Launch { kernel, inputs, output } => {

@@ -147,7 +147,7 @@ enum Read {
 /// costly op (without one, the compiled loop is as fast).
 pub(super) fn applies(k: &MapKernel) -> bool {
     let dims = &k.shape[..];
-    k.compute == gt_ir::kernel::Compute::F32
+    k.is_plain_f32()
         && k.rows.is_empty()
         && k.reduce.is_none()
         && k.output.is_contiguous_over(dims)

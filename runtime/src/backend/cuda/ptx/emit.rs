@@ -333,25 +333,41 @@ impl Emitter {
             self.op(format!("mov.{mov} {raw}, {zero}"));
         }
         self.op(format!("{at}ld.global.nc.{ld} {raw}, [{addr}]"));
-        if same {
-            return;
+        if !same {
+            self.unstored_into(dst, storage, &raw);
         }
+    }
+
+    /// `dst` (of the compute type) = `raw`, an element as `storage` holds it in a register
+    /// (what a load of it gives: halves as b16, `bool` as a u32 0 or 1).
+    fn unstored_into(&mut self, dst: &str, storage: Storage, raw: &str) {
         match storage {
             Storage::F16 | Storage::Bf16 => {
                 if self.compute == Compute::F32 {
-                    self.widen_into(dst, storage, &raw);
+                    self.widen_into(dst, storage, raw);
                 } else {
                     let f = self.reg(Reg::F32);
-                    self.widen_into(&f, storage, &raw);
+                    self.widen_into(&f, storage, raw);
                     self.convert_into(dst, "f32", &f);
                 }
             }
-            Storage::F32 => self.convert_into(dst, "f32", &raw),
-            Storage::F64 => self.convert_into(dst, "f64", &raw),
-            Storage::I64 => self.convert_into(dst, "s64", &raw),
-            Storage::I32 => self.convert_into(dst, "s32", &raw),
-            Storage::Bool => self.convert_into(dst, "u32", &raw),
+            Storage::F32 => self.convert_into(dst, "f32", raw),
+            Storage::F64 => self.convert_into(dst, "f64", raw),
+            Storage::I64 => self.convert_into(dst, "s64", raw),
+            Storage::I32 => self.convert_into(dst, "s32", raw),
+            Storage::Bool => self.convert_into(dst, "u32", raw),
         }
+    }
+
+    /// `x` (of PTX type `from`, as [`Emitter::convert_into`] takes) in the compute type:
+    /// `x` itself when it already is, else a fresh register.
+    pub(super) fn converted(&mut self, from: &str, x: &str) -> String {
+        if from == self.ty() {
+            return x.to_string();
+        }
+        let dst = self.reg(self.num());
+        self.convert_into(&dst, from, x);
+        dst
     }
 
     /// `dst` (of the compute type) = `x` (of PTX type `from`: `f32`, `f64`, `s64`, `s32` or
@@ -507,18 +523,7 @@ impl Emitter {
     pub(super) fn round_through(&mut self, storage: Storage, x: &str) -> String {
         let (_, raw) = self.stored(storage, x);
         let dst = self.reg(self.num());
-        match storage {
-            Storage::F16 | Storage::Bf16 => {
-                let f = self.reg(Reg::F32);
-                self.widen_into(&f, storage, &raw);
-                self.convert_into(&dst, "f32", &f);
-            }
-            Storage::F32 => self.convert_into(&dst, "f32", &raw),
-            Storage::F64 => self.convert_into(&dst, "f64", &raw),
-            Storage::I64 => self.convert_into(&dst, "s64", &raw),
-            Storage::I32 => self.convert_into(&dst, "s32", &raw),
-            Storage::Bool => self.convert_into(&dst, "u32", &raw),
-        }
+        self.unstored_into(&dst, storage, &raw);
         dst
     }
 

@@ -5,8 +5,7 @@
 //! `f32` kernels take every op; `f64` ones every op but `erf` (the transcendental ones from
 //! `wide.rs`); `i64` ones the integer ops (add, sub, mul, max, min, neg, abs, relu,
 //! comparisons), which wrap ([`supports`] says which, checked before anything is
-//! generated). Loops, loads and
-//! stores live in the kernel files.
+//! generated). Loops, loads and stores live in the kernel files.
 
 use super::emit::{f32_imm, f64_imm, Emitter, Reg};
 use gt_ir::formula::{Algebra, Term, Var};
@@ -147,7 +146,7 @@ impl Emitter {
                 let fi = self.value(Reg::F64, "cvt.rn.f64.u32", &i);
                 let scaled = self.value(Reg::F64, "mul.rn.f64", &format!("{fi}, {}", f64_imm(f64::from_bits(step))));
                 let sum = self.value(Reg::F64, "add.rn.f64", &format!("{scaled}, {}", f64_imm(f64::from_bits(start))));
-                self.computed_from_f64(&sum)
+                self.converted("f64", &sum)
             }
             Node::Rand { seed } => {
                 let i = leaf(self, Leaf::Index);
@@ -157,7 +156,7 @@ impl Emitter {
                 let f = self.value(Reg::F32, "cvt.rn.f32.u64", &top);
                 let u = self.value(Reg::F32, "mul.rn.f32", &format!("{f}, {}", f32_imm(1.0 / 16_777_216.0)));
                 // The f32 generator's value, converted.
-                self.computed_from_f32(&u)
+                self.converted("f32", &u)
             }
             Node::Randn { seed } => {
                 let i = leaf(self, Leaf::Index);
@@ -181,7 +180,7 @@ impl Emitter {
                 let cos = self.cos_f64(&angle);
                 let x = self.value(Reg::F64, "mul.rn.f64", &format!("{r}, {cos}"));
                 let f = self.value(Reg::F32, "cvt.rn.f32.f64", &x);
-                self.computed_from_f32(&f)
+                self.converted("f32", &f)
             }
             Node::Unary(op, a) => self.unary(op, &v(a)),
             Node::Binary(op, a, b) => self.binary(op, &v(a), &v(b)),
@@ -193,24 +192,6 @@ impl Emitter {
         };
         memo[target] = Some(r.clone());
         r
-    }
-
-    /// The `f32` register `x` in the compute type (as `.to(dtype)` converts it).
-    fn computed_from_f32(&mut self, x: &str) -> String {
-        match self.compute() {
-            Compute::F32 => x.to_string(),
-            Compute::F64 => self.value(Reg::F64, "cvt.f64.f32", x),
-            Compute::I64 => self.value(Reg::B64, "cvt.rzi.s64.f32", x),
-        }
-    }
-
-    /// The `f64` register `x` in the compute type (as `.to(dtype)` converts it).
-    fn computed_from_f64(&mut self, x: &str) -> String {
-        match self.compute() {
-            Compute::F32 => self.value(Reg::F32, "cvt.rn.f32.f64", x),
-            Compute::F64 => x.to_string(),
-            Compute::I64 => self.value(Reg::B64, "cvt.rzi.s64.f64", x),
-        }
     }
 
     /// `cos x` for `0 <= x < 2 pi` (f64): `x = k pi/2 + r`, `|r| <= pi/4`, then the Taylor

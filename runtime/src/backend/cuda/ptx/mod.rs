@@ -176,8 +176,8 @@ pub fn generate_for(kernel: &Kernel, storage: &BufferStorage, target: Target) ->
         math::supports(k)?;
     }
     if let Kernel::MatMul(_) = kernel {
-        let all = std::iter::once(&storage.output).chain(&storage.inputs);
-        if let Some(s) = all.into_iter().find(|s| !s.is_float32_or_half()) {
+        let mut all = std::iter::once(&storage.output).chain(&storage.inputs);
+        if let Some(s) = all.find(|s| !s.is_float32_or_half()) {
             return Err(PtxError::MatMulDType { dtype: s.dtype() });
         }
     }

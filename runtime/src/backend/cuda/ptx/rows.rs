@@ -244,11 +244,7 @@ fn shuffle(e: &mut Emitter, x: &str, shift: u32) -> String {
 
 /// Bytes of one computed value in shared memory.
 fn slot_bytes(e: &Emitter) -> u32 {
-    if e.compute() == Compute::F32 {
-        4
-    } else {
-        8
-    }
+    e.compute().dtype().size_bytes() as u32
 }
 
 /// Combines every thread's `acc` of the block; afterwards every thread holds the result.
