@@ -67,7 +67,7 @@ pub fn dtype_program() -> (Vec<Instr>, Vec<Instr>) {
     ];
     let mut dst = 210;
     for src in [0u32, 1] {
-        for op in [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Softplus] {
+        for op in [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Softplus, UnaryOp::Erf] {
             close.push(Instr::Unary { dst: v(dst), op, src: v(src) });
             dst += 1;
         }

@@ -327,12 +327,13 @@ fn dump_kernels_writes_kernel_ir_and_ptx() {
 #[test]
 fn dump_kernels_says_how_buffers_are_stored() {
     // A bf16 matmul is generated for tensor cores over bf16 buffers; an i32 add computes in
-    // i64 over i32 buffers; an f64 `erf`, which the CUDA backend does not compute yet, gets
-    // the generator's error instead of PTX.
+    // i64 over i32 buffers; an f64 `erf` in f64; an i64 matmul, which the CUDA backend does
+    // not compute, gets the generator's error instead of PTX.
     let dir = std::env::temp_dir().join(format!("gt-cli-{}-kernels-bf16", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let source = b"%a = randn bf16[64, 32] seed=1\n%w = randn bf16[32, 16] seed=2\n%m = matmul %a, %w\n\
-                   %i = tensor i32[2] [1, 2]\n%j = add %i, %i\n%d = tensor f64[2] [1, 2]\n%e = erf %d\n";
+                   %i = tensor i32[2] [1, 2]\n%j = add %i, %i\n%d = tensor f64[2] [1, 2]\n%e = erf %d\n\
+                   %k = tensor i64[2, 2] [1, 2, 3, 4]\n%p = matmul %k, %k\n";
     let path = script("bf16-kernels", source);
     let o = gt_run(&["--quiet", "--dump-kernels", dir.to_str().unwrap(), path.to_str().unwrap()]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -350,8 +351,13 @@ fn dump_kernels_says_how_buffers_are_stored() {
     let add_ptx = read(&add.replace(".kernel", ".ptx"));
     assert!(add_ptx.lines().next().unwrap().ends_with("; buffers: out i32, in i32"), "{add_ptx}");
     assert!(add_ptx.contains("ld.global.nc.s32") && add_ptx.contains("add.s64"), "{add_ptx}");
-    let refused = names.iter().find(|n| n.ends_with(".ptx-error")).expect("the f64 erf's error");
-    assert!(read(refused).contains("`erf` computing in f64 has no CUDA kernel yet"), "{}", read(refused));
+    let erf = names.iter().find(|n| n.ends_with(".kernel") && read(n).contains("erf %0")).expect("the erf");
+    assert!(read(erf).starts_with("kernel map [2] as f64 {"), "{}", read(erf));
+    let erf_ptx = read(&erf.replace(".kernel", ".ptx"));
+    assert!(erf_ptx.lines().next().unwrap().ends_with("; buffers: out f64, in f64"), "{erf_ptx}");
+    assert!(erf_ptx.contains("fma.rn.f64") && !erf_ptx.contains(".f32"), "{erf_ptx}");
+    let refused = names.iter().find(|n| n.ends_with(".ptx-error")).expect("the i64 matmul's error");
+    assert!(read(refused).contains("matmul of i64 has no CUDA kernel"), "{}", read(refused));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

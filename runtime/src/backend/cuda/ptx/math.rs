@@ -2,7 +2,7 @@
 //! unary and binary ops, the reductions' combine step, `exp`/`log`/`tanh`/`sigmoid`/`pow`
 //! on the hardware's approximate `ex2`/`lg2`, and the f64 `ln`, `cos` and counter-based
 //! random bits behind `rand`/`randn`. Values are of the kernel's compute type ([`Compute`]):
-//! `f32` kernels take every op; `f64` ones every op but `erf` (the transcendental ones from
+//! `f32` kernels take every op; `f64` ones every op (the transcendental ones from
 //! `wide.rs`); `i64` ones the integer ops (add, sub, mul, max, min, neg, abs, relu,
 //! comparisons), which wrap ([`supports`] says which, checked before anything is
 //! generated). Loops, loads and stores live in the kernel files.
@@ -53,7 +53,7 @@ fn takes_unary(compute: Compute, op: UnaryOp) -> bool {
     match (compute, op.def()) {
         (Compute::F32, _) => true,
         (_, OpDef::Prim(UnaryPrim::Neg | UnaryPrim::Abs | UnaryPrim::Relu)) => true,
-        (Compute::F64, OpDef::Prim(p)) => p != UnaryPrim::Erf,
+        (Compute::F64, OpDef::Prim(_)) => true,
         (Compute::F64, OpDef::Composite(t)) => term_takes(compute, t),
         (Compute::I64, _) => false,
     }
@@ -385,7 +385,7 @@ impl Emitter {
             UnaryPrim::Log => super::wide::ln(self, &x.to_string()),
             UnaryPrim::Tanh => super::wide::tanh(self, &x.to_string()),
             UnaryPrim::Sigmoid => super::wide::sigmoid(self, &x.to_string()),
-            UnaryPrim::Erf => unreachable!("`supports` refuses {op:?} in {ty}"),
+            UnaryPrim::Erf => super::wide::erf(self, &x.to_string()),
         }
     }
 

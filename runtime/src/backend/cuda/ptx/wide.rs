@@ -1,9 +1,10 @@
-//! `f64` transcendental functions (`ln`, `exp`, `tanh`, `sigmoid`, `pow`) written once over
+//! `f64` transcendental functions (`ln`, `exp`, `tanh`, `sigmoid`, `pow`, `erf`) written once over
 //! [`Wide`], a handful of `f64` operations: the PTX generator emits them as instructions
 //! (the [`Emitter`] impl), and the tests below compute the same algorithms on the CPU
 //! ([`Cpu`]) against libm, so they are checked without a GPU. `ln`, `exp`, `tanh` and
-//! `sigmoid` are within 2 ulp of libm; `pow` is `exp(b ln |a|)`, whose relative error grows
-//! with `|b ln a|` (about 1e-13 at 1e300).
+//! `sigmoid` are within 2 ulp of libm, `erf` within 1 of the `libm` crate's (the
+//! interpreter's); `pow` is `exp(b ln |a|)`, whose relative error grows with `|b ln a|`
+//! (about 1e-13 at 1e300).
 
 use super::emit::{f64_imm, Emitter, Reg};
 
@@ -34,6 +35,8 @@ pub(super) trait Wide {
     fn neg(&mut self, a: &Self::V) -> Self::V;
     /// `|magnitude|` with the sign of `sign`.
     fn copysign(&mut self, magnitude: &Self::V, sign: &Self::V) -> Self::V;
+    /// `a` with the low 32 bits of its representation cleared (fdlibm's `SET_LOW_WORD(a, 0)`).
+    fn clear_low_word(&mut self, a: &Self::V) -> Self::V;
     /// `(m, e)` with `a = m 2^e`, `m` in `[1, 2)`, for a positive normal `a`.
     fn frexp(&mut self, a: &Self::V) -> (Self::V, Self::V);
     /// `a 2^k` for an integral `k` in `[-1076, 1076]`, rounded once (two exact scalings by
@@ -256,6 +259,163 @@ pub(super) fn pow<W: Wide>(w: &mut W, a: &W::V, b: &W::V) -> W::V {
     w.select(&minus_first, &inverse, &r)
 }
 
+/// `erf(1)` rounded to 24 bits (fdlibm's `erx`): `1 - ERX` is exact.
+const ERX: f64 = 0.8450629115104675;
+/// `8 (2 / sqrt(pi) - 1)`: `erf x = (8x + ERF_EFX8 x) / 8` below 2^-28.
+const ERF_EFX8: f64 = 1.0270333367641007;
+/// Where [`ERF_RA`] gives way to [`ERF_RB`]: about `1 / 0.35`, fdlibm's high word `0x4006DB6D`.
+const ERF_RB_FROM: f64 = f64::from_bits(0x4006_DB6D_0000_0000);
+/// `erf x = x + x P(x^2) / Q(x^2)` below 0.84375: `P`.
+const ERF_P: [f64; 5] =
+    [0.12837916709551256, -0.3250421072470015, -0.02848174957559851, -0.005770270296489442, -2.3763016656650163e-05];
+/// See [`ERF_P`]: `Q`.
+const ERF_Q: [f64; 6] = [
+    1.0,
+    0.39791722395915535,
+    0.0650222499887673,
+    0.005081306281875766,
+    0.00013249473800432164,
+    -3.960228278775368e-06,
+];
+/// `erf(1 + s) = ERX + P(s) / Q(s)` in `[0.84375, 1.25)`: `P`.
+const ERF_PA: [f64; 7] = [
+    -0.0023621185607526594,
+    0.41485611868374833,
+    -0.3722078760357013,
+    0.31834661990116175,
+    -0.11089469428239668,
+    0.035478304325618236,
+    -0.002166375594868791,
+];
+/// See [`ERF_PA`]: `Q`.
+const ERF_QA: [f64; 7] = [
+    1.0,
+    0.10642088040084423,
+    0.540397917702171,
+    0.07182865441419627,
+    0.12617121980876164,
+    0.01363708391202905,
+    0.011984499846799107,
+];
+/// `erfc x = e^(-x^2 - 0.5625 + R(s) / S(s)) / x`, `s = 1 / x^2`, in `[1.25, 1 / 0.35)`: `R`.
+const ERF_RA: [f64; 8] = [
+    -0.009864944034847148,
+    -0.6938585727071818,
+    -10.558626225323291,
+    -62.375332450326006,
+    -162.39666946257347,
+    -184.60509290671104,
+    -81.2874355063066,
+    -9.814329344169145,
+];
+/// See [`ERF_RA`]: `S`.
+const ERF_SA: [f64; 9] = [
+    1.0,
+    19.651271667439257,
+    137.65775414351904,
+    434.56587747522923,
+    645.3872717332679,
+    429.00814002756783,
+    108.63500554177944,
+    6.570249770319282,
+    -0.0604244152148581,
+];
+/// As [`ERF_RA`] in `[1 / 0.35, 6)`: `R`.
+const ERF_RB: [f64; 7] = [
+    -0.0098649429247001,
+    -0.799283237680523,
+    -17.757954917754752,
+    -160.63638485582192,
+    -637.5664433683896,
+    -1025.0951316110772,
+    -483.5191916086514,
+];
+/// See [`ERF_RB`]: `S`.
+const ERF_SB: [f64; 8] = [
+    1.0,
+    30.33806074348246,
+    325.7925129965739,
+    1536.729586084437,
+    3199.8582195085955,
+    2553.0504064331644,
+    474.52854120695537,
+    -22.44095244658582,
+];
+
+/// `c[0] + v c[1] + ... + v^n c[n]` by Horner's rule, one fused multiply-add a step.
+fn poly<W: Wide>(w: &mut W, c: &[f64], v: &W::V) -> W::V {
+    let mut p = w.c(c[c.len() - 1]);
+    for &k in c[..c.len() - 1].iter().rev() {
+        let term = w.c(k);
+        p = w.fma(&p, v, &term);
+    }
+    p
+}
+
+/// `erf x` as fdlibm computes it (FreeBSD's `s_erf.c` by way of musl and the `libm` crate,
+/// which the interpreter calls): a rational function in `x^2` below 0.84375, in `|x| - 1`
+/// below 1.25, and `1 - erfc x` below 6 with `erfc` from the asymptotic series' rational
+/// fit (two `exp`s: `x^2` split as `z^2 + (z - x)(z + x)`, `z` the top 21 bits of `x`, so
+/// that no digits are lost to it); 1 above. Every interval is computed and one selected (no
+/// branches, so a warp never diverges).
+pub(super) fn erf<W: Wide>(w: &mut W, x: &W::V) -> W::V {
+    let a = w.abs(x);
+    let one = w.c(1.0);
+    let x2 = w.mul(x, x);
+    let (p, q) = (poly(w, &ERF_P, &x2), poly(w, &ERF_Q, &x2));
+    let y = w.div(&p, &q);
+    let small = w.fma(x, &y, x);
+    let tiny = {
+        let (efx8, eight, eighth) = (w.c(ERF_EFX8), w.c(8.0), w.c(0.125));
+        let e = w.mul(&efx8, x);
+        let t = w.fma(&eight, x, &e);
+        w.mul(&t, &eighth)
+    };
+    // [0.84375, 1.25): 1 - erfc, erfc = (1 - ERX) - P/Q, as musl writes it.
+    let s = w.sub(&a, &one);
+    let (p, q) = (poly(w, &ERF_PA, &s), poly(w, &ERF_QA, &s));
+    let pq = w.div(&p, &q);
+    let one_minus_erx = w.c(1.0 - ERX);
+    let erfc = w.sub(&one_minus_erx, &pq);
+    let near_one = w.sub(&one, &erfc);
+    // [1.25, 6).
+    let a2 = w.mul(&a, &a);
+    let s = w.div(&one, &a2);
+    let before = {
+        let bound = w.c(ERF_RB_FROM);
+        w.lt(&a, &bound)
+    };
+    let (ra, sa, rb, sb) = (poly(w, &ERF_RA, &s), poly(w, &ERF_SA, &s), poly(w, &ERF_RB, &s), poly(w, &ERF_SB, &s));
+    let r = w.select(&before, &ra, &rb);
+    let big_s = w.select(&before, &sa, &sb);
+    let z = w.clear_low_word(&a);
+    let nz = w.neg(&z);
+    let shift = w.c(-0.5625);
+    // z^2 is exact (21 bits squared).
+    let t1 = w.fma(&nz, &z, &shift);
+    let (zm, zp) = (w.sub(&z, &a), w.add(&z, &a));
+    let d = w.mul(&zm, &zp);
+    let rs = w.div(&r, &big_s);
+    let t2 = w.add(&d, &rs);
+    let (e1, e2) = (exp(w, &t1), exp(w, &t2));
+    let e = w.mul(&e1, &e2);
+    let erfc = w.div(&e, &a);
+    let tail = w.sub(&one, &erfc);
+    let below = |w: &mut W, bound: f64| {
+        let b = w.c(bound);
+        w.lt(&a, &b)
+    };
+    let (under6, under125, under084, under_tiny) =
+        (below(w, 6.0), below(w, 1.25), below(w, 0.84375), below(w, 2f64.powi(-28)));
+    let r = w.select(&under6, &tail, &one);
+    let r = w.select(&under125, &near_one, &r);
+    let r = w.copysign(&r, x);
+    let r = w.select(&under084, &small, &r);
+    let r = w.select(&under_tiny, &tiny, &r);
+    let x_nan = w.is_nan(x);
+    w.select(&x_nan, x, &r)
+}
+
 impl Wide for Emitter {
     type V = String;
     type P = String;
@@ -293,6 +453,11 @@ impl Wide for Emitter {
     fn copysign(&mut self, magnitude: &String, sign: &String) -> String {
         // PTX's `copysign` takes the sign first.
         self.value(Reg::F64, "copysign.f64", &format!("{sign}, {magnitude}"))
+    }
+    fn clear_low_word(&mut self, a: &String) -> String {
+        let bits = self.value(Reg::B64, "mov.b64", a);
+        let high = self.value(Reg::B64, "and.b64", &format!("{bits}, 0xFFFFFFFF00000000"));
+        self.value(Reg::F64, "mov.b64", &high)
     }
     fn frexp(&mut self, a: &String) -> (String, String) {
         let bits = self.value(Reg::B64, "mov.b64", a);
@@ -386,6 +551,9 @@ impl Wide for Cpu {
     }
     fn copysign(&mut self, magnitude: &f64, sign: &f64) -> f64 {
         magnitude.copysign(*sign)
+    }
+    fn clear_low_word(&mut self, a: &f64) -> f64 {
+        f64::from_bits(a.to_bits() & 0xFFFF_FFFF_0000_0000)
     }
     fn frexp(&mut self, a: &f64) -> (f64, f64) {
         let bits = a.to_bits();
@@ -492,6 +660,19 @@ mod tests {
         xs.extend(inputs(-0.5, 0.5, 20_000, &[1e-9, -1e-200, 0.17328, 0.1733, 19.1, -800.0]));
         within("tanh", tanh, f64::tanh, &xs, 2);
         within("sigmoid", sigmoid, gt_ir::ops::sigmoid::<f64>, &xs, 2);
+    }
+
+    #[test]
+    fn erf_within_one_ulp_of_the_interpreters() {
+        // Every interval and its edges, both signs.
+        let mut xs = inputs(-7.0, 7.0, 40_000, &SPECIAL);
+        xs.extend(inputs(-1.3, 1.3, 20_000, &[]));
+        for edge in [2f64.powi(-28), 0.84375, 1.25, ERF_RB_FROM, 6.0, 5e-324, 1e-310, 27.0] {
+            for x in [edge, edge.next_down(), edge.next_up()] {
+                xs.extend([x, -x]);
+            }
+        }
+        within("erf", erf, |x| gt_ir::UnaryPrim::Erf.apply_f64(x), &xs, 1);
     }
 
     #[test]
