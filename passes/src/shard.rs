@@ -16,6 +16,9 @@
 //!   then `all_reduce sum`);
 //! - a reduction along other axes runs shard by shard; over the split axis, partials and an
 //!   `all_reduce` (a mean divides the summed partials by the element count);
+//! - partials of halves that are summed across workers (a sum, a mean, a row-parallel
+//!   product) are computed and summed in `f32` and each result rounded once, as one worker
+//!   accumulates halves in `f32`;
 //! - anything else gathers its operands whole on the home worker first (counted as
 //!   `gathers`), so it is correct before it is fast.
 //!
@@ -32,7 +35,9 @@
 use crate::pipeline::{Emit, Emitted, StreamPass, StreamTypes, FIRST_PASS_ID};
 use foldhash::{HashMap, HashMapExt};
 use gt_ir::verify::shape::{array_split, normalize_axes, normalize_axis};
-use gt_ir::{BinaryOp, CollectiveOp, Instr, Operand, Placement, ReduceOp, SliceItem, SplitSpec, TensorType, ValueId};
+use gt_ir::{
+    BinaryOp, CollectiveOp, DType, Instr, Operand, Placement, ReduceOp, SliceItem, SplitSpec, TensorType, ValueId,
+};
 
 /// Settings of the shard pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,6 +256,14 @@ fn kept_axis(from: &[usize], to: &[usize], axis: usize, broadcast: bool) -> Opti
             && before(&to[..a]) == before(&from[..axis])
             && to[a + 1..].iter().product::<usize>() == inner
     })
+}
+
+/// Whether partial results of `op` that are combined across workers into a `ty` are
+/// computed and summed in `f32`: a sum (or product) of halves accumulates in `f32` and rounds
+/// once, as PyTorch and the interpreter do, so its partials must not be rounded to the half
+/// first (a max or min is exact in any dtype).
+fn sums_in_f32(ty: &TensorType, op: ReduceOp) -> bool {
+    ty.dtype.is_half() && matches!(op, ReduceOp::Sum | ReduceOp::Mean)
 }
 
 impl Shard {
@@ -588,12 +601,6 @@ impl Shard {
         let operands = instr.operands();
         let types: Option<Vec<TensorType>> = operands.iter().map(|&v| self.ty(v)).collect();
         let Some(types) = types else { return false };
-        // Halves accumulate in f32 and round once; partial results rounded to the half dtype
-        // and then summed would not give that, so their reductions and products run at home.
-        let reduces = matches!(instr, Instr::Reduce { .. } | Instr::MatMul { .. });
-        if reduces && types.iter().chain(results).any(|t| t.dtype.is_half()) {
-            return false;
-        }
         match instr {
             Instr::Unary { .. } | Instr::Binary { .. } | Instr::Where { .. } => {
                 let out_ty = &results[0];
@@ -647,7 +654,15 @@ impl Shard {
                         let workers = s.workers();
                         let a = self.ensure_split(out, *lhs, l - 1, &workers);
                         let b = self.ensure_split(out, *rhs, 0, &workers);
-                        let partials = self.per_part(out, instr, &workers, &Self::columns(vec![a, b], workers.len()));
+                        let widen = sums_in_f32(&results[0], ReduceOp::Sum);
+                        let (a, b) = (self.widened(out, &workers, a, widen), self.widened(out, &workers, b, widen));
+                        let cols = Self::columns(vec![a.clone(), b.clone()], workers.len());
+                        let partials = self.per_part(out, instr, &workers, &cols);
+                        if widen {
+                            for c in a.into_iter().chain(b) {
+                                self.free_own(out, c);
+                            }
+                        }
                         let partials: Vec<ValueId> = partials.into_iter().map(|p| p[0]).collect();
                         self.all_reduce(out, instr.results()[0], &results[0], ReduceOp::Sum, &workers, partials, None);
                         self.stats.sharded += 1;
@@ -689,7 +704,15 @@ impl Shard {
                         keepdim: *keepdim,
                     };
                     let parts: Vec<ValueId> = s.parts.iter().map(|p| p.1).collect();
-                    let partials = self.per_part(out, &partial, &workers, &Self::columns(vec![parts], workers.len()));
+                    let widen = sums_in_f32(&results[0], partial_op);
+                    let parts = self.widened(out, &workers, parts, widen);
+                    let partials =
+                        self.per_part(out, &partial, &workers, &Self::columns(vec![parts.clone()], workers.len()));
+                    if widen {
+                        for c in parts {
+                            self.free_own(out, c);
+                        }
+                    }
                     let partials: Vec<ValueId> = partials.into_iter().map(|p| p[0]).collect();
                     let count: usize = reduced.iter().map(|&a| types[0].shape.0[a]).product();
                     let mean = (*op == ReduceOp::Mean).then_some(count);
@@ -815,8 +838,24 @@ impl Shard {
         }
     }
 
+    /// `parts` (one per worker, on `workers`) as `f32` when `widen` (each worker casts its
+    /// own; the casts are the caller's to free), else `parts`.
+    fn widened(&mut self, out: &mut Emit, workers: &[u32], parts: Vec<ValueId>, widen: bool) -> Vec<ValueId> {
+        if !widen {
+            return parts;
+        }
+        let mut casts = Vec::new();
+        for (&w, p) in workers.iter().zip(parts) {
+            let c = self.fresh();
+            self.emit(out, Instr::Cast { dst: c, src: p, dtype: DType::F32 }, vec![w]);
+            casts.push(c);
+        }
+        casts
+    }
+
     /// `all_reduce op` of `partials` (one per worker) into copies that become `dst`'s; a
-    /// mean of `count` elements divides them by it.
+    /// mean of `count` elements divides them by it. Partials of halves' sums are `f32`
+    /// ([`sums_in_f32`]): each copy is rounded to `ty`'s dtype once, at the end.
     #[allow(clippy::too_many_arguments)]
     fn all_reduce(
         &mut self,
@@ -859,7 +898,7 @@ impl Shard {
             }
             sums
         };
-        let copies = match mean {
+        let mut copies = match mean {
             None => sums,
             Some(count) => {
                 let mut copies = Vec::new();
@@ -878,6 +917,14 @@ impl Shard {
                 copies
             }
         };
+        if sums_in_f32(ty, op) {
+            for (&w, c) in workers.iter().zip(copies.iter_mut()) {
+                let narrow = self.fresh();
+                self.emit(out, Instr::Cast { dst: narrow, src: *c, dtype: ty.dtype }, vec![w]);
+                self.free_own(out, *c);
+                *c = narrow;
+            }
+        }
         let placed = workers.iter().copied().zip(copies).collect();
         let dist = match scatter {
             Some(axis) => Dist { home: false, split: Some(Split { axis, parts: placed }), replicas: Vec::new() },

@@ -3,7 +3,7 @@
 //! (within rounding where a reduction's order changes); plans as dumps.
 
 use crate::cluster::run_filetests;
-use gt::ir::{HostTensor, Instr, Placement, Program, Stmt, StmtKind, ValueId};
+use gt::ir::{DType, HostTensor, Instr, Placement, Program, Stmt, StmtKind, ValueId};
 use gt::passes::pipeline::Emitted;
 use gt::passes::{registry, PassOptions, Pipeline};
 use gt::runtime::Interpreter;
@@ -85,12 +85,19 @@ fn reads(program: &Program, mut pipeline: Option<&mut Pipeline>, prologue: &[Ins
     Some(out)
 }
 
+/// Equal within rounding where a reduction's order changes: 1e-4 relative, or one unit in
+/// the last place of a half (its sums round once, from an `f32` whose order changed).
 fn close(a: &[HostTensor], b: &[HostTensor]) -> bool {
     a.len() == b.len()
         && a.iter().zip(b).all(|(x, y)| {
+            let rel = match x.ty.dtype {
+                DType::F16 => 2f32.powi(-10),
+                DType::BF16 => 2f32.powi(-7),
+                _ => 1e-4,
+            };
             x.ty == y.ty
                 && x.to_f32().iter().zip(&y.to_f32()).all(|(p, q)| {
-                    (p.is_nan() && q.is_nan()) || p == q || (p - q).abs() <= 1e-4 * (1.0 + p.abs().max(q.abs()))
+                    (p.is_nan() && q.is_nan()) || p == q || (p - q).abs() <= rel * (1e-3 + p.abs().max(q.abs()))
                 })
         })
 }
@@ -549,7 +556,8 @@ fn every_run_filetest_on_four_workers_under_placements_prints_what_the_interpret
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// Two filetest outputs equal but for the last digits of their numbers.
+/// Two filetest outputs equal but for the last digits of their numbers (a line of halves
+/// within a unit in their last place, as [`close`]).
 fn close_text(a: &str, b: &str) -> bool {
     let words = |s: &str| {
         s.split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
@@ -557,15 +565,25 @@ fn close_text(a: &str, b: &str) -> bool {
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
-    let (a, b) = (words(a), words(b));
-    a.len() == b.len()
-        && a.iter().zip(&b).all(|(x, y)| {
-            x == y
-                || match (x.parse::<f64>(), y.parse::<f64>()) {
-                    (Ok(p), Ok(q)) => (p - q).abs() <= 1e-3 * (1.0 + p.abs().max(q.abs())),
-                    _ => false,
-                }
-        })
+    let line_close = |a: &str, b: &str| {
+        let rel = if a.contains("bf16[") {
+            2f64.powi(-7)
+        } else if a.contains("f16[") {
+            2f64.powi(-10)
+        } else {
+            1e-3
+        };
+        let (a, b) = (words(a), words(b));
+        a.len() == b.len()
+            && a.iter().zip(&b).all(|(x, y)| {
+                x == y
+                    || match (x.parse::<f64>(), y.parse::<f64>()) {
+                        (Ok(p), Ok(q)) => (p - q).abs() <= rel * (1.0 + p.abs().max(q.abs())),
+                        _ => false,
+                    }
+            })
+    };
+    a.lines().count() == b.lines().count() && a.lines().zip(b.lines()).all(|(x, y)| line_close(x, y))
 }
 
 /// Losses of a data-parallel MLP on an embedded cluster of `workers` (`config`: the
@@ -833,4 +851,73 @@ print %y
     );
     assert!(text.contains("reduce_scatter sum"), "{text}");
     snapshot("row_parallel_reduce_scatter", &text);
+}
+
+/// Halves shard like `f32`: a data-parallel product runs shard by shard; a row-parallel
+/// product and a sum or mean over the split axis compute their partials in `f32`, sum them
+/// in `f32` and round once, as the interpreter's (and PyTorch's) accumulation in `f32` does;
+/// a max over the split axis combines halves (exact). Nothing is gathered, and the reads are
+/// one worker's within a unit in the last place.
+#[test]
+fn halves_shard_with_partials_summed_in_f32_and_rounded_once() {
+    for dtype in ["f16", "bf16"] {
+        let src = "signal_start \"params\" replicated workers=[0, 1]
+%w = randn DT[64, 32] seed=2
+signal_end \"params\"
+signal_start \"batch\" shard axis=0 workers=[0, 1]
+%x = randn DT[48, 64] seed=1
+%y = matmul %x, %w
+signal_end \"batch\"
+%s = sum %y axes=[0]
+%m = mean %y
+%xt = transpose %x
+%g = matmul %xt, %y
+%top = max %y axes=[0]
+print %s
+print %m
+print %g
+print %top
+"
+        .replace("DT", dtype);
+        let text = plan(&src, 2);
+        assert!(!text.contains("gathers"), "{text}");
+        // Three sums across workers (sum, mean, the row-parallel product) in f32, each copy
+        // rounded once; the max in the half itself.
+        assert_eq!(text.matches("all_reduce sum").count(), 3, "{text}");
+        assert_eq!(text.matches("all_reduce max").count(), 1, "{text}");
+        let casts = |to: &str| {
+            text.lines()
+                .filter(|l| l.contains("= cast %") && l.split(';').next().unwrap().trim_end().ends_with(to))
+                .count()
+        };
+        // Widened: each worker's piece for the sum and the mean, both operands of the product.
+        assert_eq!(casts(" f32"), 2 + 2 + 4, "{text}");
+        assert_eq!(casts(&format!(" {dtype}")), 3 * 2, "{text}");
+        let program = gt::script::load(src.as_bytes()).unwrap().program;
+        let one = reads(&program, None, &[]).unwrap();
+        let spread = reads(&program, Some(&mut sharded_pipeline(2, false)), &[]).unwrap();
+        assert!(close(&spread, &one), "{dtype}: {spread:?}\n{one:?}");
+        // On two embedded workers, through the collectives' transport (the f32 sums round
+        // the ring, the max of halves is gathered and folded).
+        let file = |name: &str, text: &str| {
+            let path = std::env::temp_dir().join(format!("gt-shard-halves-{}-{dtype}-{name}.gtir", std::process::id()));
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        // One worker runs the script without its placements (they name worker 1).
+        let unplaced: String = src.lines().filter(|l| !l.starts_with("signal_")).map(|l| format!("{l}\n")).collect();
+        let (spread, whole) = (file("spread", &src), file("whole", &unplaced));
+        let one = crate::cli::gt_run_env(&[whole.to_str().unwrap()], &[]);
+        let two = crate::cli::gt_run_env(&["--workers", "2", "--pass-stats", spread.to_str().unwrap()], &[]);
+        std::fs::remove_file(&spread).ok();
+        std::fs::remove_file(&whole).ok();
+        assert_eq!(crate::cli::code(&two), 0, "{}", crate::cli::stderr(&two));
+        let stats = crate::cli::stderr(&two);
+        assert!(stats.contains("collectives=4"), "{stats}");
+        let (one, two) = (crate::cli::stdout(&one), crate::cli::stdout(&two));
+        assert!(one.contains(&format!("{dtype}[32]")) && close_text(&two, &one), "{two}\nvs\n{one}");
+        if dtype == "bf16" {
+            snapshot("halves_partials_in_f32", &text);
+        }
+    }
 }
