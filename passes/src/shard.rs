@@ -9,8 +9,8 @@
 //! `numpy.array_split` gives them), or as copies on a set of workers. Pieces and copies are
 //! named by the pass's own ids (from [`FIRST_PASS_ID`]). An instruction gets the cheapest
 //! plan its operands' representations allow:
-//! - elementwise ops run shard by shard (an operand broadcast along the split axis is
-//!   replicated on the shards' workers); on copies, copy by copy;
+//! - elementwise ops and casts run shard by shard (an operand broadcast along the split axis
+//!   is replicated on the shards' workers); on copies, copy by copy;
 //! - `x[rows split] @ w` is data parallel (`w` replicated), `x @ w[columns split]` column
 //!   parallel (`x` replicated), `x[k split] @ w[k split]` row parallel (partial products,
 //!   then `all_reduce sum`);
@@ -602,7 +602,7 @@ impl Shard {
         let types: Option<Vec<TensorType>> = operands.iter().map(|&v| self.ty(v)).collect();
         let Some(types) = types else { return false };
         match instr {
-            Instr::Unary { .. } | Instr::Binary { .. } | Instr::Where { .. } => {
+            Instr::Unary { .. } | Instr::Binary { .. } | Instr::Where { .. } | Instr::Cast { .. } => {
                 let out_ty = &results[0];
                 let rank = out_ty.shape.rank();
                 // A split operand that is not broadcast along its split axis sets the plan.

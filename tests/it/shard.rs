@@ -921,3 +921,20 @@ print %top
         }
     }
 }
+
+/// The MLP trained data parallel under autocast (`dtype: bf16` in the batch's config): its
+/// bf16 products and sums shard like `f32` ones (nothing gathered), and the losses are one
+/// worker's within bf16 rounding.
+#[test]
+fn an_mlp_trained_data_parallel_in_bf16_gathers_nothing() {
+    let config = "batch:\n  shard:\n    axis: 0\n  dtype: bf16\n  backward: batch_bwd\nbatch_bwd:\n  shard:\n    axis: 0\nparams:\n  shard:\n    replicated: true\n";
+    let (reference, _) = mlp_losses(Some(config), 1);
+    let (losses, stats) = mlp_losses(Some(config), 2);
+    let stat = |k: &str| stats.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| *v);
+    assert!(stat("shard.sharded") > 20 && stat("shard.collectives") > 8, "{stats:?}");
+    assert_eq!(stat("shard.gathers"), 0, "{stats:?}");
+    eprintln!("{losses:?} vs {reference:?}");
+    for (a, b) in losses.iter().zip(&reference) {
+        assert!((a - b).abs() <= 1e-2 * (1.0 + b.abs()), "{losses:?} vs {reference:?}");
+    }
+}
