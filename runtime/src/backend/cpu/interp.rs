@@ -778,9 +778,14 @@ impl Interpreter {
                 ReduceOp::Sum | ReduceOp::Mean => BinaryOp::Add,
             };
             // The result keeps the operands' dtype (integers wrap, a bool sum is an `or`);
-            // the type rule refused means of integers.
+            // the type rule refused means of integers. Halves fold in f64 and round once, as
+            // the workers' transport folds them (`exchange::fold`), not after every add.
             shape::reduce_dtype(reduce, op, dtype).map_err(type_error)?;
-            let compute = if dtype.is_float() { dtype } else { gt_ir::DType::I64 };
+            let compute = match dtype {
+                d if d.is_half() => gt_ir::DType::F64,
+                d if d.is_float() => d,
+                _ => gt_ir::DType::I64,
+            };
             let mut acc = first.cast(compute);
             for &v in &srcs[1..] {
                 acc = value::binary(combine, &acc, self.get(op, v)?, &dims, compute, compute);
