@@ -13,6 +13,7 @@ from ._gt import Tensor, connect, gpu_workers, is_grad_enabled, manual_seed, syn
 from ._api import (
     _as_tensor,
     arange,
+    autocast,
     cat,
     from_numpy,
     full,

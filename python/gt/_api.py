@@ -39,6 +39,14 @@ def _dtype(dtype):
     return name
 
 
+def _is_dtype(obj):
+    try:
+        _dtype(obj)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
 def _array(data, dtype=None):
     """`data` as a C-contiguous, native-order NumPy array of a gt dtype, and that dtype's name."""
     want = _dtype(dtype)
@@ -171,6 +179,49 @@ def stack(tensors, axis=0, dim=None):
 def where(condition, x, y):
     """`x` where `condition` (a bool tensor) holds, else `y`."""
     return _gt.where(condition, x, y)
+
+
+class autocast:
+    """Mixed precision, as PyTorch's `torch.autocast` (a context manager or a decorator): inside,
+    matmuls and elementwise arithmetic run in `dtype` (`gt.bfloat16` or `gt.float16`) while
+    parameters, their gradients and optimizer state stay float32; reductions and transcendental
+    functions run in float32. `enabled=False` (or `dtype=gt.float32`) turns an outer one off.
+
+    `gt.autocast(gt.bfloat16)` and PyTorch's `gt.autocast("cuda", dtype=gt.float16)` both work:
+    a device type ("cpu" or "cuda") only picks the default dtype as PyTorch does (bfloat16 for
+    "cpu", float16 for "cuda"), since gt places work by worker, not by device."""
+
+    _DEVICES = {"cpu": "bfloat16", "cuda": "float16"}
+
+    def __init__(self, device_type=None, dtype=None, enabled=True, cache_enabled=None):
+        if isinstance(device_type, str) and device_type in self._DEVICES:
+            default = self._DEVICES[device_type]
+        elif device_type is None:
+            default = "bfloat16"
+        elif dtype is None and _is_dtype(device_type):
+            # The first argument is the dtype (`gt.autocast(gt.float16)`).
+            default, dtype = None, device_type
+        else:
+            raise ValueError(f"autocast: device_type {device_type!r}: gt takes 'cpu' or 'cuda' (or a dtype first)")
+        self._dtype = _dtype(dtype) if dtype is not None else default
+        if not enabled:
+            self._dtype = "float32"
+
+    def __enter__(self):
+        self._guard = _gt.Autocast(self._dtype)
+        return self
+
+    def __exit__(self, *exc):
+        self._guard.close()
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with autocast(dtype=self._dtype):
+                return fn(*args, **kwargs)
+
+        return wrapper
 
 
 class no_grad:

@@ -96,6 +96,7 @@ fn _cli(py: Python<'_>, argv: Vec<String>) -> u8 {
 fn _gt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<tensor::NoGrad>()?;
+    m.add_class::<tensor::Autocast>()?;
     m.add_class::<nn::PySgd>()?;
     m.add_class::<nn::PyAdam>()?;
     m.add_class::<signal::SignalScope>()?;

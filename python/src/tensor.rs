@@ -1000,6 +1000,27 @@ pub fn synchronize(py: Python<'_>) -> PyResult<()> {
     got.0.py()
 }
 
+/// The guard of a `gt.autocast(dtype)` block: this thread's ops run in `dtype` until closed.
+#[pyclass(module = "gt._gt")]
+pub struct Autocast {
+    guard: Owned<Option<api::autocast::AutocastGuard>>,
+}
+
+#[pymethods]
+impl Autocast {
+    #[new]
+    fn new(dtype: &str) -> PyResult<Autocast> {
+        let guard = api::autocast::autocast(crate::convert::dtype_from(dtype)?).py()?;
+        Ok(Autocast { guard: Owned::new(Some(guard), "autocast block") })
+    }
+
+    /// Ends the block.
+    fn close(&mut self) -> PyResult<()> {
+        self.guard.get_mut()?.take();
+        Ok(())
+    }
+}
+
 /// The guard of a `gt.no_grad()` block.
 #[pyclass(module = "gt._gt")]
 pub struct NoGrad {

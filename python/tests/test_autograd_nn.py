@@ -159,3 +159,65 @@ def test_bf16_autocast_via_signal_config():
         y = a @ a
     assert y.dtype == "bfloat16"
     np.testing.assert_allclose(y.numpy(), a.numpy() @ a.numpy(), rtol=0.05, atol=0.1)
+
+
+def test_autocast_runs_products_in_half_precision_with_float32_master_weights():
+    a = gt.randn(8, 16)
+    w = gt.randn(16, 4, requires_grad=True)
+    with gt.autocast(gt.bfloat16):
+        y = a @ w
+        assert y.dtype == gt.bfloat16
+        # Reductions run in float32; an inner block turns autocast off.
+        assert y.sum().dtype == gt.float32
+        with gt.autocast(enabled=False):
+            assert (a @ w).dtype == gt.float32
+        loss = (y * y).mean()
+    assert (a @ w).dtype == gt.float32
+    loss.backward()
+    # The parameter and its gradient stay float32 (the cast carries the gradient back).
+    assert w.dtype == gt.float32 and w.grad.dtype == gt.float32
+    want = 2 * a.numpy().T @ (a.numpy() @ w.numpy()) / (8 * 4)
+    np.testing.assert_allclose(w.grad.numpy(), want, rtol=0.05, atol=0.05)
+    np.testing.assert_allclose(y.numpy(), a.numpy() @ w.numpy(), rtol=0.02, atol=0.1)
+
+
+def test_autocast_spellings_and_refusals():
+    a = gt.randn(4, 4)
+    # PyTorch's form: a device type picks PyTorch's default dtype.
+    with gt.autocast("cuda"):
+        assert (a @ a).dtype == gt.float16
+    with gt.autocast("cpu", dtype=gt.float16):
+        assert (a @ a).dtype == gt.float16
+    with gt.autocast():
+        assert (a + a).dtype == gt.bfloat16
+
+    @gt.autocast(gt.float16)
+    def product(x):
+        return x @ x
+
+    assert product(a).dtype == gt.float16
+    assert (a @ a).dtype == gt.float32
+    with pytest.raises(gt.GtValueError, match="autocast"):
+        gt.autocast(gt.int32).__enter__()
+    with pytest.raises(ValueError, match="device_type 'tpu'"):
+        gt.autocast("tpu")
+
+
+def test_an_mlp_trained_under_autocast_reaches_the_float32_loss():
+    def train(dtype):
+        gt.manual_seed(3)
+        x = gt.randn(64, 32)
+        t = (x[:, :4] > 0).to(gt.float32)
+        model = gt.nn.Sequential(gt.nn.Linear(32, 64), gt.nn.ReLU(), gt.nn.Linear(64, 4))
+        opt = gt.nn.SGD(model.parameters(), lr=0.1)
+        for _ in range(30):
+            with gt.autocast(dtype):
+                loss = gt.nn.mse_loss(model(x).to(gt.float32), t)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        assert all(p.dtype == gt.float32 for p in model.parameters())
+        return loss.item()
+
+    full, half = train(gt.float32), train(gt.bfloat16)
+    assert abs(half - full) <= 0.05 * full + 1e-3, (half, full)
