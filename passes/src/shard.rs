@@ -11,9 +11,11 @@
 //! plan its operands' representations allow:
 //! - elementwise ops and casts run shard by shard (an operand broadcast along the split axis
 //!   is replicated on the shards' workers); on copies, copy by copy;
-//! - `x[rows split] @ w` is data parallel (`w` replicated), `x @ w[columns split]` column
-//!   parallel (`x` replicated), `x[k split] @ w[k split]` row parallel (partial products,
-//!   then `all_reduce sum`);
+//! - `x[rows split] @ w` is data parallel (`w` replicated), as is a batched product split
+//!   along a batch axis, `x @ w[columns split]` column parallel (`x` replicated),
+//!   `x[k split] @ w[k split]` row parallel (partial products, then `all_reduce sum`);
+//! - a slice that takes the split axis whole, and a `concat` or `split` along another axis,
+//!   run piece by piece;
 //! - a reduction along other axes runs shard by shard; over the split axis, partials and an
 //!   `all_reduce` (a mean divides the summed partials by the element count);
 //! - partials of halves that are summed across workers (a sum, a mean, a row-parallel
@@ -34,7 +36,7 @@
 
 use crate::pipeline::{Emit, Emitted, StreamPass, StreamTypes, FIRST_PASS_ID};
 use foldhash::{HashMap, HashMapExt};
-use gt_ir::verify::shape::{array_split, normalize_axes, normalize_axis};
+use gt_ir::verify::shape::{array_split, normalize_axes, normalize_axis, resolve_slice, AxisSlice};
 use gt_ir::{
     BinaryOp, CollectiveOp, DType, Instr, Operand, Placement, ReduceOp, SliceItem, SplitSpec, TensorType, ValueId,
 };
@@ -632,16 +634,34 @@ impl Shard {
                 let (l, r) = (types[0].shape.rank(), types[1].shape.rank());
                 // `x @ x` would need one value in two layouts at once (re-splitting it for
                 // the right operand frees the left operand's pieces): it runs at home.
-                if l < 2 || r != 2 || lhs == rhs {
+                if l < 2 || r < 2 || lhs == rhs {
                     return false;
                 }
                 let (ls, rs) = (self.split_of(*lhs).cloned(), self.split_of(*rhs).cloned());
+                // Data parallel: rows or a batch axis of x, or a batch axis of w (attention's
+                // `q @ k^T` per head): each operand split along that batch axis where it has it
+                // at full length, else copied.
+                let out_dims = &results[0].shape.0;
+                let n = out_dims.len();
+                let batch = ls
+                    .as_ref()
+                    .filter(|s| s.axis + 2 <= l)
+                    .map(|s| (s.axis + n - l, s.workers()))
+                    .or_else(|| rs.as_ref().filter(|s| s.axis + 2 < r).map(|s| (s.axis + n - r, s.workers())));
+                if let Some((a, workers)) = batch {
+                    // Axis `a` of the result in an operand of rank `k` (for w, a batch axis only).
+                    let along = |t: &TensorType, batch_only: bool| {
+                        let k = t.shape.rank();
+                        let b = a.checked_sub(n - k)?;
+                        (t.shape.0[b] == out_dims[a] && (!batch_only || b + 2 < k)).then_some(b)
+                    };
+                    self.sharded(out, instr, &workers, &[along(&types[0], false), along(&types[1], true)], a);
+                    return true;
+                }
+                if r != 2 {
+                    return self.replicated_if_copies(out, instr, &operands);
+                }
                 match (&ls, &rs) {
-                    // Data parallel: rows (or batches) of x, w replicated.
-                    (Some(s), _) if s.axis + 2 <= l => {
-                        self.sharded(out, instr, &s.workers(), &[Some(s.axis), None], s.axis);
-                        true
-                    }
                     // Column parallel: x replicated, columns of w.
                     (None, Some(s)) if s.axis == 1 => {
                         self.sharded(out, instr, &s.workers(), &[None, Some(1)], l - 1);
@@ -781,6 +801,46 @@ impl Shard {
                 let Some(axis) = perm.iter().position(|&p| p == s.axis) else { return false };
                 self.sharded(out, instr, &s.workers(), &[Some(s.axis)], axis);
                 true
+            }
+            Instr::Slice { src, index, .. } => {
+                let Some(s) = self.split_of(*src).cloned() else {
+                    return self.replicated_if_copies(out, instr, &operands);
+                };
+                // A slice that takes the split axis whole (from 0, step 1) takes the same from
+                // every piece (bounds are clamped); one that cuts it crosses pieces.
+                let Ok(r) = resolve_slice(index, &types[0].shape) else { return false };
+                let whole = AxisSlice { start: 0, step: 1, len: types[0].shape.0[s.axis] };
+                match r.kept[s.axis] {
+                    Some(axis) if r.axes[s.axis] == whole => {
+                        self.sharded(out, instr, &s.workers(), &[Some(s.axis)], axis);
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            Instr::Concat { srcs, axis, .. } => {
+                let Ok(c) = normalize_axis(*axis, types[0].shape.rank()) else { return false };
+                // Joined along another axis than the split one: piece by piece (every operand
+                // has the split axis's length).
+                match srcs.iter().find_map(|&v| self.split_of(v).filter(|s| s.axis != c)).cloned() {
+                    Some(s) => {
+                        self.sharded(out, instr, &s.workers(), &vec![Some(s.axis); srcs.len()], s.axis);
+                        true
+                    }
+                    None => self.replicated_if_copies(out, instr, &operands),
+                }
+            }
+            Instr::Split { src, axis, .. } => {
+                let rank = types[0].shape.rank();
+                match (self.split_of(*src).cloned(), normalize_axis(*axis, rank)) {
+                    // Cut along another axis: piece by piece, every result split as the source.
+                    (Some(s), Ok(c)) if s.axis != c => {
+                        self.sharded(out, instr, &s.workers(), &[Some(s.axis)], s.axis);
+                        true
+                    }
+                    (Some(_), _) => false,
+                    (None, _) => self.replicated_if_copies(out, instr, &operands),
+                }
             }
             Instr::Reshape { src, .. }
             | Instr::BroadcastTo { src, .. }

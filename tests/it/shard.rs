@@ -938,3 +938,44 @@ fn an_mlp_trained_data_parallel_in_bf16_gathers_nothing() {
         assert!((a - b).abs() <= 1e-2 * (1.0 + b.abs()), "{losses:?} vs {reference:?}");
     }
 }
+
+/// What a data-parallel transformer block does to batch-split activations runs shard by
+/// shard: a batched product split along its batch (attention's `q @ k^T` and `p @ v` per
+/// head), slices of other axes (one projection's columns), joins and cuts along other axes
+/// (heads). Nothing is gathered, and the reads are one worker's.
+#[test]
+fn batched_products_slices_joins_and_cuts_along_other_axes_shard() {
+    let src = "signal_start \"batch\" shard axis=0 workers=[0, 1]
+%x = randn f32[4, 3, 8] seed=1
+signal_end \"batch\"
+%w = randn f32[8, 24] seed=2
+%qkv = matmul %x, %w
+%q = slice %qkv [:, :, 0:8]
+%k = slice %qkv [..., 8:16]
+%v = slice %qkv [:, :, 16:]
+%qh = reshape %q shape=[4, 3, 2, 4]
+%kh = reshape %k shape=[4, 3, 2, 4]
+%vh = reshape %v shape=[4, 3, 2, 4]
+%qt = permute %qh perm=[0, 2, 1, 3]
+%kt = permute %kh perm=[0, 2, 3, 1]
+%vt = permute %vh perm=[0, 2, 1, 3]
+%s = matmul %qt, %kt
+%e = exp %s
+%z = sum %e axes=[-1] keepdim
+%p = div %e, %z
+%o = matmul %p, %vt
+%h0, %h1 = split %o size=1 axis=1
+%joined = concat %h1, %h0 axis=-1
+%first = slice %joined [:, 0]
+print %joined
+print %first
+";
+    let text = plan(src, 2);
+    assert!(!text.contains("gathers"), "{text}");
+    assert!(!text.contains("all_gather") && !text.contains("all_reduce"), "{text}");
+    let program = gt::script::load(src.as_bytes()).unwrap().program;
+    let one = reads(&program, None, &[]).unwrap();
+    let spread = reads(&program, Some(&mut sharded_pipeline(2, false)), &[]).unwrap();
+    assert!(close(&spread, &one), "{spread:?}\n{one:?}");
+    snapshot("transformer_block_data_parallel", &text);
+}

@@ -545,6 +545,8 @@ pub struct AxisSlice {
 pub struct ResolvedSlice {
     /// One entry per input axis.
     pub axes: Vec<AxisSlice>,
+    /// Per input axis, the result axis it becomes (`None`: indexed, dropped).
+    pub kept: Vec<Option<usize>>,
     /// The result shape (indexed axes dropped, new axes inserted).
     pub shape: Shape,
 }
@@ -572,6 +574,7 @@ pub fn resolve_slice(index: &[SliceItem], shape: &Shape) -> Result<ResolvedSlice
         items.extend(std::iter::repeat_n(full, shape.rank() - consuming));
     }
     let mut axes = Vec::with_capacity(shape.rank());
+    let mut kept = Vec::with_capacity(shape.rank());
     let mut out = Vec::new();
     let mut axis = 0;
     for item in items {
@@ -584,6 +587,7 @@ pub fn resolve_slice(index: &[SliceItem], shape: &Shape) -> Result<ResolvedSlice
                     return Err(TypeError::SliceIndex { index: i, axis, size: n });
                 }
                 axes.push(AxisSlice { start: j as usize, step: 1, len: 1 });
+                kept.push(None);
                 axis += 1;
             }
             SliceItem::Range { start, end, step } => {
@@ -607,13 +611,14 @@ pub fn resolve_slice(index: &[SliceItem], shape: &Shape) -> Result<ResolvedSlice
                 // |step| beyond the axis takes at most one element; clamp so it fits i64.
                 let step = step.clamp(-(1 << 62), 1 << 62) as i64;
                 axes.push(AxisSlice { start: if len == 0 { 0 } else { first as usize }, step, len: len as usize });
+                kept.push(Some(out.len()));
                 out.push(len as usize);
                 axis += 1;
             }
             SliceItem::Ellipsis => unreachable!("expanded above"),
         }
     }
-    Ok(ResolvedSlice { axes, shape: Shape(out.into()) })
+    Ok(ResolvedSlice { axes, kept, shape: Shape(out.into()) })
 }
 
 /// How many pieces a split of an axis of length `len` gives (without building them).
@@ -992,5 +997,25 @@ fn infer_any_rank(
         Instr::HotPathStart { .. } | Instr::HotPathEnd { .. } | Instr::SignalStart { .. } | Instr::SignalEnd { .. } => {
             Ok(ResultTypes::new())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resolved_slice_says_where_each_kept_axis_goes() {
+        // `[new, 1, ..., 2:]` of [3, 4, 5]: axis 0 indexed away, axes 1 and 2 after the new one.
+        let index = [
+            SliceItem::NewAxis,
+            SliceItem::Index(1),
+            SliceItem::Ellipsis,
+            SliceItem::Range { start: Some(2), end: None, step: 1 },
+        ];
+        let r = resolve_slice(&index, &Shape(vec![3, 4, 5].into())).unwrap();
+        assert_eq!(r.kept, vec![None, Some(1), Some(2)]);
+        assert_eq!(r.shape.0.to_vec(), vec![1, 4, 3]);
+        assert_eq!(r.axes[1], AxisSlice { start: 0, step: 1, len: 4 });
     }
 }
