@@ -3,7 +3,7 @@
 //! (within rounding where a reduction's order changes); plans as dumps.
 
 use crate::cluster::run_filetests;
-use gt::ir::{DType, HostTensor, Instr, Placement, Program, Stmt, StmtKind, ValueId};
+use gt::ir::{DType, HostTensor, Instr, Placement, Program, SliceItem, Stmt, StmtKind, ValueId};
 use gt::passes::pipeline::Emitted;
 use gt::passes::{registry, PassOptions, Pipeline};
 use gt::runtime::Interpreter;
@@ -410,7 +410,10 @@ impl gt::ir::Executor for Sharded {
 }
 
 /// Losses of a 784-256-10 MLP trained with SGD, data parallel when `config` says so.
-fn mlp_losses(config: Option<&str>, workers: usize) -> (Vec<f32>, Vec<(String, u64)>) {
+/// A 784-256-10 MLP's losses over 4 SGD steps on `workers` workers under `config` (the
+/// pipeline's counters with them); with `heads`, the hidden layer is cut in two halves by
+/// slices, and they are joined back swapped (a slice's gradient is a pad, a join's a cut).
+fn mlp_losses_with(config: Option<&str>, workers: usize, heads: bool) -> (Vec<f32>, Vec<(String, u64)>) {
     use gt::nn::{self, Module, Optimizer};
     // As GT_AUTO_COMPILE=1 runs: hot paths found, and each repetition compiled.
     let mut options = registry::default_options();
@@ -431,20 +434,32 @@ fn mlp_losses(config: Option<&str>, workers: usize) -> (Vec<f32>, Vec<(String, u
     let labels: Vec<usize> = (0..64).map(|i| (i * 7) % 10).collect();
     let t = nn::one_hot(&labels, 10).unwrap();
     let centres = gt::randn(&[10, 784]).unwrap();
-    let model = {
+    let (l1, l2) = {
         let _p = gt::signal::context("params").unwrap();
-        nn::Sequential::new()
-            .push(nn::Linear::new(784, 256).unwrap())
-            .push(nn::ReLU)
-            .push(nn::Linear::new(256, 10).unwrap())
+        (nn::Linear::new(784, 256).unwrap(), nn::Linear::new(256, 10).unwrap())
     };
-    let mut sgd = nn::Sgd::new(model.parameters(), 0.05);
+    let forward = |x: &gt::Tensor| {
+        let h = l1.forward(x)?;
+        let h = if heads {
+            let cols = |start: Option<i64>, end: Option<i64>| {
+                [SliceItem::Range { start: None, end: None, step: 1 }, SliceItem::Range { start, end, step: 1 }]
+            };
+            let (a, b) = (h.slice(&cols(None, Some(128)))?, h.slice(&cols(Some(128), None))?);
+            gt::frontend::tensor::cat(&[&b.relu()?, &a.relu()?], 1)?
+        } else {
+            h.relu()?
+        };
+        l2.forward(&h)
+    };
+    let mut params = l1.parameters();
+    params.extend(l2.parameters());
+    let mut sgd = nn::Sgd::new(params, 0.05);
     let mut losses = Vec::new();
     for _ in 0..4 {
         let loss = {
             let _b = gt::signal::context("batch").unwrap();
             let x = t.matmul(&centres).unwrap().add(&gt::randn(&[64, 784]).unwrap().mul(0.5).unwrap()).unwrap();
-            nn::cross_entropy(&model.forward(&x).unwrap(), &t).unwrap()
+            nn::cross_entropy(&forward(&x).unwrap(), &t).unwrap()
         };
         sgd.zero_grad();
         loss.backward().unwrap();
@@ -454,6 +469,10 @@ fn mlp_losses(config: Option<&str>, workers: usize) -> (Vec<f32>, Vec<(String, u
     gt::signal::set_config(Default::default());
     let stats = stats.borrow().clone();
     (losses, stats)
+}
+
+fn mlp_losses(config: Option<&str>, workers: usize) -> (Vec<f32>, Vec<(String, u64)>) {
+    mlp_losses_with(config, workers, false)
 }
 
 #[test]
@@ -978,4 +997,19 @@ print %first
     let spread = reads(&program, Some(&mut sharded_pipeline(2, false)), &[]).unwrap();
     assert!(close(&spread, &one), "{spread:?}\n{one:?}");
     snapshot("transformer_block_data_parallel", &text);
+}
+
+/// The MLP's hidden layer cut by slices and joined back, trained data parallel: the slices,
+/// the join and their gradients (pads and cuts) run piece by piece, nothing is gathered, and
+/// the losses are one worker's.
+#[test]
+fn an_mlp_with_slices_and_a_join_trained_data_parallel_gathers_nothing() {
+    let config = "batch:\n  shard:\n    axis: 0\n  backward: batch_bwd\nbatch_bwd:\n  shard:\n    axis: 0\nparams:\n  shard:\n    replicated: true\n";
+    let (reference, _) = mlp_losses_with(None, 1, true);
+    let (losses, stats) = mlp_losses_with(Some(config), 2, true);
+    let stat = |k: &str| stats.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| *v);
+    assert_eq!(stat("shard.gathers"), 0, "{stats:?}");
+    for (a, b) in losses.iter().zip(&reference) {
+        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{losses:?} vs {reference:?}");
+    }
 }
