@@ -181,7 +181,29 @@ def where(condition, x, y):
     return _gt.where(condition, x, y)
 
 
-class autocast:
+class _Block:
+    """A block of this thread's ops, as a context manager or a decorator: `_open()` gives the
+    guard whose `close()` ends it, `_again()` a fresh block like this one for each call of a
+    decorated function."""
+
+    def __enter__(self):
+        self._guard = self._open()
+        return self
+
+    def __exit__(self, *exc):
+        self._guard.close()
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self._again():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class autocast(_Block):
     """Mixed precision, as PyTorch's `torch.autocast` (a context manager or a decorator): inside,
     matmuls and elementwise arithmetic run in `dtype` (`gt.bfloat16` or `gt.float16`) while
     parameters, their gradients and optimizer state stay float32; reductions and transcendental
@@ -207,38 +229,18 @@ class autocast:
         if not enabled:
             self._dtype = "float32"
 
-    def __enter__(self):
-        self._guard = _gt.Autocast(self._dtype)
-        return self
+    def _open(self):
+        return _gt.Autocast(self._dtype)
 
-    def __exit__(self, *exc):
-        self._guard.close()
-        return False
-
-    def __call__(self, fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with autocast(dtype=self._dtype):
-                return fn(*args, **kwargs)
-
-        return wrapper
+    def _again(self):
+        return autocast(dtype=self._dtype)
 
 
-class no_grad:
+class no_grad(_Block):
     """Ops inside run without recording for autograd (a context manager or a decorator)."""
 
-    def __enter__(self):
-        self._guard = _gt.NoGrad()
-        return self
+    def _open(self):
+        return _gt.NoGrad()
 
-    def __exit__(self, *exc):
-        self._guard.close()
-        return False
-
-    def __call__(self, fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with no_grad():
-                return fn(*args, **kwargs)
-
-        return wrapper
+    def _again(self):
+        return no_grad()
