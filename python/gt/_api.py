@@ -207,7 +207,9 @@ class autocast(_Block):
     """Mixed precision, as PyTorch's `torch.autocast` (a context manager or a decorator): inside,
     matmuls and elementwise arithmetic run in `dtype` (`gt.bfloat16` or `gt.float16`) while
     parameters, their gradients and optimizer state stay float32; reductions and transcendental
-    functions run in float32. `enabled=False` (or `dtype=gt.float32`) turns an outer one off.
+    functions run in float32. `enabled=False` (or `dtype=gt.float32`) runs the block in float32,
+    even inside an outer autocast or a signal whose config names a `dtype` (an explicit block wins
+    over signals, as in the Rust API).
 
     `gt.autocast(gt.bfloat16)` and PyTorch's `gt.autocast("cuda", dtype=gt.float16)` both work:
     a device type ("cpu" or "cuda") only picks the default dtype as PyTorch does (bfloat16 for
@@ -226,6 +228,10 @@ class autocast(_Block):
         else:
             raise ValueError(f"autocast: device_type {device_type!r}: gt takes 'cpu' or 'cuda' (or a dtype first)")
         self._dtype = _dtype(dtype) if dtype is not None else default
+        if self._dtype not in ("bfloat16", "float16", "float32"):
+            from . import GtValueError
+
+            raise GtValueError(f"autocast: takes bfloat16, float16 or float32 (off), not {self._dtype}")
         if not enabled:
             self._dtype = "float32"
 

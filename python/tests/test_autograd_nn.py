@@ -197,8 +197,12 @@ def test_autocast_spellings_and_refusals():
 
     assert product(a).dtype == gt.float16
     assert (a @ a).dtype == gt.float32
-    with pytest.raises(gt.GtValueError, match="autocast"):
-        gt.autocast(gt.int32).__enter__()
+    # A dtype autocast cannot take is refused where the block is made.
+    for bad in [gt.int32, gt.float64]:
+        with pytest.raises(gt.GtValueError, match="autocast: takes bfloat16, float16 or float32"):
+            gt.autocast(bad)
+    with pytest.raises(gt.GtValueError, match="not int64"):
+        gt.autocast("cuda", dtype=gt.int64)
     with pytest.raises(ValueError, match="device_type 'tpu'"):
         gt.autocast("tpu")
 
