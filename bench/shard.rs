@@ -12,7 +12,8 @@
 //! socket); asserts nothing.
 //! Run: `cargo bench --bench shard` (`GT_BENCH_QUICK=1`: fewer repetitions and smaller sizes;
 //! `GT_BENCH_N`, `GT_BENCH_WIDTH`, `GT_BENCH_BATCH`: the matmul's and the MLP's sizes;
-//! `GT_BENCH_PARTS=matmul,mlp,collectives`: which parts run; `GT_BENCH_SAVE=NAME` writes
+//! `GT_BENCH_PARTS=matmul,mlp,collectives`: which parts run; `GT_BENCH_DTYPE=bf16` (or `f16`):
+//! the MLP's forward under autocast; `GT_BENCH_SAVE=NAME` writes
 //! `bench/results/shard-NAME.txt`).
 
 /// gt's allocator, as its binaries and Python package run on.
@@ -70,7 +71,13 @@ fn matmul(workers: usize, n: usize, reps: usize) -> anyhow::Result<Duration> {
 
 /// Median time of one data-parallel SGD step of a `width`-wide 3-layer MLP on a batch of
 /// `batch`, with the loss read.
-fn mlp_step(workers: usize, width: usize, batch: usize, reps: usize) -> anyhow::Result<(Duration, f32)> {
+fn mlp_step(
+    workers: usize,
+    width: usize,
+    batch: usize,
+    reps: usize,
+    autocast: Option<gt::ir::DType>,
+) -> anyhow::Result<(Duration, f32)> {
     let _gt = Runtime::embedded(workers)?;
     gt::signal::set_config(gt::config::Config::parse(CONFIG, "bench.yaml")?);
     gt::manual_seed(3)?;
@@ -95,6 +102,7 @@ fn mlp_step(workers: usize, width: usize, batch: usize, reps: usize) -> anyhow::
         let start = Instant::now();
         let loss = {
             let _r = gt::signal::context("rows")?;
+            let _half = autocast.map(gt::autocast).transpose()?;
             nn::cross_entropy(&model.forward(&x)?, &t)?
         };
         sgd.zero_grad();
@@ -276,10 +284,16 @@ fn matmul_part(report: &mut String, counts: &[usize], n: usize, reps: usize) -> 
 }
 
 fn mlp_part(report: &mut String, counts: &[usize], width: usize, batch: usize, reps: usize) -> anyhow::Result<()> {
-    let _ = writeln!(report, "\nMLP {width}-{width}-{width}-10 data-parallel SGD step, batch {batch}, loss read");
+    let autocast = match std::env::var("GT_BENCH_DTYPE") {
+        Ok(name) => Some(gt::ir::DType::from_name(&name).ok_or_else(|| anyhow::anyhow!("GT_BENCH_DTYPE={name}"))?),
+        Err(_) => None,
+    };
+    let under = autocast.map_or(String::new(), |d| format!(", forward under {d} autocast"));
+    let _ =
+        writeln!(report, "\nMLP {width}-{width}-{width}-10 data-parallel SGD step, batch {batch}, loss read{under}");
     let mut one = None;
     for &w in counts {
-        let (t, loss) = mlp_step(w, width, batch, reps)?;
+        let (t, loss) = mlp_step(w, width, batch, reps, autocast)?;
         let base = *one.get_or_insert(t);
         let speedup = base.as_secs_f64() / t.as_secs_f64();
         let _ = writeln!(report, "  {w} worker(s): {:>9.1} ms  speed-up {speedup:.2}x  (loss {loss:.4})", ms(t));
