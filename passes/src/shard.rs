@@ -675,15 +675,7 @@ impl Shard {
                         let a = self.ensure_split(out, *lhs, l - 1, &workers);
                         let b = self.ensure_split(out, *rhs, 0, &workers);
                         let widen = sums_in_f32(&results[0], ReduceOp::Sum);
-                        let (a, b) = (self.widened(out, &workers, a, widen), self.widened(out, &workers, b, widen));
-                        let cols = Self::columns(vec![a.clone(), b.clone()], workers.len());
-                        let partials = self.per_part(out, instr, &workers, &cols);
-                        if widen {
-                            for c in a.into_iter().chain(b) {
-                                self.free_own(out, c);
-                            }
-                        }
-                        let partials: Vec<ValueId> = partials.into_iter().map(|p| p[0]).collect();
+                        let partials = self.partials(out, instr, &workers, vec![a, b], widen);
                         self.all_reduce(out, instr.results()[0], &results[0], ReduceOp::Sum, &workers, partials, None);
                         self.stats.sharded += 1;
                         true
@@ -725,15 +717,7 @@ impl Shard {
                     };
                     let parts: Vec<ValueId> = s.parts.iter().map(|p| p.1).collect();
                     let widen = sums_in_f32(&results[0], partial_op);
-                    let parts = self.widened(out, &workers, parts, widen);
-                    let partials =
-                        self.per_part(out, &partial, &workers, &Self::columns(vec![parts.clone()], workers.len()));
-                    if widen {
-                        for c in parts {
-                            self.free_own(out, c);
-                        }
-                    }
-                    let partials: Vec<ValueId> = partials.into_iter().map(|p| p[0]).collect();
+                    let partials = self.partials(out, &partial, &workers, vec![parts], widen);
                     let count: usize = reduced.iter().map(|&a| types[0].shape.0[a]).product();
                     let mean = (*op == ReduceOp::Mean).then_some(count);
                     self.all_reduce(out, instr.results()[0], &results[0], partial_op, &workers, partials, mean);
@@ -898,19 +882,61 @@ impl Shard {
         }
     }
 
-    /// `parts` (one per worker, on `workers`) as `f32` when `widen` (each worker casts its
-    /// own; the casts are the caller's to free), else `parts`.
-    fn widened(&mut self, out: &mut Emit, workers: &[u32], parts: Vec<ValueId>, widen: bool) -> Vec<ValueId> {
-        if !widen {
-            return parts;
+    /// `make(new, old)` on each of `copies` (one per worker, on `workers`), freeing the old:
+    /// the new copies.
+    fn each_copy(
+        &mut self,
+        out: &mut Emit,
+        workers: &[u32],
+        copies: Vec<ValueId>,
+        make: impl Fn(ValueId, ValueId) -> Instr,
+    ) -> Vec<ValueId> {
+        let mut made = Vec::new();
+        for (&w, old) in workers.iter().zip(copies) {
+            let new = self.fresh();
+            self.emit(out, make(new, old), vec![w]);
+            self.free_own(out, old);
+            made.push(new);
         }
+        made
+    }
+
+    /// Each worker's partial of `instr` (its first result), part `k` on `workers[k]` reading
+    /// `columns[j][k]` for operand `j`; with `widen`, the operands cast to `f32` first (and
+    /// those casts freed), so that partials of halves are summed in `f32`.
+    fn partials(
+        &mut self,
+        out: &mut Emit,
+        instr: &Instr,
+        workers: &[u32],
+        columns: Vec<Vec<ValueId>>,
+        widen: bool,
+    ) -> Vec<ValueId> {
         let mut casts = Vec::new();
-        for (&w, p) in workers.iter().zip(parts) {
-            let c = self.fresh();
-            self.emit(out, Instr::Cast { dst: c, src: p, dtype: DType::F32 }, vec![w]);
-            casts.push(c);
+        let columns: Vec<Vec<ValueId>> = columns
+            .into_iter()
+            .map(|col| {
+                if !widen {
+                    return col;
+                }
+                let wide: Vec<ValueId> = workers
+                    .iter()
+                    .zip(col)
+                    .map(|(&w, p)| {
+                        let c = self.fresh();
+                        self.emit(out, Instr::Cast { dst: c, src: p, dtype: DType::F32 }, vec![w]);
+                        c
+                    })
+                    .collect();
+                casts.extend(wide.iter().copied());
+                wide
+            })
+            .collect();
+        let parts = self.per_part(out, instr, workers, &Self::columns(columns, workers.len()));
+        for c in casts {
+            self.free_own(out, c);
         }
-        casts
+        parts.into_iter().map(|p| p[0]).collect()
     }
 
     /// `all_reduce op` of `partials` (one per worker) into copies that become `dst`'s; a
@@ -958,32 +984,17 @@ impl Shard {
             }
             sums
         };
-        let mut copies = match mean {
-            None => sums,
-            Some(count) => {
-                let mut copies = Vec::new();
-                for (&w, s) in workers.iter().zip(sums) {
-                    let c = self.fresh();
-                    let div = Instr::Binary {
-                        dst: c,
-                        op: BinaryOp::Div,
-                        lhs: Operand::Value(s),
-                        rhs: Operand::Scalar(count as f64),
-                    };
-                    self.emit(out, div, vec![w]);
-                    self.free_own(out, s);
-                    copies.push(c);
-                }
-                copies
-            }
-        };
+        let mut copies = sums;
+        if let Some(count) = mean {
+            copies = self.each_copy(out, workers, copies, |dst, s| Instr::Binary {
+                dst,
+                op: BinaryOp::Div,
+                lhs: Operand::Value(s),
+                rhs: Operand::Scalar(count as f64),
+            });
+        }
         if sums_in_f32(ty, op) {
-            for (&w, c) in workers.iter().zip(copies.iter_mut()) {
-                let narrow = self.fresh();
-                self.emit(out, Instr::Cast { dst: narrow, src: *c, dtype: ty.dtype }, vec![w]);
-                self.free_own(out, *c);
-                *c = narrow;
-            }
+            copies = self.each_copy(out, workers, copies, |dst, src| Instr::Cast { dst, src, dtype: ty.dtype });
         }
         let placed = workers.iter().copied().zip(copies).collect();
         let dist = match scatter {
