@@ -88,12 +88,9 @@ pub(super) fn ln<W: Wide>(w: &mut W, x: &W::V) -> W::V {
     let den = w.add(&m, &one);
     let s = w.div(&num, &den);
     let s2 = w.mul(&s, &s);
-    // atanh(s) / s = sum s^2k / (2k + 1), Horner from k = 11.
-    let mut p = w.c(1.0 / 23.0);
-    for k in (0..11).rev() {
-        let term = w.c(1.0 / (2 * k + 1) as f64);
-        p = w.fma(&p, &s2, &term);
-    }
+    // atanh(s) / s = sum s^2k / (2k + 1), k to 11.
+    let terms: Vec<f64> = (0..12).map(|k| 1.0 / (2 * k + 1) as f64).collect();
+    let p = poly(w, &terms, &s2);
     let two_s = w.add(&s, &s);
     let ln_m = w.mul(&two_s, &p);
     // ln 2 in two parts: e * LN2_HI is exact for |e| < 2^11.
@@ -132,11 +129,8 @@ pub(super) fn exp<W: Wide>(w: &mut W, x: &W::V) -> W::V {
     let r = w.fma(&k, &hi, &xc);
     let r = w.fma(&k, &lo, &r);
     let factorial = |n: u32| (1..=n).map(f64::from).product::<f64>();
-    let mut p = w.c(1.0 / factorial(13));
-    for j in (0..13).rev() {
-        let term = w.c(1.0 / factorial(j));
-        p = w.fma(&p, &r, &term);
-    }
+    let terms: Vec<f64> = (0..14).map(|j| 1.0 / factorial(j)).collect();
+    let p = poly(w, &terms, &r);
     let y = w.ldexp(&p, &k);
     let x_nan = w.is_nan(x);
     w.select(&x_nan, x, &y)
@@ -174,11 +168,7 @@ const TANH: [f64; 19] = [
 /// with `t = e^(-2|x|) - 1`, which never overflows.
 pub(super) fn tanh<W: Wide>(w: &mut W, x: &W::V) -> W::V {
     let s = w.mul(x, x);
-    let mut q = w.c(TANH[TANH.len() - 1]);
-    for &k in TANH[..TANH.len() - 1].iter().rev() {
-        let term = w.c(k);
-        q = w.fma(&q, &s, &term);
-    }
+    let q = poly(w, &TANH, &s);
     let xs = w.mul(x, &s);
     let r_small = w.fma(&xs, &q, x);
     let a = w.abs(x);
