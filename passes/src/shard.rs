@@ -14,8 +14,13 @@
 //! - `x[rows split] @ w` is data parallel (`w` replicated), as is a batched product split
 //!   along a batch axis, `x @ w[columns split]` column parallel (`x` replicated),
 //!   `x[k split] @ w[k split]` row parallel (partial products, then `all_reduce sum`);
+//!   a product with a vector likewise (the matrix's rows or columns, or k of a dot product);
+//!   `x @ x` split along k copies `x` first (one value cannot be split two ways at once);
 //! - a slice that takes the split axis whole, and a `concat` or `split` along another axis,
-//!   run piece by piece;
+//!   run piece by piece; a slice that cuts the split axis, a `concat`, `split` or `chunk`
+//!   along it, and a reshape merging or dividing it assemble each result piece from the
+//!   stretches the workers hold, moving only what crosses a piece boundary
+//!   ([`relayout`](self::relayout));
 //! - a reduction along other axes runs shard by shard; over the split axis, partials and an
 //!   `all_reduce` (a mean divides the summed partials by the element count);
 //! - partials of halves that are summed across workers (a sum, a mean, a row-parallel
@@ -33,6 +38,8 @@
 //! ([`StreamPass::materialize`]) assembles the value whole at home first. With
 //! [`ShardConfig::auto`] (`GT_AUTO_SHARD=1`) the pass splits large matmuls and elementwise
 //! ops over every worker by itself; what they compute stays split until something reads it.
+
+mod relayout;
 
 use crate::pipeline::{Emit, Emitted, StreamPass, StreamTypes, FIRST_PASS_ID};
 use foldhash::{HashMap, HashMapExt};
@@ -632,12 +639,10 @@ impl Shard {
             }
             Instr::MatMul { lhs, rhs, .. } => {
                 let (l, r) = (types[0].shape.rank(), types[1].shape.rank());
-                // `x @ x` would need one value in two layouts at once (re-splitting it for
-                // the right operand frees the left operand's pieces): it runs at home.
-                if l < 2 || r < 2 || lhs == rhs {
-                    return false;
-                }
                 let (ls, rs) = (self.split_of(*lhs).cloned(), self.split_of(*rhs).cloned());
+                if l < 2 || r < 2 {
+                    return self.vector_product(out, instr, (l, r), (ls, rs), &results[0]);
+                }
                 // Data parallel: rows or a batch axis of x, or a batch axis of w (attention's
                 // `q @ k^T` per head): each operand split along that batch axis where it has it
                 // at full length, else copied.
@@ -658,26 +663,26 @@ impl Shard {
                     self.sharded(out, instr, &workers, &[along(&types[0], false), along(&types[1], true)], a);
                     return true;
                 }
-                if r != 2 {
-                    return self.replicated_if_copies(out, instr, &operands);
-                }
                 match (&ls, &rs) {
                     // Column parallel: x replicated, columns of w.
-                    (None, Some(s)) if s.axis == 1 => {
-                        self.sharded(out, instr, &s.workers(), &[None, Some(1)], l - 1);
+                    (None, Some(s)) if s.axis == r - 1 => {
+                        self.sharded(out, instr, &s.workers(), &[None, Some(r - 1)], n - 1);
+                        true
+                    }
+                    // `x @ x` split along k would need x in two layouts at once (re-splitting
+                    // it for the right operand frees the left operand's pieces): copies of x,
+                    // then rows of the copies (sliced where they are) data parallel.
+                    (Some(s), _) if lhs == rhs && s.axis == l - 1 => {
+                        let workers = s.workers();
+                        self.ensure_replicated(out, *rhs, &workers);
+                        self.sharded(out, instr, &workers, &[Some(l - 2), None], n - 2);
                         true
                     }
                     // Row parallel: both split along k; partial products, then their sum.
                     (Some(s), _) | (None, Some(s))
-                        if (ls.is_some() && s.axis == l - 1) || (ls.is_none() && s.axis == 0) =>
+                        if (ls.is_some() && s.axis == l - 1) || (ls.is_none() && s.axis == r - 2) =>
                     {
-                        let workers = s.workers();
-                        let a = self.ensure_split(out, *lhs, l - 1, &workers);
-                        let b = self.ensure_split(out, *rhs, 0, &workers);
-                        let widen = sums_in_f32(&results[0], ReduceOp::Sum);
-                        let partials = self.partials(out, instr, &workers, vec![a, b], widen);
-                        self.all_reduce(out, instr.results()[0], &results[0], ReduceOp::Sum, &workers, partials, None);
-                        self.stats.sharded += 1;
+                        self.row_parallel(out, instr, (l - 1, r - 2), &s.workers(), &results[0]);
                         true
                     }
                     _ => match self.replicas_of(*lhs).or_else(|| self.replicas_of(*rhs)) {
@@ -799,7 +804,7 @@ impl Shard {
                         self.sharded(out, instr, &s.workers(), &[Some(s.axis)], axis);
                         true
                     }
-                    _ => false,
+                    _ => self.slice_across(out, instr, &s, &types[0]),
                 }
             }
             Instr::Concat { srcs, axis, .. } => {
@@ -811,7 +816,11 @@ impl Shard {
                         self.sharded(out, instr, &s.workers(), &vec![Some(s.axis); srcs.len()], s.axis);
                         true
                     }
-                    None => self.replicated_if_copies(out, instr, &operands),
+                    // Along the split axis: the operands' stretches, laid out anew.
+                    None => match srcs.iter().find_map(|&v| self.split_of(v)).map(Split::workers) {
+                        Some(workers) => self.concat_along(out, instr, c, &workers),
+                        None => self.replicated_if_copies(out, instr, &operands),
+                    },
                 }
             }
             Instr::Split { src, axis, .. } => {
@@ -822,7 +831,8 @@ impl Shard {
                         self.sharded(out, instr, &s.workers(), &[Some(s.axis)], s.axis);
                         true
                     }
-                    (Some(_), _) => false,
+                    (Some(s), Ok(_)) => self.split_along(out, instr, &s, results),
+                    (Some(_), Err(_)) => false,
                     (None, _) => self.replicated_if_copies(out, instr, &operands),
                 }
             }
@@ -838,7 +848,8 @@ impl Shard {
                 // that are not size 1 (reshapes keeping the leading axes, a keepdim's
                 // unsqueeze, a broadcast along other axes): each piece maps to a piece.
                 let Some(axis) = kept_axis(from, to, s.axis, matches!(instr, Instr::BroadcastTo { .. })) else {
-                    return false;
+                    // A reshape merging the split axis with the next ones, or dividing it.
+                    return matches!(instr, Instr::Reshape { .. }) && self.reshape_across(out, instr, &s, (from, to));
                 };
                 let sizes = array_split(from[s.axis], s.parts.len());
                 let adapt = |k: usize, i: &Instr| match i {
@@ -864,6 +875,55 @@ impl Shard {
                 true
             }
             _ => self.replicated_if_copies(out, instr, &operands),
+        }
+    }
+
+    /// A row-parallel product: both operands split along k (axes `k` of the left and right
+    /// operand), each worker's partial product, then their sum (in `f32` for halves).
+    fn row_parallel(&mut self, out: &mut Emit, instr: &Instr, k: (usize, usize), workers: &[u32], ty: &TensorType) {
+        let Instr::MatMul { lhs, rhs, .. } = instr else { return };
+        let a = self.ensure_split(out, *lhs, k.0, workers);
+        let b = self.ensure_split(out, *rhs, k.1, workers);
+        let widen = sums_in_f32(ty, ReduceOp::Sum);
+        let partials = self.partials(out, instr, workers, vec![a, b], widen);
+        self.all_reduce(out, instr.results()[0], ty, ReduceOp::Sum, workers, partials, None);
+        self.stats.sharded += 1;
+    }
+
+    /// A product with a vector (ranks `l` and `r`, one of them 1; split layouts `ls`, `rs`):
+    /// a matrix times a vector split along the matrix's rows (or a batch axis) is data
+    /// parallel, a vector times a matrix split along its columns (or a batch axis) column
+    /// parallel, and a split k (a dot product's only axis) row parallel.
+    fn vector_product(
+        &mut self,
+        out: &mut Emit,
+        instr: &Instr,
+        (l, r): (usize, usize),
+        (ls, rs): (Option<Split>, Option<Split>),
+        ty: &TensorType,
+    ) -> bool {
+        let operands = instr.operands();
+        // Axis k of each operand: the matrix's last but one on the right, else the last.
+        let k = (l - 1, r.saturating_sub(2));
+        match (&ls, &rs) {
+            // Matrix @ vector, split along rows or a batch axis (the result has the same axes
+            // but k): the vector copied.
+            (Some(s), _) if r == 1 && s.axis != k.0 => {
+                self.sharded(out, instr, &s.workers(), &[Some(s.axis), None], s.axis);
+                true
+            }
+            // Vector @ matrix, split along columns (the result's last axis) or a batch axis
+            // (kept in place): the vector copied.
+            (_, Some(s)) if l == 1 && s.axis != k.1 => {
+                let axis = if s.axis == r - 1 { r - 2 } else { s.axis };
+                self.sharded(out, instr, &s.workers(), &[None, Some(s.axis)], axis);
+                true
+            }
+            (Some(s), _) | (None, Some(s)) => {
+                self.row_parallel(out, instr, k, &s.workers(), ty);
+                true
+            }
+            (None, None) => self.replicated_if_copies(out, instr, &operands),
         }
     }
 

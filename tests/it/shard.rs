@@ -999,6 +999,28 @@ print %first
     snapshot("transformer_block_data_parallel", &text);
 }
 
+/// Cuts, joins, reshapes and products along the split axis (`split_axis_relayouts.gtir`,
+/// three workers, uneven pieces): each result piece is assembled from the stretches the
+/// workers hold (slices where they are, moves between neighbours, joins), so nothing is
+/// gathered at home but the one row an index takes, and the values are one worker's.
+#[test]
+fn cuts_joins_reshapes_and_vector_products_along_the_split_axis_gather_nothing() {
+    let src = std::fs::read_to_string("tests/gtir/run/split_axis_relayouts.gtir").unwrap();
+    let body: String = src.lines().filter(|l| !l.starts_with("expect")).map(|l| format!("{l}\n")).collect();
+    let prints: String = ["a", "b", "c", "d", "j", "p", "q", "r", "flat", "back", "mv", "sq", "dot", "vm"]
+        .iter()
+        .map(|v| format!("print %{v}\n"))
+        .collect();
+    let src = body + &prints;
+    let text = plan(&src, 3);
+    assert!(!text.contains("gathers"), "{text}");
+    let program = gt::script::load(src.as_bytes()).unwrap().program;
+    let one = reads(&program, None, &[]).unwrap();
+    let spread = reads(&program, Some(&mut sharded_pipeline(3, false)), &[]).unwrap();
+    assert_eq!(spread, one);
+    snapshot("split_axis_relayouts", &text);
+}
+
 /// The MLP's hidden layer cut by slices and joined back, trained data parallel: the slices,
 /// the join and their gradients (pads and cuts) run piece by piece, nothing is gathered, and
 /// the losses are one worker's.
