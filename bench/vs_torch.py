@@ -136,11 +136,23 @@ def chain_fn(x, y):
     return torch.relu(torch.exp(t * y) - x) + y
 
 
+def int_chain_fn(x, y):
+    # maximum(relu((x * 3 + 1) * y - x) + y, x) * 2, as vs_torch.rs's `int_chain`.
+    return torch.maximum(torch.relu((x * 3 + 1) * y - x) + y, x) * 2
+
+
 def chain(w):
     n = w["n"]
     x, y = pattern(n, 13), pattern(n, 14)
-    ms = timed(lambda: chain_fn(x, y), w["reps"], w["warmup"])
-    return ms, mean_abs(chain_fn(x, y))
+    fn = chain_fn
+    if w["op"] == "f64":
+        x, y = x.double(), y.double()
+    elif w["op"] == "i32":
+        # gt multiplies the f32 pattern by 1000 in f32 and casts toward zero: the same here.
+        x, y = (x * 1000).to(torch.int32), (y * 1000).to(torch.int32)
+        fn = int_chain_fn
+    ms = timed(lambda: fn(x, y), w["reps"], w["warmup"])
+    return ms, mean_abs(fn(x, y))
 
 
 def read(w):

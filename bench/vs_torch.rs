@@ -1,7 +1,7 @@
 //! gt against PyTorch eager on the CPU, side by side in one run: issue 16's list of
 //! workloads (MLP training step, matmul 1000² and 4096², an SGD update of one weight, a
 //! linear layer read back, MSE loss, relu/sigmoid/tanh on 10k elements with and without a
-//! read, the 8-op elementwise chain on 16M f32, reads of 4 MB and 64 MB, tiny ops), gt
+//! read, the 8-op elementwise chain on 16M f32 (and in f64, and an integer one in i32), reads of 4 MB and 64 MB, tiny ops), gt
 //! through the Tensor API on an embedded
 //! cluster (as a Rust user runs it; `GT_COMPILE=1` for the compiled rows) and PyTorch through
 //! `bench/vs_torch.py`, started once and kept running. The two sides take turns: each row
@@ -128,6 +128,15 @@ fn specs(quick: bool) -> Vec<Spec> {
         Spec {
             compiled: Some(Some(0.3)),
             ..spec("chain", "chain", "8-op chain, 16M f32 (sync, no read)", 1 << 24, r((11, 2), (1, 1)))
+        },
+        // The same chain in f64, and an integer chain in i32: eager ops of those dtypes.
+        Spec {
+            op: "f64",
+            ..spec("chain_f64", "chain", "8-op chain, 16M f64 (sync, no read)", 1 << 24, r((11, 2), (1, 1)))
+        },
+        Spec {
+            op: "i32",
+            ..spec("chain_i32", "chain", "8-op int chain, 16M i32 (sync, no read)", 1 << 24, r((11, 2), (1, 1)))
         },
         Spec { read: true, ..spec("read4", "read", "read 4 MB result", 1 << 20, r((51, 5), (5, 1))) },
         Spec { read: true, ..spec("read64", "read", "read 64 MB result", 1 << 24, r((11, 2), (1, 1))) },
@@ -264,6 +273,25 @@ fn chain(x: &Tensor, y: &Tensor) -> Result<Tensor> {
     Ok(x.mul(0.5)?.add(1.0)?.tanh()?.mul(y)?.exp()?.sub(x)?.relu()?.add(y)?)
 }
 
+/// An integer chain of 8 ops: `maximum(relu((x * 3 + 1) * y - x) + y, x) * 2`.
+fn int_chain(x: &Tensor, y: &Tensor) -> Result<Tensor> {
+    Ok(x.mul(3.0)?.add(1.0)?.mul(y)?.sub(x)?.relu()?.add(y)?.maximum(x)?.mul(2.0)?)
+}
+
+/// A chain of elementwise ops over two tensors.
+type Chain = fn(&Tensor, &Tensor) -> Result<Tensor>;
+
+/// The chain row's inputs in its dtype (`op`: "" f32, "f64", "i32": values in ±1000, cut
+/// toward zero) and its chain.
+fn chain_of(s: &Spec) -> Result<(Tensor, Tensor, Chain)> {
+    let (x, y) = (upload(&[s.n], 13, 1.0)?, upload(&[s.n], 14, 1.0)?);
+    Ok(match s.op {
+        "f64" => (x.to(gt::ir::DType::F64)?, y.to(gt::ir::DType::F64)?, chain),
+        "i32" => (x.mul(1000.0)?.to(gt::ir::DType::I32)?, y.mul(1000.0)?.to(gt::ir::DType::I32)?, int_chain),
+        _ => (x, y, chain),
+    })
+}
+
 fn unary(x: &Tensor, op: &str) -> Result<Tensor> {
     Ok(match op {
         "relu" => x.relu()?,
@@ -331,7 +359,8 @@ fn run_gt(gt: &Runtime, s: &Spec) -> Result<(f64, f64)> {
             Ok((ms, mean_abs(&unary(&x, s.op)?.to_vec()?)))
         }
         "chain" => {
-            let (x, y) = (upload(&[s.n], 13, 1.0)?, upload(&[s.n], 14, 1.0)?);
+            let (x, y, chain) = chain_of(s)?;
+            gt.sync()?;
             let ms = timed(s, || {
                 let _r = chain(&x, &y)?;
                 Ok(gt.sync()?)

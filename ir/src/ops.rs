@@ -59,6 +59,12 @@ macro_rules! scalar_fn {
     (binary, $op:expr) => {
         |x: f32, y: f32| $op.apply(x, y)
     };
+    (unary, $op:expr, $t:ident) => {
+        |x: $t| $t::unary($op, x)
+    };
+    (binary, $op:expr, $t:ident) => {
+        |x: $t, y: $t| $t::binary($op, x, y)
+    };
 }
 
 /// Declares an elementwise family: the enum of every op (primitives, then composites), the
@@ -66,7 +72,7 @@ macro_rules! scalar_fn {
 /// macro that hands every `(doc, Variant, mnemonic)` to a callback (the Tensor methods).
 macro_rules! op_table {
     (
-        $d:tt $arity:ident, $each:ident, $kernel:ident;
+        $d:tt $arity:ident, $each:ident, $kernel:ident, $kernel_as:ident;
         $(#[$meta:meta])* $name:ident / $prim:ident : $row:ident {
             $($(#[$pmeta:meta])* $pvariant:ident = $pmn:ident, weight $weight:literal => $prow:expr,)*
         }
@@ -150,6 +156,14 @@ macro_rules! op_table {
                     $($prim::$pvariant => kernel.call(scalar_fn!($arity, $prim::$pvariant)),)*
                 }
             }
+
+            /// [`Self::specialize`] in another scalar type than `f32` (`f64` tensors, and
+            /// integer ones, which wrap).
+            pub fn specialize_as<T: Scalar, R>(self, kernel: impl $kernel_as<T, R>) -> R {
+                match self {
+                    $($prim::$pvariant => kernel.call(scalar_fn!($arity, $prim::$pvariant, T)),)*
+                }
+            }
         }
     };
 }
@@ -221,6 +235,67 @@ pub trait BinaryKernel<R> {
     fn call<F: Fn(f32, f32) -> f32 + Copy + Send + Sync>(self, f: F) -> R;
 }
 
+/// A kernel over a unary scalar function in `T`, for [`UnaryPrim::specialize_as`].
+pub trait UnaryKernelAs<T, R> {
+    /// Runs the kernel with the op's function.
+    fn call<F: Fn(T) -> T + Copy + Send + Sync>(self, f: F) -> R;
+}
+
+/// A kernel over a binary scalar function in `T`, for [`BinaryPrim::specialize_as`].
+pub trait BinaryKernelAs<T, R> {
+    /// Runs the kernel with the op's function.
+    fn call<F: Fn(T, T) -> T + Copy + Send + Sync>(self, f: F) -> R;
+}
+
+/// A scalar type an elementwise op computes in, with each primitive's semantics in it:
+/// `f64`'s `apply_f64`, and for integers `apply_int` (wrapping; an `i32` op computed in `i64`
+/// and wrapped back, which is `i32`'s own wrapping arithmetic; a float-only op, which the
+/// type rules never give integers, is 0). Comparisons give 1 or 0.
+pub trait Scalar: Copy + PartialEq + Send + Sync + 'static {
+    /// Zero (what a comparison gives for false).
+    const ZERO: Self;
+    /// `p` on `x`.
+    fn unary(p: UnaryPrim, x: Self) -> Self;
+    /// `p` on `x` and `y`.
+    fn binary(p: BinaryPrim, x: Self, y: Self) -> Self;
+}
+
+impl Scalar for f64 {
+    const ZERO: f64 = 0.0;
+    #[inline]
+    fn unary(p: UnaryPrim, x: f64) -> f64 {
+        p.apply_f64(x)
+    }
+    #[inline]
+    fn binary(p: BinaryPrim, x: f64, y: f64) -> f64 {
+        p.apply_f64(x, y)
+    }
+}
+
+impl Scalar for i64 {
+    const ZERO: i64 = 0;
+    #[inline]
+    fn unary(p: UnaryPrim, x: i64) -> i64 {
+        p.apply_int(x).unwrap_or_default()
+    }
+    #[inline]
+    fn binary(p: BinaryPrim, x: i64, y: i64) -> i64 {
+        p.apply_int(x, y).unwrap_or_default()
+    }
+}
+
+impl Scalar for i32 {
+    const ZERO: i32 = 0;
+    #[inline]
+    fn unary(p: UnaryPrim, x: i32) -> i32 {
+        i64::unary(p, i64::from(x)) as i32
+    }
+    #[inline]
+    fn binary(p: BinaryPrim, x: i32, y: i32) -> i32 {
+        i64::binary(p, i64::from(x), i64::from(y)) as i32
+    }
+}
+
 /// A formula of the table, parsed (rows are ours, and a test parses every one).
 fn table_formula(text: &str) -> Term {
     Term::parse(text).unwrap_or_else(|e| panic!("the op table has a bad formula: {e}"))
@@ -235,7 +310,7 @@ fn formulas<const N: usize>(
 }
 
 op_table! {
-    $ unary, each_unary_op, UnaryKernel;
+    $ unary, each_unary_op, UnaryKernel, UnaryKernelAs;
     /// Elementwise ops of one operand; the result has the operand's type.
     UnaryOp / UnaryPrim : UnaryRow {
         /// `-x`
@@ -272,7 +347,7 @@ op_table! {
 }
 
 op_table! {
-    $ binary, each_binary_op, BinaryKernel;
+    $ binary, each_binary_op, BinaryKernel, BinaryKernelAs;
     /// Elementwise ops of two operands with NumPy broadcasting. Comparisons give `bool`
     /// tensors (1.0 and 0.0 inside a fused kernel and in formulas).
     BinaryOp / BinaryPrim : BinaryRow {
@@ -396,10 +471,8 @@ impl UnaryOp {
     #[inline]
     pub fn apply_int(self, x: i64) -> Option<i64> {
         match self.def() {
-            OpDef::Prim(UnaryPrim::Neg) => Some(x.wrapping_neg()),
-            OpDef::Prim(UnaryPrim::Abs) => Some(x.wrapping_abs()),
-            OpDef::Prim(UnaryPrim::Relu) => Some(x.max(0)),
-            _ => None,
+            OpDef::Prim(p) => p.apply_int(x),
+            OpDef::Composite(_) => None,
         }
     }
 }
@@ -421,7 +494,16 @@ impl BinaryOp {
     #[inline]
     pub fn apply_int(self, x: i64, y: i64) -> Option<i64> {
         let OpDef::Prim(p) = self.def() else { return None };
-        Some(match p {
+        p.apply_int(x, y)
+    }
+}
+
+impl BinaryPrim {
+    /// The primitive on two integers, wrapping on overflow (comparisons give 0 or 1; `None`
+    /// for a float-only one).
+    #[inline]
+    pub fn apply_int(self, x: i64, y: i64) -> Option<i64> {
+        Some(match self {
             BinaryPrim::Add => x.wrapping_add(y),
             BinaryPrim::Sub => x.wrapping_sub(y),
             BinaryPrim::Mul => x.wrapping_mul(y),
@@ -472,6 +554,18 @@ impl BinaryOp {
 }
 
 impl UnaryPrim {
+    /// The primitive on one integer, wrapping on overflow as PyTorch's integer tensors do
+    /// (`None` for a float-only one).
+    #[inline]
+    pub fn apply_int(self, x: i64) -> Option<i64> {
+        match self {
+            UnaryPrim::Neg => Some(x.wrapping_neg()),
+            UnaryPrim::Abs => Some(x.wrapping_abs()),
+            UnaryPrim::Relu => Some(x.max(0)),
+            _ => None,
+        }
+    }
+
     // The scalar `apply*` functions (here, on `BinaryPrim`, and `apply_int` on the op enums)
     // are `#[inline]`: inlined into other crates' loops (the interpreter's), the op is a
     // constant there and the loop vectorizes.

@@ -8,5 +8,6 @@ pub mod kernels;
 pub(crate) mod small_product;
 pub(crate) mod spare;
 pub mod threads;
+pub(crate) mod typed;
 pub(crate) mod value;
 pub mod vmath;

@@ -170,17 +170,27 @@ pub fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
 /// starting at element `start` (split as `stretch_of` says). `fill` must write every element of
 /// its stretch, each the same value whatever the stretch; nothing is written before it (zeros
 /// first would cost a pass over the result).
-#[allow(unsafe_code)]
 pub fn written(n: usize, fill: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync) -> Vec<f32> {
     // A small result takes a buffer a value let go of (`spare`).
-    let mut out: Vec<f32> = super::spare::take(n);
+    written_in(super::spare::take(n), n, fill)
+}
+
+/// [`written`] for elements of another type (`f64` and integer tensors), in a fresh buffer.
+pub fn written_as<T: Send>(n: usize, fill: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync) -> Vec<T> {
+    written_in(Vec::with_capacity(n), n, fill)
+}
+
+/// [`written`] into `out`, which holds room for `n` elements and none yet.
+#[allow(unsafe_code)]
+fn written_in<T>(mut out: Vec<T>, n: usize, fill: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync) -> Vec<T> {
+    debug_assert!(out.is_empty() && out.capacity() >= n);
     let base = Base(out.as_mut_ptr());
     let step = stretch_of(n);
     run_parts(n.div_ceil(step), |i| {
         let (lo, hi) = (i * step, ((i + 1) * step).min(n));
         // SAFETY: `lo..hi` lies inside `out`'s capacity and no other part's range; a slice of
         // `MaybeUninit` may cover memory not yet written.
-        let stretch = unsafe { std::slice::from_raw_parts_mut(base.at(lo).cast::<MaybeUninit<f32>>(), hi - lo) };
+        let stretch = unsafe { std::slice::from_raw_parts_mut(base.at(lo).cast::<MaybeUninit<T>>(), hi - lo) };
         fill(lo, stretch);
     });
     // SAFETY: the parts' ranges cover `0..n` and `fill` wrote each element of its own; a part
@@ -235,19 +245,26 @@ pub fn zeroed(out: &mut [MaybeUninit<f32>]) -> &mut [f32] {
 }
 
 /// The start of a result being filled, shared by the parts that write disjoint ranges of it.
-#[derive(Clone, Copy)]
-struct Base(*mut f32);
+struct Base<T>(*mut T);
+
+// By hand: a derive would ask `T: Copy`, and the pointer is copied whatever it points to.
+impl<T> Clone for Base<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Base<T> {}
 
 // SAFETY: only `written` and `rewritten` make one, and their parts write disjoint ranges of
 // the buffer, which outlives `run_parts`.
 #[allow(unsafe_code)]
-unsafe impl Send for Base {}
+unsafe impl<T> Send for Base<T> {}
 #[allow(unsafe_code)]
-unsafe impl Sync for Base {}
+unsafe impl<T> Sync for Base<T> {}
 
-impl Base {
+impl<T> Base<T> {
     /// The element at `index` (a method, so closures capture the `Send` wrapper whole).
-    fn at(self, index: usize) -> *mut f32 {
+    fn at(self, index: usize) -> *mut T {
         self.0.wrapping_add(index)
     }
 }

@@ -6,6 +6,7 @@
 
 use super::interp::{self, Tensor};
 use super::jit::{eager_by_tiles, Stored, StoredMut};
+use super::typed;
 use super::vmath::Halves;
 use crate::cancel;
 use gt_ir::data::{convert, Element, Elements};
@@ -295,7 +296,7 @@ impl Value {
         }
     }
 
-    fn f64(&self) -> ArrayD<f64> {
+    pub(crate) fn f64(&self) -> ArrayD<f64> {
         with_value!(self, a => converted(a))
     }
 
@@ -383,6 +384,9 @@ pub(crate) fn concat(values: &[&Value], axis: usize, dims: &[usize]) -> Value {
 /// An elementwise op of one operand computing in `dtype` (the result's).
 pub(crate) fn unary(op: UnaryOp, a: &Value, dtype: DType) -> Value {
     let a = a.to(dtype);
+    if let Some(v) = typed::unary(op, &a) {
+        return v;
+    }
     match &*a {
         Value::F32(a) => Value::F32(interp::unary(op, a)),
         Value::F64(a) => Value::F64(a.mapv(|x| op.apply_f64(x))),
@@ -484,6 +488,9 @@ pub(crate) fn binary(op: BinaryOp, a: &Value, b: &Value, dims: &[usize], compute
             return v;
         }
     }
+    if let Some(v) = typed::binary(op, &a, &b, dims, result) {
+        return v;
+    }
     let zip = |x: ArrayViewD<'_, f64>, y: ArrayViewD<'_, f64>, f: &dyn Fn(f64, f64) -> f64| {
         Zip::from(x.broadcast(dims).expect("broadcast"))
             .and(y.broadcast(dims).expect("broadcast"))
@@ -534,6 +541,11 @@ pub(crate) fn select(cond: &Value, on_true: &Value, on_false: &Value, dims: &[us
 
 /// A reduction of `a` over `axes` giving `dtype` (the type rule's), shaped `dims`.
 pub(crate) fn reduce(op: ReduceOp, a: &Value, axes: &[usize], dims: &[usize], dtype: DType) -> Value {
+    typed::reduce(op, a, axes, dims, dtype).unwrap_or_else(|| reduce_by_rows(op, a, axes, dims, dtype))
+}
+
+/// [`reduce`] by moving the reduced axes last, any layout and dtype.
+pub(crate) fn reduce_by_rows(op: ReduceOp, a: &Value, axes: &[usize], dims: &[usize], dtype: DType) -> Value {
     match a {
         // Halves accumulate in f32 (the f32 reduction sums in f64) and round once.
         Value::F32(_) | Value::F16(_) | Value::BF16(_) => {

@@ -1,0 +1,366 @@
+//! Eager elementwise ops on `f64` and integer tensors, as `f32` ones run: one loop per
+//! primitive (its scalar function a closure of its own type, from the op table's
+//! `specialize_as`), over operands stored whole or as one element, split over the worker's
+//! threads. Other layouts and composite ops take `value.rs`'s general way; both give the
+//! op table's semantics, so the same bits.
+
+use super::threads;
+use super::value::Value;
+use gt_ir::ops::{BinaryKernelAs, BinaryPrim, OpDef, Scalar, UnaryKernelAs, UnaryPrim};
+use gt_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
+use ndarray::{ArrayD, IxDyn};
+use std::mem::MaybeUninit;
+
+/// An operand over the result's elements: all of them in order, or one for every element.
+#[derive(Clone, Copy)]
+enum Flat<'a, T> {
+    Whole(&'a [T]),
+    One(T),
+}
+
+impl<'a, T: Copy> Flat<'a, T> {
+    /// `a` broadcast to `n` elements, where it is stored row-major with all of them (an
+    /// operand that broadcasts to the result with as many elements has its shape, leading
+    /// ones aside) or with one.
+    fn of(a: &'a ArrayD<T>, n: usize) -> Option<Self> {
+        let data = a.as_slice()?;
+        match data.len() {
+            len if len == n => Some(Flat::Whole(data)),
+            1 => Some(Flat::One(data[0])),
+            _ => None,
+        }
+    }
+}
+
+/// `out[i] = f(x[at + i], y[at + i])`, each loop plain over slices so that it vectorizes.
+fn zip_into<T: Copy, U: Copy>(x: Flat<T>, y: Flat<T>, at: usize, out: &mut [MaybeUninit<U>], f: impl Fn(T, T) -> U) {
+    let n = out.len();
+    match (x, y) {
+        (Flat::Whole(x), Flat::Whole(y)) => {
+            for ((o, &x), &y) in out.iter_mut().zip(&x[at..at + n]).zip(&y[at..at + n]) {
+                o.write(f(x, y));
+            }
+        }
+        (Flat::Whole(x), Flat::One(y)) => {
+            for (o, &x) in out.iter_mut().zip(&x[at..at + n]) {
+                o.write(f(x, y));
+            }
+        }
+        (Flat::One(x), Flat::Whole(y)) => {
+            for (o, &y) in out.iter_mut().zip(&y[at..at + n]) {
+                o.write(f(x, y));
+            }
+        }
+        (Flat::One(x), Flat::One(y)) => {
+            let v = f(x, y);
+            out.iter_mut().for_each(|o| {
+                o.write(v);
+            });
+        }
+    }
+}
+
+fn array<T>(dims: &[usize], data: Vec<T>) -> ArrayD<T> {
+    ArrayD::from_shape_vec(IxDyn(dims), data).expect("the element count is the shape's")
+}
+
+/// A binary primitive over two flat operands, into `T` or, for a comparison, into `bool`.
+struct Zipped<'a, T> {
+    x: Flat<'a, T>,
+    y: Flat<'a, T>,
+    dims: &'a [usize],
+    truth: bool,
+}
+
+enum Out<T> {
+    Same(ArrayD<T>),
+    Truth(ArrayD<bool>),
+}
+
+impl<T: Scalar> BinaryKernelAs<T, Out<T>> for Zipped<'_, T> {
+    fn call<F: Fn(T, T) -> T + Copy + Send + Sync>(self, f: F) -> Out<T> {
+        let Zipped { x, y, dims, truth } = self;
+        let n = dims.iter().product();
+        if truth {
+            Out::Truth(array(
+                dims,
+                threads::written_as(n, |at, out| zip_into(x, y, at, out, |x, y| f(x, y) != T::ZERO)),
+            ))
+        } else {
+            Out::Same(array(dims, threads::written_as(n, |at, out| zip_into(x, y, at, out, f))))
+        }
+    }
+}
+
+struct Mapped<'a, T> {
+    x: &'a [T],
+    dims: &'a [usize],
+}
+
+impl<T: Scalar> UnaryKernelAs<T, ArrayD<T>> for Mapped<'_, T> {
+    fn call<F: Fn(T) -> T + Copy + Send + Sync>(self, f: F) -> ArrayD<T> {
+        let x = self.x;
+        let n = x.len();
+        array(
+            self.dims,
+            threads::written_as(n, |at, out| {
+                let n = out.len();
+                for (o, &x) in out.iter_mut().zip(&x[at..at + n]) {
+                    o.write(f(x));
+                }
+            }),
+        )
+    }
+}
+
+/// `op` on `a` and `b` (both already in the dtype it computes in) broadcast to `dims`,
+/// giving `result` (that dtype, or `bool` for a comparison); `None` where this way does not
+/// apply (another dtype, a composite op, a float-only op on integers, an operand broadcast
+/// other than from one element).
+pub(crate) fn binary(op: BinaryOp, a: &Value, b: &Value, dims: &[usize], result: DType) -> Option<Value> {
+    let OpDef::Prim(p) = op.def() else { return None };
+    let n: usize = dims.iter().product();
+    let truth = result == DType::Bool && op.row().compare;
+    if !truth && result != a.dtype() {
+        return None;
+    }
+    let integer_op = p.apply_int(0, 1).is_some();
+    fn run<T: Scalar>(
+        p: BinaryPrim,
+        x: &ArrayD<T>,
+        y: &ArrayD<T>,
+        n: usize,
+        dims: &[usize],
+        truth: bool,
+    ) -> Option<Out<T>> {
+        let (x, y) = (Flat::of(x, n)?, Flat::of(y, n)?);
+        Some(p.specialize_as(Zipped { x, y, dims, truth }))
+    }
+    let out = match (a, b) {
+        (Value::F64(x), Value::F64(y)) => match run(p, x, y, n, dims, truth)? {
+            Out::Same(v) => Value::F64(v),
+            Out::Truth(v) => Value::Bool(v),
+        },
+        (Value::I64(x), Value::I64(y)) if integer_op => match run(p, x, y, n, dims, truth)? {
+            Out::Same(v) => Value::I64(v),
+            Out::Truth(v) => Value::Bool(v),
+        },
+        (Value::I32(x), Value::I32(y)) if integer_op => match run(p, x, y, n, dims, truth)? {
+            Out::Same(v) => Value::I32(v),
+            Out::Truth(v) => Value::Bool(v),
+        },
+        _ => return None,
+    };
+    Some(out)
+}
+
+/// `op` on `a` (already `dtype`, the result's), as [`binary`]; `None` where it does not apply.
+pub(crate) fn unary(op: UnaryOp, a: &Value) -> Option<Value> {
+    let OpDef::Prim(p) = op.def() else { return None };
+    let integer_op = p.apply_int(1).is_some();
+    fn run<T: Scalar>(p: UnaryPrim, x: &ArrayD<T>) -> Option<ArrayD<T>> {
+        Some(p.specialize_as(Mapped { x: x.as_slice()?, dims: x.shape() }))
+    }
+    Some(match a {
+        Value::F64(x) => Value::F64(run(p, x)?),
+        Value::I64(x) if integer_op => Value::I64(run(p, x)?),
+        Value::I32(x) if integer_op => Value::I32(run(p, x)?),
+        _ => return None,
+    })
+}
+
+/// Rows of `inner` elements of `data`, each reduced by `f`, split over the threads by rows;
+/// a single long row by stretches combined in order by `combine` (for folds that any split
+/// leaves exact: `max`, `min`, wrapping integer sums).
+fn by_rows<T: Copy + Sync, R: Copy + Send>(
+    data: &[T],
+    inner: usize,
+    rows: usize,
+    f: impl Fn(&[T]) -> R + Sync,
+    combine: Option<fn(R, R) -> R>,
+) -> Vec<R> {
+    if inner == 0 {
+        return (0..rows).map(|_| f(&[])).collect();
+    }
+    if let (1, Some(combine)) = (rows, combine) {
+        let parts = threads::loop_parts(data.len() / threads::TEAM_MIN_ELEMENTS, data.len());
+        if parts > 1 {
+            let step = data.len().div_ceil(parts);
+            let partials: Vec<std::sync::Mutex<Option<R>>> = (0..parts).map(|_| std::sync::Mutex::new(None)).collect();
+            threads::run_parts(parts, |i| {
+                let stretch = &data[(i * step).min(data.len())..((i + 1) * step).min(data.len())];
+                *partials[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(f(stretch));
+            });
+            let all = partials.into_iter().filter_map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()));
+            return all.reduce(combine).into_iter().collect();
+        }
+    }
+    threads::written_as(rows, |at, out| {
+        for (k, o) in out.iter_mut().enumerate() {
+            o.write(f(&data[(at + k) * inner..][..inner]));
+        }
+    })
+}
+
+/// A reduction over trailing axes `axes` of `a` (stored row-major), giving `dtype` shaped
+/// `dims`: `f64` folds as `value.rs`'s (a sum in order along each row, so the same bits),
+/// integers without widening to `i64` first (max and min in their own type, sums wrapping in
+/// `i64`, the dtype the type rules give them); `None` where this way does not apply.
+pub(crate) fn reduce(op: ReduceOp, a: &Value, axes: &[usize], dims: &[usize], dtype: DType) -> Option<Value> {
+    let rank = a.shape().len();
+    let trailing = axes.iter().enumerate().all(|(i, &x)| x == rank - axes.len() + i);
+    if !trailing {
+        return None;
+    }
+    let inner: usize = a.shape()[rank - axes.len()..].iter().product();
+    let rows: usize = a.shape()[..rank - axes.len()].iter().product();
+    // `lo` and `hi`: the type's least and greatest value (an empty row's max and min).
+    fn ints<T: Copy + Ord + Sync + Send + Into<i64>>(
+        op: ReduceOp,
+        data: &[T],
+        inner: usize,
+        rows: usize,
+        (lo, hi): (T, T),
+    ) -> Option<Vec<i64>> {
+        Some(match op {
+            ReduceOp::Max => {
+                by_rows(data, inner, rows, |r| r.iter().copied().max().unwrap_or(lo).into(), Some(i64::max))
+            }
+            ReduceOp::Min => {
+                by_rows(data, inner, rows, |r| r.iter().copied().min().unwrap_or(hi).into(), Some(i64::min))
+            }
+            ReduceOp::Sum => by_rows(
+                data,
+                inner,
+                rows,
+                |r| r.iter().fold(0i64, |s, &x| s.wrapping_add(x.into())),
+                Some(i64::wrapping_add),
+            ),
+            // The type rules give integer means no operand.
+            ReduceOp::Mean => return None,
+        })
+    }
+    let out = match a {
+        Value::F64(x) => {
+            let data = x.as_slice()?;
+            let max = |r: &[f64]| r.iter().fold(f64::NEG_INFINITY, |m, &x| BinaryPrim::Maximum.apply_f64(m, x));
+            let min = |r: &[f64]| r.iter().fold(f64::INFINITY, |m, &x| BinaryPrim::Minimum.apply_f64(m, x));
+            let max_of = |a: f64, b: f64| BinaryPrim::Maximum.apply_f64(a, b);
+            let min_of = |a: f64, b: f64| BinaryPrim::Minimum.apply_f64(a, b);
+            let v = match op {
+                ReduceOp::Sum => by_rows(data, inner, rows, |r| r.iter().sum::<f64>(), None),
+                ReduceOp::Mean => by_rows(data, inner, rows, |r| r.iter().sum::<f64>() / r.len() as f64, None),
+                ReduceOp::Max => by_rows(data, inner, rows, max, Some(max_of)),
+                ReduceOp::Min => by_rows(data, inner, rows, min, Some(min_of)),
+            };
+            Value::F64(array(dims, v))
+        }
+        Value::I64(x) => Value::I64(array(dims, ints(op, x.as_slice()?, inner, rows, (i64::MIN, i64::MAX))?)),
+        Value::I32(x) => Value::I64(array(dims, ints(op, x.as_slice()?, inner, rows, (i32::MIN, i32::MAX))?)),
+        _ => return None,
+    };
+    Some(out.into_dtype(dtype))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gt_ir::ops::UnaryPrim;
+
+    fn f64s(dims: &[usize], v: Vec<f64>) -> Value {
+        Value::F64(array(dims, v))
+    }
+
+    /// Every primitive, whole and one-element operands, against the op table's scalar
+    /// functions element by element.
+    #[test]
+    fn typed_loops_compute_what_the_op_table_says() {
+        let n = 40_000; // past one thread's stretch, so the team splits it
+        let xs: Vec<f64> = (0..n).map(|i| (i as f64 - 20_000.0) / 997.0).collect();
+        let ys: Vec<f64> = (0..n).map(|i| ((i * 7919) % 1000) as f64 / 100.0 - 5.0).collect();
+        let (x, y) = (f64s(&[n], xs.clone()), f64s(&[n], ys.clone()));
+        let one = f64s(&[], vec![1.5]);
+        for &p in BinaryPrim::ALL {
+            let op = p.op();
+            let result = if op.row().compare { DType::Bool } else { DType::F64 };
+            for (b, yv) in [(&y, None), (&one, Some(1.5))] {
+                let got = binary(op, &x, b, &[n], result).expect("a flat f64 operand");
+                for i in (0..n).step_by(97) {
+                    let want = p.apply_f64(xs[i], yv.unwrap_or(ys[i]));
+                    let g = match &got {
+                        Value::F64(v) => v.as_slice().unwrap()[i],
+                        Value::Bool(v) => f64::from(u8::from(v.as_slice().unwrap()[i])),
+                        _ => unreachable!(),
+                    };
+                    assert!(g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()), "{p:?} at {i}");
+                }
+            }
+        }
+        let is: Vec<i32> = (0..n as i32).map(|i| i.wrapping_mul(104_729).wrapping_sub(7)).collect();
+        let js: Vec<i32> = (0..n as i32).map(|i| i.wrapping_mul(-31_337)).collect();
+        let (i, j) = (Value::I32(array(&[n], is.clone())), Value::I32(array(&[n], js.clone())));
+        for &p in BinaryPrim::ALL {
+            let op = p.op();
+            let result = if op.row().compare { DType::Bool } else { DType::I32 };
+            let got = binary(op, &i, &j, &[n], result);
+            let Some(want_at) = (0..n).map(|k| p.apply_int(is[k].into(), js[k].into())).collect::<Option<Vec<i64>>>()
+            else {
+                assert!(got.is_none(), "{p:?} is float-only");
+                continue;
+            };
+            let got: Vec<i64> = match got.unwrap() {
+                Value::I32(v) => v.iter().map(|&v| i64::from(v)).collect(),
+                Value::Bool(v) => v.iter().map(|&v| i64::from(v)).collect(),
+                _ => unreachable!(),
+            };
+            let want: Vec<i64> =
+                want_at.into_iter().map(|w| if op.row().compare { w } else { i64::from(w as i32) }).collect();
+            assert_eq!(got, want, "{p:?}");
+        }
+        for &p in UnaryPrim::ALL {
+            let got = unary(p.op(), &x).expect("f64");
+            let Value::F64(v) = got else { unreachable!() };
+            for k in (0..n).step_by(101) {
+                let (g, w) = (v.as_slice().unwrap()[k], p.apply_f64(xs[k]));
+                assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{p:?}");
+            }
+            let got = unary(p.op(), &i);
+            match p.apply_int(3) {
+                None => assert!(got.is_none()),
+                Some(_) => {
+                    let Some(Value::I32(v)) = got else { panic!("{p:?} on i32") };
+                    let want: Vec<i32> = is.iter().map(|&x| p.apply_int(x.into()).unwrap() as i32).collect();
+                    assert_eq!(v.as_slice().unwrap(), &want[..], "{p:?}");
+                }
+            }
+        }
+        // Reductions: the same values as the general way (moving the reduced axes last).
+        let m = f64s(&[3, 5, 4_000], (0..60_000).map(|k| ((k * 7919) % 20_011) as f64 - 10_000.0).collect());
+        let mut nan = m.clone();
+        if let Value::F64(a) = &mut nan {
+            a.as_slice_mut().unwrap()[31_234] = f64::NAN;
+        }
+        let ints = Value::I32(array(&[3, 5, 4_000], (0..60_000).map(|k| (k * 104_729 % 65_521) - 30_000).collect()));
+        for a in [&m, &nan, &ints] {
+            for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+                for axes in [&[0, 1, 2][..], &[1, 2], &[2], &[]] {
+                    let dtype = gt_ir::verify::shape::reduce_dtype(op, "reduce", a.dtype());
+                    let Ok(dtype) = dtype else { continue };
+                    let dims: Vec<usize> = (0..3).filter(|i| !axes.contains(i)).map(|i| a.shape()[i]).collect();
+                    let got = reduce(op, a, axes, &dims, dtype).expect("trailing axes");
+                    let want = super::super::value::reduce_by_rows(op, a, axes, &dims, dtype);
+                    let bits = |v: &Value| {
+                        (v.dtype(), v.shape().to_vec(), v.f64().iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+                    };
+                    assert_eq!(bits(&got), bits(&want), "{op:?} over {axes:?}");
+                }
+            }
+        }
+        assert!(reduce(ReduceOp::Sum, &m, &[0], &[5, 4_000], DType::F64).is_none());
+
+        // Broadcast other than from one element: not this way.
+        let row = f64s(&[1, 4], vec![1.0; 4]);
+        let m = f64s(&[3, 4], vec![2.0; 12]);
+        assert!(binary(BinaryOp::Add, &m, &row, &[3, 4], DType::F64).is_none());
+    }
+}
