@@ -19,8 +19,8 @@
 //! - a slice that takes the split axis whole, and a `concat` or `split` along another axis,
 //!   run piece by piece; a slice that cuts the split axis, a `concat`, `split` or `chunk`
 //!   along it, and a reshape merging or dividing it assemble each result piece from the
-//!   stretches the workers hold, moving only what crosses a piece boundary
-//!   ([`relayout`](self::relayout));
+//!   stretches the workers hold, each element moved at most once, straight to the worker
+//!   whose piece it lands in ([`relayout`](self::relayout));
 //! - a reduction along other axes runs shard by shard; over the split axis, partials and an
 //!   `all_reduce` (a mean divides the summed partials by the element count);
 //! - partials of halves that are summed across workers (a sum, a mean, a row-parallel
@@ -817,7 +817,15 @@ impl Shard {
                         true
                     }
                     // Along the split axis: the operands' stretches, laid out anew.
-                    None => match srcs.iter().find_map(|&v| self.split_of(v)).map(Split::workers) {
+                    // Laid out over the workers of the operand split over the most (the
+                    // first of those), not merely the first split one.
+                    None => match srcs
+                        .iter()
+                        .rev()
+                        .filter_map(|&v| self.split_of(v))
+                        .max_by_key(|s| s.parts.len())
+                        .map(Split::workers)
+                    {
                         Some(workers) => self.concat_along(out, instr, c, &workers),
                         None => self.replicated_if_copies(out, instr, &operands),
                     },

@@ -1,7 +1,9 @@
 //! The shard pass's re-layouts along a split axis: a slice that cuts the split axis, a
 //! `concat`, `split` or `chunk` along it, and a reshape that merges or divides it, each
-//! assembled piece by piece from the stretches the workers hold (a piece's bytes move to at
-//! most one other worker) instead of gathering the whole value at home.
+//! assembled piece by piece from the stretches the workers hold instead of gathering the
+//! whole value at home: each element moves at most once, straight to the worker whose piece
+//! of the result it lands in (none where the pieces line up; for `x[::-1]`, every piece to
+//! its mirror).
 
 use super::{range_on, Dist, Shard, Split};
 use crate::pipeline::Emit;
@@ -166,7 +168,8 @@ impl Shard {
             .collect()
     }
 
-    /// Frees the own runs that did not become a result.
+    /// Frees the own runs that did not become a result (`assemble` hands an own run back
+    /// as a piece when it is that piece whole, where it already is).
     fn free_runs(&mut self, out: &mut Emit, runs: &[Run], kept: &[(u32, ValueId)]) {
         for r in runs {
             if r.own && !kept.iter().any(|k| k.1 == r.id) {
@@ -176,7 +179,8 @@ impl Shard {
     }
 
     /// Elements `range` along `axis` of `runs` as `dst`: split over `workers` (array_split
-    /// sizes) where there is at least one element per worker, else whole at home.
+    /// sizes; one worker holds it whole as its one piece) where there is at least one element
+    /// per worker, else whole at home.
     fn lay_out(
         &mut self,
         out: &mut Emit,
@@ -186,7 +190,7 @@ impl Shard {
         dst: ValueId,
         workers: &[u32],
     ) {
-        if range.len() >= workers.len() && workers.len() > 1 {
+        if range.len() >= workers.len() && !range.is_empty() {
             let sizes = array_split(range.len(), workers.len());
             let parts = self.resplit(out, runs, axis, range, &sizes, workers);
             self.free_runs(out, runs, &parts);
@@ -197,8 +201,8 @@ impl Shard {
         }
     }
 
-    /// `v` along `axis` as stretches: its pieces where it is split along it, else one copy
-    /// or its home value whole; `None` where it is split along another axis.
+    /// `v` along `axis` as stretches: its pieces where it is split along it, else its home
+    /// value or one copy whole; `None` where it has neither (split along another axis only).
     fn runs_along(&self, v: ValueId, axis: usize) -> Option<Vec<Run>> {
         let len = self.ty(v)?.shape.0.get(axis).copied()?;
         let Some(d) = self.dist.get(&v) else { return Some(vec![Run { at: None, id: v, len, own: false }]) };
@@ -303,7 +307,7 @@ impl Shard {
     /// it) and the result alike along one of its axes `b` with the same L, piece `i` is a
     /// stretch of columns. Where the stretches are the result's `array_split` pieces each
     /// piece reshapes where it is; else each worker's columns are re-cut and moved to their
-    /// neighbours first.
+    /// workers first.
     pub(super) fn reshape_across(
         &mut self,
         out: &mut Emit,
@@ -378,13 +382,23 @@ mod tests {
                     if idx.iter().any(|&i| !(0..9).contains(&i)) {
                         continue;
                     }
-                    for piece in [0..3usize, 3..6, 6..9, 2..7] {
+                    for piece in [0..3usize, 3..6, 6..9, 2..7, 0..0] {
                         let want: Vec<usize> = (0..len).filter(|&k| piece.contains(&(idx[k] as usize))).collect();
                         let got: Vec<usize> = taken_from(start, step, len, &piece).collect();
                         assert_eq!(got, want, "start {start} step {step} len {len} piece {piece:?}");
                     }
                 }
             }
+        }
+    }
+
+    /// Steps far larger than the axis take at most the first index, whatever their sign.
+    #[test]
+    fn huge_steps_take_one_index() {
+        for step in [i64::MAX / 4, 1 << 62, -(1 << 62), i64::MIN / 4] {
+            assert_eq!(taken_from(5, step, 1, &(3..6)), 0..1);
+            assert!(taken_from(5, step, 1, &(0..3)).is_empty());
+            assert!(taken_from(5, step, 1, &(6..9)).is_empty());
         }
     }
 
