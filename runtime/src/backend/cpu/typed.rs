@@ -202,6 +202,36 @@ fn by_rows<T: Copy + Sync, R: Copy + Send>(
     })
 }
 
+/// The fold of `row` by `maximum` (`better`: `x > m`) or `minimum` (`x < m`) from `start`
+/// (the infinity on the other side), as the op table's fold in order gives it: the first NaN
+/// met, else the first element equal to the extreme (a zero's sign is the first zero's). It
+/// is found in eight independent lanes, so the loop vectorizes, and looked up again in order
+/// only where a NaN or a zero decides.
+fn extreme(row: &[f64], start: f64, better: impl Fn(f64, f64) -> bool) -> f64 {
+    let mut lanes = [start; 8];
+    let mut nan = false;
+    let chunks = row.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (lane, &x) in lanes.iter_mut().zip(c) {
+            nan |= x.is_nan();
+            *lane = if better(x, *lane) { x } else { *lane };
+        }
+    }
+    for &x in tail {
+        nan |= x.is_nan();
+        lanes[0] = if better(x, lanes[0]) { x } else { lanes[0] };
+    }
+    if nan {
+        return row.iter().copied().find(|x| x.is_nan()).unwrap_or(f64::NAN);
+    }
+    let m = lanes.into_iter().fold(start, |m, x| if better(x, m) { x } else { m });
+    if m == 0.0 {
+        return row.iter().copied().find(|&x| x == 0.0).unwrap_or(m);
+    }
+    m
+}
+
 /// A reduction over trailing axes `axes` of `a` (stored row-major), giving `dtype` shaped
 /// `dims`: `f64` folds as `value.rs`'s (a sum in order along each row, so the same bits),
 /// integers without widening to `i64` first (max and min in their own type, sums wrapping in
@@ -243,8 +273,8 @@ pub(crate) fn reduce(op: ReduceOp, a: &Value, axes: &[usize], dims: &[usize], dt
     let out = match a {
         Value::F64(x) => {
             let data = x.as_slice()?;
-            let max = |r: &[f64]| r.iter().fold(f64::NEG_INFINITY, |m, &x| BinaryPrim::Maximum.apply_f64(m, x));
-            let min = |r: &[f64]| r.iter().fold(f64::INFINITY, |m, &x| BinaryPrim::Minimum.apply_f64(m, x));
+            let max = |r: &[f64]| extreme(r, f64::NEG_INFINITY, |x, m| x > m);
+            let min = |r: &[f64]| extreme(r, f64::INFINITY, |x, m| x < m);
             let max_of = |a: f64, b: f64| BinaryPrim::Maximum.apply_f64(a, b);
             let min_of = |a: f64, b: f64| BinaryPrim::Minimum.apply_f64(a, b);
             let v = match op {
@@ -340,8 +370,29 @@ mod tests {
         if let Value::F64(a) = &mut nan {
             a.as_slice_mut().unwrap()[31_234] = f64::NAN;
         }
+        // Rows whose extreme is a zero of either sign first, and NaNs with different
+        // payloads: the first met decides. `sign` makes every other element negative (a max of
+        // zero) or positive (a min of zero).
+        // (Rows of 18: the first zero is in lane 6, a zero of the other sign after it in
+        // lane 1, so combining the lanes in lane order would take the wrong one.)
+        let zeros = |sign: f64| {
+            let first = |k: usize| if (k / 18) % 2 == 0 { 0.0 } else { -0.0 };
+            f64s(
+                &[2, 2, 18],
+                (0..72)
+                    .map(|k| match k % 18 {
+                        6 => first(k),
+                        9 => -first(k),
+                        _ if k == 43 => f64::from_bits(0x7ff8_0000_0000_0001),
+                        _ if k == 52 => f64::from_bits(0xfff8_0000_0000_0002),
+                        _ => sign * (k as f64 + 1.0),
+                    })
+                    .collect(),
+            )
+        };
+        let (below, above) = (zeros(-1.0), zeros(1.0));
         let ints = Value::I32(array(&[3, 5, 4_000], (0..60_000).map(|k| (k * 104_729 % 65_521) - 30_000).collect()));
-        for a in [&m, &nan, &ints] {
+        for a in [&m, &nan, &below, &above, &ints] {
             for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
                 for axes in [&[0, 1, 2][..], &[1, 2], &[2], &[]] {
                     let dtype = gt_ir::verify::shape::reduce_dtype(op, "reduce", a.dtype());
