@@ -376,7 +376,7 @@ mod tests {
         // (Rows of 18: the first zero is in lane 6, a zero of the other sign after it in
         // lane 1, so combining the lanes in lane order would take the wrong one.)
         let zeros = |sign: f64| {
-            let first = |k: usize| if (k / 18) % 2 == 0 { 0.0 } else { -0.0 };
+            let first = |k: usize| if (k / 18).is_multiple_of(2) { 0.0 } else { -0.0 };
             f64s(
                 &[2, 2, 18],
                 (0..72)
