@@ -391,7 +391,8 @@ mod tests {
             )
         };
         let (below, above) = (zeros(-1.0), zeros(1.0));
-        let ints = Value::I32(array(&[3, 5, 4_000], (0..60_000).map(|k| (k * 104_729 % 65_521) - 30_000).collect()));
+        let ints =
+            Value::I32(array(&[3, 5, 4_000], (0..60_000i64).map(|k| (k * 104_729 % 65_521) as i32 - 30_000).collect()));
         for a in [&m, &nan, &below, &above, &ints] {
             for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
                 for axes in [&[0, 1, 2][..], &[1, 2], &[2], &[]] {
