@@ -5,10 +5,10 @@
 //! op table's semantics, so the same bits.
 
 use super::threads;
-use super::value::Value;
+use super::value::{array, Value};
 use gt_ir::ops::{BinaryKernelAs, BinaryPrim, OpDef, Scalar, UnaryKernelAs, UnaryPrim};
 use gt_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
-use ndarray::{ArrayD, IxDyn};
+use ndarray::ArrayD;
 use std::mem::MaybeUninit;
 
 /// An operand over the result's elements: all of them in order, or one for every element.
@@ -58,10 +58,6 @@ fn zip_into<T: Copy, U: Copy>(x: Flat<T>, y: Flat<T>, at: usize, out: &mut [Mayb
             });
         }
     }
-}
-
-fn array<T>(dims: &[usize], data: Vec<T>) -> ArrayD<T> {
-    ArrayD::from_shape_vec(IxDyn(dims), data).expect("the element count is the shape's")
 }
 
 /// A binary primitive over two flat operands, into `T` or, for a comparison, into `bool`.

@@ -96,7 +96,7 @@ macro_rules! by_dtype {
 }
 
 /// An element type's array from row-major data whose length the type rule checked.
-fn array<T>(dims: &[usize], data: Vec<T>) -> ArrayD<T> {
+pub(crate) fn array<T>(dims: &[usize], data: Vec<T>) -> ArrayD<T> {
     ArrayD::from_shape_vec(IxDyn(dims), data).expect("the type rule fixed the element count")
 }
 
