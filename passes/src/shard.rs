@@ -164,6 +164,11 @@ struct Dist {
 }
 
 impl Dist {
+    /// Split along `axis` into `parts`, and nowhere else.
+    fn pieces(axis: usize, parts: Vec<(u32, ValueId)>) -> Dist {
+        Dist { home: false, split: Some(Split { axis, parts }), replicas: Vec::new() }
+    }
+
     fn replica_on(&self, w: u32) -> Option<ValueId> {
         self.replicas.iter().find(|r| r.0 == w).map(|r| r.1)
     }
@@ -585,8 +590,7 @@ impl Shard {
         let results = self.per_part_with(out, instr, workers, &Self::columns(cols, workers.len()), adapt);
         for (j, r) in instr.results().into_iter().enumerate() {
             let parts = workers.iter().zip(&results).map(|(&w, rs)| (w, rs[j])).collect();
-            self.produced
-                .push((r, Dist { home: false, split: Some(Split { axis: result_axis, parts }), replicas: Vec::new() }));
+            self.produced.push((r, Dist::pieces(result_axis, parts)));
         }
         self.stats.sharded += 1;
     }
@@ -759,8 +763,7 @@ impl Shard {
                     self.emit(out, made, vec![w]);
                     parts.push((w, p));
                 }
-                self.produced
-                    .push((dst, Dist { home: false, split: Some(Split { axis: a, parts }), replicas: Vec::new() }));
+                self.produced.push((dst, Dist::pieces(a, parts)));
                 self.stats.sharded += 1;
                 true
             }
@@ -1066,7 +1069,7 @@ impl Shard {
         }
         let placed = workers.iter().copied().zip(copies).collect();
         let dist = match scatter {
-            Some(axis) => Dist { home: false, split: Some(Split { axis, parts: placed }), replicas: Vec::new() },
+            Some(axis) => Dist::pieces(axis, placed),
             None => Dist { home: false, split: None, replicas: placed },
         };
         self.produced.push((dst, dist));

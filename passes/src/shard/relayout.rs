@@ -194,7 +194,7 @@ impl Shard {
             let sizes = array_split(range.len(), workers.len());
             let parts = self.resplit(out, runs, axis, range, &sizes, workers);
             self.free_runs(out, runs, &parts);
-            self.produced.push((dst, Dist { home: false, split: Some(Split { axis, parts }), replicas: Vec::new() }));
+            self.produced.push((dst, Dist::pieces(axis, parts)));
         } else {
             self.assemble(out, runs, axis, range, None, Some(dst));
             self.free_runs(out, runs, &[]);
@@ -362,7 +362,7 @@ impl Shard {
             self.free_own(out, p);
             parts.push((w, q));
         }
-        self.produced.push((*dst, Dist { home: false, split: Some(Split { axis: b, parts }), replicas: Vec::new() }));
+        self.produced.push((*dst, Dist::pieces(b, parts)));
         self.stats.sharded += 1;
         true
     }
