@@ -140,14 +140,24 @@ fn dumps(
 /// For every run filetest: the instruction stream after each pass, as an insta snapshot
 /// (`snapshots/passes__run__NAME__PASS.snap`), by [`dumps`].
 /// The CLIF of every `fused` instruction of a dumped stream, in order.
+/// Each kernel over the dtypes of its buffers, as the stream types them.
 fn clif_of_kernels(dump: &str) -> String {
+    use gt::ir::kernel::{BufferStorage, Storage};
     let Ok(program) = gt::ir::text::parse(dump) else { return String::new() };
+    let mut types: std::collections::HashMap<ValueId, gt::ir::TensorType> = Default::default();
     let mut out = String::new();
     for (instr, _) in program.instrs() {
-        if let gt::ir::Instr::Fused { dst, kernel, .. } = instr {
-            let clif = gt_runtime::backend::cpu::jit::clif(kernel).unwrap_or_else(|e| format!("; {e}"));
+        let ty = |v| types.get(&v).cloned().ok_or(gt::ir::verify::shape::TypeError::UnknownValue(v));
+        let results = gt::ir::verify::shape::infer(instr, &ty).unwrap_or_default();
+        if let gt::ir::Instr::Fused { dst, kernel, srcs, ty } = instr {
+            let storage = |v: &ValueId| types.get(v).map(|t| Storage::of(t.dtype));
+            let inputs: Option<Vec<Storage>> = srcs.iter().map(storage).collect();
+            let storage = inputs.map(|inputs| BufferStorage { output: Storage::of(ty.dtype), inputs });
+            let clif =
+                gt_runtime::backend::cpu::jit::clif_over(kernel, storage.as_ref()).unwrap_or_else(|e| format!("; {e}"));
             out.push_str(&format!("; %{}\n{clif}\n", program.name(*dst)));
         }
+        types.extend(instr.results().into_iter().zip(results));
     }
     out
 }

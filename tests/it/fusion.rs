@@ -242,6 +242,101 @@ fn program_in(dtype: DType, a: usize, b: usize, steps: &[Step]) -> (Vec<Instr>, 
     (with_frees(typed, &[last]), with_frees(reference, &[last]), last)
 }
 
+/// `program` over `dtype` (`f64`, `i64` or `i32`) with only ops that keep it (for
+/// integers: `neg abs relu add sub mul maximum minimum lt`, integer scalars, `sum max min`,
+/// a `sum` of `i32` giving `i64`: the others are changed into these): inputs `randn` made as `f64`, or `randn * 50000` cast to
+/// the integer dtype; each comparison's `where` picks between the compared values. Returns
+/// the stream and the values it reads.
+fn program_of(dtype: DType, a: usize, b: usize, steps: &[Step]) -> (Vec<Instr>, Vec<ValueId>) {
+    let integer = dtype != DType::F64;
+    // Float-only ops become integer ones: a unary op one of `neg abs relu`, `/` a `*`, a
+    // fractional scalar doubled, `mean` a `sum`.
+    let keeping = |s: &Step| match *s {
+        _ if !integer => s.clone(),
+        Step::Unary(op, x) => Step::Unary([UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu][op as usize % 3], x),
+        Step::Binary(BinaryOp::Div, x, y) => Step::Binary(BinaryOp::Mul, x, y),
+        Step::Scalar(op, x, c) => {
+            let op = if op == BinaryOp::Div { BinaryOp::Mul } else { op };
+            Step::Scalar(op, x, if c.fract() == 0.0 { c } else { 2.0 * c })
+        }
+        Step::Reduce(ReduceOp::Mean, x, last) => Step::Reduce(ReduceOp::Sum, x, last),
+        _ => s.clone(),
+    };
+    let steps: Vec<Step> = steps.iter().map(keeping).collect();
+    let (instrs, read) = program(a, b, &steps);
+    let mut out = Vec::new();
+    let mut compared: HashMap<ValueId, (Operand, Operand)> = HashMap::new();
+    for i in instrs {
+        match i {
+            Instr::Randn { dst, ty, seed } if integer => {
+                let (made, scaled) = (ValueId(10_000 + dst.0), ValueId(20_000 + dst.0));
+                out.push(Instr::Randn { dst: made, ty, seed });
+                let big = Operand::Scalar(50_000.0);
+                out.push(Instr::Binary { dst: scaled, op: BinaryOp::Mul, lhs: Operand::Value(made), rhs: big });
+                out.push(Instr::Cast { dst, src: scaled, dtype });
+            }
+            Instr::Randn { dst, ty, seed } => out.push(Instr::Randn { dst, ty: TensorType { dtype, ..ty }, seed }),
+            Instr::Binary { dst, op, lhs, rhs } if op.is_comparison() => {
+                compared.insert(dst, (lhs, rhs));
+                out.push(i);
+            }
+            Instr::Where { dst, cond, .. } => {
+                let (on_true, on_false) = compared[&cond];
+                out.push(Instr::Where { dst, cond, on_true, on_false });
+            }
+            i => out.push(i),
+        }
+    }
+    (out, read)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// `f64` and integer programs, fused (kernels computing in `f64` or `i64`, an `i32`
+    /// result wrapped back after each op) and run with the JIT and with the oracle, give
+    /// the eager ops' bits: integer overflow wraps where the eager ops wrap.
+    #[test]
+    fn fused_f64_and_integer_programs_give_the_eager_bits(
+        which in 0usize..3, a in 1usize..7, b in 1usize..9,
+        steps in prop::collection::vec(step(), 1..16),
+    ) {
+        let dtype = [DType::F64, DType::I64, DType::I32][which];
+        let (instrs, read) = program_of(dtype, a, b, &steps);
+        let stream = with_frees(instrs, &read);
+        let (fused, pass) = fuse(&stream, FuseConfig::default());
+        let text = |s: &[Instr]| s.iter().map(gt_ir::text::print_instr).collect::<Vec<_>>().join("\n");
+        prop_assert_eq!(pass.fuse_stats().fallbacks, 0, "stream:\n{}\nfused:\n{}", text(&stream), text(&fused));
+        let reads = |mut interp: Interpreter, stream: &[Instr]| {
+            for i in stream {
+                interp.execute(i).unwrap_or_else(|e| panic!("{e}: {}", gt_ir::text::print_instr(i)));
+            }
+            read.iter().map(|&v| interp.read(v).unwrap()).collect::<Vec<_>>()
+        };
+        let expected = reads(Interpreter::new(), &stream);
+        for found in [reads(Interpreter::new(), &fused), reads(Interpreter::new().with_jit(), &fused)] {
+            for (x, y) in found.iter().zip(&expected) {
+                prop_assert_eq!(&x.ty, &y.ty);
+                let same = match (&x.data, &y.data) {
+                    (gt_ir::data::Elements::F64(x), gt_ir::data::Elements::F64(y)) => {
+                        x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()))
+                    }
+                    (x, y) => x == y,
+                };
+                prop_assert!(same, "fused {:?}\nunfused {:?}\nstream:\n{}\nfused:\n{}", x.data, y.data, text(&stream), text(&fused));
+            }
+        }
+        // Every elementwise op of the program's dtypes is inside a kernel (comparisons whose
+        // bool is read stay: kernels write no bools).
+        let kept = fused.iter().find(|i| match i {
+            Instr::Unary { .. } | Instr::Where { .. } => true,
+            Instr::Binary { op, .. } => !op.is_comparison() && !i.operands().iter().any(|v| v.0 >= 10_000),
+            _ => false,
+        });
+        prop_assert!(kept.is_none(), "not fused: {:?}\n{}", kept, text(&fused));
+    }
+}
+
 /// `x` as `dtype` holds it.
 fn rounded(x: f32, dtype: DType) -> f32 {
     match dtype {

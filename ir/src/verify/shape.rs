@@ -21,12 +21,17 @@ pub const MAX_RANK: usize = 64;
 /// Why an instruction's operands do not fit it. Messages say what was expected and found.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum TypeError {
-    /// A `fused` kernel over a dtype kernels cannot store (they compute in `f32` over
-    /// buffers of `f32`, `f16` or `bf16`).
-    #[error("`fused` kernels take and give f32, f16 or bf16 only, found {dtype}")]
+    /// A `fused` kernel buffer whose dtype does not load into what the kernel computes in
+    /// (`f32` kernels take `f32`, `f16` and `bf16`; `f64` kernels `f64`; `i64` kernels the
+    /// integers and `bool`; matmuls compute in `f32`).
+    #[error("a `fused` kernel computing in {compute} takes {takes} only, found {dtype}")]
     KernelDType {
         /// The dtype.
         dtype: DType,
+        /// What the kernel computes in.
+        compute: crate::kernel::Compute,
+        /// The dtypes it takes, as text.
+        takes: &'static str,
     },
     /// A `where` whose condition is not `bool`.
     #[error("`where` takes a bool condition, found {found} (compare it first, e.g. `ne %c, 0`)")]
@@ -326,13 +331,27 @@ fn joined(dims: &[i64]) -> String {
     dims.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
 }
 
-/// Checks a `fused` kernel's operand or result dtype: the fuse pass's kernels compute in
-/// `f32` over buffers of `f32`, `f16` or `bf16` ([`crate::kernel::Compute`]).
-pub fn check_kernel_dtype(dtype: DType) -> Result<(), TypeError> {
-    if crate::kernel::Compute::of(dtype) == crate::kernel::Compute::F32 {
+/// Checks a `fused` kernel's operand or result dtype against what the kernel computes in:
+/// each buffer's elements load into it as the interpreter converts them
+/// ([`crate::kernel::Compute::of`]).
+pub fn check_kernel_dtype(dtype: DType, compute: crate::kernel::Compute) -> Result<(), TypeError> {
+    if crate::kernel::Compute::of(dtype) == compute {
         Ok(())
     } else {
-        Err(TypeError::KernelDType { dtype })
+        Err(TypeError::kernel_dtype(dtype, compute))
+    }
+}
+
+impl TypeError {
+    /// [`TypeError::KernelDType`]: `dtype` in a kernel computing in `compute`.
+    pub fn kernel_dtype(dtype: DType, compute: crate::kernel::Compute) -> TypeError {
+        use crate::kernel::Compute;
+        let takes = match compute {
+            Compute::F32 => "f32, f16 and bf16",
+            Compute::F64 => "f64",
+            Compute::I64 => "i64, i32 and bool",
+        };
+        TypeError::KernelDType { dtype, compute, takes }
     }
 }
 
@@ -979,15 +998,16 @@ fn infer_any_rank(
             Ok(ResultTypes::new())
         }
         Instr::Fused { ty: t, srcs, kernel, .. } => {
-            check_kernel_dtype(t.dtype)?;
-            if let crate::kernel::Kernel::Map(k) = &**kernel {
-                check_kernel_dtype(k.compute.dtype())?;
-            }
+            let compute = match &**kernel {
+                crate::kernel::Kernel::Map(k) => k.compute,
+                crate::kernel::Kernel::MatMul(_) => crate::kernel::Compute::F32,
+            };
+            check_kernel_dtype(t.dtype, compute)?;
             let out = created(t)?;
             let mut lens = Vec::with_capacity(srcs.len());
             for &src in srcs {
                 let s = ty(src)?;
-                check_kernel_dtype(s.dtype)?;
+                check_kernel_dtype(s.dtype, compute)?;
                 lens.push(s.shape.numel());
             }
             let fits = kernel.check_bounds(&lens, t.shape.numel()).and_then(|()| kernel.check_covers(t.shape.numel()));

@@ -5,10 +5,17 @@
 //! elementwise expression of its shape takes that expression as its epilogue. A value is
 //! materialised (written to memory) only when it is live after the region, read by an
 //! instruction that is not fused, or cannot be recomputed where it is read.
+//!
+//! A kernel computes in one type, as the interpreter computes each op ([`Compute`]): `f32`
+//! (for `f32` and the halves), `f64`, or `i64` (for `i64` and `i32`, an `i32` result wrapped
+//! back to 32 bits after each op by a `round` node, so a chain wraps where the eager ops
+//! do). The e-graph simplifies only `f32` expressions (its constants and rewrites are
+//! `f32`'s); `f64` and integer ones are kept as written. A value computed in another type
+//! than the kernel's is read from memory.
 
 use super::egraph::{self, Expr, Facts, Limits, Op, Saturation};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
-use gt_ir::kernel::{row_major_strides, Access, Compute, Kernel, MapKernel, MatMulKernel, Node, Precision};
+use gt_ir::kernel::{row_major_strides, Access, Compute, Kernel, MapKernel, MatMulKernel, Node, Precision, Storage};
 use gt_ir::verify::shape::{normalize_axes, normalize_axis, resolve_slice};
 use gt_ir::{DType, Instr, Operand, ReduceOp, Shape, TensorType, ValueId};
 
@@ -22,6 +29,11 @@ const MAX_DEPTH: usize = 128;
 enum E {
     Leaf(ValueId),
     Const(u32),
+    /// A constant of an `f64` or integer expression (`f64` bits, converted to the
+    /// expression's dtype already).
+    Const64(u64),
+    /// Wrapped back into a narrower dtype (an `i32` op computed in `i64`).
+    Round(Storage, usize),
     Unary(gt_ir::UnaryOp, usize),
     Binary(gt_ir::BinaryOp, usize, usize),
     Select(usize, usize, usize),
@@ -40,8 +52,8 @@ enum Def {
     View { src: ValueId },
     /// Same elements, other shape.
     Reshape { src: ValueId },
-    /// The same value everywhere.
-    Constant(f32),
+    /// The same value everywhere (as its dtype holds it).
+    Constant(f64),
     /// Depends on the linear index (`rand`, `randn`, `arange`).
     Indexed(Node),
     /// Kept as it is.
@@ -120,6 +132,9 @@ pub struct Region<'a> {
     absorbed: HashSet<ValueId>,
     /// Values being materialised (guards against cycles through views).
     visiting: HashSet<ValueId>,
+    /// What each elementwise value computes in; `None` for one of `bool`s only (a
+    /// comparison of masks, a `where` between them), which any kernel computes as 0 and 1.
+    elem_compute: HashMap<ValueId, Option<Compute>>,
     out: Vec<Instr>,
     /// Counters.
     pub stats: BuildStats,
@@ -155,11 +170,14 @@ struct Builder {
     /// The matmul whose product is `acc` (epilogue kernels).
     acc: Option<ValueId>,
     acc_used: usize,
+    /// What the kernel computes in: the root's dtype's.
+    compute: Compute,
 }
 
 impl Builder {
-    fn new(root: ValueId, space: Vec<usize>, rows: Option<Vec<usize>>) -> Builder {
+    fn new(root: ValueId, space: Vec<usize>, rows: Option<Vec<usize>>, compute: Compute) -> Builder {
         Builder {
+            compute,
             root,
             depth: 0,
             space,
@@ -218,6 +236,7 @@ impl<'a> Region<'a> {
             materialised: HashSet::new(),
             absorbed: HashSet::new(),
             visiting: HashSet::new(),
+            elem_compute: HashMap::new(),
             out: Vec::new(),
             stats: BuildStats::default(),
         };
@@ -277,40 +296,119 @@ impl<'a> Region<'a> {
         self.types.get(&v).map(|t| t.shape.0.to_vec()).unwrap_or_default()
     }
 
-    /// Whether every value `instr` names is a float kernels store (`f32`, `f16`, `bf16`) or
-    /// `bool` (what an elementwise op may compute inside a kernel), and whether every one is
-    /// a stored float (what the other ops need).
-    fn dtypes_of(&self, instr: &Instr) -> (bool, bool) {
-        let dtype = |v: &ValueId| self.types.get(v).map(|t| t.dtype);
-        let mut all = true;
-        for v in instr.results().into_iter().chain(instr.operands()) {
-            match dtype(&v) {
-                Some(d) if Compute::of(d) == Compute::F32 => {}
-                Some(DType::Bool) => all = false,
-                _ => return (false, false),
-            }
-        }
-        (true, all)
+    fn dtype(&self, v: ValueId) -> Option<DType> {
+        self.types.get(&v).map(|t| t.dtype)
     }
 
-    /// Whether a kernel can read `v` from memory: buffers of `f32`, `f16` or `bf16` (a
-    /// `bool` computed in the region is recomputed inside the kernel instead). Kernels
-    /// compute in `f32` whatever they read, so a chain of halves rounds once, where it is
-    /// written, as PyTorch's compiler does; eager ops round at each step.
-    fn kernel_reads(&self, v: ValueId) -> bool {
-        self.types.get(&v).is_some_and(|t| Compute::of(t.dtype) == Compute::F32)
+    /// What the elementwise `instr` computes in when a kernel can compute it there: every
+    /// value it names loads into that type as the interpreter converts it (or is a `bool`,
+    /// 0 and 1 in any type). `Some(None)` for an op on `bool`s only.
+    fn elementwise_compute(&self, instr: &Instr) -> Option<Option<Compute>> {
+        let dst = *instr.results().first()?;
+        let result = self.dtype(dst)?;
+        let values: Vec<DType> = instr.operands().iter().map(|&v| self.dtype(v)).collect::<Option<_>>()?;
+        let scalars = match instr {
+            Instr::Binary { lhs, rhs, .. } => [lhs, rhs].iter().filter(|o| matches!(o, Operand::Scalar(_))).count(),
+            Instr::Where { on_true, on_false, .. } => {
+                [on_true, on_false].iter().filter(|o| matches!(o, Operand::Scalar(_))).count()
+            }
+            _ => 0,
+        };
+        if scalars == 0 && result == DType::Bool && values.iter().all(|&d| d == DType::Bool) {
+            return Some(None);
+        }
+        let compute = Compute::of(self.computed_dtype(instr)?);
+        let fits = values.iter().chain([&result]).all(|&d| d == DType::Bool || Compute::of(d) == compute);
+        fits.then_some(Some(compute))
+    }
+
+    /// The dtype an elementwise instruction computes in (its result's, or for a comparison
+    /// its operands' promoted).
+    fn computed_dtype(&self, instr: &Instr) -> Option<DType> {
+        match instr {
+            Instr::Binary { op, lhs, rhs, .. } if op.is_comparison() => {
+                let mut dtype: Option<DType> = None;
+                for o in [lhs, rhs] {
+                    if let Operand::Value(v) = o {
+                        let d = self.dtype(*v)?;
+                        dtype = Some(dtype.map_or(d, |a| DType::promote(a, d)));
+                    }
+                }
+                let mut dtype = dtype?;
+                for o in [lhs, rhs] {
+                    if let Operand::Scalar(x) = o {
+                        dtype = dtype.promote_scalar(*x);
+                    }
+                }
+                Some(dtype)
+            }
+            _ => self.dtype(*instr.results().first()?),
+        }
+    }
+
+    /// What the instruction `instr` that is not elementwise computes in, when every value
+    /// it names is stored in a dtype of that type and none is a `bool`.
+    fn stored_compute(&self, instr: &Instr) -> Option<Compute> {
+        let mut compute = None;
+        for v in instr.results().into_iter().chain(instr.operands()) {
+            let d = self.dtype(v).filter(|&d| d != DType::Bool)?;
+            match compute {
+                None => compute = Some(Compute::of(d)),
+                Some(c) if c != Compute::of(d) => return None,
+                Some(_) => {}
+            }
+        }
+        compute
+    }
+
+    /// Whether a kernel computing in `compute` can read `v` from memory: a buffer of a dtype
+    /// of that type (`f32` kernels: `f32`, `f16`, `bf16`, a chain of halves rounding once,
+    /// where it is written, as PyTorch's compiler does; eager ops round at each step). A
+    /// `bool` computed in the region is recomputed inside the kernel instead.
+    fn kernel_reads(&self, v: ValueId, compute: Compute) -> bool {
+        self.dtype(v).is_some_and(|d| d != DType::Bool && Compute::of(d) == compute)
     }
 
     /// Whether `v` is stored as a half (`f16`, `bf16`).
     fn half(&self, v: ValueId) -> bool {
-        self.types.get(&v).is_some_and(|t| t.dtype.is_half())
+        self.dtype(v).is_some_and(|d| d.is_half())
     }
 
-    /// `value` as `v`'s dtype holds it, in the `f32` kernels compute in.
-    fn rounded(&self, v: ValueId, value: f64) -> f32 {
-        match self.types.get(&v).map(|t| t.dtype) {
-            Some(d) if d.is_half() => gt_ir::data::converted_scalar(d, value) as f32,
-            _ => value as f32,
+    /// `value` as `v`'s dtype holds it.
+    fn rounded(&self, v: ValueId, value: f64) -> f64 {
+        self.dtype(v).map_or(value, |d| gt_ir::data::converted_scalar(d, value))
+    }
+
+    /// An elementwise instruction computing in `f64` or `i64` as arena nodes, as written:
+    /// each operand a leaf (emitting it checks its own type), scalars converted to the
+    /// dtype the op computes in, an `i32` result wrapped back.
+    fn typed_expr(&mut self, instr: &Instr) -> usize {
+        let dtype = self.computed_dtype(instr).unwrap_or(DType::F64);
+        let add = |arena: &mut Vec<E>, e: E| {
+            arena.push(e);
+            arena.len() - 1
+        };
+        let operand = |arena: &mut Vec<E>, o: Operand| match o {
+            Operand::Value(v) => add(arena, E::Leaf(v)),
+            Operand::Scalar(x) => add(arena, E::Const64(gt_ir::data::converted_scalar(dtype, x).to_bits())),
+        };
+        let arena = &mut self.arena;
+        let (e, wraps) = match *instr {
+            Instr::Unary { op, src, .. } => (E::Unary(op, operand(arena, Operand::Value(src))), true),
+            Instr::Binary { op, lhs, rhs, .. } => {
+                (E::Binary(op, operand(arena, lhs), operand(arena, rhs)), !op.is_comparison())
+            }
+            Instr::Where { cond, on_true, on_false, .. } => {
+                let c = operand(arena, Operand::Value(cond));
+                (E::Select(c, operand(arena, on_true), operand(arena, on_false)), false)
+            }
+            _ => unreachable!("only elementwise instructions are typed expressions"),
+        };
+        let root = add(arena, e);
+        let result = instr.results().first().and_then(|&v| self.dtype(v));
+        match result {
+            Some(DType::I32) if wraps => add(&mut self.arena, E::Round(Storage::I32, root)),
+            _ => root,
         }
     }
 
@@ -323,52 +421,71 @@ impl<'a> Region<'a> {
         let mut elementwise: Vec<ValueId> = Vec::new();
         for instr in instrs {
             let Some(&dst) = instr.results().first() else { continue };
-            // Kernels compute in f32: comparisons' bools are 0 and 1 inside them, halves are
-            // widened as read, f64 and integers stay out (see `kernel_reads`).
-            let (elementwise_types, stored_types) = self.dtypes_of(instr);
+            // Comparisons' bools are 0 and 1 inside kernels, halves are widened to f32 as
+            // read; f64 and integer expressions stay out of the e-graph.
+            let is_elementwise = matches!(instr, Instr::Unary { .. } | Instr::Binary { .. } | Instr::Where { .. });
+            let stored = self.stored_compute(instr);
             let def = match instr {
-                _ if !elementwise_types => Def::Opaque,
-                Instr::Unary { .. } | Instr::Binary { .. } | Instr::Where { .. } => {
-                    let mut operand = |o: Operand, egraph: &mut egg::EGraph<Expr, Facts>| match o {
-                        Operand::Scalar(x) => egraph.add(Expr::Const(egraph::Scalar((x as f32).to_bits()))),
-                        // Elementwise operands are looked into, broadcast ones too: a
-                        // kernel recomputes them rather than reading them from memory.
-                        Operand::Value(v) if class.contains_key(&v) => class[&v],
-                        Operand::Value(v) => {
-                            let n = *leaf_index.entry(v).or_insert_with(|| {
-                                leaves.push(v);
-                                (leaves.len() - 1) as u32
-                            });
-                            let numel = self.types.get(&v).map_or(1.0, |t| t.shape.numel() as f64);
-                            let table = &mut egraph.analysis.leaf_numel;
-                            if table.len() <= n as usize {
-                                table.resize(n as usize + 1, 1.0);
+                _ if is_elementwise => match self.elementwise_compute(instr) {
+                    None => Def::Opaque,
+                    Some(Some(compute)) if compute != Compute::F32 => {
+                        self.elem_compute.insert(dst, Some(compute));
+                        Def::Elem(self.typed_expr(instr))
+                    }
+                    Some(compute) => {
+                        self.elem_compute.insert(dst, compute);
+
+                        let mut operand = |o: Operand, egraph: &mut egg::EGraph<Expr, Facts>| match o {
+                            Operand::Scalar(x) => egraph.add(Expr::Const(egraph::Scalar((x as f32).to_bits()))),
+                            // Elementwise operands are looked into, broadcast ones too: a
+                            // kernel recomputes them rather than reading them from memory.
+                            Operand::Value(v) if class.contains_key(&v) => class[&v],
+                            Operand::Value(v) => {
+                                let n = *leaf_index.entry(v).or_insert_with(|| {
+                                    leaves.push(v);
+                                    (leaves.len() - 1) as u32
+                                });
+                                let numel = self.types.get(&v).map_or(1.0, |t| t.shape.numel() as f64);
+                                let table = &mut egraph.analysis.leaf_numel;
+                                if table.len() <= n as usize {
+                                    table.resize(n as usize + 1, 1.0);
+                                }
+                                table[n as usize] = numel;
+                                egraph.add(Expr::Leaf(egraph::Leaf(n)))
                             }
-                            table[n as usize] = numel;
-                            egraph.add(Expr::Leaf(egraph::Leaf(n)))
-                        }
-                    };
-                    let node = match instr {
-                        Instr::Unary { op, src, .. } => {
-                            let a = operand(Operand::Value(*src), &mut egraph);
-                            egraph::add_unary(&mut egraph, *op, a)
-                        }
-                        Instr::Binary { op, lhs, rhs, .. } => {
-                            let (a, b) = (operand(*lhs, &mut egraph), operand(*rhs, &mut egraph));
-                            egraph::add_binary(&mut egraph, *op, a, b)
-                        }
-                        Instr::Where { cond, on_true, on_false, .. } => {
-                            let c = operand(Operand::Value(*cond), &mut egraph);
-                            let (t, f) = (operand(*on_true, &mut egraph), operand(*on_false, &mut egraph));
-                            egraph.add(Expr::Select([c, t, f]))
-                        }
-                        _ => unreachable!("matched above"),
-                    };
-                    class.insert(dst, node);
-                    elementwise.push(dst);
-                    Def::Elem(usize::MAX)
+                        };
+                        let node = match instr {
+                            Instr::Unary { op, src, .. } => {
+                                let a = operand(Operand::Value(*src), &mut egraph);
+                                egraph::add_unary(&mut egraph, *op, a)
+                            }
+                            Instr::Binary { op, lhs, rhs, .. } => {
+                                let (a, b) = (operand(*lhs, &mut egraph), operand(*rhs, &mut egraph));
+                                egraph::add_binary(&mut egraph, *op, a, b)
+                            }
+                            Instr::Where { cond, on_true, on_false, .. } => {
+                                let c = operand(Operand::Value(*cond), &mut egraph);
+                                let (t, f) = (operand(*on_true, &mut egraph), operand(*on_false, &mut egraph));
+                                egraph.add(Expr::Select([c, t, f]))
+                            }
+                            _ => unreachable!("matched above"),
+                        };
+                        class.insert(dst, node);
+                        elementwise.push(dst);
+                        Def::Elem(usize::MAX)
+                    }
+                },
+                _ if stored.is_none() => Def::Opaque,
+                // Reductions, products and values made from indices compute in f32 only.
+                Instr::Reduce { .. }
+                | Instr::MatMul { .. }
+                | Instr::Rand { .. }
+                | Instr::Randn { .. }
+                | Instr::Arange { .. }
+                    if stored != Some(Compute::F32) =>
+                {
+                    Def::Opaque
                 }
-                _ if !stored_types => Def::Opaque,
                 Instr::Reduce { op, src, axes, keepdim, .. } => {
                     let rank = self.dims(*src).len();
                     let axes = match axes {
@@ -452,9 +569,9 @@ impl<'a> Region<'a> {
         if !self.defs.contains_key(&v) || self.materialised.contains(&v) || !self.visiting.insert(v) {
             return;
         }
-        // Kernels write f32: a comparison's bool that must exist keeps its instruction (its
-        // f32 users still compute it inside their kernels).
-        let writable = self.kernel_reads(v);
+        // Kernels write no bools: a comparison's bool that must exist keeps its instruction
+        // (its users still compute it inside their kernels).
+        let writable = self.dtype(v).is_some_and(|d| d != DType::Bool);
         let kernel = if writable { self.kernel(v) } else { None };
         match kernel {
             Some((kernel, srcs)) => {
@@ -519,7 +636,7 @@ impl<'a> Region<'a> {
                 if kept > 1 && kept < 64 && row >= 1 << 16 {
                     return Ok(None);
                 }
-                let mut b = Builder::new(v, space.clone(), Some(axes.clone()));
+                let mut b = Builder::new(v, space.clone(), Some(axes.clone()), Compute::F32);
                 self.emit(&mut b, src, &Map::identity(space.len()))?;
                 // The output walks the kept axes row-major; reduced axes do not move it.
                 let kept_dims: Vec<usize> = if keepdim {
@@ -587,7 +704,8 @@ impl<'a> Region<'a> {
     }
 
     fn map_kernel(&mut self, v: ValueId, dims: &[usize]) -> Result<(Kernel, Vec<ValueId>), Materialise> {
-        let mut b = Builder::new(v, dims.to_vec(), None);
+        let compute = self.dtype(v).map_or(Compute::F32, Compute::of);
+        let mut b = Builder::new(v, dims.to_vec(), None, compute);
         self.emit_value(&mut b, v, &Map::identity(dims.len()), true)?;
         let rows = b.rows.clone().unwrap_or_default();
         let kernel = MapKernel {
@@ -597,7 +715,7 @@ impl<'a> Region<'a> {
             output: Access::contiguous(dims),
             rows,
             reduce: None,
-            compute: Compute::F32,
+            compute,
         };
         Ok((Kernel::Map(kernel), b.inputs.into_iter().map(|(v, _)| v).collect()))
     }
@@ -623,8 +741,8 @@ impl<'a> Region<'a> {
                         found = Some(p);
                     }
                 }
-                E::Const(_) => {}
-                E::Unary(_, a) => stack.push(a),
+                E::Const(_) | E::Const64(_) => {}
+                E::Unary(_, a) | E::Round(_, a) => stack.push(a),
                 E::Binary(_, a, b) => stack.extend([a, b]),
                 E::Select(c, t, f) => stack.extend([c, t, f]),
             }
@@ -673,7 +791,7 @@ impl<'a> Region<'a> {
             precision: Precision::F32,
         };
         if let Some(root) = epilogue {
-            let mut b = Builder::new(p, dims.to_vec(), None);
+            let mut b = Builder::new(p, dims.to_vec(), None, Compute::F32);
             b.acc = Some(p);
             self.emit_expr(&mut b, root, dims, &Map::identity(dims.len()))?;
             if b.acc_used != 1 || b.rows.is_some() {
@@ -695,7 +813,7 @@ impl<'a> Region<'a> {
         // A loop, not recursion: a chain of views is as long as the region.
         loop {
             match self.defs.get(&v).cloned() {
-                _ if self.is_memory(v) && !self.kernel_reads(v) => return Err(Materialise(v)),
+                _ if self.is_memory(v) && !self.kernel_reads(v, Compute::F32) => return Err(Materialise(v)),
                 _ if self.is_memory(v) => return Ok((v, map.access(&self.dims(v)))),
                 Some(Def::View { src }) => {
                     map = self.view_map(v, src, &map).ok_or(Materialise(v))?;
@@ -725,8 +843,11 @@ impl<'a> Region<'a> {
             b.acc_used += 1;
             return Ok(b.node(Node::Acc));
         }
-        if self.is_memory(v) {
-            if !self.kernel_reads(v) {
+        // A `bool` in memory is recomputed from its expression where it has one (kernels
+        // read no bools), as the e-graph's expressions look into their operands.
+        let recomputed = self.dtype(v) == Some(DType::Bool) && matches!(self.defs.get(&v), Some(Def::Elem(_)));
+        if self.is_memory(v) && !recomputed {
+            if !self.kernel_reads(v, b.compute) {
                 return Err(Materialise(v));
             }
             let access = map.access(&self.dims(v));
@@ -744,6 +865,14 @@ impl<'a> Region<'a> {
     /// [`Region::emit_value`] for a value the region computes.
     fn emit_defined(&mut self, b: &mut Builder, v: ValueId, map: &Map, root: bool) -> Result<u32, Materialise> {
         let dims = self.dims(v);
+        // A value computed in another type than the kernel's is read from memory.
+        let other_type = match self.elem_compute.get(&v) {
+            Some(compute) => compute.is_some_and(|c| c != b.compute),
+            None => !self.kernel_reads(v, b.compute),
+        };
+        if other_type {
+            return Err(Materialise(v));
+        }
         match self.defs[&v].clone() {
             Def::Elem(e) => {
                 if !root && map.repeats(&b.space) && self.expensive(e) {
@@ -751,7 +880,8 @@ impl<'a> Region<'a> {
                 }
                 self.emit_expr(b, e, &dims, map)
             }
-            Def::Constant(c) => Ok(b.node(Node::constant(c))),
+            Def::Constant(c) if b.compute == Compute::F32 => Ok(b.node(Node::constant(c as f32))),
+            Def::Constant(c) => Ok(b.node(Node::Const64(c.to_bits()))),
             Def::Indexed(node) => {
                 if dims == b.space && *map == Map::identity(dims.len()) && b.acc.is_none() {
                     Ok(b.node(node))
@@ -764,7 +894,7 @@ impl<'a> Region<'a> {
                 self.emit(b, src, &m)
             }
             Def::Reshape { src } => {
-                if self.is_memory(src) && self.kernel_reads(src) {
+                if self.is_memory(src) && self.kernel_reads(src, b.compute) {
                     Ok(b.input(src, map.access(&dims)))
                 } else {
                     Err(Materialise(src))
@@ -791,6 +921,14 @@ impl<'a> Region<'a> {
                 }
                 E::Binary(_, a, c) => stack.extend([a, c]),
                 E::Select(c, t, f) => stack.extend([c, t, f]),
+                E::Round(_, a) => stack.push(a),
+                // An `f64` or integer expression names the values it reads: those computed
+                // here are recomputed with it.
+                E::Leaf(v) if !self.is_memory(v) => {
+                    if let Some(&Def::Elem(e)) = self.defs.get(&v) {
+                        stack.push(e);
+                    }
+                }
                 _ => {}
             }
             if count > 8 {
@@ -825,6 +963,11 @@ impl<'a> Region<'a> {
                 self.emit(b, v, &m)?
             }
             E::Const(bits) => b.node(Node::Const(bits)),
+            E::Const64(bits) => b.node(Node::Const64(bits)),
+            E::Round(storage, a) => {
+                let a = self.emit_expr(b, a, dims, map)?;
+                b.node(Node::Round(storage, a))
+            }
             E::Unary(op, a) => {
                 let a = self.emit_expr(b, a, dims, map)?;
                 b.node(Node::Unary(op, a))

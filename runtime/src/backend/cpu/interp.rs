@@ -13,7 +13,7 @@
 //! strided views copied once into their result. The functions here compute in `f32`; those
 //! of `value.rs` take every other dtype through them or through their own loops.
 
-use crate::backend::cpu::jit::{Jit, JitError};
+use crate::backend::cpu::jit::{Jit, JitError, Wide};
 use crate::backend::cpu::threads::{self, Sgemm};
 use crate::backend::cpu::value::{self, Value};
 use crate::backend::cpu::vmath;
@@ -23,7 +23,7 @@ use crate::RuntimeError;
 use foldhash::{HashMap, HashMapExt};
 use gt_ir::data::Elements;
 use gt_ir::formula::{Algebra, Term, Var};
-use gt_ir::kernel::Kernel;
+use gt_ir::kernel::{BufferStorage, Compute, Kernel, Storage};
 use gt_ir::ops::{nan_max, nan_min, BinaryKernel, OpDef, UnaryKernel};
 use gt_ir::random;
 use gt_ir::verify::shape::{self, ResolvedSlice};
@@ -660,9 +660,23 @@ impl Interpreter {
             .collect::<Result<Vec<_>, RuntimeError>>()?;
         let dims = ty.shape.dims();
         if rounds(kernel) {
-            // `round` nodes (kernels written by hand: the fuse pass makes none) are not
-            // compiled: the oracle runs them.
+            // `f64` and integer maps: compiled where the JIT takes them (the fuse pass's),
+            // else (and `f32` kernels with `round` nodes, written by hand) run by the oracle.
             let mut out = Value::full(ty.dtype, dims, 0.0);
+            if let Some(jit) = &mut self.jit {
+                let inputs: Option<Vec<Wide>> = operands.iter().map(|v| v.wide()).collect();
+                let storage = |inputs: &[Wide], out: &Value| BufferStorage {
+                    output: Storage::of(out.dtype()),
+                    inputs: inputs.iter().map(Wide::storage).collect(),
+                };
+                if let Some(inputs) = inputs.filter(|i| Jit::compiles_wide(kernel, &storage(i, &out))) {
+                    if let Some(o) = out.wide_mut() {
+                        let took = jit.run_wide(kernel, &inputs, o).map_err(|e| jit_failure(op, e))?;
+                        log_compile(jit, kernel, dims, took);
+                        return Ok(out);
+                    }
+                }
+            }
             super::kernels::run_values(kernel, &operands, &mut out).map_err(|e| super::kernels::failed(op, e))?;
             return Ok(out);
         }
@@ -674,12 +688,9 @@ impl Interpreter {
             super::kernels::run(kernel, &inputs, slice).map_err(|e| super::kernels::failed(op, e))?;
             return Ok(Value::F32(out).into_dtype(ty.dtype));
         };
-        let not_stored = |dtype| RuntimeError::Type { op, source: TypeError::KernelDType { dtype } };
+        let not_stored = |dtype| RuntimeError::Type { op, source: TypeError::kernel_dtype(dtype, Compute::F32) };
         let inputs = operands.iter().map(|v| v.stored().ok_or(not_stored(v.dtype()))).collect::<Result<Vec<_>, _>>()?;
-        let failed = |e| match e {
-            JitError::Invalid(source) | JitError::Bounds(source) => RuntimeError::Kernel { op, source },
-            e => RuntimeError::Jit { op, source: JitFailure(Arc::new(e)) },
-        };
+        let failed = |e| jit_failure(op, e);
         let (out, took) = if ty.dtype == gt_ir::DType::F32 {
             // Written by the kernel without zeros first (`run_uninit`).
             let n = ty.shape.numel();
@@ -697,15 +708,7 @@ impl Interpreter {
                 jit.run_stored(kernel, &inputs, out.stored_mut().ok_or(not_stored(ty.dtype))?).map_err(failed)?;
             (out, took)
         };
-        if !took.is_zero() {
-            tracing::debug!(
-                target: "gt::compile",
-                "jit: compiled a {} kernel for {dims:?} in {:.3} ms ({} compiled so far)",
-                kernel.kind(),
-                took.as_secs_f64() * 1e3,
-                jit.stats().compiled
-            );
-        }
+        log_compile(jit, kernel, dims, took);
         Ok(out)
     }
 
@@ -997,7 +1000,7 @@ fn f32_value<'a>(
     value: ValueId,
 ) -> Result<&'a Tensor, RuntimeError> {
     let v = values.get(&value).ok_or(RuntimeError::Undefined { op, value })?;
-    v.as_f32().ok_or(RuntimeError::Type { op, source: TypeError::KernelDType { dtype: v.dtype() } })
+    v.as_f32().ok_or(RuntimeError::Type { op, source: TypeError::kernel_dtype(v.dtype(), Compute::F32) })
 }
 
 /// `a` itself when row-major contiguous, else a row-major copy.
@@ -1465,10 +1468,31 @@ fn slice_axes(resolved: &ResolvedSlice) -> Vec<(usize, usize, usize, bool)> {
         .collect()
 }
 
-/// Whether `kernel` has `round` nodes, which the JIT does not compile (the verifier has
-/// `fused` kernels compute in `f32`).
+/// Whether `kernel` is a map computing in `f64` or `i64`, or has `round` nodes: not for the
+/// `f32` JIT.
 fn rounds(kernel: &Kernel) -> bool {
     matches!(kernel, Kernel::Map(m) if !m.is_plain_f32())
+}
+
+/// A JIT failure of `op` as the runtime reports it.
+fn jit_failure(op: &'static str, e: JitError) -> RuntimeError {
+    match e {
+        JitError::Invalid(source) | JitError::Bounds(source) => RuntimeError::Kernel { op, source },
+        e => RuntimeError::Jit { op, source: JitFailure(Arc::new(e)) },
+    }
+}
+
+/// Logs a kernel's compile (`took` zero: it was cached).
+fn log_compile(jit: &Jit, kernel: &Kernel, dims: &[usize], took: std::time::Duration) {
+    if !took.is_zero() {
+        tracing::debug!(
+            target: "gt::compile",
+            "jit: compiled a {} kernel for {dims:?} in {:.3} ms ({} compiled so far)",
+            kernel.kind(),
+            took.as_secs_f64() * 1e3,
+            jit.stats().compiled
+        );
+    }
 }
 
 #[cfg(test)]

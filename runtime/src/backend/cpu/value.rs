@@ -5,7 +5,7 @@
 //! casts and the moves of data.
 
 use super::interp::{self, Tensor};
-use super::jit::{eager_by_tiles, Stored, StoredMut};
+use super::jit::{eager_by_tiles, Stored, StoredMut, Wide, WideMut};
 use super::typed;
 use super::vmath::Halves;
 use crate::cancel;
@@ -271,6 +271,28 @@ impl Value {
             Value::F32(a) => Stored::F32(a.as_slice()?),
             Value::F16(a) => Stored::F16(a.as_slice()?),
             Value::BF16(a) => Stored::Bf16(a.as_slice()?),
+            _ => return None,
+        })
+    }
+
+    /// Its elements as an `f64` or integer kernel's buffer.
+    pub(crate) fn wide(&self) -> Option<Wide<'_>> {
+        Some(match self {
+            Value::F64(a) => Wide::F64(a.as_slice()?),
+            Value::I64(a) => Wide::I64(a.as_slice()?),
+            Value::I32(a) => Wide::I32(a.as_slice()?),
+            Value::Bool(a) => Wide::Bool(a.as_slice()?),
+            _ => return None,
+        })
+    }
+
+    /// Its elements as an `f64` or integer kernel's output buffer.
+    pub(crate) fn wide_mut(&mut self) -> Option<WideMut<'_>> {
+        Some(match self {
+            Value::F64(a) => WideMut::F64(a.as_slice_mut()?),
+            Value::I64(a) => WideMut::I64(a.as_slice_mut()?),
+            Value::I32(a) => WideMut::I32(a.as_slice_mut()?),
+            Value::Bool(a) => WideMut::Bool(a.as_slice_mut()?),
             _ => return None,
         })
     }

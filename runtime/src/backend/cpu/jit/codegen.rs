@@ -27,6 +27,7 @@
 //! vector loop), as the interpreter does, so they differ from it only by summation order.
 
 use super::math::{needs_powf, Emit, Lanes};
+use super::wide::{self, Wide};
 use super::JitError;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::immediates::Ieee32;
@@ -36,7 +37,7 @@ use cranelift_codegen::ir::{
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
-use gt_ir::kernel::{Access, Compute, MapKernel, MatMulKernel, Node};
+use gt_ir::kernel::{Access, BufferStorage, Compute, MapKernel, MatMulKernel, Node, Storage};
 use gt_ir::ReduceOp;
 
 /// A Rust function the generated code calls, imported under user name `u0:<index>` (the
@@ -49,11 +50,20 @@ pub(super) enum Shim {
     Normal = 1,
     /// `powf(x: f32, y: f32) -> f32`.
     Powf = 2,
+    /// `unary_f64(op: i64, x: f64) -> f64` (`wide.rs`).
+    UnaryF64 = 3,
+    /// `binary_f64(op: i64, x: f64, y: f64) -> f64`.
+    BinaryF64 = 4,
+    /// `unary_i64(op: i64, x: i64) -> i64`.
+    UnaryI64 = 5,
+    /// `binary_i64(op: i64, x: i64, y: i64) -> i64`.
+    BinaryI64 = 6,
 }
 
 impl Shim {
     /// Every shim, in declaration order.
-    pub const ALL: [Shim; 3] = [Shim::Uniform, Shim::Normal, Shim::Powf];
+    pub const ALL: [Shim; 7] =
+        [Shim::Uniform, Shim::Normal, Shim::Powf, Shim::UnaryF64, Shim::BinaryF64, Shim::UnaryI64, Shim::BinaryI64];
 
     /// The symbol the JIT module resolves.
     pub fn symbol(self) -> &'static str {
@@ -61,18 +71,26 @@ impl Shim {
             Shim::Uniform => "gt_jit_uniform",
             Shim::Normal => "gt_jit_normal",
             Shim::Powf => "gt_jit_powf",
+            Shim::UnaryF64 => "gt_jit_unary_f64",
+            Shim::BinaryF64 => "gt_jit_binary_f64",
+            Shim::UnaryI64 => "gt_jit_unary_i64",
+            Shim::BinaryI64 => "gt_jit_binary_i64",
         }
     }
 
     /// The shim's signature.
     pub fn signature(self, call_conv: CallConv) -> Signature {
         let mut sig = Signature::new(call_conv);
-        let param = match self {
-            Shim::Uniform | Shim::Normal => types::I64,
-            Shim::Powf => types::F32,
+        let (params, result): (&[Type], Type) = match self {
+            Shim::Uniform | Shim::Normal => (&[types::I64, types::I64], types::F32),
+            Shim::Powf => (&[types::F32, types::F32], types::F32),
+            Shim::UnaryF64 => (&[types::I64, types::F64], types::F64),
+            Shim::BinaryF64 => (&[types::I64, types::F64, types::F64], types::F64),
+            Shim::UnaryI64 => (&[types::I64, types::I64], types::I64),
+            Shim::BinaryI64 => (&[types::I64, types::I64, types::I64], types::I64),
         };
-        sig.params.extend([AbiParam::new(param), AbiParam::new(param)]);
-        sig.returns.push(AbiParam::new(types::F32));
+        sig.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+        sig.returns.push(AbiParam::new(result));
         sig
     }
 }
@@ -322,7 +340,9 @@ impl Plan {
                 Node::Iota { .. } | Node::Rand { .. } | Node::Randn { .. } => false,
                 _ => true,
             });
-            inputs_ok && (!store || inner[inputs] == 1) && row.dims.last().is_some_and(|&n| n >= 4)
+            // `f64` and integer kernels run one element at a time (`wide.rs`).
+            let f32s = k.compute == Compute::F32;
+            f32s && inputs_ok && (!store || inner[inputs] == 1) && row.dims.last().is_some_and(|&n| n >= 4)
         };
         let mut passes = Vec::new();
         for (r, node) in k.nodes.iter().enumerate() {
@@ -436,7 +456,9 @@ struct Gen<'a, 'f> {
     /// Base pointer of every input, then of the output.
     base: Vec<Value>,
     /// Imported shims, on first use.
-    shims: [Option<FuncRef>; 3],
+    shims: [Option<FuncRef>; Shim::ALL.len()],
+    /// How each buffer's elements are stored: inputs, then the output.
+    storage: Vec<Storage>,
     /// This row's in-row reduction results (scalar `f32`), by node.
     reduced: Vec<Option<Value>>,
     /// The cancel word's address and the value that means "stop" ([`crate::cancel`]),
@@ -451,17 +473,41 @@ const UNROLL: i64 = 4;
 
 /// Memory flags of every load and store: the bounds check before the call guarantees
 /// every address is inside its buffer, but nothing is assumed about alignment.
-fn mem() -> MemFlagsData {
+pub(super) fn mem() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
 }
 
-/// The CLIF function of a map kernel (already validated), named `name`.
-pub(super) fn map_function(k: &MapKernel, target: Target, name: UserFuncName) -> Result<Function, JitError> {
+/// Whether [`map_function`] compiles `k` over buffers stored as `storage`: `f32` kernels
+/// without `round` nodes over `f32` buffers (halves are widened before), and plain `f64` and
+/// `i64` maps (no rows, reductions or values made from indices: the fuse pass makes none)
+/// over buffers of their own dtypes (`i64` kernels: `i64`, `i32`, `bool`).
+pub(super) fn compiles(k: &MapKernel, storage: &BufferStorage) -> bool {
+    let buffers = storage.inputs.len() == k.inputs.len()
+        && storage.inputs.iter().chain([&storage.output]).all(|&s| wide::holds(k.compute, s));
+    if k.compute == Compute::F32 {
+        return buffers && k.is_plain_f32();
+    }
+    let nodes = k.nodes.iter().all(|n| match *n {
+        Node::Round(s, _) => wide::rounds_through(k.compute, s),
+        Node::Iota { .. } | Node::Rand { .. } | Node::Randn { .. } | Node::Reduce(..) | Node::Acc => false,
+        _ => true,
+    });
+    buffers && nodes && k.rows.is_empty() && k.reduce.is_none()
+}
+
+/// The CLIF function of a map kernel (already validated) over buffers stored as `storage`,
+/// named `name`.
+pub(super) fn map_function(
+    k: &MapKernel,
+    storage: &BufferStorage,
+    target: Target,
+    name: UserFuncName,
+) -> Result<Function, JitError> {
     if k.nodes.is_empty() {
         return Err(JitError::Invalid(gt_ir::kernel::KernelError::NoNodes));
     }
     // What the fuse pass never makes, and no code below handles.
-    if !k.is_plain_f32() {
+    if !compiles(k, storage) {
         return Err(JitError::Compute { compute: k.compute });
     }
     let mut func = Function::with_name_signature(name, target.kernel_signature());
@@ -473,7 +519,8 @@ pub(super) fn map_function(k: &MapKernel, target: Target, name: UserFuncName) ->
         plan: Plan::new(k),
         target,
         base: vec![],
-        shims: [None; 3],
+        shims: [None; Shim::ALL.len()],
+        storage: storage.inputs.iter().copied().chain([storage.output]).collect(),
         reduced: vec![None; k.nodes.len()],
         stop: None,
         depth: 0,
@@ -617,9 +664,15 @@ impl<'f> Gen<'_, 'f> {
         }
     }
 
-    /// `base[buffer] + offset * 4`.
+    /// Bytes per element of `buffer`, as a shift.
+    fn shift(&self, buffer: usize) -> u32 {
+        self.storage[buffer].bytes().trailing_zeros()
+    }
+
+    /// `base[buffer] + offset * element size`.
     fn address(&mut self, buffer: usize, offset: Value) -> Value {
-        let bytes = self.b.ins().ishl_imm_u(offset, 2);
+        let shift = self.shift(buffer);
+        let bytes = self.b.ins().ishl_imm_u(offset, i64::from(shift));
         let bytes =
             if self.target.ptr() == types::I64 { bytes } else { self.b.ins().ireduce(self.target.ptr(), bytes) };
         self.b.ins().iadd(self.base[buffer], bytes)
@@ -794,48 +847,96 @@ impl<'f> Gen<'_, 'f> {
             }
             let known = |n: u32| values[n as usize];
             values[i] = match node {
-                Node::Const(bits) => Some(self.b.ins().f32const(Ieee32::with_bits(bits))),
-                Node::Const64(bits) => Some(self.b.ins().f32const(f64::from_bits(bits) as f32)),
+                Node::Const(_) | Node::Const64(_) => Some(self.constant(node)),
                 Node::Reduce(..) => self.reduced[i],
                 Node::Input(x) if strides[x as usize] == 0 => {
                     let p = ptrs[x as usize].expect("needed inputs have addresses");
-                    Some(self.b.ins().load(types::F32, mem(), p, 0))
+                    Some(self.load(x as usize, Lanes::One, p))
                 }
-                Node::Unary(op, a) => known(a).map(|a| {
-                    self.import_powf(&node);
-                    self.emit(Lanes::One).unary(op, a)
-                }),
-                Node::Binary(op, a, c) => match (known(a), known(c)) {
-                    (Some(a), Some(c)) => {
-                        self.import_powf(&node);
-                        Some(self.emit(Lanes::One).binary(op, a, c))
-                    }
-                    _ => None,
-                },
-                Node::Select(c, t, f) => match (known(c), known(t), known(f)) {
-                    (Some(c), Some(t), Some(f)) => Some(self.emit(Lanes::One).where_(c, t, f)),
-                    _ => None,
-                },
+                // An op is invariant when all its operands are.
+                Node::Unary(..) | Node::Binary(..) | Node::Select(..) | Node::Round(..) => {
+                    let operands: Option<Vec<Value>> = node.operands().into_iter().map(known).collect();
+                    operands.map(|o| self.op(Lanes::One, node, &o))
+                }
                 _ => None,
             };
         }
         values
     }
 
-    /// Imports the `powf` shim on first use, by the first node that needs it.
-    fn import_powf(&mut self, node: &Node) {
-        if needs_powf(node) {
+    /// A constant node's value, one lane, in the kernel's type.
+    fn constant(&mut self, node: Node) -> Value {
+        match (node, self.k.compute) {
+            (Node::Const(bits), Compute::F32) => self.b.ins().f32const(Ieee32::with_bits(bits)),
+            (Node::Const64(bits), Compute::F32) => self.b.ins().f32const(f64::from_bits(bits) as f32),
+            (Node::Const(bits), _) => self.wide().constant(f64::from(f32::from_bits(bits))),
+            (Node::Const64(bits), _) => self.wide().constant(f64::from_bits(bits)),
+            _ => unreachable!("only constants"),
+        }
+    }
+
+    /// The element of `buffer` at `addr`, in the kernel's type (four `f32` lanes or one).
+    fn load(&mut self, buffer: usize, lanes: Lanes, addr: Value) -> Value {
+        match (self.k.compute, lanes) {
+            (Compute::F32, Lanes::One) => self.b.ins().load(types::F32, mem(), addr, 0),
+            (Compute::F32, Lanes::Four) => self.b.ins().load(types::F32X4, mem(), addr, 0),
+            _ => {
+                let storage = self.storage[buffer];
+                self.wide().load(storage, addr)
+            }
+        }
+    }
+
+    /// Stores `x` (in the kernel's type) as the element of `buffer` at `addr`.
+    fn store(&mut self, buffer: usize, x: Value, addr: Value) {
+        if self.k.compute == Compute::F32 {
+            self.b.ins().store(mem(), x, addr, 0);
+        } else {
+            let storage = self.storage[buffer];
+            self.wide().store(storage, x, addr);
+        }
+    }
+
+    /// An op node's value over its operands' values.
+    fn op(&mut self, lanes: Lanes, node: Node, operands: &[Value]) -> Value {
+        if self.k.compute != Compute::F32 {
+            if let Some(shim) = wide::shim_of(&node, self.k.compute) {
+                self.shim(shim);
+            }
+            let mut w = self.wide();
+            return match node {
+                Node::Unary(op, _) => w.unary(op, operands[0]),
+                Node::Binary(op, ..) => w.binary(op, operands[0], operands[1]),
+                Node::Select(..) => w.select(operands[0], operands[1], operands[2]),
+                Node::Round(storage, _) => w.round(storage, operands[0]),
+                _ => unreachable!("only ops"),
+            };
+        }
+        if needs_powf(&node) {
             self.shim(Shim::Powf);
         }
+        let mut e = self.emit(lanes);
+        match node {
+            Node::Unary(op, _) => e.unary(op, operands[0]),
+            Node::Binary(op, ..) => e.binary(op, operands[0], operands[1]),
+            Node::Select(..) => e.where_(operands[0], operands[1], operands[2]),
+            _ => unreachable!("`compiles` refuses `round` nodes in f32 kernels"),
+        }
+    }
+
+    fn wide(&mut self) -> Wide<'_, 'f> {
+        Wide { b: &mut self.b, compute: self.k.compute, shims: &self.shims }
     }
 
     fn emit(&mut self, lanes: Lanes) -> Emit<'_, 'f> {
         Emit { b: &mut self.b, lanes, fma: self.target.fma, powf: self.shims[Shim::Powf as usize] }
     }
 
-    /// The address of element `j` of the innermost axis in `buffer`.
-    fn element_address(&mut self, ptr: Value, stride: i64, j: Value) -> Value {
-        let off = self.b.ins().imul_imm_s(j, stride.wrapping_mul(4));
+    /// The address of element `j` of the innermost axis in `buffer`, whose row segment
+    /// starts at `ptr`.
+    fn element_address(&mut self, buffer: usize, ptr: Value, stride: i64, j: Value) -> Value {
+        let size = 1i64 << self.shift(buffer);
+        let off = self.b.ins().imul_imm_s(j, stride.wrapping_mul(size));
         let off = if self.target.ptr() == types::I64 { off } else { self.b.ins().ireduce(self.target.ptr(), off) };
         self.b.ins().iadd(ptr, off)
     }
@@ -853,7 +954,7 @@ impl<'f> Gen<'_, 'f> {
         j: Value,
     ) -> Value {
         let mut values = invariant.to_vec();
-        let fty = if lanes == Lanes::One { types::F32 } else { types::F32X4 };
+        let fty = if lanes == Lanes::One { wide::scalar_type(self.k.compute) } else { types::F32X4 };
         for (i, &node) in self.k.nodes.iter().enumerate().take(pass.target + 1) {
             if !pass.needed[i] || values[i].is_some() {
                 continue;
@@ -864,13 +965,14 @@ impl<'f> Gen<'_, 'f> {
                 _ if pass.reuse == Some(i) => {
                     let out = self.plan.inputs;
                     let p = ptrs[out].expect("stores have an address");
-                    let addr = self.element_address(p, strides[out], j);
-                    self.b.ins().load(fty, mem(), addr, 0)
+                    let addr = self.element_address(out, p, strides[out], j);
+                    self.load(out, lanes, addr)
                 }
                 Node::Input(x) => {
-                    let p = ptrs[x as usize].expect("needed inputs have addresses");
-                    let addr = self.element_address(p, strides[x as usize], j);
-                    self.b.ins().load(fty, mem(), addr, 0)
+                    let x = x as usize;
+                    let p = ptrs[x].expect("needed inputs have addresses");
+                    let addr = self.element_address(x, p, strides[x], j);
+                    self.load(x, lanes, addr)
                 }
                 Node::Iota { start, step } => {
                     let index = self.linear_index(strides, offsets, j);
@@ -889,17 +991,11 @@ impl<'f> Gen<'_, 'f> {
                     let call = self.b.ins().call(f, &[seed, index]);
                     self.b.inst_results(call)[0]
                 }
-                Node::Unary(op, a) => {
-                    self.import_powf(&node);
-                    self.emit(lanes).unary(op, v(a))
+                Node::Unary(..) | Node::Binary(..) | Node::Select(..) | Node::Round(..) => {
+                    let operands: Vec<Value> = node.operands().into_iter().map(v).collect();
+                    self.op(lanes, node, &operands)
                 }
-                Node::Binary(op, a, c) => {
-                    self.import_powf(&node);
-                    self.emit(lanes).binary(op, v(a), v(c))
-                }
-                Node::Select(c, t, f) => self.emit(lanes).where_(v(c), v(t), v(f)),
                 // Constants and in-row reductions are invariant; `acc` was rewritten to an input.
-                Node::Round(..) => unreachable!("`map_function` refuses round nodes"),
                 Node::Const(_) | Node::Const64(_) | Node::Reduce(..) | Node::Acc => {
                     unreachable!("invariant node {i} ({node}) was not hoisted")
                 }
@@ -909,10 +1005,10 @@ impl<'f> Gen<'_, 'f> {
         if let Some(c) = pass.save {
             let out = self.plan.inputs;
             let p = ptrs[out].expect("saving passes have the output's address");
-            let addr = self.element_address(p, strides[out], j);
+            let addr = self.element_address(out, p, strides[out], j);
             let x = values[c].expect("the saved node is computed");
             debug_assert_eq!(self.b.func.dfg.value_type(x), fty);
-            self.b.ins().store(mem(), x, addr, 0);
+            self.store(out, x, addr);
         }
         let x = values[pass.target].expect("the target is computed");
         // A target that is a scalar (an invariant) is splat already; nothing else to do.
@@ -942,8 +1038,8 @@ impl<'f> Gen<'_, 'f> {
             (Sink::Store, _) => {
                 let out = self.plan.inputs;
                 let p = ptrs[out].expect("stores have an address");
-                let addr = self.element_address(p, strides[out], j);
-                self.b.ins().store(mem(), x, addr, 0);
+                let addr = self.element_address(out, p, strides[out], j);
+                self.store(out, x, addr);
             }
             (_, Some(acc)) => self.accumulate(acc, lanes, x),
             (_, None) => unreachable!("a reducing pass has an accumulator"),

@@ -45,6 +45,7 @@ mod math;
 #[cfg(test)]
 mod tests;
 mod tiles;
+mod wide;
 
 pub(crate) use tiles::eager as eager_by_tiles;
 pub use tiles::{Stored, StoredMut};
@@ -57,7 +58,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module};
 use foldhash::{HashMap, HashMapExt};
-use gt_ir::kernel::{validate, Kernel, KernelError, MapKernel, MatMulKernel, Node};
+use gt_ir::kernel::{validate, BufferStorage, Kernel, KernelError, MapKernel, MatMulKernel, Node, Storage};
 use gt_ir::random;
 use std::fmt;
 use std::mem::ManuallyDrop;
@@ -152,6 +153,82 @@ enum Compiled {
     Map(KernelFn),
     /// The epilogue map, if any.
     MatMul(Option<KernelFn>),
+    /// An `f64` or integer map over buffers stored as its key says ([`storage_key`]).
+    Wide(u128, KernelFn),
+}
+
+/// An exact key of the storage of an `f64` or integer kernel's buffers (3 bits each, the
+/// output first), or `None` when there are more than 42 buffers or one of another dtype
+/// (such a kernel is not compiled).
+fn storage_key(storage: &BufferStorage) -> Option<u128> {
+    let mut key = 0u128;
+    for (i, s) in [storage.output].iter().chain(&storage.inputs).enumerate() {
+        let code = match s {
+            Storage::F64 => 1,
+            Storage::I64 => 2,
+            Storage::I32 => 3,
+            Storage::Bool => 4,
+            _ => return None,
+        };
+        if i >= 42 {
+            return None;
+        }
+        key |= code << (3 * i);
+    }
+    Some(key)
+}
+
+/// The buffers of an `f64` or integer kernel ([`Jit::run_wide`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Wide<'a> {
+    /// `f64` elements.
+    F64(&'a [f64]),
+    /// `i64` elements.
+    I64(&'a [i64]),
+    /// `i32` elements.
+    I32(&'a [i32]),
+    /// `bool` elements (one byte, 0 or 1).
+    Bool(&'a [bool]),
+}
+
+impl Wide<'_> {
+    /// How its elements are stored.
+    pub fn storage(&self) -> Storage {
+        self.parts().0
+    }
+
+    fn parts(&self) -> (Storage, *const f32, usize) {
+        match *self {
+            Wide::F64(b) => (Storage::F64, b.as_ptr().cast(), b.len()),
+            Wide::I64(b) => (Storage::I64, b.as_ptr().cast(), b.len()),
+            Wide::I32(b) => (Storage::I32, b.as_ptr().cast(), b.len()),
+            Wide::Bool(b) => (Storage::Bool, b.as_ptr().cast(), b.len()),
+        }
+    }
+}
+
+/// The output buffer of an `f64` or integer kernel ([`Jit::run_wide`]).
+#[derive(Debug)]
+pub enum WideMut<'a> {
+    /// `f64` elements.
+    F64(&'a mut [f64]),
+    /// `i64` elements.
+    I64(&'a mut [i64]),
+    /// `i32` elements.
+    I32(&'a mut [i32]),
+    /// `bool` elements.
+    Bool(&'a mut [bool]),
+}
+
+impl WideMut<'_> {
+    fn parts(&mut self) -> (Storage, *mut f32, usize) {
+        match self {
+            WideMut::F64(b) => (Storage::F64, b.as_mut_ptr().cast(), b.len()),
+            WideMut::I64(b) => (Storage::I64, b.as_mut_ptr().cast(), b.len()),
+            WideMut::I32(b) => (Storage::I32, b.as_mut_ptr().cast(), b.len()),
+            WideMut::Bool(b) => (Storage::Bool, b.as_mut_ptr().cast(), b.len()),
+        }
+    }
 }
 
 /// Compiles kernels on first sight and runs them; see the module docs.
@@ -199,6 +276,10 @@ fn shim_address(shim: Shim) -> *const u8 {
         Shim::Uniform => gt_jit_uniform as extern "C" fn(u64, u64) -> f32 as *const u8,
         Shim::Normal => gt_jit_normal as extern "C" fn(u64, u64) -> f32 as *const u8,
         Shim::Powf => gt_jit_powf as extern "C" fn(f32, f32) -> f32 as *const u8,
+        Shim::UnaryF64 => wide::unary_f64 as extern "C" fn(i64, f64) -> f64 as *const u8,
+        Shim::BinaryF64 => wide::binary_f64 as extern "C" fn(i64, f64, f64) -> f64 as *const u8,
+        Shim::UnaryI64 => wide::unary_i64 as extern "C" fn(i64, i64) -> i64 as *const u8,
+        Shim::BinaryI64 => wide::binary_i64 as extern "C" fn(i64, i64, i64) -> i64 as *const u8,
     }
 }
 
@@ -400,6 +481,48 @@ impl Jit {
         Ok(took)
     }
 
+    /// Runs an `f64` or integer map kernel (`Compute::F64`/`I64`) over `inputs` into `out`,
+    /// bit for bit what the oracle computes ([`super::kernels::run_values`]): bounds checked,
+    /// split over the worker's threads when large, compiled on first sight. A kernel
+    /// [`Jit::compiles_wide`] refuses is an error ([`JitError::Compute`]).
+    pub fn run_wide(&mut self, kernel: &Kernel, inputs: &[Wide], mut out: WideMut) -> Result<Duration, JitError> {
+        let parts: Vec<(Storage, *const f32, usize)> = inputs.iter().map(Wide::parts).collect();
+        let (output, out_ptr, out_len) = out.parts();
+        let storage = BufferStorage { output, inputs: parts.iter().map(|p| p.0).collect() };
+        let (Kernel::Map(m), Some(key)) = (kernel, storage_key(&storage)) else {
+            return Err(JitError::Compute { compute: gt_ir::kernel::Compute::F32 });
+        };
+        if !codegen::compiles(m, &storage) {
+            return Err(JitError::Compute { compute: m.compute });
+        }
+        let lens: Vec<usize> = parts.iter().map(|p| p.2).collect();
+        let ptrs: Vec<*const f32> = parts.iter().map(|p| p.1).collect();
+        kernel.check_bounds(&lens, out_len).map_err(JitError::Bounds)?;
+        // Nothing to write (covered exactly: `check_covers`), so nothing to compute.
+        if out_len == 0 {
+            return Ok(Duration::ZERO);
+        }
+        if splits(m) {
+            if let Some((fns, took)) = self.compile_parts(&split_outer(m), &lens, out_len, Some((&storage, key)))? {
+                run_compiled_parts(&fns, &ptrs, out_ptr);
+                return Ok(took);
+            }
+        }
+        let (compiled, took) = self.compiled_for(kernel, Some((&storage, key)))?;
+        let Compiled::Wide(_, f) = compiled else { return Err(JitError::CachedKind) };
+        // The bounds were checked against these buffers; `out` is exclusively ours.
+        call(f, &ptrs, out_ptr, &crate::cancel::Token::current());
+        Ok(took)
+    }
+
+    /// Whether [`Jit::run_wide`] compiles `kernel` over buffers stored as `storage`: plain
+    /// `f64` and `i64` maps over buffers of their own dtypes (`i64` kernels: `i64`, `i32`,
+    /// `bool`), with `round` nodes through those; the oracle runs the others.
+    pub fn compiles_wide(kernel: &Kernel, storage: &BufferStorage) -> bool {
+        matches!(kernel, Kernel::Map(m) if m.compute != gt_ir::kernel::Compute::F32 && codegen::compiles(m, storage))
+            && storage_key(storage).is_some()
+    }
+
     /// [`Jit::run`] over buffers of any storage kernels take: a kernel that runs by tiles
     /// widens and rounds a tile at a time; compiled code reads and writes `f32`, so halves
     /// are widened whole first and its result rounded after.
@@ -455,7 +578,7 @@ impl Jit {
         out: *mut f32,
         out_len: usize,
     ) -> Result<Option<Duration>, JitError> {
-        let Some((fns, took)) = self.compile_parts(parts, lens, out_len)? else { return Ok(None) };
+        let Some((fns, took)) = self.compile_parts(parts, lens, out_len, None)? else { return Ok(None) };
         run_compiled_parts(&fns, ptrs, out);
         Ok(Some(took))
     }
@@ -508,7 +631,7 @@ impl Jit {
         // The epilogue map's inputs: the epilogue's own, then the product, read in place.
         let mut lens: Vec<usize> = inputs[2..].iter().map(|b| b.len()).collect();
         lens.push(out_len);
-        let Some((fns, took)) = self.compile_parts(parts, &lens, out_len)? else { return Ok(None) };
+        let Some((fns, took)) = self.compile_parts(parts, &lens, out_len, None)? else { return Ok(None) };
         // SAFETY: the caller's; no epilogue here, it runs below.
         unsafe { matmul(k, inputs, out, None) };
         // Each part rewrites its own rows of the product, reading only those (an epilogue
@@ -520,23 +643,24 @@ impl Jit {
     }
 
     /// Checks `parts` (ranges of one map's outer axis) against buffers of `lens` and
-    /// `out_len` and compiles them: their code and the compile time, or `None` if they could
-    /// not all stay cached at once.
+    /// `out_len` and compiles them (`wide`: over buffers of that storage and key): their code
+    /// and the compile time, or `None` if they could not all stay cached at once.
     fn compile_parts(
         &mut self,
         parts: &[Kernel],
         lens: &[usize],
         out_len: usize,
+        wide: Option<(&BufferStorage, u128)>,
     ) -> Result<Option<(Vec<KernelFn>, Duration)>, JitError> {
         let mut took = Duration::ZERO;
         let generation = self.generation;
         let mut fns = Vec::with_capacity(parts.len());
         for p in parts {
             p.check_bounds(lens, out_len).map_err(JitError::Bounds)?;
-            let (compiled, t) = self.compiled(p)?;
+            let (compiled, t) = self.compiled_for(p, wide)?;
             took += t;
             match compiled {
-                Compiled::Map(f) => fns.push(f),
+                Compiled::Map(f) | Compiled::Wide(_, f) => fns.push(f),
                 Compiled::MatMul(_) => return Ok(None),
             }
         }
@@ -556,23 +680,43 @@ impl Jit {
     /// nanoseconds after its lookup, so a second lookup (hashing and comparing the whole
     /// kernel again) was a large part of a small kernel's run.
     fn compiled(&mut self, kernel: &Kernel) -> Result<(Compiled, Duration), JitError> {
+        self.compiled_for(kernel, None)
+    }
+
+    /// [`Jit::compiled`], for an `f64` or integer map over buffers of `wide`'s storage and
+    /// key. The cache holds one storage per kernel: the same kernel over other buffers
+    /// replaces it.
+    fn compiled_for(
+        &mut self,
+        kernel: &Kernel,
+        wide: Option<(&BufferStorage, u128)>,
+    ) -> Result<(Compiled, Duration), JitError> {
+        let fits = |c: &Compiled| match (c, wide) {
+            (Compiled::Wide(key, _), Some((_, wanted))) => *key == wanted,
+            (Compiled::Wide(..), None) | (_, Some(_)) => false,
+            _ => true,
+        };
         match self.cache.get(kernel) {
-            Some(&(compiled, g)) if g == self.generation => {
+            Some(&(compiled, g)) if g == self.generation && fits(&compiled) => {
                 self.stats.cache_hits += 1;
                 return Ok((compiled, Duration::ZERO));
             }
             // In use while in the previous generation: compiled again into the current one,
             // so that it outlives the previous generation.
-            Some(_) => self.stats.cache_hits += 1,
-            None => validate(kernel).map_err(JitError::Invalid)?,
+            Some((compiled, _)) if fits(compiled) => self.stats.cache_hits += 1,
+            _ => validate(kernel).map_err(JitError::Invalid)?,
         }
         if self.current.0 >= MAX_CACHED_KERNELS / 2 || self.current.1 as usize >= MAX_CODE_BYTES / 2 {
             self.next_generation()?;
         }
         let start = Instant::now();
-        let compiled = match kernel {
-            Kernel::Map(k) => Compiled::Map(self.define(k)?),
-            Kernel::MatMul(k) => Compiled::MatMul(epilogue_map(k).map(|m| self.define(&m)).transpose()?),
+        let compiled = match (kernel, wide) {
+            (Kernel::Map(k), None) => Compiled::Map(self.define(k, &BufferStorage::f32(k.inputs.len()))?),
+            (Kernel::Map(k), Some((storage, key))) => Compiled::Wide(key, self.define(k, storage)?),
+            (Kernel::MatMul(k), None) => Compiled::MatMul(
+                epilogue_map(k).map(|m| self.define(&m, &BufferStorage::f32(m.inputs.len()))).transpose()?,
+            ),
+            (Kernel::MatMul(_), Some(_)) => return Err(JitError::CachedKind),
         };
         let took = start.elapsed();
         self.stats.compiled += 1;
@@ -589,12 +733,17 @@ impl Jit {
         self.stats
     }
 
-    /// Compiles one map into the module and returns its entry point.
+    /// Compiles one map over buffers stored as `storage` into the module and returns its
+    /// entry point.
     #[allow(unsafe_code)]
-    fn define(&mut self, k: &MapKernel) -> Result<KernelFn, JitError> {
+    fn define(&mut self, k: &MapKernel, storage: &BufferStorage) -> Result<KernelFn, JitError> {
+        // Checked before a function is declared: a refused kernel leaves the module as it was.
+        if !codegen::compiles(k, storage) {
+            return Err(JitError::Compute { compute: k.compute });
+        }
         let id = self.module.declare_anonymous_function(&self.target.kernel_signature()).map_err(module_error)?;
         let mut ctx = self.module.make_context();
-        ctx.func = map_function(k, self.target, UserFuncName::user(0, id.as_u32()))?;
+        ctx.func = map_function(k, storage, self.target, UserFuncName::user(0, id.as_u32()))?;
         self.module.define_function(id, &mut ctx).map_err(module_error)?;
         self.current.1 += ctx.compiled_code().map_or(0, |c| c.code_buffer().len()) as u64;
         self.module.clear_context(&mut ctx);
@@ -773,8 +922,15 @@ unsafe fn matmul(k: &MatMulKernel, inputs: &[&[f32]], out: *mut f32, epilogue: O
 
 /// The CLIF the JIT generates for `kernel`, before optimisation: deterministic text for
 /// dumps and snapshots, printed for a 64-bit System V target whatever the host. A matmul
-/// prints its epilogue map (the product itself is `sgemm`).
+/// prints its epilogue map (the product itself is `sgemm`). An `f64` or integer kernel is
+/// printed over buffers of its own dtype ([`clif_over`] takes theirs).
 pub fn clif(kernel: &Kernel) -> Result<String, JitError> {
+    clif_over(kernel, None)
+}
+
+/// [`clif`] over buffers stored as `storage` (an `f64` or integer kernel's; `f32` kernels
+/// read `f32` buffers whatever they hold, halves widened before).
+pub fn clif_over(kernel: &Kernel, storage: Option<&BufferStorage>) -> Result<String, JitError> {
     validate(kernel).map_err(JitError::Invalid)?;
     // Printed as for a host without FMA, so the text is the same on every machine.
     let target = Target {
@@ -786,11 +942,19 @@ pub fn clif(kernel: &Kernel) -> Result<String, JitError> {
         },
     };
     match kernel {
-        Kernel::Map(k) => Ok(map_function(k, target, UserFuncName::testcase("map"))?.display().to_string()),
+        Kernel::Map(k) => {
+            let own = Storage::of(k.compute.dtype());
+            let storage = match storage {
+                Some(s) if k.compute != gt_ir::kernel::Compute::F32 => s.clone(),
+                _ => BufferStorage { output: own, inputs: vec![own; k.inputs.len()] },
+            };
+            Ok(map_function(k, &storage, target, UserFuncName::testcase("map"))?.display().to_string())
+        }
         Kernel::MatMul(k) => match epilogue_map(k) {
             None => Ok("; matmul: sgemm, no epilogue\n".into()),
             Some(m) => {
-                let f = map_function(&m, target, UserFuncName::testcase("epilogue"))?;
+                let f =
+                    map_function(&m, &BufferStorage::f32(m.inputs.len()), target, UserFuncName::testcase("epilogue"))?;
                 Ok(format!("; matmul: sgemm, then this epilogue over the product (its last input)\n{}", f.display()))
             }
         },

@@ -6,7 +6,9 @@
 use super::*;
 use crate::backend::checks;
 use crate::backend::cpu::kernels;
+use crate::backend::cpu::value::Value;
 use crate::Interpreter;
+use gt_ir::data::Elements;
 use gt_ir::kernel::lower::{lower, Step};
 use gt_ir::kernel::{samples, Access, Buffer, Compute, Node};
 use gt_ir::{BinaryOp, ReduceOp, TypeError, UnaryOp};
@@ -126,7 +128,7 @@ fn every_lowered_instruction_of_the_scripts_matches_the_oracle() {
     }
     files.sort();
     let mut jit = jit();
-    let (mut kernels_checked, mut exact) = (0, 0);
+    let (mut kernels_checked, mut exact, mut wide) = (0, 0, 0);
     for path in &files {
         let Ok(src) = std::fs::read_to_string(path) else { continue };
         let Ok(program) = gt_ir::text::parse(&src) else { continue };
@@ -136,12 +138,31 @@ fn every_lowered_instruction_of_the_scripts_matches_the_oracle() {
             if let Ok((prepared, types)) = checks::prepare(instr, &type_of, 1 << 30) {
                 let ty = |v| it.read(v).expect("operands are defined").ty;
                 let data = |v| it.read(v).expect("operands are defined").to_f32();
+                let value = |v| {
+                    let t = it.read(v).expect("operands are defined");
+                    Value::from_elements(t.ty.shape.dims(), t.data)
+                };
                 for step in lower(&prepared, &ty, &types) {
                     let context = |e: String| format!("{}: {}: {e}", path.display(), instr.mnemonic());
-                    // The JIT compiles f32 kernels without `round` nodes only (the fuse pass
-                    // makes no others).
+                    // The JIT compiles f32 kernels without `round` nodes, and plain f64 and
+                    // integer maps over buffers of their own types (what the fuse pass makes).
                     let f64_or_i64 = |k: &Kernel| matches!(k, Kernel::Map(m) if !m.is_plain_f32());
                     match step {
+                        Step::Launch { kernel, inputs, output } if f64_or_i64(&kernel) => {
+                            let values: Vec<Value> = inputs.iter().map(|&v| value(v)).collect();
+                            let Some(buffers) = values.iter().map(Value::wide).collect::<Option<Vec<Wide>>>() else {
+                                continue;
+                            };
+                            let t = &types[output];
+                            let storage = BufferStorage {
+                                output: Storage::of(t.dtype),
+                                inputs: buffers.iter().map(Wide::storage).collect(),
+                            };
+                            if Jit::compiles_wide(&kernel, &storage) {
+                                compare_wide(&mut jit, &kernel, &values, t).map_err(context).unwrap();
+                                wide += 1;
+                            }
+                        }
                         Step::Launch { kernel, .. } | Step::TwoPass { first: kernel, .. } if f64_or_i64(&kernel) => {}
                         Step::Launch { kernel, inputs, output } => {
                             let buffers: Vec<Vec<f32>> = inputs.iter().map(|&v| data(v)).collect();
@@ -170,6 +191,32 @@ fn every_lowered_instruction_of_the_scripts_matches_the_oracle() {
     }
     assert!(files.len() > 20, "found {} scripts", files.len());
     assert!(kernels_checked > 150 && exact > 50, "{kernels_checked} kernels checked, {exact} exactly");
+    assert!(wide > 80, "{wide} f64 and integer kernels checked");
+}
+
+/// Runs an `f64` or integer `kernel` on the oracle and the JIT into a result of type `t`:
+/// the first element whose bits differ (any NaN equals any NaN), if any.
+fn compare_wide(jit: &mut Jit, kernel: &Kernel, inputs: &[Value], t: &gt_ir::TensorType) -> Result<(), String> {
+    let dims = t.shape.dims();
+    let refs: Vec<&Value> = inputs.iter().collect();
+    // Elements a kernel does not write keep a value none writes.
+    let mut want = Value::full(t.dtype, dims, 77.0);
+    kernels::run_values(kernel, &refs, &mut want).map_err(|e| format!("oracle: {e}"))?;
+    let mut got = Value::full(t.dtype, dims, 77.0);
+    let buffers: Vec<Wide> = inputs.iter().map(|v| v.wide().expect("checked")).collect();
+    jit.run_wide(kernel, &buffers, got.wide_mut().expect("a wide dtype")).map_err(|e| e.to_string())?;
+    let (want, got) = (want.to_elements(), got.to_elements());
+    let same = match (&want, &got) {
+        (Elements::F64(w), Elements::F64(g)) => {
+            w.iter().zip(g).all(|(w, g)| w.to_bits() == g.to_bits() || (w.is_nan() && g.is_nan()))
+        }
+        _ => want == got,
+    };
+    if same {
+        Ok(())
+    } else {
+        Err(format!("oracle {want:?}\njit {got:?}\n{kernel}"))
+    }
 }
 
 #[test]
@@ -1303,4 +1350,86 @@ fn halves_are_widened_as_read_and_rounded_as_written() {
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Case `c` as a plain map computing in `compute` (`f64` or `i64`): its reductions become
+/// negations, its unary ops range over the whole table or wrap through `f32` or `i32`
+/// (`salt` picks), an `i64` kernel's
+/// buffers are `i64`, `i32` or `bool` (`salt` picks) holding the pool's values scaled so that
+/// products overflow, and its result is wrapped through `i32` or `bool` at the end.
+fn wide_case(c: &Case, compute: Compute, salt: u64) -> (Kernel, Vec<Value>, gt_ir::TensorType) {
+    use gt_ir::DType;
+    let pick = |k: u64, options: &[DType]| options[((salt >> (3 * k)) % options.len() as u64) as usize];
+    let mut nodes: Vec<Node> = c
+        .nodes
+        .iter()
+        .map(|&n| match n {
+            Node::Reduce(_, a) => Node::Unary(UnaryOp::Neg, a),
+            // Some unary ops become a wrap through a narrower dtype, mid-expression.
+            Node::Unary(op, a) if (op as u64).wrapping_add(salt).is_multiple_of(4) => {
+                Node::Round(if compute == Compute::F64 { Storage::F32 } else { Storage::I32 }, a)
+            }
+            Node::Unary(op, a) => {
+                Node::Unary(UnaryOp::ALL[(op as usize).wrapping_add(salt as usize) % UnaryOp::ALL.len()], a)
+            }
+            n => n,
+        })
+        .collect();
+    let last = nodes.len() as u32 - 1;
+    let (inputs, output): (Vec<Value>, DType) = if compute == Compute::F64 {
+        let values = c.inputs.iter().map(|(d, _)| {
+            let data = d.iter().map(|&x| f64::from(x) * 1.1).collect();
+            Value::from_elements(&[d.len()], Elements::F64(data))
+        });
+        (values.collect(), DType::F64)
+    } else {
+        let values = c.inputs.iter().enumerate().map(|(i, (d, _))| {
+            let ints = d.iter().map(|&x| x as i64);
+            let data = match pick(i as u64, &[DType::I64, DType::I32, DType::I32, DType::Bool]) {
+                DType::I64 => Elements::I64(ints.map(|x| x.wrapping_mul(3 << 40)).collect()),
+                DType::I32 => Elements::I32(ints.map(|x| x.wrapping_mul(40_000) as i32).collect()),
+                _ => Elements::Bool(ints.map(|x| x > 0).collect()),
+            };
+            Value::from_elements(&[d.len()], data)
+        });
+        // A wrap through `i32` whose sign decides the result.
+        nodes.extend([
+            Node::Round(Storage::I32, last),
+            Node::constant(0.0),
+            Node::Binary(BinaryOp::Lt, last + 1, last + 2),
+            Node::Select(last + 3, last + 1, last),
+        ]);
+        let last = last + 4;
+        let output = pick(5, &[DType::I64, DType::I32, DType::Bool]);
+        match output {
+            DType::I32 => nodes.push(Node::Round(Storage::I32, last)),
+            DType::Bool => nodes.push(Node::Round(Storage::Bool, last)),
+            _ => {}
+        }
+        (values.collect(), output)
+    };
+    let kernel = Kernel::Map(MapKernel {
+        shape: c.shape.clone(),
+        inputs: c.inputs.iter().map(|(_, a)| a.clone()).collect(),
+        nodes,
+        output: c.output.clone(),
+        rows: vec![],
+        reduce: None,
+        compute,
+    });
+    (kernel, inputs, gt_ir::TensorType::new(output, vec![c.out_len]))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// `f64` and integer maps (every unary op, every binary op, `where`, wrapping through
+    /// `i32` and `bool`, buffers of every integer dtype, strided, broadcast and backwards
+    /// layouts, NaN and infinities, overflowing products): the oracle's bits.
+    #[test]
+    fn random_f64_and_integer_dags_match_the_oracle(c in case(false), salt in any::<u64>(), float in any::<bool>()) {
+        let compute = if float { Compute::F64 } else { Compute::I64 };
+        let (kernel, inputs, t) = wide_case(&c, compute, salt);
+        compare_wide(&mut jit(), &kernel, &inputs, &t).map_err(TestCaseError::fail)?;
+    }
 }
