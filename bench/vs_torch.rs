@@ -129,13 +129,16 @@ fn specs(quick: bool) -> Vec<Spec> {
             compiled: Some(Some(0.3)),
             ..spec("chain", "chain", "8-op chain, 16M f32 (sync, no read)", 1 << 24, r((11, 2), (1, 1)))
         },
-        // The same chain in f64, and an integer chain in i32: eager ops of those dtypes.
+        // The same chain in f64, and an integer chain in i32: eager ops of those dtypes, and
+        // compiled (kernels computing in f64 and i64).
         Spec {
             op: "f64",
+            compiled: Some(None),
             ..spec("chain_f64", "chain", "8-op chain, 16M f64 (sync, no read)", 1 << 24, r((11, 2), (1, 1)))
         },
         Spec {
             op: "i32",
+            compiled: Some(None),
             ..spec("chain_i32", "chain", "8-op int chain, 16M i32 (sync, no read)", 1 << 24, r((11, 2), (1, 1)))
         },
         Spec { read: true, ..spec("read4", "read", "read 4 MB result", 1 << 20, r((51, 5), (5, 1))) },

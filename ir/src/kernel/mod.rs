@@ -159,7 +159,8 @@ pub enum Node {
     Select(u32, u32, u32),
     /// A node's value converted to a dtype and back (what storing it there and loading it
     /// again gives): an integer operand of an op on halves is rounded to the half first, as
-    /// the interpreter and PyTorch convert operands to the op's dtype.
+    /// the interpreter and PyTorch convert operands to the op's dtype; an `i32` op's result
+    /// in an `i64` kernel wraps back to 32 bits, as the eager op wraps.
     Round(Storage, u32),
     /// The reduction of a node over the current row (the kernel's row axes), the same at
     /// every element of the row.

@@ -662,21 +662,19 @@ impl Interpreter {
         if rounds(kernel) {
             // `f64` and integer maps: compiled where the JIT takes them (the fuse pass's),
             // else (and `f32` kernels with `round` nodes, written by hand) run by the oracle.
-            let mut out = Value::full(ty.dtype, dims, 0.0);
             if let Some(jit) = &mut self.jit {
                 let inputs: Option<Vec<Wide>> = operands.iter().map(|v| v.wide()).collect();
-                let storage = |inputs: &[Wide], out: &Value| BufferStorage {
-                    output: Storage::of(out.dtype()),
-                    inputs: inputs.iter().map(Wide::storage).collect(),
-                };
-                if let Some(inputs) = inputs.filter(|i| Jit::compiles_wide(kernel, &storage(i, &out))) {
-                    if let Some(o) = out.wide_mut() {
-                        let took = jit.run_wide(kernel, &inputs, o).map_err(|e| jit_failure(op, e))?;
-                        log_compile(jit, kernel, dims, took);
-                        return Ok(out);
-                    }
+                let output = Storage::of(ty.dtype);
+                let storage =
+                    |inputs: &[Wide]| BufferStorage { output, inputs: inputs.iter().map(Wide::storage).collect() };
+                if let Some(inputs) = inputs.filter(|i| Jit::compiles_wide(kernel, &storage(i))) {
+                    let n = ty.shape.numel();
+                    let (data, took) = jit.run_wide(kernel, &inputs, output, n).map_err(|e| jit_failure(op, e))?;
+                    log_compile(jit, kernel, dims, took);
+                    return Ok(Value::from_wide(dims, data));
                 }
             }
+            let mut out = Value::full(ty.dtype, dims, 0.0);
             super::kernels::run_values(kernel, &operands, &mut out).map_err(|e| super::kernels::failed(op, e))?;
             return Ok(out);
         }

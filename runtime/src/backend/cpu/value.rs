@@ -5,7 +5,7 @@
 //! casts and the moves of data.
 
 use super::interp::{self, Tensor};
-use super::jit::{eager_by_tiles, Stored, StoredMut, Wide, WideMut};
+use super::jit::{eager_by_tiles, Stored, StoredMut, Wide, WideVec};
 use super::typed;
 use super::vmath::Halves;
 use crate::cancel;
@@ -286,15 +286,14 @@ impl Value {
         })
     }
 
-    /// Its elements as an `f64` or integer kernel's output buffer.
-    pub(crate) fn wide_mut(&mut self) -> Option<WideMut<'_>> {
-        Some(match self {
-            Value::F64(a) => WideMut::F64(a.as_slice_mut()?),
-            Value::I64(a) => WideMut::I64(a.as_slice_mut()?),
-            Value::I32(a) => WideMut::I32(a.as_slice_mut()?),
-            Value::Bool(a) => WideMut::Bool(a.as_slice_mut()?),
-            _ => return None,
-        })
+    /// The result of an `f64` or integer kernel, of shape `dims`.
+    pub(crate) fn from_wide(dims: &[usize], data: WideVec) -> Value {
+        match data {
+            WideVec::F64(v) => Value::F64(array(dims, v)),
+            WideVec::I64(v) => Value::I64(array(dims, v)),
+            WideVec::I32(v) => Value::I32(array(dims, v)),
+            WideVec::Bool(v) => Value::Bool(array(dims, v)),
+        }
     }
 
     /// Its elements as a kernel's output buffer, for the dtypes kernels store.

@@ -207,28 +207,45 @@ impl Wide<'_> {
     }
 }
 
-/// The output buffer of an `f64` or integer kernel ([`Jit::run_wide`]).
-#[derive(Debug)]
-pub enum WideMut<'a> {
+/// The result of an `f64` or integer kernel ([`Jit::run_wide`]), row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WideVec {
     /// `f64` elements.
-    F64(&'a mut [f64]),
+    F64(Vec<f64>),
     /// `i64` elements.
-    I64(&'a mut [i64]),
+    I64(Vec<i64>),
     /// `i32` elements.
-    I32(&'a mut [i32]),
+    I32(Vec<i32>),
     /// `bool` elements.
-    Bool(&'a mut [bool]),
+    Bool(Vec<bool>),
 }
 
-impl WideMut<'_> {
-    fn parts(&mut self) -> (Storage, *mut f32, usize) {
-        match self {
-            WideMut::F64(b) => (Storage::F64, b.as_mut_ptr().cast(), b.len()),
-            WideMut::I64(b) => (Storage::I64, b.as_mut_ptr().cast(), b.len()),
-            WideMut::I32(b) => (Storage::I32, b.as_mut_ptr().cast(), b.len()),
-            WideMut::Bool(b) => (Storage::Bool, b.as_mut_ptr().cast(), b.len()),
-        }
+/// A vector of `len` elements of `T` written by `write` (given where they go), which writes
+/// each of them when `covers` (the kernel covers its output exactly) and returns `Ok`; zeros
+/// first otherwise, and zeros after a cancelled kernel stopped early (the worker discards
+/// that result, but its memory must hold values).
+#[allow(unsafe_code)]
+fn written<T>(
+    len: usize,
+    covers: bool,
+    write: impl FnOnce(*mut f32) -> Result<Duration, JitError>,
+) -> Result<(Vec<T>, Duration), JitError> {
+    let mut v: Vec<T> = Vec::with_capacity(len);
+    let at = v.as_mut_ptr();
+    if !covers {
+        // SAFETY: `at` is valid for `len` elements (the capacity); all-zero bytes are a
+        // value of every `T` this is called with (`f64`, `i64`, `i32`, `bool`).
+        unsafe { std::ptr::write_bytes(at, 0, len) };
     }
+    let took = write(at.cast())?;
+    if crate::cancel::Token::current().stop() {
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(at, 0, len) };
+    }
+    // SAFETY: each of the `len` elements was written: zeros above, or by the kernel, which
+    // covers the output exactly and ran to its end (it returned `Ok` and was not cancelled).
+    unsafe { v.set_len(len) };
+    Ok((v, took))
 }
 
 /// Compiles kernels on first sight and runs them; see the module docs.
@@ -481,13 +498,41 @@ impl Jit {
         Ok(took)
     }
 
-    /// Runs an `f64` or integer map kernel (`Compute::F64`/`I64`) over `inputs` into `out`,
-    /// bit for bit what the oracle computes ([`super::kernels::run_values`]): bounds checked,
-    /// split over the worker's threads when large, compiled on first sight. A kernel
-    /// [`Jit::compiles_wide`] refuses is an error ([`JitError::Compute`]).
-    pub fn run_wide(&mut self, kernel: &Kernel, inputs: &[Wide], mut out: WideMut) -> Result<Duration, JitError> {
+    /// Runs an `f64` or integer map kernel (`Compute::F64`/`I64`) over `inputs` into a new
+    /// result of `out_len` elements stored as `output`, bit for bit what the oracle computes
+    /// ([`super::kernels::run_values`]): bounds checked, split over the worker's threads when
+    /// large, compiled on first sight, the result written without zeros first where the
+    /// kernel covers it. A kernel [`Jit::compiles_wide`] refuses is an error
+    /// ([`JitError::Compute`]).
+    pub fn run_wide(
+        &mut self,
+        kernel: &Kernel,
+        inputs: &[Wide],
+        output: Storage,
+        out_len: usize,
+    ) -> Result<(WideVec, Duration), JitError> {
+        let covers = kernel.check_covers(out_len).is_ok();
+        let run = |out: *mut f32| self.run_wide_into(kernel, inputs, output, out, out_len);
+        Ok(match output {
+            Storage::F64 => written(out_len, covers, run).map(|(v, t)| (WideVec::F64(v), t))?,
+            Storage::I64 => written(out_len, covers, run).map(|(v, t)| (WideVec::I64(v), t))?,
+            Storage::I32 => written(out_len, covers, run).map(|(v, t)| (WideVec::I32(v), t))?,
+            Storage::Bool => written(out_len, covers, run).map(|(v, t)| (WideVec::Bool(v), t))?,
+            _ => return Err(JitError::Compute { compute: gt_ir::kernel::Compute::F32 }),
+        })
+    }
+
+    /// [`Jit::run_wide`] into `out_len` elements of `output` at `out_ptr`, which nothing
+    /// else touches meanwhile.
+    fn run_wide_into(
+        &mut self,
+        kernel: &Kernel,
+        inputs: &[Wide],
+        output: Storage,
+        out_ptr: *mut f32,
+        out_len: usize,
+    ) -> Result<Duration, JitError> {
         let parts: Vec<(Storage, *const f32, usize)> = inputs.iter().map(Wide::parts).collect();
-        let (output, out_ptr, out_len) = out.parts();
         let storage = BufferStorage { output, inputs: parts.iter().map(|p| p.0).collect() };
         let (Kernel::Map(m), Some(key)) = (kernel, storage_key(&storage)) else {
             return Err(JitError::Compute { compute: gt_ir::kernel::Compute::F32 });
