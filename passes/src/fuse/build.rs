@@ -476,14 +476,15 @@ impl<'a> Region<'a> {
                     }
                 },
                 _ if stored.is_none() => Def::Opaque,
-                // Reductions, products and values made from indices compute in f32 only.
-                Instr::Reduce { .. }
-                | Instr::MatMul { .. }
-                | Instr::Rand { .. }
-                | Instr::Randn { .. }
-                | Instr::Arange { .. }
+                // Products and values made from indices compute in f32 only; reductions in
+                // any type, over rows that are not empty (an empty row's integer max is its
+                // dtype's least value, which an i64 kernel does not know).
+                Instr::MatMul { .. } | Instr::Rand { .. } | Instr::Randn { .. } | Instr::Arange { .. }
                     if stored != Some(Compute::F32) =>
                 {
+                    Def::Opaque
+                }
+                Instr::Reduce { src, .. } if stored != Some(Compute::F32) && self.dims(*src).contains(&0) => {
                     Def::Opaque
                 }
                 Instr::Reduce { op, src, axes, keepdim, .. } => {
@@ -636,7 +637,8 @@ impl<'a> Region<'a> {
                 if kept > 1 && kept < 64 && row >= 1 << 16 {
                     return Ok(None);
                 }
-                let mut b = Builder::new(v, space.clone(), Some(axes.clone()), Compute::F32);
+                let compute = self.dtype(v).map_or(Compute::F32, Compute::of);
+                let mut b = Builder::new(v, space.clone(), Some(axes.clone()), compute);
                 self.emit(&mut b, src, &Map::identity(space.len()))?;
                 // The output walks the kept axes row-major; reduced axes do not move it.
                 let kept_dims: Vec<usize> = if keepdim {
@@ -665,7 +667,7 @@ impl<'a> Region<'a> {
                     output: Access { offset: 0, strides },
                     rows: axes,
                     reduce: Some(op),
-                    compute: Compute::F32,
+                    compute,
                 };
                 (Kernel::Map(kernel), b.inputs.into_iter().map(|(v, _)| v).collect::<Vec<_>>())
             }

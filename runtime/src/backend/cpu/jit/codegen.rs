@@ -382,7 +382,8 @@ impl Plan {
             return;
         }
         let n = self.passes.len();
-        if k.reduce.is_some() || n < 2 {
+        // An `f64` or integer kernel's output may be narrower than its values (`i32`).
+        if k.reduce.is_some() || n < 2 || k.compute != Compute::F32 {
             return;
         }
         let (last, fin) = (&self.passes[n - 2], &self.passes[n - 1]);
@@ -478,21 +479,27 @@ pub(super) fn mem() -> MemFlagsData {
 }
 
 /// Whether [`map_function`] compiles `k` over buffers stored as `storage`: `f32` kernels
-/// without `round` nodes over `f32` buffers (halves are widened before), and plain `f64` and
-/// `i64` maps (no rows, reductions or values made from indices: the fuse pass makes none)
-/// over buffers of their own dtypes (`i64` kernels: `i64`, `i32`, `bool`).
+/// without `round` nodes over `f32` buffers (halves are widened before), and `f64` and `i64`
+/// maps and reductions (but integer means; no values made from indices: the fuse pass makes
+/// none) over buffers of their own dtypes (`i64` kernels: `i64`, `i32`, `bool`).
 pub(super) fn compiles(k: &MapKernel, storage: &BufferStorage) -> bool {
     let buffers = storage.inputs.len() == k.inputs.len()
         && storage.inputs.iter().chain([&storage.output]).all(|&s| wide::holds(k.compute, s));
     if k.compute == Compute::F32 {
         return buffers && k.is_plain_f32();
     }
+    // Integer means are refused by the type rules; a kernel written by hand gets the oracle.
+    let float = k.compute == Compute::F64;
     let nodes = k.nodes.iter().all(|n| match *n {
         Node::Round(s, _) => wide::rounds_through(k.compute, s),
-        Node::Iota { .. } | Node::Rand { .. } | Node::Randn { .. } | Node::Reduce(..) | Node::Acc => false,
+        Node::Reduce(op, _) => float || op != ReduceOp::Mean,
+        Node::Iota { .. } | Node::Rand { .. } | Node::Randn { .. } | Node::Acc => false,
         _ => true,
     });
-    buffers && nodes && k.rows.is_empty() && k.reduce.is_none()
+    // An empty row's integer max is its dtype's least value, which an `i64` kernel does not
+    // know: the oracle computes empty rows.
+    let empty_rows = k.rows.iter().any(|&a| k.shape.get(a) == Some(&0));
+    buffers && nodes && (float || k.reduce != Some(ReduceOp::Mean)) && !empty_rows
 }
 
 /// The CLIF function of a map kernel (already validated) over buffers stored as `storage`,
@@ -657,7 +664,7 @@ impl<'f> Gen<'_, 'f> {
                 Sink::Output => {
                     let out = self.plan.inputs;
                     let addr = self.address(out, offsets[out]);
-                    self.b.ins().store(mem(), value, addr, 0);
+                    self.store(out, value, addr);
                 }
                 Sink::Store => {}
             }
@@ -679,6 +686,16 @@ impl<'f> Gen<'_, 'f> {
     }
 
     fn accumulator(&mut self, op: ReduceOp, vector: bool) -> Accumulator {
+        if self.k.compute != Compute::F32 {
+            // One lane, in the kernel's type, in row order: the eager reductions' folds
+            // (`f64` sums from -0, `nan_max`/`nan_min` from -inf/+inf, wrapping integer
+            // sums).
+            let ty = wide::scalar_type(self.k.compute);
+            let scalar = self.b.declare_var(ty);
+            let init = self.wide().reduce_init(op);
+            self.b.def_var(scalar, init);
+            return Accumulator { op, scalar, vector: vec![] };
+        }
         let sum = matches!(op, ReduceOp::Sum | ReduceOp::Mean);
         let scalar = self.b.declare_var(if sum { types::F64 } else { types::F32 });
         let init = match op {
@@ -704,6 +721,12 @@ impl<'f> Gen<'_, 'f> {
 
     /// Folds `x` (one or four lanes) into the accumulator.
     fn accumulate(&mut self, acc: &Accumulator, lanes: Lanes, x: Value) {
+        if self.k.compute != Compute::F32 {
+            let s = self.b.use_var(acc.scalar);
+            let s = self.wide().reduce_step(acc.op, s, x);
+            self.b.def_var(acc.scalar, s);
+            return;
+        }
         match (acc.op, lanes) {
             (ReduceOp::Sum | ReduceOp::Mean, Lanes::One) => {
                 let wide = self.b.ins().fpromote(types::F64, x);
@@ -736,9 +759,17 @@ impl<'f> Gen<'_, 'f> {
         }
     }
 
-    /// The row's reduction as a scalar `f32`.
+    /// The row's reduction as a scalar `f32` (in an `f64` or `i64` kernel, in its type).
     fn finish(&mut self, acc: &Accumulator) -> Value {
         let mut s = self.b.use_var(acc.scalar);
+        if self.k.compute != Compute::F32 {
+            if acc.op == ReduceOp::Mean {
+                // `compiles` refuses integer means; 0 / 0 is NaN, as eager.
+                let n = self.b.ins().f64const(self.plan.row_len as f64);
+                s = self.b.ins().fdiv(s, n);
+            }
+            return s;
+        }
         match acc.op {
             ReduceOp::Sum | ReduceOp::Mean => {
                 if let [lo, hi] = acc.vector[..] {

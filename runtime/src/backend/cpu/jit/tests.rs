@@ -1352,18 +1352,22 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
-/// Case `c` as a plain map computing in `compute` (`f64` or `i64`): its reductions become
-/// negations, its unary ops range over the whole table or wrap through `f32` or `i32`
+/// Case `c` as a map computing in `compute` (`f64` or `i64`): with its rows and reductions
+/// (integer means as sums) or, by `salt`, a plain map (reductions become negations); its unary ops range over the whole table or wrap through `f32` or `i32`
 /// (`salt` picks), an `i64` kernel's
 /// buffers are `i64`, `i32` or `bool` (`salt` picks) holding the pool's values scaled so that
 /// products overflow, and its result is wrapped through `i32` or `bool` at the end.
 fn wide_case(c: &Case, compute: Compute, salt: u64) -> (Kernel, Vec<Value>, gt_ir::TensorType) {
     use gt_ir::DType;
     let pick = |k: u64, options: &[DType]| options[((salt >> (3 * k)) % options.len() as u64) as usize];
+    // Half the cases keep their rows and reductions (integer means are sums).
+    let rows = salt >> 62 & 1 == 1;
+    let op = |op: ReduceOp| if op == ReduceOp::Mean && compute == Compute::I64 { ReduceOp::Sum } else { op };
     let mut nodes: Vec<Node> = c
         .nodes
         .iter()
         .map(|&n| match n {
+            Node::Reduce(o, a) if rows => Node::Reduce(op(o), a),
             Node::Reduce(_, a) => Node::Unary(UnaryOp::Neg, a),
             // Some unary ops become a wrap through a narrower dtype, mid-expression.
             Node::Unary(op, a) if (op as u64).wrapping_add(salt).is_multiple_of(4) => {
@@ -1413,8 +1417,8 @@ fn wide_case(c: &Case, compute: Compute, salt: u64) -> (Kernel, Vec<Value>, gt_i
         inputs: c.inputs.iter().map(|(_, a)| a.clone()).collect(),
         nodes,
         output: c.output.clone(),
-        rows: vec![],
-        reduce: None,
+        rows: if rows { c.rows.clone() } else { vec![] },
+        reduce: if rows { c.reduce.map(op) } else { None },
         compute,
     });
     (kernel, inputs, gt_ir::TensorType::new(output, vec![c.out_len]))
@@ -1430,6 +1434,12 @@ proptest! {
     fn random_f64_and_integer_dags_match_the_oracle(c in case(false), salt in any::<u64>(), float in any::<bool>()) {
         let compute = if float { Compute::F64 } else { Compute::I64 };
         let (kernel, inputs, t) = wide_case(&c, compute, salt);
+        let storage = BufferStorage {
+            output: Storage::of(t.dtype),
+            inputs: inputs.iter().map(|v| v.wide().expect("a wide dtype").storage()).collect(),
+        };
+        // Empty rows are the oracle's.
+        prop_assume!(Jit::compiles_wide(&kernel, &storage));
         compare_wide(&mut jit(), &kernel, &inputs, &t).map_err(TestCaseError::fail)?;
     }
 }

@@ -10,7 +10,7 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, FuncRef, InstBuilder, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 use gt_ir::kernel::{Compute, Node, Storage};
-use gt_ir::{BinaryOp, BinaryPrim, OpDef, UnaryOp, UnaryPrim};
+use gt_ir::{BinaryOp, BinaryPrim, OpDef, ReduceOp, UnaryOp, UnaryPrim};
 
 /// The scalar type of a kernel computing in `compute`.
 pub(super) fn scalar_type(compute: Compute) -> Type {
@@ -212,6 +212,28 @@ impl Wide<'_, '_> {
                 BinaryPrim::Ge => compare(self, IntCC::SignedGreaterThanOrEqual),
                 BinaryPrim::Div | BinaryPrim::Pow => unreachable!("called"),
             }
+        }
+    }
+
+    /// What a reduction starts from: what the eager fold starts from.
+    pub fn reduce_init(&mut self, op: ReduceOp) -> Value {
+        match (op, self.float()) {
+            // -0 is the identity of addition, and where Rust's `f64` sum starts.
+            (ReduceOp::Sum | ReduceOp::Mean, true) => self.constant(-0.0),
+            (ReduceOp::Max, true) => self.constant(f64::NEG_INFINITY),
+            (ReduceOp::Min, true) => self.constant(f64::INFINITY),
+            (ReduceOp::Sum | ReduceOp::Mean, false) => self.b.ins().iconst(types::I64, 0),
+            (ReduceOp::Max, false) => self.b.ins().iconst(types::I64, i64::MIN),
+            (ReduceOp::Min, false) => self.b.ins().iconst(types::I64, i64::MAX),
+        }
+    }
+
+    /// One step of a reduction's fold: `acc op x`.
+    pub fn reduce_step(&mut self, op: ReduceOp, acc: Value, x: Value) -> Value {
+        match op {
+            ReduceOp::Sum | ReduceOp::Mean => self.binary(BinaryOp::Add, acc, x),
+            ReduceOp::Max => self.binary(BinaryOp::Maximum, acc, x),
+            ReduceOp::Min => self.binary(BinaryOp::Minimum, acc, x),
         }
     }
 
