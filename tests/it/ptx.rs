@@ -27,13 +27,13 @@ fn all_kernels() -> Vec<(Kernel, BufferStorage)> {
         let recorder = recorder.expect("the recorder comes back");
         kernels.extend(recorder.kernels.into_iter().zip(recorder.storage));
     }
-    kernels.extend(fused_kernels().into_iter().map(|k| (k.clone(), BufferStorage::f32(k.num_inputs()))));
+    kernels.extend(fused_kernels());
     kernels
 }
 
 /// The kernels the fuse pass makes of every run filetest and example (`GT_COMPILE=1`), as
-/// lowered for a GPU (fused full reductions in two passes).
-fn fused_kernels() -> Vec<Kernel> {
+/// lowered for a GPU (fused full reductions in two passes), over the dtypes of their buffers.
+fn fused_kernels() -> Vec<(Kernel, BufferStorage)> {
     use gt_ir::kernel::lower::{lower, Step};
     use gt_passes::{Emit, Fuse, FuseConfig, StreamPass};
     let mut out = Vec::new();
@@ -52,13 +52,21 @@ fn fused_kernels() -> Vec<Kernel> {
             }
         }
         pass.flush(&mut emit);
+        let mut types: std::collections::HashMap<gt_ir::ValueId, gt_ir::TensorType> = Default::default();
         for (i, _) in emit.into_items() {
+            let known = |v| types.get(&v).cloned().ok_or(gt_ir::TypeError::UnknownValue(v));
+            let results = gt_ir::verify::shape::infer(&i, &known).unwrap_or_default();
+            types.extend(i.results().into_iter().zip(results));
             let gt_ir::Instr::Fused { ty, .. } = &i else { continue };
             let any = |_| ty.clone();
+            let dtype_of = |v| types.get(&v).map_or(gt_ir::DType::F32, |t| t.dtype);
             for step in lower(&i, &any, std::slice::from_ref(ty)) {
+                let storage = step.storage(dtype_of, std::slice::from_ref(ty));
                 match step {
-                    Step::Launch { kernel, .. } => out.push(kernel),
-                    Step::TwoPass { first, second, .. } => out.extend([first, second]),
+                    Step::Launch { kernel, .. } => out.push((kernel, storage[0].clone())),
+                    Step::TwoPass { first, second, .. } => {
+                        out.extend([(first, storage[0].clone()), (second, storage[1].clone())])
+                    }
                     Step::Upload { .. } => {}
                 }
             }
@@ -66,14 +74,16 @@ fn fused_kernels() -> Vec<Kernel> {
     }
     // A script that fails on purpose with a result too large to index with 32 bits makes such
     // a kernel too: the generator must refuse it with an error, not assemble it.
-    let (huge, fit): (Vec<Kernel>, Vec<Kernel>) = out
+    let (huge, fit): (Vec<_>, Vec<_>) = out
         .into_iter()
-        .partition(|k| matches!(k, Kernel::Map(m) if m.shape.iter().product::<usize>() > ptx::MAX_ELEMENTS));
-    for k in &huge {
-        assert!(matches!(ptx::generate(k), Err(ptx::PtxError::TooLarge { .. })), "{k}");
+        .partition(|(k, _)| matches!(k, Kernel::Map(m) if m.shape.iter().product::<usize>() > ptx::MAX_ELEMENTS));
+    for (k, s) in &huge {
+        assert!(matches!(ptx::generate_stored(k, s), Err(ptx::PtxError::TooLarge { .. })), "{k}");
     }
     let out = fit;
     assert!(out.len() > 50, "the fuse pass made {} kernels of the scripts", out.len());
+    let wide = out.iter().filter(|(k, _)| matches!(k, Kernel::Map(m) if m.compute != Compute::F32)).count();
+    assert!(wide > 5, "the fuse pass made {wide} f64 and integer kernels of the scripts");
     out
 }
 
