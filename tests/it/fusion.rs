@@ -821,3 +821,27 @@ fn shared_chains_fuse_as_dags() {
     let (want, got) = (run(&stream, &[last]), run_jit(&fused, &[last]));
     assert!(close(&got[0], &want[0], 1e-4), "{got:?} vs {want:?}");
 }
+
+/// A chain of `f64` ops deeper than one kernel's emission bound is cut into several kernels
+/// at the values the bound reaches (not left eager), and gives the eager bits.
+#[test]
+fn a_long_f64_chain_is_cut_into_kernels() {
+    let ops = [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Sub];
+    let mut instrs = vec![Instr::Randn { dst: v(0), ty: TensorType::new(DType::F64, vec![64]), seed: 1 }];
+    for k in 1..150u32 {
+        let (lhs, rhs) = (Operand::Value(v(k - 1)), Operand::Scalar(1.0001));
+        instrs.push(Instr::Binary { dst: v(k), op: ops[k as usize % 3], lhs, rhs });
+    }
+    let stream = with_frees(instrs, &[v(149)]);
+    let (fused, pass) = fuse(&stream, FuseConfig::default());
+    let eager = fused.iter().filter(|i| matches!(i, Instr::Binary { .. })).count();
+    assert!(kernels(&fused) >= 3 && eager <= 3, "{} kernels, {eager} ops left eager", kernels(&fused));
+    assert!(pass.fuse_stats().fallbacks <= 3);
+    let read = |mut interp: Interpreter, s: &[Instr]| {
+        for i in s {
+            interp.execute(i).unwrap();
+        }
+        interp.read(v(149)).unwrap().data
+    };
+    assert_eq!(read(Interpreter::new().with_jit(), &fused), read(Interpreter::new(), &stream));
+}

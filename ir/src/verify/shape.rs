@@ -342,6 +342,31 @@ pub fn check_kernel_dtype(dtype: DType, compute: crate::kernel::Compute) -> Resu
     }
 }
 
+/// Checks that an `i64` map kernel computes only what integers have: no float-only op
+/// (`exp`, `/`...), no `mean` (which the type rules refuse integers, as PyTorch does).
+fn check_kernel_ops(k: &crate::kernel::MapKernel) -> Result<(), TypeError> {
+    use crate::kernel::{Compute, Node};
+    if k.compute != Compute::I64 {
+        return Ok(());
+    }
+    let dtype = DType::I64;
+    let refused = |op: &'static str| Err(TypeError::OpDType { op, dtype });
+    if k.reduce == Some(crate::ReduceOp::Mean) {
+        return refused(crate::ReduceOp::Mean.mnemonic());
+    }
+    for node in &k.nodes {
+        match *node {
+            Node::Unary(op, _) if op.row().domain.compute(dtype) != Some(dtype) => return refused(op.mnemonic()),
+            Node::Binary(op, ..) if !op.is_comparison() && op.row().domain.compute(dtype) != Some(dtype) => {
+                return refused(op.mnemonic())
+            }
+            Node::Reduce(crate::ReduceOp::Mean, _) => return refused(crate::ReduceOp::Mean.mnemonic()),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 impl TypeError {
     /// [`TypeError::KernelDType`]: `dtype` in a kernel computing in `compute`.
     pub fn kernel_dtype(dtype: DType, compute: crate::kernel::Compute) -> TypeError {
@@ -1003,6 +1028,9 @@ fn infer_any_rank(
                 crate::kernel::Kernel::MatMul(_) => crate::kernel::Compute::F32,
             };
             check_kernel_dtype(t.dtype, compute)?;
+            if let crate::kernel::Kernel::Map(k) = &**kernel {
+                check_kernel_ops(k)?;
+            }
             let out = created(t)?;
             let mut lens = Vec::with_capacity(srcs.len());
             for &src in srcs {

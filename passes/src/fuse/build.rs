@@ -406,10 +406,15 @@ impl<'a> Region<'a> {
         };
         let root = add(arena, e);
         let result = instr.results().first().and_then(|&v| self.dtype(v));
-        match result {
+        let root = match result {
             Some(DType::I32) if wraps => add(&mut self.arena, E::Round(Storage::I32, root)),
             _ => root,
+        };
+        // Where a deep expression is cut (`emit_expr`).
+        if let Some(&dst) = instr.results().first() {
+            self.arena_value.entry(root).or_insert(dst);
         }
+        root
     }
 
     /// Sorts each instruction into a [`Def`] and runs the e-graph over the elementwise ones.
@@ -947,8 +952,13 @@ impl<'a> Region<'a> {
         }
         if b.depth >= MAX_DEPTH {
             // Deep in one value's expression (a chain of elementwise ops): cut at the value
-            // this node computes, or build no kernel for the root.
-            return Err(Materialise(self.arena_value.get(&e).copied().unwrap_or(b.root)));
+            // this node computes (or reads, for an `f64` or integer expression's operand), or
+            // build no kernel for the root.
+            let cut = match self.arena[e] {
+                E::Leaf(v) if !self.is_memory(v) => Some(v),
+                _ => self.arena_value.get(&e).copied(),
+            };
+            return Err(Materialise(cut.unwrap_or(b.root)));
         }
         b.depth += 1;
         let n = self.emit_expr_uncached(b, e, dims, map);

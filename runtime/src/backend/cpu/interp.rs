@@ -671,7 +671,17 @@ impl Interpreter {
                     let n = ty.shape.numel();
                     let (data, took) = jit.run_wide(kernel, &inputs, output, n).map_err(|e| jit_failure(op, e))?;
                     log_compile(jit, kernel, dims, took);
-                    return Ok(Value::from_wide(dims, data));
+                    return Ok(Value::from_elements(dims, data));
+                }
+            }
+            // The oracle holds every node over the whole iteration space (8 bytes an element):
+            // a kernel whose nodes would not fit the budget is refused, not left to abort the
+            // worker on a failed allocation.
+            if let Kernel::Map(k) = kernel {
+                let needed = k.numel().saturating_mul(8).saturating_mul(k.nodes.len() + 1);
+                if self.over_budget(needed) {
+                    let (live, limit) = (self.bytes.live(), self.max_live_bytes);
+                    return Err(RuntimeError::OutOfMemory { op, needed, live, limit });
                 }
             }
             let mut out = Value::full(ty.dtype, dims, 0.0);

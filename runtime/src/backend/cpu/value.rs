@@ -5,7 +5,7 @@
 //! casts and the moves of data.
 
 use super::interp::{self, Tensor};
-use super::jit::{eager_by_tiles, Stored, StoredMut, Wide, WideVec};
+use super::jit::{eager_by_tiles, Stored, StoredMut, Wide};
 use super::typed;
 use super::vmath::Halves;
 use crate::cancel;
@@ -284,16 +284,6 @@ impl Value {
             Value::Bool(a) => Wide::Bool(a.as_slice()?),
             _ => return None,
         })
-    }
-
-    /// The result of an `f64` or integer kernel, of shape `dims`.
-    pub(crate) fn from_wide(dims: &[usize], data: WideVec) -> Value {
-        match data {
-            WideVec::F64(v) => Value::F64(array(dims, v)),
-            WideVec::I64(v) => Value::I64(array(dims, v)),
-            WideVec::I32(v) => Value::I32(array(dims, v)),
-            WideVec::Bool(v) => Value::Bool(array(dims, v)),
-        }
     }
 
     /// Its elements as a kernel's output buffer, for the dtypes kernels store.

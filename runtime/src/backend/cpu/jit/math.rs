@@ -72,6 +72,20 @@ pub(super) fn needs_powf(node: &gt_ir::kernel::Node) -> bool {
     }
 }
 
+/// The float condition of a comparison primitive (`None` for the others).
+pub(super) fn float_condition(op: BinaryPrim) -> Option<FloatCC> {
+    Some(match op {
+        BinaryPrim::Eq => FloatCC::Equal,
+        // `NotEqual` is unordered-or-not-equal: NaN != NaN, as in Rust.
+        BinaryPrim::Ne => FloatCC::NotEqual,
+        BinaryPrim::Lt => FloatCC::LessThan,
+        BinaryPrim::Le => FloatCC::LessThanOrEqual,
+        BinaryPrim::Gt => FloatCC::GreaterThan,
+        BinaryPrim::Ge => FloatCC::GreaterThanOrEqual,
+        _ => return None,
+    })
+}
+
 /// Bit-level reinterpretation between same-size types; vectors need an explicit lane order.
 fn bitcast_flags(lanes: Lanes) -> MemFlagsData {
     match lanes {
@@ -259,10 +273,10 @@ impl Emit<'_, '_> {
     /// `pow` calls the imported scalar `powf` shim once per lane (the caller imports it
     /// for kernels that need it: [`needs_powf`]).
     fn binary_prim(&mut self, op: BinaryPrim, x: Value, y: Value) -> Value {
-        let compare = |e: &mut Self, cc: FloatCC| {
-            let m = e.cmp(cc, x, y);
-            e.truth(m)
-        };
+        if let Some(cc) = float_condition(op) {
+            let m = self.cmp(cc, x, y);
+            return self.truth(m);
+        }
         match op {
             BinaryPrim::Add => self.add(x, y),
             BinaryPrim::Sub => self.sub(x, y),
@@ -271,13 +285,7 @@ impl Emit<'_, '_> {
             BinaryPrim::Pow => self.per_lane2(self.powf.expect("`pow` comes with the powf shim"), x, y),
             BinaryPrim::Maximum => self.nan_max(x, y),
             BinaryPrim::Minimum => self.nan_min(x, y),
-            BinaryPrim::Eq => compare(self, FloatCC::Equal),
-            // `NotEqual` is unordered-or-not-equal: NaN != NaN, as in Rust.
-            BinaryPrim::Ne => compare(self, FloatCC::NotEqual),
-            BinaryPrim::Lt => compare(self, FloatCC::LessThan),
-            BinaryPrim::Le => compare(self, FloatCC::LessThanOrEqual),
-            BinaryPrim::Gt => compare(self, FloatCC::GreaterThan),
-            BinaryPrim::Ge => compare(self, FloatCC::GreaterThanOrEqual),
+            _ => unreachable!("comparisons are above"),
         }
     }
 

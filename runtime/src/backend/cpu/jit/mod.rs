@@ -58,6 +58,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module};
 use foldhash::{HashMap, HashMapExt};
+use gt_ir::data::Elements;
 use gt_ir::kernel::{validate, BufferStorage, Kernel, KernelError, MapKernel, MatMulKernel, Node, Storage};
 use gt_ir::random;
 use std::fmt;
@@ -205,19 +206,6 @@ impl Wide<'_> {
             Wide::Bool(b) => (Storage::Bool, b.as_ptr().cast(), b.len()),
         }
     }
-}
-
-/// The result of an `f64` or integer kernel ([`Jit::run_wide`]), row-major.
-#[derive(Debug, Clone, PartialEq)]
-pub enum WideVec {
-    /// `f64` elements.
-    F64(Vec<f64>),
-    /// `i64` elements.
-    I64(Vec<i64>),
-    /// `i32` elements.
-    I32(Vec<i32>),
-    /// `bool` elements.
-    Bool(Vec<bool>),
 }
 
 /// A vector of `len` elements of `T` written by `write` (given where they go), which writes
@@ -510,14 +498,14 @@ impl Jit {
         inputs: &[Wide],
         output: Storage,
         out_len: usize,
-    ) -> Result<(WideVec, Duration), JitError> {
+    ) -> Result<(Elements, Duration), JitError> {
         let covers = kernel.check_covers(out_len).is_ok();
         let run = |out: *mut f32| self.run_wide_into(kernel, inputs, output, out, out_len);
         Ok(match output {
-            Storage::F64 => written(out_len, covers, run).map(|(v, t)| (WideVec::F64(v), t))?,
-            Storage::I64 => written(out_len, covers, run).map(|(v, t)| (WideVec::I64(v), t))?,
-            Storage::I32 => written(out_len, covers, run).map(|(v, t)| (WideVec::I32(v), t))?,
-            Storage::Bool => written(out_len, covers, run).map(|(v, t)| (WideVec::Bool(v), t))?,
+            Storage::F64 => written(out_len, covers, run).map(|(v, t)| (Elements::F64(v), t))?,
+            Storage::I64 => written(out_len, covers, run).map(|(v, t)| (Elements::I64(v), t))?,
+            Storage::I32 => written(out_len, covers, run).map(|(v, t)| (Elements::I32(v), t))?,
+            Storage::Bool => written(out_len, covers, run).map(|(v, t)| (Elements::Bool(v), t))?,
             _ => return Err(JitError::Compute { compute: gt_ir::kernel::Compute::F32 }),
         })
     }

@@ -204,7 +204,7 @@ fn compare_wide(jit: &mut Jit, kernel: &Kernel, inputs: &[Value], t: &gt_ir::Ten
     kernels::run_values(kernel, &refs, &mut want).map_err(|e| format!("oracle: {e}"))?;
     let buffers: Vec<Wide> = inputs.iter().map(|v| v.wide().expect("checked")).collect();
     let (got, _) = jit.run_wide(kernel, &buffers, Storage::of(t.dtype), t.shape.numel()).map_err(|e| e.to_string())?;
-    let got = Value::from_wide(dims, got);
+    let got = Value::from_elements(dims, got);
     let (want, got) = (want.to_elements(), got.to_elements());
     let same = match (&want, &got) {
         (Elements::F64(w), Elements::F64(g)) => {

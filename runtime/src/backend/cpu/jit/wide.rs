@@ -6,6 +6,7 @@
 //! and loops are `codegen.rs`'s; `f32` kernels are `math.rs`'s.
 
 use super::codegen::Shim;
+use super::math::float_condition;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, FuncRef, InstBuilder, Type, Value};
 use cranelift_frontend::FunctionBuilder;
@@ -163,10 +164,10 @@ impl Wide<'_, '_> {
             }
         };
         if self.float() {
-            let compare = |w: &mut Self, cc: FloatCC| {
-                let m = w.b.ins().fcmp(cc, x, y);
-                w.truth(m)
-            };
+            if let Some(cc) = float_condition(prim) {
+                let m = self.b.ins().fcmp(cc, x, y);
+                return self.truth(m);
+            }
             match prim {
                 BinaryPrim::Add => self.b.ins().fadd(x, y),
                 BinaryPrim::Sub => self.b.ins().fsub(x, y),
@@ -184,34 +185,25 @@ impl Wide<'_, '_> {
                     let m = self.b.ins().bor(wins, nan);
                     self.b.ins().select(m, x, y)
                 }
-                BinaryPrim::Eq => compare(self, FloatCC::Equal),
-                // Unordered or not equal: NaN != NaN, as in Rust.
-                BinaryPrim::Ne => compare(self, FloatCC::NotEqual),
-                BinaryPrim::Lt => compare(self, FloatCC::LessThan),
-                BinaryPrim::Le => compare(self, FloatCC::LessThanOrEqual),
-                BinaryPrim::Gt => compare(self, FloatCC::GreaterThan),
-                BinaryPrim::Ge => compare(self, FloatCC::GreaterThanOrEqual),
-                BinaryPrim::Pow => unreachable!("called"),
+                _ => unreachable!("comparisons are above; `pow` is called"),
             }
         } else {
-            let compare = |w: &mut Self, cc: IntCC| {
-                let m = w.b.ins().icmp(cc, x, y);
-                w.truth(m)
-            };
-            match prim {
-                BinaryPrim::Add => self.b.ins().iadd(x, y),
-                BinaryPrim::Sub => self.b.ins().isub(x, y),
-                BinaryPrim::Mul => self.b.ins().imul(x, y),
-                BinaryPrim::Maximum => self.b.ins().smax(x, y),
-                BinaryPrim::Minimum => self.b.ins().smin(x, y),
-                BinaryPrim::Eq => compare(self, IntCC::Equal),
-                BinaryPrim::Ne => compare(self, IntCC::NotEqual),
-                BinaryPrim::Lt => compare(self, IntCC::SignedLessThan),
-                BinaryPrim::Le => compare(self, IntCC::SignedLessThanOrEqual),
-                BinaryPrim::Gt => compare(self, IntCC::SignedGreaterThan),
-                BinaryPrim::Ge => compare(self, IntCC::SignedGreaterThanOrEqual),
+            let cc = match prim {
+                BinaryPrim::Add => return self.b.ins().iadd(x, y),
+                BinaryPrim::Sub => return self.b.ins().isub(x, y),
+                BinaryPrim::Mul => return self.b.ins().imul(x, y),
+                BinaryPrim::Maximum => return self.b.ins().smax(x, y),
+                BinaryPrim::Minimum => return self.b.ins().smin(x, y),
+                BinaryPrim::Eq => IntCC::Equal,
+                BinaryPrim::Ne => IntCC::NotEqual,
+                BinaryPrim::Lt => IntCC::SignedLessThan,
+                BinaryPrim::Le => IntCC::SignedLessThanOrEqual,
+                BinaryPrim::Gt => IntCC::SignedGreaterThan,
+                BinaryPrim::Ge => IntCC::SignedGreaterThanOrEqual,
                 BinaryPrim::Div | BinaryPrim::Pow => unreachable!("called"),
-            }
+            };
+            let m = self.b.ins().icmp(cc, x, y);
+            self.truth(m)
         }
     }
 
