@@ -16,7 +16,7 @@
 use super::egraph::{self, Expr, Facts, Limits, Op, Saturation};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use gt_ir::kernel::{row_major_strides, Access, Compute, Kernel, MapKernel, MatMulKernel, Node, Precision, Storage};
-use gt_ir::verify::shape::{normalize_axes, normalize_axis, resolve_slice};
+use gt_ir::verify::shape::{binary_dtypes, elementwise, normalize_axes, normalize_axis, resolve_slice};
 use gt_ir::{DType, Instr, Operand, ReduceOp, Shape, TensorType, ValueId};
 
 /// How deep the partitioner follows the values and expression nodes of one kernel before it
@@ -323,24 +323,13 @@ impl<'a> Region<'a> {
     }
 
     /// The dtype an elementwise instruction computes in (its result's, or for a comparison
-    /// its operands' promoted).
+    /// its operands' promoted), by the type rules' own functions (as `kernel::lower` does).
     fn computed_dtype(&self, instr: &Instr) -> Option<DType> {
         match instr {
-            Instr::Binary { op, lhs, rhs, .. } if op.is_comparison() => {
-                let mut dtype: Option<DType> = None;
-                for o in [lhs, rhs] {
-                    if let Operand::Value(v) = o {
-                        let d = self.dtype(*v)?;
-                        dtype = Some(dtype.map_or(d, |a| DType::promote(a, d)));
-                    }
-                }
-                let mut dtype = dtype?;
-                for o in [lhs, rhs] {
-                    if let Operand::Scalar(x) = o {
-                        dtype = dtype.promote_scalar(*x);
-                    }
-                }
-                Some(dtype)
+            Instr::Binary { op, lhs, rhs, .. } => {
+                let ty = |v| self.types.get(&v).cloned().ok_or(gt_ir::TypeError::UnknownValue(v));
+                let operands = elementwise(&[*lhs, *rhs], &ty).ok()?;
+                binary_dtypes(*op, operands.dtype).ok().map(|(compute, _)| compute)
             }
             _ => self.dtype(*instr.results().first()?),
         }
@@ -439,7 +428,6 @@ impl<'a> Region<'a> {
                     }
                     Some(compute) => {
                         self.elem_compute.insert(dst, compute);
-
                         let mut operand = |o: Operand, egraph: &mut egg::EGraph<Expr, Facts>| match o {
                             Operand::Scalar(x) => egraph.add(Expr::Const(egraph::Scalar((x as f32).to_bits()))),
                             // Elementwise operands are looked into, broadcast ones too: a
