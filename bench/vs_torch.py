@@ -155,6 +155,19 @@ def chain(w):
     return ms, mean_abs(fn(x, y))
 
 
+def masked_softmax(w):
+    # Softmax over the last axis where the [512, 512] mask holds, -1e30 elsewhere (vs_torch.rs).
+    t = 512
+    x = pattern(w["n"], 18, 4.0).reshape(w["n"] // (t * t), t, t)
+    mask = pattern(t * t, 19).reshape(t, t) > 0
+
+    def fn():
+        return torch.softmax(torch.where(mask, x, -1e30), dim=-1)
+
+    ms = timed(fn, w["reps"], w["warmup"])
+    return ms, mean_abs(fn())
+
+
 def read(w):
     t = pattern(w["n"], 15)
     ms = timed(lambda: t.numpy().copy(), w["reps"], w["warmup"])
@@ -189,6 +202,7 @@ RUN = {
     "mse": mse,
     "unary": unary,
     "chain": chain,
+    "masked_softmax": masked_softmax,
     "read": read,
     "tiny": tiny,
 }

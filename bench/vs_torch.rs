@@ -1,7 +1,8 @@
 //! gt against PyTorch eager on the CPU, side by side in one run: issue 16's list of
 //! workloads (MLP training step, matmul 1000² and 4096², an SGD update of one weight, a
 //! linear layer read back, MSE loss, relu/sigmoid/tanh on 10k elements with and without a
-//! read, the 8-op elementwise chain on 16M f32 (and in f64, and an integer one in i32), reads of 4 MB and 64 MB, tiny ops), gt
+//! read, the 8-op elementwise chain on 16M f32 (and in f64, and an integer one in i32), a
+//! masked softmax, reads of 4 MB and 64 MB, tiny ops), gt
 //! through the Tensor API on an embedded
 //! cluster (as a Rust user runs it; `GT_COMPILE=1` for the compiled rows) and PyTorch through
 //! `bench/vs_torch.py`, started once and kept running. The two sides take turns: each row
@@ -140,6 +141,18 @@ fn specs(quick: bool) -> Vec<Spec> {
             op: "i32",
             compiled: Some(None),
             ..spec("chain_i32", "chain", "8-op int chain, 16M i32 (sync, no read)", 1 << 24, r((11, 2), (1, 1)))
+        },
+        // Attention's masked softmax: scores [16, 512, 512] under a mask [512, 512] of `bool`s
+        // broadcast over the batch (compiled: one kernel reading the mask as 0 and 1).
+        Spec {
+            compiled: Some(None),
+            ..spec(
+                "masked_softmax",
+                "masked_softmax",
+                "masked softmax 16x512x512 f32 (sync)",
+                1 << 22,
+                r((21, 3), (3, 1)),
+            )
         },
         Spec { read: true, ..spec("read4", "read", "read 4 MB result", 1 << 20, r((51, 5), (5, 1))) },
         Spec { read: true, ..spec("read64", "read", "read 64 MB result", 1 << 24, r((11, 2), (1, 1))) },
@@ -281,6 +294,13 @@ fn int_chain(x: &Tensor, y: &Tensor) -> Result<Tensor> {
     Ok(x.mul(3.0)?.add(1.0)?.mul(y)?.sub(x)?.relu()?.add(y)?.maximum(x)?.mul(2.0)?)
 }
 
+/// Softmax over the last axis of `x` where `mask` (broadcast) holds, -1e30 elsewhere.
+fn masked_softmax(x: &Tensor, mask: &Tensor) -> Result<Tensor> {
+    let w = gt::where_(mask, x, -1e30)?;
+    let e = w.sub(&w.max_dims(&[-1], true)?)?.exp()?;
+    Ok(e.div(&e.sum_dims(&[-1], true)?)?)
+}
+
 /// A chain of elementwise ops over two tensors.
 type Chain = fn(&Tensor, &Tensor) -> Result<Tensor>;
 
@@ -369,6 +389,17 @@ fn run_gt(gt: &Runtime, s: &Spec) -> Result<(f64, f64)> {
                 Ok(gt.sync()?)
             })?;
             Ok((ms, mean_abs(&chain(&x, &y)?.to_vec()?)))
+        }
+        "masked_softmax" => {
+            let t = 512;
+            let x = upload(&[s.n / (t * t), t, t], 18, 4.0)?;
+            let mask = upload(&[t, t], 19, 1.0)?.gt(0.0)?;
+            gt.sync()?;
+            let ms = timed(s, || {
+                let _r = masked_softmax(&x, &mask)?;
+                Ok(gt.sync()?)
+            })?;
+            Ok((ms, mean_abs(&masked_softmax(&x, &mask)?.to_vec()?)))
         }
         "read" => {
             let t = upload(&[s.n], 15, 1.0)?;

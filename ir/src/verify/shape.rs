@@ -1035,7 +1035,10 @@ fn infer_any_rank(
             let mut lens = Vec::with_capacity(srcs.len());
             for &src in srcs {
                 let s = ty(src)?;
-                check_kernel_dtype(s.dtype, compute)?;
+                // A `bool` loads as 0 or 1 into any type (a mask read by a float kernel).
+                if s.dtype != DType::Bool {
+                    check_kernel_dtype(s.dtype, compute)?;
+                }
                 lens.push(s.shape.numel());
             }
             let fits = kernel.check_bounds(&lens, t.shape.numel()).and_then(|()| kernel.check_covers(t.shape.numel()));

@@ -352,10 +352,10 @@ impl<'a> Region<'a> {
 
     /// Whether a kernel computing in `compute` can read `v` from memory: a buffer of a dtype
     /// of that type (`f32` kernels: `f32`, `f16`, `bf16`, a chain of halves rounding once,
-    /// where it is written, as PyTorch's compiler does; eager ops round at each step). A
-    /// `bool` computed in the region is recomputed inside the kernel instead.
+    /// where it is written, as PyTorch's compiler does; eager ops round at each step), or a
+    /// `bool` (a mask), read as 0 and 1 in any type.
     fn kernel_reads(&self, v: ValueId, compute: Compute) -> bool {
-        self.dtype(v).is_some_and(|d| d != DType::Bool && Compute::of(d) == compute)
+        self.dtype(v).is_some_and(|d| d == DType::Bool || Compute::of(d) == compute)
     }
 
     /// Whether `v` is stored as a half (`f16`, `bf16`).
@@ -468,6 +468,17 @@ impl<'a> Region<'a> {
                         Def::Elem(usize::MAX)
                     }
                 },
+                // A view of a `bool` (a mask broadcast over heads) is read through, as 0 and 1.
+                Instr::Transpose { src, .. }
+                | Instr::Permute { src, .. }
+                | Instr::Squeeze { src, .. }
+                | Instr::Unsqueeze { src, .. }
+                | Instr::BroadcastTo { src, .. }
+                | Instr::Slice { src, .. }
+                    if stored.is_none() && self.dtype(dst) == Some(DType::Bool) =>
+                {
+                    Def::View { src: *src }
+                }
                 _ if stored.is_none() => Def::Opaque,
                 // Products and values made from indices compute in f32 only; reductions in
                 // any type, over rows that are not empty (an empty row's integer max is its
@@ -838,9 +849,12 @@ impl<'a> Region<'a> {
             b.acc_used += 1;
             return Ok(b.node(Node::Acc));
         }
-        // A `bool` in memory is recomputed from its expression where it has one (kernels
-        // read no bools), as the e-graph's expressions look into their operands.
-        let recomputed = self.dtype(v) == Some(DType::Bool) && matches!(self.defs.get(&v), Some(Def::Elem(_)));
+        // A `bool` in memory (kernels write none) is recomputed from its expression where
+        // it has one in the kernel's type, as the e-graph's expressions look into their
+        // operands; one computed in another type is read.
+        let recomputed = self.dtype(v) == Some(DType::Bool)
+            && matches!(self.defs.get(&v), Some(Def::Elem(_)))
+            && self.elem_compute.get(&v).is_some_and(|c| c.is_none_or(|c| c == b.compute));
         if self.is_memory(v) && !recomputed {
             if !self.kernel_reads(v, b.compute) {
                 return Err(Materialise(v));

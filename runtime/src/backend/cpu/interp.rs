@@ -23,7 +23,7 @@ use crate::RuntimeError;
 use foldhash::{HashMap, HashMapExt};
 use gt_ir::data::Elements;
 use gt_ir::formula::{Algebra, Term, Var};
-use gt_ir::kernel::{BufferStorage, Compute, Kernel, Storage};
+use gt_ir::kernel::{Compute, Kernel, Storage};
 use gt_ir::ops::{nan_max, nan_min, BinaryKernel, OpDef, UnaryKernel};
 use gt_ir::random;
 use gt_ir::verify::shape::{self, ResolvedSlice};
@@ -659,19 +659,18 @@ impl Interpreter {
             .map(|&value| values.get(&value).ok_or(RuntimeError::Undefined { op, value }))
             .collect::<Result<Vec<_>, RuntimeError>>()?;
         let dims = ty.shape.dims();
-        if rounds(kernel) {
+        if !is_f32_jit_kernel(kernel) {
             // `f64` and integer maps: compiled where the JIT takes them (the fuse pass's),
             // else (and `f32` kernels with `round` nodes, written by hand) run by the oracle.
             if let Some(jit) = &mut self.jit {
                 let inputs: Option<Vec<Wide>> = operands.iter().map(|v| v.wide()).collect();
-                let output = Storage::of(ty.dtype);
-                let storage =
-                    |inputs: &[Wide]| BufferStorage { output, inputs: inputs.iter().map(Wide::storage).collect() };
-                if let Some(inputs) = inputs.filter(|i| Jit::compiles_wide(kernel, &storage(i))) {
-                    let n = ty.shape.numel();
-                    let (data, took) = jit.run_wide(kernel, &inputs, output, n).map_err(|e| jit_failure(op, e))?;
-                    log_compile(jit, kernel, dims, took);
-                    return Ok(Value::from_elements(dims, data));
+                if let Some(inputs) = inputs {
+                    let (output, n) = (Storage::of(ty.dtype), ty.shape.numel());
+                    let compiled = jit.run_wide(kernel, &inputs, output, n).map_err(|e| jit_failure(op, e))?;
+                    if let Some((data, took)) = compiled {
+                        log_compile(jit, kernel, dims, took);
+                        return Ok(Value::from_elements(dims, data));
+                    }
                 }
             }
             // The oracle holds every node over the whole iteration space (8 bytes an element):
@@ -731,7 +730,7 @@ impl Interpreter {
         over: usize,
     ) -> Result<Option<ValueId>, RuntimeError> {
         let op = "fused";
-        if rounds(kernel) {
+        if !is_f32_jit_kernel(kernel) {
             return Ok(None);
         }
         let donor = srcs[over];
@@ -1476,10 +1475,10 @@ fn slice_axes(resolved: &ResolvedSlice) -> Vec<(usize, usize, usize, bool)> {
         .collect()
 }
 
-/// Whether `kernel` is a map computing in `f64` or `i64`, or has `round` nodes: not for the
-/// `f32` JIT.
-fn rounds(kernel: &Kernel) -> bool {
-    matches!(kernel, Kernel::Map(m) if !m.is_plain_f32())
+/// Whether `kernel` is for the `f32` JIT: not a map computing in `f64` or `i64`, or with
+/// `round` nodes.
+fn is_f32_jit_kernel(kernel: &Kernel) -> bool {
+    !matches!(kernel, Kernel::Map(m) if !m.is_plain_f32())
 }
 
 /// A JIT failure of `op` as the runtime reports it.

@@ -271,6 +271,7 @@ impl Value {
             Value::F32(a) => Stored::F32(a.as_slice()?),
             Value::F16(a) => Stored::F16(a.as_slice()?),
             Value::BF16(a) => Stored::Bf16(a.as_slice()?),
+            Value::Bool(a) => Stored::Bool(a.as_slice()?),
             _ => return None,
         })
     }

@@ -93,9 +93,8 @@ pub enum JitError {
     #[error("jit: malformed kernel: {0}")]
     Invalid(#[source] KernelError),
     /// A kernel computing in something other than `f32`, or rounding through another dtype
-    /// mid-expression (the fuse pass makes neither; the interpreter computes those ops
-    /// itself).
-    #[error("jit: kernels computing in {compute} or with `round` nodes are not compiled")]
+    /// mid-expression, given to the `f32` entry points ([`Jit::run_wide`] takes the first).
+    #[error("jit: not a plain `f32` kernel (it computes in {compute} or has `round` nodes)")]
     Compute {
         /// What the kernel computes in.
         compute: gt_ir::kernel::Compute,
@@ -490,44 +489,44 @@ impl Jit {
     /// result of `out_len` elements stored as `output`, bit for bit what the oracle computes
     /// ([`super::kernels::run_values`]): bounds checked, split over the worker's threads when
     /// large, compiled on first sight, the result written without zeros first where the
-    /// kernel covers it. A kernel [`Jit::compiles_wide`] refuses is an error
-    /// ([`JitError::Compute`]).
+    /// kernel covers it. `None` for a kernel [`Jit::compiles_wide`] refuses over these
+    /// buffers (the oracle runs it), found before anything is allocated.
     pub fn run_wide(
         &mut self,
         kernel: &Kernel,
         inputs: &[Wide],
         output: Storage,
         out_len: usize,
-    ) -> Result<(Elements, Duration), JitError> {
+    ) -> Result<Option<(Elements, Duration)>, JitError> {
+        let parts: Vec<(Storage, *const f32, usize)> = inputs.iter().map(Wide::parts).collect();
+        let storage = BufferStorage { output, inputs: parts.iter().map(|p| p.0).collect() };
+        let (Kernel::Map(m), Some(key)) = (kernel, storage_key(&storage)) else { return Ok(None) };
+        if m.compute == gt_ir::kernel::Compute::F32 || !codegen::compiles(m, &storage) {
+            return Ok(None);
+        }
         let covers = kernel.check_covers(out_len).is_ok();
-        let run = |out: *mut f32| self.run_wide_into(kernel, inputs, output, out, out_len);
-        Ok(match output {
+        let run = |out: *mut f32| self.run_wide_into(kernel, &parts, (&storage, key), out, out_len);
+        Ok(Some(match output {
             Storage::F64 => written(out_len, covers, run).map(|(v, t)| (Elements::F64(v), t))?,
             Storage::I64 => written(out_len, covers, run).map(|(v, t)| (Elements::I64(v), t))?,
             Storage::I32 => written(out_len, covers, run).map(|(v, t)| (Elements::I32(v), t))?,
-            Storage::Bool => written(out_len, covers, run).map(|(v, t)| (Elements::Bool(v), t))?,
-            _ => return Err(JitError::Compute { compute: gt_ir::kernel::Compute::F32 }),
-        })
+            // `storage_key` takes no other output storage.
+            _ => written(out_len, covers, run).map(|(v, t)| (Elements::Bool(v), t))?,
+        }))
     }
 
-    /// [`Jit::run_wide`] into `out_len` elements of `output` at `out_ptr`, which nothing
-    /// else touches meanwhile.
+    /// [`Jit::run_wide`] of a kernel it compiles over `parts` (stored as `storage`, cached
+    /// under `key`) into `out_len` elements at `out_ptr`, which nothing else touches
+    /// meanwhile.
     fn run_wide_into(
         &mut self,
         kernel: &Kernel,
-        inputs: &[Wide],
-        output: Storage,
+        parts: &[(Storage, *const f32, usize)],
+        (storage, key): (&BufferStorage, u128),
         out_ptr: *mut f32,
         out_len: usize,
     ) -> Result<Duration, JitError> {
-        let parts: Vec<(Storage, *const f32, usize)> = inputs.iter().map(Wide::parts).collect();
-        let storage = BufferStorage { output, inputs: parts.iter().map(|p| p.0).collect() };
-        let (Kernel::Map(m), Some(key)) = (kernel, storage_key(&storage)) else {
-            return Err(JitError::Compute { compute: gt_ir::kernel::Compute::F32 });
-        };
-        if !codegen::compiles(m, &storage) {
-            return Err(JitError::Compute { compute: m.compute });
-        }
+        let Kernel::Map(m) = kernel else { return Err(JitError::CachedKind) };
         let lens: Vec<usize> = parts.iter().map(|p| p.2).collect();
         let ptrs: Vec<*const f32> = parts.iter().map(|p| p.1).collect();
         kernel.check_bounds(&lens, out_len).map_err(JitError::Bounds)?;
@@ -536,12 +535,12 @@ impl Jit {
             return Ok(Duration::ZERO);
         }
         if splits(m) {
-            if let Some((fns, took)) = self.compile_parts(&split_outer(m), &lens, out_len, Some((&storage, key)))? {
+            if let Some((fns, took)) = self.compile_parts(&split_outer(m), &lens, out_len, Some((storage, key)))? {
                 run_compiled_parts(&fns, &ptrs, out_ptr);
                 return Ok(took);
             }
         }
-        let (compiled, took) = self.compiled_for(kernel, Some((&storage, key)))?;
+        let (compiled, took) = self.compiled_for(kernel, Some((storage, key)))?;
         let Compiled::Wide(_, f) = compiled else { return Err(JitError::CachedKind) };
         // The bounds were checked against these buffers; `out` is exclusively ours.
         call(f, &ptrs, out_ptr, &crate::cancel::Token::current());

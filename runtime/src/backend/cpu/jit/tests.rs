@@ -203,7 +203,8 @@ fn compare_wide(jit: &mut Jit, kernel: &Kernel, inputs: &[Value], t: &gt_ir::Ten
     let mut want = Value::full(t.dtype, dims, 0.0);
     kernels::run_values(kernel, &refs, &mut want).map_err(|e| format!("oracle: {e}"))?;
     let buffers: Vec<Wide> = inputs.iter().map(|v| v.wide().expect("checked")).collect();
-    let (got, _) = jit.run_wide(kernel, &buffers, Storage::of(t.dtype), t.shape.numel()).map_err(|e| e.to_string())?;
+    let run = jit.run_wide(kernel, &buffers, Storage::of(t.dtype), t.shape.numel());
+    let (got, _) = run.map_err(|e| e.to_string())?.ok_or("not compiled")?;
     let got = Value::from_elements(dims, got);
     let (want, got) = (want.to_elements(), got.to_elements());
     let same = match (&want, &got) {
@@ -1348,14 +1349,57 @@ fn halves_are_widened_as_read_and_rounded_as_written() {
     }
 }
 
+/// A mask (`bool` buffer) read by an `f32` kernel, by tiles and compiled alike, whole and
+/// broadcast from one element: 0 and 1, as the kernel over the mask widened gives it.
+#[test]
+fn masks_are_read_as_zero_and_one() {
+    let n = 1500;
+    let x = values(5, n, -3.0, 3.0);
+    let mask: Vec<bool> = (0..n).map(|i| i % 3 != 1).collect();
+    let whole = Access::contiguous(&[n]);
+    let one = Access { offset: 0, strides: vec![0] };
+    let masked = |costly: UnaryOp| {
+        map(
+            &[n],
+            vec![whole.clone(), whole.clone(), one.clone()],
+            vec![
+                Node::Input(0),
+                Node::Input(1),
+                Node::Input(2),
+                Node::Unary(costly, 1),
+                Node::constant(-7.0),
+                Node::Select(0, 3, 4),
+                Node::Binary(BinaryOp::Mul, 5, 2),
+            ],
+            whole.clone(),
+        )
+    };
+    for kernel in [&masked(UnaryOp::Exp), &masked(UnaryOp::Neg)] {
+        for scalar in [true, false] {
+            let mut jit = Jit::new().unwrap();
+            let widened: Vec<f32> = mask.iter().map(|&m| if m { 1.0 } else { 0.0 }).collect();
+            let mut want = vec![0f32; n];
+            jit.run(kernel, &[&widened, &x, &[if scalar { 1.0 } else { 0.0 }]], &mut want).unwrap();
+            let mut got = vec![0f32; n];
+            let inputs = [Stored::Bool(&mask), Stored::F32(&x), Stored::Bool(&[scalar])];
+            jit.run_stored(kernel, &inputs, StoredMut::F32(&mut got)).unwrap();
+            assert_eq!(bits(&got), bits(&want), "{kernel}");
+            if scalar {
+                // The mask picks: -7 exactly where it is false.
+                assert!(got.iter().zip(&mask).all(|(&v, &m)| m == (v != -7.0)), "{kernel}");
+            }
+        }
+    }
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// Case `c` as a map computing in `compute` (`f64` or `i64`): with its rows and reductions
 /// (integer means as sums) or, by `salt`, a plain map (reductions become negations); its unary ops range over the whole table or wrap through `f32` or `i32`
-/// (`salt` picks), an `i64` kernel's
-/// buffers are `i64`, `i32` or `bool` (`salt` picks) holding the pool's values scaled so that
+/// (`salt` picks), an `f64` kernel's buffers are `f64` or `bool`, an `i64` kernel's
+/// `i64`, `i32` or `bool` (`salt` picks) holding the pool's values scaled so that
 /// products overflow, and its result is wrapped through `i32` or `bool` at the end.
 fn wide_case(c: &Case, compute: Compute, salt: u64) -> (Kernel, Vec<Value>, gt_ir::TensorType) {
     use gt_ir::DType;
@@ -1381,9 +1425,13 @@ fn wide_case(c: &Case, compute: Compute, salt: u64) -> (Kernel, Vec<Value>, gt_i
         .collect();
     let last = nodes.len() as u32 - 1;
     let (inputs, output): (Vec<Value>, DType) = if compute == Compute::F64 {
-        let values = c.inputs.iter().map(|(d, _)| {
-            let data = d.iter().map(|&x| f64::from(x) * 1.1).collect();
-            Value::from_elements(&[d.len()], Elements::F64(data))
+        // Some buffers are masks (`bool`s read as 0 and 1).
+        let values = c.inputs.iter().enumerate().map(|(i, (d, _))| {
+            let data = match pick(i as u64, &[DType::F64, DType::F64, DType::Bool]) {
+                DType::Bool => Elements::Bool(d.iter().map(|&x| x > 0.0).collect()),
+                _ => Elements::F64(d.iter().map(|&x| f64::from(x) * 1.1).collect()),
+            };
+            Value::from_elements(&[d.len()], data)
         });
         (values.collect(), DType::F64)
     } else {

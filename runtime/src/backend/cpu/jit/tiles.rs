@@ -24,6 +24,8 @@ pub enum Stored<'a> {
     F16(&'a [f16]),
     /// `bf16` elements, widened as read.
     Bf16(&'a [bf16]),
+    /// `bool`s, read as 0 and 1 (a mask).
+    Bool(&'a [bool]),
 }
 
 impl Stored<'_> {
@@ -33,6 +35,7 @@ impl Stored<'_> {
             Stored::F32(b) => b.len(),
             Stored::F16(b) => b.len(),
             Stored::Bf16(b) => b.len(),
+            Stored::Bool(b) => b.len(),
         }
     }
 
@@ -60,6 +63,7 @@ impl Stored<'_> {
             Stored::F32(b) => out.copy_from_slice(&b[range]),
             Stored::F16(b) => f16::widen(&b[range], out),
             Stored::Bf16(b) => bf16::widen(&b[range], out),
+            Stored::Bool(b) => out.iter_mut().zip(&b[range]).for_each(|(o, &m)| *o = f32::from(u8::from(m))),
         }
     }
 
@@ -69,6 +73,7 @@ impl Stored<'_> {
             Stored::F32(b) => b[i],
             Stored::F16(b) => b[i].to_f32(),
             Stored::Bf16(b) => b[i].to_f32(),
+            Stored::Bool(b) => f32::from(u8::from(b[i])),
         }
     }
 }
@@ -257,6 +262,7 @@ fn prefetch_next<T>(inputs: &[Stored], reads: &[Read], out: &[T], first: usize, 
                 Stored::F32(b) => prefetch(&b[range.clone()]),
                 Stored::F16(b) => prefetch(&b[range.clone()]),
                 Stored::Bf16(b) => prefetch(&b[range.clone()]),
+                Stored::Bool(b) => prefetch(&b[range.clone()]),
             }
         }
     }

@@ -34,13 +34,20 @@ pub(super) fn shim_of(node: &Node, compute: Compute) -> Option<Shim> {
     }
 }
 
-/// Whether `storage` loads into (and stores from) a kernel computing in `compute` here.
+/// Whether `storage` stores the results of a kernel computing in `compute` here.
 pub(super) fn holds(compute: Compute, storage: Storage) -> bool {
     match compute {
         Compute::F32 => storage == Storage::F32,
         Compute::F64 => storage == Storage::F64,
         Compute::I64 => matches!(storage, Storage::I64 | Storage::I32 | Storage::Bool),
     }
+}
+
+/// Whether `storage` loads into a kernel computing in `compute` here: what it stores, and
+/// a `bool` (0 or 1) into `f64` too (`f32` code reads `f32` only: halves and `bool`s are
+/// widened before).
+pub(super) fn loads(compute: Compute, storage: Storage) -> bool {
+    (compute == Compute::F64 && storage == Storage::Bool) || holds(compute, storage)
 }
 
 /// Whether a `round` through `storage` is compiled in a kernel computing in `compute`.
@@ -262,8 +269,15 @@ impl Wide<'_, '_> {
             Storage::F64 => self.b.ins().load(types::F64, flags, addr, 0),
             Storage::I64 => self.b.ins().load(types::I64, flags, addr, 0),
             Storage::I32 => self.b.ins().sload32(flags, addr, 0),
-            Storage::Bool => self.b.ins().uload8(types::I64, flags, addr, 0),
-            _ => unreachable!("`holds` refuses the others"),
+            Storage::Bool => {
+                let x = self.b.ins().uload8(types::I64, flags, addr, 0);
+                if self.float() {
+                    self.b.ins().fcvt_from_uint(types::F64, x)
+                } else {
+                    x
+                }
+            }
+            _ => unreachable!("`loads` refuses the others"),
         }
     }
 
