@@ -1,8 +1,9 @@
 //! Eager elementwise ops on `f64` and integer tensors, as `f32` ones run: one loop per
 //! primitive (its scalar function a closure of its own type, from the op table's
 //! `specialize_as`), over operands stored whole or as one element, split over the worker's
-//! threads. Other layouts and composite ops take `value.rs`'s general way; both give the
-//! op table's semantics, so the same bits.
+//! threads; and `where` of every dtype, its operands also repeated over leading axes (a
+//! mask). Other layouts and composite ops take `value.rs`'s general way; both give the op
+//! table's semantics, so the same bits.
 
 use super::threads;
 use super::value::{array, Value};
@@ -288,6 +289,136 @@ pub(crate) fn reduce(op: ReduceOp, a: &Value, axes: &[usize], dims: &[usize], dt
     Some(out.into_dtype(dtype))
 }
 
+/// An operand of `where` over the result's elements: all of them in order, one for every
+/// element, or a period repeated over leading axes (a mask `[T, T]` over `[B, T, T]`).
+#[derive(Clone, Copy)]
+enum Tiled<'a, T> {
+    Whole(&'a [T]),
+    One(T),
+    Period(&'a [T]),
+}
+
+impl<'a, T: Copy> Tiled<'a, T> {
+    /// `a` broadcast to `dims` (the type rule checked it broadcasts), where it is stored
+    /// row-major as one of these.
+    fn of(a: &'a ArrayD<T>, dims: &[usize]) -> Option<Self> {
+        let data = a.as_slice()?;
+        if data.len() == 1 {
+            return Some(Tiled::One(data[0]));
+        }
+        if a.ndim() > dims.len() || data.is_empty() {
+            return None;
+        }
+        // The operand's shape aligned to the result's trailing axes, ones in front; a
+        // period is those ones, then the result's own extents.
+        let shape: Vec<usize> =
+            std::iter::repeat_n(1, dims.len() - a.ndim()).chain(a.shape().iter().copied()).collect();
+        let ones = shape.iter().take_while(|&&d| d == 1).count();
+        if shape[ones..] != dims[ones..] {
+            return None;
+        }
+        Some(if dims[..ones].iter().all(|&d| d == 1) { Tiled::Whole(data) } else { Tiled::Period(data) })
+    }
+
+    /// Elements `at..at + len` of the result's, which cross no period's end.
+    fn stretch(self, at: usize, len: usize) -> Src<'a, T> {
+        match self {
+            Tiled::Whole(v) => Src::Slice(&v[at..at + len]),
+            Tiled::One(x) => Src::Const(x),
+            Tiled::Period(v) => {
+                let o = at % v.len();
+                Src::Slice(&v[o..o + len])
+            }
+        }
+    }
+
+    /// Elements from `at` up to the end of the period holding it (`usize::MAX`: no period).
+    fn room(self, at: usize) -> usize {
+        match self {
+            Tiled::Period(v) => v.len() - at % v.len(),
+            _ => usize::MAX,
+        }
+    }
+}
+
+/// A stretch of an operand: its elements, or one value for all.
+#[derive(Clone, Copy)]
+enum Src<'a, T> {
+    Slice(&'a [T]),
+    Const(T),
+}
+
+/// `out[k] = if c[k] { t[k] } else { f[k] }`, one plain loop per case so that it vectorizes.
+fn pick_into<T: Copy>(c: Src<bool>, t: Src<T>, f: Src<T>, out: &mut [MaybeUninit<T>]) {
+    let n = out.len();
+    match (c, t, f) {
+        (Src::Const(c), t, f) => match if c { t } else { f } {
+            Src::Slice(v) => out.iter_mut().zip(&v[..n]).for_each(|(o, &x)| {
+                o.write(x);
+            }),
+            Src::Const(x) => out.iter_mut().for_each(|o| {
+                o.write(x);
+            }),
+        },
+        (Src::Slice(c), Src::Slice(t), Src::Slice(f)) => {
+            for (((o, &c), &t), &f) in out.iter_mut().zip(&c[..n]).zip(&t[..n]).zip(&f[..n]) {
+                o.write(if c { t } else { f });
+            }
+        }
+        (Src::Slice(c), Src::Slice(t), Src::Const(f)) => {
+            for ((o, &c), &t) in out.iter_mut().zip(&c[..n]).zip(&t[..n]) {
+                o.write(if c { t } else { f });
+            }
+        }
+        (Src::Slice(c), Src::Const(t), Src::Slice(f)) => {
+            for ((o, &c), &f) in out.iter_mut().zip(&c[..n]).zip(&f[..n]) {
+                o.write(if c { t } else { f });
+            }
+        }
+        (Src::Slice(c), Src::Const(t), Src::Const(f)) => {
+            for (o, &c) in out.iter_mut().zip(&c[..n]) {
+                o.write(if c { t } else { f });
+            }
+        }
+    }
+}
+
+/// `where cond, t, f` broadcast to `dims`, `t` and `f` already in the result's dtype: split
+/// over the threads, each stretch cut at the operands' period ends; `None` where an operand
+/// is stored otherwise (the general way runs it).
+pub(crate) fn select(cond: &ArrayD<bool>, t: &Value, f: &Value, dims: &[usize]) -> Option<Value> {
+    fn run<T: Copy + Send + Sync>(c: &ArrayD<bool>, t: &ArrayD<T>, f: &ArrayD<T>, dims: &[usize]) -> Option<ArrayD<T>> {
+        let n: usize = dims.iter().product();
+        let (c, t, f) = (Tiled::of(c, dims)?, Tiled::of(t, dims)?, Tiled::of(f, dims)?);
+        Some(array(
+            dims,
+            threads::written_as(n, |at, out| {
+                let mut done = 0;
+                while done < out.len() {
+                    let g = at + done;
+                    let len = (out.len() - done).min(c.room(g)).min(t.room(g)).min(f.room(g));
+                    let (c, t, f) = (c.stretch(g, len), t.stretch(g, len), f.stretch(g, len));
+                    pick_into(c, t, f, &mut out[done..done + len]);
+                    done += len;
+                }
+            }),
+        ))
+    }
+    if dims.contains(&0) {
+        return None;
+    }
+    Some(match (t, f) {
+        (Value::F32(t), Value::F32(f)) => Value::F32(run(cond, t, f, dims)?),
+        (Value::F64(t), Value::F64(f)) => Value::F64(run(cond, t, f, dims)?),
+        (Value::F16(t), Value::F16(f)) => Value::F16(run(cond, t, f, dims)?),
+        (Value::BF16(t), Value::BF16(f)) => Value::BF16(run(cond, t, f, dims)?),
+        (Value::I64(t), Value::I64(f)) => Value::I64(run(cond, t, f, dims)?),
+        (Value::I32(t), Value::I32(f)) => Value::I32(run(cond, t, f, dims)?),
+        (Value::Bool(t), Value::Bool(f)) => Value::Bool(run(cond, t, f, dims)?),
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,5 +541,45 @@ mod tests {
         let row = f64s(&[1, 4], vec![1.0; 4]);
         let m = f64s(&[3, 4], vec![2.0; 12]);
         assert!(binary(BinaryOp::Add, &m, &row, &[3, 4], DType::F64).is_none());
+    }
+
+    /// `where` over every layout this way takes (and some it leaves to the general way),
+    /// in several dtypes, split over the team: the general way's elements.
+    #[test]
+    fn where_of_every_layout_gives_the_general_ways_elements() {
+        use crate::backend::cpu::value::select_by_broadcast;
+        let dims = [8usize, 50, 100]; // past one thread's stretch, so the team splits it
+        let shapes: [&[usize]; 8] =
+            [&[], &[1], &[100], &[50, 100], &[1, 50, 100], &[8, 50, 100], &[8, 1, 100], &[8, 50, 1]];
+        let filled = |shape: &[usize], seed: usize, dtype: DType| {
+            let n: usize = shape.iter().product();
+            let v: Vec<f64> = (0..n).map(|i| ((i * 7919 + seed * 104_729) % 1013) as f64 - 500.0).collect();
+            Value::F64(array(shape, v)).cast(dtype)
+        };
+        let mut tiled = 0;
+        for dtype in [DType::F32, DType::F64, DType::I32, DType::BF16, DType::Bool] {
+            for (i, c) in shapes.iter().enumerate() {
+                for (j, t) in shapes.iter().enumerate() {
+                    // Each on-false shape with a few pairs, so the loop stays small.
+                    let f = shapes[(i * 3 + j) % shapes.len()];
+                    let Value::Bool(cond) = filled(c, i, DType::I64).cast(DType::Bool) else { unreachable!() };
+                    let (t, f) = (filled(t, j + 1, dtype), filled(f, i + j + 2, dtype));
+                    let want = select_by_broadcast(&cond, &t, &f, &dims, dtype);
+                    if let Some(got) = select(&cond, &t, &f, &dims) {
+                        tiled += 1;
+                        assert_eq!(
+                            got.to_elements(),
+                            want.to_elements(),
+                            "{dtype:?} {c:?} {:?} {:?}",
+                            t.shape(),
+                            f.shape()
+                        );
+                        assert_eq!(got.shape(), &dims[..]);
+                    }
+                }
+            }
+        }
+        // Most triples are tiled (the last two shapes are not).
+        assert!(tiled >= 100, "{tiled}");
     }
 }

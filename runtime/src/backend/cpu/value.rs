@@ -527,15 +527,23 @@ pub(crate) fn binary(op: BinaryOp, a: &Value, b: &Value, dims: &[usize], compute
 
 /// `where`: `on_true` where `cond`, else `on_false`, as `dtype` broadcast to `dims`.
 pub(crate) fn select(cond: &Value, on_true: &Value, on_false: &Value, dims: &[usize], dtype: DType) -> Value {
-    let cond = match cond.cast(DType::Bool) {
-        Value::Bool(c) => c,
-        _ => unreachable!("cast to bool gives bool"),
+    let cond = match cond {
+        Value::Bool(c) => std::borrow::Cow::Borrowed(c),
+        other => match other.cast(DType::Bool) {
+            Value::Bool(c) => std::borrow::Cow::Owned(c),
+            _ => unreachable!("cast to bool gives bool"),
+        },
     };
-    let c = cond.broadcast(dims).expect("the type rule checked the shapes broadcast");
     let (t, f) = (on_true.to(dtype), on_false.to(dtype));
+    typed::select(&cond, &t, &f, dims).unwrap_or_else(|| select_by_broadcast(&cond, &t, &f, dims, dtype))
+}
+
+/// [`select`] of any layout, `t` and `f` already `dtype`, by broadcasting each operand.
+pub(crate) fn select_by_broadcast(cond: &ArrayD<bool>, t: &Value, f: &Value, dims: &[usize], dtype: DType) -> Value {
+    let c = cond.broadcast(dims).expect("the type rule checked the shapes broadcast");
     macro_rules! pick {
         ($variant:ident) => {{
-            let (Value::$variant(t), Value::$variant(f)) = (&*t, &*f) else { unreachable!("cast to one dtype") };
+            let (Value::$variant(t), Value::$variant(f)) = (t, f) else { unreachable!("cast to one dtype") };
             let (t, f) = (t.broadcast(dims).expect("broadcast"), f.broadcast(dims).expect("broadcast"));
             Value::$variant(Zip::from(&c).and(&t).and(&f).map_collect(|&c, &t, &f| if c { t } else { f }))
         }};
