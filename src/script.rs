@@ -65,7 +65,12 @@ pub fn run_on<E: gt_ir::Executor>(
 
 /// Runs a loaded script on a fresh reference interpreter (through autograd when it trains).
 pub fn run_local(loaded: &Loaded, out: &mut dyn Write, options: RunOptions) -> Result<RunSummary, ScriptError> {
-    run_any(loaded, gt_runtime::Interpreter::new(), out, options).0
+    // The budget a worker has (`GT_WORKER_MEMORY`), so that what a worker refuses as out of
+    // memory is refused here too, not left to abort the process on a failed allocation.
+    let budget = gt_runtime::config::EnvConfig::from_env()
+        .map_or_else(|_| gt_runtime::config::default_worker_memory(), |c| c.worker_memory);
+    let interp = gt_runtime::Interpreter::new().with_memory_budget(budget);
+    run_any(loaded, interp, out, options).0
 }
 
 /// Runs a loaded script on an executor it owns meanwhile (through autograd when the script

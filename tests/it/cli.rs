@@ -394,3 +394,26 @@ fn a_hot_loop_compiles_once_with_auto_compile() {
     let plain = gt_run(&["--reference", path.to_str().unwrap()]);
     assert_eq!(stdout(&fused), stdout(&plain));
 }
+
+/// A hand-written kernel whose oracle would hold 10^12 elements per node: on the reference
+/// interpreter and on a worker evaluating kernels with the oracle (`GT_JIT=0`), in `f32` and
+/// `f64`, an out-of-memory error at its line naming the budget, not an abort (or a process
+/// eating the machine) on a failed allocation.
+#[test]
+fn a_kernel_the_oracle_cannot_hold_is_out_of_memory_everywhere() {
+    for dtype in ["f32", "f64"] {
+        let compute = if dtype == "f64" { " as f64" } else { "" };
+        let src = format!(
+            "%x = tensor {dtype}[1] [1.0]\n%y = fused %x : {dtype}[1] kernel map [1000000, 1000000] rows [0, 1] sum{compute} {{\n  in0 +0 strides [0, 0]\n  %0 = load in0\n  %1 = exp %0\n  out +0 strides [0, 0]\n}}\nprint %y\n"
+        );
+        let path = script(&format!("huge_{dtype}.gtir"), src.as_bytes());
+        let budget = [("GT_WORKER_MEMORY", "1000000000".as_ref()), ("GT_JIT", "0".as_ref())];
+        for args in [&["--reference", path.to_str().unwrap()][..], &[path.to_str().unwrap()][..]] {
+            let o = gt_run_env(args, &budget);
+            assert_eq!(code(&o), 1, "{args:?}: {}", stderr(&o));
+            let err = stderr(&o);
+            assert!(err.contains("over the worker's memory budget of 1000000000"), "{args:?}: {err}");
+            assert!(err.contains(&format!("huge_{dtype}.gtir:2:1")), "{args:?}: {err}");
+        }
+    }
+}

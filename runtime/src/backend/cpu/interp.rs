@@ -641,6 +641,19 @@ impl Interpreter {
         })
     }
 
+    /// Refuses a map `kernel` the oracle cannot run within the budget: it holds every node
+    /// over the whole iteration space (`element` bytes each), which would otherwise abort the
+    /// worker on a failed allocation.
+    fn oracle_fits(&self, op: &'static str, kernel: &Kernel, element: usize) -> Result<(), RuntimeError> {
+        let Kernel::Map(k) = kernel else { return Ok(()) };
+        let needed = k.numel().saturating_mul(element).saturating_mul(k.nodes.len() + 1);
+        if self.over_budget(needed) {
+            let (live, limit) = (self.bytes.live(), self.max_live_bytes);
+            return Err(RuntimeError::OutOfMemory { op, needed, live, limit });
+        }
+        Ok(())
+    }
+
     /// Whether every operand of `instr` and every result is `f32`: the fast paths.
     fn all_f32(&self, instr: &Instr, types: &[TensorType]) -> bool {
         types.iter().all(|t| t.dtype == gt_ir::DType::F32)
@@ -673,19 +686,13 @@ impl Interpreter {
                     }
                 }
             }
-            // The oracle holds every node over the whole iteration space (8 bytes an element):
-            // a kernel whose nodes would not fit the budget is refused, not left to abort the
-            // worker on a failed allocation.
-            if let Kernel::Map(k) = kernel {
-                let needed = k.numel().saturating_mul(8).saturating_mul(k.nodes.len() + 1);
-                if self.over_budget(needed) {
-                    let (live, limit) = (self.bytes.live(), self.max_live_bytes);
-                    return Err(RuntimeError::OutOfMemory { op, needed, live, limit });
-                }
-            }
+            self.oracle_fits(op, kernel, 8)?;
             let mut out = Value::full(ty.dtype, dims, 0.0);
             super::kernels::run_values(kernel, &operands, &mut out).map_err(|e| super::kernels::failed(op, e))?;
             return Ok(out);
+        }
+        if self.jit.is_none() {
+            self.oracle_fits(op, kernel, 4)?;
         }
         let Some(jit) = &mut self.jit else {
             let widened: Vec<_> = operands.iter().map(|v| v.f32()).collect();
