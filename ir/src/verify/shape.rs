@@ -1027,7 +1027,10 @@ fn infer_any_rank(
                 crate::kernel::Kernel::Map(k) => k.compute,
                 crate::kernel::Kernel::MatMul(_) => crate::kernel::Compute::F32,
             };
-            check_kernel_dtype(t.dtype, compute)?;
+            // A `bool` result stores nonzero as true from any type (a comparison's mask).
+            if t.dtype != DType::Bool {
+                check_kernel_dtype(t.dtype, compute)?;
+            }
             if let crate::kernel::Kernel::Map(k) = &**kernel {
                 check_kernel_ops(k)?;
             }

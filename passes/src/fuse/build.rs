@@ -574,9 +574,10 @@ impl<'a> Region<'a> {
         if !self.defs.contains_key(&v) || self.materialised.contains(&v) || !self.visiting.insert(v) {
             return;
         }
-        // Kernels write no bools: a comparison's bool that must exist keeps its instruction
-        // (its users still compute it inside their kernels).
-        let writable = self.dtype(v).is_some_and(|d| d != DType::Bool);
+        // A `bool` a kernel computes (a comparison, a mask) is written as kernels write
+        // `.to(bool)`; a view of one stays its instruction.
+        let writable =
+            self.dtype(v).is_some_and(|d| d != DType::Bool || matches!(self.defs.get(&v), Some(Def::Elem(_))));
         let kernel = if writable { self.kernel(v) } else { None };
         match kernel {
             Some((kernel, srcs)) => {
@@ -710,7 +711,11 @@ impl<'a> Region<'a> {
     }
 
     fn map_kernel(&mut self, v: ValueId, dims: &[usize]) -> Result<(Kernel, Vec<ValueId>), Materialise> {
-        let compute = self.dtype(v).map_or(Compute::F32, Compute::of);
+        // What the root computes in (a comparison: its operands' type, its `bool` stored).
+        let compute = match self.elem_compute.get(&v) {
+            Some(Some(c)) => *c,
+            _ => self.dtype(v).map_or(Compute::F32, Compute::of),
+        };
         let mut b = Builder::new(v, dims.to_vec(), None, compute);
         self.emit_value(&mut b, v, &Map::identity(dims.len()), true)?;
         let rows = b.rows.clone().unwrap_or_default();
@@ -849,7 +854,7 @@ impl<'a> Region<'a> {
             b.acc_used += 1;
             return Ok(b.node(Node::Acc));
         }
-        // A `bool` in memory (kernels write none) is recomputed from its expression where
+        // A `bool` in memory (its kernel's or instruction's) is recomputed from its expression where
         // it has one in the kernel's type, as the e-graph's expressions look into their
         // operands; one computed in another type is read.
         let recomputed = self.dtype(v) == Some(DType::Bool)

@@ -293,6 +293,7 @@ impl Value {
             Value::F32(a) => StoredMut::F32(a.as_slice_mut()?),
             Value::F16(a) => StoredMut::F16(a.as_slice_mut()?),
             Value::BF16(a) => StoredMut::Bf16(a.as_slice_mut()?),
+            Value::Bool(a) => StoredMut::Bool(a.as_slice_mut()?),
             _ => return None,
         })
     }

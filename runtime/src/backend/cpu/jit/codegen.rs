@@ -482,11 +482,10 @@ pub(super) fn mem() -> MemFlagsData {
 /// without `round` nodes over `f32` buffers (halves and `bool`s are widened before), and
 /// `f64` and `i64` maps and reductions (but integer means; no values made from indices: the
 /// fuse pass makes none) over buffers of their own dtypes (`i64` kernels: `i64`, `i32`,
-/// `bool`) and `bool`s read as 0 and 1.
+/// `bool`) and `bool`s (read as 0 and 1, stored nonzero as true).
 pub(super) fn compiles(k: &MapKernel, storage: &BufferStorage) -> bool {
     let buffers = storage.inputs.len() == k.inputs.len()
-        && storage.inputs.iter().all(|&s| wide::loads(k.compute, s))
-        && wide::holds(k.compute, storage.output);
+        && storage.inputs.iter().chain([&storage.output]).all(|&s| wide::holds(k.compute, s));
     if k.compute == Compute::F32 {
         return buffers && k.is_plain_f32();
     }

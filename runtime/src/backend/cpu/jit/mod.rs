@@ -575,6 +575,7 @@ impl Jit {
             StoredMut::F32(out) => self.run(kernel, &refs, out),
             StoredMut::F16(out) => self.run_rounded(kernel, &refs, out),
             StoredMut::Bf16(out) => self.run_rounded(kernel, &refs, out),
+            StoredMut::Bool(out) => self.run_rounded(kernel, &refs, out),
         }
     }
 

@@ -1350,9 +1350,13 @@ fn halves_are_widened_as_read_and_rounded_as_written() {
 }
 
 /// A mask (`bool` buffer) read by an `f32` kernel, by tiles and compiled alike, whole and
-/// broadcast from one element: 0 and 1, as the kernel over the mask widened gives it.
+/// broadcast from one element: 0 and 1, as the kernel over the mask widened gives it; and
+/// its result stored as `bool`s.
 #[test]
 fn masks_are_read_as_zero_and_one() {
+    let mut stored = [true; 5];
+    <bool as super::tiles::Store>::write(&[f32::NAN, -0.0, 0.0, 2.0, f32::NEG_INFINITY], &mut stored);
+    assert_eq!(stored, [true, false, false, true, true]);
     let n = 1500;
     let x = values(5, n, -3.0, 3.0);
     let mask: Vec<bool> = (0..n).map(|i| i % 3 != 1).collect();
@@ -1388,6 +1392,11 @@ fn masks_are_read_as_zero_and_one() {
                 // The mask picks: -7 exactly where it is false.
                 assert!(got.iter().zip(&mask).all(|(&v, &m)| m == (v != -7.0)), "{kernel}");
             }
+            // Stored as `bool`s: nonzero (NaN too) is true, as `.to(bool)`.
+            let mut truth = vec![false; n];
+            jit.run_stored(kernel, &inputs, StoredMut::Bool(&mut truth)).unwrap();
+            assert_eq!(truth, want.iter().map(|&v| v != 0.0).collect::<Vec<_>>(), "{kernel}");
+            assert!(if scalar { truth.iter().any(|&t| t) } else { truth.iter().all(|&t| !t) }, "{kernel}");
         }
     }
 }
@@ -1398,8 +1407,8 @@ fn bits(v: &[f32]) -> Vec<u32> {
 
 /// Case `c` as a map computing in `compute` (`f64` or `i64`): with its rows and reductions
 /// (integer means as sums) or, by `salt`, a plain map (reductions become negations); its unary ops range over the whole table or wrap through `f32` or `i32`
-/// (`salt` picks), an `f64` kernel's buffers are `f64` or `bool`, an `i64` kernel's
-/// `i64`, `i32` or `bool` (`salt` picks) holding the pool's values scaled so that
+/// (`salt` picks), an `f64` kernel's buffers are `f64` or `bool` (its result too), an `i64`
+/// kernel's `i64`, `i32` or `bool` (`salt` picks) holding the pool's values scaled so that
 /// products overflow, and its result is wrapped through `i32` or `bool` at the end.
 fn wide_case(c: &Case, compute: Compute, salt: u64) -> (Kernel, Vec<Value>, gt_ir::TensorType) {
     use gt_ir::DType;
@@ -1433,7 +1442,8 @@ fn wide_case(c: &Case, compute: Compute, salt: u64) -> (Kernel, Vec<Value>, gt_i
             };
             Value::from_elements(&[d.len()], data)
         });
-        (values.collect(), DType::F64)
+        // Some results are stored as `bool`s (nonzero, NaN too, is true).
+        (values.collect(), pick(5, &[DType::F64, DType::F64, DType::Bool]))
     } else {
         let values = c.inputs.iter().enumerate().map(|(i, (d, _))| {
             let ints = d.iter().map(|&x| x as i64);

@@ -87,6 +87,8 @@ pub enum StoredMut<'a> {
     F16(&'a mut [f16]),
     /// `bf16` elements, rounded to nearest even.
     Bf16(&'a mut [bf16]),
+    /// `bool`s: nonzero (NaN too) is true, as `.to(bool)`.
+    Bool(&'a mut [bool]),
 }
 
 impl StoredMut<'_> {
@@ -96,6 +98,7 @@ impl StoredMut<'_> {
             StoredMut::F32(b) => b.len(),
             StoredMut::F16(b) => b.len(),
             StoredMut::Bf16(b) => b.len(),
+            StoredMut::Bool(b) => b.len(),
         }
     }
 
@@ -132,6 +135,12 @@ impl Store for f16 {
 impl Store for bf16 {
     fn write(tile: &[f32], out: &mut [bf16]) {
         bf16::narrow(tile, out);
+    }
+}
+
+impl Store for bool {
+    fn write(tile: &[f32], out: &mut [bool]) {
+        out.iter_mut().zip(tile).for_each(|(o, &x)| *o = x != 0.0);
     }
 }
 
@@ -181,6 +190,7 @@ pub(super) fn run(k: &MapKernel, inputs: &[Stored], out: StoredMut, stop: &(dyn 
         StoredMut::F32(out) => run_into(k, inputs, out, stop),
         StoredMut::F16(out) => run_into(k, inputs, out, stop),
         StoredMut::Bf16(out) => run_into(k, inputs, out, stop),
+        StoredMut::Bool(out) => run_into(k, inputs, out, stop),
     }
 }
 

@@ -34,20 +34,15 @@ pub(super) fn shim_of(node: &Node, compute: Compute) -> Option<Shim> {
     }
 }
 
-/// Whether `storage` stores the results of a kernel computing in `compute` here.
+/// Whether `storage` loads into (and stores from) a kernel computing in `compute` here: its
+/// own dtypes, and `bool`s (a mask read as 0 and 1, a comparison stored nonzero as true);
+/// `f32` code reads and writes `f32` only (halves and `bool`s are converted around it).
 pub(super) fn holds(compute: Compute, storage: Storage) -> bool {
     match compute {
         Compute::F32 => storage == Storage::F32,
-        Compute::F64 => storage == Storage::F64,
+        Compute::F64 => matches!(storage, Storage::F64 | Storage::Bool),
         Compute::I64 => matches!(storage, Storage::I64 | Storage::I32 | Storage::Bool),
     }
-}
-
-/// Whether `storage` loads into a kernel computing in `compute` here: what it stores, and
-/// a `bool` (0 or 1) into `f64` too (`f32` code reads `f32` only: halves and `bool`s are
-/// widened before).
-pub(super) fn loads(compute: Compute, storage: Storage) -> bool {
-    (compute == Compute::F64 && storage == Storage::Bool) || holds(compute, storage)
 }
 
 /// Whether a `round` through `storage` is compiled in a kernel computing in `compute`.
@@ -277,7 +272,7 @@ impl Wide<'_, '_> {
                     x
                 }
             }
-            _ => unreachable!("`loads` refuses the others"),
+            _ => unreachable!("`holds` refuses the others"),
         }
     }
 
