@@ -1,7 +1,8 @@
 //! Sharding on CPU workers, in one run: an `N x N` f32 matmul split by rows (data parallel,
 //! the right operand replicated) and one data-parallel training step of a `W`-wide MLP on 1,
-//! 2, 4 and 8 embedded workers (each with its share of the cores, never more workers than
-//! cores), against one worker; then `all_reduce` and `all_gather` over the workers' own
+//! 2, 4 and 8 embedded workers (never more workers than cores; each first on one core,
+//! `GT_THREADS=1`, which shows how they scale, then with its share of the cores), against one
+//! worker; then `all_reduce` and `all_gather` over the workers' own
 //! collective sockets (`gt::runtime::collective`, ZeroMQ rings between threads) from 1 MB to
 //! 256 MB over inproc and over TCP on the loopback (as between worker processes), against raw
 //! ZeroMQ sockets moving the same bytes between the same threads in the same ring over the same
@@ -291,13 +292,23 @@ fn mlp_part(report: &mut String, counts: &[usize], width: usize, batch: usize, r
     let under = autocast.map_or(String::new(), |d| format!(", forward under {d} autocast"));
     let _ =
         writeln!(report, "\nMLP {width}-{width}-{width}-10 data-parallel SGD step, batch {batch}, loss read{under}");
-    let mut one = None;
-    for &w in counts {
-        let (t, loss) = mlp_step(w, width, batch, reps, autocast)?;
-        let base = *one.get_or_insert(t);
-        let speedup = base.as_secs_f64() / t.as_secs_f64();
-        let _ = writeln!(report, "  {w} worker(s): {:>9.1} ms  speed-up {speedup:.2}x  (loss {loss:.4})", ms(t));
+    // As the matmul: first one core per worker (how the step scales), then the machine's
+    // cores divided among the workers (what a user gets).
+    for (label, threads) in [("one core per worker", Some("1")), ("the machine's cores divided among them", None)] {
+        match threads {
+            Some(t) => std::env::set_var("GT_THREADS", t),
+            None => std::env::remove_var("GT_THREADS"),
+        }
+        let _ = writeln!(report, "  {label}:");
+        let mut one = None;
+        for &w in counts {
+            let (t, loss) = mlp_step(w, width, batch, reps, autocast)?;
+            let base = *one.get_or_insert(t);
+            let speedup = base.as_secs_f64() / t.as_secs_f64();
+            let _ = writeln!(report, "    {w} worker(s): {:>9.1} ms  speed-up {speedup:.2}x  (loss {loss:.4})", ms(t));
+        }
     }
+    std::env::remove_var("GT_THREADS");
     Ok(())
 }
 
