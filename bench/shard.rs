@@ -263,21 +263,35 @@ fn main() -> anyhow::Result<()> {
 
 fn matmul_part(report: &mut String, counts: &[usize], n: usize, reps: usize) -> anyhow::Result<()> {
     let _ = writeln!(report, "\nmatmul {n}x{n} f32, x split by rows, w replicated (sync after each)");
-    // Scaling: every worker computes on one core (GT_THREADS=1), so N workers have N cores;
-    // then what a user gets: the machine's cores divided among the workers.
-    for (label, threads) in [("one core per worker", Some("1")), ("the machine's cores divided among them", None)] {
-        match threads {
-            Some(t) => std::env::set_var("GT_THREADS", t),
-            None => std::env::remove_var("GT_THREADS"),
+    by_threads(report, counts, |w, one_core| {
+        let t = matmul(w, n, reps)?;
+        let goal = if one_core { format!(" (goal >= {:.1}x)", 0.9 * w as f64) } else { String::new() };
+        Ok((t, goal))
+    })
+}
+
+/// Per worker count, the time `run(workers, one_core)` gives and its speed-up over one
+/// worker, first with every worker on one core (`GT_THREADS=1`: N workers have N cores, so
+/// it shows how the work scales), then with the machine's cores divided among the workers
+/// (what a user gets); `run` adds its own note to each line.
+fn by_threads(
+    report: &mut String,
+    counts: &[usize],
+    mut run: impl FnMut(usize, bool) -> anyhow::Result<(Duration, String)>,
+) -> anyhow::Result<()> {
+    for (label, one_core) in [("one core per worker", true), ("the machine's cores divided among them", false)] {
+        if one_core {
+            std::env::set_var("GT_THREADS", "1");
+        } else {
+            std::env::remove_var("GT_THREADS");
         }
         let _ = writeln!(report, "  {label}:");
         let mut one = None;
         for &w in counts {
-            let t = matmul(w, n, reps)?;
+            let (t, note) = run(w, one_core)?;
             let base = *one.get_or_insert(t);
             let speedup = base.as_secs_f64() / t.as_secs_f64();
-            let goal = if threads.is_some() { format!(" (goal >= {:.1}x)", 0.9 * w as f64) } else { String::new() };
-            let _ = writeln!(report, "    {w} worker(s): {:>9.1} ms  speed-up {speedup:.2}x{goal}", ms(t));
+            let _ = writeln!(report, "    {w} worker(s): {:>9.1} ms  speed-up {speedup:.2}x{note}", ms(t));
         }
     }
     std::env::remove_var("GT_THREADS");
@@ -292,24 +306,10 @@ fn mlp_part(report: &mut String, counts: &[usize], width: usize, batch: usize, r
     let under = autocast.map_or(String::new(), |d| format!(", forward under {d} autocast"));
     let _ =
         writeln!(report, "\nMLP {width}-{width}-{width}-10 data-parallel SGD step, batch {batch}, loss read{under}");
-    // As the matmul: first one core per worker (how the step scales), then the machine's
-    // cores divided among the workers (what a user gets).
-    for (label, threads) in [("one core per worker", Some("1")), ("the machine's cores divided among them", None)] {
-        match threads {
-            Some(t) => std::env::set_var("GT_THREADS", t),
-            None => std::env::remove_var("GT_THREADS"),
-        }
-        let _ = writeln!(report, "  {label}:");
-        let mut one = None;
-        for &w in counts {
-            let (t, loss) = mlp_step(w, width, batch, reps, autocast)?;
-            let base = *one.get_or_insert(t);
-            let speedup = base.as_secs_f64() / t.as_secs_f64();
-            let _ = writeln!(report, "    {w} worker(s): {:>9.1} ms  speed-up {speedup:.2}x  (loss {loss:.4})", ms(t));
-        }
-    }
-    std::env::remove_var("GT_THREADS");
-    Ok(())
+    by_threads(report, counts, |w, _| {
+        let (t, loss) = mlp_step(w, width, batch, reps, autocast)?;
+        Ok((t, format!("  (loss {loss:.4})")))
+    })
 }
 
 fn collectives_part(report: &mut String, counts: &[usize], quick: bool, reps: usize) -> anyhow::Result<()> {
