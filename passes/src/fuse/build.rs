@@ -469,17 +469,10 @@ impl<'a> Region<'a> {
                     }
                 },
                 // A view of a `bool` (a mask broadcast over heads) is read through, as 0 and 1.
-                Instr::Transpose { src, .. }
-                | Instr::Permute { src, .. }
-                | Instr::Squeeze { src, .. }
-                | Instr::Unsqueeze { src, .. }
-                | Instr::BroadcastTo { src, .. }
-                | Instr::Slice { src, .. }
-                    if stored.is_none() && self.dtype(dst) == Some(DType::Bool) =>
-                {
-                    Def::View { src: *src }
-                }
-                _ if stored.is_none() => Def::Opaque,
+                _ if stored.is_none() => match view_source(instr) {
+                    Some(src) if self.dtype(dst) == Some(DType::Bool) => Def::View { src },
+                    _ => Def::Opaque,
+                },
                 // Products and values made from indices compute in f32 only; reductions in
                 // any type, over rows that are not empty (an empty row's integer max is its
                 // dtype's least value, which an i64 kernel does not know).
@@ -508,12 +501,6 @@ impl<'a> Region<'a> {
                 Instr::MatMul { lhs, rhs, .. } if self.dims(*lhs).len() >= 2 && self.dims(*rhs).len() >= 2 => {
                     Def::MatMul { lhs: *lhs, rhs: *rhs }
                 }
-                Instr::Transpose { src, .. }
-                | Instr::Permute { src, .. }
-                | Instr::Squeeze { src, .. }
-                | Instr::Unsqueeze { src, .. }
-                | Instr::BroadcastTo { src, .. }
-                | Instr::Slice { src, .. } => Def::View { src: *src },
                 Instr::Reshape { src, .. } => Def::Reshape { src: *src },
                 Instr::Zeros { .. } => Def::Constant(0.0),
                 Instr::Ones { .. } => Def::Constant(1.0),
@@ -527,7 +514,7 @@ impl<'a> Region<'a> {
                 Instr::Arange { start, step, .. } => {
                     Def::Indexed(Node::Iota { start: start.to_bits(), step: step.to_bits() })
                 }
-                _ => Def::Opaque,
+                _ => view_source(instr).map_or(Def::Opaque, |src| Def::View { src }),
             };
             if instr.results().len() == 1 {
                 self.defs.insert(dst, def);
@@ -1153,6 +1140,19 @@ fn permuted(map: &Map, perm: &[usize]) -> Vec<(i64, Vec<i64>)> {
 /// Whether every value the region defines is defined once, after nothing in the region read or
 /// freed an older value of the same id, and not from itself: then its dataflow is acyclic and
 /// the partitioner's walks end.
+/// The value `instr` views, if it is a view a kernel reads through (strided).
+fn view_source(instr: &Instr) -> Option<ValueId> {
+    match instr {
+        Instr::Transpose { src, .. }
+        | Instr::Permute { src, .. }
+        | Instr::Squeeze { src, .. }
+        | Instr::Unsqueeze { src, .. }
+        | Instr::BroadcastTo { src, .. }
+        | Instr::Slice { src, .. } => Some(*src),
+        _ => None,
+    }
+}
+
 fn defined_before_use(instrs: &[Instr]) -> bool {
     let mut seen: HashSet<ValueId> = HashSet::new();
     for i in instrs {
