@@ -841,9 +841,9 @@ impl<'a> Region<'a> {
             b.acc_used += 1;
             return Ok(b.node(Node::Acc));
         }
-        // A `bool` in memory (its kernel's or instruction's) is recomputed from its expression where
-        // it has one in the kernel's type, as the e-graph's expressions look into their
-        // operands; one computed in another type is read.
+        // A `bool` in memory (its kernel's or instruction's) is recomputed from its
+        // expression where it has one in the kernel's type, as the e-graph's expressions look
+        // into their operands; one computed in another type is read.
         let recomputed = self.dtype(v) == Some(DType::Bool)
             && matches!(self.defs.get(&v), Some(Def::Elem(_)))
             && self.elem_compute.get(&v).is_some_and(|c| c.is_none_or(|c| c == b.compute));
@@ -1137,9 +1137,6 @@ fn permuted(map: &Map, perm: &[usize]) -> Vec<(i64, Vec<i64>)> {
     rows
 }
 
-/// Whether every value the region defines is defined once, after nothing in the region read or
-/// freed an older value of the same id, and not from itself: then its dataflow is acyclic and
-/// the partitioner's walks end.
 /// The value `instr` views, if it is a view a kernel reads through (strided).
 fn view_source(instr: &Instr) -> Option<ValueId> {
     match instr {
@@ -1153,6 +1150,9 @@ fn view_source(instr: &Instr) -> Option<ValueId> {
     }
 }
 
+/// Whether every value the region defines is defined once, after nothing in the region read or
+/// freed an older value of the same id, and not from itself: then its dataflow is acyclic and
+/// the partitioner's walks end.
 fn defined_before_use(instrs: &[Instr]) -> bool {
     let mut seen: HashSet<ValueId> = HashSet::new();
     for i in instrs {
