@@ -333,9 +333,10 @@ fn joined(dims: &[i64]) -> String {
 
 /// Checks a `fused` kernel's operand or result dtype against what the kernel computes in:
 /// each buffer's elements load into it as the interpreter converts them
-/// ([`crate::kernel::Compute::of`]).
+/// ([`crate::kernel::Compute::of`]); a `bool` belongs to every kernel (a mask loads as 0 or
+/// 1, a comparison's result stores nonzero as true).
 pub fn check_kernel_dtype(dtype: DType, compute: crate::kernel::Compute) -> Result<(), TypeError> {
-    if crate::kernel::Compute::of(dtype) == compute {
+    if dtype == DType::Bool || crate::kernel::Compute::of(dtype) == compute {
         Ok(())
     } else {
         Err(TypeError::kernel_dtype(dtype, compute))
@@ -1027,10 +1028,7 @@ fn infer_any_rank(
                 crate::kernel::Kernel::Map(k) => k.compute,
                 crate::kernel::Kernel::MatMul(_) => crate::kernel::Compute::F32,
             };
-            // A `bool` result stores nonzero as true from any type (a comparison's mask).
-            if t.dtype != DType::Bool {
-                check_kernel_dtype(t.dtype, compute)?;
-            }
+            check_kernel_dtype(t.dtype, compute)?;
             if let crate::kernel::Kernel::Map(k) = &**kernel {
                 check_kernel_ops(k)?;
             }
@@ -1038,10 +1036,7 @@ fn infer_any_rank(
             let mut lens = Vec::with_capacity(srcs.len());
             for &src in srcs {
                 let s = ty(src)?;
-                // A `bool` loads as 0 or 1 into any type (a mask read by a float kernel).
-                if s.dtype != DType::Bool {
-                    check_kernel_dtype(s.dtype, compute)?;
-                }
+                check_kernel_dtype(s.dtype, compute)?;
                 lens.push(s.shape.numel());
             }
             let fits = kernel.check_bounds(&lens, t.shape.numel()).and_then(|()| kernel.check_covers(t.shape.numel()));

@@ -157,6 +157,14 @@ enum Compiled {
     Wide(u128, KernelFn),
 }
 
+/// The cache key of `kernel` over buffers stored as `storage` where [`Jit::run_wide`]
+/// compiles it ([`Jit::compiles_wide`]), else `None`.
+fn wide_key(kernel: &Kernel, storage: &BufferStorage) -> Option<u128> {
+    let Kernel::Map(m) = kernel else { return None };
+    let compiled = m.compute != gt_ir::kernel::Compute::F32 && codegen::compiles(m, storage);
+    compiled.then(|| storage_key(storage)).flatten()
+}
+
 /// An exact key of the storage of an `f64` or integer kernel's buffers (3 bits each, the
 /// output first), or `None` when there are more than 42 buffers or one of another dtype
 /// (such a kernel is not compiled).
@@ -500,10 +508,7 @@ impl Jit {
     ) -> Result<Option<(Elements, Duration)>, JitError> {
         let parts: Vec<(Storage, *const f32, usize)> = inputs.iter().map(Wide::parts).collect();
         let storage = BufferStorage { output, inputs: parts.iter().map(|p| p.0).collect() };
-        let (Kernel::Map(m), Some(key)) = (kernel, storage_key(&storage)) else { return Ok(None) };
-        if m.compute == gt_ir::kernel::Compute::F32 || !codegen::compiles(m, &storage) {
-            return Ok(None);
-        }
+        let Some(key) = wide_key(kernel, &storage) else { return Ok(None) };
         let covers = kernel.check_covers(out_len).is_ok();
         let run = |out: *mut f32| self.run_wide_into(kernel, &parts, (&storage, key), out, out_len);
         Ok(Some(match output {
@@ -551,8 +556,7 @@ impl Jit {
     /// `f64` and `i64` maps over buffers of their own dtypes (`i64` kernels: `i64`, `i32`,
     /// `bool`), with `round` nodes through those; the oracle runs the others.
     pub fn compiles_wide(kernel: &Kernel, storage: &BufferStorage) -> bool {
-        matches!(kernel, Kernel::Map(m) if m.compute != gt_ir::kernel::Compute::F32 && codegen::compiles(m, storage))
-            && storage_key(storage).is_some()
+        wide_key(kernel, storage).is_some()
     }
 
     /// [`Jit::run`] over buffers of any storage kernels take: a kernel that runs by tiles
