@@ -33,6 +33,7 @@ pub mod exec;
 pub mod formula;
 pub mod instr;
 pub mod kernel;
+pub mod math64;
 pub mod ops;
 pub mod program;
 pub mod random;

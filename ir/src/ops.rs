@@ -575,10 +575,19 @@ impl UnaryPrim {
         self.apply_real(x, libm::erff)
     }
 
-    /// The op on one `f64`.
+    /// The op on one `f64`: the transcendental ones are [`crate::math64`]'s, which every
+    /// backend computes alike.
     #[inline]
     pub fn apply_f64(self, x: f64) -> f64 {
-        self.apply_real(x, libm::erf)
+        use crate::math64::one;
+        match self {
+            UnaryPrim::Exp => one::exp(x),
+            UnaryPrim::Log => one::ln(x),
+            UnaryPrim::Tanh => one::tanh(x),
+            UnaryPrim::Sigmoid => one::sigmoid(x),
+            UnaryPrim::Erf => one::erf(x),
+            _ => self.apply_real(x, libm::erf),
+        }
     }
 
     /// The op in any float type (`erf` from libm at that precision).

@@ -5,8 +5,8 @@
 //! mask). Other layouts and composite ops take `value.rs`'s general way; both give the op
 //! table's semantics, so the same bits.
 
-use super::threads;
 use super::value::{array, Value};
+use super::{threads, vmath};
 use gt_ir::ops::{BinaryKernelAs, BinaryPrim, OpDef, Scalar, UnaryKernelAs, UnaryPrim};
 use gt_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 use ndarray::ArrayD;
@@ -159,6 +159,14 @@ pub(crate) fn unary(op: UnaryOp, a: &Value) -> Option<Value> {
         Some(p.specialize_as(Mapped { x: x.as_slice()?, dims: x.shape() }))
     }
     Some(match a {
+        // The transcendental functions in loops of the host's widest vectors.
+        Value::F64(x) if vmath::is_costly_f64(p) => {
+            let xs = x.as_slice()?;
+            let out = threads::written_as(xs.len(), |at, out| {
+                vmath::map_f64(p, &xs[at..at + out.len()], out);
+            });
+            Value::F64(array(x.shape(), out))
+        }
         Value::F64(x) => Value::F64(run(p, x)?),
         Value::I64(x) if integer_op => Value::I64(run(p, x)?),
         Value::I32(x) if integer_op => Value::I32(run(p, x)?),

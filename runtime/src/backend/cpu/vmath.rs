@@ -221,6 +221,105 @@ slice_fns! {
     Erf: map_erf => erf,
 }
 
+/// Where a loop puts an `f64` result: an element already written, or one not yet.
+pub trait PutF64 {
+    /// Writes `x` here.
+    fn put(&mut self, x: f64);
+}
+
+impl PutF64 for f64 {
+    #[inline(always)]
+    fn put(&mut self, x: f64) {
+        *self = x;
+    }
+}
+
+impl PutF64 for std::mem::MaybeUninit<f64> {
+    #[inline(always)]
+    fn put(&mut self, x: f64) {
+        self.write(x);
+    }
+}
+
+/// Whether [`map_f64`] takes `op`: `f64`'s transcendental functions.
+pub fn is_costly_f64(op: UnaryPrim) -> bool {
+    matches!(op, UnaryPrim::Exp | UnaryPrim::Log | UnaryPrim::Tanh | UnaryPrim::Sigmoid | UnaryPrim::Erf)
+}
+
+/// `out[i] = op(x[i])` for `f64`'s transcendental functions ([`is_costly_f64`]; false for
+/// another op): `gt_ir::math64`'s code, which `apply_f64` runs one element at a time, here
+/// in a loop built for the host's widest vectors and fused multiply-adds, the same bits at
+/// any width (a multiply-add rounds once everywhere).
+pub fn map_f64<P: PutF64>(op: UnaryPrim, x: &[f64], out: &mut [P]) -> bool {
+    map_f64_at(host_level(), op, x, out)
+}
+
+/// [`map_f64`] in the loop built for `level` ([`host_level`]'s numbering), which the host
+/// must have.
+fn map_f64_at<P: PutF64>(level: u8, op: UnaryPrim, x: &[f64], out: &mut [P]) -> bool {
+    assert_eq!(x.len(), out.len());
+    assert!(level <= host_level(), "level {level} is past the host's {}", host_level());
+    // The loop is written out in each function built for a level: a closure called from
+    // one is not inlined into it, and its multiply-adds become calls.
+    macro_rules! at_host_level {
+        ($f:ident) => {{
+            use gt_ir::math64::{$f, Lane};
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
+                fn avx512<P: PutF64>(x: &[f64], out: &mut [P]) {
+                    for (o, &x) in out.iter_mut().zip(x) {
+                        o.put($f(&mut Lane, &x));
+                    }
+                }
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2<P: PutF64>(x: &[f64], out: &mut [P]) {
+                    for (o, &x) in out.iter_mut().zip(x) {
+                        o.put($f(&mut Lane, &x));
+                    }
+                }
+                #[target_feature(enable = "fma")]
+                fn fma<P: PutF64>(x: &[f64], out: &mut [P]) {
+                    for (o, &x) in out.iter_mut().zip(x) {
+                        o.put($f(&mut Lane, &x));
+                    }
+                }
+                match level {
+                    // SAFETY: the host has the features these are built for (asserted).
+                    #[allow(unsafe_code)]
+                    3 => {
+                        unsafe { avx512(x, out) };
+                        return true;
+                    }
+                    #[allow(unsafe_code)]
+                    2 => {
+                        unsafe { avx2(x, out) };
+                        return true;
+                    }
+                    #[allow(unsafe_code)]
+                    1 => {
+                        unsafe { fma(x, out) };
+                        return true;
+                    }
+                    _ => {}
+                }
+            }
+            for (o, &x) in out.iter_mut().zip(x) {
+                o.put($f(&mut Lane, &x));
+            }
+        }};
+    }
+    match op {
+        UnaryPrim::Exp => at_host_level!(exp),
+        UnaryPrim::Log => at_host_level!(ln),
+        UnaryPrim::Tanh => at_host_level!(tanh),
+        UnaryPrim::Sigmoid => at_host_level!(sigmoid),
+        UnaryPrim::Erf => at_host_level!(erf),
+        _ => return false,
+    }
+    true
+}
+
 /// Cephes' polynomial for `e^r - 1 - r` over `r^2` on `|r| <= ln2 / 2`, highest power first
 /// (shared with `jit/math.rs`).
 pub(super) const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5e-1];
@@ -347,6 +446,41 @@ pub fn erf<const FMA: bool>(x: f32) -> f32 {
 
 #[cfg(test)]
 mod tests {
+    /// The vector loops of `f64`'s transcendental functions give `apply_f64`'s bits (one
+    /// element at a time) at every level this host runs, the baseline's too, over special
+    /// values, every range their cases split at, and lengths with vector tails.
+    #[test]
+    fn f64_loops_give_the_scalar_bits_at_every_level() {
+        use gt_ir::UnaryPrim;
+        let mut xs: Vec<f64> = vec![0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 5e-324, f64::MAX, -f64::MAX];
+        for i in 0..4000u64 {
+            let u = (gt_ir::random::splitmix64(i) >> 11) as f64 / (1u64 << 53) as f64;
+            xs.extend([(u - 0.5) * 1600.0, (u - 0.5) * 16.0, u * 1e-6, -(u * 2.0), 2f64.powf(u * 2098.0 - 1074.0)]);
+        }
+        let mut ops = 0;
+        for op in UnaryPrim::ALL.iter().copied().filter(|&op| super::is_costly_f64(op)) {
+            let want: Vec<u64> = xs.iter().map(|&x| op.apply_f64(x).to_bits()).collect();
+            for level in 0..=super::host_level() {
+                for len in [xs.len(), 1, 7, 13] {
+                    let mut out = vec![0.0; len];
+                    assert!(super::map_f64_at(level, op, &xs[..len], &mut out));
+                    for (i, o) in out.iter().enumerate() {
+                        let same = o.to_bits() == want[i] || (o.is_nan() && f64::from_bits(want[i]).is_nan());
+                        assert!(
+                            same,
+                            "{op:?}({:e}) at level {level}: {o:e}, one at a time {:e}",
+                            xs[i],
+                            f64::from_bits(want[i])
+                        );
+                    }
+                }
+            }
+            ops += 1;
+        }
+        assert_eq!(ops, 5);
+        assert!(!super::map_f64(UnaryPrim::Sqrt, &[1.0], &mut [0.0]));
+    }
+
     /// `bf16`'s vector conversions give `half`'s bits: every upper half with the lower
     /// halves where rounding turns (ties either way, just below, just above), so every
     /// exponent, both signs, infinities and NaNs.

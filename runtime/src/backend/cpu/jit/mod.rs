@@ -243,6 +243,17 @@ fn written<T>(
     Ok((v, took))
 }
 
+/// The `len` elements at `at` as a slice of `T`s not yet written.
+///
+/// # Safety
+/// `at` is valid, and aligned, for `len` elements of `T`, which nothing else touches while
+/// the slice lives.
+#[allow(unsafe_code)]
+unsafe fn slice_at<'a, T>(at: *mut f32, len: usize) -> &'a mut [MaybeUninit<T>] {
+    // SAFETY: the caller's.
+    unsafe { std::slice::from_raw_parts_mut(at.cast::<MaybeUninit<T>>(), len) }
+}
+
 /// Compiles kernels on first sight and runs them; see the module docs.
 pub struct Jit {
     /// The current generation, where new code goes. Taken only by `drop` and by
@@ -508,8 +519,30 @@ impl Jit {
     ) -> Result<Option<(Elements, Duration)>, JitError> {
         let parts: Vec<(Storage, *const f32, usize)> = inputs.iter().map(Wide::parts).collect();
         let storage = BufferStorage { output, inputs: parts.iter().map(|p| p.0).collect() };
-        let Some(key) = wide_key(kernel, &storage) else { return Ok(None) };
         let covers = kernel.check_covers(out_len).is_ok();
+        if let Some(m) = self.tiled_f64(kernel, &storage) {
+            let lens: Vec<usize> = parts.iter().map(|p| p.2).collect();
+            kernel.check_bounds(&lens, out_len).map_err(JitError::Bounds)?;
+            validate(kernel).map_err(JitError::Invalid)?;
+            let token = crate::cancel::Token::current();
+            let stop = || token.stop();
+            // SAFETY (both): `written` hands over room for `out_len` elements of the type
+            // asked for, which nothing else touches; the tiles only write them.
+            #[allow(unsafe_code)]
+            let run = |at: *mut f32| unsafe {
+                match output {
+                    Storage::F64 => tiles::run_f64(m, inputs, slice_at::<f64>(at, out_len), &stop),
+                    _ => tiles::run_f64(m, inputs, slice_at::<bool>(at, out_len), &stop),
+                }
+                Ok(Duration::ZERO)
+            };
+            return Ok(Some(match output {
+                Storage::F64 => written(out_len, covers, run).map(|(v, t)| (Elements::F64(v), t))?,
+                // `applies_f64` takes no other output storage.
+                _ => written(out_len, covers, run).map(|(v, t)| (Elements::Bool(v), t))?,
+            }));
+        }
+        let Some(key) = wide_key(kernel, &storage) else { return Ok(None) };
         let run = |out: *mut f32| self.run_wide_into(kernel, &parts, (&storage, key), out, out_len);
         Ok(Some(match output {
             Storage::F64 => written(out_len, covers, run).map(|(v, t)| (Elements::F64(v), t))?,
@@ -584,7 +617,7 @@ impl Jit {
     }
 
     /// [`Jit::run`] into an `f32` copy of `out`, then rounded into it.
-    fn run_rounded<T: tiles::Store>(
+    fn run_rounded<T: tiles::Store<f32>>(
         &mut self,
         kernel: &Kernel,
         inputs: &[&[f32]],
@@ -594,6 +627,15 @@ impl Jit {
         let took = self.run(kernel, inputs, &mut wide)?;
         T::write(&wide, out);
         Ok(took)
+    }
+
+    /// `kernel` as an `f64` map this JIT runs by tiles over buffers stored as `storage`
+    /// (`tiles.rs`), if it is one.
+    fn tiled_f64<'k>(&self, kernel: &'k Kernel, storage: &BufferStorage) -> Option<&'k MapKernel> {
+        match kernel {
+            Kernel::Map(m) if self.tiles && tiles::applies_f64(m, storage) => Some(m),
+            _ => None,
+        }
     }
 
     /// `kernel` as a map this JIT runs by tiles (`tiles.rs`), if it is one.

@@ -1355,7 +1355,7 @@ fn halves_are_widened_as_read_and_rounded_as_written() {
 #[test]
 fn masks_are_read_as_zero_and_one() {
     let mut stored = [true; 5];
-    <bool as super::tiles::Store>::write(&[f32::NAN, -0.0, 0.0, 2.0, f32::NEG_INFINITY], &mut stored);
+    <bool as super::tiles::Store<f32>>::write(&[f32::NAN, -0.0, 0.0, 2.0, f32::NEG_INFINITY], &mut stored);
     assert_eq!(stored, [true, false, false, true, true]);
     let n = 1500;
     let x = values(5, n, -3.0, 3.0);
@@ -1499,5 +1499,70 @@ proptest! {
         // Empty rows are the oracle's.
         prop_assume!(Jit::compiles_wide(&kernel, &storage));
         compare_wide(&mut jit(), &kernel, &inputs, &t).map_err(TestCaseError::fail)?;
+        // Plain `f64` maps with transcendental functions run by tiles where a JIT may.
+        compare_wide(&mut Jit::new().unwrap(), &kernel, &inputs, &t).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// `f64` maps with transcendental functions run by tiles (`tiles::applies_f64`): every
+/// node kind they take (inputs whole and broadcast, `bool` masks, both constants, each
+/// function, a binary op, `where`, rounding through `f32`), results stored as `f64` and
+/// `bool`, over special values and lengths that leave partial tiles or split over threads:
+/// the compiled kernel's bits and the oracle's.
+#[test]
+fn f64_kernels_by_tiles_give_the_compiled_and_the_oracles_bits() {
+    use gt_ir::DType;
+    for n in [1usize, 7, 512, 513, 70_001] {
+        let special = [0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 800.0, -800.0, 1e-310];
+        let x: Vec<f64> = (0..n)
+            .map(|i| special.get(i % 97).copied().unwrap_or(f64::from(random::uniform(9, i as u64)) * 12.0 - 6.0))
+            .collect();
+        let mask: Vec<bool> = (0..n).map(|i| i % 5 != 2).collect();
+        let whole = Access::contiguous(&[n]);
+        let one = Access { offset: 0, strides: vec![0] };
+        let nodes = vec![
+            Node::Input(0),
+            Node::Input(1),
+            Node::Input(2),
+            Node::Const64(0.3f64.to_bits()),
+            Node::constant(1.5),
+            Node::Binary(BinaryOp::Mul, 0, 3),
+            Node::Binary(BinaryOp::Add, 5, 4),
+            Node::Unary(UnaryOp::Tanh, 6),
+            Node::Unary(UnaryOp::Exp, 5),
+            Node::Unary(UnaryOp::Abs, 0),
+            Node::Unary(UnaryOp::Log, 9),
+            Node::Unary(UnaryOp::Sigmoid, 10),
+            Node::Unary(UnaryOp::Erf, 8),
+            Node::Round(Storage::F32, 11),
+            Node::Binary(BinaryOp::Sub, 12, 13),
+            Node::Binary(BinaryOp::Mul, 14, 7),
+            Node::Select(1, 15, 2),
+        ];
+        let kernel = Kernel::Map(MapKernel {
+            shape: vec![n],
+            inputs: vec![whole.clone(), whole.clone(), one],
+            nodes,
+            output: whole,
+            rows: vec![],
+            reduce: None,
+            compute: Compute::F64,
+        });
+        let inputs = [
+            Value::from_elements(&[n], Elements::F64(x.clone())),
+            Value::from_elements(&[n], Elements::Bool(mask.clone())),
+            Value::from_elements(&[1], Elements::F64(vec![-2.5])),
+        ];
+        for output in [DType::F64, DType::Bool] {
+            let storage = BufferStorage {
+                output: Storage::of(output),
+                inputs: inputs.iter().map(|v| v.wide().unwrap().storage()).collect(),
+            };
+            let Kernel::Map(m) = &kernel else { unreachable!() };
+            assert!(super::tiles::applies_f64(m, &storage), "{kernel}");
+            let t = gt_ir::TensorType::new(output, vec![n]);
+            compare_wide(&mut Jit::new().unwrap(), &kernel, &inputs, &t).unwrap();
+            compare_wide(&mut jit(), &kernel, &inputs, &t).unwrap();
+        }
     }
 }

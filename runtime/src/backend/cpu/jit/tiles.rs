@@ -7,13 +7,19 @@
 //! the cache. The same bits as the compiled kernel: `vmath` is the JIT's math, every other
 //! node the same IEEE operation. Buffers of halves are widened and rounded a tile at a time
 //! ([`Stored`]), so a kernel over `bf16` passes over memory once too.
-
+//!
+//! Kernels computing in `f64` run so too ([`applies_f64`]; the compiled ones are one scalar
+//! lane and call the op table's functions): `gt_ir::math64`'s functions in `vmath`'s vector
+//! loops, the bits of `apply_f64`, which the eager ops and the oracle compute.
+use super::Wide;
 use crate::backend::cpu::vmath::Halves;
 use crate::backend::cpu::{threads, vmath};
-use gt_ir::kernel::{MapKernel, Node};
-use gt_ir::ops::{BinaryKernel, OpDef, UnaryKernel};
-use gt_ir::random;
+use gt_ir::kernel::{BufferStorage, Compute, MapKernel, Node, Storage};
+use gt_ir::ops::{BinaryKernel, BinaryKernelAs, OpDef, UnaryKernel, UnaryKernelAs};
+use gt_ir::{random, BinaryOp, UnaryOp};
 use half::{bf16, f16};
+use std::mem::MaybeUninit;
+use std::ops::Range;
 
 /// A kernel's input buffer as its storage holds it (kernels compute in `f32`).
 #[derive(Debug, Clone, Copy)]
@@ -108,39 +114,197 @@ impl StoredMut<'_> {
     }
 }
 
-/// An element type kernels store: how `f32` results are written into it.
-pub(super) trait Store: Copy + Send + Sync {
-    fn write(tile: &[f32], out: &mut [Self]);
+/// A type kernels compute in by tiles (`f32`, or `f64`), with its nodes over a tile.
+pub(super) trait Lane: Copy + PartialEq + Send + Sync + 'static {
+    /// Zero (a `where` condition's false).
+    const ZERO: Self;
+    /// `x` (a `f32` constant or random number) in this type.
+    fn from_f32(x: f32) -> Self;
+    /// `x` (a `f64` constant) in this type, as the compiled kernel converts it.
+    fn from_f64(x: f64) -> Self;
+    /// `out[i] = op(x[i])` (primitive ops).
+    fn unary(op: UnaryOp, x: &[Self], out: &mut [Self]);
+    /// `out[i] = op(x[i], y[i])` (primitive ops).
+    fn binary(op: BinaryOp, x: &[Self], y: &[Self], out: &mut [Self]);
+    /// `out[i] = x[i]` stored as `storage` and loaded again (`f64` kernels' `round` nodes).
+    fn round(storage: Storage, x: &[Self], out: &mut [Self]);
 }
 
-impl Store for f32 {
+impl Lane for f32 {
+    const ZERO: f32 = 0.0;
+    fn from_f32(x: f32) -> f32 {
+        x
+    }
+    fn from_f64(x: f64) -> f32 {
+        x as f32
+    }
+    fn unary(op: UnaryOp, x: &[f32], out: &mut [f32]) {
+        match (costly(op), op.def()) {
+            (Some(f), _) => f(x, out),
+            (None, OpDef::Prim(p)) => p.specialize(UnaryTile(x, out)),
+            (None, OpDef::Composite(_)) => unreachable!("`applies` takes primitives only"),
+        }
+    }
+    fn binary(op: BinaryOp, x: &[f32], y: &[f32], out: &mut [f32]) {
+        match op.def() {
+            OpDef::Prim(p) => p.specialize(BinaryTile(x, y, out)),
+            OpDef::Composite(_) => unreachable!("`applies` takes primitives only"),
+        }
+    }
+    fn round(_: Storage, _: &[f32], _: &mut [f32]) {
+        unreachable!("`applies` takes no `round` in f32 kernels")
+    }
+}
+
+impl Lane for f64 {
+    const ZERO: f64 = 0.0;
+    fn from_f32(x: f32) -> f64 {
+        f64::from(x)
+    }
+    fn from_f64(x: f64) -> f64 {
+        x
+    }
+    fn unary(op: UnaryOp, x: &[f64], out: &mut [f64]) {
+        match op.def() {
+            OpDef::Prim(p) if vmath::map_f64(p, x, out) => {}
+            OpDef::Prim(p) => p.specialize_as(UnaryTile(x, out)),
+            OpDef::Composite(_) => unreachable!("`applies_f64` takes primitives only"),
+        }
+    }
+    fn binary(op: BinaryOp, x: &[f64], y: &[f64], out: &mut [f64]) {
+        match op.def() {
+            OpDef::Prim(p) => p.specialize_as(BinaryTile(x, y, out)),
+            OpDef::Composite(_) => unreachable!("`applies_f64` takes primitives only"),
+        }
+    }
+    fn round(storage: Storage, x: &[f64], out: &mut [f64]) {
+        match storage {
+            Storage::F32 => vmath::wide(|| out.iter_mut().zip(x).for_each(|(o, &x)| *o = f64::from(x as f32))),
+            _ => out.copy_from_slice(x),
+        }
+    }
+}
+
+/// A kernel's input buffer, read in the kernel's type `T`.
+pub(super) trait Source<T>: Sync {
+    /// Every element, where the buffer holds `T` (read in place, not copied).
+    fn whole(&self) -> Option<&[T]>;
+    /// Elements `first..first + out.len()`, converted into `out`.
+    fn widen(&self, first: usize, out: &mut [T]);
+    /// Element `i`, converted.
+    fn at(&self, i: usize) -> T;
+    /// Asks for the cache lines of elements `range`.
+    fn prefetch(&self, range: Range<usize>);
+}
+
+impl Source<f32> for Stored<'_> {
+    fn whole(&self) -> Option<&[f32]> {
+        match self {
+            Stored::F32(b) => Some(b),
+            _ => None,
+        }
+    }
+    fn widen(&self, first: usize, out: &mut [f32]) {
+        Stored::widen(self, first, out);
+    }
+    fn at(&self, i: usize) -> f32 {
+        Stored::at(self, i)
+    }
+    fn prefetch(&self, range: Range<usize>) {
+        match self {
+            Stored::F32(b) => prefetch(&b[range]),
+            Stored::F16(b) => prefetch(&b[range]),
+            Stored::Bf16(b) => prefetch(&b[range]),
+            Stored::Bool(b) => prefetch(&b[range]),
+        }
+    }
+}
+
+/// An `f64` kernel's buffers: `f64`s, and `bool` masks read as 0 and 1 (integers, which
+/// [`applies_f64`] never meets, convert as `.to(f64)` does).
+impl Source<f64> for Wide<'_> {
+    fn whole(&self) -> Option<&[f64]> {
+        match self {
+            Wide::F64(b) => Some(b),
+            _ => None,
+        }
+    }
+    fn widen(&self, first: usize, out: &mut [f64]) {
+        let range = first..first + out.len();
+        match self {
+            Wide::F64(b) => out.copy_from_slice(&b[range]),
+            Wide::I64(b) => out.iter_mut().zip(&b[range]).for_each(|(o, &x)| *o = x as f64),
+            Wide::I32(b) => out.iter_mut().zip(&b[range]).for_each(|(o, &x)| *o = f64::from(x)),
+            Wide::Bool(b) => out.iter_mut().zip(&b[range]).for_each(|(o, &m)| *o = f64::from(u8::from(m))),
+        }
+    }
+    fn at(&self, i: usize) -> f64 {
+        match self {
+            Wide::F64(b) => b[i],
+            Wide::I64(b) => b[i] as f64,
+            Wide::I32(b) => f64::from(b[i]),
+            Wide::Bool(b) => f64::from(u8::from(b[i])),
+        }
+    }
+    fn prefetch(&self, range: Range<usize>) {
+        match self {
+            Wide::F64(b) => prefetch(&b[range]),
+            Wide::I64(b) => prefetch(&b[range]),
+            Wide::I32(b) => prefetch(&b[range]),
+            Wide::Bool(b) => prefetch(&b[range]),
+        }
+    }
+}
+
+/// An element type kernels store: how results computed in `T` are written into it.
+pub(super) trait Store<T>: Send + Sized {
+    fn write(tile: &[T], out: &mut [Self]);
+}
+
+impl Store<f32> for f32 {
     fn write(tile: &[f32], out: &mut [f32]) {
         out.copy_from_slice(tile);
     }
 }
 
-/// An `f32` result not yet written ([`run_uninit`]).
-impl Store for std::mem::MaybeUninit<f32> {
-    fn write(tile: &[f32], out: &mut [Self]) {
+impl Store<f64> for f64 {
+    fn write(tile: &[f64], out: &mut [f64]) {
+        out.copy_from_slice(tile);
+    }
+}
+
+/// A result not yet written ([`run_uninit`], [`run_f64`]).
+impl<T: Copy + Send> Store<T> for MaybeUninit<T> {
+    fn write(tile: &[T], out: &mut [Self]) {
         out.write_copy_of_slice(tile);
     }
 }
 
-impl Store for f16 {
+impl Store<f32> for f16 {
     fn write(tile: &[f32], out: &mut [f16]) {
         f16::narrow(tile, out);
     }
 }
 
-impl Store for bf16 {
+impl Store<f32> for bf16 {
     fn write(tile: &[f32], out: &mut [bf16]) {
         bf16::narrow(tile, out);
     }
 }
 
-impl Store for bool {
-    fn write(tile: &[f32], out: &mut [bool]) {
-        out.iter_mut().zip(tile).for_each(|(o, &x)| *o = x != 0.0);
+/// Nonzero (NaN too) is true, as `.to(bool)`.
+impl<T: Lane> Store<T> for bool {
+    fn write(tile: &[T], out: &mut [bool]) {
+        out.iter_mut().zip(tile).for_each(|(o, &x)| *o = x != T::ZERO);
+    }
+}
+
+/// A `bool` result not yet written.
+impl<T: Lane> Store<T> for MaybeUninit<bool> {
+    fn write(tile: &[T], out: &mut [Self]) {
+        out.iter_mut().zip(tile).for_each(|(o, &x)| {
+            o.write(x != T::ZERO);
+        });
     }
 }
 
@@ -156,16 +320,21 @@ enum Read {
     One(usize),
 }
 
-/// Whether `k` runs by tiles: a plain map (no rows, no reduction) written row-major from
-/// element 0, each input read whole or as one element, primitive ops only, and at least one
-/// costly op (without one, the compiled loop is as fast).
-pub(super) fn applies(k: &MapKernel) -> bool {
+/// Whether `k` has the shape tiles take: a plain map (no rows, no reduction) written
+/// row-major from element 0, each input read whole or as one element.
+fn is_plain_map(k: &MapKernel) -> bool {
     let dims = &k.shape[..];
-    k.is_plain_f32()
-        && k.rows.is_empty()
+    k.rows.is_empty()
         && k.reduce.is_none()
         && k.output.is_contiguous_over(dims)
         && k.inputs.iter().all(|a| a.is_contiguous_over(dims) || a.is_uniform_over(dims))
+}
+
+/// Whether `k` runs by tiles: a plain `f32` map ([`is_plain_map`]), primitive ops only, and
+/// at least one costly op (without one, the compiled loop is as fast).
+pub(super) fn applies(k: &MapKernel) -> bool {
+    k.is_plain_f32()
+        && is_plain_map(k)
         && k.nodes.iter().all(|n| match *n {
             Node::Unary(op, _) => matches!(op.def(), OpDef::Prim(_)),
             Node::Binary(op, _, _) => matches!(op.def(), OpDef::Prim(_)),
@@ -175,8 +344,30 @@ pub(super) fn applies(k: &MapKernel) -> bool {
         && k.nodes.iter().any(|n| matches!(*n, Node::Unary(op, _) if costly(op).is_some()))
 }
 
+/// Whether the `f64` kernel `k` runs by tiles over buffers stored as `storage`: a plain map
+/// ([`is_plain_map`]) over `f64`s and `bool`s, of inputs, constants, primitive ops, `where`
+/// and roundings through `f64` or `f32`, with at least one of `f64`'s transcendental
+/// functions (which the compiled kernel calls one element at a time).
+pub(super) fn applies_f64(k: &MapKernel, storage: &BufferStorage) -> bool {
+    let held = |s: &Storage| matches!(s, Storage::F64 | Storage::Bool);
+    k.compute == Compute::F64
+        && is_plain_map(k)
+        && storage.inputs.len() == k.inputs.len()
+        && storage.inputs.iter().chain([&storage.output]).all(held)
+        && k.nodes.iter().all(|n| match *n {
+            Node::Unary(op, _) => matches!(op.def(), OpDef::Prim(_)),
+            Node::Binary(op, _, _) => matches!(op.def(), OpDef::Prim(_)),
+            Node::Round(s, _) => matches!(s, Storage::F64 | Storage::F32),
+            Node::Input(_) | Node::Const(_) | Node::Const64(_) | Node::Select(..) => true,
+            Node::Iota { .. } | Node::Rand { .. } | Node::Randn { .. } | Node::Reduce(..) | Node::Acc => false,
+        })
+        && k.nodes
+            .iter()
+            .any(|n| matches!(*n, Node::Unary(op, _) if matches!(op.def(), OpDef::Prim(p) if vmath::is_costly_f64(p))))
+}
+
 /// `vmath`'s slice function for a costly op.
-fn costly(op: gt_ir::UnaryOp) -> Option<vmath::SliceFn> {
+fn costly(op: UnaryOp) -> Option<vmath::SliceFn> {
     match op.def() {
         OpDef::Prim(p) => vmath::slice_fn(p),
         OpDef::Composite(_) => None,
@@ -210,13 +401,24 @@ pub(crate) fn eager(k: &MapKernel, inputs: &[Stored], out: StoredMut) {
 pub(super) fn run_uninit(
     k: &MapKernel,
     inputs: &[Stored],
-    out: &mut [std::mem::MaybeUninit<f32>],
+    out: &mut [MaybeUninit<f32>],
     stop: &(dyn Fn() -> bool + Sync),
 ) {
     run_into(k, inputs, out, stop);
 }
 
-fn run_into<T: Store>(k: &MapKernel, inputs: &[Stored], out: &mut [T], stop: &(dyn Fn() -> bool + Sync)) {
+/// Runs the `f64` kernel `k` ([`applies_f64`]; bounds checked by the caller) over `inputs`
+/// into the first elements of `out` (`f64`s or `bool`s not yet written), as [`run`] does.
+pub(super) fn run_f64<O: Store<f64>>(k: &MapKernel, inputs: &[Wide], out: &mut [O], stop: &(dyn Fn() -> bool + Sync)) {
+    run_into(k, inputs, out, stop);
+}
+
+fn run_into<T: Lane, S: Source<T>, O: Store<T>>(
+    k: &MapKernel,
+    inputs: &[S],
+    out: &mut [O],
+    stop: &(dyn Fn() -> bool + Sync),
+) {
     let n = k.numel();
     let reads: Vec<Read> = k
         .inputs
@@ -227,13 +429,13 @@ fn run_into<T: Store>(k: &MapKernel, inputs: &[Stored], out: &mut [T], stop: &(d
     let parts = threads::loop_parts(tiles, n);
     let per_part = tiles.div_ceil(parts.max(1)) * TILE;
     // Each part owns its chunk of the output; a mutex hands it over (taken once per part).
-    let chunks: Vec<std::sync::Mutex<(usize, &mut [T])>> =
+    let chunks: Vec<std::sync::Mutex<(usize, &mut [O])>> =
         out[..n].chunks_mut(per_part).enumerate().map(|(i, c)| std::sync::Mutex::new((i * per_part, c))).collect();
     threads::run_parts(chunks.len(), |p| {
         let mut guard = chunks[p].lock().unwrap_or_else(|e| e.into_inner());
         let (start, chunk) = &mut *guard;
         let width = TILE.min(n);
-        let mut scratch = vec![0.0f32; k.nodes.len() * width];
+        let mut scratch = vec![T::ZERO; k.nodes.len() * width];
         // The rows of constants and broadcast inputs are the same in every tile: filled once.
         for (i, node) in k.nodes.iter().enumerate() {
             if let Some(v) = invariant(inputs, &reads, *node) {
@@ -248,7 +450,7 @@ fn run_into<T: Store>(k: &MapKernel, inputs: &[Stored], out: &mut [T], stop: &(d
             prefetch_next(inputs, &reads, &chunk[end..], first + TILE, *start + chunk.len());
             let tile_out = &mut chunk[at..end];
             let last = tile(k, inputs, &reads, first, tile_out.len(), &mut scratch);
-            T::write(last, tile_out);
+            O::write(last, tile_out);
         }
     });
 }
@@ -260,7 +462,7 @@ fn run_into<T: Store>(k: &MapKernel, inputs: &[Stored], out: &mut [T], stop: &(d
 /// page boundaries: without these hints the tile waits on memory, and arithmetic and memory
 /// times add up (the 8-op chain of `bench/fusion` took 40 ms with them apart, 29 ms with
 /// them overlapped).
-fn prefetch_next<T>(inputs: &[Stored], reads: &[Read], out: &[T], first: usize, end: usize) {
+fn prefetch_next<T, S: Source<T>, O>(inputs: &[S], reads: &[Read], out: &[O], first: usize, end: usize) {
     if first >= end {
         return;
     }
@@ -268,12 +470,7 @@ fn prefetch_next<T>(inputs: &[Stored], reads: &[Read], out: &[T], first: usize, 
     prefetch(&out[..out.len().min(TILE)]);
     for (input, read) in inputs.iter().zip(reads) {
         if let Read::Whole = read {
-            match input {
-                Stored::F32(b) => prefetch(&b[range.clone()]),
-                Stored::F16(b) => prefetch(&b[range.clone()]),
-                Stored::Bf16(b) => prefetch(&b[range.clone()]),
-                Stored::Bool(b) => prefetch(&b[range.clone()]),
-            }
+            input.prefetch(range.clone());
         }
     }
 }
@@ -296,10 +493,10 @@ fn prefetch<T>(s: &[T]) {
 
 /// The value of every element of `node` where it is the same in every tile: a constant or
 /// an input broadcast from one element.
-fn invariant(inputs: &[Stored], reads: &[Read], node: Node) -> Option<f32> {
+fn invariant<T: Lane, S: Source<T>>(inputs: &[S], reads: &[Read], node: Node) -> Option<T> {
     match node {
-        Node::Const(bits) => Some(f32::from_bits(bits)),
-        Node::Const64(bits) => Some(f64::from_bits(bits) as f32),
+        Node::Const(bits) => Some(T::from_f32(f32::from_bits(bits))),
+        Node::Const64(bits) => Some(T::from_f64(f64::from_bits(bits))),
         Node::Input(n) => match reads[n as usize] {
             Read::One(at) => Some(inputs[n as usize].at(at)),
             Read::Whole => None,
@@ -313,20 +510,21 @@ fn invariant(inputs: &[Stored], reads: &[Read], node: Node) -> Option<f32> {
 /// is built for the host's widest vectors (`vmath::wide`): a loop per node, so each is
 /// small enough for the compiler to inline into the wide function.
 #[inline(always)]
-fn tile<'s>(
+fn tile<'s, T: Lane, S: Source<T>>(
     k: &MapKernel,
-    inputs: &[Stored<'s>],
+    inputs: &'s [S],
     reads: &[Read],
     first: usize,
     len: usize,
-    scratch: &'s mut [f32],
-) -> &'s [f32] {
+    scratch: &'s mut [T],
+) -> &'s [T] {
     let width = scratch.len() / k.nodes.len();
-    // A node that reads an `f32` input whole is that input's slice, not a copy of it.
+    // A node that reads an input of the kernel's type whole is that input's slice, not a
+    // copy of it.
     let direct = |n: usize| match k.nodes[n] {
-        Node::Input(m) => match (reads[m as usize], inputs[m as usize]) {
-            (Read::Whole, Stored::F32(b)) => Some(&b[first..first + len]),
-            _ => None,
+        Node::Input(m) => match reads[m as usize] {
+            Read::Whole => inputs[m as usize].whole().map(|b| &b[first..first + len]),
+            Read::One(_) => None,
         },
         _ => None,
     };
@@ -346,38 +544,32 @@ fn tile<'s>(
                 let (start, step) = (f64::from_bits(start), f64::from_bits(step));
                 vmath::wide(|| {
                     for (j, d) in dst.iter_mut().enumerate() {
-                        *d = (start + (first + j) as f64 * step) as f32;
+                        *d = T::from_f32((start + (first + j) as f64 * step) as f32);
                     }
                 });
             }
             Node::Rand { seed } => {
                 for (j, d) in dst.iter_mut().enumerate() {
-                    *d = random::uniform(seed, (first + j) as u64);
+                    *d = T::from_f32(random::uniform(seed, (first + j) as u64));
                 }
             }
             Node::Randn { seed } => {
                 for (j, d) in dst.iter_mut().enumerate() {
-                    *d = random::normal(seed, (first + j) as u64);
+                    *d = T::from_f32(random::normal(seed, (first + j) as u64));
                 }
             }
-            Node::Unary(op, a) => match (costly(op), op.def()) {
-                (Some(f), _) => f(value(a), dst),
-                (None, OpDef::Prim(p)) => p.specialize(UnaryTile(value(a), dst)),
-                (None, OpDef::Composite(_)) => unreachable!("`applies` takes primitives only"),
-            },
-            Node::Binary(op, a, b) => match op.def() {
-                OpDef::Prim(p) => p.specialize(BinaryTile(value(a), value(b), dst)),
-                OpDef::Composite(_) => unreachable!("`applies` takes primitives only"),
-            },
+            Node::Unary(op, a) => T::unary(op, value(a), dst),
+            Node::Binary(op, a, b) => T::binary(op, value(a), value(b), dst),
+            Node::Round(storage, a) => T::round(storage, value(a), dst),
             Node::Select(c, t, f) => {
                 let (c, t, f) = (value(c), value(t), value(f));
                 vmath::wide(|| {
                     for (((d, &c), &t), &f) in dst.iter_mut().zip(c).zip(t).zip(f) {
-                        *d = if c != 0.0 { t } else { f };
+                        *d = if c != T::ZERO { t } else { f };
                     }
                 });
             }
-            Node::Reduce(..) | Node::Acc | Node::Round(..) => unreachable!("`applies` takes plain maps only"),
+            Node::Reduce(..) | Node::Acc => unreachable!("`applies` takes plain maps only"),
         }
     }
     let last = k.nodes.len() - 1;
@@ -385,9 +577,9 @@ fn tile<'s>(
 }
 
 /// A unary op's loop over one tile.
-struct UnaryTile<'a>(&'a [f32], &'a mut [f32]);
+struct UnaryTile<'a, T>(&'a [T], &'a mut [T]);
 
-impl UnaryKernel<()> for UnaryTile<'_> {
+impl UnaryKernel<()> for UnaryTile<'_, f32> {
     fn call<F: Fn(f32) -> f32 + Copy + Send + Sync>(self, f: F) {
         let UnaryTile(x, out) = self;
         vmath::wide(|| {
@@ -398,11 +590,33 @@ impl UnaryKernel<()> for UnaryTile<'_> {
     }
 }
 
-/// A binary op's loop over one tile.
-struct BinaryTile<'a>(&'a [f32], &'a [f32], &'a mut [f32]);
+impl UnaryKernelAs<f64, ()> for UnaryTile<'_, f64> {
+    fn call<F: Fn(f64) -> f64 + Copy + Send + Sync>(self, f: F) {
+        let UnaryTile(x, out) = self;
+        vmath::wide(|| {
+            for (d, &x) in out.iter_mut().zip(x) {
+                *d = f(x);
+            }
+        });
+    }
+}
 
-impl BinaryKernel<()> for BinaryTile<'_> {
+/// A binary op's loop over one tile.
+struct BinaryTile<'a, T>(&'a [T], &'a [T], &'a mut [T]);
+
+impl BinaryKernel<()> for BinaryTile<'_, f32> {
     fn call<F: Fn(f32, f32) -> f32 + Copy + Send + Sync>(self, f: F) {
+        let BinaryTile(x, y, out) = self;
+        vmath::wide(|| {
+            for ((d, &x), &y) in out.iter_mut().zip(x).zip(y) {
+                *d = f(x, y);
+            }
+        });
+    }
+}
+
+impl BinaryKernelAs<f64, ()> for BinaryTile<'_, f64> {
+    fn call<F: Fn(f64, f64) -> f64 + Copy + Send + Sync>(self, f: F) {
         let BinaryTile(x, y, out) = self;
         vmath::wide(|| {
             for ((d, &x), &y) in out.iter_mut().zip(x).zip(y) {

@@ -2,8 +2,8 @@
 //! unary and binary ops, the reductions' combine step, `exp`/`log`/`tanh`/`sigmoid`/`pow`
 //! on the hardware's approximate `ex2`/`lg2`, and the f64 `ln`, `cos` and counter-based
 //! random bits behind `rand`/`randn`. Values are of the kernel's compute type ([`Compute`]):
-//! `f32` kernels take every op; `f64` ones every op (the transcendental ones from
-//! `wide.rs`); `i64` ones the integer ops (add, sub, mul, max, min, neg, abs, relu,
+//! `f32` kernels take every op; `f64` ones every op (the transcendental ones are
+//! `gt_ir::math64`'s, emitted through `wide.rs`); `i64` ones the integer ops (add, sub, mul, max, min, neg, abs, relu,
 //! comparisons), which wrap ([`supports`] says which, checked before anything is
 //! generated). Loops, loads and stores live in the kernel files.
 
@@ -173,7 +173,7 @@ impl Emitter {
                 // The interpreter's expression, in f64 throughout, with f64 ln and cos
                 // accurate to a few ulp, so the f32 results round to the same values.
                 let one_minus = self.value(Reg::F64, "sub.rn.f64", &format!("{}, {u1}", f64_imm(1.0)));
-                let ln = super::wide::ln(self, &one_minus);
+                let ln = gt_ir::math64::ln(self, &one_minus);
                 let m2 = self.value(Reg::F64, "mul.rn.f64", &format!("{}, {ln}", f64_imm(-2.0)));
                 let r = self.value(Reg::F64, "sqrt.rn.f64", &m2);
                 let angle = self.value(Reg::F64, "mul.rn.f64", &format!("{}, {u2}", f64_imm(std::f64::consts::TAU)));
@@ -381,11 +381,11 @@ impl Emitter {
                 let s = self.value(kind, "sqrt.rn.f64", x);
                 self.value(kind, "rcp.rn.f64", &s)
             }
-            UnaryPrim::Exp => super::wide::exp(self, &x.to_string()),
-            UnaryPrim::Log => super::wide::ln(self, &x.to_string()),
-            UnaryPrim::Tanh => super::wide::tanh(self, &x.to_string()),
-            UnaryPrim::Sigmoid => super::wide::sigmoid(self, &x.to_string()),
-            UnaryPrim::Erf => super::wide::erf(self, &x.to_string()),
+            UnaryPrim::Exp => gt_ir::math64::exp(self, &x.to_string()),
+            UnaryPrim::Log => gt_ir::math64::ln(self, &x.to_string()),
+            UnaryPrim::Tanh => gt_ir::math64::tanh(self, &x.to_string()),
+            UnaryPrim::Sigmoid => gt_ir::math64::sigmoid(self, &x.to_string()),
+            UnaryPrim::Erf => gt_ir::math64::erf(self, &x.to_string()),
         }
     }
 
@@ -439,7 +439,7 @@ impl Emitter {
             BinaryPrim::Le => truth(self, "le"),
             BinaryPrim::Gt => truth(self, "gt"),
             BinaryPrim::Ge => truth(self, "ge"),
-            BinaryPrim::Pow => super::wide::pow(self, &a.to_string(), &b.to_string()),
+            BinaryPrim::Pow => gt_ir::math64::pow(self, &a.to_string(), &b.to_string()),
         }
     }
 

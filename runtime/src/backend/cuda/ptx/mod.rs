@@ -15,8 +15,9 @@
 //! than 2^31 elements ([`PtxError::TooLarge`]).
 //!
 //! Map kernels compute in their [`gt_ir::kernel::Compute`] type: `f32` (over `f32` and
-//! halves), `f64` (every op; `exp`, `log`, `tanh`, `sigmoid`, `pow` and `erf` from
-//! `wide.rs`) or `i64` (over the integers and `bool`, wrapping; what integers do not compute,
+//! halves), `f64` (every op; `exp`, `log`, `tanh`, `sigmoid` and `erf` are
+//! `gt_ir::math64`'s, the CPU's bits, emitted through `wide.rs`; `pow` is `math64::pow`,
+//! within about 1e-13 of the CPU's libm `pow`) or `i64` (over the integers and `bool`, wrapping; what integers do not compute,
 //! a hand-written `as i64 { exp .. }`, is refused by name, [`PtxError::Compute`]); loads and stores convert between each buffer's dtype and it as `.to(dtype)`
 //! does. Matmuls take `f32` and halves only ([`PtxError::MatMulDType`]).
 //!
