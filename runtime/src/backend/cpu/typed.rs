@@ -1,9 +1,10 @@
 //! Eager elementwise ops on `f64` and integer tensors, as `f32` ones run: one loop per
 //! primitive (its scalar function a closure of its own type, from the op table's
-//! `specialize_as`), over operands stored whole or as one element, split over the worker's
-//! threads; and `where` of every dtype, its operands also repeated over leading axes (a
-//! mask). Other layouts and composite ops take `value.rs`'s general way; both give the op
-//! table's semantics, so the same bits.
+//! `specialize_as`), split over the worker's threads, over operands stored whole, as one
+//! element, as a period repeated over leading axes (a bias, a mask) or with each element
+//! spread over trailing axes (a per-row value), cut into stretches that cross no period's
+//! end; `where` of every dtype the same way. Other layouts and composite ops take
+//! `value.rs`'s general way; both give the op table's semantics, so the same bits.
 
 use super::value::{array, Value};
 use super::{threads, vmath};
@@ -12,59 +13,11 @@ use gt_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 use ndarray::ArrayD;
 use std::mem::MaybeUninit;
 
-/// An operand over the result's elements: all of them in order, or one for every element.
-#[derive(Clone, Copy)]
-enum Flat<'a, T> {
-    Whole(&'a [T]),
-    One(T),
-}
-
-impl<'a, T: Copy> Flat<'a, T> {
-    /// `a` broadcast to `n` elements, where it is stored row-major with all of them (an
-    /// operand that broadcasts to the result with as many elements has its shape, leading
-    /// ones aside) or with one.
-    fn of(a: &'a ArrayD<T>, n: usize) -> Option<Self> {
-        let data = a.as_slice()?;
-        match data.len() {
-            len if len == n => Some(Flat::Whole(data)),
-            1 => Some(Flat::One(data[0])),
-            _ => None,
-        }
-    }
-}
-
-/// `out[i] = f(x[at + i], y[at + i])`, each loop plain over slices so that it vectorizes.
-fn zip_into<T: Copy, U: Copy>(x: Flat<T>, y: Flat<T>, at: usize, out: &mut [MaybeUninit<U>], f: impl Fn(T, T) -> U) {
-    let n = out.len();
-    match (x, y) {
-        (Flat::Whole(x), Flat::Whole(y)) => {
-            for ((o, &x), &y) in out.iter_mut().zip(&x[at..at + n]).zip(&y[at..at + n]) {
-                o.write(f(x, y));
-            }
-        }
-        (Flat::Whole(x), Flat::One(y)) => {
-            for (o, &x) in out.iter_mut().zip(&x[at..at + n]) {
-                o.write(f(x, y));
-            }
-        }
-        (Flat::One(x), Flat::Whole(y)) => {
-            for (o, &y) in out.iter_mut().zip(&y[at..at + n]) {
-                o.write(f(x, y));
-            }
-        }
-        (Flat::One(x), Flat::One(y)) => {
-            let v = f(x, y);
-            out.iter_mut().for_each(|o| {
-                o.write(v);
-            });
-        }
-    }
-}
-
-/// A binary primitive over two flat operands, into `T` or, for a comparison, into `bool`.
+/// A binary primitive over two operands laid out as [`Tiled`] says, into `T` or, for a
+/// comparison, into `bool`.
 struct Zipped<'a, T> {
-    x: Flat<'a, T>,
-    y: Flat<'a, T>,
+    x: Tiled<'a, T>,
+    y: Tiled<'a, T>,
     dims: &'a [usize],
     truth: bool,
 }
@@ -78,13 +31,15 @@ impl<T: Scalar> BinaryKernelAs<T, Out<T>> for Zipped<'_, T> {
     fn call<F: Fn(T, T) -> T + Copy + Send + Sync>(self, f: F) -> Out<T> {
         let Zipped { x, y, dims, truth } = self;
         let n = dims.iter().product();
+        let room = |g| x.room(g).min(y.room(g));
+        let (x, y) = (&x, &y);
         if truth {
-            Out::Truth(array(
-                dims,
-                threads::written_as(n, |at, out| zip_into(x, y, at, out, |x, y| f(x, y) != T::ZERO)),
-            ))
+            let truth = |x, y| f(x, y) != T::ZERO;
+            let each = |g, out: &mut [_]| zip_into(x.stretch(g, out.len()), y.stretch(g, out.len()), out, truth);
+            Out::Truth(array(dims, stretched(n, room, each)))
         } else {
-            Out::Same(array(dims, threads::written_as(n, |at, out| zip_into(x, y, at, out, f))))
+            let each = |g, out: &mut [_]| zip_into(x.stretch(g, out.len()), y.stretch(g, out.len()), out, f);
+            Out::Same(array(dims, stretched(n, room, each)))
         }
     }
 }
@@ -112,8 +67,8 @@ impl<T: Scalar> UnaryKernelAs<T, ArrayD<T>> for Mapped<'_, T> {
 
 /// `op` on `a` and `b` (both already in the dtype it computes in) broadcast to `dims`,
 /// giving `result` (that dtype, or `bool` for a comparison); `None` where this way does not
-/// apply (another dtype, a composite op, a float-only op on integers, an operand broadcast
-/// other than from one element).
+/// apply (another dtype, a composite op, a float-only op on integers, an operand laid out
+/// otherwise than [`Tiled`] takes).
 pub(crate) fn binary(op: BinaryOp, a: &Value, b: &Value, dims: &[usize], result: DType) -> Option<Value> {
     let OpDef::Prim(p) = op.def() else { return None };
     let n: usize = dims.iter().product();
@@ -130,7 +85,10 @@ pub(crate) fn binary(op: BinaryOp, a: &Value, b: &Value, dims: &[usize], result:
         dims: &[usize],
         truth: bool,
     ) -> Option<Out<T>> {
-        let (x, y) = (Flat::of(x, n)?, Flat::of(y, n)?);
+        if n == 0 {
+            return None;
+        }
+        let (x, y) = (Tiled::of(x, dims)?, Tiled::of(y, dims)?);
         Some(p.specialize_as(Zipped { x, y, dims, truth }))
     }
     let out = match (a, b) {
@@ -297,13 +255,16 @@ pub(crate) fn reduce(op: ReduceOp, a: &Value, axes: &[usize], dims: &[usize], dt
     Some(out.into_dtype(dtype))
 }
 
-/// An operand of `where` over the result's elements: all of them in order, one for every
-/// element, or a period repeated over leading axes (a mask `[T, T]` over `[B, T, T]`).
+/// An operand over the result's elements: all of them in order, one for every element, a
+/// period repeated over leading axes (a bias `[n]` over `[m, n]`, a mask `[T, T]` over
+/// `[B, T, T]`), or each element spread over trailing axes (a per-row `[m, 1]` over
+/// `[m, n]`: element `k` of the result takes element `k / inner`).
 #[derive(Clone, Copy)]
 enum Tiled<'a, T> {
     Whole(&'a [T]),
     One(T),
     Period(&'a [T]),
+    Spread { data: &'a [T], inner: usize },
 }
 
 impl<'a, T: Copy> Tiled<'a, T> {
@@ -322,10 +283,11 @@ impl<'a, T: Copy> Tiled<'a, T> {
         let shape: Vec<usize> =
             std::iter::repeat_n(1, dims.len() - a.ndim()).chain(a.shape().iter().copied()).collect();
         let ones = shape.iter().take_while(|&&d| d == 1).count();
-        if shape[ones..] != dims[ones..] {
-            return None;
+        if shape[ones..] == dims[ones..] {
+            return Some(if dims[..ones].iter().all(|&d| d == 1) { Tiled::Whole(data) } else { Tiled::Period(data) });
         }
-        Some(if dims[..ones].iter().all(|&d| d == 1) { Tiled::Whole(data) } else { Tiled::Period(data) })
+        let kept = shape.len() - shape.iter().rev().take_while(|&&d| d == 1).count();
+        (shape[..kept] == dims[..kept]).then(|| Tiled::Spread { data, inner: dims[kept..].iter().product() })
     }
 
     /// Elements `at..at + len` of the result's, which cross no period's end.
@@ -337,14 +299,64 @@ impl<'a, T: Copy> Tiled<'a, T> {
                 let o = at % v.len();
                 Src::Slice(&v[o..o + len])
             }
+            Tiled::Spread { data, inner } => Src::Const(data[at / inner]),
         }
     }
 
-    /// Elements from `at` up to the end of the period holding it (`usize::MAX`: no period).
+    /// Elements from `at` up to the end of the period (or spread element) holding it
+    /// (`usize::MAX`: none).
     fn room(self, at: usize) -> usize {
         match self {
             Tiled::Period(v) => v.len() - at % v.len(),
+            Tiled::Spread { inner, .. } => inner - at % inner,
             _ => usize::MAX,
+        }
+    }
+}
+
+/// `n` elements written by `fill(g, out)` (elements `g..g + out.len()`) over the threads,
+/// in stretches that cross none of the operands' period ends (`room(g)`: elements from `g`
+/// to the next).
+fn stretched<U: Send>(
+    n: usize,
+    room: impl Fn(usize) -> usize + Sync,
+    fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
+) -> Vec<U> {
+    threads::written_as(n, |at, out| {
+        let mut done = 0;
+        while done < out.len() {
+            let g = at + done;
+            let len = (out.len() - done).min(room(g));
+            fill(g, &mut out[done..done + len]);
+            done += len;
+        }
+    })
+}
+
+/// `out[k] = f(x[k], y[k])` over a stretch, one plain loop per case so that it vectorizes.
+fn zip_into<T: Copy, U: Copy>(x: Src<T>, y: Src<T>, out: &mut [MaybeUninit<U>], f: impl Fn(T, T) -> U) {
+    let n = out.len();
+    match (x, y) {
+        (Src::Slice(x), Src::Slice(y)) => {
+            for ((o, &x), &y) in out.iter_mut().zip(&x[..n]).zip(&y[..n]) {
+                o.write(f(x, y));
+            }
+        }
+        (Src::Slice(x), Src::Const(y)) => {
+            for (o, &x) in out.iter_mut().zip(&x[..n]) {
+                o.write(f(x, y));
+            }
+        }
+        (Src::Const(x), Src::Slice(y)) => {
+            for (o, &y) in out.iter_mut().zip(&y[..n]) {
+                o.write(f(x, y));
+            }
+        }
+        (Src::Const(x), Src::Const(y)) => {
+            let v = f(x, y);
+            out.iter_mut().for_each(|o| {
+                o.write(v);
+            });
         }
     }
 }
@@ -392,25 +404,18 @@ fn pick_into<T: Copy>(c: Src<bool>, t: Src<T>, f: Src<T>, out: &mut [MaybeUninit
 }
 
 /// `where cond, t, f` broadcast to `dims`, `t` and `f` already in the result's dtype: split
-/// over the threads, each stretch cut at the operands' period ends; `None` where an operand
+/// over the threads, each stretch cut at the operands' period ends ([`stretched`]); `None` where an operand
 /// is stored otherwise (the general way runs it).
 pub(crate) fn select(cond: &ArrayD<bool>, t: &Value, f: &Value, dims: &[usize]) -> Option<Value> {
     fn run<T: Copy + Send + Sync>(c: &ArrayD<bool>, t: &ArrayD<T>, f: &ArrayD<T>, dims: &[usize]) -> Option<ArrayD<T>> {
         let n: usize = dims.iter().product();
         let (c, t, f) = (Tiled::of(c, dims)?, Tiled::of(t, dims)?, Tiled::of(f, dims)?);
-        Some(array(
-            dims,
-            threads::written_as(n, |at, out| {
-                let mut done = 0;
-                while done < out.len() {
-                    let g = at + done;
-                    let len = (out.len() - done).min(c.room(g)).min(t.room(g)).min(f.room(g));
-                    let (c, t, f) = (c.stretch(g, len), t.stretch(g, len), f.stretch(g, len));
-                    pick_into(c, t, f, &mut out[done..done + len]);
-                    done += len;
-                }
-            }),
-        ))
+        let room = |g| c.room(g).min(t.room(g)).min(f.room(g));
+        let each = |g, out: &mut [_]| {
+            let len = out.len();
+            pick_into(c.stretch(g, len), t.stretch(g, len), f.stretch(g, len), out);
+        };
+        Some(array(dims, stretched(n, room, each)))
     }
     if dims.contains(&0) {
         return None;
@@ -440,8 +445,10 @@ mod tests {
     /// functions element by element.
     #[test]
     fn typed_loops_compute_what_the_op_table_says() {
-        let n = 40_000; // past one thread's stretch, so the team splits it
-        let xs: Vec<f64> = (0..n).map(|i| (i as f64 - 20_000.0) / 997.0).collect();
+        // Past one thread's stretch, so the loop splits over a team of two.
+        threads::use_threads(2, std::time::Duration::from_micros(200)).unwrap();
+        let n = 70_000;
+        let xs: Vec<f64> = (0..n).map(|i| (i as f64 - 35_000.0) / 997.0).collect();
         let ys: Vec<f64> = (0..n).map(|i| ((i * 7919) % 1000) as f64 / 100.0 - 5.0).collect();
         let (x, y) = (f64s(&[n], xs.clone()), f64s(&[n], ys.clone()));
         let one = f64s(&[], vec![1.5]);
@@ -544,11 +551,91 @@ mod tests {
             }
         }
         assert!(reduce(ReduceOp::Sum, &m, &[0], &[5, 4_000], DType::F64).is_none());
+    }
 
-        // Broadcast other than from one element: not this way.
+    /// Binary ops over every layout this way takes (a bias, a per-row value, a mask-like
+    /// period, whole and one-element operands, either side) and some it leaves to the general
+    /// way, in `f64`, `i64` and `i32`, split over the team: each element is the op table's
+    /// function of the operands' elements that broadcast to it.
+    #[test]
+    fn binary_ops_of_every_layout_give_the_broadcast_elements() {
+        use ndarray::{IxDyn, Zip};
+        // Past one thread's stretch (`TEAM_MIN_ELEMENTS`), so the loop splits over a team of
+        // two, at an element that ends no period.
+        threads::use_threads(2, std::time::Duration::from_micros(200)).unwrap();
+        let dims = [17usize, 51, 101];
+        let shapes: [&[usize]; 9] =
+            [&[], &[1], &[101], &[51, 101], &[1, 51, 101], &[17, 51, 101], &[17, 1, 101], &[17, 51, 1], &[17, 1, 1]];
+        let numbers = |shape: &[usize], seed: usize| -> ArrayD<i64> {
+            let n: usize = shape.iter().product();
+            let v = (0..n).map(|i| ((i * 7919 + seed * 104_729) % 1013) as i64 - 500).collect();
+            ArrayD::from_shape_vec(IxDyn(shape), v).unwrap()
+        };
+        let ops = [BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Maximum, BinaryOp::Lt, BinaryOp::Div];
+        let mut fast = 0;
+        for (i, a) in shapes.iter().enumerate() {
+            for (j, b) in shapes.iter().enumerate() {
+                let (x, y) = (numbers(a, i), numbers(b, j + 1));
+                let (xb, yb) = (x.broadcast(&dims[..]).unwrap(), y.broadcast(&dims[..]).unwrap());
+                for op in ops {
+                    let p = match op.def() {
+                        OpDef::Prim(p) => p,
+                        OpDef::Composite(_) => unreachable!(),
+                    };
+                    let truth = op.row().compare;
+                    // f64 (x / 7 so that divisions round), then the integers.
+                    let fx = Value::F64(x.mapv(|v| v as f64 / 7.0));
+                    let fy = Value::F64(y.mapv(|v| v as f64));
+                    let result = if truth { DType::Bool } else { DType::F64 };
+                    let want: Vec<f64> = Zip::from(&xb)
+                        .and(&yb)
+                        .map_collect(|&x, &y| p.apply_f64(x as f64 / 7.0, y as f64))
+                        .into_iter()
+                        .collect();
+                    let taken = binary(op, &fx, &fy, &dims, result);
+                    if let Some(got) = &taken {
+                        fast += 1;
+                        assert_eq!(got.shape(), &dims[..]);
+                        let got: Vec<f64> = got.f64().iter().copied().collect();
+                        assert!(
+                            got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()),
+                            "f64 {op:?} {a:?} {b:?}"
+                        );
+                    }
+                    let Some(_) = p.apply_int(1, 1) else { continue };
+                    for dtype in [DType::I64, DType::I32] {
+                        let (ix, iy) = (Value::I64(x.clone()).cast(dtype), Value::I64(y.clone()).cast(dtype));
+                        let result = if truth { DType::Bool } else { dtype };
+                        let want: Vec<i64> = Zip::from(&xb)
+                            .and(&yb)
+                            .map_collect(|&x, &y| p.apply_int(x, y).unwrap())
+                            .into_iter()
+                            .collect();
+                        let Some(got) = binary(op, &ix, &iy, &dims, result) else {
+                            assert!(taken.is_none(), "{dtype:?} {op:?} {a:?} {b:?}: f64 takes it");
+                            continue;
+                        };
+                        let got: Vec<i64> = got.f64().iter().map(|&v| v as i64).collect();
+                        assert_eq!(got, want, "{dtype:?} {op:?} {a:?} {b:?}");
+                    }
+                }
+            }
+        }
+        // Every pair but those with a [17, 1, 101].
+        assert!(fast >= 5 * 60, "{fast}");
         let row = f64s(&[1, 4], vec![1.0; 4]);
-        let m = f64s(&[3, 4], vec![2.0; 12]);
-        assert!(binary(BinaryOp::Add, &m, &row, &[3, 4], DType::F64).is_none());
+        let odd = f64s(&[3, 1, 4], vec![2.0; 12]);
+        assert!(binary(BinaryOp::Add, &odd, &row, &[3, 1, 4], DType::F64).is_some());
+        assert!(binary(BinaryOp::Add, &f64s(&[3, 1, 1], vec![1.0; 3]), &row, &[3, 1, 4], DType::F64).is_some());
+        // A value spread over an axis between two of its own is not this way.
+        assert!(binary(
+            BinaryOp::Add,
+            &f64s(&[3, 1, 4], vec![2.0; 12]),
+            &f64s(&[3, 5, 4], vec![1.0; 60]),
+            &[3, 5, 4],
+            DType::F64
+        )
+        .is_none());
     }
 
     /// `where` over every layout this way takes (and some it leaves to the general way),
@@ -556,9 +643,11 @@ mod tests {
     #[test]
     fn where_of_every_layout_gives_the_general_ways_elements() {
         use crate::backend::cpu::value::select_by_broadcast;
-        let dims = [8usize, 50, 100]; // past one thread's stretch, so the team splits it
+        // Past one thread's stretch, so the loop splits over a team of two.
+        threads::use_threads(2, std::time::Duration::from_micros(200)).unwrap();
+        let dims = [16usize, 50, 100];
         let shapes: [&[usize]; 8] =
-            [&[], &[1], &[100], &[50, 100], &[1, 50, 100], &[8, 50, 100], &[8, 1, 100], &[8, 50, 1]];
+            [&[], &[1], &[100], &[50, 100], &[1, 50, 100], &[16, 50, 100], &[16, 1, 100], &[16, 50, 1]];
         let filled = |shape: &[usize], seed: usize, dtype: DType| {
             let n: usize = shape.iter().product();
             let v: Vec<f64> = (0..n).map(|i| ((i * 7919 + seed * 104_729) % 1013) as f64 - 500.0).collect();

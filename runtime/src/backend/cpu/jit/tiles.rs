@@ -420,6 +420,9 @@ fn run_into<T: Lane, S: Source<T>, O: Store<T>>(
     stop: &(dyn Fn() -> bool + Sync),
 ) {
     let n = k.numel();
+    if n == 0 {
+        return;
+    }
     let reads: Vec<Read> = k
         .inputs
         .iter()
