@@ -115,7 +115,7 @@ impl StoredMut<'_> {
 }
 
 /// A type kernels compute in by tiles (`f32`, or `f64`), with its nodes over a tile.
-pub(super) trait Lane: Copy + PartialEq + Send + Sync + 'static {
+pub(super) trait TileType: Copy + PartialEq + Send + Sync + 'static {
     /// Zero (a `where` condition's false).
     const ZERO: Self;
     /// `x` (a `f32` constant or random number) in this type.
@@ -130,7 +130,7 @@ pub(super) trait Lane: Copy + PartialEq + Send + Sync + 'static {
     fn round(storage: Storage, x: &[Self], out: &mut [Self]);
 }
 
-impl Lane for f32 {
+impl TileType for f32 {
     const ZERO: f32 = 0.0;
     fn from_f32(x: f32) -> f32 {
         x
@@ -156,7 +156,7 @@ impl Lane for f32 {
     }
 }
 
-impl Lane for f64 {
+impl TileType for f64 {
     const ZERO: f64 = 0.0;
     fn from_f32(x: f32) -> f64 {
         f64::from(x)
@@ -293,14 +293,14 @@ impl Store<f32> for bf16 {
 }
 
 /// Nonzero (NaN too) is true, as `.to(bool)`.
-impl<T: Lane> Store<T> for bool {
+impl<T: TileType> Store<T> for bool {
     fn write(tile: &[T], out: &mut [bool]) {
         out.iter_mut().zip(tile).for_each(|(o, &x)| *o = x != T::ZERO);
     }
 }
 
 /// A `bool` result not yet written.
-impl<T: Lane> Store<T> for MaybeUninit<bool> {
+impl<T: TileType> Store<T> for MaybeUninit<bool> {
     fn write(tile: &[T], out: &mut [Self]) {
         out.iter_mut().zip(tile).for_each(|(o, &x)| {
             o.write(x != T::ZERO);
@@ -413,7 +413,7 @@ pub(super) fn run_f64<O: Store<f64>>(k: &MapKernel, inputs: &[Wide], out: &mut [
     run_into(k, inputs, out, stop);
 }
 
-fn run_into<T: Lane, S: Source<T>, O: Store<T>>(
+fn run_into<T: TileType, S: Source<T>, O: Store<T>>(
     k: &MapKernel,
     inputs: &[S],
     out: &mut [O],
@@ -496,7 +496,7 @@ fn prefetch<T>(s: &[T]) {
 
 /// The value of every element of `node` where it is the same in every tile: a constant or
 /// an input broadcast from one element.
-fn invariant<T: Lane, S: Source<T>>(inputs: &[S], reads: &[Read], node: Node) -> Option<T> {
+fn invariant<T: TileType, S: Source<T>>(inputs: &[S], reads: &[Read], node: Node) -> Option<T> {
     match node {
         Node::Const(bits) => Some(T::from_f32(f32::from_bits(bits))),
         Node::Const64(bits) => Some(T::from_f64(f64::from_bits(bits))),
@@ -513,7 +513,7 @@ fn invariant<T: Lane, S: Source<T>>(inputs: &[S], reads: &[Read], node: Node) ->
 /// is built for the host's widest vectors (`vmath::wide`): a loop per node, so each is
 /// small enough for the compiler to inline into the wide function.
 #[inline(always)]
-fn tile<'s, T: Lane, S: Source<T>>(
+fn tile<'s, T: TileType, S: Source<T>>(
     k: &MapKernel,
     inputs: &'s [S],
     reads: &[Read],
