@@ -689,7 +689,8 @@ fn fused_halves_on_a_cuda_worker_round_once_like_the_cpu() {
 #[path = "../common/dtype_program.rs"]
 mod dtype_program;
 
-/// Every dtype on the GPU (`dtype_program`) gives the interpreter's values, integers exactly.
+/// Every dtype on the GPU (`dtype_program`) gives the interpreter's values, integers and
+/// `f64`'s `exp log tanh sigmoid erf` (`gt_ir::math64`, emitted as PTX) exactly.
 /// `tests/gtir/run/dtype_kernels.gtir` goes through the GPU too, in the every-filetest test.
 #[test]
 fn every_dtype_computes_like_the_interpreter() {
