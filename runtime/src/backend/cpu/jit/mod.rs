@@ -375,7 +375,7 @@ impl Jit {
     /// Returns the time spent compiling (zero when the kernel was cached).
     #[allow(unsafe_code)]
     pub fn run(&mut self, kernel: &Kernel, inputs: &[&[f32]], out: &mut [f32]) -> Result<Duration, JitError> {
-        if self.tiled(kernel).is_some() {
+        if self.tiled(kernel, false).is_some() {
             let stored: Vec<Stored> = inputs.iter().map(|b| Stored::F32(b)).collect();
             return self.run_stored(kernel, &stored, StoredMut::F32(out));
         }
@@ -404,7 +404,8 @@ impl Jit {
             return self.run_stored(kernel, inputs, StoredMut::F32(super::threads::zeroed(out)));
         }
         let token = crate::cancel::Token::current();
-        let took = if let Some(m) = self.tiled(kernel) {
+        let converts = inputs.iter().any(|b| !matches!(b, Stored::F32(_)));
+        let took = if let Some(m) = self.tiled(kernel, converts) {
             let lens: Vec<usize> = inputs.iter().map(Stored::len).collect();
             kernel.check_bounds(&lens, out.len()).map_err(JitError::Bounds)?;
             validate(kernel).map_err(JitError::Invalid)?;
@@ -596,7 +597,8 @@ impl Jit {
     /// widens and rounds a tile at a time; compiled code reads and writes `f32`, so halves
     /// are widened whole first and its result rounded after.
     pub fn run_stored(&mut self, kernel: &Kernel, inputs: &[Stored], out: StoredMut) -> Result<Duration, JitError> {
-        if let Some(m) = self.tiled(kernel) {
+        let converts = !matches!(out, StoredMut::F32(_)) || inputs.iter().any(|b| !matches!(b, Stored::F32(_)));
+        if let Some(m) = self.tiled(kernel, converts) {
             let lens: Vec<usize> = inputs.iter().map(Stored::len).collect();
             kernel.check_bounds(&lens, out.len()).map_err(JitError::Bounds)?;
             validate(kernel).map_err(JitError::Invalid)?;
@@ -638,10 +640,11 @@ impl Jit {
         }
     }
 
-    /// `kernel` as a map this JIT runs by tiles (`tiles.rs`), if it is one.
-    fn tiled<'k>(&self, kernel: &'k Kernel) -> Option<&'k MapKernel> {
+    /// `kernel` as a map this JIT runs by tiles (`tiles.rs`), if it is one; `converts`: some
+    /// buffer holds halves or `bool`s.
+    fn tiled<'k>(&self, kernel: &'k Kernel, converts: bool) -> Option<&'k MapKernel> {
         match kernel {
-            Kernel::Map(m) if self.tiles && tiles::applies(m) => Some(m),
+            Kernel::Map(m) if self.tiles && tiles::applies(m, converts) => Some(m),
             _ => None,
         }
     }
@@ -679,7 +682,7 @@ impl Jit {
     ) -> Result<Option<Duration>, JitError> {
         let Kernel::Map(m) = kernel else { return Ok(None) };
         let in_step = m.inputs.get(over).is_some_and(|a| *a == m.output);
-        let plain = m.rows.is_empty() && m.reduce.is_none() && self.tiled(kernel).is_none();
+        let plain = m.rows.is_empty() && m.reduce.is_none() && self.tiled(kernel, false).is_none();
         if !in_step || !plain || inputs.len() != m.inputs.len() || kernel.check_covers(data.len()).is_err() {
             return Ok(None);
         }

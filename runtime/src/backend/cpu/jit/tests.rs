@@ -1234,7 +1234,7 @@ proptest! {
     #[test]
     fn tiles_give_the_compiled_bits((kernel, data) in tiled_case()) {
         let Kernel::Map(m) = &kernel else { unreachable!("a map") };
-        prop_assert!(tiles::applies(m));
+        prop_assert!(tiles::applies(m, false));
         let refs: Vec<&[f32]> = data.iter().map(|d| &d[..]).collect();
         let n = m.numel();
         let (mut tiled, mut compiled) = (vec![UNWRITTEN; n], vec![UNWRITTEN; n]);
@@ -1254,7 +1254,7 @@ fn what_runs_by_tiles() {
     let whole = Access::contiguous(&[n]);
     let tanh = vec![Node::Input(0), Node::Unary(UnaryOp::Tanh, 0)];
     let Kernel::Map(plain) = map(&[n], vec![whole.clone()], tanh.clone(), whole.clone()) else { unreachable!() };
-    assert!(tiles::applies(&plain));
+    assert!(tiles::applies(&plain, false));
     // Without a costly op the compiled loop is as fast; strided reads and writes, rows and
     // composites are compiled.
     let cheap = map(&[n], vec![whole.clone()], vec![Node::Input(0), Node::Unary(UnaryOp::Neg, 0)], whole.clone());
@@ -1264,9 +1264,15 @@ fn what_runs_by_tiles() {
     let rows = row_map(&[n], vec![0], vec![whole.clone()], tanh.clone(), whole.clone());
     let softplus =
         map(&[n], vec![whole.clone()], vec![Node::Input(0), Node::Unary(UnaryOp::Softplus, 0)], whole.clone());
-    for k in [cheap, reversed, reversed_out, rows, softplus] {
+    let Kernel::Map(m) = &cheap else { unreachable!() };
+    assert!(!tiles::applies(m, false));
+    // Over halves or `bool`s (which compiled code would convert whole), cheap maps too; the
+    // others are compiled all the same.
+    assert!(tiles::applies(m, true));
+    for k in [reversed, reversed_out, rows, softplus] {
         let Kernel::Map(m) = &k else { unreachable!() };
-        assert!(!tiles::applies(m), "{k}");
+        assert!(!tiles::applies(m, false), "{k}");
+        assert!(!tiles::applies(m, true), "{k}");
     }
 }
 

@@ -331,8 +331,10 @@ fn is_plain_map(k: &MapKernel) -> bool {
 }
 
 /// Whether `k` runs by tiles: a plain `f32` map ([`is_plain_map`]), primitive ops only, and
-/// at least one costly op (without one, the compiled loop is as fast).
-pub(super) fn applies(k: &MapKernel) -> bool {
+/// at least one costly op (without one, the compiled loop is as fast) or, where `converts`
+/// (a buffer holds halves or `bool`s), any op: compiled code reads and writes `f32` only, so
+/// such buffers would be converted whole first, a pass over memory and a temporary each.
+pub(super) fn applies(k: &MapKernel, converts: bool) -> bool {
     k.is_plain_f32()
         && is_plain_map(k)
         && k.nodes.iter().all(|n| match *n {
@@ -341,7 +343,7 @@ pub(super) fn applies(k: &MapKernel) -> bool {
             Node::Reduce(..) | Node::Acc | Node::Round(..) => false,
             _ => true,
         })
-        && k.nodes.iter().any(|n| matches!(*n, Node::Unary(op, _) if costly(op).is_some()))
+        && (converts || k.nodes.iter().any(|n| matches!(*n, Node::Unary(op, _) if costly(op).is_some())))
 }
 
 /// Whether the `f64` kernel `k` runs by tiles over buffers stored as `storage`: a plain map
