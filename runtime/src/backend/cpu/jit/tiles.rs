@@ -1,4 +1,6 @@
-//! Plain map kernels with costly nodes (`exp log tanh sigmoid erf`), run tile by tile: each
+//! Plain map kernels with costly nodes (`exp log tanh sigmoid erf`), or over buffers of halves
+//! or `bool`s (which compiled code, reading and writing `f32` only, would convert whole first),
+//! run tile by tile: each
 //! node is computed over a tile of a few hundred elements by a slice loop (the costly ones by
 //! `vmath`'s functions, sixteen lanes wide with AVX-512 or eight with AVX2, where Cranelift
 //! emits four; the others by the op table's scalar functions in loops the compiler
