@@ -31,15 +31,20 @@ impl<T: Scalar> BinaryKernelAs<T, Out<T>> for Zipped<'_, T> {
     fn call<F: Fn(T, T) -> T + Copy + Send + Sync>(self, f: F) -> Out<T> {
         let Zipped { x, y, dims, truth } = self;
         let n = dims.iter().product();
-        let room = |g| x.room(g).min(y.room(g));
-        let (x, y) = (&x, &y);
+        // `f` over every element, split over the threads by stretches.
+        fn all<T: Copy + Sync, U: Copy + Send>(
+            n: usize,
+            x: Tiled<T>,
+            y: Tiled<T>,
+            f: impl Fn(T, T) -> U + Sync,
+        ) -> Vec<U> {
+            let room = |g| x.room(g).min(y.room(g));
+            stretched(n, room, |g, out| zip_into(x.stretch(g, out.len()), y.stretch(g, out.len()), out, &f))
+        }
         if truth {
-            let truth = |x, y| f(x, y) != T::ZERO;
-            let each = |g, out: &mut [_]| zip_into(x.stretch(g, out.len()), y.stretch(g, out.len()), out, truth);
-            Out::Truth(array(dims, stretched(n, room, each)))
+            Out::Truth(array(dims, all(n, x, y, |x, y| f(x, y) != T::ZERO)))
         } else {
-            let each = |g, out: &mut [_]| zip_into(x.stretch(g, out.len()), y.stretch(g, out.len()), out, f);
-            Out::Same(array(dims, stretched(n, room, each)))
+            Out::Same(array(dims, all(n, x, y, f)))
         }
     }
 }

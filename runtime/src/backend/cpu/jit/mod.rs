@@ -243,6 +243,14 @@ fn written<T>(
     Ok((v, took))
 }
 
+/// What a kernel run by tiles is checked for first, as compiled code is when it compiles:
+/// its accesses within buffers of `lens` elements and a result of `out_len`
+/// ([`Kernel::check_bounds`]), and its nodes well formed.
+fn checked_for_tiles(kernel: &Kernel, lens: &[usize], out_len: usize) -> Result<(), JitError> {
+    kernel.check_bounds(lens, out_len).map_err(JitError::Bounds)?;
+    validate(kernel).map_err(JitError::Invalid)
+}
+
 /// The `len` elements at `at` as a slice of `T`s not yet written.
 ///
 /// # Safety
@@ -407,11 +415,8 @@ impl Jit {
         let converts = inputs.iter().any(|b| !matches!(b, Stored::F32(_)));
         let took = if let Some(m) = self.tiled(kernel, converts) {
             let lens: Vec<usize> = inputs.iter().map(Stored::len).collect();
-            kernel.check_bounds(&lens, out.len()).map_err(JitError::Bounds)?;
-            validate(kernel).map_err(JitError::Invalid)?;
-            if !out.is_empty() {
-                tiles::run_uninit(m, inputs, out, &|| token.stop());
-            }
+            checked_for_tiles(kernel, &lens, out.len())?;
+            tiles::run_uninit(m, inputs, out, &|| token.stop());
             Duration::ZERO
         } else {
             let widened: Vec<std::borrow::Cow<[f32]>> = inputs.iter().map(Stored::widened).collect();
@@ -523,8 +528,7 @@ impl Jit {
         let covers = kernel.check_covers(out_len).is_ok();
         if let Some(m) = self.tiled_f64(kernel, &storage) {
             let lens: Vec<usize> = parts.iter().map(|p| p.2).collect();
-            kernel.check_bounds(&lens, out_len).map_err(JitError::Bounds)?;
-            validate(kernel).map_err(JitError::Invalid)?;
+            checked_for_tiles(kernel, &lens, out_len)?;
             let token = crate::cancel::Token::current();
             let stop = || token.stop();
             // SAFETY (both): `written` hands over room for `out_len` elements of the type
@@ -600,12 +604,9 @@ impl Jit {
         let converts = !matches!(out, StoredMut::F32(_)) || inputs.iter().any(|b| !matches!(b, Stored::F32(_)));
         if let Some(m) = self.tiled(kernel, converts) {
             let lens: Vec<usize> = inputs.iter().map(Stored::len).collect();
-            kernel.check_bounds(&lens, out.len()).map_err(JitError::Bounds)?;
-            validate(kernel).map_err(JitError::Invalid)?;
-            if !out.is_empty() {
-                let token = crate::cancel::Token::current();
-                tiles::run(m, inputs, out, &|| token.stop());
-            }
+            checked_for_tiles(kernel, &lens, out.len())?;
+            let token = crate::cancel::Token::current();
+            tiles::run(m, inputs, out, &|| token.stop());
             return Ok(Duration::ZERO);
         }
         let widened: Vec<std::borrow::Cow<[f32]>> = inputs.iter().map(Stored::widened).collect();
