@@ -50,20 +50,18 @@ pub(super) enum Shim {
     Normal = 1,
     /// `powf(x: f32, y: f32) -> f32`.
     Powf = 2,
-    /// `unary_f64(op: i64, x: f64) -> f64` (`wide.rs`).
-    UnaryF64 = 3,
-    /// `binary_f64(op: i64, x: f64, y: f64) -> f64`.
-    BinaryF64 = 4,
+    /// `binary_f64(op: i64, x: f64, y: f64) -> f64` (`wide.rs`: `pow`).
+    BinaryF64 = 3,
     /// `unary_i64(op: i64, x: i64) -> i64`.
-    UnaryI64 = 5,
+    UnaryI64 = 4,
     /// `binary_i64(op: i64, x: i64, y: i64) -> i64`.
-    BinaryI64 = 6,
+    BinaryI64 = 5,
 }
 
 impl Shim {
     /// Every shim, in declaration order.
-    pub const ALL: [Shim; 7] =
-        [Shim::Uniform, Shim::Normal, Shim::Powf, Shim::UnaryF64, Shim::BinaryF64, Shim::UnaryI64, Shim::BinaryI64];
+    pub const ALL: [Shim; 6] =
+        [Shim::Uniform, Shim::Normal, Shim::Powf, Shim::BinaryF64, Shim::UnaryI64, Shim::BinaryI64];
 
     /// The symbol the JIT module resolves.
     pub fn symbol(self) -> &'static str {
@@ -71,7 +69,6 @@ impl Shim {
             Shim::Uniform => "gt_jit_uniform",
             Shim::Normal => "gt_jit_normal",
             Shim::Powf => "gt_jit_powf",
-            Shim::UnaryF64 => "gt_jit_unary_f64",
             Shim::BinaryF64 => "gt_jit_binary_f64",
             Shim::UnaryI64 => "gt_jit_unary_i64",
             Shim::BinaryI64 => "gt_jit_binary_i64",
@@ -84,7 +81,6 @@ impl Shim {
         let (params, result): (&[Type], Type) = match self {
             Shim::Uniform | Shim::Normal => (&[types::I64, types::I64], types::F32),
             Shim::Powf => (&[types::F32, types::F32], types::F32),
-            Shim::UnaryF64 => (&[types::I64, types::F64], types::F64),
             Shim::BinaryF64 => (&[types::I64, types::F64, types::F64], types::F64),
             Shim::UnaryI64 => (&[types::I64, types::I64], types::I64),
             Shim::BinaryI64 => (&[types::I64, types::I64, types::I64], types::I64),

@@ -302,12 +302,39 @@ extern "C" fn gt_jit_powf(x: f32, y: f32) -> f32 {
     x.powf(y)
 }
 
+// Cranelift's libcalls for `f64` instructions a CPU may lack (`fma` without FMA, `nearest`,
+// `floor` and `trunc` without SSE4.1), given Rust's exact functions by name rather than
+// looked up in the process's symbols.
+extern "C" fn gt_jit_fma(a: f64, b: f64, c: f64) -> f64 {
+    a.mul_add(b, c)
+}
+
+extern "C" fn gt_jit_nearest(x: f64) -> f64 {
+    x.round_ties_even()
+}
+
+extern "C" fn gt_jit_floor(x: f64) -> f64 {
+    x.floor()
+}
+
+extern "C" fn gt_jit_trunc(x: f64) -> f64 {
+    x.trunc()
+}
+
+/// The libcalls [`gt_jit_fma`] and the others stand for, by the names Cranelift's default
+/// libcall names give them.
+const LIBCALLS: [(&str, *const u8); 4] = [
+    ("fma", gt_jit_fma as extern "C" fn(f64, f64, f64) -> f64 as *const u8),
+    ("nearbyint", gt_jit_nearest as extern "C" fn(f64) -> f64 as *const u8),
+    ("floor", gt_jit_floor as extern "C" fn(f64) -> f64 as *const u8),
+    ("trunc", gt_jit_trunc as extern "C" fn(f64) -> f64 as *const u8),
+];
+
 fn shim_address(shim: Shim) -> *const u8 {
     match shim {
         Shim::Uniform => gt_jit_uniform as extern "C" fn(u64, u64) -> f32 as *const u8,
         Shim::Normal => gt_jit_normal as extern "C" fn(u64, u64) -> f32 as *const u8,
         Shim::Powf => gt_jit_powf as extern "C" fn(f32, f32) -> f32 as *const u8,
-        Shim::UnaryF64 => wide::unary_f64 as extern "C" fn(i64, f64) -> f64 as *const u8,
         Shim::BinaryF64 => wide::binary_f64 as extern "C" fn(i64, f64, f64) -> f64 as *const u8,
         Shim::UnaryI64 => wide::unary_i64 as extern "C" fn(i64, i64) -> i64 as *const u8,
         Shim::BinaryI64 => wide::binary_i64 as extern "C" fn(i64, i64, i64) -> i64 as *const u8,
@@ -317,6 +344,12 @@ fn shim_address(shim: Shim) -> *const u8 {
 impl Jit {
     /// A JIT for the host CPU (`opt_level=speed`; the CLIF verifier on in debug builds).
     pub fn new() -> Result<Jit, JitError> {
+        Jit::without(&[])
+    }
+
+    /// A JIT for the host CPU with the ISA features named (`has_fma`...) turned off: for
+    /// tests of the code older CPUs get.
+    fn without(features: &[&'static str]) -> Result<Jit, JitError> {
         let mut flags = settings::builder();
         let verify = if cfg!(debug_assertions) { "true" } else { "false" };
         for (name, value) in [
@@ -327,10 +360,11 @@ impl Jit {
         ] {
             flags.set(name, value).map_err(|source| JitError::Setting { name, value, source })?;
         }
-        let isa = cranelift_native::builder()
-            .map_err(|reason| JitError::NoBackend { reason })?
-            .finish(settings::Flags::new(flags))
-            .map_err(|e| JitError::Isa(Box::new(e)))?;
+        let mut isa = cranelift_native::builder().map_err(|reason| JitError::NoBackend { reason })?;
+        for &name in features {
+            isa.set(name, "false").map_err(|source| JitError::Setting { name, value: "false", source })?;
+        }
+        let isa = isa.finish(settings::Flags::new(flags)).map_err(|e| JitError::Isa(Box::new(e)))?;
         let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
         let target = Target { frontend: isa.frontend_config(), fma };
         let module = module_for(isa.clone(), target)?;
@@ -850,6 +884,9 @@ fn module_for(isa: cranelift_codegen::isa::OwnedTargetIsa, target: Target) -> Re
     let mut builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
     for shim in Shim::ALL {
         builder.symbol(shim.symbol(), shim_address(shim));
+    }
+    for (name, address) in LIBCALLS {
+        builder.symbol(name, address);
     }
     let mut module = JITModule::new(builder);
     for shim in Shim::ALL {

@@ -1572,3 +1572,81 @@ fn f64_kernels_by_tiles_give_the_compiled_and_the_oracles_bits() {
         }
     }
 }
+
+#[test]
+fn f64_ops_compiled_inline_give_the_eager_bits_at_their_extremes() {
+    // `f64` kernels emit `math64`'s functions and the composites' expansions inline: every
+    // unary and binary op, over the values where those functions change case (overflow and
+    // underflow of `exp`, subnormals through `ln`, the ends of `erf`'s ranges), as a plain
+    // map compiled (not tiled) and as a row kernel, against the eager op's bits; on this
+    // host, and as for a CPU without FMA and SSE 4.1 (`fma`, `nearest`, `floor` as calls).
+    let mut xs = vec![
+        0.0,
+        -0.0,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::MIN_POSITIVE,
+        5e-324,
+        -5e-324,
+        1e-310,
+        2.2e-308,
+        1e-300,
+        1e300,
+        f64::MAX,
+        -f64::MAX,
+        709.78,
+        709.79,
+        -708.4,
+        -745.1,
+        -745.2,
+        -744.0,
+        1e-9,
+        0.84375,
+        1.25,
+        6.0,
+        2f64.powi(-28),
+        27.0,
+        -19.0,
+        0.5,
+        1.0,
+        -1.0,
+        2.0,
+        3.0,
+    ];
+    let more: Vec<f64> = xs.iter().map(|x| -x).collect();
+    xs.extend(more);
+    xs.extend((0..400).map(|i| f64::from(random::uniform(21, i)) * 60.0 - 30.0));
+    let n = xs.len();
+    let ys: Vec<f64> = (0..n).map(|i| xs[(i * 7 + 3) % n]).collect();
+    let whole = Access::contiguous(&[n]);
+    let inputs = [Value::from_elements(&[n], Elements::F64(xs)), Value::from_elements(&[n], Elements::F64(ys))];
+    let t = gt_ir::TensorType::new(gt_ir::DType::F64, vec![n]);
+    let old = Jit::without(&["has_fma", "has_sse41", "has_avx"]).unwrap().compiling_all();
+    for mut jit in [jit(), old] {
+        let ops: Vec<Node> = UnaryOp::ALL
+            .iter()
+            .map(|&op| Node::Unary(op, 0))
+            .chain(BinaryOp::ALL.iter().map(|&op| Node::Binary(op, 0, 1)))
+            .collect();
+        for op in ops {
+            let nodes = vec![Node::Input(0), Node::Input(1), op];
+            let mut plain = MapKernel {
+                shape: vec![n],
+                inputs: vec![whole.clone(), whole.clone()],
+                nodes: nodes.clone(),
+                output: whole.clone(),
+                rows: vec![],
+                reduce: None,
+                compute: Compute::F64,
+            };
+            compare_wide(&mut jit, &Kernel::Map(plain.clone()), &inputs, &t).unwrap();
+            // Each element over its row's sum (one row): the op in a row kernel's final pass.
+            let last = plain.nodes.len() as u32 - 1;
+            plain.nodes.push(Node::Reduce(ReduceOp::Sum, last));
+            plain.nodes.push(Node::Binary(BinaryOp::Sub, last, last + 1));
+            plain.rows = vec![0];
+            compare_wide(&mut jit, &Kernel::Map(plain), &inputs, &t).unwrap();
+        }
+    }
+}

@@ -1,16 +1,20 @@
-//! `f64` and `i64` elementwise ops as CLIF, one lane at a time: the ops whose bits IEEE 754
-//! or two's complement fix (arithmetic, `sqrt`, comparisons, `maximum`, `relu`...) inline,
-//! the others (`exp`, `tanh`, `pow`, composites) as calls to the op table's own scalar
-//! functions ([`gt_ir::UnaryOp::apply_f64`] and friends), so a fused kernel gives the bits
-//! of the eager ops (`backend/cpu/typed.rs`), which call the same functions. Loads, stores
-//! and loops are `codegen.rs`'s; `f32` kernels are `math.rs`'s.
+//! `f64` and `i64` elementwise ops as CLIF, one lane at a time, with the bits of the eager
+//! ops (`backend/cpu/typed.rs`): the ops whose bits IEEE 754 or two's complement fix
+//! (arithmetic, `sqrt`, comparisons, `maximum`, `relu`...) as instructions; `f64`'s `exp`,
+//! `log`, `tanh`, `sigmoid` and `erf` as `gt_ir::math64`'s code, emitted inline through
+//! [`Ieee64`] (the code the eager ops run); composites as their expansions; `pow` as a call
+//! to the op table's own scalar function ([`gt_ir::BinaryOp::apply_f64`], libm's). Loads,
+//! stores and loops are `codegen.rs`'s; `f32` kernels are `math.rs`'s.
 
 use super::codegen::Shim;
 use super::math::float_condition;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::MemFlagsData;
 use cranelift_codegen::ir::{types, FuncRef, InstBuilder, Type, Value};
 use cranelift_frontend::FunctionBuilder;
+use gt_ir::formula::{Algebra, Term, Var};
 use gt_ir::kernel::{Compute, Node, Storage};
+use gt_ir::math64::{self, F64Ops};
 use gt_ir::{BinaryOp, BinaryPrim, OpDef, ReduceOp, UnaryOp, UnaryPrim};
 
 /// The scalar type of a kernel computing in `compute`.
@@ -24,12 +28,18 @@ pub(super) fn scalar_type(compute: Compute) -> Type {
 
 /// The shim `node` calls in a kernel computing in `compute` (`f64` or `i64`), if any.
 pub(super) fn shim_of(node: &Node, compute: Compute) -> Option<Shim> {
-    let float = compute == Compute::F64;
+    if compute == Compute::F64 {
+        // Only `pow` is called, itself or in a composite's expansion.
+        let calls = match *node {
+            Node::Unary(op, _) => op.uses(BinaryPrim::Pow),
+            Node::Binary(op, ..) => op.uses(BinaryPrim::Pow),
+            _ => false,
+        };
+        return calls.then_some(Shim::BinaryF64);
+    }
     match *node {
-        Node::Unary(op, _) if !inline_unary(op, compute) => Some(if float { Shim::UnaryF64 } else { Shim::UnaryI64 }),
-        Node::Binary(op, ..) if !inline_binary(op, compute) => {
-            Some(if float { Shim::BinaryF64 } else { Shim::BinaryI64 })
-        }
+        Node::Unary(op, _) if !inline_unary(op, compute) => Some(Shim::UnaryI64),
+        Node::Binary(op, ..) if !inline_binary(op, compute) => Some(Shim::BinaryI64),
         _ => None,
     }
 }
@@ -58,7 +68,7 @@ fn inline_unary(op: UnaryOp, compute: Compute) -> bool {
     let OpDef::Prim(p) = op.def() else { return false };
     match compute {
         Compute::I64 => matches!(p, UnaryPrim::Neg | UnaryPrim::Abs | UnaryPrim::Relu),
-        _ => matches!(p, UnaryPrim::Neg | UnaryPrim::Abs | UnaryPrim::Relu | UnaryPrim::Sqrt | UnaryPrim::Rsqrt),
+        _ => true,
     }
 }
 
@@ -124,6 +134,7 @@ impl Wide<'_, '_> {
     pub fn unary(&mut self, op: UnaryOp, x: Value) -> Value {
         let prim = match op.def() {
             OpDef::Prim(p) if inline_unary(op, self.compute) => p,
+            OpDef::Composite(t) if self.float() => return self.formula(t, &[x]),
             _ => {
                 let (shim, code) = (shim_of(&Node::Unary(op, 0), self.compute), op as i64);
                 let code = self.b.ins().iconst(types::I64, code);
@@ -144,6 +155,11 @@ impl Wide<'_, '_> {
                 let (one, root) = (self.constant(1.0), self.b.ins().sqrt(x));
                 self.b.ins().fdiv(one, root)
             }
+            (UnaryPrim::Exp, true) => math64::exp(&mut Ieee64(self.b), &x),
+            (UnaryPrim::Log, true) => math64::ln(&mut Ieee64(self.b), &x),
+            (UnaryPrim::Tanh, true) => math64::tanh(&mut Ieee64(self.b), &x),
+            (UnaryPrim::Sigmoid, true) => math64::sigmoid(&mut Ieee64(self.b), &x),
+            (UnaryPrim::Erf, true) => math64::erf(&mut Ieee64(self.b), &x),
             (UnaryPrim::Neg, false) => self.b.ins().ineg(x),
             // Wrapping, as `i64::wrapping_abs`.
             (UnaryPrim::Abs, false) => self.b.ins().iabs(x),
@@ -159,6 +175,7 @@ impl Wide<'_, '_> {
     pub fn binary(&mut self, op: BinaryOp, x: Value, y: Value) -> Value {
         let prim = match op.def() {
             OpDef::Prim(p) if inline_binary(op, self.compute) => p,
+            OpDef::Composite(t) if self.float() => return self.formula(t, &[x, y]),
             _ => {
                 let (shim, code) = (shim_of(&Node::Binary(op, 0, 0), self.compute), op as i64);
                 let code = self.b.ins().iconst(types::I64, code);
@@ -207,6 +224,36 @@ impl Wide<'_, '_> {
             let m = self.b.ins().icmp(cc, x, y);
             self.truth(m)
         }
+    }
+
+    /// A composite's expansion over `operands`, op by op as the op table's scalar evaluation
+    /// (`gt_ir::formula::Scalars`) computes it.
+    fn formula(&mut self, t: &Term, operands: &[Value]) -> Value {
+        struct Ops<'w, 'a, 'f> {
+            w: &'w mut Wide<'a, 'f>,
+            operands: &'w [Value],
+        }
+        impl Algebra for Ops<'_, '_, '_> {
+            type Value = Value;
+            type Error = Var;
+            fn var(&mut self, var: Var) -> Result<Value, Var> {
+                var.operand(self.operands)
+            }
+            fn constant(&mut self, c: f64) -> Result<Value, Var> {
+                Ok(self.w.constant(c))
+            }
+            fn unary(&mut self, op: UnaryOp, x: Value) -> Result<Value, Var> {
+                Ok(self.w.unary(op, x))
+            }
+            fn binary(&mut self, op: BinaryOp, x: Value, y: Value) -> Result<Value, Var> {
+                Ok(self.w.binary(op, x, y))
+            }
+            fn select(&mut self, c: Value, t: Value, f: Value) -> Result<Value, Var> {
+                Ok(self.w.select(c, t, f))
+            }
+        }
+        // The op table's tests check that expansions read only their operands.
+        t.eval(&mut Ops { w: self, operands }).unwrap_or_else(|var| panic!("an expansion reads {var:?}"))
     }
 
     /// What a reduction starts from: what the eager fold starts from.
@@ -295,9 +342,115 @@ impl Wide<'_, '_> {
     }
 }
 
-/// `op` (by index) on an `f64`, as the eager op computes it.
-pub(super) extern "C" fn unary_f64(op: i64, x: f64) -> f64 {
-    UnaryOp::ALL.get(op as usize).map_or(f64::NAN, |op| op.apply_f64(x))
+/// `f64`'s IEEE operations as scalar CLIF, for `gt_ir::math64`'s functions: each rounds as
+/// [`math64::Lane`]'s (the eager ops') does, so the emitted code gives the same bits. `fma`
+/// is one rounding on every host (the instruction, or libm's exact `fma` through a libcall
+/// where the CPU lacks it), as `Lane`'s `mul_add`.
+pub(super) struct Ieee64<'a, 'f>(pub &'a mut FunctionBuilder<'f>);
+
+impl Ieee64<'_, '_> {
+    fn bits(&mut self, x: Value) -> Value {
+        self.0.ins().bitcast(types::I64, MemFlagsData::new(), x)
+    }
+    fn float(&mut self, bits: Value) -> Value {
+        self.0.ins().bitcast(types::F64, MemFlagsData::new(), bits)
+    }
+}
+
+impl F64Ops for Ieee64<'_, '_> {
+    type V = Value;
+    type P = Value;
+
+    fn c(&mut self, x: f64) -> Value {
+        self.0.ins().f64const(x)
+    }
+    fn add(&mut self, a: &Value, b: &Value) -> Value {
+        self.0.ins().fadd(*a, *b)
+    }
+    fn sub(&mut self, a: &Value, b: &Value) -> Value {
+        self.0.ins().fsub(*a, *b)
+    }
+    fn mul(&mut self, a: &Value, b: &Value) -> Value {
+        self.0.ins().fmul(*a, *b)
+    }
+    fn div(&mut self, a: &Value, b: &Value) -> Value {
+        self.0.ins().fdiv(*a, *b)
+    }
+    fn fma(&mut self, a: &Value, b: &Value, c: &Value) -> Value {
+        self.0.ins().fma(*a, *b, *c)
+    }
+    fn rint(&mut self, a: &Value) -> Value {
+        self.0.ins().nearest(*a)
+    }
+    fn trunc(&mut self, a: &Value) -> Value {
+        self.0.ins().trunc(*a)
+    }
+    fn abs(&mut self, a: &Value) -> Value {
+        self.0.ins().fabs(*a)
+    }
+    fn neg(&mut self, a: &Value) -> Value {
+        self.0.ins().fneg(*a)
+    }
+    fn copysign(&mut self, magnitude: &Value, sign: &Value) -> Value {
+        self.0.ins().fcopysign(*magnitude, *sign)
+    }
+    fn clear_low_word(&mut self, a: &Value) -> Value {
+        let bits = self.bits(*a);
+        let high = self.0.ins().band_imm_u(bits, 0xFFFF_FFFF_0000_0000_u64 as i64);
+        self.float(high)
+    }
+    fn frexp(&mut self, a: &Value) -> (Value, Value) {
+        let bits = self.bits(*a);
+        let mantissa = self.0.ins().band_imm_u(bits, 0x000F_FFFF_FFFF_FFFF);
+        let m = self.0.ins().bor_imm_u(mantissa, 0x3FF0_0000_0000_0000);
+        let shifted = self.0.ins().ushr_imm_u(bits, 52);
+        let biased = self.0.ins().band_imm_u(shifted, 2047);
+        let e = self.0.ins().iadd_imm_s(biased, -1023);
+        (self.float(m), self.0.ins().fcvt_from_sint(types::F64, e))
+    }
+    fn ldexp(&mut self, a: &Value, k: &Value) -> Value {
+        // `Lane::ldexp`'s steps: `k` in two halves, each power of two built in the float
+        // unit (`j + 1023 + 2^52` holds the biased exponent in its low bits).
+        let half = self.c(0.5);
+        let k_half = self.0.ins().fmul(*k, half);
+        let k1 = self.0.ins().floor(k_half);
+        let k2 = self.0.ins().fsub(*k, k1);
+        let bias = self.c(1023.0 + 4_503_599_627_370_496.0);
+        let power = |w: &mut Self, j: Value| {
+            let biased = w.0.ins().fadd(j, bias);
+            let bits = w.bits(biased);
+            let shifted = w.0.ins().ishl_imm_u(bits, 52);
+            w.float(shifted)
+        };
+        let (p1, p2) = (power(self, k1), power(self, k2));
+        let scaled = self.0.ins().fmul(*a, p1);
+        self.0.ins().fmul(scaled, p2)
+    }
+    fn lt(&mut self, a: &Value, b: &Value) -> Value {
+        self.0.ins().fcmp(FloatCC::LessThan, *a, *b)
+    }
+    fn gt(&mut self, a: &Value, b: &Value) -> Value {
+        self.0.ins().fcmp(FloatCC::GreaterThan, *a, *b)
+    }
+    fn eq(&mut self, a: &Value, b: &Value) -> Value {
+        self.0.ins().fcmp(FloatCC::Equal, *a, *b)
+    }
+    fn ne(&mut self, a: &Value, b: &Value) -> Value {
+        // Unordered or not equal: NaN != NaN, as `Lane`'s `!=`.
+        self.0.ins().fcmp(FloatCC::NotEqual, *a, *b)
+    }
+    fn is_nan(&mut self, a: &Value) -> Value {
+        self.0.ins().fcmp(FloatCC::Unordered, *a, *a)
+    }
+    fn or(&mut self, p: &Value, q: &Value) -> Value {
+        self.0.ins().bor(*p, *q)
+    }
+    fn and(&mut self, p: &Value, q: &Value) -> Value {
+        self.0.ins().band(*p, *q)
+    }
+    fn select(&mut self, p: &Value, on_true: &Value, on_false: &Value) -> Value {
+        self.0.ins().select(*p, *on_true, *on_false)
+    }
 }
 
 /// `op` (by index) on two `f64`s, as the eager op computes it.
