@@ -357,8 +357,22 @@ fn check_values(name: &str, cmp: Comparison, t: &HostTensor, expected: &Elements
     }
     // The expected values in the value's dtype: `expect %x == [0.1]` means the f32 nearest 0.1.
     let expected = expected.cast(t.ty.dtype);
-    let (found, wanted) = (t.data.to_f64(), expected.to_f64());
-    let bad: Vec<usize> = (0..wanted.len()).filter(|&i| !values_match(cmp, found[i], wanted[i])).collect();
+    let bad: Vec<usize> = match (t.data.to_i64(), expected.to_i64()) {
+        // Integers compare exactly: through `f64`, 2^53 + 1 would equal 2^53.
+        (Some(found), Some(wanted)) => (0..wanted.len())
+            .filter(|&i| match cmp {
+                Comparison::Exact => found[i] != wanted[i],
+                Comparison::Close { tol } => {
+                    let gap = (i128::from(found[i]) - i128::from(wanted[i])).unsigned_abs() as f64;
+                    gap > tol * (wanted[i] as f64).abs().max(1.0)
+                }
+            })
+            .collect(),
+        _ => {
+            let (found, wanted) = (t.data.to_f64(), expected.to_f64());
+            (0..wanted.len()).filter(|&i| !values_match(cmp, found[i], wanted[i])).collect()
+        }
+    };
     let Some(&first) = bad.first() else { return Ok(()) };
     Err(ScriptErrorKind::ExpectValues {
         name: name.to_string(),

@@ -278,6 +278,14 @@ impl Elements {
         each_elements!(self, v => v.iter().map(|x| x.to_f64()).collect())
     }
 
+    /// Every element as `i64`, exactly, for integer and `bool` elements (`None` for floats).
+    pub fn to_i64(&self) -> Option<Vec<i64>> {
+        if self.dtype().is_float() {
+            return None;
+        }
+        Some(each_elements!(self, v => v.iter().map(|x| x.to_i64()).collect()))
+    }
+
     /// Element `i` as `f64` (`None` past the end).
     pub fn get_f64(&self, i: usize) -> Option<f64> {
         each_elements!(self, v => v.get(i).map(|x| x.to_f64()))

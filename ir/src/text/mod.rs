@@ -61,6 +61,13 @@ pub enum ParseErrorKind {
         /// Why not.
         reason: &'static str,
     },
+    /// An integer scalar (an operand, `full`'s value) that `f64`, which holds scalars,
+    /// would round.
+    #[error("integer scalar `{text}` is beyond 2^53, where scalars (held as f64) round: write it as a tensor literal")]
+    InexactScalar {
+        /// As written.
+        text: String,
+    },
     /// An integer beyond `i64`.
     #[error("integer `{text}` is too large")]
     IntegerOverflow {

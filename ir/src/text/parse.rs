@@ -497,8 +497,8 @@ impl Parser {
                 let ty = self.tensor_type()?;
                 let instr = match op {
                     "full" => {
-                        let (value, _) = self.number()?;
-                        Instr::Full { dst, ty, value: value.as_f64() }
+                        let (n, span) = self.number()?;
+                        Instr::Full { dst, ty, value: exact_scalar(n, span)? }
                     }
                     "tensor" => {
                         let data = self.elements(ty.dtype)?;
@@ -646,7 +646,7 @@ impl Parser {
                 }
                 Tok::Number(_) | Tok::Minus => {
                     let (n, s) = self.number()?;
-                    out.push((Operand::Scalar(n.as_f64()), s));
+                    out.push((Operand::Scalar(exact_scalar(n, s)?), s));
                 }
                 // A word is an operand when it names a constant (or inf/nan) and is not `name=`.
                 Tok::Ident(w)
@@ -763,6 +763,27 @@ impl Parser {
     fn elements(&mut self, dtype: DType) -> PResult<Elements> {
         let mut items = Vec::new();
         self.items_into(&mut items)?;
+        Self::elements_of(items, dtype)
+    }
+
+    /// Data without a dtype (`expect %x == [...]`): `bool`s when every element is `true`
+    /// or `false`, `i64`s when every one is a whole number written as one (exact, where
+    /// `f64`s would round beyond 2^53), else `f64`s.
+    fn untyped_elements(&mut self) -> PResult<Elements> {
+        let mut items = Vec::new();
+        self.items_into(&mut items)?;
+        let dtype = if !items.is_empty() && items.iter().all(|(i, _)| matches!(i, Item::Bool(_))) {
+            DType::Bool
+        } else if !items.is_empty() && items.iter().all(|(i, _)| i.integer().is_some_and(|n| i64::try_from(n).is_ok()))
+        {
+            DType::I64
+        } else {
+            DType::F64
+        };
+        Self::elements_of(items, dtype)
+    }
+
+    fn elements_of(items: Vec<(Item, Span)>, dtype: DType) -> PResult<Elements> {
         let mut out = Elements::zeros(dtype, 0);
         for (item, span) in items {
             let bad = |reason: &'static str| ParseError {
@@ -770,12 +791,25 @@ impl Parser {
                 kind: ParseErrorKind::BadElement { text: item.text(), dtype, reason },
             };
             match &mut out {
-                Elements::F32(v) => v.push(match &item {
-                    Item::Text(t) => t.parse().map_err(|_| bad("not a number"))?,
-                    Item::Bool(_) => return Err(bad("not a number")),
-                    Item::Number(n) => n.as_f64() as f32,
-                }),
-                Elements::F64(v) => v.push(item.float().ok_or_else(|| bad("not a number"))?),
+                Elements::F32(v) => {
+                    let x: f32 = match &item {
+                        Item::Text(t) => t.parse().map_err(|_| bad("not a number"))?,
+                        Item::Bool(_) => return Err(bad("not a number")),
+                        Item::Number(n) => n.as_f64() as f32,
+                    };
+                    // `inf` is written as a word; a number written out that rounds to it is not.
+                    if x.is_infinite() && matches!(item, Item::Text(_)) {
+                        return Err(bad("beyond the largest f32, about 3.40e38"));
+                    }
+                    v.push(x);
+                }
+                Elements::F64(v) => {
+                    let x = item.float().ok_or_else(|| bad("not a number"))?;
+                    if x.is_infinite() && matches!(item, Item::Text(_)) {
+                        return Err(bad("beyond the largest f64, about 1.80e308"));
+                    }
+                    v.push(x);
+                }
                 Elements::F16(v) => {
                     let x = item.float().ok_or_else(|| bad("not a number"))?;
                     let h = crate::data::f16_of(x);
@@ -949,8 +983,11 @@ impl Parser {
             (t, span) => return err(span, ParseErrorKind::Expected { expected: "`==` or `~=`", found: t.describe() }),
         };
         let ty = if matches!(self.peek(), Tok::Ident(_)) { Some(self.tensor_type()?) } else { None };
-        // Without a type, the values are `f64`s, converted to the value's dtype to compare.
-        let data = self.elements(ty.as_ref().map_or(DType::F64, |t| t.dtype))?;
+        // Without a type, the values are converted to the value's dtype to compare.
+        let data = match &ty {
+            Some(t) => self.elements(t.dtype)?,
+            None => self.untyped_elements()?,
+        };
         let mut a = Attrs::new("expect", self.attrs()?, self.prev_span());
         let cmp = match cmp {
             Comparison::Close { .. } => Comparison::Close { tol: a.float_or("tol", DEFAULT_TOL)? },
@@ -958,6 +995,17 @@ impl Parser {
         };
         a.finish()?;
         Ok(StmtKind::Expect { src, cmp, ty, data })
+    }
+}
+
+/// A scalar's value: an integer written out must be one `f64` holds exactly (any up to
+/// 2^53), or `add %x, 9007199254740993` would add 2^53.
+fn exact_scalar(n: Number, span: Span) -> PResult<f64> {
+    let x = n.as_f64();
+    match n {
+        // `x as i128` saturates, so 2^127 and above never equals `i`.
+        Number::Int(i) if x as i128 != i => err(span, ParseErrorKind::InexactScalar { text: i.to_string() }),
+        _ => Ok(x),
     }
 }
 

@@ -39,8 +39,9 @@ pub enum TypeError {
         /// The condition's dtype.
         found: DType,
     },
-    /// A `full` value that its integer or `bool` dtype cannot hold.
-    #[error("`full` value {value} is not a {dtype} element")]
+    /// A `full` value that its dtype cannot hold (a fraction as an integer, a finite value
+    /// beyond a float dtype's range).
+    #[error("`full` value {value:?} is not a {dtype} element")]
     FullValue {
         /// The value.
         value: f64,
@@ -827,7 +828,9 @@ fn holds(dtype: DType, value: f64) -> bool {
         DType::I64 => value.fract() == 0.0 && (-(2f64.powi(63))..2f64.powi(63)).contains(&value),
         DType::F16 => !value.is_finite() || crate::data::f16_of(value).is_finite(),
         DType::BF16 => !value.is_finite() || crate::data::bf16_of(value).is_finite(),
-        DType::F32 | DType::F64 => true,
+        // As PyTorch's `full`, a finite value the dtype overflows is refused.
+        DType::F32 => !value.is_finite() || (value as f32).is_finite(),
+        DType::F64 => true,
     }
 }
 

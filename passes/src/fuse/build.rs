@@ -427,9 +427,24 @@ impl<'a> Region<'a> {
                         Def::Elem(self.typed_expr(instr))
                     }
                     Some(compute) => {
+                        // An op on `bool`s only computes in any type, but its expression
+                        // looks into its operands': over a comparison computed in `f32`
+                        // (`exp(mask) >= 2`) it computes in `f32` too, so that an `i64`
+                        // kernel reads it rather than recomputing `f32` ops as integers.
+                        let looks_into_f32 = instr
+                            .operands()
+                            .iter()
+                            .any(|v| class.contains_key(v) && self.elem_compute.get(v) == Some(&Some(Compute::F32)));
+                        let compute = if looks_into_f32 { Some(Compute::F32) } else { compute };
                         self.elem_compute.insert(dst, compute);
+                        // A scalar as the op's dtype holds it, as the eager op converts it
+                        // (`h - 1.0001` of an `f16` subtracts 1).
+                        let scalar_dtype = self.computed_dtype(instr).unwrap_or(DType::F32);
                         let mut operand = |o: Operand, egraph: &mut egg::EGraph<Expr, Facts>| match o {
-                            Operand::Scalar(x) => egraph.add(Expr::Const(egraph::Scalar((x as f32).to_bits()))),
+                            Operand::Scalar(x) => {
+                                let x = gt_ir::data::converted_scalar(scalar_dtype, x) as f32;
+                                egraph.add(Expr::Const(egraph::Scalar(x.to_bits())))
+                            }
                             // Elementwise operands are looked into, broadcast ones too: a
                             // kernel recomputes them rather than reading them from memory.
                             Operand::Value(v) if class.contains_key(&v) => class[&v],

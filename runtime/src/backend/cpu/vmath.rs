@@ -438,14 +438,17 @@ pub fn sigmoid<const FMA: bool>(x: f32) -> f32 {
     select(x < 0.0, e / d, 1.0 / d)
 }
 
-/// `erf(x)` (`Emit::erf`): Eigen's rational function on `x` clamped to `[-4, 4]`.
+/// `erf(x)` (`Emit::erf`): Eigen's rational function on `x` clamped to `[-4, 4]`, its
+/// result clamped to `[-1, 1]` (the fit overshoots 1 by an ulp near 4).
 #[inline(always)]
 pub fn erf<const FMA: bool>(x: f32) -> f32 {
     use gt_ir::ops::{ERF_DENOMINATOR as Q, ERF_NUMERATOR as P};
     let x = select(x > 4.0, 4.0, x);
     let x = select(x < -4.0, -4.0, x);
     let x2 = x * x;
-    horner::<FMA>(x2, &P) / horner::<FMA>(x2, &Q) * x
+    let r = horner::<FMA>(x2, &P) / horner::<FMA>(x2, &Q) * x;
+    let r = select(r > 1.0, 1.0, r);
+    select(r < -1.0, -1.0, r)
 }
 
 #[cfg(test)]

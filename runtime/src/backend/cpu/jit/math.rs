@@ -496,7 +496,11 @@ impl Emit<'_, '_> {
         let q = self.horner(x2, &Q);
         // `(p / q) x`, not `(p x) / q`: `p x` would lose bits to underflow for tiny `x`.
         let r = self.b.ins().fdiv(p, q);
-        self.mul(r, x)
+        let r = self.mul(r, x);
+        // The fit overshoots 1 by an ulp near 4 (`fmin`/`fmax` keep a NaN).
+        let (one, minus_one) = (self.f(1.0), self.f(-1.0));
+        let r = self.b.ins().fmin(r, one);
+        self.b.ins().fmax(r, minus_one)
     }
 
     /// The logistic function, by the interpreter's two formulas (see the module docs).

@@ -570,6 +570,18 @@ fn transcendental_functions_are_accurate_over_wide_ranges() {
     let ulp = max_ulp(&mut jit, UnaryOp::Erf, &xs);
     println!("Erf: max error {ulp} ulp over {} values", xs.len());
     assert!(ulp <= 8.0, "Erf: {ulp} ulp");
+    // Never beyond +-1, where the fit overshoots (|x| near 4): `pow(erf x, erf x)` was NaN.
+    let near_four: Vec<f32> = (0..100_000).map(|i| 3.0 + i as f32 * 1e-4).flat_map(|x| [x, -x]).collect();
+    let compiled = jit_unary(&mut jit, UnaryOp::Erf, &near_four);
+    for (i, &x) in near_four.iter().enumerate() {
+        for (how, e) in [
+            ("compiled", compiled[i]),
+            ("vmath", crate::backend::cpu::vmath::erf::<true>(x)),
+            ("baseline", crate::backend::cpu::vmath::erf::<false>(x)),
+        ] {
+            assert!(e.abs() <= 1.0, "erf({x}) = {e} ({how})");
+        }
+    }
 }
 
 #[test]

@@ -307,6 +307,9 @@ impl Emitter {
         let q = horner(self, &Q);
         let ratio = self.value(Reg::F32, "div.rn.f32", &format!("{p}, {q}"));
         let r = self.value(Reg::F32, "mul.rn.f32", &format!("{ratio}, {c}"));
+        // The fit overshoots 1 by an ulp near 4.
+        let r = self.value(Reg::F32, "min.f32", &format!("{r}, {}", f32_imm(1.0)));
+        let r = self.value(Reg::F32, "max.f32", &format!("{r}, {}", f32_imm(-1.0)));
         // `min`/`max` return the other operand for a NaN; put it back.
         let nan = self.predicate("nan.f32", x, x);
         self.select(&nan, x, &r)
