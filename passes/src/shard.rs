@@ -69,7 +69,7 @@ impl Default for ShardConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlacementError {
     /// A worker index past the workers the dispatcher has.
-    #[error("signal `{signal}` places values on worker {worker}, but there {} (indices 0..{workers})", if *.workers == 1 { "is 1 worker".to_string() } else { format!("are {} workers", .workers) })]
+    #[error("signal `{signal}` places values on worker {worker}, but there {}", match .workers { 0 => "are no workers".to_string(), 1 => "is 1 worker (index 0)".to_string(), n => format!("are {n} workers (indices 0 to {})", n - 1) })]
     NoSuchWorker {
         /// The signal.
         signal: String,

@@ -336,7 +336,7 @@ fn a_placement_naming_a_missing_worker_is_refused_and_ignored() {
     assert_eq!(refused.len(), 1);
     assert_eq!(
         refused[0].error.to_string(),
-        "signal `far` places values on worker 7, but there are 4 workers (indices 0..4)"
+        "signal `far` places values on worker 7, but there are 4 workers (indices 0 to 3)"
     );
     let dup = Placement::Replicated { workers: vec![1, 1] };
     p.run(Instr::SignalStart { name: "twice".into(), compile: false, backward: false, place: Some(dup) }, 2, &mut out);

@@ -827,11 +827,13 @@ impl Parser {
                     v.push(h);
                 }
                 Elements::I64(v) => {
-                    let i = item.integer().ok_or_else(|| bad("not an integer"))?;
+                    let i =
+                        item.integer().ok_or_else(|| bad(item.not_integer("beyond the i64 range", 2f64.powi(63))))?;
                     v.push(i64::try_from(i).map_err(|_| bad("beyond the i64 range"))?);
                 }
                 Elements::I32(v) => {
-                    let i = item.integer().ok_or_else(|| bad("not an integer"))?;
+                    let range = "beyond the i32 range, -2147483648 to 2147483647";
+                    let i = item.integer().ok_or_else(|| bad(item.not_integer(range, 2f64.powi(31))))?;
                     v.push(i32::try_from(i).map_err(|_| bad("beyond the i32 range, -2147483648 to 2147483647"))?);
                 }
                 Elements::Bool(v) => v.push(match (&item, item.integer()) {
@@ -1050,6 +1052,15 @@ impl Item {
             Item::Text(t) => t.parse().ok(),
             Item::Number(n) => Some(n.as_f64()),
             Item::Bool(_) => None,
+        }
+    }
+
+    /// Why an element that is not [`Item::integer`] is no integer element: `beyond` for a
+    /// whole number written as a float at or past `limit` in magnitude (`1e19` as `i64`).
+    fn not_integer(&self, beyond: &'static str, limit: f64) -> &'static str {
+        match self.float() {
+            Some(x) if x.is_finite() && x.fract() == 0.0 && x.abs() >= limit => beyond,
+            _ => "not an integer",
         }
     }
 
