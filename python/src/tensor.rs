@@ -81,10 +81,18 @@ fn operand(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Option<Operand>> 
     if let Ok(t) = obj.cast::<PyTensor>() {
         return Ok(Some(Operand::Tensor(t.borrow().rs()?.clone())));
     }
-    if obj.is_instance_of::<pyo3::types::PyFloat>()
-        || obj.is_instance_of::<pyo3::types::PyInt>()
-        || obj.is_instance_of::<pyo3::types::PyBool>()
-    {
+    if obj.is_instance_of::<pyo3::types::PyInt>() && !obj.is_instance_of::<pyo3::types::PyBool>() {
+        // Scalars are held as `f64`: an int it would round is refused, not changed.
+        let exact = obj.extract::<i128>().ok().map(|i| (i, i as f64)).filter(|&(i, x)| x as i128 == i);
+        return match exact {
+            Some((_, x)) => Ok(Some(Operand::Scalar(x))),
+            None => Err(value_error(format!(
+                "integer scalar {obj} is beyond 2^53, where gt's scalars (held as f64) round: \
+                 make it a tensor, e.g. gt.tensor([{obj}])"
+            ))),
+        };
+    }
+    if obj.is_instance_of::<pyo3::types::PyFloat>() || obj.is_instance_of::<pyo3::types::PyBool>() {
         return Ok(Some(Operand::Scalar(obj.extract::<f64>()?)));
     }
     let np_scalar = obj.hasattr("dtype")? && obj.getattr("ndim").and_then(|n| n.extract::<usize>()).ok() == Some(0);

@@ -231,6 +231,13 @@ def test_bad_input_raises_gt_errors():
         gt.zeros(2**31, 2**31)
     with pytest.raises(ValueError, match="inhomogeneous"):
         gt.tensor([[1, 2], [3]])
+    # Scalars are f64: an int it would round is refused (2**53 itself is exact).
+    big = gt.tensor([2**53], dtype=gt.int64)
+    assert (big + 2**53).numpy().tolist() == [2**54]
+    with pytest.raises(ValueError, match="beyond 2\\^53"):
+        big + (2**53 + 1)
+    with pytest.raises(ValueError, match="beyond 2\\^53"):
+        big == 10**30
     with pytest.raises(TypeError):
         gt.cat([gt.ones(2), "x"])
     with pytest.raises(TypeError):
