@@ -354,9 +354,10 @@ pub trait StreamPass: Send {
     fn stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
-    /// The dispatcher has workers `0..n` (placements are checked against it).
-    fn set_workers(&mut self, n: usize) {
-        let _ = n;
+    /// The dispatcher has workers `0..alive.len()`, worker `w` up where `alive[w]` (it
+    /// keeps a gone worker's index; placements are checked against both).
+    fn set_workers(&mut self, alive: &[bool]) {
+        let _ = alive;
     }
     /// The client reads `value`: a pass that spread it over workers emits what puts it
     /// whole on the client's home worker under its own id (called after a flush).
@@ -501,10 +502,15 @@ impl Pipeline {
         std::mem::take(&mut self.notes)
     }
 
-    /// Tells every pass the dispatcher has workers `0..n`.
+    /// Tells every pass the dispatcher has workers `0..n`, every one up.
     pub fn set_workers(&mut self, n: usize) {
+        self.set_alive_workers(&vec![true; n]);
+    }
+
+    /// Tells every pass which of the dispatcher's workers are up ([`StreamPass::set_workers`]).
+    pub fn set_alive_workers(&mut self, alive: &[bool]) {
         for stage in &mut self.stages {
-            stage.pass.set_workers(n);
+            stage.pass.set_workers(alive);
         }
     }
 
@@ -790,8 +796,8 @@ mod tests {
         fn stats(&self) -> Vec<(&'static str, u64)> {
             self.0.stats()
         }
-        fn set_workers(&mut self, n: usize) {
-            self.0.set_workers(n)
+        fn set_workers(&mut self, alive: &[bool]) {
+            self.0.set_workers(alive)
         }
         fn materialize(&mut self, value: ValueId, out: &mut Emit) {
             self.0.materialize(value, out)

@@ -86,6 +86,16 @@ pub enum PlacementError {
         /// The worker.
         worker: u32,
     },
+    /// A worker the dispatcher lost.
+    #[error(
+        "signal `{signal}` places values on worker {worker}, which is gone (its process ended or its connection broke)"
+    )]
+    GoneWorker {
+        /// The signal.
+        signal: String,
+        /// The worker named.
+        worker: u32,
+    },
 }
 
 /// A placement left unapplied to a value, which stays whole at home (the documented
@@ -211,7 +221,10 @@ pub struct ShardStats {
 #[derive(Debug)]
 pub struct Shard {
     config: ShardConfig,
-    workers: usize,
+    /// The dispatcher's workers, by index: whether each is up (a gone one keeps its index).
+    alive: Vec<bool>,
+    /// The indices of the workers that are up ("every worker" of a placement).
+    live: Vec<u32>,
     /// The client's values' types (every instruction's results, as the pipeline typed them).
     types: StreamTypes,
     dist: HashMap<ValueId, Dist>,
@@ -286,7 +299,8 @@ impl Shard {
     pub fn new(config: ShardConfig) -> Shard {
         Shard {
             config,
-            workers: 1,
+            alive: vec![true],
+            live: vec![0],
             types: StreamTypes::default(),
             dist: HashMap::new(),
             scopes: Vec::new(),
@@ -355,14 +369,18 @@ impl Shard {
         let listed = match place {
             Placement::Split { workers, .. } | Placement::Replicated { workers } => workers,
         };
-        let workers: Vec<u32> = if listed.is_empty() { (0..self.workers as u32).collect() } else { listed.clone() };
+        let workers: Vec<u32> = if listed.is_empty() { self.live.clone() } else { listed.clone() };
         for (i, &w) in workers.iter().enumerate() {
-            if w as usize >= self.workers {
-                return Err(PlacementError::NoSuchWorker {
-                    signal: signal.to_string(),
-                    worker: w,
-                    workers: self.workers,
-                });
+            match self.alive.get(w as usize) {
+                None => {
+                    return Err(PlacementError::NoSuchWorker {
+                        signal: signal.to_string(),
+                        worker: w,
+                        workers: self.alive.len(),
+                    })
+                }
+                Some(false) => return Err(PlacementError::GoneWorker { signal: signal.to_string(), worker: w }),
+                Some(true) => {}
             }
             if workers[..i].contains(&w) {
                 return Err(PlacementError::DuplicateWorker { signal: signal.to_string(), worker: w });
@@ -744,7 +762,7 @@ impl Shard {
             Instr::Zeros { ty, .. } | Instr::Ones { ty, .. } | Instr::Full { ty, .. } => {
                 // Created piece by piece where a scope splits them.
                 let Some(Want::Split { axis, workers }) = self.want().cloned() else { return false };
-                let Some(a) = self.splittable(ty, axis, workers.len()).filter(|_| self.workers > 1) else {
+                let Some(a) = self.splittable(ty, axis, workers.len()).filter(|_| self.live.len() > 1) else {
                     return false;
                 };
                 let sizes = array_split(ty.shape.0[a], workers.len());
@@ -1078,10 +1096,10 @@ impl Shard {
     /// `GT_AUTO_SHARD`: splits the operand that sets a large instruction's rows over every
     /// worker (the plan then runs it shard by shard); whether it did.
     fn auto_split(&mut self, out: &mut Emit, instr: &Instr, results: &[TensorType]) -> bool {
-        if !self.config.auto || self.workers < 2 {
+        if !self.config.auto || self.live.len() < 2 {
             return false;
         }
-        let n = self.workers;
+        let n = self.live.len();
         let big =
             |t: &TensorType| t.size_bytes() as u64 >= self.config.threshold && t.shape.rank() >= 1 && t.shape.0[0] >= n;
         let lead = match instr {
@@ -1097,7 +1115,7 @@ impl Shard {
             _ => None,
         };
         let Some(v) = lead else { return false };
-        let workers: Vec<u32> = (0..n as u32).collect();
+        let workers = self.live.clone();
         self.ensure_split(out, v, 0, &workers);
         self.stats.auto += 1;
         true
@@ -1132,11 +1150,11 @@ impl Shard {
                 continue;
             }
             // With one worker up a split is the value itself: it stays whole (and the log says so).
-            let fits = self.splittable(ty, axis, workers.len()).filter(|_| self.workers > 1);
+            let fits = self.splittable(ty, axis, workers.len()).filter(|_| self.live.len() > 1);
             let Some(a) = fits else {
                 self.stats.unsplit += 1;
                 let (signal, rank) = (signal.clone(), ty.shape.rank());
-                let why = if self.workers == 1 {
+                let why = if self.live.len() == 1 {
                     Unplaced::OneWorker { signal }
                 } else if normalize_axis(axis, rank).is_err() {
                     Unplaced::AxisOutOfRange { signal, value: r, ty: ty.clone(), axis, rank }
@@ -1224,7 +1242,7 @@ impl StreamPass for Shard {
     /// With nothing spread, no placement asked and no automatic splitting, an instruction goes
     /// on as it came (its types recorded), as `run` sends it, until a signal or a read.
     fn pass_through(&mut self, items: &[Emitted]) -> usize {
-        if !self.dist.is_empty() || self.want().is_some() || (self.config.auto && self.workers >= 2) {
+        if !self.dist.is_empty() || self.want().is_some() || (self.config.auto && self.live.len() >= 2) {
             return 0;
         }
         let mut taken = 0;
@@ -1283,8 +1301,16 @@ impl StreamPass for Shard {
         }
     }
 
-    fn set_workers(&mut self, n: usize) {
-        self.workers = n.max(1);
+    fn set_workers(&mut self, alive: &[bool]) {
+        self.alive = alive.to_vec();
+        self.live = (0..alive.len() as u32).filter(|&w| alive[w as usize]).collect();
+        // Before any worker registers, values go to the home worker 0 as they come.
+        if self.live.is_empty() {
+            self.live.push(0);
+        }
+        if self.alive.is_empty() {
+            self.alive.push(true);
+        }
     }
 
     fn materialize(&mut self, value: ValueId, out: &mut Emit) {

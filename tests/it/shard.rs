@@ -326,6 +326,29 @@ print %s
 }
 
 #[test]
+fn every_worker_means_the_workers_that_are_up() {
+    // Worker 0 is gone (the dispatcher keeps its index): "every worker" is 1 and 2, and a
+    // placement naming 0 is refused by name instead of failing later at a move.
+    let mut p = registry::pipeline(&["shard"], &PassOptions::default()).unwrap();
+    p.set_alive_workers(&[false, true, true]);
+    let mut out = Vec::new();
+    let every = Placement::Split { axis: 0, workers: vec![] };
+    p.run(Instr::SignalStart { name: "dp".into(), compile: false, backward: false, place: Some(every) }, 1, &mut out);
+    assert!(p.take_refusals().is_empty());
+    p.run(Instr::Ones { dst: ValueId(0), ty: gt::ir::TensorType::f32(vec![4]) }, 2, &mut out);
+    let mut placed: Vec<u32> = out.iter().flat_map(|(_, m)| m.place.iter().copied()).collect();
+    placed.sort_unstable();
+    placed.dedup();
+    assert_eq!(placed, [1, 2], "{out:?}");
+    let named = Placement::Replicated { workers: vec![0, 1] };
+    p.run(Instr::SignalStart { name: "gone".into(), compile: false, backward: false, place: Some(named) }, 3, &mut out);
+    assert_eq!(
+        p.take_refusals()[0].error.to_string(),
+        "signal `gone` places values on worker 0, which is gone (its process ended or its connection broke)"
+    );
+}
+
+#[test]
 fn a_placement_naming_a_missing_worker_is_refused_and_ignored() {
     let mut p = registry::pipeline(&["shard"], &PassOptions::default()).unwrap();
     p.set_workers(4);

@@ -831,7 +831,7 @@ impl Dispatcher {
         let c = self.next_client;
         self.next_client += 1;
         let mut pipeline = (self.config.pipeline)(c);
-        pipeline.set_workers(self.workers.len());
+        pipeline.set_alive_workers(&self.alive_workers());
         let client = ClientState {
             identity: identity.clone(),
             namespace: Namespace::new(),
@@ -1611,10 +1611,7 @@ impl Dispatcher {
             worker.local = process == gt_transport::doorbell::process_key();
             self.workers.push(worker);
             self.worker_ids.insert(identity, w);
-            let n = self.workers.len();
-            for client in self.clients.values_mut() {
-                client.pipeline.set_workers(n);
-            }
+            self.tell_pipelines_the_workers();
             tracing::info!(target: "gt::dispatcher", "worker {w} registered: {name} ({backend})");
             let to_worker = self.lanes.accept(lane, &self.workers[w].identity);
             let by = if to_worker.is_some() { " lane" } else { "" };
@@ -2208,12 +2205,27 @@ impl Dispatcher {
         }
     }
 
+    /// Which workers are up, by index.
+    fn alive_workers(&self) -> Vec<bool> {
+        self.workers.iter().map(|w| w.alive).collect()
+    }
+
+    /// Tells every client's passes which workers are up (a placement over "every worker"
+    /// means those).
+    fn tell_pipelines_the_workers(&mut self) {
+        let alive = self.alive_workers();
+        for client in self.clients.values_mut() {
+            client.pipeline.set_alive_workers(&alive);
+        }
+    }
+
     /// A worker is gone: everyone waiting on it gets an error now.
     fn worker_lost(&mut self, w: usize) {
         if !self.workers[w].alive {
             return;
         }
         self.workers[w].alive = false;
+        self.tell_pipelines_the_workers();
         let name = self.workers[w].name.clone();
         self.abort_dealers.remove(&self.workers[w].peer);
         self.lanes.close(&self.workers[w].identity);
