@@ -81,7 +81,9 @@ pub fn socket_listening(path: &Path) -> bool {
     }
 }
 
-/// Parses a discovery file's text; `None` if it names no monitor.
+/// Parses a discovery file's text; `None` if it names no monitor. Of several monitors the
+/// first `ipc://` one is taken (the file is on this machine), else the first one, a TCP
+/// listener on every interface (`tcp://*:P`, `tcp://0.0.0.0:P`) connected to on loopback.
 pub fn parse_discovery(name: &str, text: &str) -> Option<MonitorInfo> {
     let mut info = MonitorInfo {
         endpoint: String::new(),
@@ -97,11 +99,30 @@ pub fn parse_discovery(name: &str, text: &str) -> Option<MonitorInfo> {
         match key.trim() {
             "pid" => info.pid = value.parse().ok(),
             "endpoint" if !value.is_empty() => info.dispatcher = Some(value.to_string()),
-            "monitor" if !value.is_empty() => info.endpoint = value.to_string(),
+            "monitor" if !value.is_empty() => {
+                let ipc = value.starts_with("ipc://");
+                if info.endpoint.is_empty() || (ipc && !info.endpoint.starts_with("ipc://")) {
+                    info.endpoint = value.to_string();
+                }
+            }
             _ => {}
         }
     }
+    info.endpoint = connectable(&info.endpoint);
     (!info.endpoint.is_empty()).then_some(info)
+}
+
+/// Where to connect to a listener's endpoint on this machine: a wildcard host (every
+/// interface) becomes loopback, as ZeroMQ cannot connect to `*`.
+fn connectable(endpoint: &str) -> String {
+    for (wildcard, loopback) in
+        [("tcp://*:", "tcp://127.0.0.1:"), ("tcp://0.0.0.0:", "tcp://127.0.0.1:"), ("tcp://[::]:", "tcp://[::1]:")]
+    {
+        if let Some(port) = endpoint.strip_prefix(wildcard) {
+            return format!("{loopback}{port}");
+        }
+    }
+    endpoint.to_string()
 }
 
 /// Reads one discovery file (no liveness check); `None` if it is not a readable regular
@@ -301,6 +322,14 @@ mod tests {
         assert_eq!((m.pid, m.ipc_file()), (None, None));
         assert!(m.is_alive(), "a remote monitor without a pid is taken as alive");
         assert_eq!(parse_discovery("9", "pid=1\nendpoint=tcp://h:9\n"), None);
+        // A server listening on every interface writes its IPC monitor and a wildcard TCP
+        // one: the IPC one is taken whatever the order, and a wildcard alone means loopback.
+        for text in ["monitor=ipc:///x/m.ipc\nmonitor=tcp://*:10\n", "monitor=tcp://*:10\nmonitor=ipc:///x/m.ipc\n"] {
+            assert_eq!(parse_discovery("9", text).unwrap().endpoint, "ipc:///x/m.ipc");
+        }
+        assert_eq!(parse_discovery("9", "monitor=tcp://*:10").unwrap().endpoint, "tcp://127.0.0.1:10");
+        assert_eq!(parse_discovery("9", "monitor=tcp://0.0.0.0:10").unwrap().endpoint, "tcp://127.0.0.1:10");
+        assert_eq!(parse_discovery("9", "monitor=tcp://[::]:10").unwrap().endpoint, "tcp://[::1]:10");
         assert_eq!(parse_discovery("9", ""), None);
     }
 
