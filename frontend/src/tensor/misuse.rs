@@ -145,6 +145,13 @@ pub enum Misuse {
         /// Its type.
         ty: Box<TensorType>,
     },
+    /// `requires_grad_(true)` of an integer or `bool` tensor, through which no gradient
+    /// flows (PyTorch refuses it too).
+    #[error("only tensors of a floating-point dtype can require gradients, not {dtype}")]
+    NotFloat {
+        /// The tensor's dtype.
+        dtype: gt_ir::DType,
+    },
     /// `requires_grad_` of a computed tensor.
     #[error("only a leaf (a tensor not computed by a recorded op) can change requires_grad; detach() gives one")]
     NotLeaf,

@@ -242,6 +242,9 @@ impl Tensor {
         if !self.is_leaf() {
             return Err(TensorError::invalid("requires_grad_", Misuse::NotLeaf));
         }
+        if on && !self.dtype().is_float() {
+            return Err(TensorError::invalid("requires_grad_", Misuse::NotFloat { dtype: self.dtype() }));
+        }
         self.0.requires_grad.set(on);
         Ok(self)
     }
