@@ -389,7 +389,8 @@ fn clip(line: &str) -> String {
 }
 
 /// One line, in the format the log has shown so far if any (a Python GT line with a size
-/// column also reads as one of ours, with the wrong source).
+/// column also reads as one of ours, with the wrong source). A time that is no finite
+/// number (`nans`, `infs`) makes no event in any format: it has no place on a timeline.
 fn parse_any(line: &str, known: Option<LogFormat>) -> Option<(LogEvent, LogFormat)> {
     if known != Some(LogFormat::PythonSeq) {
         if let Some(e) = LogEvent::parse_line(line) {
@@ -449,7 +450,7 @@ fn parse_python_seq(line: &str) -> Option<LogEvent> {
     if parts.len() < 5 {
         return None;
     }
-    let elapsed: f64 = parts[0].trim().strip_suffix('s')?.parse().ok()?;
+    let elapsed: f64 = parts[0].trim().strip_suffix('s')?.parse().ok().filter(|x: &f64| x.is_finite())?;
     let seq: u64 = parts[1].trim().strip_prefix('#')?.parse().ok()?;
     let kind = python_kind(parts[2].trim())?;
     let source = python_source(kind, parts[3]);
@@ -465,7 +466,7 @@ fn parse_python_seq(line: &str) -> Option<LogEvent> {
 fn parse_python_tape(line: &str) -> Option<LogEvent> {
     let rest = line.trim_start().strip_prefix("[TAPE ")?;
     let (elapsed, rest) = rest.split_once("s]")?;
-    let elapsed: f64 = elapsed.trim().parse().ok()?;
+    let elapsed: f64 = elapsed.trim().parse().ok().filter(|x: &f64| x.is_finite())?;
     let parts: Vec<&str> = rest.split(" | ").collect();
     if parts.len() < 3 {
         return None;
@@ -555,6 +556,12 @@ mod tests {
         let line = "  0.001000s | #0001 | RECV         | CLIENT 1 | add | | #1 %2 = add %0, %1";
         let t = tape(&format!("{header}{line}\n{}", &line[..20])).unwrap();
         assert_eq!((t.events.len(), t.skipped), (1, 1));
+        // A time that is no number is no event (a Perfetto export wrote `"ts": null`).
+        let t = tape("[TAPE 0.003s] RECV | c | d | e\n[TAPE nans] RECV | c | d | e\n[TAPE infs] RECV | c | d | e\n")
+            .unwrap();
+        assert_eq!((t.events.len(), t.skipped), (1, 2));
+        let nan = line.replacen("0.001000s", "NaNs", 1);
+        assert_eq!(tape(&format!("{header}{line}\n{nan}\n")).unwrap().skipped, 1);
     }
 
     #[test]

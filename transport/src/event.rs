@@ -160,7 +160,8 @@ impl LogEvent {
     /// else. Byte counts come back rounded as printed.
     pub fn parse_line(line: &str) -> Option<LogEvent> {
         let mut parts = line.splitn(7, " | ");
-        let elapsed = parts.next()?.trim().strip_suffix('s')?.parse().ok()?;
+        // A time that is no finite number is no event (it has no place on a timeline).
+        let elapsed = parts.next()?.trim().strip_suffix('s')?.parse().ok().filter(|x: &f64| x.is_finite())?;
         let seq = parts.next()?.trim().strip_prefix('#')?.parse().ok()?;
         let kind = EventKind::from_name(parts.next()?.trim())?;
         let source = parts.next()?.trim().to_string();
@@ -170,7 +171,7 @@ impl LogEvent {
         let mut duration = None;
         if let Some(rest) = details.strip_prefix(DURATION) {
             let (d, rest) = rest.split_once(' ').unwrap_or((rest, ""));
-            duration = Some(d.strip_suffix('s')?.parse().ok()?);
+            duration = Some(d.strip_suffix('s')?.parse().ok().filter(|x: &f64| x.is_finite() && *x >= 0.0)?);
             details = rest;
         }
         Some(LogEvent { elapsed, seq, kind, source, command, bytes, duration, details: details.to_string() })
