@@ -96,20 +96,20 @@ pub enum KeyFormatError {
 #[derive(Debug, Error)]
 pub enum KeyError {
     /// The file could not be read.
-    #[error("cannot read the key file {path}: {source}")]
+    #[error("cannot read the key file {path}: {error}")]
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, not a `source`: a chain printed with `{:#}` would say it twice).
+        error: std::io::Error,
     },
     /// The file is not a key file.
-    #[error("{path} is not a gt cluster key file (made by `gt keygen`): {source}")]
+    #[error("{path} is not a gt cluster key file (made by `gt keygen`): {error}")]
     Format {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        source: KeyFormatError,
+        error: KeyFormatError,
     },
     /// Other users can read the file, so it proves nothing.
     #[error("the key file {path} can be read by other users (mode {mode:03o}); run `chmod 600 {path}`")]
@@ -126,12 +126,12 @@ pub enum KeyError {
         path: PathBuf,
     },
     /// The file could not be written.
-    #[error("cannot write the key file {path}: {source}")]
+    #[error("cannot write the key file {path}: {error}")]
     Write {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, not a `source`: a chain printed with `{:#}` would say it twice).
+        error: std::io::Error,
     },
     /// No default place for the file.
     #[error("neither XDG_CONFIG_HOME nor HOME is set, so there is no default key file; give a path")]
@@ -211,7 +211,7 @@ impl ClusterKey {
     /// Reads the key file at `path`, which only this user may read.
     pub fn load(path: &Path) -> Result<ClusterKey, KeyError> {
         use std::io::Read;
-        let read_err = |source| KeyError::Read { path: path.to_path_buf(), source };
+        let read_err = |error| KeyError::Read { path: path.to_path_buf(), error };
         let file = std::fs::File::open(path).map_err(read_err)?;
         #[cfg(unix)]
         {
@@ -223,7 +223,7 @@ impl ClusterKey {
         }
         let mut bytes = Vec::new();
         file.take(MAX_KEY_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(read_err)?;
-        let format_err = |source| KeyError::Format { path: path.to_path_buf(), source };
+        let format_err = |error| KeyError::Format { path: path.to_path_buf(), error };
         if bytes.len() as u64 > MAX_KEY_FILE_BYTES {
             return Err(format_err(KeyFormatError::TooLarge));
         }
@@ -234,7 +234,7 @@ impl ClusterKey {
     /// Writes the key file at `path` (mode 0600, in a fresh file; its directory is made, mode
     /// 0700, when missing). An existing file is replaced only when `force` is set.
     pub fn save(&self, path: &Path, force: bool) -> Result<(), KeyError> {
-        let write_err = |source| KeyError::Write { path: path.to_path_buf(), source };
+        let write_err = |error| KeyError::Write { path: path.to_path_buf(), error };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             let mut builder = std::fs::DirBuilder::new();
             builder.recursive(true);
