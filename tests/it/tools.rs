@@ -276,3 +276,29 @@ fn gt_top_watches_a_server_in_a_real_terminal() {
     }
     tmux(&["kill-server"]);
 }
+
+#[test]
+fn a_workers_memory_gauge_is_logged_once_per_probe_interval_at_most() {
+    // A loop of tiny synced batches: each batch's `Done` carries the worker's live bytes,
+    // but the log writes that gauge every 100 ms at most (it wrote one per batch).
+    let dir = temp_dir("status-rate");
+    let log = dir.join("run.log");
+    let mut options = ClusterOptions::embedded(1);
+    options.instruction_log = Some(log.clone());
+    let cluster = Cluster::start(options).unwrap();
+    let program = gt::ir::text::parse("%a = ones f32[4]\nrepeat 300 {\n  %b = neg %a\n  print %b\n}\n").unwrap();
+    let mut client = Client::connect_in(cluster.context(), cluster.endpoint(), ClientOptions::default()).unwrap();
+    run_script(&program, &mut client, &mut Vec::new(), Default::default()).unwrap();
+    let tape = read_log_until(&log, |t| t.events.iter().filter(|e| e.kind == EventKind::Exec).count() >= 300);
+    let gauges: Vec<f64> = tape
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::Status && e.command == "memory")
+        .map(|e| e.elapsed)
+        .collect();
+    assert!(!gauges.is_empty(), "the worker's memory is logged");
+    for pair in gauges.windows(2) {
+        // The log prints microseconds.
+        assert!(pair[1] - pair[0] >= 0.1 - 2e-6, "two memory gauges {} s apart", pair[1] - pair[0]);
+    }
+}

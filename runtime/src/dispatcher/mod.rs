@@ -1686,8 +1686,13 @@ impl Dispatcher {
         });
         if let Some(notes) = record.notes.take() {
             self.log_executed(w, &record, &notes, &timings);
-            let source = format!("WORKER {}", self.workers[w].name);
-            self.log.emit(EventKind::Status, source, "memory", 0, format!("live={live_bytes}"));
+            let now = self.log.now();
+            let every = self.config.probe_interval.as_nanos() as u64;
+            if self.workers[w].memory_logged_at.is_none_or(|at| now.saturating_sub(at) >= every) {
+                self.workers[w].memory_logged_at = Some(now);
+                let source = format!("WORKER {}", self.workers[w].name);
+                self.log.emit(EventKind::Status, source, "memory", 0, format!("live={live_bytes}"));
+            }
         }
         for (i, failure) in failures {
             let Some(&(c, seq)) = record.origins.get(i as usize) else { continue };

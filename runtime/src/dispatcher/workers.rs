@@ -80,6 +80,9 @@ pub(super) struct Worker {
     /// Where its peers reach it for collectives (its `Register`).
     pub peer: String,
     pub alive: bool,
+    /// When (the log's clock) its last memory `STATUS` event was written: one per probe
+    /// interval at most, as a gauge (a loop of tiny batches wrote one per batch).
+    pub memory_logged_at: Option<u64>,
     /// It runs in the dispatcher's process (its `Register` named this process's key): it
     /// may answer clients' waits through their doorbells.
     pub local: bool,
@@ -103,6 +106,7 @@ impl Worker {
             backend,
             peer,
             alive: true,
+            memory_logged_at: None,
             local: false,
             pending: Queued::default(),
             inflight: VecDeque::new(),
