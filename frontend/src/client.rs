@@ -89,6 +89,16 @@ pub enum ClientError {
         /// How long the client waited (`GT_CONNECT_TIMEOUT`).
         seconds: u64,
     },
+    /// The dispatcher's host name does not resolve.
+    #[error("cannot connect to the dispatcher at {endpoint}: the host `{host}` is unknown ({why})")]
+    UnknownHost {
+        /// Where.
+        endpoint: String,
+        /// The host named.
+        host: String,
+        /// What the resolver said.
+        why: std::io::Error,
+    },
     /// The dispatcher did not let this client in: the security handshake failed.
     #[error(
         "cannot connect to the dispatcher at {endpoint}: it did not let this client in: {why}; every member of a cluster needs the same key file (`gt keygen`, then `--key FILE` or GT_KEY_FILE on the server, workers and clients)"
@@ -273,6 +283,9 @@ impl Client {
     }
 
     fn hello(&mut self) -> Result<(), ClientError> {
+        if let Some((host, why)) = gt_transport::endpoint::unresolvable_host(&self.endpoint) {
+            return Err(ClientError::UnknownHost { endpoint: self.endpoint.clone(), host, why });
+        }
         let wait = self.options.connect_timeout;
         let hello = Request::Hello {
             name: self.options.name.clone(),

@@ -96,6 +96,16 @@ pub enum WorkerError {
     /// A socket failed.
     #[error("worker socket error: {0}")]
     Zmq(#[from] gt_transport::zmq::Error),
+    /// The dispatcher's host name does not resolve.
+    #[error("no dispatcher at {endpoint}: the host `{host}` is unknown ({why})")]
+    UnknownHost {
+        /// Where it was looked for.
+        endpoint: Endpoint,
+        /// The host named.
+        host: String,
+        /// What the resolver said.
+        why: std::io::Error,
+    },
     /// No dispatcher answered the registration.
     #[error("no dispatcher answered at {endpoint} within {} s (is `gt server` running there?)", .waited.as_secs())]
     NoDispatcher {
@@ -373,6 +383,11 @@ fn wait_for_welcome(
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
+            // ZeroMQ retries a name that does not resolve quietly: say so rather than blame
+            // a missing server.
+            if let Some((host, why)) = gt_transport::endpoint::unresolvable_host(&endpoint.to_string()) {
+                return Err(WorkerError::UnknownHost { endpoint: endpoint.clone(), host, why });
+            }
             return Err(WorkerError::NoDispatcher { endpoint: endpoint.clone(), waited: timeout });
         }
         let mut items = vec![sock.as_poll_item(POLLIN)];

@@ -279,6 +279,21 @@ fn split_host_port(text: &str) -> Result<(String, u16), &'static str> {
     Ok((host.to_string(), port))
 }
 
+/// For a `tcp://HOST:PORT` endpoint whose host does not resolve, the host and why: ZeroMQ
+/// would retry it quietly, so a peer waiting for an answer would blame a missing server.
+pub fn unresolvable_host(endpoint: &str) -> Option<(String, std::io::Error)> {
+    use std::net::ToSocketAddrs;
+    let address = endpoint.strip_prefix("tcp://")?;
+    let host = address.rsplit_once(':')?.0.trim_start_matches('[').trim_end_matches(']');
+    if host == "*" {
+        return None;
+    }
+    match address.to_socket_addrs() {
+        Ok(_) => None,
+        Err(e) => Some((host.to_string(), e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,5 +420,15 @@ mod tests {
     fn local_peer_without_ipc_socket_uses_tcp() {
         assert_eq!(Endpoint::for_peer("localhost", 1), Endpoint::Tcp { host: "localhost".into(), port: 1 });
         assert_eq!(Endpoint::for_peer("0.0.0.0", 1), Endpoint::Tcp { host: "127.0.0.1".into(), port: 1 });
+    }
+
+    #[test]
+    fn a_host_that_does_not_resolve_is_named() {
+        // `.invalid` never resolves (RFC 2606); addresses and listeners need no resolver.
+        let (host, _) = unresolvable_host("tcp://nohost.invalid:9000").unwrap();
+        assert_eq!(host, "nohost.invalid");
+        for fine in ["tcp://127.0.0.1:9", "tcp://[::1]:9", "tcp://*:9", "ipc:///tmp/x.ipc", "inproc://a"] {
+            assert!(unresolvable_host(fine).is_none(), "{fine}");
+        }
     }
 }
