@@ -834,7 +834,7 @@ impl Parser {
                 Elements::I32(v) => {
                     let range = "beyond the i32 range, -2147483648 to 2147483647";
                     let i = item.integer().ok_or_else(|| bad(item.not_integer(range, 2f64.powi(31))))?;
-                    v.push(i32::try_from(i).map_err(|_| bad("beyond the i32 range, -2147483648 to 2147483647"))?);
+                    v.push(i32::try_from(i).map_err(|_| bad(range))?);
                 }
                 Elements::Bool(v) => v.push(match (&item, item.integer()) {
                     (Item::Bool(b), _) => *b,
