@@ -168,6 +168,17 @@ def masked_softmax(w):
     return ms, mean_abs(fn())
 
 
+def randn(w):
+    side = int(w["n"] ** 0.5)
+
+    def fn():
+        x = torch.randn(side, side)
+        return torch.softmax(x, dim=-1) if w["op"] == "softmax" else x
+
+    ms = timed(fn, w["reps"], w["warmup"])
+    return ms, mean_abs(fn())
+
+
 def read(w):
     t = pattern(w["n"], 15)
     ms = timed(lambda: t.numpy().copy(), w["reps"], w["warmup"])
@@ -203,6 +214,7 @@ RUN = {
     "unary": unary,
     "chain": chain,
     "masked_softmax": masked_softmax,
+    "randn": randn,
     "read": read,
     "tiny": tiny,
 }

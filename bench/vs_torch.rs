@@ -2,7 +2,7 @@
 //! workloads (MLP training step, matmul 1000² and 4096², an SGD update of one weight, a
 //! linear layer read back, MSE loss, relu/sigmoid/tanh on 10k elements with and without a
 //! read, the 8-op elementwise chain on 16M f32 (and in f64, and an integer one in i32), a
-//! masked softmax, reads of 4 MB and 64 MB, tiny ops), gt
+//! masked softmax, `randn` alone and under a softmax, reads of 4 MB and 64 MB, tiny ops), gt
 //! through the Tensor API on an embedded
 //! cluster (as a Rust user runs it; `GT_COMPILE=1` for the compiled rows) and PyTorch through
 //! `bench/vs_torch.py`, started once and kept running. The two sides take turns: each row
@@ -153,6 +153,14 @@ fn specs(quick: bool) -> Vec<Spec> {
                 1 << 22,
                 r((21, 3), (3, 1)),
             )
+        },
+        // Standard-normal numbers: alone, and a softmax over the rows of fresh ones (compiled:
+        // the row kernel reads them from a kernel of their own).
+        spec("randn", "randn", "randn 4096x4096 f32 (sync)", 1 << 24, r((11, 2), (1, 1))),
+        Spec {
+            op: "softmax",
+            compiled: Some(None),
+            ..spec("randn_softmax", "randn", "softmax of randn 4096x4096 f32 (sync)", 1 << 24, r((11, 2), (1, 1)))
         },
         Spec { read: true, ..spec("read4", "read", "read 4 MB result", 1 << 20, r((51, 5), (5, 1))) },
         Spec { read: true, ..spec("read64", "read", "read 64 MB result", 1 << 24, r((11, 2), (1, 1))) },
@@ -389,6 +397,19 @@ fn run_gt(gt: &Runtime, s: &Spec) -> Result<(f64, f64)> {
                 Ok(gt.sync()?)
             })?;
             Ok((ms, mean_abs(&chain(&x, &y)?.to_vec()?)))
+        }
+        "randn" => {
+            let side = (s.n as f64).sqrt() as usize;
+            let draw = || -> Result<Tensor> {
+                let x = gt::randn(&[side, side])?;
+                Ok(if s.op == "softmax" { nn::softmax(&x, -1)? } else { x })
+            };
+            gt.sync()?;
+            let ms = timed(s, || {
+                let _r = draw()?;
+                Ok(gt.sync()?)
+            })?;
+            Ok((ms, mean_abs(&draw()?.to_vec()?)))
         }
         "masked_softmax" => {
             let t = 512;

@@ -1,4 +1,5 @@
-//! `f64`'s transcendental functions (`ln`, `exp`, `tanh`, `sigmoid`, `pow`, `erf`), written
+//! `f64`'s transcendental functions (`ln`, `exp`, `tanh`, `sigmoid`, `pow`, `erf`, and `cos`
+//! over one turn for `randn`), written
 //! once over [`F64Ops`], a handful of IEEE operations: the semantics of `f64` tensors on
 //! every backend. The interpreter computes them one element at a time ([`Lane`], through
 //! [`exp`] and friends) or over slices the compiler vectorizes (`gt-runtime`'s `vmath`),
@@ -384,6 +385,66 @@ fn poly<W: F64Ops>(w: &mut W, c: &[f64], v: &W::V) -> W::V {
     p
 }
 
+/// `pi/2 - FRAC_PI_2`: the low part of pi/2 for [`cos_within_turn`]'s reduction (Cody-Waite).
+const PI_2_LO: f64 = 6.123_233_995_736_766e-17;
+
+/// `(-1)^j / (2j + odd)!`, `j` to 8: the Taylor series of `cos r` (`odd` 0) and of
+/// `sin r / r` (`odd` 1) in `r^2`.
+const fn trig_series(odd: usize) -> [f64; 9] {
+    let mut c = [0.0; 9];
+    let mut j = 0;
+    while j < c.len() {
+        let mut factorial = 1.0;
+        let mut k = 2;
+        while k <= 2 * j + odd {
+            factorial *= k as f64;
+            k += 1;
+        }
+        c[j] = if j % 2 == 0 { 1.0 } else { -1.0 } / factorial;
+        j += 1;
+    }
+    c
+}
+
+/// [`trig_series`] of `cos`.
+const COS: [f64; 9] = trig_series(0);
+/// [`trig_series`] of `sin r / r`.
+const SIN: [f64; 9] = trig_series(1);
+
+/// `cos x` for `0 <= x <= 2 pi` only, the angle `randn`'s Box-Muller step takes
+/// (`gt_ir::random`): `x = k pi/2 + r`, `k` in 0..=4, `|r| <= pi/4` (pi/2 in two parts, so
+/// `k` times the high one is exact), then the series of `cos r` or `sin r` (to r^16 / r^17,
+/// terms left out under 1e-17) with the quadrant's sign. Within 2 ulp of libm, or 1e-17
+/// absolute where the result is near a zero of `cos`.
+#[inline(always)]
+pub fn cos_within_turn<W: F64Ops>(w: &mut W, x: &W::V) -> W::V {
+    let k = {
+        let two_over_pi = w.c(std::f64::consts::FRAC_2_PI);
+        let q = w.mul(x, &two_over_pi);
+        w.rint(&q)
+    };
+    let (hi, lo) = (w.c(-std::f64::consts::FRAC_PI_2), w.c(-PI_2_LO));
+    let r = w.fma(&k, &hi, x);
+    let r = w.fma(&k, &lo, &r);
+    let r2 = w.mul(&r, &r);
+    let cos_r = poly(w, &COS, &r2);
+    let sin_r = {
+        let p = poly(w, &SIN, &r2);
+        w.mul(&p, &r)
+    };
+    // k = 0 or 4: cos r; 1: -sin r; 2: -cos r; 3: sin r.
+    let is = |w: &mut W, q: f64| {
+        let q = w.c(q);
+        w.eq(&k, &q)
+    };
+    let (k1, k2, k3) = (is(w, 1.0), is(w, 2.0), is(w, 3.0));
+    let use_sin = w.or(&k1, &k3);
+    let base = w.select(&use_sin, &sin_r, &cos_r);
+    let flip = w.or(&k1, &k2);
+    let negated = w.neg(&base);
+    w.select(&flip, &negated, &base)
+}
+
 /// `erf x` as fdlibm computes it (FreeBSD's `s_erf.c` by way of musl and the `libm` crate,
 /// which the interpreter calls): a rational function in `x^2` below 0.84375, in `|x| - 1`
 /// below 1.25, and `1 - erfc x` below 6 with `erfc` from the asymptotic series' rational
@@ -590,7 +651,7 @@ macro_rules! on_one {
 
 /// The functions over any [`F64Ops`], under the names the scalar entry points take.
 mod fns {
-    pub(super) use super::{erf, exp, ln, pow, sigmoid, tanh};
+    pub(super) use super::{cos_within_turn, erf, exp, ln, pow, sigmoid, tanh};
 }
 
 /// The scalar entry points.
@@ -610,6 +671,8 @@ pub mod one {
         erf(x);
         /// `a^b` ([`super::pow`]).
         pow(a, b);
+        /// `cos x` for `0 <= x <= 2 pi` ([`super::cos_within_turn`]).
+        cos_within_turn(x);
     }
 }
 
@@ -676,6 +739,30 @@ mod tests {
         xs.extend(inputs(-0.5, 0.5, 20_000, &[1e-9, -1e-200, 0.17328, 0.1733, 19.1, -800.0]));
         within("tanh", one::tanh, f64::tanh, &xs, 2);
         within("sigmoid", one::sigmoid, crate::ops::sigmoid::<f64>, &xs, 2);
+    }
+
+    #[test]
+    fn cos_over_a_turn_within_two_ulp_of_libm_or_1e17_near_its_zeros() {
+        let quarter = std::f64::consts::FRAC_PI_2;
+        let mut xs = inputs(0.0, std::f64::consts::TAU, 40_000, &[0.0, std::f64::consts::TAU, std::f64::consts::PI]);
+        // Each quadrant's edges, where `k` changes and `|r|` is largest.
+        for k in 0..=4 {
+            let edge = f64::from(k) * quarter;
+            let turn = 0.0..=std::f64::consts::TAU;
+            xs.extend(inputs(edge - 1e-3, edge + 1e-3, 2_000, &[edge]).into_iter().filter(|x| turn.contains(x)));
+            if k < 4 {
+                let mid = edge + quarter / 2.0;
+                xs.extend(inputs(mid - 1e-9, mid + 1e-9, 200, &[]));
+            }
+        }
+        let mut worst = 0;
+        for &x in &xs {
+            let (got, want) = (one::cos_within_turn(x), x.cos());
+            let d = ulps(got, want);
+            assert!(d <= 2 || (got - want).abs() <= 1e-17, "cos({x:e}) = {got:e}, libm {want:e}: {d} ulp");
+            worst = worst.max(if want.abs() > 1e-3 { d } else { 0 });
+        }
+        eprintln!("cos: worst {worst} ulp away from its zeros");
     }
 
     #[test]

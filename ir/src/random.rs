@@ -15,9 +15,14 @@
 //! - `normal(seed, i)`: Box-Muller in `f64` over the counters `2i` and `2i + 1`:
 //!   `u1 = (bits(seed, 2i) >> 11) * 2^-53`, `u2 = (bits(seed, 2i + 1) >> 11) * 2^-53`,
 //!   `r = sqrt(-2 ln(1 - u1))`, value `r * cos(2 pi u2)` rounded to `f32` (`1 - u1` is in
-//!   `(0, 1]`, so the logarithm is finite).
+//!   `(0, 1]`, so the logarithm is finite). `ln` and `cos` are [`crate::math64`]'s, not the
+//!   platform's libm: every backend computes the same bits by construction (the PTX emits
+//!   the same operations), and a CPU computes them in vector lanes ([`normal_mixed`] is the
+//!   loop body of `gt-runtime`'s bulk fill).
 //!
 //! Element `i` (row-major) of `rand` is `uniform(seed, i)`; of `randn`, `normal(seed, i)`.
+
+use crate::math64;
 
 /// 2^-24: scales 24 random bits into `[0, 1)`.
 const F32_UNIT: f32 = 1.0 / 16_777_216.0;
@@ -25,6 +30,7 @@ const F32_UNIT: f32 = 1.0 / 16_777_216.0;
 const F64_UNIT: f64 = 1.0 / 9_007_199_254_740_992.0;
 
 /// The SplitMix64 finaliser: a bijective mix of 64 bits.
+#[inline(always)]
 pub fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -39,16 +45,44 @@ pub fn bits(seed: u64, i: u64) -> u64 {
 
 /// Element `i` of `rand` with this seed: uniform in `[0, 1)`.
 pub fn uniform(seed: u64, i: u64) -> f32 {
+    uniform_mixed(splitmix64(seed), i)
+}
+
+/// [`uniform`] given `splitmix64(seed)`.
+#[inline(always)]
+pub fn uniform_mixed(mixed: u64, i: u64) -> f32 {
     // 24 bits fit an f32 mantissa exactly, so the result is never rounded up to 1.0.
-    (bits(seed, i) >> 40) as f32 * F32_UNIT
+    (splitmix64(mixed.wrapping_add(i)) >> 40) as f32 * F32_UNIT
 }
 
 /// Element `i` of `randn` with this seed: standard normal (Box-Muller on counters `2i`, `2i+1`).
 pub fn normal(seed: u64, i: u64) -> f32 {
-    let unit = |c: u64| (bits(seed, c) >> 11) as f64 * F64_UNIT;
+    let mixed = splitmix64(seed);
+    #[cfg(target_arch = "x86_64")]
+    {
+        // `math64`'s multiply-adds are one instruction with FMA, a libm call without.
+        #[target_feature(enable = "fma")]
+        fn with_fma(mixed: u64, i: u64) -> f32 {
+            normal_mixed(mixed, i)
+        }
+        if std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has the feature the function is built for.
+            #[allow(unsafe_code)]
+            return unsafe { with_fma(mixed, i) };
+        }
+    }
+    normal_mixed(mixed, i)
+}
+
+/// [`normal`] given `splitmix64(seed)`: branch-free, so a loop over `i` inlining it
+/// vectorizes.
+#[inline(always)]
+pub fn normal_mixed(mixed: u64, i: u64) -> f32 {
+    let unit = |c: u64| (splitmix64(mixed.wrapping_add(c)) >> 11) as f64 * F64_UNIT;
     let (u1, u2) = (unit(i.wrapping_mul(2)), unit(i.wrapping_mul(2).wrapping_add(1)));
-    let r = (-2.0 * (1.0 - u1).ln()).sqrt();
-    (r * (std::f64::consts::TAU * u2).cos()) as f32
+    let lane = &mut math64::Lane;
+    let r = (-2.0 * math64::ln(lane, &(1.0 - u1))).sqrt();
+    (r * math64::cos_within_turn(lane, &(std::f64::consts::TAU * u2))) as f32
 }
 
 #[cfg(test)]
@@ -109,13 +143,33 @@ mod tests {
     }
 
     #[test]
+    fn normal_is_libms_box_muller_but_for_rare_double_roundings_one_ulp_apart() {
+        let (mut differ, n) = (0, 400_000u64);
+        for i in 0..n {
+            let unit = |c: u64| (bits(3, c) >> 11) as f64 * F64_UNIT;
+            let (u1, u2) = (unit(2 * i), unit(2 * i + 1));
+            let libm = ((-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32;
+            let got = normal(3, i);
+            if got != libm {
+                differ += 1;
+                assert_eq!(got.to_bits().abs_diff(libm.to_bits()), 1, "element {i}: {got:e} against libm's {libm:e}");
+            }
+        }
+        assert!(differ <= 4, "{differ} of {n} elements differ from libm's");
+    }
+
+    #[test]
     fn normal_counters_pair_up() {
         // Element i consumes counters 2i and 2i+1, so it is a function of those bits alone.
         let seed = 99;
         let i = 5;
         let u1 = (bits(seed, 2 * i) >> 11) as f64 * F64_UNIT;
         let u2 = (bits(seed, 2 * i + 1) >> 11) as f64 * F64_UNIT;
-        let expected = ((-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32;
+        let cos = math64::one::cos_within_turn(std::f64::consts::TAU * u2);
+        let expected = ((-2.0 * math64::one::ln(1.0 - u1)).sqrt() * cos) as f32;
         assert_eq!(normal(seed, i), expected);
+        // libm's functions round to the same f32 but in rare cases of double rounding.
+        let libm = ((-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32;
+        assert_eq!(normal(seed, i), libm);
     }
 }

@@ -899,7 +899,11 @@ impl<'a> Region<'a> {
             Def::Constant(c) if b.compute == Compute::F32 => Ok(b.node(Node::constant(c as f32))),
             Def::Constant(c) => Ok(b.node(Node::Const64(c.to_bits()))),
             Def::Indexed(node) => {
-                if dims == b.space && *map == Map::identity(dims.len()) && b.acc.is_none() {
+                // A `randn` costs a logarithm and a cosine per element: a row kernel, which
+                // would compute it again on each pass over its rows (softmax's three), reads
+                // it from a kernel of its own.
+                let costly = !root && matches!(node, Node::Randn { .. }) && b.rows.is_some();
+                if !costly && dims == b.space && *map == Map::identity(dims.len()) && b.acc.is_none() {
                     Ok(b.node(node))
                 } else {
                     Err(Materialise(v))

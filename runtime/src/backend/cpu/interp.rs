@@ -16,7 +16,7 @@
 use crate::backend::cpu::jit::{Jit, JitError, Wide};
 use crate::backend::cpu::threads::{self, Sgemm};
 use crate::backend::cpu::value::{self, Value};
-use crate::backend::cpu::vmath;
+use crate::backend::cpu::vmath::{self, RandomKind};
 use crate::backend::{checks, Residency};
 use crate::error::JitFailure;
 use crate::RuntimeError;
@@ -25,7 +25,6 @@ use gt_ir::data::Elements;
 use gt_ir::formula::{Algebra, Term, Var};
 use gt_ir::kernel::{Compute, Kernel, Storage};
 use gt_ir::ops::{nan_max, nan_min, BinaryKernel, OpDef, UnaryKernel};
-use gt_ir::random;
 use gt_ir::verify::shape::{self, ResolvedSlice};
 use gt_ir::{
     BinaryOp, CollectiveOp, Executor, HostTensor, Instr, Operand, ReduceOp, Shape, TensorType, TypeError, UnaryOp,
@@ -845,12 +844,8 @@ impl Interpreter {
         let dtype = types.first().map_or(gt_ir::DType::F32, |t| t.dtype);
         let ty = |v: ValueId| self.type_of(v);
         let result = match instr {
-            Instr::Randn { seed, .. } => {
-                Value::F32(random_tensor(dims(), |i| random::normal(*seed, i))).into_dtype(dtype)
-            }
-            Instr::Rand { seed, .. } => {
-                Value::F32(random_tensor(dims(), |i| random::uniform(*seed, i))).into_dtype(dtype)
-            }
+            Instr::Randn { seed, .. } => Value::F32(random_tensor(dims(), RandomKind::Normal, *seed)).into_dtype(dtype),
+            Instr::Rand { seed, .. } => Value::F32(random_tensor(dims(), RandomKind::Uniform, *seed)).into_dtype(dtype),
             Instr::Zeros { .. } => Value::full(dtype, dims(), 0.0),
             Instr::Ones { .. } => Value::full(dtype, dims(), 1.0),
             Instr::Full { value, .. } => Value::full(dtype, dims(), *value),
@@ -942,8 +937,8 @@ impl Interpreter {
         let type_error = |source| RuntimeError::Type { op, source };
         let dims = || types.first().map_or(&[][..], |t| t.shape.dims());
         Ok(Some(match instr {
-            Instr::Randn { seed, .. } => random_tensor(dims(), |i| random::normal(*seed, i)),
-            Instr::Rand { seed, .. } => random_tensor(dims(), |i| random::uniform(*seed, i)),
+            Instr::Randn { seed, .. } => random_tensor(dims(), RandomKind::Normal, *seed),
+            Instr::Rand { seed, .. } => random_tensor(dims(), RandomKind::Uniform, *seed),
             Instr::Zeros { .. } => Tensor::zeros(dims()),
             Instr::Ones { .. } => Tensor::ones(dims()),
             Instr::Full { value, .. } => Tensor::from_elem(dims(), *value as f32),
@@ -1036,9 +1031,11 @@ fn broadcast<'a>(a: &'a ArrayViewD<'_, f32>, dims: &[usize]) -> ArrayViewD<'a, f
     a.broadcast(dims).expect("the type rule checked the shapes broadcast")
 }
 
-fn random_tensor(dims: &[usize], element: impl Fn(u64) -> f32) -> Tensor {
-    let n = dims.iter().product::<usize>() as u64;
-    from_vec(dims, (0..n).map(element).collect())
+/// A `randn` or `rand` tensor: `gt_ir::random`'s elements, filled in vector loops over the
+/// worker's threads (each element depends on its index alone).
+fn random_tensor(dims: &[usize], kind: RandomKind, seed: u64) -> Tensor {
+    let n = dims.iter().product::<usize>();
+    from_vec(dims, threads::written(n, |at, out| vmath::random_into(kind, seed, at as u64, out)))
 }
 
 fn arange(start: f64, step: f64, dims: &[usize]) -> Tensor {
@@ -1512,6 +1509,7 @@ fn log_compile(jit: &Jit, kernel: &Kernel, dims: &[usize], took: std::time::Dura
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gt_ir::random;
     use gt_ir::DType;
     use gt_ir::{SliceItem, SplitSpec};
     use proptest::prelude::*;

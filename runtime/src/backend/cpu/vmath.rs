@@ -225,6 +225,102 @@ slice_fns! {
     Erf: map_erf => erf,
 }
 
+/// Where a loop puts an `f32` result (a random number): an element already written, one
+/// not yet, or an `f64` (widened).
+pub trait PutF32 {
+    /// Writes `x` here.
+    fn put(&mut self, x: f32);
+}
+
+impl PutF32 for f32 {
+    #[inline(always)]
+    fn put(&mut self, x: f32) {
+        *self = x;
+    }
+}
+
+impl PutF32 for f64 {
+    #[inline(always)]
+    fn put(&mut self, x: f32) {
+        *self = f64::from(x);
+    }
+}
+
+impl PutF32 for std::mem::MaybeUninit<f32> {
+    #[inline(always)]
+    fn put(&mut self, x: f32) {
+        self.write(x);
+    }
+}
+
+/// `out[j]` = element `first + j` of `randn` (`random::normal`) or `rand`
+/// (`random::uniform`) with this seed, the same bits, in a loop built for the host's widest
+/// vectors: `math64`'s `ln` and `cos` and the 64-bit mixing in lanes (where libm's scalar
+/// `ln` and `cos` took about 50 ns an element).
+pub fn random_into<P: PutF32>(kind: RandomKind, seed: u64, first: u64, out: &mut [P]) {
+    random_at(host_level(), kind, seed, first, out);
+}
+
+/// Which generator a fill runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RandomKind {
+    /// `random::normal`.
+    Normal,
+    /// `random::uniform`.
+    Uniform,
+}
+
+/// [`normal_into`] or [`uniform_into`] in the loop built for `level` ([`host_level`]'s
+/// numbering), which the host must have.
+pub(crate) fn random_at<P: PutF32>(level: u8, kind: RandomKind, seed: u64, first: u64, out: &mut [P]) {
+    use gt_ir::random;
+    assert!(level <= host_level(), "level {level} is past the host's {}", host_level());
+    let mixed = random::splitmix64(seed);
+    // As in `map_f64_at`: the loop is written out in each function built for a level.
+    macro_rules! fill {
+        ($kind:ident, $mixed:ident, $first:ident, $out:ident) => {
+            match $kind {
+                RandomKind::Normal => {
+                    for (j, o) in $out.iter_mut().enumerate() {
+                        o.put(random::normal_mixed($mixed, $first.wrapping_add(j as u64)));
+                    }
+                }
+                RandomKind::Uniform => {
+                    for (j, o) in $out.iter_mut().enumerate() {
+                        o.put(random::uniform_mixed($mixed, $first.wrapping_add(j as u64)));
+                    }
+                }
+            }
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
+        fn avx512<P: PutF32>(kind: RandomKind, mixed: u64, first: u64, out: &mut [P]) {
+            fill!(kind, mixed, first, out);
+        }
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2<P: PutF32>(kind: RandomKind, mixed: u64, first: u64, out: &mut [P]) {
+            fill!(kind, mixed, first, out);
+        }
+        #[target_feature(enable = "fma")]
+        fn fma<P: PutF32>(kind: RandomKind, mixed: u64, first: u64, out: &mut [P]) {
+            fill!(kind, mixed, first, out);
+        }
+        match level {
+            // SAFETY: the host has the features these are built for (asserted).
+            #[allow(unsafe_code)]
+            3 => return unsafe { avx512(kind, mixed, first, out) },
+            #[allow(unsafe_code)]
+            2 => return unsafe { avx2(kind, mixed, first, out) },
+            #[allow(unsafe_code)]
+            1 => return unsafe { fma(kind, mixed, first, out) },
+            _ => {}
+        }
+    }
+    fill!(kind, mixed, first, out);
+}
+
 /// Where a loop puts an `f64` result: an element already written, or one not yet.
 pub trait PutF64 {
     /// Writes `x` here.
@@ -491,6 +587,32 @@ mod tests {
     /// `bf16`'s vector conversions give `half`'s bits: every upper half with the lower
     /// halves where rounding turns (ties either way, just below, just above), so every
     /// exponent, both signs, infinities and NaNs.
+    /// The vector fills of `randn` and `rand` give `gt_ir::random`'s scalar bits at every
+    /// level this host runs, from any first element (a tile's, a thread's stretch's), into
+    /// `f32`s and widened into `f64`s.
+    #[test]
+    fn random_fills_give_the_scalar_bits_at_every_level() {
+        use super::{random_at, RandomKind};
+        use gt_ir::random;
+        for level in 0..=super::host_level() {
+            for (first, len) in [(0u64, 1000usize), (7, 33), (1 << 40, 517), (u64::MAX - 20, 20)] {
+                let mut normal = vec![0.0f32; len];
+                let mut uniform = vec![0.0f64; len];
+                random_at(level, RandomKind::Normal, 42, first, &mut normal);
+                random_at(level, RandomKind::Uniform, 42, first, &mut uniform);
+                for j in 0..len {
+                    let i = first + j as u64;
+                    assert_eq!(
+                        normal[j].to_bits(),
+                        random::normal(42, i).to_bits(),
+                        "level {level}, randn element {i}"
+                    );
+                    assert_eq!(uniform[j], f64::from(random::uniform(42, i)), "level {level}, rand element {i}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn bf16_conversions_give_halfs_bits() {
         use super::Halves;

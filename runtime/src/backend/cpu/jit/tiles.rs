@@ -14,11 +14,11 @@
 //! lane and call the op table's functions): `gt_ir::math64`'s functions in `vmath`'s vector
 //! loops, the bits of `apply_f64`, which the eager ops and the oracle compute.
 use super::Wide;
-use crate::backend::cpu::vmath::Halves;
+use crate::backend::cpu::vmath::{Halves, RandomKind};
 use crate::backend::cpu::{threads, vmath};
 use gt_ir::kernel::{BufferStorage, Compute, MapKernel, Node, Storage};
 use gt_ir::ops::{BinaryKernel, BinaryKernelAs, OpDef, UnaryKernel, UnaryKernelAs};
-use gt_ir::{random, BinaryOp, UnaryOp};
+use gt_ir::{BinaryOp, UnaryOp};
 use half::{bf16, f16};
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -117,7 +117,7 @@ impl StoredMut<'_> {
 }
 
 /// A type kernels compute in by tiles (`f32`, or `f64`), with its nodes over a tile.
-pub(super) trait TileType: Copy + PartialEq + Send + Sync + 'static {
+pub(super) trait TileType: Copy + PartialEq + Send + Sync + vmath::PutF32 + 'static {
     /// Zero (a `where` condition's false).
     const ZERO: Self;
     /// `x` (a `f32` constant or random number) in this type.
@@ -333,7 +333,7 @@ fn is_plain_map(k: &MapKernel) -> bool {
 }
 
 /// Whether `k` runs by tiles: a plain `f32` map ([`is_plain_map`]), primitive ops only, and
-/// at least one costly op (without one, the compiled loop is as fast) or, where `converts`
+/// at least one costly op or `randn` (without one, the compiled loop is as fast) or, where `converts`
 /// (a buffer holds halves or `bool`s), any op: compiled code reads and writes `f32` only, so
 /// such buffers would be converted whole first, a pass over memory and a temporary each.
 pub(super) fn applies(k: &MapKernel, converts: bool) -> bool {
@@ -345,13 +345,22 @@ pub(super) fn applies(k: &MapKernel, converts: bool) -> bool {
             Node::Reduce(..) | Node::Acc | Node::Round(..) => false,
             _ => true,
         })
-        && (converts || k.nodes.iter().any(|n| matches!(*n, Node::Unary(op, _) if costly(op).is_some())))
+        && (converts
+            || k.nodes.iter().any(|n| matches!(*n, Node::Unary(op, _) if costly(op).is_some()))
+            || draws_normal(k))
+}
+
+/// Whether `k` has a `randn` node, which a tile fills in vector lanes (`vmath::random_into`)
+/// where compiled code would call the scalar generator for each element.
+fn draws_normal(k: &MapKernel) -> bool {
+    k.nodes.iter().any(|n| matches!(n, Node::Randn { .. }))
 }
 
 /// Whether the `f64` kernel `k` runs by tiles over buffers stored as `storage`: a plain map
 /// ([`is_plain_map`]) over `f64`s and `bool`s, of inputs, constants, primitive ops, `where`
-/// and roundings through `f64` or `f32`, with at least one of `f64`'s transcendental
-/// functions (which the compiled kernel calls one element at a time).
+/// roundings through `f64` or `f32` and random numbers, with at least one of `f64`'s
+/// transcendental functions or a `randn` (which the compiled kernel calls one element at a
+/// time).
 pub(super) fn applies_f64(k: &MapKernel, storage: &BufferStorage) -> bool {
     let held = |s: &Storage| matches!(s, Storage::F64 | Storage::Bool);
     k.compute == Compute::F64
@@ -363,11 +372,14 @@ pub(super) fn applies_f64(k: &MapKernel, storage: &BufferStorage) -> bool {
             Node::Binary(op, _, _) => matches!(op.def(), OpDef::Prim(_)),
             Node::Round(s, _) => matches!(s, Storage::F64 | Storage::F32),
             Node::Input(_) | Node::Const(_) | Node::Const64(_) | Node::Select(..) => true,
-            Node::Iota { .. } | Node::Rand { .. } | Node::Randn { .. } | Node::Reduce(..) | Node::Acc => false,
+            Node::Rand { .. } | Node::Randn { .. } => true,
+            Node::Iota { .. } | Node::Reduce(..) | Node::Acc => false,
         })
-        && k.nodes
+        && (k
+            .nodes
             .iter()
             .any(|n| matches!(*n, Node::Unary(op, _) if matches!(op.def(), OpDef::Prim(p) if vmath::is_costly_f64(p))))
+            || draws_normal(k))
 }
 
 /// `vmath`'s slice function for a costly op.
@@ -555,16 +567,8 @@ fn tile<'s, T: TileType, S: Source<T>>(
                     }
                 });
             }
-            Node::Rand { seed } => {
-                for (j, d) in dst.iter_mut().enumerate() {
-                    *d = T::from_f32(random::uniform(seed, (first + j) as u64));
-                }
-            }
-            Node::Randn { seed } => {
-                for (j, d) in dst.iter_mut().enumerate() {
-                    *d = T::from_f32(random::normal(seed, (first + j) as u64));
-                }
-            }
+            Node::Rand { seed } => vmath::random_into(RandomKind::Uniform, seed, first as u64, dst),
+            Node::Randn { seed } => vmath::random_into(RandomKind::Normal, seed, first as u64, dst),
             Node::Unary(op, a) => T::unary(op, value(a), dst),
             Node::Binary(op, a, b) => T::binary(op, value(a), value(b), dst),
             Node::Round(storage, a) => T::round(storage, value(a), dst),

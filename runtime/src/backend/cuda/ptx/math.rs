@@ -13,9 +13,6 @@ use gt_ir::kernel::{Compute, MapKernel, Node};
 use gt_ir::random;
 use gt_ir::{BinaryOp, BinaryPrim, OpDef, ReduceOp, UnaryOp, UnaryPrim};
 
-/// `pi/2 - FRAC_PI_2` (Cody-Waite reduction).
-const PI_2_LO: f64 = 6.123_233_995_736_766e-17;
-
 /// What a node reads besides other nodes.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Leaf {
@@ -170,14 +167,14 @@ impl Emitter {
                     e.value(Reg::F64, "mul.rn.f64", &format!("{f}, {}", f64_imm(1.0 / 9_007_199_254_740_992.0)))
                 };
                 let (u1, u2) = (unit(self, &c1), unit(self, &c2));
-                // The interpreter's expression, in f64 throughout, with f64 ln and cos
-                // accurate to a few ulp, so the f32 results round to the same values.
+                // The interpreter's expression (`gt_ir::random`), in f64 throughout, with
+                // `math64`'s `ln` and `cos`: the same operations, so the same bits.
                 let one_minus = self.value(Reg::F64, "sub.rn.f64", &format!("{}, {u1}", f64_imm(1.0)));
                 let ln = gt_ir::math64::ln(self, &one_minus);
                 let m2 = self.value(Reg::F64, "mul.rn.f64", &format!("{}, {ln}", f64_imm(-2.0)));
                 let r = self.value(Reg::F64, "sqrt.rn.f64", &m2);
                 let angle = self.value(Reg::F64, "mul.rn.f64", &format!("{}, {u2}", f64_imm(std::f64::consts::TAU)));
-                let cos = self.cos_f64(&angle);
+                let cos = gt_ir::math64::cos_within_turn(self, &angle);
                 let x = self.value(Reg::F64, "mul.rn.f64", &format!("{r}, {cos}"));
                 let f = self.value(Reg::F32, "cvt.rn.f32.f64", &x);
                 self.converted("f32", &f)
@@ -192,41 +189,6 @@ impl Emitter {
         };
         memo[target] = Some(r.clone());
         r
-    }
-
-    /// `cos x` for `0 <= x < 2 pi` (f64): `x = k pi/2 + r`, `|r| <= pi/4`, then the Taylor
-    /// series of cos or sin of `r` (to r^16 / r^17) with the quadrant's sign.
-    fn cos_f64(&mut self, x: &str) -> String {
-        let q = self.value(Reg::F64, "mul.rn.f64", &format!("{x}, {}", f64_imm(std::f64::consts::FRAC_2_PI)));
-        let k = self.value(Reg::F64, "cvt.rni.f64.f64", &q);
-        // pi/2 in two parts (Cody-Waite): r = x - k (HI + LO), k <= 4 keeps k * HI exact.
-        let r = self.value(Reg::F64, "fma.rn.f64", &format!("{k}, {}, {x}", f64_imm(-std::f64::consts::FRAC_PI_2)));
-        let r = self.value(Reg::F64, "fma.rn.f64", &format!("{k}, {}, {r}", f64_imm(-PI_2_LO)));
-        let r2 = self.value(Reg::F64, "mul.rn.f64", &format!("{r}, {r}"));
-        let factorial = |n: u32| (1..=n).map(f64::from).product::<f64>();
-        // cos r = sum (-1)^j r^2j / (2j)!; sin r = r sum (-1)^j r^2j / (2j+1)!.
-        let series = |e: &mut Emitter, odd: u32| {
-            let term = |j: u32| if j.is_multiple_of(2) { 1.0 } else { -1.0 } / factorial(2 * j + odd);
-            let mut p = e.value(Reg::F64, "mov.f64", &f64_imm(term(8)));
-            for j in (0..8).rev() {
-                p = e.value(Reg::F64, "fma.rn.f64", &format!("{p}, {r2}, {}", f64_imm(term(j))));
-            }
-            p
-        };
-        let cos_r = series(self, 0);
-        let sin_p = series(self, 1);
-        let sin_r = self.value(Reg::F64, "mul.rn.f64", &format!("{sin_p}, {r}"));
-        let ki = self.value(Reg::B32, "cvt.rni.s32.f64", &k);
-        let quadrant = self.value(Reg::B32, "and.b32", &format!("{ki}, 3"));
-        // k mod 4 = 0: cos r, 1: -sin r, 2: -cos r, 3: sin r.
-        let odd = self.value(Reg::B32, "and.b32", &format!("{quadrant}, 1"));
-        let use_sin = self.predicate("ne.u32", &odd, "0");
-        let base = self.value(Reg::F64, "selp.f64", &format!("{sin_r}, {cos_r}, {use_sin}"));
-        let flip_q = self.value(Reg::B32, "add.u32", &format!("{quadrant}, 1"));
-        let flip_bits = self.value(Reg::B32, "and.b32", &format!("{flip_q}, 2"));
-        let flip = self.predicate("ne.u32", &flip_bits, "0");
-        let neg = self.value(Reg::F64, "neg.f64", &base);
-        self.value(Reg::F64, "selp.f64", &format!("{neg}, {base}, {flip}"))
     }
 
     /// `splitmix64(splitmix64(seed) + counter)` (see `gt_ir::random`).
