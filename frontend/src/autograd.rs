@@ -229,6 +229,9 @@ impl Tensor {
             let input_grads = input_grads(node, &g, &values, &wants)?;
             for (t, gi) in inputs.iter().zip(input_grads) {
                 let Some(gi) = gi else { continue };
+                // A gradient has its input's dtype, as in PyTorch: an `f32` weight meeting
+                // `f64` data gets an `f32` gradient, which its optimizer's update can take.
+                let gi = if gi.dtype() == t.dtype() { gi } else { gi.to(t.dtype())? };
                 match &t.0.grad_fn {
                     Some(n) => {
                         let key = Rc::as_ptr(n);

@@ -192,6 +192,20 @@ pub fn converted_scalar(dtype: DType, x: f64) -> f64 {
     }
 }
 
+/// The value scalar operand `x` of the binary `op` computing in `dtype` takes, on the right
+/// (`rhs`) or the left: [`converted_scalar`], except that a half's `mul` and `div` by a
+/// scalar on the right keep it in `f32`, as PyTorch's do (its op math type), so that
+/// `h / 1e5` is `h * 1e-5` and not `h / inf`. On the left, and for `add`, `sub`,
+/// comparisons and the rest, the scalar rounds to the half, as in PyTorch (`1e5 * h` is
+/// `inf`).
+pub fn binary_scalar(op: crate::BinaryOp, dtype: DType, x: f64, rhs: bool) -> f64 {
+    if rhs && dtype.is_half() && matches!(op, crate::BinaryOp::Mul | crate::BinaryOp::Div) {
+        converted_scalar(DType::F32, x)
+    } else {
+        converted_scalar(dtype, x)
+    }
+}
+
 /// Converts `v` element by element (exactly between integers, through `f64` otherwise).
 pub fn convert<S: Element, T: Element>(v: &[S]) -> Vec<T> {
     let integral = !S::DTYPE.is_float() && !T::DTYPE.is_float();

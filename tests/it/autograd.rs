@@ -233,7 +233,9 @@ const FUNCTIONS: &[(&str, Op)] = &[
     ("softmax", |x| nn::softmax(&x[0], -1)),
     ("log_softmax", |x| nn::log_softmax(&x[0], 1)),
     ("layer_norm", |x| nn::layer_norm(&x[0], 1e-5)),
+    ("layer_norm over two axes", |x| nn::layer_norm_over(&x[0], 2, 1e-5)),
     ("gelu", |x| nn::gelu(&x[0])),
+    ("gelu_tanh", |x| nn::gelu_tanh(&x[0])),
     ("mse", |x| nn::mse_loss(&x[0], &x[0].mul(0.5)?.add(0.3)?)),
     ("bce", |x| nn::binary_cross_entropy(&x[0].sigmoid()?, &x[0].gt(0.0)?)),
     ("bce logits", |x| nn::binary_cross_entropy_with_logits(&x[0], &x[0].gt(0.5)?)),
@@ -260,6 +262,20 @@ fn nn_functions_and_losses() {
 }
 
 #[test]
+fn a_layer_norm_normalizes_over_its_whole_shape_and_refuses_another() {
+    let _gt = Runtime::reference();
+    let x = gt::from_vec(vec![1., 2., 4., 0., 0., 1.], &[1, 2, 3]).unwrap();
+    let y = nn::LayerNorm::over(&[2, 3]).unwrap().forward(&x).unwrap();
+    // PyTorch's LayerNorm((2, 3)) of the same input.
+    let torch = [-0.24253494, 0.48507005, 1.94027996, -0.97013992, -0.97013992, -0.24253494];
+    for (got, want) in y.to_vec().unwrap().iter().zip(torch) {
+        assert!((got - want).abs() < 1e-5, "{:?} against PyTorch's {torch:?}", y.to_vec().unwrap());
+    }
+    let err = nn::LayerNorm::new(4).unwrap().forward(&x).unwrap_err().to_string();
+    assert!(err.contains("LayerNorm") && err.contains("[4]") && err.contains("[1, 2, 3]"), "{err}");
+}
+
+#[test]
 fn gradients_accumulate_on_leaves_until_zeroed() {
     let _gt = Runtime::reference();
     let w = gt::tensor(&[1., 2.]).unwrap().requires_grad_(true).unwrap();
@@ -275,6 +291,27 @@ fn gradients_accumulate_on_leaves_until_zeroed() {
     let y = w.mul(&w).unwrap().add(&w).unwrap().sum().unwrap();
     y.backward().unwrap();
     assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![3., 5.]);
+}
+
+#[test]
+fn a_gradient_has_its_inputs_dtype_so_optimizers_step_with_mixed_dtypes() {
+    use gt::ir::DType;
+    let _gt = Runtime::reference();
+    // An f32 weight meeting f64 data (NumPy's default), and an f16 weight beside f32 ones.
+    let w = gt::tensor(&[1., 2.]).unwrap().requires_grad_(true).unwrap();
+    let x = gt::from_data(vec![0.5f64, 1.5], &[2]).unwrap();
+    let h = gt::tensor(&[3., 4.]).unwrap().to(DType::F16).unwrap().requires_grad_(true).unwrap();
+    let y = w.mul(&x).unwrap().mul(&h).unwrap();
+    assert_eq!(y.dtype(), DType::F64);
+    y.sum().unwrap().backward().unwrap();
+    let (gw, gh) = (w.grad().unwrap(), h.grad().unwrap());
+    assert_eq!((gw.dtype(), gh.dtype()), (DType::F32, DType::F16));
+    assert_eq!(gw.to_vec().unwrap(), vec![1.5, 6.0]);
+    assert_eq!(gh.to(DType::F32).unwrap().to_vec().unwrap(), vec![0.5, 3.0]);
+    let mut sgd = nn::Sgd::new(vec![w.clone(), h.clone()], 0.5);
+    sgd.step().unwrap();
+    assert_eq!(w.to_vec().unwrap(), vec![0.25, -1.0]);
+    assert_eq!(h.dtype(), DType::F16);
 }
 
 #[test]
@@ -330,6 +367,9 @@ fn review_regressions() {
     // The derivative of the clamped loss: finite (it was NaN through log's 0/0).
     let want = [1.0 / 3.0, -1.0 / 3.0, -2.0 / 3.0];
     assert!(g.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6), "{g:?}");
+    // Each logarithm clamped at -100 exactly, as PyTorch's (e^-100 as an f32 gave -99.98).
+    let wrong = nn::binary_cross_entropy(&gt::tensor(&[0., 1.]).unwrap(), &gt::tensor(&[1., 0.]).unwrap()).unwrap();
+    assert_eq!(wrong.item().unwrap(), 100.0);
     // pow: zero exponents and zero bases give 0, not NaN.
     let b = gt::tensor(&[0., 2.]).unwrap().requires_grad_(true).unwrap();
     let e = gt::tensor(&[0., 0.5]).unwrap().requires_grad_(true).unwrap();

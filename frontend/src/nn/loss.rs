@@ -11,11 +11,14 @@ pub fn mse_loss(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
 
 /// Binary cross-entropy of probabilities `p` against targets in `[0, 1]`; the logarithms are
 /// clamped at -100 as in PyTorch, so `p` of exactly 0 or 1 gives a finite loss and a finite
-/// gradient (the clamp is applied before the logarithm, whose gradient would be 0/0 there).
+/// gradient: `p` is raised to a floor below e^-100 first (the logarithm's gradient would be
+/// 0/0 at 0), and its logarithm clamped at -100. (e^-100 itself is a subnormal `f32` a little
+/// above e^-100, whose logarithm is -99.98.)
 pub fn binary_cross_entropy(p: &Tensor, target: &Tensor) -> Result<Tensor> {
-    let floor = (-100.0f64).exp();
-    let log_p = p.maximum(floor)?.log()?;
-    let log_q = p.rsub(1.0)?.maximum(floor)?.log()?;
+    let floor = 1e-45;
+    let clamped_log = |x: Tensor| x.maximum(floor)?.log()?.maximum(-100.0);
+    let log_p = clamped_log(p.clone())?;
+    let log_q = clamped_log(p.rsub(1.0)?)?;
     let per = target.mul(&log_p)?.add(&target.rsub(1.0)?.mul(&log_q)?)?;
     per.mean()?.neg()
 }

@@ -8,7 +8,7 @@ pub mod optim;
 pub use loss::{binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, mse_loss, one_hot};
 pub use optim::{Adam, Optimizer, Sgd};
 
-use crate::tensor::{self, no_grad, Result, Tensor};
+use crate::tensor::{self, no_grad, Misuse, Result, Tensor, TensorError};
 
 /// A layer or model: a forward function and the parameters it trains.
 pub trait Module {
@@ -76,22 +76,28 @@ impl Module for Linear {
     }
 }
 
-/// Layer normalisation over the last axis with a learned scale and shift.
+/// Layer normalisation over the last axes (as many as its normalized shape has) with a
+/// learned scale and shift, as PyTorch's `LayerNorm(normalized_shape)`.
 pub struct LayerNorm {
-    /// Scale, `[features]`, initially ones.
+    /// Scale, the normalized shape, initially ones.
     pub weight: Tensor,
-    /// Shift, `[features]`, initially zeros.
+    /// Shift, the normalized shape, initially zeros.
     pub bias: Tensor,
     /// Added to the variance.
     pub eps: f64,
 }
 
 impl LayerNorm {
-    /// A layer norm over `features` values (eps 1e-5).
+    /// A layer norm over the last axis, of `features` values (eps 1e-5).
     pub fn new(features: usize) -> Result<LayerNorm> {
+        LayerNorm::over(&[features])
+    }
+
+    /// A layer norm over the last axes, of shape `normalized` (eps 1e-5).
+    pub fn over(normalized: &[usize]) -> Result<LayerNorm> {
         Ok(LayerNorm {
-            weight: parameter(|| tensor::ones(&[features]))?,
-            bias: parameter(|| tensor::zeros(&[features]))?,
+            weight: parameter(|| tensor::ones(normalized))?,
+            bias: parameter(|| tensor::zeros(normalized))?,
             eps: 1e-5,
         })
     }
@@ -99,7 +105,12 @@ impl LayerNorm {
 
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        layer_norm(x, self.eps)?.mul(&self.weight)?.add(&self.bias)
+        let normalized = self.weight.shape();
+        if !x.shape().ends_with(normalized) {
+            let misuse = Misuse::NormalizedShape { normalized: normalized.to_vec(), input: x.shape().to_vec() };
+            return Err(TensorError::invalid("LayerNorm", misuse));
+        }
+        layer_norm_over(x, normalized.len(), self.eps)?.mul(&self.weight)?.add(&self.bias)
     }
 
     fn parameters(&self) -> Vec<Tensor> {
@@ -129,7 +140,7 @@ activation! {
     Sigmoid => |x| x.sigmoid();
     /// Hyperbolic tangent.
     Tanh => |x| x.tanh();
-    /// GELU, tanh approximation.
+    /// GELU, exact (PyTorch's default).
     GELU => gelu;
 }
 
@@ -211,13 +222,27 @@ pub fn softmax(x: &Tensor, axis: i64) -> Result<Tensor> {
 
 /// `(x - mean) / sqrt(var + eps)` over the last axis (biased variance, as PyTorch).
 pub fn layer_norm(x: &Tensor, eps: f64) -> Result<Tensor> {
-    let centred = x.sub(&x.mean_dims(&[-1], true)?)?;
-    let var = centred.mul(&centred)?.mean_dims(&[-1], true)?;
+    layer_norm_over(x, 1, eps)
+}
+
+/// [`layer_norm`] over the last `axes` axes together (PyTorch's `normalized_shape` of that
+/// many dims).
+pub fn layer_norm_over(x: &Tensor, axes: usize, eps: f64) -> Result<Tensor> {
+    let last: Vec<i64> = (1..=axes as i64).rev().map(|a| -a).collect();
+    let centred = x.sub(&x.mean_dims(&last, true)?)?;
+    let var = centred.mul(&centred)?.mean_dims(&last, true)?;
     centred.mul(&var.add(eps)?.rsqrt()?)
 }
 
-/// GELU, tanh approximation: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+/// GELU, exact: `0.5 x (1 + erf(x / sqrt 2))`, PyTorch's default (`gelu_tanh` is the
+/// approximation).
 pub fn gelu(x: &Tensor) -> Result<Tensor> {
+    x.mul(std::f64::consts::FRAC_1_SQRT_2)?.erf()?.add(1.0)?.mul(x)?.mul(0.5)
+}
+
+/// GELU, tanh approximation (PyTorch's `approximate="tanh"`):
+/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
     let inner = x.mul(x)?.mul(x)?.mul(0.044715)?.add(x)?.mul((2.0 / std::f64::consts::PI).sqrt())?;
     inner.tanh()?.add(1.0)?.mul(x)?.mul(0.5)
 }

@@ -172,6 +172,14 @@ pub enum Misuse {
     /// An in-place update of a tensor that requires grad, outside `no_grad`.
     #[error("a tensor that requires grad can only be updated in place inside gt::no_grad() (as optimizers do)")]
     InPlaceWithGrad,
+    /// A layer norm over a shape the input does not end with.
+    #[error("normalizes over the last axes of shape {normalized:?}, but the input has shape {input:?}")]
+    NormalizedShape {
+        /// The shape the layer normalizes over.
+        normalized: Vec<usize>,
+        /// The input's shape.
+        input: Vec<usize>,
+    },
     /// A `gt!` statement naming another number of results than the op gives.
     #[error("gives {found} results here, but the `gt!` statement names {named}")]
     ResultCount {

@@ -167,7 +167,14 @@ pub fn lower(instr: &Instr, ty: &dyn Fn(ValueId) -> TensorType, results: &[Tenso
         Instr::Binary { op, lhs, rhs, .. } => {
             let dims = out_dims();
             let mut operands = Operands::new(&dims, ty, (compute, scalars));
-            let (a, b) = (operands.add(*lhs), operands.add(*rhs));
+            // A half's `mul`/`div` by a scalar keeps it in `f32` (`binary_scalar`).
+            let mut operand = |o: Operand, rhs: bool| match o {
+                Operand::Scalar(x) => {
+                    operands.push(constant(compute, crate::data::binary_scalar(*op, scalars, x, rhs)))
+                }
+                o => operands.add(o),
+            };
+            let (a, b) = (operand(*lhs, false), operand(*rhs, true));
             operands.nodes.push(Node::Binary(*op, a, b));
             let (inputs, nodes) = (operands.inputs, operands.nodes);
             map(MapParts::new(dims.to_vec(), inputs, nodes, Access::contiguous(&dims)))

@@ -439,10 +439,18 @@ impl<'a> Region<'a> {
                         self.elem_compute.insert(dst, compute);
                         // A scalar as the op's dtype holds it, as the eager op converts it
                         // (`h - 1.0001` of an `f16` subtracts 1).
+                        // (`binary_scalar`: a half's `mul`/`div` by a scalar keeps it in `f32`).
                         let scalar_dtype = self.computed_dtype(instr).unwrap_or(DType::F32);
-                        let mut operand = |o: Operand, egraph: &mut egg::EGraph<Expr, Facts>| match o {
+                        let binary_op = match instr {
+                            Instr::Binary { op, .. } => Some(*op),
+                            _ => None,
+                        };
+                        let mut operand = |o: Operand, rhs: bool, egraph: &mut egg::EGraph<Expr, Facts>| match o {
                             Operand::Scalar(x) => {
-                                let x = gt_ir::data::converted_scalar(scalar_dtype, x) as f32;
+                                let x = match binary_op {
+                                    Some(op) => gt_ir::data::binary_scalar(op, scalar_dtype, x, rhs),
+                                    None => gt_ir::data::converted_scalar(scalar_dtype, x),
+                                } as f32;
                                 egraph.add(Expr::Const(egraph::Scalar(x.to_bits())))
                             }
                             // Elementwise operands are looked into, broadcast ones too: a
@@ -464,16 +472,17 @@ impl<'a> Region<'a> {
                         };
                         let node = match instr {
                             Instr::Unary { op, src, .. } => {
-                                let a = operand(Operand::Value(*src), &mut egraph);
+                                let a = operand(Operand::Value(*src), false, &mut egraph);
                                 egraph::add_unary(&mut egraph, *op, a)
                             }
                             Instr::Binary { op, lhs, rhs, .. } => {
-                                let (a, b) = (operand(*lhs, &mut egraph), operand(*rhs, &mut egraph));
+                                let (a, b) = (operand(*lhs, false, &mut egraph), operand(*rhs, true, &mut egraph));
                                 egraph::add_binary(&mut egraph, *op, a, b)
                             }
                             Instr::Where { cond, on_true, on_false, .. } => {
-                                let c = operand(Operand::Value(*cond), &mut egraph);
-                                let (t, f) = (operand(*on_true, &mut egraph), operand(*on_false, &mut egraph));
+                                let c = operand(Operand::Value(*cond), false, &mut egraph);
+                                let (t, f) =
+                                    (operand(*on_true, false, &mut egraph), operand(*on_false, true, &mut egraph));
                                 egraph.add(Expr::Select([c, t, f]))
                             }
                             _ => unreachable!("matched above"),

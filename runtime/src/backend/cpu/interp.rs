@@ -861,7 +861,23 @@ impl Interpreter {
                 let promoted = shape::elementwise(&[*lhs, *rhs], &ty).map_err(type_error)?.dtype;
                 let (compute, result) = shape::binary_dtypes(*binary_op, promoted).map_err(type_error)?;
                 let (a, b) = (self.operand_value(op, *lhs)?, self.operand_value(op, *rhs)?);
-                value::binary(*binary_op, &a, &b, dims(), compute, result)
+                // A half's `mul`/`div` by a scalar keeps it in `f32` (`binary_scalar`): the
+                // op computes in `f32` (as halves do) over the half operand, rounded once.
+                let in_f32 = |o: &Operand, rhs| match *o {
+                    Operand::Scalar(x) => {
+                        gt_ir::data::binary_scalar(*binary_op, compute, x, rhs)
+                            != gt_ir::data::converted_scalar(compute, x)
+                    }
+                    Operand::Value(_) => false,
+                };
+                if in_f32(lhs, false) || in_f32(rhs, true) {
+                    let f32 = gt_ir::DType::F32;
+                    let widened =
+                        |v: &Value| if v.dtype() == gt_ir::DType::F64 { v.cast(f32) } else { v.to(compute).cast(f32) };
+                    value::binary(*binary_op, &widened(&a), &widened(&b), dims(), f32, f32).into_dtype(result)
+                } else {
+                    value::binary(*binary_op, &a, &b, dims(), compute, result)
+                }
             }
             Instr::Where { cond, on_true, on_false, .. } => {
                 let (t, f) = (self.operand_value(op, *on_true)?, self.operand_value(op, *on_false)?);
