@@ -29,18 +29,19 @@ struct Args {
 enum Command {
     /// Run a dispatcher: clients and workers connect to it.
     Server {
-        /// TCP port (an IPC socket for this machine's peers is made beside it).
-        #[arg(short, long, default_value_t = 9000)]
+        /// TCP port (an IPC socket for this machine's peers is made beside it). Not 0:
+        /// workers and clients elsewhere must know it.
+        #[arg(short, long, default_value_t = 9000, value_parser = clap::value_parser!(u16).range(1..))]
         port: u16,
         /// Address to listen on: 127.0.0.1 (this machine only) or 0.0.0.0 (every interface).
         #[arg(long, default_value = "127.0.0.1")]
         host: String,
-        /// Worker threads to start inside the server too.
-        #[arg(long, default_value_t = 0)]
-        workers: usize,
+        /// Worker threads to start inside the server too (at most 256).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=crate::runtime::config::MAX_WORKERS as i64))]
+        workers: u16,
         /// TCP port of the monitor socket (`gt top`, `gt trace`) when listening beyond this
         /// machine (default: PORT + 1); this machine's tools use an IPC socket.
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
         monitor_port: Option<u16>,
         /// The cluster key file (`gt keygen`; default: GT_KEY_FILE): TCP is encrypted and
         /// only workers and clients holding the same file get in.
@@ -230,7 +231,7 @@ where
                 Ok(k) => k,
                 Err(code) => return code,
             };
-            server((port, monitor_port), &host, workers, (key, insecure), &env)
+            server((port, monitor_port), &host, usize::from(workers), (key, insecure), &env)
         }
         Command::Worker { host, port, name, backend, wait, reconnect, threads, connect, key } => {
             let endpoint = match connect.map(|c| Endpoint::parse(&c)).transpose() {

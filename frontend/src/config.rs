@@ -102,6 +102,12 @@ pub enum ConfigProblem {
     /// More than one YAML document.
     #[error("the file holds more than one YAML document (separated by `---`); a config file holds one")]
     MultipleDocuments,
+    /// Brackets nested past any config's depth (a YAML parser's time grows with its square).
+    #[error("`[` and `{{` nest more than {max} deep here; a config nests a few levels")]
+    TooDeep {
+        /// The deepest nesting taken.
+        max: usize,
+    },
     /// A value of the wrong kind.
     #[error("expected {expected}, found {found}")]
     Mismatch {
@@ -286,6 +292,37 @@ impl SignalConfigError {
     }
 }
 
+/// How deep `[` and `{` may nest in a config file.
+const MAX_FLOW_DEPTH: usize = 64;
+
+/// The 1-based line and column where `text`'s flow collections (`[`, `{`, outside quoted
+/// scalars and comments; they may span lines) first nest deeper than `max`, if they do.
+fn nested_past(text: &str, max: usize) -> Option<(usize, usize)> {
+    let (mut depth, mut quote) = (0usize, None);
+    for (i, line) in text.lines().enumerate() {
+        let mut previous = ' ';
+        for (j, c) in line.chars().enumerate() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                // A quote opens a scalar only where one starts (`don't` is plain).
+                (None, '\'' | '"') if previous.is_whitespace() || "[{,:".contains(previous) => quote = Some(c),
+                (None, '#') if previous.is_whitespace() => break,
+                (None, '[' | '{') => {
+                    depth += 1;
+                    if depth > max {
+                        return Some((i + 1, j + 1));
+                    }
+                }
+                (None, ']' | '}') => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            previous = c;
+        }
+    }
+    None
+}
+
 impl Config {
     /// No signal configured.
     pub const fn new() -> Config {
@@ -294,6 +331,11 @@ impl Config {
 
     /// Parses the text of a config file; `origin` (the file name) prefixes error messages.
     pub fn parse(text: &str, origin: &str) -> Result<Config, SignalConfigError> {
+        if let Some((line, column)) = nested_past(text, MAX_FLOW_DEPTH) {
+            let mut error = SignalConfigError::whole_file(origin, ConfigProblem::TooDeep { max: MAX_FLOW_DEPTH });
+            (error.line, error.column) = (Some(line), Some(column));
+            return Err(error);
+        }
         // First the YAML syntax, for the whole text: a syntax error is reported as such even
         // where a check of the part before it would fail first.
         let mut documents = serde_yaml::Deserializer::from_str(text);
@@ -1232,6 +1274,16 @@ params:
             e.to_string().starts_with("config.yaml:2: ") && matches!(*e.problem, ConfigProblem::MultipleDocuments),
             "{e}"
         );
+        // Brackets nested 100,000 deep are refused where they pass 64, before the YAML
+        // parser, whose time grows with the depth's square; across lines too. Brackets in
+        // quotes and comments do not count, nor a quote inside a plain word.
+        let deep = format!("a: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        let e = err(&deep);
+        assert!(matches!(*e.problem, ConfigProblem::TooDeep { max: 64 }) && e.column == Some(68), "{e}");
+        let e = err(&format!("a:\n  shard: {}", "{\n".repeat(70)));
+        assert_eq!(e.line, Some(66), "{e}");
+        let quoted = format!("# {}\n\"{}\": ~\ndon't{}: ~\n", "[".repeat(99), "[".repeat(99), "]".repeat(9));
+        assert_eq!(Config::parse(&quoted, "config.yaml").map(|c| c.signals.len()).ok(), Some(2));
     }
 
     #[test]

@@ -402,6 +402,9 @@ pub struct Pipeline {
     entry: StreamTypes,
     /// The open signal scopes, innermost last, and whether each is a compile signal.
     signals: Vec<(String, bool)>,
+    /// How many of them are compile signals (kept, not counted per instruction: a client
+    /// may nest scopes deeply).
+    compiling: usize,
     /// Re-type every pass's output (on in debug builds).
     validate: bool,
     errors: Vec<(Meta, PassError)>,
@@ -419,6 +422,7 @@ impl Default for Pipeline {
             dump: None,
             entry: StreamTypes::default(),
             signals: Vec::new(),
+            compiling: 0,
             validate: cfg!(debug_assertions),
             errors: Vec::new(),
             refusals: Vec::new(),
@@ -567,15 +571,20 @@ impl Pipeline {
     /// The client's instruction `seq` typed, with its meta, as the first pass takes it.
     fn admit(&mut self, instr: Instr, seq: u64) -> Emitted {
         match &instr {
-            Instr::SignalStart { name, compile, .. } => self.signals.push((name.clone(), *compile)),
+            Instr::SignalStart { name, compile, .. } => {
+                self.signals.push((name.clone(), *compile));
+                self.compiling += usize::from(*compile);
+            }
             // An end that does not close the innermost scope closes nothing.
             Instr::SignalEnd { name } if self.signals.last().is_some_and(|(open, _)| open == name) => {
-                self.signals.pop();
+                if let Some((_, compile)) = self.signals.pop() {
+                    self.compiling -= usize::from(compile);
+                }
             }
             _ => {}
         }
         let types = Some(self.entry.admit(&instr).map_err(Arc::new));
-        let compile = self.signals.iter().any(|(_, c)| *c);
+        let compile = self.compiling > 0;
         (instr, Meta { seq, injected_by: None, types, compile, place: Vec::new() })
     }
 

@@ -35,6 +35,18 @@ pub enum ConfigProblem {
     /// Not a whole number of at least 1.
     #[error("expected a whole number of at least 1")]
     NotPositive,
+    /// Below the least that works.
+    #[error("at least {min} (a registration, a handshake and one instruction must fit a message)")]
+    TooSmall {
+        /// The least.
+        min: usize,
+    },
+    /// Past the most that makes sense.
+    #[error("at most {max}")]
+    TooMany {
+        /// The most.
+        max: usize,
+    },
     /// Not a flag.
     #[error("expected 0 or 1")]
     NotFlag,
@@ -213,20 +225,64 @@ pub struct EnvConfig {
     pub shared_reads: bool,
 }
 
+/// The least `GT_MAX_MESSAGE_BYTES` (64 KiB).
+pub const MIN_MESSAGE_BYTES: usize = 64 << 10;
+
+/// The most workers one process starts (`GT_WORKERS`, `--workers`).
+pub const MAX_WORKERS: usize = 256;
+
 /// How long a worker's part of a collective waits for a peer by default: long enough for a
 /// peer's earlier work, short enough that a hung peer is reported.
 pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Four fifths of this machine's memory, or no limit where that cannot be read.
+/// Four fifths of the memory this process may use ([`machine_memory`]), or no limit where
+/// that cannot be read; the workers of one process share it (`embedded.rs`).
 pub fn default_worker_memory() -> usize {
     machine_memory().map_or(usize::MAX, |bytes| bytes / 5 * 4)
 }
 
-/// This machine's memory in bytes (`MemTotal` in `/proc/meminfo`), where it can be read.
+/// The memory this process may use in bytes: this machine's (`MemTotal` in
+/// `/proc/meminfo`), or less where its control group (a container's, a systemd unit's)
+/// limits it; `None` where neither can be read.
 pub fn machine_memory() -> Option<usize> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<usize>().ok()?.saturating_mul(1024))
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
+        let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+        Some(line.split_whitespace().nth(1)?.parse::<usize>().ok()?.saturating_mul(1024))
+    });
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok();
+    let limit = cgroups.and_then(|text| cgroup_limit(&text, std::path::Path::new("/sys/fs/cgroup")));
+    match (total, limit) {
+        (Some(t), Some(l)) => Some(t.min(l)),
+        (t, l) => t.or(l),
+    }
+}
+
+/// The tightest memory limit of the control groups `/proc/self/cgroup` (`cgroups`) names, and
+/// of their ancestors, under `sys` (`/sys/fs/cgroup`): v2's `memory.max`, v1's
+/// `memory.limit_in_bytes` (whose "unlimited" is a number near 2^63).
+fn cgroup_limit(cgroups: &str, sys: &std::path::Path) -> Option<usize> {
+    let read = |file: std::path::PathBuf| -> Option<usize> {
+        let text = std::fs::read_to_string(file).ok()?;
+        text.trim().parse::<u64>().ok().filter(|&b| b < 1 << 62).map(|b| b as usize)
+    };
+    let mut tightest: Option<usize> = None;
+    for line in cgroups.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (fields.next(), fields.next(), fields.next()) else { continue };
+        let (root, file) = match controllers {
+            "" => (sys.to_path_buf(), "memory.max"),
+            c if c.split(',').any(|c| c == "memory") => (sys.join("memory"), "memory.limit_in_bytes"),
+            _ => continue,
+        };
+        let mut dir = Some(std::path::Path::new(path.trim_start_matches('/')));
+        while let Some(d) = dir {
+            if let Some(limit) = read(root.join(d).join(file)) {
+                tightest = Some(tightest.map_or(limit, |t| t.min(limit)));
+            }
+            dir = d.parent();
+        }
+    }
+    tightest
 }
 
 impl Default for EnvConfig {
@@ -288,6 +344,22 @@ impl EnvConfig {
         c.workers = positive("GT_WORKERS", c.workers)?;
         c.worker_batch_size = positive("GT_WORKER_BATCH_SIZE", c.worker_batch_size)?;
         c.max_message_bytes = positive("GT_MAX_MESSAGE_BYTES", c.max_message_bytes)?;
+        // Registrations, handshakes and one instruction's batch must fit a message.
+        if c.max_message_bytes < MIN_MESSAGE_BYTES {
+            let value = get("GT_MAX_MESSAGE_BYTES").unwrap_or_default();
+            let problem = ConfigProblem::TooSmall { min: MIN_MESSAGE_BYTES };
+            return Err(EnvConfigError { var: "GT_MAX_MESSAGE_BYTES", value, problem });
+        }
+        // Each worker is threads and sockets of its own: a count past this is a mistake that
+        // would exhaust the process's threads or files.
+        if c.workers > MAX_WORKERS {
+            let value = get("GT_WORKERS").unwrap_or_default();
+            return Err(EnvConfigError {
+                var: "GT_WORKERS",
+                value,
+                problem: ConfigProblem::TooMany { max: MAX_WORKERS },
+            });
+        }
         c.worker_memory = positive("GT_WORKER_MEMORY", c.worker_memory)?;
         // A budget the machine cannot hold would let the process be killed for memory instead
         // of failing the op that passes it. Only a set one can (the default is 4/5 of it).
@@ -418,6 +490,28 @@ impl EnvConfig {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_control_groups_memory_limit_bounds_the_machines_memory() {
+        let sys = std::env::temp_dir().join(format!("gt-cgroup-{}", std::process::id()));
+        let write = |path: &str, text: &str| {
+            let file = sys.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, text).unwrap();
+        };
+        // v2: the group itself is unlimited, its parent is not.
+        write("box/job/memory.max", "max\n");
+        write("box/memory.max", "3221225472\n");
+        assert_eq!(super::cgroup_limit("0::/box/job\n", &sys), Some(3 << 30));
+        // v1: "unlimited" is a number near 2^63; a tighter one is taken.
+        write("memory/a/memory.limit_in_bytes", "9223372036854771712\n");
+        assert_eq!(super::cgroup_limit("4:memory:/a\n", &sys), None);
+        write("memory/memory.limit_in_bytes", "1048576\n");
+        assert_eq!(super::cgroup_limit("4:memory:/a\n0::/box/job\n", &sys), Some(1 << 20));
+        // No group or no files: no limit.
+        assert_eq!(super::cgroup_limit("1:cpu:/\n", &sys), None);
+        std::fs::remove_dir_all(&sys).unwrap();
+    }
+
     use super::*;
 
     #[test]

@@ -41,7 +41,8 @@ pub struct ClusterOptions {
     pub matmul_precision: Precision,
     /// Whether CPU workers compile `fused` kernels (`GT_JIT`).
     pub jit: bool,
-    /// Each in-process worker's memory budget (`GT_WORKER_MEMORY`).
+    /// Each in-process worker's memory budget (`GT_WORKER_MEMORY`); the default one
+    /// ([`crate::config::default_worker_memory`]) is shared by the workers.
     pub worker_memory: usize,
     /// Each in-process worker's compute threads (`GT_THREADS`; `None`: its share of the
     /// cores).
@@ -321,7 +322,13 @@ impl Cluster {
             wo.backend = options.backend;
             wo.matmul_precision = options.matmul_precision;
             wo.jit = options.jit;
-            wo.memory_budget = options.worker_memory;
+            // The default budget is the process's: its workers share it (each taking all of
+            // it would let N of them ask for N times the memory there is).
+            wo.memory_budget = if options.worker_memory == crate::config::default_worker_memory() {
+                options.worker_memory / options.workers.max(1)
+            } else {
+                options.worker_memory
+            };
             wo.collective_timeout = options.collective_timeout;
             wo.op_timeout = options.op_timeout;
             wo.spin = options.dispatcher.spin;

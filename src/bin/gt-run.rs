@@ -72,8 +72,8 @@ struct Args {
     /// The cluster key file (`gt keygen`) for a dispatcher reached over TCP (as GT_KEY_FILE).
     #[arg(long, value_name = "FILE", requires = "connect")]
     key: Option<PathBuf>,
-    /// Embedded workers to start (default: GT_WORKERS, else 1).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    /// Embedded workers to start, 1 to 256 (default: GT_WORKERS, else 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=gt::runtime::config::MAX_WORKERS as i64))]
     workers: Option<u16>,
     /// Run on the reference interpreter in this thread (no dispatcher, no workers).
     #[arg(long, conflicts_with = "workers")]

@@ -90,6 +90,13 @@ pub enum KeyFormatError {
         /// The name.
         name: &'static str,
     },
+    /// A public key that is not the secret key's (an edited or mixed-up file): every member
+    /// would be refused at the handshake, for a reason the handshake cannot tell.
+    #[error("line {line}: the public-key is not the secret-key's (the file was edited, or its lines come from two files); make a new one with `gt keygen`")]
+    Mismatch {
+        /// The public key's line.
+        line: usize,
+    },
 }
 
 /// Why a key could not be made, read or written.
@@ -183,6 +190,7 @@ impl ClusterKey {
     /// Reads a key file's text.
     pub fn parse(text: &str) -> Result<ClusterKey, KeyFormatError> {
         let (mut public, mut secret) = (None, None);
+        let mut public_line = 0;
         for (i, raw) in text.lines().enumerate() {
             let line = i + 1;
             let content = raw.trim();
@@ -201,10 +209,16 @@ impl ClusterKey {
             if slot.is_some() {
                 return Err(KeyFormatError::Duplicate { line, name });
             }
+            if name == PUBLIC {
+                public_line = line;
+            }
             *slot = Some(z85_decode_key(value.trim()).ok_or(KeyFormatError::BadKey { line, name })?);
         }
         let public = public.ok_or(KeyFormatError::Missing { name: PUBLIC })?;
         let secret = secret.ok_or(KeyFormatError::Missing { name: SECRET })?;
+        if curve_public(&secret) != Some(public) {
+            return Err(KeyFormatError::Mismatch { line: public_line });
+        }
         Ok(ClusterKey { public, secret })
     }
 
@@ -367,6 +381,24 @@ fn z85_encode(bytes: &[u8; 32]) -> String {
 
 /// A 32-byte key from its Z85 text; `None` for anything else (ZeroMQ's own decoder takes
 /// characters outside the alphabet, so it is not used).
+/// The CURVE public key of `secret` (libzmq's `zmq_curve_public`); `None` where libzmq
+/// cannot derive it.
+#[allow(unsafe_code)]
+fn curve_public(secret: &[u8; 32]) -> Option<[u8; 32]> {
+    let mut secret_z85 = z85_encode(secret).into_bytes();
+    secret_z85.push(0);
+    let mut public_z85 = [0u8; Z85_KEY_LEN + 1];
+    // SAFETY: both buffers are 41 bytes, a Z85 key and its NUL, as the call requires; it
+    // reads the secret's and writes the public's.
+    let rc = unsafe { zmq_sys::zmq_curve_public(public_z85.as_mut_ptr().cast(), secret_z85.as_ptr().cast()) };
+    let text = std::str::from_utf8(&public_z85[..Z85_KEY_LEN]).ok()?;
+    if rc == 0 {
+        z85_decode_key(text)
+    } else {
+        None
+    }
+}
+
 fn z85_decode_key(text: &str) -> Option<[u8; 32]> {
     let text = text.as_bytes();
     if text.len() != Z85_KEY_LEN {
@@ -423,6 +455,7 @@ mod tests {
     fn malformed_key_files_are_errors_naming_the_line() {
         let k = ClusterKey::generate().unwrap();
         let (p, s) = (format!("public-key = {}", k.public_z85()), format!("secret-key = {}", z85_encode(&k.secret)));
+        let other_secret = format!("secret-key = {}", z85_encode(&ClusterKey::generate().unwrap().secret));
         let cases: Vec<(String, KeyFormatError)> = vec![
             (String::new(), KeyFormatError::Missing { name: PUBLIC }),
             (format!("{p}\n"), KeyFormatError::Missing { name: SECRET }),
@@ -436,6 +469,12 @@ mod tests {
             (format!("{p}\nsecret-key = {}", "#".repeat(40)), KeyFormatError::BadKey { line: 2, name: SECRET }),
             // Multi-byte characters (40 bytes, not 40 characters) never split a character.
             (format!("{p}\nsecret-key = {}", "é".repeat(20)), KeyFormatError::BadKey { line: 2, name: SECRET }),
+            // Another pair's secret, or the halves swapped: a mismatch, named at the public key.
+            (format!("# c\n{p}\n{}", other_secret), KeyFormatError::Mismatch { line: 2 }),
+            (
+                format!("public-key = {}\nsecret-key = {}", z85_encode(&k.secret), k.public_z85()),
+                KeyFormatError::Mismatch { line: 1 },
+            ),
         ];
         for (text, want) in cases {
             assert_eq!(ClusterKey::parse(&text), Err(want), "{text:?}");

@@ -782,7 +782,7 @@ impl Dispatcher {
         // One answer alone may be as large as a message.
         if !client.unread.is_empty() && client.unread_bytes.saturating_add(bytes) > limit {
             let why = format!(
-                "get: this client left {} bytes of earlier answers unread, over its limit of {limit} (GT_CLIENT_UNREAD_BYTES); read them first",
+                "get: this client left {} bytes of earlier answers unread; this answer's {bytes} bytes would take it over its limit of {limit} (GT_CLIENT_UNREAD_BYTES); read them first",
                 client.unread_bytes
             );
             return Some(Failure::new(FailureKind::Limit, why));

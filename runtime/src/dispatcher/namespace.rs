@@ -103,11 +103,21 @@ enum Slot {
     Failed { seq: u64 },
 }
 
+/// What a value costs the dispatcher and its worker whatever its size (their bookkeeping:
+/// about 900 bytes together, measured): a value is charged at least this against its
+/// client's quota, so that a client making empty or tiny values is bounded too.
+pub const VALUE_COST: u64 = 1024;
+
+/// The bytes a value of type `ty` is charged against its client's quota.
+fn charged(ty: &TensorType) -> u64 {
+    (ty.size_bytes() as u64).max(VALUE_COST)
+}
+
 impl Slot {
-    /// Bytes the value holds on its worker.
+    /// Bytes the value is charged ([`charged`]).
     fn bytes(&self) -> u64 {
         match self {
-            Slot::Live { ty, .. } => ty.size_bytes() as u64,
+            Slot::Live { ty, .. } => charged(ty),
             Slot::Failed { .. } => 0,
         }
     }
@@ -118,7 +128,8 @@ impl Slot {
 #[derive(Debug, Default)]
 pub struct Namespace {
     values: HashMap<ValueId, Slot>,
-    /// Bytes its live values hold (checked against [`Limits::memory`]).
+    /// Bytes its live values are charged (their data, at least [`VALUE_COST`] each;
+    /// checked against [`Limits::memory`]).
     bytes: u64,
     inflight: Charge,
     home: Option<usize>,
@@ -199,7 +210,7 @@ impl Namespace {
     /// quota (what the results replace counts as given back) and the credit.
     pub fn admit(&self, results: &[ValueId], types: &[TensorType], limits: &Limits) -> Result<(), Refusal> {
         let replaced: u64 = results.iter().map(|v| self.values.get(v).map_or(0, Slot::bytes)).sum();
-        let needed = types.iter().fold(0u64, |n, t| n.saturating_add(t.size_bytes() as u64));
+        let needed = types.iter().fold(0u64, |n, t| n.saturating_add(charged(t)));
         let after = self.bytes.saturating_sub(replaced).saturating_add(needed);
         if after > limits.memory {
             return Err(Refusal::Memory { needed, held: self.bytes, quota: limits.memory });
@@ -354,21 +365,39 @@ mod tests {
     fn quota_counts_a_redefinition_as_given_back() {
         let mut ns = Namespace::new();
         let mut alloc = counter(0);
-        let limits = Limits { memory: 500, ..NO_LIMITS };
-        assert_eq!(ns.admit(&[v(1)], &[f32s(100)], &limits), Ok(()));
-        let first = define_one(&mut ns, 1, 1, 100, &mut alloc);
-        assert_eq!(ns.bytes(), 400);
+        let limits = Limits { memory: 6000, ..NO_LIMITS };
+        assert_eq!(ns.admit(&[v(1)], &[f32s(1000)], &limits), Ok(()));
+        let first = define_one(&mut ns, 1, 1, 1000, &mut alloc);
+        assert_eq!(ns.bytes(), 4000);
         // Redefining %1 with as much again fits: its old value goes.
-        assert_eq!(ns.admit(&[v(1)], &[f32s(100)], &limits), Ok(()));
-        let again = define_one(&mut ns, 1, 2, 100, &mut alloc);
+        assert_eq!(ns.admit(&[v(1)], &[f32s(1000)], &limits), Ok(()));
+        let again = define_one(&mut ns, 1, 2, 1000, &mut alloc);
         assert_eq!(again, first, "a redefinition on the same worker keeps its buffer");
-        assert_eq!(ns.bytes(), 400);
+        assert_eq!(ns.bytes(), 4000);
         // A new value does not.
         assert_eq!(
-            ns.admit(&[v(2)], &[f32s(100)], &limits),
-            Err(Refusal::Memory { needed: 400, held: 400, quota: 500 })
+            ns.admit(&[v(2)], &[f32s(1000)], &limits),
+            Err(Refusal::Memory { needed: 4000, held: 4000, quota: 6000 })
         );
-        assert_eq!(ns.admit(&[v(2)], &[f32s(25)], &limits), Ok(()));
+        assert_eq!(ns.admit(&[v(2)], &[f32s(500)], &limits), Ok(()));
+    }
+
+    #[test]
+    fn empty_and_tiny_values_are_charged_their_bookkeeping() {
+        // A client making empty values holds no data, but each costs the dispatcher and its
+        // worker their bookkeeping: a quota bounds how many it may make.
+        let mut ns = Namespace::new();
+        let mut alloc = counter(0);
+        let limits = Limits { memory: 3 * VALUE_COST, ..NO_LIMITS };
+        for i in 0..3 {
+            assert_eq!(ns.admit(&[v(i)], &[f32s(0)], &limits), Ok(()));
+            define_one(&mut ns, i, u64::from(i), 0, &mut alloc);
+        }
+        assert_eq!(ns.bytes(), 3 * VALUE_COST);
+        assert_eq!(
+            ns.admit(&[v(9)], &[f32s(1)], &limits),
+            Err(Refusal::Memory { needed: VALUE_COST, held: 3 * VALUE_COST, quota: 3 * VALUE_COST })
+        );
     }
 
     #[test]
@@ -428,11 +457,11 @@ mod tests {
         define_one(&mut ns, 1, 2, 2, &mut alloc);
         define_one(&mut ns, 2, 2, 3, &mut alloc);
         define_one(&mut ns, 3, 3, 1, &mut alloc);
-        assert_eq!(ns.bytes(), 24);
+        assert_eq!(ns.bytes(), 3 * VALUE_COST);
         assert_eq!(ns.computation_failed(2), vec![Location { worker: 0, buf: a }]);
         assert_eq!(ns.failed_by(v(1)), Some(2));
         assert_eq!(ns.failed_by(v(2)), Some(2));
-        assert_eq!(ns.bytes(), 4);
+        assert_eq!(ns.bytes(), VALUE_COST);
         assert_eq!(ns.computation_failed(9), Vec::new());
     }
 

@@ -233,6 +233,7 @@ pub use crate::ffi::{
     zmq_z85_encode,
     zmq_z85_decode,
     zmq_curve_keypair,
+    zmq_curve_public,
 };
 
 #[allow(non_camel_case_types)]
