@@ -1006,5 +1006,18 @@ mod tests {
         assert_eq!(metas[1].types, Some(Ok(vec![TensorType::f32(vec![1])].into())));
         assert!(metas[1].compile && !metas[4].compile);
         assert_eq!(metas[4].types, Some(Err(Arc::new(TypeError::UnknownValue(ValueId(7))))));
+        // Nested scopes: an inner plain one keeps compiling inside the outer compile one.
+        out.clear();
+        let start =
+            |name: &str, compile| Instr::SignalStart { name: name.into(), compile, backward: false, place: None };
+        p.run(start("c", true), 6, &mut out);
+        p.run(start("d", false), 7, &mut out);
+        p.run(zeros(1), 8, &mut out);
+        p.run(Instr::SignalEnd { name: "d".into() }, 9, &mut out);
+        p.run(zeros(1), 10, &mut out);
+        p.run(Instr::SignalEnd { name: "c".into() }, 11, &mut out);
+        p.run(zeros(1), 12, &mut out);
+        let compiled: Vec<bool> = out.iter().map(|(_, m)| m.compile).collect();
+        assert_eq!(compiled, [true, true, true, true, true, false, false]);
     }
 }

@@ -600,10 +600,19 @@ mod tests {
             ("GT_SPIN_US", "-5"),
             ("GT_SPIN_US", "1001"),
             ("GT_WORKER_MEMORY", "0"),
+            ("GT_WORKERS", "257"),
+            ("GT_MAX_MESSAGE_BYTES", "10"),
+            ("GT_MAX_MESSAGE_BYTES", "65535"),
         ] {
             let e = EnvConfig::from_lookup(env(&[(k, v), ("GT_HOTPATH", "1")])).unwrap_err();
             assert!(e.to_string().starts_with(&format!("{k}=")), "{e}");
         }
+        let e = EnvConfig::from_lookup(env(&[("GT_MAX_MESSAGE_BYTES", "100")])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "GT_MAX_MESSAGE_BYTES=\"100\": at least 65536 (a registration, a handshake and one instruction must fit a message)"
+        );
+        assert_eq!(EnvConfig::from_lookup(env(&[("GT_WORKERS", "256")])).map(|c| c.workers).ok(), Some(256));
         let e = EnvConfig::from_lookup(env(&[("GT_SPIN_US", "2ms")])).unwrap_err();
         assert_eq!(
             e.to_string(),
