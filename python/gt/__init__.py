@@ -40,7 +40,11 @@ class GtValueError(GtError, ValueError):
     """A bad argument found before anything ran: shapes, axes, dtypes, configs."""
 
 
-_gt._register_errors(GtError, GtValueError)
+class GtIndexError(GtValueError, IndexError):
+    """An index out of range (an `IndexError`, as in NumPy and PyTorch)."""
+
+
+_gt._register_errors(GtError, GtValueError, GtIndexError)
 _gt._register_as_tensor(_as_tensor)
 
 from . import config, debug, nn, signal  # noqa: E402

@@ -2,6 +2,7 @@
 
 import builtins
 import functools
+import inspect
 
 import numpy as np
 
@@ -23,6 +24,9 @@ _NATIVE = {
     "uint32": "int64",
 }
 DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "bool")
+FLOATS = ("float64", "float32", "float16", "bfloat16")
+# The values each integer dtype holds, [low, high).
+_INT_RANGES = {"int32": (-(2**31), 2**31), "int64": (-(2**63), 2**63)}
 
 
 def _dtype(dtype):
@@ -47,6 +51,62 @@ def _is_dtype(obj):
         return False
 
 
+def _leaves(data):
+    """The types of the numbers in nested lists and tuples (an array among them counts as its
+    dtype's scalar type), and the Python ints among them beyond int64."""
+    low, high = _INT_RANGES["int64"]
+    types, big = set(), []
+    todo = [data]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, (list, tuple)):
+            kinds = set(map(type, x))
+            if any(issubclass(k, (list, tuple, np.ndarray)) for k in kinds):
+                todo.extend(x)
+                continue
+            types |= kinds
+            if int in kinds:
+                big.extend(v for v in x if type(v) is int and not low <= v < high)
+        elif isinstance(x, np.ndarray):
+            types.add(x.dtype.type)
+        else:
+            types.add(type(x))
+            if type(x) is int and not low <= x < high:
+                big.append(x)
+    return types, big
+
+
+def _float_dtype(types):
+    """PyTorch's dtype for data with floats of these types: a Python float counts as float32
+    (the default dtype), a NumPy float scalar as its own dtype (np.float64 is a float too)."""
+    dtypes = [np.dtype(t) for t in types if issubclass(t, np.floating)]
+    if float in types or not dtypes:
+        dtypes.append(np.dtype(np.float32))
+    return np.result_type(*dtypes)
+
+
+def _check_integers(a, want):
+    """Refuses values an integer dtype cannot hold (NumPy would wrap them, or make NaN the
+    lowest int), as PyTorch and `gt.full` refuse them."""
+    if want not in _INT_RANGES or a.size == 0 or a.dtype.kind not in "fiu":
+        return
+    low, high = _INT_RANGES[want]
+    if a.dtype.kind == "f":
+        # (In float64, which holds both bounds exactly.)
+        wide = a.astype(np.float64, copy=False)
+        bad = ~np.isfinite(wide) | (wide < low) | (wide >= high)
+    elif int(a.min()) < low or int(a.max()) >= high:
+        bad = (a < low) | (a > high - 1)
+    else:
+        return
+    if bad.any():
+        from . import GtValueError
+
+        value = a[bad].flat[0]
+        why = "not finite" if a.dtype.kind == "f" and not np.isfinite(value) else f"beyond the {want} range"
+        raise GtValueError(f"tensor: {value.item()!r} is not an {want} element: {why}")
+
+
 def _array(data, dtype=None):
     """`data` as a C-contiguous, native-order NumPy array of a gt dtype, and that dtype's name."""
     want = _dtype(dtype)
@@ -54,9 +114,20 @@ def _array(data, dtype=None):
         a = data
     else:
         a = np.asarray(data)
-        # Python floats make float32 tensors, as in PyTorch (NumPy would say float64).
-        if want is None and a.dtype.kind == "f":
-            a = a.astype(np.float32)
+        if a.dtype.kind in "fuO":
+            # Floats, ints NumPy holds as uint64 (or as objects), or both: PyTorch's dtype
+            # and range checks need the Python numbers' own types.
+            types, big = _leaves(data)
+            floats = any(issubclass(t, (float, np.floating)) for t in types)
+            if big and not (want in FLOATS if want else floats):
+                raise OverflowError(
+                    f"tensor: {big[0]} is beyond the int64 range, which gt (as PyTorch) takes Python ints in"
+                )
+            if want is None and floats:
+                # Python floats make float32 tensors, as in PyTorch (NumPy would say float64).
+                a = a.astype(_float_dtype(types))
+            elif a.dtype.kind == "O" and big:
+                a = np.asarray(data, dtype=np.float64)
     if a.dtype.kind not in "fiub":
         raise TypeError(
             f"cannot make a tensor of NumPy dtype {a.dtype} (from {type(data).__name__}): "
@@ -73,6 +144,7 @@ def _array(data, dtype=None):
             )
         want = name
     carrier = "float32" if want == "bfloat16" else want
+    _check_integers(a, want)
     if a.dtype.name != carrier:
         a = a.astype(carrier)
     if not a.flags.c_contiguous:
@@ -91,8 +163,10 @@ def tensor(data, dtype=None, requires_grad=False):
     """A tensor of `data` (a number, nested lists, or a NumPy array). Without `dtype`, Python
     floats give float32, ints int64 and bools bool (PyTorch's rule); an array keeps its dtype."""
     if isinstance(data, Tensor):
-        t = data.to(dtype) if dtype is not None else data.clone()
-        return t.detach().requires_grad_(requires_grad) if requires_grad else t
+        # A copy outside the autograd graph, as PyTorch's (a leaf, tracked only if asked).
+        t = data.detach()
+        t = t.to(dtype) if dtype is not None else t.clone()
+        return t.requires_grad_(True) if requires_grad else t
     a, name = _array(data, dtype)
     return _gt._from_array(a, name, requires_grad)
 
@@ -134,8 +208,17 @@ def full(shape, fill_value, dtype=None, requires_grad=False):
     """Every element `fill_value` (dtype: float32 for a float, int64 for an int)."""
     if dtype is None:
         dtype = "bool" if isinstance(fill_value, builtins.bool) else "int64" if isinstance(fill_value, int) else "float32"
-    shape = [shape] if isinstance(shape, int) else list(shape)
-    return _gt._full(_shape(shape), float(fill_value), _dtype(dtype), requires_grad)
+    dtype = _dtype(dtype)
+    shape = _shape([shape] if isinstance(shape, int) else list(shape))
+    if isinstance(fill_value, (int, np.integer)) and dtype in _INT_RANGES and abs(int(fill_value)) > 2**53:
+        # `full` takes its value as a float64, which rounds such an int: make it from exact
+        # elements instead.
+        value, (low, high) = int(fill_value), _INT_RANGES["int64"]
+        if not low <= value < high:
+            raise OverflowError(f"full: {value} is beyond the int64 range, which gt (as PyTorch) takes ints in")
+        a, name = _array(np.full(shape, value, dtype=np.int64), dtype)
+        return _gt._from_array(a, name, requires_grad)
+    return _gt._full(shape, float(fill_value), dtype, requires_grad)
 
 
 def zeros_like(t, dtype=None):
@@ -195,10 +278,42 @@ class _Block:
         return False
 
     def __call__(self, fn):
+        if inspect.isgeneratorfunction(fn):
+            return self._wrap_generator(fn)
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             with self._again():
                 return fn(*args, **kwargs)
+
+        return wrapper
+
+    def _wrap_generator(self, fn):
+        """A generator function whose generator runs each resume inside a fresh block (as
+        PyTorch's decorators do): the block is this thread's, and must not stay open while
+        the caller runs between resumes."""
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            gen = fn(*args, **kwargs)
+            try:
+                with self._again():
+                    response = gen.send(None)
+                while True:
+                    try:
+                        request = yield response
+                    except GeneratorExit:
+                        with self._again():
+                            gen.close()
+                        raise
+                    except BaseException as e:
+                        with self._again():
+                            response = gen.throw(e)
+                    else:
+                        with self._again():
+                            response = gen.send(request)
+            except StopIteration as e:
+                return e.value
 
         return wrapper
 
@@ -243,7 +358,13 @@ class autocast(_Block):
 
 
 class no_grad(_Block):
-    """Ops inside run without recording for autograd (a context manager or a decorator)."""
+    """Ops inside run without recording for autograd (a context manager or a decorator, with
+    or without parentheses: `@gt.no_grad()` and `@gt.no_grad`, as PyTorch's)."""
+
+    def __new__(cls, fn=None):
+        if fn is None:
+            return super().__new__(cls)
+        return cls()(fn)
 
     def _open(self):
         return _gt.NoGrad()

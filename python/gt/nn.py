@@ -138,7 +138,7 @@ class Linear(Module):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
-        w, b = _gt._linear_init(int(in_features), int(out_features), bool(bias))
+        w, b = _gt._linear_init(in_features, out_features, bool(bias))
         self.weight = w
         self.bias = b
 
@@ -181,8 +181,14 @@ class Tanh(Module):
 
 
 class GELU(Module):
+    """GELU, exact (PyTorch's default) or with `approximate="tanh"` its tanh approximation."""
+
+    def __init__(self, approximate="none"):
+        super().__init__()
+        self.approximate = approximate
+
     def forward(self, x):
-        return gelu(x)
+        return gelu(x, self.approximate)
 
 
 class Softmax(Module):
@@ -195,18 +201,27 @@ class Softmax(Module):
 
 
 class LayerNorm(Module):
-    """Normalisation over the last axis with a learned scale and shift."""
+    """Normalisation over the last axes, of `normalized_shape` (an int or a tuple, as
+    PyTorch's), with a learned scale and shift of that shape."""
 
     def __init__(self, normalized_shape, eps=1e-5):
         super().__init__()
         from ._api import ones, zeros
 
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape = shape
         self.eps = eps
-        self.weight = ones(normalized_shape, requires_grad=True)
-        self.bias = zeros(normalized_shape, requires_grad=True)
+        self.weight = ones(shape, requires_grad=True)
+        self.bias = zeros(shape, requires_grad=True)
 
     def forward(self, x):
-        return _gt._layer_norm(x, self.eps) * self.weight + self.bias
+        n = len(self.normalized_shape)
+        if tuple(x.shape[len(x.shape) - n :]) != self.normalized_shape or len(x.shape) < n:
+            raise ValueError(
+                f"LayerNorm: normalizes over the last axes of shape {list(self.normalized_shape)}, "
+                f"but the input has shape {list(x.shape)}"
+            )
+        return _gt._layer_norm(x, self.eps, n) * self.weight + self.bias
 
 
 def relu(x):

@@ -3,7 +3,7 @@
 
 use crate::errors::OrRaise;
 use crate::owned::Owned;
-use crate::tensor::PyTensor;
+use crate::tensor::{size_arg, PyTensor};
 use gt_frontend::nn::{self, Optimizer};
 use gt_frontend::Tensor;
 use pyo3::prelude::*;
@@ -95,7 +95,13 @@ impl PyAdam {
 
 /// `Linear`'s parameters: weight `[in, out]` and bias `[out]`, uniform in `±1/sqrt(in)`.
 #[pyfunction]
-pub fn _linear_init(inputs: usize, outputs: usize, bias: bool) -> PyResult<(PyTensor, Option<PyTensor>)> {
+pub fn _linear_init(
+    inputs: &Bound<'_, PyAny>,
+    outputs: &Bound<'_, PyAny>,
+    bias: bool,
+) -> PyResult<(PyTensor, Option<PyTensor>)> {
+    let inputs = size_arg("Linear: in_features", inputs, 0)?;
+    let outputs = size_arg("Linear: out_features", outputs, 0)?;
     crate::runtime::context().py()?;
     let l = nn::Linear::with_bias(inputs, outputs, bias).py()?;
     Ok((PyTensor::new(l.weight), l.bias.map(PyTensor::new)))
@@ -135,14 +141,26 @@ pub fn _one_hot(labels: Vec<usize>, classes: usize) -> PyResult<PyTensor> {
     nn::one_hot(&labels, classes).py().map(PyTensor::new)
 }
 
-/// Layer normalisation over the last axis (no learned scale).
+/// Layer normalisation over the last `axes` axes together (no learned scale).
 #[pyfunction]
-pub fn _layer_norm(x: PyRef<'_, PyTensor>, eps: f64) -> PyResult<PyTensor> {
-    nn::layer_norm(x.rs()?, eps).py().map(PyTensor::new)
+#[pyo3(signature = (x, eps, axes = 1))]
+pub fn _layer_norm(x: PyRef<'_, PyTensor>, eps: f64, axes: usize) -> PyResult<PyTensor> {
+    nn::layer_norm_over(x.rs()?, axes, eps).py().map(PyTensor::new)
 }
 
-/// GELU, tanh approximation.
+/// GELU: exact (`approximate="none"`, PyTorch's default) or its tanh approximation
+/// (`approximate="tanh"`).
 #[pyfunction]
-pub fn gelu(x: PyRef<'_, PyTensor>) -> PyResult<PyTensor> {
-    nn::gelu(x.rs()?).py().map(PyTensor::new)
+#[pyo3(signature = (x, approximate = "none"))]
+pub fn gelu(x: PyRef<'_, PyTensor>, approximate: &str) -> PyResult<PyTensor> {
+    let f = match approximate {
+        "none" => nn::gelu,
+        "tanh" => nn::gelu_tanh,
+        other => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "gelu: approximate must be 'none' or 'tanh', not {other:?}"
+            )))
+        }
+    };
+    f(x.rs()?).py().map(PyTensor::new)
 }

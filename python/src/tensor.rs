@@ -3,17 +3,17 @@
 //! where they differ), and the functions that make tensors.
 
 use crate::convert::{dtype_from, dtype_name, elements_of, to_numpy};
-use crate::errors::{value_error, OrRaise};
+use crate::errors::{index_error, value_error, OrRaise};
 use crate::owned::Owned;
 use crate::runtime;
 use gt_frontend::tensor::{self as api, Arg};
 use gt_frontend::{Tensor, TensorError};
 use gt_ir::{BinaryOp, DType, HostTensor, SliceItem, UnaryOp};
 use pyo3::basic::CompareOp;
-use pyo3::exceptions::{PyIndexError, PyTypeError};
+use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyEllipsis, PyList, PySlice, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyEllipsis, PyFloat, PyInt, PyList, PySlice, PyTuple};
 
 /// A tensor held by gt's workers. Made by `gt.tensor`, `gt.randn`, ... and by every op; its
 /// value is freed when the last reference goes. Belongs to the thread that made it.
@@ -60,7 +60,56 @@ pub fn _register_as_tensor(py: Python<'_>, f: Py<PyAny>) {
     let _ = AS_TENSOR.set(py, f);
 }
 
-/// The other operand of an operator.
+/// A Python or NumPy number beside a tensor, in PyTorch's categories (bool < int < float):
+/// the category decides the result's dtype, not the value (`t * 1.0` is a float, as in
+/// PyTorch, where `.gtir`'s untyped scalars would count an integral `1.0` as an integer).
+#[derive(Clone, Copy)]
+enum Number {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+}
+
+impl std::fmt::Display for Number {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Number::Bool(b) => f.write_str(if *b { "True" } else { "False" }),
+            Number::Int(i) => write!(f, "{i}"),
+            Number::Float(x) => write!(f, "{x:?}"),
+        }
+    }
+}
+
+impl Number {
+    /// The dtype a tensor of `dtype` converts to before meeting this number, when the number's
+    /// category is the higher (PyTorch's defaults: float32 for a float, int64 for an int beside
+    /// a bool tensor); `None` when the tensor's dtype wins.
+    fn raises(self, dtype: DType) -> Option<DType> {
+        match self {
+            Number::Float(_) if !dtype.is_float() => Some(DType::F32),
+            Number::Int(_) if dtype == DType::Bool => Some(DType::I64),
+            _ => None,
+        }
+    }
+
+    /// A 0-d tensor of the number's own dtype (bool, int64 or float32, PyTorch's).
+    fn tensor(self) -> PyResult<Tensor> {
+        match self {
+            Number::Bool(b) => api::from_data(vec![b], &[]),
+            Number::Int(i) => api::from_data(vec![i], &[]),
+            Number::Float(x) => api::from_data(vec![x as f32], &[]),
+        }
+        .py()
+    }
+}
+
+/// The other operand of an operator, as Python gave it.
+enum Other {
+    Tensor(Tensor),
+    Number(Number),
+}
+
+/// An operand ready for the op: a tensor, or a scalar the op converts to its dtype.
 enum Operand {
     Tensor(Tensor),
     Scalar(f64),
@@ -75,55 +124,138 @@ impl Operand {
     }
 }
 
-/// A tensor, a Python or NumPy number, or (through `gt._as_tensor`) a list or an array;
-/// `None` for anything else (the operator then answers `NotImplemented`).
-fn operand(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Option<Operand>> {
-    if let Ok(t) = obj.cast::<PyTensor>() {
-        return Ok(Some(Operand::Tensor(t.borrow().rs()?.clone())));
+/// An int scalar: PyTorch takes the ones that fit int64 (and refuses others, whatever the
+/// tensor's dtype).
+fn int_scalar(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    obj.extract::<i64>().map_err(|_| {
+        PyOverflowError::new_err(format!(
+            "integer scalar {obj} is beyond the int64 range, which gt (as PyTorch) takes scalars in"
+        ))
+    })
+}
+
+/// A Python number, or a NumPy scalar (or 0-d array) by its dtype's kind.
+fn number(obj: &Bound<'_, PyAny>) -> PyResult<Option<Number>> {
+    if obj.is_instance_of::<PyBool>() {
+        return Ok(Some(Number::Bool(obj.is_truthy()?)));
     }
-    if obj.is_instance_of::<pyo3::types::PyInt>() && !obj.is_instance_of::<pyo3::types::PyBool>() {
-        // Scalars are held as `f64`: an int it would round is refused, not changed.
-        let exact = obj.extract::<i128>().ok().map(|i| (i, i as f64)).filter(|&(i, x)| x as i128 == i);
-        return match exact {
-            Some((_, x)) => Ok(Some(Operand::Scalar(x))),
-            None => Err(value_error(format!(
-                "integer scalar {obj} is beyond 2^53, where gt's scalars (held as f64) round: \
-                 make it a tensor, e.g. gt.tensor([{obj}])"
-            ))),
-        };
+    if obj.is_instance_of::<PyInt>() {
+        return int_scalar(obj).map(|i| Some(Number::Int(i)));
     }
-    if obj.is_instance_of::<pyo3::types::PyFloat>() || obj.is_instance_of::<pyo3::types::PyBool>() {
-        return Ok(Some(Operand::Scalar(obj.extract::<f64>()?)));
+    if obj.is_instance_of::<PyFloat>() {
+        return Ok(Some(Number::Float(obj.extract::<f64>()?)));
     }
     let np_scalar = obj.hasattr("dtype")? && obj.getattr("ndim").and_then(|n| n.extract::<usize>()).ok() == Some(0);
-    if np_scalar {
-        if let Ok(v) = obj.extract::<f64>() {
-            return Ok(Some(Operand::Scalar(v)));
-        }
+    if !np_scalar {
+        return Ok(None);
+    }
+    let Ok(kind) = obj.getattr("dtype").and_then(|d| d.getattr("kind")).and_then(|k| k.extract::<String>()) else {
+        return Ok(None);
+    };
+    Ok(match kind.as_str() {
+        "b" => Some(Number::Bool(obj.is_truthy()?)),
+        "i" | "u" => Some(Number::Int(int_scalar(obj)?)),
+        "f" => Some(Number::Float(obj.extract::<f64>()?)),
+        _ => None,
+    })
+}
+
+/// A tensor, a Python or NumPy number, or (through `gt._as_tensor`) a list or an array;
+/// `None` for anything else (the operator then answers `NotImplemented`).
+fn operand(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Option<Other>> {
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        return Ok(Some(Other::Tensor(t.borrow().rs()?.clone())));
+    }
+    if let Some(n) = number(obj)? {
+        return Ok(Some(Other::Number(n)));
     }
     if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() || obj.hasattr("__array_interface__")? {
         if let Some(f) = AS_TENSOR.get(py) {
             let t = f.bind(py).call1((obj,))?;
-            return Ok(Some(Operand::Tensor(t.cast::<PyTensor>()?.borrow().rs()?.clone())));
+            return Ok(Some(Other::Tensor(t.cast::<PyTensor>()?.borrow().rs()?.clone())));
         }
     }
     Ok(None)
 }
 
+/// `t` and a number beside it, paired as PyTorch pairs them (see [`Number::raises`]): gives
+/// the tensor to compute with and the number as an operand of its dtype. An int must fit the
+/// integer dtype it meets (a `GtValueError` otherwise, as `gt.full` gives), rather than wrap;
+/// a comparison (`compare`), whose result is bool whatever it computes in, widens an int32
+/// tensor instead, so `t == 2**40` is exact.
+fn beside(t: &Tensor, n: Number, compare: bool) -> PyResult<(Tensor, Operand)> {
+    let wide = |i: i64| compare && t.dtype() == DType::I32 && i32::try_from(i).is_err();
+    let t = match (n.raises(t.dtype()), n) {
+        (Some(d), _) => t.to(d).py()?,
+        (None, Number::Int(i)) if wide(i) => t.to(DType::I64).py()?,
+        (None, _) => t.clone(),
+    };
+    let operand = match n {
+        // `.gtir` scalars have no type (an integral one counts as an integer): a bool beside a
+        // bool tensor goes as a bool tensor, so the op sees two bools, as in PyTorch.
+        Number::Bool(_) if t.dtype() == DType::Bool => Operand::Tensor(n.tensor()?),
+        Number::Bool(b) => Operand::Scalar(if b { 1.0 } else { 0.0 }),
+        Number::Int(i) if t.dtype() == DType::I32 && i32::try_from(i).is_err() => {
+            return Err(value_error(format!(
+                "integer scalar {i} is beyond the range of the int32 tensor it meets; \
+                 convert the tensor first (`t.long()`)"
+            )));
+        }
+        // Scalars are held as f64, which rounds an int beyond 2^53: such an int goes as an
+        // int64 tensor, exact.
+        Number::Int(i) if t.dtype().is_integer() && i.unsigned_abs() > 1 << 53 => Operand::Tensor(n.tensor()?),
+        Number::Int(i) => Operand::Scalar(i as f64),
+        Number::Float(x) => Operand::Scalar(x),
+    };
+    Ok((t, operand))
+}
+
+/// `t` and the other operand of `op` (`None` for `where`), ready for it.
+fn pair(t: &Tensor, other: Other, op: Option<BinaryOp>) -> PyResult<(Tensor, Operand)> {
+    match other {
+        Other::Tensor(o) => Ok((t.clone(), Operand::Tensor(o))),
+        Other::Number(n) => beside(t, n, op.is_some_and(|op| op.is_comparison())),
+    }
+}
+
 /// One axis or several (`1`, `(0, 2)`, `[0, 2]`).
 fn axes_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
-    if let Ok(a) = obj.extract::<i64>() {
-        return Ok(vec![a]);
+    let one = |a: &Bound<'_, PyAny>| -> PyResult<i64> {
+        if let Ok(i) = a.extract::<i64>() {
+            return Ok(i);
+        }
+        if a.is_instance_of::<PyInt>() {
+            return Err(value_error(format!("axis {a} is out of range")));
+        }
+        Err(PyTypeError::new_err(format!(
+            "axis: expected an int or a tuple of ints, got {} {}",
+            type_name(a),
+            a.repr()?
+        )))
+    };
+    if obj.is_instance_of::<PyTuple>() || obj.is_instance_of::<PyList>() {
+        return obj.try_iter()?.map(|a| one(&a?)).collect();
     }
-    if obj.is_instance_of::<pyo3::types::PyInt>() {
-        return Err(value_error(format!("axis {obj} is out of range")));
+    one(obj).map(|a| vec![a])
+}
+
+/// The name of an object's type, for messages.
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+}
+
+/// A size or count argument (`what` names it): an int from `min` up; any other value is an
+/// error naming it, rather than a conversion error.
+pub(crate) fn size_arg(what: &str, obj: &Bound<'_, PyAny>, min: i64) -> PyResult<usize> {
+    let Ok(index) = obj.call_method0("__index__") else {
+        return Err(PyTypeError::new_err(format!("{what} must be an int, got {} {}", type_name(obj), obj.repr()?)));
+    };
+    match index.extract::<i64>() {
+        Ok(v) if v >= min => Ok(v as usize),
+        Ok(v) => Err(value_error(format!("{what} must be at least {min}, got {v}"))),
+        Err(_) if index.lt(0)? => Err(value_error(format!("{what} must be at least {min}, got {index}"))),
+        Err(_) => Err(value_error(format!("{what} {index} is too large"))),
     }
-    obj.extract::<Vec<i64>>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "axis: expected an int or a tuple of ints, got {}",
-            obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-        ))
-    })
 }
 
 /// A shape given as `f(2, 3)`, `f((2, 3))` or `f([2, 3])`.
@@ -135,6 +267,21 @@ pub(crate) fn dims_of(args: &Bound<'_, PyTuple>) -> PyResult<Vec<i64>> {
         }
     }
     args.extract::<Vec<i64>>()
+}
+
+/// A slice's bound or step: beyond i64 it clamps, as Python, NumPy and PyTorch clamp bounds
+/// no axis reaches (`t[:2**63]`); gt resolves bounds without overflow.
+fn slice_part(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    match v.extract::<i64>() {
+        Ok(i) => Ok(Some(i)),
+        Err(e) => match v.call_method0("__index__") {
+            Ok(i) => Ok(Some(if i.lt(0)? { i64::MIN } else { i64::MAX })),
+            Err(_) => Err(e),
+        },
+    }
 }
 
 /// The items of a NumPy basic index.
@@ -151,20 +298,20 @@ fn index_items(py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Vec<SliceItem
             } else if item.is(PyEllipsis::get(py)) {
                 Ok(SliceItem::Ellipsis)
             } else if let Ok(s) = item.cast::<PySlice>() {
-                let part = |name: &str| -> PyResult<Option<i64>> { s.getattr(name)?.extract() };
+                let part = |name: &str| slice_part(&s.getattr(name)?);
                 let step = part("step")?.unwrap_or(1);
                 if step == 0 {
                     return Err(value_error("slice step cannot be zero".into()));
                 }
                 Ok(SliceItem::Range { start: part("start")?, end: part("stop")?, step })
-            } else if item.is_instance_of::<pyo3::types::PyBool>() || item.cast::<PyTensor>().is_ok() {
+            } else if item.is_instance_of::<PyBool>() || item.cast::<PyTensor>().is_ok() {
                 Err(PyTypeError::new_err(
                     "gt indexes with ints, slices, None and ... (NumPy's basic indexing); boolean and tensor indices are not supported",
                 ))
             } else if let Ok(i) = item.extract::<i64>() {
                 Ok(SliceItem::Index(i))
-            } else if item.is_instance_of::<pyo3::types::PyInt>() {
-                Err(PyIndexError::new_err(format!("index {item} is out of range")))
+            } else if item.is_instance_of::<PyInt>() {
+                Err(index_error(format!("index {item} is out of range")))
             } else {
                 Err(PyTypeError::new_err(format!(
                     "cannot index a tensor with {}: use ints, slices, None and ...",
@@ -220,7 +367,8 @@ impl PyTensor {
 
     fn binary(&self, py: Python<'_>, op: BinaryOp, other: &Bound<'_, PyAny>, reflected: bool) -> PyResult<Py<PyAny>> {
         let Some(o) = operand(py, other)? else { return Ok(py.NotImplemented()) };
-        let (l, r) = if reflected { (o.arg(), Arg::Tensor(self.rs()?)) } else { (Arg::Tensor(self.rs()?), o.arg()) };
+        let (t, o) = pair(self.rs()?, o, Some(op))?;
+        let (l, r) = if reflected { (o.arg(), Arg::Tensor(&t)) } else { (Arg::Tensor(&t), o.arg()) };
         let t = api::binary(op, l, r).py()?;
         Ok(Bound::new(py, wrap(t))?.into_any().unbind())
     }
@@ -230,10 +378,11 @@ impl PyTensor {
             return Err(PyTypeError::new_err(format!(
                 "{}: expected a tensor or a number, got {}",
                 op.mnemonic(),
-                other.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                type_name(other)
             )));
         };
-        api::binary(op, Arg::Tensor(self.rs()?), o.arg()).py().map(wrap)
+        let (t, o) = pair(self.rs()?, o, Some(op))?;
+        api::binary(op, Arg::Tensor(&t), o.arg()).py().map(wrap)
     }
 
     fn update(&self, py: Python<'_>, op: BinaryOp, other: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -241,8 +390,31 @@ impl PyTensor {
             return Err(PyTypeError::new_err(format!(
                 "in-place {}: expected a tensor or a number, got {}",
                 op.mnemonic(),
-                other.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                type_name(other)
             )));
+        };
+        let o = match o {
+            Other::Tensor(o) => Operand::Tensor(o),
+            // A number of a higher category would change the tensor's dtype: PyTorch refuses
+            // that in place, and so does gt (before converting anything).
+            Other::Number(n) => match n.raises(self.rs()?.dtype()) {
+                Some(d) => {
+                    let symbol = match op {
+                        BinaryOp::Add => "+",
+                        BinaryOp::Sub => "-",
+                        BinaryOp::Mul => "*",
+                        _ => "/",
+                    };
+                    return Err(value_error(format!(
+                        "in-place {}: {n} with a {} tensor gives {}, which the tensor cannot hold \
+                         (as in PyTorch); write `x = x {symbol} {n}`",
+                        op.mnemonic(),
+                        dtype_name(self.rs()?.dtype()),
+                        dtype_name(d)
+                    )));
+                }
+                None => beside(self.rs()?, n, false)?.1,
+            },
         };
         in_place(self.rs()?, |t| match op {
             BinaryOp::Add => t.add_assign(o.arg()),
@@ -510,13 +682,13 @@ impl PyTensor {
     }
     fn __matmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         match operand(py, o)? {
-            Some(Operand::Tensor(r)) => Ok(Bound::new(py, wrap(self.rs()?.matmul(&r).py()?))?.into_any().unbind()),
+            Some(Other::Tensor(r)) => Ok(Bound::new(py, wrap(self.rs()?.matmul(&r).py()?))?.into_any().unbind()),
             _ => Ok(py.NotImplemented()),
         }
     }
     fn __rmatmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         match operand(py, o)? {
-            Some(Operand::Tensor(l)) => Ok(Bound::new(py, wrap(l.matmul(self.rs()?).py()?))?.into_any().unbind()),
+            Some(Other::Tensor(l)) => Ok(Bound::new(py, wrap(l.matmul(self.rs()?).py()?))?.into_any().unbind()),
             _ => Ok(py.NotImplemented()),
         }
     }
@@ -815,16 +987,21 @@ impl PyTensor {
     /// Pieces of `split_size` along `dim` (the last smaller), or of the listed sizes.
     #[pyo3(signature = (split_size, dim=0))]
     fn split(&self, split_size: &Bound<'_, PyAny>, dim: i64) -> PyResult<Vec<PyTensor>> {
-        if let Ok(n) = split_size.extract::<usize>() {
-            return self.rs()?.split(n, dim).py().map(wrap_all);
+        if split_size.is_instance_of::<PyList>() || split_size.is_instance_of::<PyTuple>() {
+            let sizes = split_size
+                .try_iter()?
+                .map(|n| size_arg("split: each of split_size", &n?, 0))
+                .collect::<PyResult<Vec<usize>>>()?;
+            return self.rs()?.split_sizes(&sizes, dim).py().map(wrap_all);
         }
-        let sizes: Vec<usize> = split_size.extract()?;
-        self.rs()?.split_sizes(&sizes, dim).py().map(wrap_all)
+        let n = size_arg("split: split_size", split_size, 0)?;
+        self.rs()?.split(n, dim).py().map(wrap_all)
     }
 
     /// `chunks` pieces of equal size along `dim` (fewer when the axis is short).
     #[pyo3(signature = (chunks, dim=0))]
-    fn chunk(&self, chunks: usize, dim: i64) -> PyResult<Vec<PyTensor>> {
+    fn chunk(&self, chunks: &Bound<'_, PyAny>, dim: i64) -> PyResult<Vec<PyTensor>> {
+        let chunks = size_arg("chunk: chunks", chunks, 1)?;
         self.rs()?.chunk(chunks, dim).py().map(wrap_all)
     }
 
@@ -980,12 +1157,34 @@ pub fn where_(
     let bad = || PyTypeError::new_err("where: the branches must be tensors or numbers");
     let a = operand(py, a)?.ok_or_else(bad)?;
     let b = operand(py, b)?.ok_or_else(bad)?;
+    // PyTorch's dtypes: a number beside a tensor branch as beside a binary op's tensor; two
+    // numbers as 0-d tensors of their own dtypes (`where(c, 1, 0)` is int64).
+    let (a, b) = match (a, b) {
+        (Other::Tensor(a), b) => {
+            let (a, b) = pair(&a, b, None)?;
+            (Operand::Tensor(a), b)
+        }
+        (Other::Number(a), Other::Tensor(b)) => {
+            let (b, a) = beside(&b, a, false)?;
+            (a, Operand::Tensor(b))
+        }
+        (Other::Number(a), Other::Number(b)) => (Operand::Tensor(a.tensor()?), Operand::Tensor(b.tensor()?)),
+    };
     api::where_(cond.rs()?, a.arg(), b.arg()).py().map(wrap)
 }
 
-/// Seeds this thread's random ops.
+/// Seeds this thread's random ops. As PyTorch, a seed is an int in [-2^63, 2^64); a
+/// negative one counts as its 64-bit two's complement.
 #[pyfunction]
-pub fn manual_seed(seed: u64) -> PyResult<()> {
+pub fn manual_seed(seed: &Bound<'_, PyAny>) -> PyResult<()> {
+    let seed = match (seed.extract::<u64>(), seed.extract::<i64>()) {
+        (Ok(s), _) => s,
+        (_, Ok(s)) => s as u64,
+        _ if seed.call_method0("__index__").is_ok() => {
+            return Err(value_error(format!("manual_seed: seed {seed} is beyond [-2**63, 2**64)")))
+        }
+        _ => return Err(PyTypeError::new_err(format!("manual_seed: seed must be an int, got {}", type_name(seed)))),
+    };
     runtime::context().py()?;
     api::manual_seed(seed).py()
 }

@@ -225,3 +225,88 @@ def test_an_mlp_trained_under_autocast_reaches_the_float32_loss():
 
     full, half = train(gt.float32), train(gt.bfloat16)
     assert abs(half - full) <= 0.05 * full + 1e-3, (half, full)
+
+
+def test_tensor_of_a_tensor_is_a_copy_outside_the_graph():
+    a = gt.tensor([2.0], requires_grad=True)
+    b = gt.tensor(a)
+    assert not b.requires_grad and b.is_leaf
+    (b * 3).sum()  # records nothing
+    c = gt.tensor(a, requires_grad=True)
+    assert c.is_leaf and c.requires_grad
+    (c * 3).sum().backward()
+    assert a.grad is None and c.grad.tolist() == [3.0]
+    d = gt.tensor(a * 2, dtype=gt.float64)
+    assert d.dtype == gt.float64 and not d.requires_grad and d.tolist() == [4.0]
+
+
+def test_no_grad_decorates_generators_and_works_without_parentheses():
+    x = gt.ones(2, requires_grad=True)
+
+    @gt.no_grad
+    def bare(t):
+        return t * 3
+
+    assert not bare(x).requires_grad and bare.__name__ == "bare"
+
+    @gt.no_grad()
+    def steps(t):
+        got = yield t * 2, gt.is_grad_enabled()
+        yield t * got, gt.is_grad_enabled()
+        return "done"
+
+    g = steps(x)
+    y, enabled = next(g)
+    assert not y.requires_grad and not enabled
+    assert gt.is_grad_enabled()  # not between resumes
+    z = x * 2
+    assert z.requires_grad
+    y, enabled = g.send(5)
+    assert not y.requires_grad and not enabled and y.tolist() == [5.0, 5.0]
+    with pytest.raises(StopIteration) as stop:
+        next(g)
+    assert stop.value.value == "done"
+    assert gt.is_grad_enabled()
+
+    @gt.no_grad
+    def forever():
+        while True:
+            yield gt.is_grad_enabled()
+
+    g = forever()
+    assert next(g) is False
+    g.close()
+    assert gt.is_grad_enabled()
+
+
+def test_misuse_messages_speak_python():
+    x = gt.ones(2, requires_grad=True)
+    y = x * 2
+    t = gt.ones(2)
+    with pytest.raises(ValueError) as e:
+        t += y
+    assert "`x = x + y`" in str(e.value) and "`with gt.no_grad():`" in str(e.value)
+    assert "&" not in str(e.value) and "::" not in str(e.value)
+    with pytest.raises(ValueError) as e:
+        y += 1
+    assert "`with gt.no_grad():`" in str(e.value) and "::" not in str(e.value)
+    with pytest.raises(ValueError) as e:
+        y.backward()
+    assert "backward(gradient)" in str(e.value) and "backward_with" not in str(e.value)
+
+
+def test_gelu_is_exact_by_default_and_layer_norm_takes_a_shape():
+    # PyTorch's values: F.gelu(x) and F.gelu(x, approximate="tanh").
+    x = gt.tensor([-2.0, -0.5, 0.0, 1.0, 3.0])
+    exact = [-0.04550027847290039, -0.1542687714099884, 0.0, 0.8413447141647339, 2.9959497451782227]
+    tanh = [-0.04540228843688965, -0.1542859971523285, 0.0, 0.8411920070648193, 2.9963626861572266]
+    assert np.allclose(gt.nn.GELU()(x).numpy(), exact, atol=1e-6)
+    assert np.allclose(gt.nn.gelu(x, "tanh").numpy(), tanh, atol=1e-6)
+    with pytest.raises(ValueError, match="approximate"):
+        gt.nn.gelu(x, "fast")
+    # PyTorch's LayerNorm((2, 3)) normalizes over both axes.
+    y = gt.nn.LayerNorm((2, 3))(gt.tensor([[[1.0, 2.0, 4.0], [0.0, 0.0, 1.0]]]))
+    want = [-0.24253494, 0.48507005, 1.94027996, -0.97013992, -0.97013992, -0.24253494]
+    assert np.allclose(y.numpy().ravel(), want, atol=1e-5)
+    with pytest.raises(ValueError, match=r"LayerNorm: .*\[4\].*\[1, 2, 3\]"):
+        gt.nn.LayerNorm(4)(gt.ones(1, 2, 3))

@@ -231,14 +231,182 @@ def test_bad_input_raises_gt_errors():
         gt.zeros(2**31, 2**31)
     with pytest.raises(ValueError, match="inhomogeneous"):
         gt.tensor([[1, 2], [3]])
-    # Scalars are f64: an int it would round is refused (2**53 itself is exact).
+    # An int beside an int64 tensor is exact beyond 2**53 (where a float64 would round it).
     big = gt.tensor([2**53], dtype=gt.int64)
     assert (big + 2**53).numpy().tolist() == [2**54]
-    with pytest.raises(ValueError, match="beyond 2\\^53"):
-        big + (2**53 + 1)
-    with pytest.raises(ValueError, match="beyond 2\\^53"):
+    assert (big + (2**53 + 1)).tolist() == [2**54 + 1]
+    assert (big == 2**53 + 1).tolist() == [False]
+    with pytest.raises(OverflowError, match="int64"):
         big == 10**30
     with pytest.raises(TypeError):
         gt.cat([gt.ones(2), "x"])
     with pytest.raises(TypeError):
         gt.nn.SGD(5)
+
+
+def like_torch(fn, *tensors):
+    """`fn(lib, *tensors)` on gt and on PyTorch (`lib` is the module) for tensors given as
+    (data, dtype name) pairs: the same dtype and the same values."""
+    torch = pytest.importorskip("torch")
+    got = fn(gt, *[gt.tensor(d, dtype=getattr(gt, n)) for d, n in tensors])
+    want = fn(torch, *[torch.tensor(d, dtype=getattr(torch, n)) for d, n in tensors])
+    assert got.dtype == str(want.dtype).replace("torch.", ""), (got, want)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_python_scalars_promote_by_category_as_in_pytorch():
+    i64, i32, b, f16 = ([1, 2, 3], "int64"), ([1, -2], "int32"), ([True, False], "bool"), ([1.0, 2.0], "float16")
+    like_torch(lambda lib, t: t * 1.0, i64)
+    like_torch(lambda lib, t: t + 1e10, i32)
+    like_torch(lambda lib, t: t * 1e6, b)
+    like_torch(lambda lib, t: t + 1, b)
+    like_torch(lambda lib, t: t + np.int64(1), b)
+    like_torch(lambda lib, t: t * np.float64(2.0), i64)
+    like_torch(lambda lib, t: t * np.float32(0.5), i32)
+    like_torch(lambda lib, t: t * 2, i32)
+    like_torch(lambda lib, t: t + True, i32)
+    like_torch(lambda lib, t: t * 1e6, f16)
+    like_torch(lambda lib, t: 1.0 - t, i64)
+    like_torch(lambda lib, t: 2.0**t, i64)
+    like_torch(lambda lib, t: 3.0 / t, b)
+    like_torch(lambda lib, t: 1.5 > t, i64)
+    like_torch(lambda lib, t: t == 2.0, i32)
+    like_torch(lambda lib, t: t == True, b)  # noqa: E712
+    like_torch(lambda lib, t: t.add(1.0), i64)
+
+
+def test_where_of_numbers_gives_pytorchs_dtype():
+    c = ([True, False, True], "bool")
+    i32, f16 = ([1, 2, 3], "int32"), ([1.0, 2.0, 3.0], "float16")
+    like_torch(lambda lib, c: lib.where(c, 1, 0), c)
+    like_torch(lambda lib, c: lib.where(c, True, False), c)
+    like_torch(lambda lib, c: lib.where(c, 1.0, 0), c)
+    like_torch(lambda lib, c: lib.where(c, True, 2), c)
+    like_torch(lambda lib, c, t: lib.where(c, t, 1.5), c, i32)
+    like_torch(lambda lib, c, t: lib.where(c, 7, t), c, i32)
+    like_torch(lambda lib, c, t: lib.where(c, t, 2), c, f16)
+    with pytest.raises(ValueError, match="int32"):
+        gt.where(gt.tensor([True]), gt.tensor([1], dtype=gt.int32), 2**40)
+
+
+def test_integer_scalars_beyond_the_tensors_dtype_are_refused():
+    with pytest.raises(OverflowError, match="100000000000000000000 is beyond the int64 range"):
+        gt.tensor([1, 2]) + 10**20
+    with pytest.raises(OverflowError, match="int64"):
+        gt.ones(2) + 10**20  # as PyTorch, whatever the tensor's dtype
+    with pytest.raises(ValueError, match="1099511627776 .*int32"):
+        gt.tensor([1], dtype=gt.int32) + 2**40
+    with pytest.raises(ValueError, match="int32"):
+        2**40 - gt.tensor([1], dtype=gt.int32)
+    assert (gt.tensor([1], dtype=gt.int32) + (2**31 - 2)).tolist() == [2**31 - 1]
+    # A comparison's result is bool whatever it computes in: exact (PyTorch wraps the int here).
+    i32 = gt.tensor([1, 2**31 - 1, -(2**31)], dtype=gt.int32)
+    assert (i32 == 2**40).tolist() == [False, False, False]
+    assert (i32 < -(2**40)).tolist() == [False, False, False]
+    assert (2**40 > i32).tolist() == [True, True, True]
+    assert (gt.tensor([True]) + 2**60).tolist() == [2**60 + 1]
+    close(gt.ones(1) * 2**60, [2.0**60])
+    t = gt.tensor([1, 2])
+    with pytest.raises(ValueError, match="`x = x \\+ 1.5`"):
+        t += 1.5
+    with pytest.raises(ValueError, match="float32"):
+        t *= 2.0  # PyTorch refuses it too: the result is a float
+    t += 2**60
+    assert t.tolist() == [2**60 + 1, 2**60 + 2]
+
+
+def test_values_an_integer_dtype_cannot_hold_are_refused():
+    with pytest.raises(ValueError, match="3000000000 is not an int32 element"):
+        gt.tensor([3000000000], dtype=gt.int32)
+    with pytest.raises(ValueError, match="nan is not an int64 element: not finite"):
+        gt.tensor([1.0, float("nan"), float("inf")], dtype=gt.int64)
+    with pytest.raises(ValueError, match="inf"):
+        gt.tensor(np.array([float("-inf")], dtype=np.float16), dtype=gt.int32)
+    with pytest.raises(ValueError, match="int32"):
+        gt.tensor(np.array([2**40]), dtype=gt.int32)
+    with pytest.raises(ValueError, match="int64"):
+        gt.tensor([1e19], dtype=gt.int64)
+    with pytest.raises(ValueError):
+        gt.full((1,), float("nan"), dtype=gt.int64)  # as `full` refuses them
+    assert gt.tensor([2**31 - 1, -(2**31)], dtype=gt.int32).tolist() == [2**31 - 1, -(2**31)]
+    assert gt.tensor([1.9, -1.9], dtype=gt.int64).tolist() == [1, -1]  # truncated, as PyTorch
+    assert gt.tensor([-(2**63)], dtype=gt.int64).tolist() == [-(2**63)]
+    # Python ints beyond int64, as PyTorch refuses them (NumPy would make them uint64 or objects).
+    with pytest.raises(OverflowError, match="9223372036854775808 is beyond the int64 range"):
+        gt.tensor([2**63])
+    with pytest.raises(OverflowError, match=str(2**64)):
+        gt.tensor([[1], [2**64]])
+    with pytest.raises(OverflowError):
+        gt.tensor([2**63, -1])
+    with pytest.raises(OverflowError):
+        gt.tensor([2**63], dtype=gt.int64)
+    assert gt.tensor([2**63], dtype=gt.float32).tolist() == [2.0**63]
+    assert gt.tensor([2**64, 1.5]).tolist() == [2.0**64, 1.5]
+
+
+def test_full_of_a_python_int_is_exact():
+    assert gt.full((1,), 2**53 + 1).tolist() == [2**53 + 1]
+    assert gt.full((2,), -(2**63), dtype=gt.int64).tolist() == [-(2**63)] * 2
+    assert gt.full((2, 1), 2**62 + 3).shape == (2, 1)
+    with pytest.raises(OverflowError, match="int64"):
+        gt.full((1,), 2**63)
+    with pytest.raises(ValueError, match="int32"):
+        gt.full((1,), 2**60 + 1, dtype=gt.int32)
+    torch = pytest.importorskip("torch")
+    assert gt.full((1,), 2**53 + 1).tolist() == torch.full((1,), 2**53 + 1).tolist()
+
+
+def test_numpy_float_scalars_keep_their_dtype_as_in_pytorch():
+    torch = pytest.importorskip("torch")
+    for data in [np.float64(1.5), [np.float64(1), np.float64(2)], [np.float64(1), 2.0], [[np.float64(1)], [2]],
+                 np.float32(1.5), [np.float16(1), 2], [np.float16(1), 2.0], [1.0, 2.0], 1.5, [1, 2]]:
+        assert gt.tensor(data).dtype == str(torch.tensor(data).dtype).replace("torch.", ""), data
+    assert gt.tensor([np.float64(0.1)]).tolist() == [0.1]
+
+
+def test_index_errors_are_index_errors_and_huge_slice_bounds_clamp():
+    a = gt.ones(2)
+    with pytest.raises(IndexError, match="index 5 is out of range for axis 0 of size 2"):
+        a[5]
+    with pytest.raises(IndexError):
+        gt.ones(2, 3)[0, -4]
+    with pytest.raises(IndexError):
+        a[10**20]
+    assert issubclass(gt.GtIndexError, IndexError) and issubclass(gt.GtIndexError, gt.GtValueError)
+    x_np = np.arange(5.0, dtype=np.float32)
+    x = gt.tensor(x_np)
+    for key in [slice(None, 2**63), slice(-(2**70), 2**70), slice(None, None, 2**70), slice(None, None, -(2**70)),
+                slice(2**64, None, -1), slice(-(2**64), 2), slice(np.uint64(2**64 - 1), None, -2)]:
+        np.testing.assert_array_equal(x[key].numpy(), x_np[key])
+
+
+def test_bad_sizes_and_seeds_are_named_in_errors():
+    x = gt.arange(6)
+    with pytest.raises(ValueError, match="split: split_size must be at least 0, got -1"):
+        x.split(-1)
+    with pytest.raises(ValueError, match="split_size 100000000000000000000 is too large"):
+        x.split(10**20)
+    with pytest.raises(ValueError, match="split: each of split_size must be at least 0, got -1"):
+        x.split([3, -1, 4])
+    with pytest.raises(TypeError, match="split: split_size must be an int, got float 1.5"):
+        x.split(1.5)
+    assert [p.tolist() for p in x.split(np.int64(4))] == [[0, 1, 2, 3], [4, 5]]
+    with pytest.raises(ValueError, match="chunk: chunks must be at least 1, got -2"):
+        x.chunk(-2)
+    with pytest.raises(ValueError, match="Linear: in_features must be at least 0, got -1"):
+        gt.nn.Linear(-1, 2)
+    with pytest.raises(ValueError, match="Linear: out_features 100000000000000000000 is too large"):
+        gt.nn.Linear(2, 10**20)
+    with pytest.raises(ValueError, match="axis 100000000000000000000 is out of range"):
+        x.sum(axis=(0, 10**20))
+    with pytest.raises(TypeError, match="axis: expected an int or a tuple of ints, got float 1.5"):
+        x.sum(axis=(0, 1.5))
+    with pytest.raises(ValueError, match="manual_seed: seed 18446744073709551616"):
+        gt.manual_seed(2**64)
+    with pytest.raises(TypeError, match="seed must be an int"):
+        gt.manual_seed("1")
+    # A negative seed is its two's complement, as in PyTorch.
+    gt.manual_seed(-1)
+    first = gt.randn(3).tolist()
+    gt.manual_seed(2**64 - 1)
+    assert gt.randn(3).tolist() == first
