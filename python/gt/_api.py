@@ -184,14 +184,25 @@ def _as_tensor(obj):
     return tensor(obj)
 
 
+def _float_only(fn, dtype):
+    """`dtype` as a name, refused unless it is a float (random numbers of an integer dtype
+    would be truncated ones, which PyTorch refuses too)."""
+    name = _dtype(dtype)
+    if name not in FLOATS:
+        from . import GtValueError
+
+        raise GtValueError(f"{fn}: takes a float dtype ({', '.join(FLOATS)}), not {name}")
+    return name
+
+
 def randn(*shape, dtype="float32", requires_grad=False):
     """Standard normal samples."""
-    return _gt._randn(_shape(shape), _dtype(dtype), requires_grad)
+    return _gt._randn(_shape(shape), _float_only("randn", dtype), requires_grad)
 
 
 def rand(*shape, dtype="float32", requires_grad=False):
     """Uniform samples in [0, 1)."""
-    return _gt._rand(_shape(shape), _dtype(dtype), requires_grad)
+    return _gt._rand(_shape(shape), _float_only("rand", dtype), requires_grad)
 
 
 def zeros(*shape, dtype="float32", requires_grad=False):

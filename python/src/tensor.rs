@@ -537,11 +537,19 @@ impl PyTensor {
         }
     }
 
-    /// A tensor sharing this value, outside the autograd graph (PyTorch's `.data`);
-    /// `.data.numpy()` reads it as the Python GT's `.data.numpy()` does.
+    /// This value, outside the autograd graph (PyTorch's `.data`); `.data.numpy()` reads it
+    /// as the Python GT's `.data.numpy()` does. A handle of its own: an in-place op on it does
+    /// not reach this tensor, but assigning `.data` does (`w.data -= lr * g`, `w.data = t`).
     #[getter]
     fn data(&self) -> PyResult<PyTensor> {
         Ok(wrap(self.rs()?.detach()))
+    }
+
+    /// Takes `value`'s value (same dtype and shape) in place, outside the autograd graph.
+    #[setter]
+    fn set_data(&self, value: PyRef<'_, PyTensor>) -> PyResult<()> {
+        let _off = api::no_grad();
+        self.rs()?.assign(&value.rs()?.detach()).py()
     }
 
     /// A tensor sharing this value, outside the autograd graph.

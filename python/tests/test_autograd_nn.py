@@ -310,3 +310,13 @@ def test_gelu_is_exact_by_default_and_layer_norm_takes_a_shape():
     assert np.allclose(y.numpy().ravel(), want, atol=1e-5)
     with pytest.raises(ValueError, match=r"LayerNorm: .*\[4\].*\[1, 2, 3\]"):
         gt.nn.LayerNorm(4)(gt.ones(1, 2, 3))
+
+
+def test_assigning_data_updates_the_tensor_outside_the_graph():
+    w = gt.tensor([1.0, 2.0], requires_grad=True)
+    w.data -= 0.5
+    assert w.tolist() == [0.5, 1.5] and w.requires_grad and w.is_leaf
+    w.data = gt.tensor([3.0, 4.0])
+    assert w.tolist() == [3.0, 4.0]
+    with pytest.raises(ValueError):
+        w.data = gt.tensor([1, 2, 3])

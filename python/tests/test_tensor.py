@@ -410,3 +410,11 @@ def test_bad_sizes_and_seeds_are_named_in_errors():
     first = gt.randn(3).tolist()
     gt.manual_seed(2**64 - 1)
     assert gt.randn(3).tolist() == first
+
+
+def test_random_numbers_take_float_dtypes_only():
+    assert gt.randn(3, dtype=gt.float64).dtype == "float64"
+    for make in (gt.randn, gt.rand):
+        for dtype in (gt.int64, gt.int32, gt.bool):
+            with pytest.raises(gt.GtValueError, match="takes a float dtype"):
+                make(4, dtype=dtype)
