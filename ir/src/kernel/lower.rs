@@ -562,9 +562,10 @@ impl<'a> Operands<'a> {
                     }
                 };
                 let input = Node::Input(i as u32);
-                // An integer meeting an op on halves is rounded to the half first.
+                // An integer, or a wider float (an `f32` 0-d tensor), meeting an op on halves
+                // is rounded to the half first, as the interpreter converts it.
                 let half = self.compute.1;
-                if half.is_half() && ty.dtype.is_integer() {
+                if half.is_half() && ty.dtype != half && ty.dtype != DType::Bool {
                     let at = self.push(input);
                     Node::Round(Storage::of(half), at)
                 } else {

@@ -764,20 +764,29 @@ pub fn elementwise(
     operands: &[Operand],
     ty: &dyn Fn(ValueId) -> Result<TensorType, TypeError>,
 ) -> Result<TensorType, TypeError> {
-    let mut out: Option<TensorType> = None;
+    // PyTorch's priorities: tensors with dims decide the dtype; a 0-d tensor takes part only
+    // where its category (bool < integer < float) is higher, as a scalar does
+    // (`f16[n] + f32[]` is `f16`, `i32[n] + f64[]` is `f64`).
+    let category = |d: DType| u8::from(d != DType::Bool) + u8::from(d.is_float());
+    let (mut out, mut dimmed, mut zero_dim): (Option<TensorType>, Option<DType>, Option<DType>) = (None, None, None);
     for o in operands {
         if let Operand::Value(v) = o {
             let t = ty(*v)?;
+            let class = if t.shape.rank() == 0 { &mut zero_dim } else { &mut dimmed };
+            *class = Some(class.map_or(t.dtype, |d| DType::promote(d, t.dtype)));
             out = Some(match out {
                 None => t,
-                Some(acc) => TensorType {
-                    dtype: DType::promote(acc.dtype, t.dtype),
-                    shape: broadcast_shapes(&acc.shape, &t.shape)?,
-                },
+                Some(acc) => TensorType { dtype: acc.dtype, shape: broadcast_shapes(&acc.shape, &t.shape)? },
             });
         }
     }
     let mut out = out.unwrap_or_else(|| TensorType::f32(vec![]));
+    out.dtype = match (dimmed, zero_dim) {
+        (Some(d), Some(z)) if category(z) > category(d) => DType::promote(d, z),
+        (Some(d), _) => d,
+        (None, Some(z)) => z,
+        (None, None) => out.dtype,
+    };
     for o in operands {
         if let Operand::Scalar(x) = o {
             out.dtype = out.dtype.promote_scalar(*x);

@@ -317,8 +317,13 @@ impl<'a> Region<'a> {
         if scalars == 0 && result == DType::Bool && values.iter().all(|&d| d == DType::Bool) {
             return Some(None);
         }
-        let compute = Compute::of(self.computed_dtype(instr)?);
-        let fits = values.iter().chain([&result]).all(|&d| d == DType::Bool || Compute::of(d) == compute);
+        let computed = self.computed_dtype(instr)?;
+        let compute = Compute::of(computed);
+        // An op on halves rounds a wider operand (an `f32` 0-d tensor) to the half first, as
+        // the eager op converts it: kept eager rather than read unrounded by a kernel.
+        let wider = |d: DType| computed.is_half() && d.is_float() && d != computed;
+        let fits =
+            values.iter().chain([&result]).all(|&d| d == DType::Bool || (Compute::of(d) == compute && !wider(d)));
         fits.then_some(Some(compute))
     }
 
