@@ -267,7 +267,7 @@ fn a_layer_norm_normalizes_over_its_whole_shape_and_refuses_another() {
     let x = gt::from_vec(vec![1., 2., 4., 0., 0., 1.], &[1, 2, 3]).unwrap();
     let y = nn::LayerNorm::over(&[2, 3]).unwrap().forward(&x).unwrap();
     // PyTorch's LayerNorm((2, 3)) of the same input.
-    let torch = [-0.24253494, 0.48507005, 1.94027996, -0.97013992, -0.97013992, -0.24253494];
+    let torch = [-0.242_534_94f32, 0.485_070_05, 1.940_28, -0.970_14, -0.970_14, -0.242_534_94];
     for (got, want) in y.to_vec().unwrap().iter().zip(torch) {
         assert!((got - want).abs() < 1e-5, "{:?} against PyTorch's {torch:?}", y.to_vec().unwrap());
     }
