@@ -418,3 +418,12 @@ def test_random_numbers_take_float_dtypes_only():
         for dtype in (gt.int64, gt.int32, gt.bool):
             with pytest.raises(gt.GtValueError, match="takes a float dtype"):
                 make(4, dtype=dtype)
+
+
+def test_squeeze_of_a_wider_axis_and_softmax_over_an_empty_one_are_pytorchs():
+    assert gt.ones(2, 3).squeeze(0).shape == (2, 3)
+    assert gt.ones(2, 1).squeeze(-1).shape == (2,)
+    assert gt.zeros(3, 0).softmax(-1).shape == (3, 0)
+    assert gt.nn.log_softmax(gt.zeros(0, 3), 0).shape == (0, 3)
+    with pytest.raises(ValueError, match="a 0-d tensor has no axes"):
+        gt.tensor(3.0).softmax(1)

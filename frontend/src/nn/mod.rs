@@ -197,25 +197,30 @@ impl Module for Sequential {
     }
 }
 
-/// `log(softmax(x))` over `axis`, computed stably (`x - max - log(sum(exp(x - max)))`).
-pub fn log_softmax(x: &Tensor, axis: i64) -> Result<Tensor> {
-    // The shift does not change the value, so it needs no gradient.
+/// `x` less its maximum over `axis`, which changes neither softmax nor log-softmax but keeps
+/// `exp` finite (so it needs no gradient); `x` itself where it has no elements (an empty
+/// axis has no maximum, and an empty result needs no shift).
+fn shifted(x: &Tensor, axis: i64) -> Result<Tensor> {
+    if x.numel() == 0 {
+        return x.mul(1.0);
+    }
     let m = {
         let _off = no_grad();
         x.detach().max_dims(&[axis], true)?
     };
-    let z = x.sub(&m)?;
+    x.sub(&m)
+}
+
+/// `log(softmax(x))` over `axis`, computed stably (`x - max - log(sum(exp(x - max)))`).
+pub fn log_softmax(x: &Tensor, axis: i64) -> Result<Tensor> {
+    let z = shifted(x, axis)?;
     let lse = z.exp()?.sum_dims(&[axis], true)?.log()?;
     z.sub(&lse)
 }
 
 /// Softmax over `axis`, stabilised by subtracting the maximum.
 pub fn softmax(x: &Tensor, axis: i64) -> Result<Tensor> {
-    let m = {
-        let _off = no_grad();
-        x.detach().max_dims(&[axis], true)?
-    };
-    let e = x.sub(&m)?.exp()?;
+    let e = shifted(x, axis)?.exp()?;
     let s = e.sum_dims(&[axis], true)?;
     e.div(&s)
 }

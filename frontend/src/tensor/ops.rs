@@ -229,8 +229,15 @@ impl Tensor {
         let shape = shape.to_vec();
         apply(&[self], |dst| Instr::Reshape { dst, src: self.id(), shape }, Some(GradOp::Reshape))
     }
-    /// Removes one axis of size 1.
+    /// Removes `axis` where its size is 1; another axis stays, as in PyTorch.
     pub fn squeeze(&self, axis: i64) -> Result<Tensor> {
+        // As PyTorch's: an axis that is not 1 stays (the instruction, as NumPy's, refuses it).
+        if let Ok(a) = shape::normalize_axis(axis, self.rank()) {
+            if self.shape()[a] != 1 {
+                let dims: Vec<i64> = self.shape().iter().map(|&d| d as i64).collect();
+                return self.reshape(&dims);
+            }
+        }
         apply(&[self], |dst| Instr::Squeeze { dst, src: self.id(), axes: Some(vec![axis]) }, Some(GradOp::Reshape))
     }
     /// Removes every axis of size 1.

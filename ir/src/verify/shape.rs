@@ -116,7 +116,7 @@ pub enum TypeError {
         rhs_k: usize,
     },
     /// An axis outside `-rank..rank`.
-    #[error("axis {axis} is out of range for rank {rank} (expected {lo}..={hi})")]
+    #[error("axis {axis} is out of range for rank {rank} ({})", if *rank == 0 { "a 0-d tensor has no axes".to_string() } else { format!("expected {lo}..={hi}") })]
     AxisOutOfRange {
         /// The axis as written.
         axis: i64,
