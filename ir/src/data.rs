@@ -199,11 +199,12 @@ pub fn converted_scalar(dtype: DType, x: f64) -> f64 {
 /// comparisons and the rest, the scalar rounds to the half, as in PyTorch (`1e5 * h` is
 /// `inf`).
 pub fn binary_scalar(op: crate::BinaryOp, dtype: DType, x: f64, rhs: bool) -> f64 {
-    if rhs && dtype.is_half() && matches!(op, crate::BinaryOp::Mul | crate::BinaryOp::Div) {
-        converted_scalar(DType::F32, x)
-    } else {
-        converted_scalar(dtype, x)
-    }
+    converted_scalar(if scalar_in_f32(op, dtype, rhs) { DType::F32 } else { dtype }, x)
+}
+
+/// Whether [`binary_scalar`] keeps the scalar in `f32` rather than `dtype`.
+pub fn scalar_in_f32(op: crate::BinaryOp, dtype: DType, rhs: bool) -> bool {
+    rhs && dtype.is_half() && matches!(op, crate::BinaryOp::Mul | crate::BinaryOp::Div)
 }
 
 /// Converts `v` element by element (exactly between integers, through `f64` otherwise).

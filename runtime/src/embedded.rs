@@ -314,6 +314,13 @@ impl Cluster {
             workers: Vec::new(),
             discovery: None,
         };
+        // The default budget is the process's: its workers share it (each taking all of it
+        // would let N of them ask for N times the memory there is). Read once, not per worker.
+        let worker_memory = if options.worker_memory == crate::config::default_worker_memory() {
+            options.worker_memory / options.workers.max(1)
+        } else {
+            options.worker_memory
+        };
         for i in 0..options.workers {
             let ctx = ctx.clone();
             let endpoint = inproc.clone();
@@ -322,13 +329,7 @@ impl Cluster {
             wo.backend = options.backend;
             wo.matmul_precision = options.matmul_precision;
             wo.jit = options.jit;
-            // The default budget is the process's: its workers share it (each taking all of
-            // it would let N of them ask for N times the memory there is).
-            wo.memory_budget = if options.worker_memory == crate::config::default_worker_memory() {
-                options.worker_memory / options.workers.max(1)
-            } else {
-                options.worker_memory
-            };
+            wo.memory_budget = worker_memory;
             wo.collective_timeout = options.collective_timeout;
             wo.op_timeout = options.op_timeout;
             wo.spin = options.dispatcher.spin;

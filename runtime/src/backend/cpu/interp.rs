@@ -863,12 +863,8 @@ impl Interpreter {
                 let (a, b) = (self.operand_value(op, *lhs)?, self.operand_value(op, *rhs)?);
                 // A half's `mul`/`div` by a scalar keeps it in `f32` (`binary_scalar`): the
                 // op computes in `f32` (as halves do) over the half operand, rounded once.
-                let in_f32 = |o: &Operand, rhs| match *o {
-                    Operand::Scalar(x) => {
-                        gt_ir::data::binary_scalar(*binary_op, compute, x, rhs)
-                            != gt_ir::data::converted_scalar(compute, x)
-                    }
-                    Operand::Value(_) => false,
+                let in_f32 = |o: &Operand, rhs| {
+                    matches!(o, Operand::Scalar(_)) && gt_ir::data::scalar_in_f32(*binary_op, compute, rhs)
                 };
                 if in_f32(lhs, false) || in_f32(rhs, true) {
                     let f32 = gt_ir::DType::F32;
